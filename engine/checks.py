@@ -1,0 +1,123 @@
+"""Consistency checks across the parts of a project (hardware × workload × mapping).
+
+Field-level validity is pydantic's job; these checks need two parts at once, e.g. whether tensor
+parallelism divides the model's heads, or whether tp·pp·dp devices exist.
+"""
+
+from __future__ import annotations
+
+from engine.errors import InputError, Problem
+from engine.ir.mapping import Mapping, Schedule
+from engine.ir.ops import LayerKind
+from engine.ir.project import Project
+from engine.ir.workload import LlamaSpec, TransformerDims
+
+
+def device_capacity(project: Project) -> int | None:
+    """Devices the hardware offers; ``None`` when a growable level grows to fit any run."""
+    if any(c.growable for _, c in project.hardware.walk()):
+        return None
+    return project.hardware.device_count()
+
+
+def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
+    out: list[Problem] = []
+    if dims.heads % m.tp:
+        out.append(Problem("mapping.tp", f"{m.tp} does not divide heads ({dims.heads})"))
+    if isinstance(dims, LlamaSpec):
+        kv = dims.kv_heads_n
+        if m.tp > kv and m.tp % kv:
+            out.append(Problem("mapping.tp", f"{m.tp} is neither a divisor nor a multiple of kv_heads ({kv})"))
+    if dims.ffn_dim % m.tp:
+        out.append(Problem("mapping.tp", f"{m.tp} does not divide ffn ({dims.ffn_dim})"))
+    if m.sequence_parallel and dims.seq_len % m.tp:
+        out.append(Problem("mapping.sequence_parallel", f"tp ({m.tp}) does not divide seq_len ({dims.seq_len})"))
+    return out
+
+
+def _pipeline_checks(blocks: int, m: Mapping) -> list[Problem]:
+    out: list[Problem] = []
+    chunks = m.pp * m.interleave
+    if m.stages:
+        return out
+    if chunks > blocks:
+        out.append(Problem("mapping.pp", f"pp × interleave = {chunks} exceeds the model's layers ({blocks})"))
+    elif m.interleave > 1 and blocks % chunks:
+        out.append(Problem("mapping.interleave", f"pp × interleave = {chunks} does not divide layers ({blocks})"))
+    if m.schedule is Schedule.interleaved and m.micro_batches % m.pp:
+        out.append(
+            Problem(
+                "mapping.global_batch",
+                f"interleaved 1F1B needs micro-batches per pipeline ({m.micro_batches}) "
+                f"to be a multiple of pp ({m.pp})",
+            )
+        )
+    return out
+
+
+def _stage_checks(project: Project, n_layers: int, capacity: int | None) -> list[Problem]:
+    m = project.mapping
+    out: list[Problem] = []
+    if not m.stages:
+        return out
+    if len(m.stages) != m.pp:
+        out.append(Problem("mapping.stages", f"{len(m.stages)} stages listed, pp is {m.pp}"))
+    ordered = sorted(m.stages, key=lambda s: s.stage)
+    expect = 0
+    for i, st in enumerate(ordered):
+        first, last = st.layers
+        if first != expect:
+            out.append(Problem(f"mapping.stages.{i}.layers", f"starts at {first}, expected {expect} (gap or overlap)"))
+        if last > n_layers:
+            out.append(Problem(f"mapping.stages.{i}.layers", f"ends at {last}, the model has {n_layers} layers"))
+        expect = last
+        if st.devices and len(st.devices) != m.tp * m.dp:
+            out.append(
+                Problem(
+                    f"mapping.stages.{i}.devices", f"{len(st.devices)} devices, a stage needs tp × dp = {m.tp * m.dp}"
+                )
+            )
+        if capacity is not None:
+            bad = [d for d in st.devices if d >= capacity]
+            if bad:
+                out.append(
+                    Problem(f"mapping.stages.{i}.devices", f"device {bad[0]} does not exist ({capacity} devices)")
+                )
+    if ordered and expect != n_layers:
+        out.append(Problem("mapping.stages", f"stages cover layers up to {expect}, the model has {n_layers}"))
+    return out
+
+
+def check_project(project: Project) -> list[Problem]:
+    """Every cross-part problem of ``project``; empty when it is consistent."""
+    from engine.workloads import build_workload
+
+    m = project.mapping
+    out: list[Problem] = []
+    capacity = device_capacity(project)
+    if capacity is not None and m.devices > capacity:
+        out.append(
+            Problem("mapping", f"tp·pp·dp = {m.tp}·{m.pp}·{m.dp} = {m.devices} devices, the hardware has {capacity}")
+        )
+    if isinstance(project.workload, TransformerDims):
+        out += _transformer_checks(project.workload, m)
+    graph = build_workload(project.workload)
+    out += _pipeline_checks(len(graph.block_layers), m)
+    out += _stage_checks(project, len(graph.layers), capacity)
+    weighted_kinds = (LayerKind.conv, LayerKind.fc, LayerKind.transformer, LayerKind.block)
+    weighted = {li.index for li in graph.layers if li.kind in weighted_kinds}
+    for i, lp in enumerate(m.layer_parallelism):
+        if lp.layer not in weighted:
+            out.append(Problem(f"mapping.layer_parallelism.{i}.layer", f"{lp.layer} is not a weighted layer"))
+    memories = {mem.name for mem in project.hardware.all_memories()}
+    for category, name in m.memory_levels.items():
+        if name not in memories:
+            known = ", ".join(sorted(memories)) or "none"
+            out.append(Problem(f"mapping.memory_levels.{category}", f"no memory named '{name}' (have: {known})"))
+    return out
+
+
+def raise_for_problems(project: Project, source: str) -> None:
+    problems = check_project(project)
+    if problems:
+        raise InputError(source, problems)

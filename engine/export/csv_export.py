@@ -1,0 +1,91 @@
+"""CSV exports of a result: metrics (with units), timeline slices, link utilisation, memory occupancy."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from engine.io.atomic import write_atomic
+from engine.results.result import Result
+from engine.results.timeline import CATEGORIES
+
+METRIC_UNITS = {
+    "iteration_time_s": "s",
+    "samples_per_s": "samples/s",
+    "tokens_per_s": "tokens/s",
+    "model_flops_per_iteration": "FLOP",
+    "mfu": "fraction",
+    "hfu": "fraction",
+    "devices": "count",
+    "peak_memory_bytes": "bytes",
+    "events": "count",
+    "wall_time_s": "s",
+    "ttft_s": "s",
+    "tpot_s": "s",
+}
+
+
+def _write_rows(path: Path, header: list[str], rows) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_atomic(path, buf.getvalue())
+
+
+def metrics_rows(result: Result) -> list[tuple[str, object, str]]:
+    rows: list[tuple[str, object, str]] = []
+    for key, value in result.metrics_json().items():
+        if isinstance(value, dict):
+            unit = "bytes" if key.endswith("bytes") else ("s" if key.endswith("_s") else "")
+            rows += [(f"{key}.{k}", v, unit) for k, v in value.items()]
+        else:
+            rows.append((key, value, METRIC_UNITS.get(key, "")))
+    return rows
+
+
+def write_csv(result: Result, folder: str | Path) -> list[Path]:
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / n for n in ("metrics.csv", "timeline.csv", "links.csv", "memory.csv")]
+    _write_rows(paths[0], ["metric", "value", "unit"], metrics_rows(result))
+    tl = result.timeline
+    a = tl.arrays()
+    _write_rows(
+        paths[1],
+        ["lane", "category", "label", "start_s", "duration_s", "stage", "micro_batch", "layer"],
+        (
+            (
+                tl.lanes[a["lane"][i]].name,
+                CATEGORIES[a["category"][i]],
+                tl.labels[a["label"][i]],
+                f"{a['start'][i]:.9g}",
+                f"{a['dur'][i]:.9g}",
+                a["stage"][i],
+                a["micro_batch"][i],
+                a["layer"][i],
+            )
+            for i in range(len(a["lane"]))
+        ),
+    )
+    _write_rows(
+        paths[2],
+        ["link", "time_s", "utilisation"],
+        (
+            (s.name, f"{t:.9g}", f"{v:.6g}")
+            for s in result.link_utilisation
+            for t, v in zip(s.times, s.values, strict=True)
+        ),
+    )
+    _write_rows(
+        paths[3],
+        ["device", "time_s", "category", "bytes", "capacity_bytes"],
+        (
+            (tr.device, f"{t:.9g}", cat, f"{vals[i]:.6g}", f"{tr.capacity_bytes:.6g}")
+            for tr in result.memory
+            for i, t in enumerate(tr.times)
+            for cat, vals in tr.by_category.items()
+        ),
+    )
+    return paths

@@ -1,0 +1,62 @@
+"""``elaborate``: the one entry point from the hardware IR to a routable ``HardwareGraph``."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from engine.hardware import fabrics as fab
+from engine.hardware.builder import Builder
+from engine.hardware.graph import HardwareGraph
+from engine.hardware.grow import grow
+from engine.hardware.memory import add_memory_ports
+from engine.hardware.model import Device
+from engine.ir.hardware import Component
+
+
+def elaborate(root: Component, devices_needed: int | None = None) -> HardwareGraph:
+    """Build the device/link graph of ``root``, first growing it to ``devices_needed`` devices if given.
+
+    Raises ValueError when the root stands for several instances (nothing would join them) or when the
+    system cannot hold the devices needed."""
+    if devices_needed is not None:
+        root = grow(root, devices_needed)
+        if root.device_count() < devices_needed:
+            raise ValueError(
+                f"{root.name}: holds {root.device_count()} devices, {devices_needed} needed, "
+                "and nothing in it is growable"
+            )
+    if root.count != 1:
+        raise ValueError(f"{root.name}: the root must be a single instance (rows = cols = 1)")
+    b = Builder()
+    b.walk(root, root.name, root.name, None, 0)
+    ports = add_memory_ports(b)
+
+    coords = _coords(b)
+    devices = [
+        Device(i, node, path, compute, mems, coords.get(node))
+        for i, (node, path, compute, mems) in enumerate(b.device_rows)
+    ]
+    g = nx.DiGraph()
+    g.add_nodes_from(b.nodes)
+    g.add_edges_from((lk.src, lk.dst, {"id": lk.id, "link": lk}) for lk in b.links)
+    if g.number_of_edges() != len(b.links):  # two links for one ordered pair would hide one of them
+        raise RuntimeError(f"{root.name}: duplicate links between the same pair of nodes")
+    return HardwareGraph(root, g, devices, b.links, ports, b.device_inst, b.interconnects)
+
+
+def _coords(b: Builder) -> dict[str, tuple[int, ...]]:
+    """Each device's position in the outermost grid that covers it (instances are in pre-order, so an
+    outer mesh of meshes is seen before the die grids inside it)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for inst in b.instances:
+        f = inst.fabric
+        if isinstance(f, fab.GridFabric) and f.direct:
+            nodes = f.domain.nodes
+            if nodes.size and nodes.flat[0] in out:
+                continue
+            flat = nodes.ravel().tolist()
+            idx = np.unravel_index(np.arange(len(flat)), nodes.shape)
+            for node, c in zip(flat, zip(*(a.tolist() for a in idx), strict=True), strict=True):
+                out.setdefault(node, c)
+    return out

@@ -1,0 +1,131 @@
+"""Grid domains: n-dimensional arrays of node ids with mesh or torus neighbours.
+
+A grid domain is what makes a mesh of meshes one machine: a wafer of 5 × 4 dies of 4 × 4 tiles becomes
+one 20 × 16 array, the die NoCs providing the links inside each block and the wafer's die-to-die links
+joining facing borders. Routing on it is dimension-ordered (x, the last axis, first), which is what the
+mesh NoCs the presets model actually do and which keeps routes deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from engine.ir.hardware import Edge
+
+
+class GridDomain:
+    """``nodes`` is an object array of node ids; ``wrap[d]`` says axis d has torus wrap-around links."""
+
+    __slots__ = ("nodes", "shape", "wrap", "covers_devices", "_coords")
+
+    def __init__(self, nodes: np.ndarray, wrap: tuple[bool, ...], covers_devices: bool) -> None:
+        self.nodes = nodes
+        self.shape: tuple[int, ...] = tuple(nodes.shape)
+        self.wrap = wrap
+        self.covers_devices = covers_devices
+        self._coords: dict[str, tuple[int, ...]] | None = None
+
+    def coords(self) -> dict[str, tuple[int, ...]]:
+        """Node → coordinate, built on first use (elaboration of a big wafer does not pay for it)."""
+        if self._coords is None:
+            flat = self.nodes.ravel().tolist()
+            idx = np.unravel_index(np.arange(len(flat)), self.shape)
+            cols = [a.tolist() for a in idx]
+            self._coords = dict(zip(flat, zip(*cols, strict=True), strict=True))
+        return self._coords
+
+    def coord(self, node: str) -> tuple[int, ...]:
+        return self.coords()[node]
+
+    def distance(self, a: str, b: str) -> int:
+        """Hops of the dimension-ordered route: Manhattan distance, wrap-aware on torus axes."""
+        ca, cb = self.coord(a), self.coord(b)
+        total = 0
+        for d, n in enumerate(self.shape):
+            delta = abs(cb[d] - ca[d])
+            total += min(delta, n - delta) if self.wrap[d] else delta
+        return total
+
+    def path(self, a: str, b: str) -> list[str]:
+        """Nodes visited from ``a`` to ``b``: last axis (x) first, then y, then z; on a torus axis the
+        shorter way round (forward on a tie), which is what keeps torus routes minimal."""
+        cur = list(self.coord(a))
+        target = self.coord(b)
+        out = [a]
+        nodes = self.nodes
+        for d in reversed(range(len(self.shape))):
+            n = self.shape[d]
+            if cur[d] == target[d]:
+                continue
+            if self.wrap[d]:
+                fwd = (target[d] - cur[d]) % n
+                step, count = (1, fwd) if fwd <= n - fwd else (-1, n - fwd)
+            else:
+                step = 1 if target[d] > cur[d] else -1
+                count = abs(target[d] - cur[d])
+            for _ in range(count):
+                cur[d] = (cur[d] + step) % n
+                out.append(nodes[tuple(cur)])
+        return out
+
+
+def merge_blocks(blocks: list[np.ndarray], dims: tuple[int, ...]) -> np.ndarray:
+    """Tile equally shaped child arrays (row-major over ``dims``) into one global array."""
+    inner = blocks[0].shape
+    stacked = np.stack(blocks).reshape(dims + inner)
+    n = len(dims)
+    order = [ax for pair in zip(range(n), range(n, 2 * n), strict=True) for ax in pair]
+    return stacked.transpose(order).reshape(tuple(o * i for o, i in zip(dims, inner, strict=True)))
+
+
+def boundary_pairs(
+    nodes: np.ndarray, block: tuple[int, ...], torus: bool
+) -> Iterator[tuple[int, list[str], list[str]]]:
+    """Neighbour pairs (axis, lows, highs) that cross block boundaries of size ``block``, plus the
+    wrap-around pairs on a torus (only where the wrap is a new pair, i.e. the axis is longer than 2)."""
+    for d, size in enumerate(nodes.shape):
+        s = block[d]
+        lo = np.arange(s - 1, size - 1, s)
+        if len(lo):
+            a = np.take(nodes, lo, axis=d).ravel().tolist()
+            b = np.take(nodes, lo + 1, axis=d).ravel().tolist()
+            yield d, a, b
+        if torus and size > 2:
+            a = np.take(nodes, [size - 1], axis=d).ravel().tolist()
+            b = np.take(nodes, [0], axis=d).ravel().tolist()
+            yield d, a, b
+
+
+def torus_wraps(shape: tuple[int, ...], torus: bool) -> tuple[bool, ...]:
+    return tuple(torus and n > 2 for n in shape)
+
+
+def edge_line(nodes: np.ndarray, edge: Edge) -> list[str]:
+    """Nodes along one edge of a grid, in row-major order: west/east are the first/last column (the
+    last axis), north/south the first/last row (the axis before it; a 1-D line is all of it)."""
+    if nodes.ndim == 0:
+        return [nodes.item()]
+    if edge in (Edge.west, Edge.east):
+        sl = np.take(nodes, [0 if edge is Edge.west else nodes.shape[-1] - 1], axis=nodes.ndim - 1)
+    elif nodes.ndim == 1:
+        sl = nodes
+    else:
+        ax = nodes.ndim - 2
+        sl = np.take(nodes, [0 if edge is Edge.north else nodes.shape[ax] - 1], axis=ax)
+    return sl.ravel().tolist()
+
+
+def segments(length: int, parts: int) -> list[range]:
+    """Split positions 0..length-1 into ``parts`` even contiguous segments (never empty: with more
+    parts than positions, several ports share the position nearest their centre)."""
+    out = []
+    for k in range(parts):
+        lo, hi = k * length // parts, (k + 1) * length // parts
+        if hi <= lo:
+            mid = min(length - 1, math.floor((k + 0.5) * length / parts))
+            lo, hi = mid, mid + 1
+        out.append(range(lo, hi))
+    return out

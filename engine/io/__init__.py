@@ -1,0 +1,23 @@
+"""Files in and out: project load/save (atomic, migrated), JSON reading with clear errors."""
+
+from engine.io.atomic import dumps_stable, write_atomic
+from engine.io.json_file import read_json, validate_as
+from engine.io.project_file import (
+    load_project,
+    project_from_data,
+    project_to_data,
+    project_to_text,
+    save_project,
+)
+
+__all__ = [
+    "dumps_stable",
+    "write_atomic",
+    "read_json",
+    "validate_as",
+    "load_project",
+    "project_from_data",
+    "project_to_data",
+    "project_to_text",
+    "save_project",
+]

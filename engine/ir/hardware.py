@@ -1,0 +1,292 @@
+"""Hardware IR: a recursive, composable component tree with parametric arrays (the MLDSE idea).
+
+A component stands for ``rows × cols`` identical instances of itself, so a 4,096-tile wafer is one
+``tile`` component with ``rows=64, cols=64`` — never 4,096 objects. A component's ``interconnect``
+joins the instances of its children; its ``memories`` are either local to each instance (``attach``
+empty) or ports on the edges of its child grid (e.g. DRAM ports on the west and east die edges).
+Components that carry ``compute`` are the devices the engine schedules work on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from enum import StrEnum
+from typing import Annotated
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from engine.ir.common import (
+    BytesPerSecond,
+    Dollars,
+    DType,
+    Fraction,
+    PicojoulesPerBit,
+    PicojoulesPerByte,
+    PositiveBytes,
+    Seconds,
+    SquareMillimetres,
+    StrictModel,
+    Watts,
+)
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+
+class ComponentKind(StrEnum):
+    system = "system"
+    node = "node"
+    wafer = "wafer"
+    package = "package"
+    chip = "chip"
+    die = "die"
+    tile = "tile"
+    core = "core"
+    switch = "switch"
+
+
+class EfficiencyCurve(StrictModel):
+    """Achieved fraction of peak versus operation size, interpolated linearly in log10(size).
+
+    ``size`` is FLOPs for compute curves and bytes for bandwidth curves. Outside the given points the
+    nearest end value holds (no extrapolation), so a curve never promises more than was measured.
+    """
+
+    points: list[tuple[Annotated[float, Field(gt=0)], Fraction]] = Field(min_length=1)
+    comment: str = ""
+
+    @field_validator("points")
+    @classmethod
+    def _ascending(cls, pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        sizes = [p[0] for p in pts]
+        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise ValueError("sizes must be strictly ascending")
+        return pts
+
+    def at(self, size: float | np.ndarray) -> float | np.ndarray:
+        xs = np.log10([p[0] for p in self.points])
+        ys = np.array([p[1] for p in self.points])
+        return np.interp(np.log10(np.maximum(size, 1e-30)), xs, ys)
+
+
+class Compute(StrictModel):
+    """Arithmetic of one device instance."""
+
+    peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
+        description="peak matrix FLOP/s per data type", min_length=1
+    )
+    vector_flops: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="FLOP/s of the vector/elementwise units; default peak/16 of the widest type"
+    )
+    pe_array: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="systolic / PE array rows × cols of one tensor core"
+    )
+    tensor_cores: Annotated[int, Field(ge=1)] = 1
+    vector_cores: Annotated[int, Field(ge=0)] = 1
+    efficiency: EfficiencyCurve | None = Field(
+        None, description="matrix-op efficiency versus FLOPs per op; None means always peak"
+    )
+    overlap_compute_memory: bool = Field(
+        True, description="roofline overlap of compute and memory time (max) instead of their sum"
+    )
+    comment: str = ""
+
+    def peak(self, dtype: DType | str) -> float:
+        """Peak FLOP/s for ``dtype``, falling back to the nearest wider type the device has."""
+        order = [DType.fp8, DType.int8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
+        d = DType(dtype)
+        if d in self.peak_flops:
+            return self.peak_flops[d]
+        for cand in order[order.index(d) :] if d in order else order:
+            if cand in self.peak_flops:
+                return self.peak_flops[cand]
+        return max(self.peak_flops.values())
+
+    def vector_peak(self) -> float:
+        return self.vector_flops if self.vector_flops else max(self.peak_flops.values()) / 16.0
+
+
+class MemoryKind(StrEnum):
+    sram = "sram"
+    hbm = "hbm"
+    ddr = "ddr"
+    lpddr = "lpddr"
+    hmc = "hmc"
+
+
+class Edge(StrEnum):
+    west = "west"
+    east = "east"
+    north = "north"
+    south = "south"
+
+
+class Memory(StrictModel):
+    """A memory level. ``attach`` empty: private to each instance of the owning component (which must
+    compute or contain devices); otherwise ports on those edges of the owner's child grid, each port
+    reached over the interconnect — so DRAM traffic of an SRAM-only tile crosses the NoC."""
+
+    name: Name
+    kind: MemoryKind
+    capacity_bytes: PositiveBytes
+    bandwidth_bytes_per_s: BytesPerSecond = Field(description="per port, bytes/s")
+    latency_s: Seconds = 0.0
+    energy_pj_per_byte: PicojoulesPerByte = 0.0
+    efficiency: Fraction = Field(1.0, description="achievable fraction of the bandwidth")
+    attach: list[Edge] = Field(default_factory=list, description="edges carrying ports; empty = local")
+    ports_per_edge: Annotated[int, Field(ge=1)] = 1
+    comment: str = ""
+
+    @property
+    def effective_bandwidth(self) -> float:
+        return self.bandwidth_bytes_per_s * self.efficiency
+
+
+class Topology(StrEnum):
+    mesh = "mesh"
+    torus = "torus"
+    ring = "ring"
+    switch = "switch"
+    fat_tree = "fat-tree"
+    fully_connected = "fully-connected"
+    dragonfly = "dragonfly"
+    htree = "htree"
+    edges = "edges"
+
+
+class SwitchAttach(StrEnum):
+    every_device = "every-device"
+    one_per_child = "one-per-child"
+
+
+class Interconnect(StrictModel):
+    """How the instances of a component's children are joined. Bandwidth is per link, per direction."""
+
+    topology: Topology
+    link_bandwidth_bytes_per_s: BytesPerSecond
+    link_latency_s: Seconds = 0.0
+    energy_pj_per_bit: PicojoulesPerBit = 0.0
+    links: Annotated[int, Field(ge=1)] = Field(1, description="parallel links between each connected pair")
+    efficiency: Fraction = Field(1.0, description="achievable fraction of link bandwidth for large messages")
+    efficiency_curve: EfficiencyCurve | None = Field(
+        None, description="achievable fraction versus message size in bytes (overrides efficiency)"
+    )
+    dims: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="torus/mesh shape over the child instances (1–3 dims); default rows × cols"
+    )
+    attach: SwitchAttach = Field(
+        SwitchAttach.every_device, description="switch/fat-tree: a link per device, or one per child"
+    )
+    oversubscription: Annotated[float, Field(ge=1)] = Field(1.0, description="fat-tree up-link taper")
+    group_size: Annotated[int, Field(ge=1)] | None = Field(None, description="dragonfly: instances per group")
+    global_link_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        None, description="dragonfly: bandwidth of the links between groups"
+    )
+    edge_list: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] | None = Field(
+        None, description="topology 'edges': pairs of child-instance indices (row-major), both directions"
+    )
+    comment: str = ""
+
+    @model_validator(mode="after")
+    def _shape(self) -> Interconnect:
+        if self.dims is not None and not 1 <= len(self.dims) <= 3:
+            raise ValueError("dims: 1 to 3 dimensions")
+        if self.topology is Topology.edges and not self.edge_list:
+            raise ValueError("edge_list: required when topology is 'edges'")
+        return self
+
+    def efficiency_at(self, message_bytes: float) -> float:
+        if self.efficiency_curve is not None:
+            return float(self.efficiency_curve.at(message_bytes))
+        return self.efficiency
+
+
+class Component(StrictModel):
+    """One level of the hierarchy, standing for ``rows × cols`` identical instances."""
+
+    name: Name
+    kind: ComponentKind
+    rows: Annotated[int, Field(ge=1)] = 1
+    cols: Annotated[int, Field(ge=1)] = 1
+    growable: bool = Field(False, description="rows grow to fit the devices a run needs (e.g. DGX nodes)")
+    compute: Compute | None = None
+    memories: list[Memory] = Field(default_factory=list)
+    interconnect: Interconnect | None = None
+    children: list[Component] = Field(default_factory=list)
+    area_mm2: SquareMillimetres | None = None
+    power_w: Watts | None = None
+    cost_usd: Dollars | None = None
+    comment: str = ""
+
+    @model_validator(mode="after")
+    def _structure(self) -> Component:
+        names = [c.name for c in self.children]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"children: duplicate names {sorted(dup)}")
+        mem_names = [m.name for m in self.memories]
+        if len(set(mem_names)) != len(mem_names):
+            raise ValueError("memories: duplicate names")
+        if self.children and self.instances_of_children() > 1 and self.interconnect is None:
+            raise ValueError("interconnect: required to join more than one child instance")
+        if self.compute is None and not self.children and self.kind is not ComponentKind.switch:
+            raise ValueError("compute: a component without children must compute (or be a switch)")
+        ic = self.interconnect
+        if ic is not None and ic.dims is not None and math.prod(ic.dims) != self.instances_of_children():
+            raise ValueError(
+                f"interconnect.dims: {ic.dims} hold {math.prod(ic.dims)} instances, "
+                f"children have {self.instances_of_children()}"
+            )
+        if ic is not None and ic.edge_list:
+            n = self.instances_of_children()
+            for a, b in ic.edge_list:
+                if a >= n or b >= n or a == b:
+                    raise ValueError(f"interconnect.edge_list: link ({a}, {b}) joins no existing pair of {n}")
+        for m in self.memories:
+            if m.attach and not self.children:
+                raise ValueError(f"memories.{m.name}.attach: edge ports need children to sit between")
+        return self
+
+    @property
+    def count(self) -> int:
+        return self.rows * self.cols
+
+    def instances_of_children(self) -> int:
+        return sum(c.count for c in self.children)
+
+    def devices_per_instance(self) -> int:
+        """Devices (computing leaves) inside one instance of this component."""
+        own = 1 if self.compute is not None else 0
+        return own + sum(c.count * c.devices_per_instance() for c in self.children)
+
+    def device_count(self) -> int:
+        return self.count * self.devices_per_instance()
+
+    def walk(self, prefix: str = "") -> Iterator[tuple[str, Component]]:
+        """Depth-first (path, component) pairs; paths join names with '/'."""
+        path = f"{prefix}/{self.name}" if prefix else self.name
+        yield path, self
+        for child in self.children:
+            yield from child.walk(path)
+
+    def find(self, path: str) -> Component | None:
+        for p, comp in self.walk():
+            if p == path:
+                return comp
+        return None
+
+    def device_template(self) -> Compute | None:
+        """The first compute found depth-first: the device type of a homogeneous system."""
+        for _, comp in self.walk():
+            if comp.compute is not None:
+                return comp.compute
+        return None
+
+    def all_memories(self) -> list[Memory]:
+        return [m for _, comp in self.walk() for m in comp.memories]
+
+    def total(self, attr: str) -> float:
+        """Sum of area/power/cost over every instance (a parent's own figure excludes its children's)."""
+        own = getattr(self, attr) or 0.0
+        return self.count * (own + sum(c.total(attr) for c in self.children))

@@ -1,0 +1,111 @@
+"""Mapping IR: how a workload is split and placed onto the devices of a system."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from engine.ir.common import StrictModel
+
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class Schedule(StrEnum):
+    gpipe = "gpipe"
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved-1f1b"
+
+
+class Recompute(StrEnum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+class PlacementStrategy(StrEnum):
+    """Order in which pipeline stages take device groups on a grid."""
+
+    row_major = "row-major"
+    snake = "snake"  # boustrophedon: consecutive stages stay neighbours at row ends
+    block = "block"  # each stage a compact rectangle of the grid
+
+
+class LayerParallelism(StrictModel):
+    """HyPar-style per-layer choice between data and model parallelism."""
+
+    layer: Annotated[int, Field(ge=0)]
+    parallelism: Literal["dp", "mp"]
+
+
+class StagePlacement(StrictModel):
+    """Explicit placement: a half-open range of workload layers → a pipeline stage → devices."""
+
+    stage: Annotated[int, Field(ge=0)]
+    layers: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]] = Field(
+        description="[first, last) layer indices"
+    )
+    devices: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="device indices of the stage's group; empty = by strategy"
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> StagePlacement:
+        if self.layers[1] <= self.layers[0]:
+            raise ValueError(f"layers: empty range [{self.layers[0]}, {self.layers[1]})")
+        return self
+
+
+MemoryCategory = Literal["weights", "gradients", "optimizer", "activations", "kv_cache"]
+
+
+class Mapping(StrictModel):
+    tp: PosInt = 1
+    pp: PosInt = 1
+    dp: PosInt = 1
+    sequence_parallel: bool = False
+    interleave: PosInt = Field(1, description="model chunks per device (interleaved 1F1B)")
+    micro_batch: PosInt = 1
+    global_batch: PosInt = 1
+    schedule: Schedule = Schedule.one_f_one_b
+    recompute: Recompute = Recompute.none
+    zero: Annotated[int, Field(ge=0, le=3)] = 0
+    rank_order: Literal["tp-dp-pp", "tp-pp-dp"] = Field(
+        "tp-dp-pp", description="fastest-varying parallel dimension first (Megatron: tp, then dp, then pp)"
+    )
+    placement: PlacementStrategy = PlacementStrategy.row_major
+    stages: list[StagePlacement] = Field(default_factory=list, description="explicit placement overrides")
+    layer_parallelism: list[LayerParallelism] = Field(default_factory=list)
+    memory_levels: dict[MemoryCategory, str] = Field(
+        default_factory=dict, description="memory name holding each category; empty = the device's own"
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Mapping:
+        if self.interleave > 1 and self.schedule is Schedule.one_f_one_b:
+            # "--interleave N --schedule 1f1b" means interleaved 1F1B with N chunks per device.
+            object.__setattr__(self, "schedule", Schedule.interleaved)
+        if self.schedule is Schedule.interleaved and self.interleave == 1:
+            raise ValueError("interleave: interleaved-1f1b needs 2 or more model chunks per device")
+        if self.interleave > 1 and self.schedule is Schedule.gpipe:
+            raise ValueError("interleave: only the 1f1b schedule interleaves model chunks")
+        if self.global_batch % (self.micro_batch * self.dp):
+            raise ValueError(
+                f"global_batch: {self.global_batch} is not a multiple of micro_batch × dp "
+                f"({self.micro_batch} × {self.dp})"
+            )
+        if self.stages:
+            ids = sorted(s.stage for s in self.stages)
+            if ids != list(range(len(ids))):
+                raise ValueError("stages: stage numbers must run 0, 1, 2, … without gaps")
+        return self
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per iteration."""
+        return self.global_batch // (self.micro_batch * self.dp)

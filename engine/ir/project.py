@@ -1,0 +1,65 @@
+"""A project: hardware + workload + mapping + run settings + canvas layout, versioned."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from engine.ir.common import DType, StrictModel
+from engine.ir.hardware import Component
+from engine.ir.mapping import Mapping
+from engine.ir.workload import WorkloadSpec
+
+SCHEMA_VERSION = 1
+
+
+class Mode(StrEnum):
+    train = "train"
+    infer = "infer"
+
+
+class EngineKind(StrEnum):
+    event = "event"
+    analytic = "analytic"
+
+
+class Optimizer(StrEnum):
+    adam = "adam"
+    sgd = "sgd"
+
+
+class InferenceSettings(StrictModel):
+    prompt_tokens: Annotated[int, Field(ge=1)] = 512
+    output_tokens: Annotated[int, Field(ge=1)] = 128
+    batch: Annotated[int, Field(ge=1)] = 1
+
+
+class RunSettings(StrictModel):
+    mode: Mode = Mode.train
+    dtype: DType = DType.bf16
+    engine: EngineKind = EngineKind.event
+    aggregate: bool = Field(True, description="simulate symmetric device groups once and replicate")
+    contention: bool = Field(True, description="links and memory ports shared max-min fairly")
+    optimizer: Optimizer = Optimizer.adam
+    master_weights_fp32: bool = Field(True, description="mixed precision keeps fp32 master weights")
+    inference: InferenceSettings = Field(default_factory=InferenceSettings)
+
+
+class CanvasLayout(StrictModel):
+    """Where the studio draws each component, keyed by component path; purely visual."""
+
+    positions: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    notes: str = ""
+
+
+class Project(StrictModel):
+    schema_version: Annotated[int, Field(ge=0)] = SCHEMA_VERSION
+    name: str = "untitled"
+    description: str = ""
+    hardware: Component
+    workload: WorkloadSpec
+    mapping: Mapping = Field(default_factory=Mapping)
+    run: RunSettings = Field(default_factory=RunSettings)
+    canvas: CanvasLayout = Field(default_factory=CanvasLayout)

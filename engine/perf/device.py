@@ -1,0 +1,59 @@
+"""What the cost model needs to know about one device: peaks, and where its bytes live.
+
+A device with local DRAM-class memory (HBM, DDR, HMC) reads operands from it directly. A device whose
+only local memory is SRAM (a wafer tile) keeps what fits and streams the rest from DRAM ports
+reached over the NoC; the tiling model decides how many bytes that is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.ir.common import DType
+from engine.ir.hardware import Compute, Memory, MemoryKind
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    compute: Compute
+    dtype: DType
+    peak_flops: float
+    vector_flops: float
+    sram_bytes: float
+    sram_bandwidth: float
+    local_dram: Memory | None
+    remote_dram: Memory | None  # an edge-attached memory reached over the interconnect
+
+    @property
+    def dram_bandwidth(self) -> float:
+        mem = self.local_dram or self.remote_dram
+        return mem.effective_bandwidth if mem else float("inf")
+
+    @property
+    def memory_capacity(self) -> float:
+        """Bytes a device can hold for its own state (local DRAM, else SRAM plus its share of remote DRAM)."""
+        if self.local_dram is not None:
+            return self.local_dram.capacity_bytes
+        return self.sram_bytes
+
+    def matmul_efficiency(self, flops: float) -> float:
+        if self.compute.efficiency is None:
+            return 1.0
+        return float(self.compute.efficiency.at(flops))
+
+
+def device_model(
+    compute: Compute, local: list[Memory] | tuple[Memory, ...], remote: Memory | None, dtype: DType
+) -> DeviceModel:
+    sram = [m for m in local if m.kind is MemoryKind.sram]
+    dram = [m for m in local if m.kind is not MemoryKind.sram]
+    return DeviceModel(
+        compute=compute,
+        dtype=dtype,
+        peak_flops=compute.peak(dtype),
+        vector_flops=compute.vector_peak(),
+        sram_bytes=sum(m.capacity_bytes for m in sram),
+        sram_bandwidth=sum(m.effective_bandwidth for m in sram) or float("inf"),
+        local_dram=max(dram, key=lambda m: m.capacity_bytes) if dram else None,
+        remote_dram=remote if not dram else None,
+    )

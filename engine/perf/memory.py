@@ -1,0 +1,84 @@
+"""Bytes a device holds: model state per parameter, stored activations per micro-batch, workspace.
+
+Model state under mixed precision with Adam (Rajbhandari et al., ZeRO, SC'20 §3; Megatron-LM keeps fp32
+main gradients): weights 2 B, gradients 4 B, optimizer 12 B (fp32 master copy, momentum, variance) per
+parameter; fp32 training: 4 + 4 + 8. ZeRO stage 1 shards the optimizer state over data-parallel ranks,
+stage 2 also the gradients, stage 3 also the weights. Activations are what each op saves for its
+backward pass (``Op.saved_elems``): all of them without recomputation, all but the ``selective`` ones
+with selective recomputation, and only each layer's input with full recomputation (Korthikanti et al.,
+MLSys 2023).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from engine.ir.mapping import Recompute
+from engine.ir.ops import Op, OpKind, TensorSplit
+from engine.ir.project import Optimizer
+from engine.perf.op_cost import TP_SPLITS, shard
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    weights: float
+    gradients: float
+    optimizer: float
+
+
+def bytes_per_param(elem_bytes: int, master_fp32: bool, optimizer: Optimizer) -> StateBytes:
+    mixed = master_fp32 and elem_bytes < 4
+    moments = 8.0 if optimizer is Optimizer.adam else 4.0
+    return StateBytes(
+        weights=float(elem_bytes),
+        gradients=4.0 if mixed else float(elem_bytes),
+        optimizer=moments + (4.0 if mixed else 0.0),
+    )
+
+
+def params_on_device(ops: Iterable[Op], tp: int) -> float:
+    return sum(op.params / (tp if op.split in TP_SPLITS else 1) for op in ops)
+
+
+def model_state(params: float, per_param: StateBytes, zero: int, dp: int) -> StateBytes:
+    return StateBytes(
+        weights=params * per_param.weights / (dp if zero >= 3 else 1),
+        gradients=params * per_param.gradients / (dp if zero >= 2 else 1),
+        optimizer=params * per_param.optimizer / (dp if zero >= 1 else 1),
+    )
+
+
+def _saved(op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int) -> float:
+    k = shard(op, tp, sp)
+    return (op.saved_elems * elem_bytes + op.saved_bytes_fixed) * micro_batch / k
+
+
+def activation_bytes(
+    layers: Iterable[list[Op]], micro_batch: int, tp: int, sp: bool, recompute: Recompute, elem_bytes: int
+) -> float:
+    """Stored activations of one micro-batch over the given layers (each a list of its ops)."""
+    total = 0.0
+    for ops in layers:
+        if not ops:
+            continue
+        recomputable = ops[0].kind is not OpKind.embedding and any(o.split is not TensorSplit.none for o in ops)
+        if recompute is Recompute.full and recomputable:
+            first = ops[0]
+            total += first.in_elems * micro_batch * elem_bytes / (tp if sp else 1)
+            continue
+        for op in ops:
+            if recompute is Recompute.selective and op.selective:
+                continue
+            total += _saved(op, micro_batch, tp, sp, elem_bytes)
+    return total
+
+
+def workspace_bytes(ops: Iterable[Op], micro_batch: int, tp: int, sp: bool, elem_bytes: int) -> float:
+    """The largest transient buffer: an op's input plus output, with the loss/logits kept in fp32."""
+    best = 0.0
+    for op in ops:
+        k = shard(op, tp, sp)
+        width = 4 if op.kind is OpKind.loss else elem_bytes
+        best = max(best, (op.in_elems + op.out_elems) * micro_batch * width / k)
+    return best

@@ -1,0 +1,71 @@
+"""Time of one operator pass on one device: FLOPs over peak × efficiency, bytes over bandwidth, roofline.
+
+Per-op traffic follows the usual accounting: a forward pass reads its weights and input and writes its
+output; a backward pass reads weights, saved input and output gradient, and writes the input and weight
+gradients. On SRAM-only devices the tiling model turns matmul traffic into DRAM bytes that the caller
+moves as network flows (so ports and NoC links are contended, not assumed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.ir.ops import Op, OpKind, TensorSplit
+from engine.perf.device import DeviceModel
+from engine.perf.tiling import matmul_traffic
+
+MATRIX_KINDS = {OpKind.matmul, OpKind.attention, OpKind.conv, OpKind.fc}
+TP_SPLITS = {TensorSplit.column, TensorSplit.row, TensorSplit.heads, TensorSplit.vocab}
+
+
+@dataclass(frozen=True, slots=True)
+class OpTime:
+    flops: float  # per device
+    compute_s: float  # arithmetic time at the achieved efficiency
+    memory_s: float  # local memory (HBM or SRAM) time
+    dram_bytes: float  # bytes to move to/from a remote DRAM port (SRAM-only devices)
+
+    @property
+    def busy_s(self) -> float:
+        return max(self.compute_s, self.memory_s)
+
+
+def shard(op: Op, tp: int, sequence_parallel: bool) -> int:
+    if op.split in TP_SPLITS:
+        return tp
+    if op.split is TensorSplit.replicated and sequence_parallel:
+        return tp
+    return 1
+
+
+def op_time(
+    op: Op, dev: DeviceModel, micro_batch: int, tp: int, sequence_parallel: bool, backward: bool, elem_bytes: int
+) -> OpTime:
+    k = shard(op, tp, sequence_parallel)
+    flops = (op.backward_flops if backward else op.flops) * micro_batch / k
+    w_elems = op.params / (tp if op.split in TP_SPLITS else 1)
+    act_elems = (op.in_elems + op.out_elems) * micro_batch / k
+    if backward:
+        traffic_elems = 2 * w_elems + act_elems + op.in_elems * micro_batch / k
+    else:
+        traffic_elems = w_elems + act_elems
+    if op.kind in MATRIX_KINDS:
+        compute_s = flops / (dev.peak_flops * dev.matmul_efficiency(flops)) if flops else 0.0
+    else:
+        compute_s = flops / dev.vector_flops if flops else 0.0
+    if dev.local_dram is not None or dev.remote_dram is None:
+        return OpTime(flops, compute_s, traffic_elems * elem_bytes / dev.dram_bandwidth, 0.0)
+    # SRAM-only device: on-chip traffic at SRAM bandwidth, what does not fit goes to remote DRAM
+    sram_elems = dev.sram_bytes / elem_bytes
+    if op.gemm is not None and op.kind in MATRIX_KINDS:
+        m, n, kk = op.gemm
+        m_tokens = m * micro_batch / (tp if sequence_parallel and op.split is TensorSplit.replicated else 1)
+        if op.split is TensorSplit.column or op.split is TensorSplit.heads or op.split is TensorSplit.vocab:
+            n = n / tp
+        elif op.split is TensorSplit.row:
+            kk = kk / tp
+        dram_elems = matmul_traffic(m_tokens, n, kk, sram_elems).dram_elems * (2.0 if backward else 1.0)
+    else:
+        dram_elems = 0.0 if traffic_elems <= sram_elems / 2 else traffic_elems
+    memory_s = traffic_elems * elem_bytes / dev.sram_bandwidth
+    return OpTime(flops, compute_s, memory_s, dram_elems * elem_bytes)

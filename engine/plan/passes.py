@@ -1,0 +1,124 @@
+"""One pass (forward, backward or recompute) of one model chunk for one micro-batch, as segments.
+
+A segment is the compute between two tensor-parallel collectives. Megatron's placement of those
+collectives (Shoeybi et al. 2019; Korthikanti et al. 2023 for sequence parallelism):
+- forward: all-reduce after each row-parallel op and after the vocab-parallel embedding; with
+  sequence parallelism a reduce-scatter there instead, and an all-gather before each column-parallel op;
+- backward: all-reduce of the input gradient of each column-parallel op; with sequence parallelism a
+  reduce-scatter there and an all-gather before each row-parallel op's backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.ir.ops import Op, OpKind, TensorSplit
+from engine.perf.device import DeviceModel
+from engine.perf.op_cost import op_time
+
+PassKind = str  # "F" | "B" | "R"
+
+
+@dataclass
+class Segment:
+    label: str
+    layer: int
+    busy_s: float  # roofline time on the device (compute and local memory overlapped)
+    compute_s: float  # arithmetic-only part, the rest of busy_s is memory stall
+    flops: float
+    dram_bytes: float
+    comm: tuple[str, float] | None = None  # (collective kind, full-tensor bytes) after this segment
+
+
+@dataclass
+class ChunkPass:
+    kind: PassKind
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def busy_s(self) -> float:
+        return sum(s.busy_s for s in self.segments)
+
+    @property
+    def flops(self) -> float:
+        return sum(s.flops for s in self.segments)
+
+
+@dataclass
+class PassContext:
+    dev: DeviceModel
+    micro_batch: int
+    tp: int
+    sequence_parallel: bool
+    elem_bytes: int
+
+
+class _Builder:
+    def __init__(self, ctx: PassContext, kind: PassKind):
+        self.ctx = ctx
+        self.out = ChunkPass(kind)
+        self._open: Segment | None = None
+
+    def add_op(self, op: Op, backward: bool) -> None:
+        c = self.ctx
+        t = op_time(op, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes)
+        seg = self._open
+        if seg is None:
+            seg = self._open = Segment(
+                label=op.name.split(".")[0], layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0
+            )
+        seg.busy_s += t.busy_s
+        seg.compute_s += t.compute_s
+        seg.flops += t.flops
+        seg.dram_bytes += t.dram_bytes
+
+    def comm(self, kind: str, elems: float, layer: int, label: str) -> None:
+        c = self.ctx
+        if c.tp <= 1 or elems <= 0:
+            return
+        seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
+        seg.comm = (kind, elems * c.micro_batch * c.elem_bytes)
+        self.out.segments.append(seg)
+        self._open = None
+
+    def finish(self) -> ChunkPass:
+        if self._open is not None:
+            self.out.segments.append(self._open)
+            self._open = None
+        return self.out
+
+
+def _reduce(sp: bool) -> str:
+    return "reduce-scatter" if sp else "all-reduce"
+
+
+def forward_pass(
+    layers: list[list[Op]], ctx: PassContext, kind: PassKind = "F", only_selective: bool = False
+) -> ChunkPass:
+    b = _Builder(ctx, kind)
+    sp = ctx.sequence_parallel
+    for ops in layers:
+        for op in ops:
+            if only_selective and not op.selective:
+                continue
+            if sp and op.split is TensorSplit.column and not only_selective:
+                b.comm("all-gather", op.in_elems, op.layer, op.name)
+            b.add_op(op, backward=False)
+            if only_selective:
+                continue
+            if op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding):
+                b.comm(_reduce(sp), op.out_elems, op.layer, op.name)
+    return b.finish()
+
+
+def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
+    b = _Builder(ctx, "B")
+    sp = ctx.sequence_parallel
+    for ops in reversed(layers):
+        for op in reversed(ops):
+            if sp and op.split is TensorSplit.row:
+                b.comm("all-gather", op.out_elems, op.layer, op.name)
+            b.add_op(op, backward=True)
+            if op.split is TensorSplit.column:
+                b.comm(_reduce(sp), op.in_elems, op.layer, op.name)
+    return b.finish()

@@ -1,0 +1,265 @@
+"""Compile a project into a plan both engines execute: stages, their devices, pass costs, transfers, memory.
+
+The plan holds everything that does not depend on *when* things happen; the event engine adds time
+and contention, the analytic engine closed-form timing. Sharing the plan is what makes the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+
+from engine.hardware.graph import HardwareGraph
+from engine.ir.mapping import Recompute, Schedule
+from engine.ir.ops import Op, OpKind
+from engine.ir.project import Mode, Project
+from engine.perf.collectives import Collective, Phase, collective, point_to_point
+from engine.perf.device import DeviceModel, device_model
+from engine.perf.memory import (
+    StateBytes,
+    activation_bytes,
+    bytes_per_param,
+    model_state,
+    params_on_device,
+    workspace_bytes,
+)
+from engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass
+from engine.plan.placement import split_layers, stage_groups
+from engine.workloads.graph import WorkloadGraph
+
+# Adam step traffic per parameter (bytes): read fp32 master, m, v and the fp32 gradient, write master,
+# m, v and the low-precision weight copy (mixed precision); fp32 training reads/writes 4-byte weights.
+ADAM_BYTES_MIXED = 4 * 4 + 3 * 4 + 2
+ADAM_BYTES_FP32 = 4 * 4 + 3 * 4
+
+
+@dataclass
+class StagePlan:
+    rank: int
+    groups: list[list[int]]  # per dp replica: the tensor group's device indices
+    dev: DeviceModel
+    chunk_layers: dict[int, list[int]]
+    passes: dict[tuple[int, str], ChunkPass]
+    act_bytes: dict[int, float]  # stored activations per micro-batch, per chunk
+    transient_bytes: float  # one layer re-materialised during a recomputed backward
+    state: StateBytes
+    workspace: float
+    capacity: float
+    params: float
+    grad_bytes: dict[int, float]  # per chunk, per device
+    optimizer_s: float
+    label: str = ""
+
+
+@dataclass(eq=False)  # hashed by identity, so its methods can cache per plan
+class Plan:
+    project: Project
+    hw: HardwareGraph
+    workload: WorkloadGraph
+    pp: int
+    chunks: int
+    micro_batches: int
+    micro_batch: int
+    tp: int
+    dp: int
+    schedule: Schedule
+    elem_bytes: int
+    stages: list[StagePlan]
+    p2p_bytes: dict[int, float]  # per member, sent from virtual stage vs to vs + 1
+    model_flops: float
+    hardware_flops: float
+    notes: list[str] = field(default_factory=list)
+
+    def stage_of(self, virtual_stage: int) -> tuple[int, int]:
+        """(rank, chunk) of a virtual stage."""
+        return virtual_stage % self.pp, virtual_stage // self.pp
+
+    @property
+    def virtual_stages(self) -> int:
+        return self.pp * self.chunks
+
+    @cache  # noqa: B019 - plans are short-lived and hashable by identity
+    def tp_collective(self, rank: int, replica: int, kind: str, nbytes: float) -> Collective:
+        return collective(self.hw, kind, self.stages[rank].groups[replica], nbytes)  # type: ignore[arg-type]
+
+    @cache  # noqa: B019
+    def p2p(self, virtual_stage: int, replica: int, backward: bool) -> Collective:
+        r0, _ = self.stage_of(virtual_stage)
+        r1, _ = self.stage_of(virtual_stage + 1)
+        a, b = self.stages[r0].groups[replica], self.stages[r1].groups[replica]
+        pairs = list(zip(b, a, strict=True)) if backward else list(zip(a, b, strict=True))
+        return point_to_point(self.hw, pairs, self.p2p_bytes[virtual_stage])
+
+    @cache  # noqa: B019
+    def dp_collective(self, rank: int, chunk: int) -> Collective:
+        """Gradient reduction of one chunk across replicas, all tensor ranks at once (one ring each)."""
+        st = self.stages[rank]
+        if self.dp <= 1:
+            return Collective("all-reduce", "none", ())
+        kind = "reduce-scatter" if self.project.mapping.zero >= 1 else "all-reduce"
+        parts = [collective(self.hw, kind, [g[i] for g in st.groups], st.grad_bytes[chunk]) for i in range(self.tp)]
+        return merge_concurrent(parts)
+
+    @cache  # noqa: B019
+    def zero_gather(self, rank: int) -> Collective:
+        """ZeRO: all-gather the updated weights after the sharded optimizer step."""
+        st = self.stages[rank]
+        if self.dp <= 1 or self.project.mapping.zero < 1:
+            return Collective("all-gather", "none", ())
+        nbytes = st.params * self.elem_bytes
+        parts = [collective(self.hw, "all-gather", [g[i] for g in st.groups], nbytes) for i in range(self.tp)]
+        return merge_concurrent(parts)
+
+
+def merge_concurrent(parts: list[Collective]) -> Collective:
+    """Identical collectives on disjoint groups at the same time: add their link usage phase by phase."""
+    if not parts or not parts[0].phases:
+        return parts[0] if parts else Collective("all-reduce", "none", ())
+    phases = []
+    for i in range(len(parts[0].phases)):
+        usage: dict[int, float] = {}
+        for c in parts:
+            for lk, u in c.phases[i].usage.items():
+                usage[lk] = usage.get(lk, 0.0) + u
+        p0 = parts[0].phases[i]
+        phases.append(Phase(usage, p0.bytes_per_member, max(c.phases[i].latency_s for c in parts)))
+    return Collective(parts[0].kind, parts[0].algorithm, tuple(phases))
+
+
+def _remote_memory(hw: HardwareGraph, device: int):
+    path = hw.devices[device].path
+    for port in hw.memory_ports:
+        if port.edge is not None and path.startswith(port.owner + "/"):
+            return port.memory
+    return None
+
+
+def _capacity(hw: HardwareGraph, device: int, dev: DeviceModel) -> float:
+    if dev.local_dram is not None:
+        return dev.local_dram.capacity_bytes
+    path = hw.devices[device].path
+    owners = {p.owner for p in hw.memory_ports if p.edge is not None and path.startswith(p.owner + "/")}
+    if not owners:
+        return dev.sram_bytes
+    owner = max(owners, key=len)
+    ports = [p for p in hw.memory_ports if p.owner == owner and p.edge is not None]
+    sharing = sum(1 for d in hw.devices if d.path.startswith(owner + "/"))
+    return dev.sram_bytes + sum(p.capacity_bytes for p in ports) / max(sharing, 1)
+
+
+def _layers(workload: WorkloadGraph, indices: list[int]) -> list[list[Op]]:
+    return [workload.layer_ops(i) for i in indices]
+
+
+def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> Plan:
+    m = project.mapping
+    run = project.run
+    elem = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}[run.dtype.value]
+    v = m.interleave if m.schedule is Schedule.interleaved else 1
+    groups = stage_groups(hw.devices, m)
+    blocks = workload.block_layers
+    if m.stages:
+        ordered = sorted(m.stages, key=lambda s: s.stage)
+        per_virtual = [list(range(s.layers[0], s.layers[1])) for s in ordered]
+    else:
+        per_virtual = split_layers(blocks, m.pp * v)
+        extra = [li.index for li in workload.layers if li.index not in blocks]
+        for idx in extra:  # embedding to the first virtual stage, head to the last
+            target = per_virtual[0] if idx < blocks[0] else per_virtual[-1]
+            target.append(idx)
+        for lst in per_virtual:
+            lst.sort()
+    state_per_param = bytes_per_param(elem, run.master_weights_fp32, run.optimizer)
+    micro_batches = m.micro_batches if run.mode is Mode.train else 1
+    stages: list[StagePlan] = []
+    for r in range(m.pp):
+        first = groups[r][0][0]
+        d = hw.devices[first]
+        dev = device_model(d.compute, d.memories, _remote_memory(hw, first), run.dtype)
+        ctx = PassContext(dev, m.micro_batch, m.tp, m.sequence_parallel, elem)
+        chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
+        passes: dict[tuple[int, str], ChunkPass] = {}
+        act: dict[int, float] = {}
+        grad: dict[int, float] = {}
+        all_ops: list[Op] = []
+        transient = 0.0
+        params = 0.0
+        for c, idx in chunk_layers.items():
+            layers = _layers(workload, idx)
+            ops = [op for ls in layers for op in ls]
+            all_ops += ops
+            passes[(c, "F")] = forward_pass(layers, ctx)
+            passes[(c, "B")] = backward_pass(layers, ctx)
+            if m.recompute is Recompute.full:
+                passes[(c, "R")] = forward_pass(layers, ctx, "R")
+            elif m.recompute is Recompute.selective:
+                passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True)
+            act[c] = activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem)
+            if m.recompute is Recompute.full:
+                transient = max(
+                    [transient]
+                    + [
+                        activation_bytes([ls], m.micro_batch, m.tp, m.sequence_parallel, Recompute.none, elem)
+                        for ls in layers
+                    ]
+                )
+            p = params_on_device(ops, m.tp)
+            params += p
+            grad[c] = p * state_per_param.gradients
+        state = model_state(params, state_per_param, m.zero, m.dp)
+        if run.mode is Mode.infer:
+            state = StateBytes(state.weights, 0.0, 0.0)
+        opt_bytes = ADAM_BYTES_MIXED if state_per_param.optimizer > 8 else ADAM_BYTES_FP32
+        local_params = params / (m.dp if m.zero >= 1 else 1)
+        stages.append(
+            StagePlan(
+                rank=r,
+                groups=groups[r],
+                dev=dev,
+                chunk_layers=chunk_layers,
+                passes=passes,
+                act_bytes=act,
+                transient_bytes=transient,
+                state=state,
+                workspace=workspace_bytes(all_ops, m.micro_batch, m.tp, m.sequence_parallel, elem),
+                capacity=_capacity(hw, first, dev),
+                params=params,
+                grad_bytes=grad,
+                optimizer_s=local_params * opt_bytes / dev.dram_bandwidth if run.mode is Mode.train else 0.0,
+                label=f"stage {r}",
+            )
+        )
+    p2p: dict[int, float] = {}
+    for vs in range(m.pp * v - 1):
+        last_ops = workload.layer_ops(per_virtual[vs][-1])
+        out = last_ops[-1].out_elems if last_ops else 0.0
+        p2p[vs] = out * m.micro_batch * elem / m.tp  # Megatron's scatter/gather: each rank sends 1/tp
+    per_sample = sum(op.flops + op.backward_flops for op in workload.ops())
+    fwd_sample = sum(op.flops for op in workload.ops())
+    if run.mode is Mode.train:
+        model_flops = per_sample * m.global_batch
+        recompute = 0.0
+        if m.recompute is Recompute.full:
+            recompute = sum(op.flops for op in workload.ops() if op.kind is not OpKind.embedding and op.layer in blocks)
+        elif m.recompute is Recompute.selective:
+            recompute = sum(op.flops for op in workload.ops() if op.selective)
+        hardware_flops = model_flops + recompute * m.global_batch
+    else:
+        model_flops = hardware_flops = fwd_sample * run.inference.batch
+    return Plan(
+        project=project,
+        hw=hw,
+        workload=workload,
+        pp=m.pp,
+        chunks=v,
+        micro_batches=micro_batches,
+        micro_batch=m.micro_batch,
+        tp=m.tp,
+        dp=m.dp,
+        schedule=m.schedule,
+        elem_bytes=elem,
+        stages=stages,
+        p2p_bytes=p2p,
+        model_flops=model_flops,
+        hardware_flops=hardware_flops,
+    )

@@ -1,0 +1,38 @@
+"""``tilewright presets``: what ships in presets/, with a one-line description of each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.io.json_file import read_json
+from engine.presets import PresetKind, list_presets, preset_path
+
+KINDS: tuple[PresetKind, ...] = ("systems", "models", "projects")
+
+
+def _describe(kind: PresetKind, data: dict[str, Any]) -> str:
+    text = data.get("description") or data.get("comment") or ""
+    first = text.split(". ")[0].strip().rstrip(".")
+    return first[:100]
+
+
+def catalog() -> dict[str, list[dict[str, str]]]:
+    out: dict[str, list[dict[str, str]]] = {}
+    for kind in KINDS:
+        rows = []
+        for name in list_presets(kind):
+            data = read_json(preset_path(kind, name))
+            rows.append({"name": name, "description": _describe(kind, data if isinstance(data, dict) else {})})
+        out[kind] = rows
+    return out
+
+
+def format_catalog(entries: dict[str, list[dict[str, str]]]) -> str:
+    lines: list[str] = []
+    for kind, rows in entries.items():
+        lines.append(f"{kind}:")
+        width = max((len(r["name"]) for r in rows), default=0)
+        for r in rows:
+            lines.append(f"  {r['name']:<{width}}  {r['description']}".rstrip())
+        lines.append("")
+    return "\n".join(lines).rstrip()

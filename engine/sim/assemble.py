@@ -1,0 +1,88 @@
+"""Turn what the event engine recorded into a ``Result``: metrics, breakdowns, series, critical path."""
+
+from __future__ import annotations
+
+from engine.plan.plan import Plan
+from engine.results.result import MEMORY_CATEGORIES, MemoryTrack, OutOfMemory, Result, Series
+from engine.sim.network import FlowNetwork
+from engine.sim.recorder import Recorder
+
+MAX_LINK_SERIES = 256
+
+
+def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list[Series]:
+    """Utilisation (0–1) of the busiest links, as series, and as busy slices on per-link lanes."""
+    hw = plan.hw
+    means = []
+    for lk, trace in net.traces.items():
+        cap = hw.links[lk].bandwidth
+        s = Series(_link_name(plan, lk), "fraction", trace.times, [v / cap for v in trace.loads], capacity=1.0)
+        means.append((s.mean(end), lk, s))
+    means.sort(key=lambda x: (-x[0], x[1]))
+    out = []
+    for _mean, lk, s in means[:MAX_LINK_SERIES]:
+        out.append(s)
+        group = "memory" if hw.links[lk].kind == "memory" else "links"
+        lane = rec.timeline.lane(s.name, group, detail=f"{hw.links[lk].bandwidth / 1e9:.0f} GB/s")
+        for i, t in enumerate(s.times):
+            if s.values[i] <= 0:
+                continue
+            t_next = s.times[i + 1] if i + 1 < len(s.times) else end
+            rec.slice(lane, t, t_next - t, "network", f"{100 * s.values[i]:.0f} %", -1, -1, -1)
+    return out
+
+
+def _link_name(plan: Plan, lk: int) -> str:
+    link = plan.hw.links[lk]
+    return f"{link.src} → {link.dst}"
+
+
+def assemble(plan: Plan, rec: Recorder, net: FlowNetwork | None, *, engine: str, events: int, wall: float) -> Result:
+    project = plan.project
+    finish = max((led.finish for led in rec.ledgers.values()), default=0.0)
+    critical = max(rec.ledgers, key=lambda r: rec.ledgers[r].finish) if rec.ledgers else 0
+    ledger = rec.ledgers.get(critical)
+    breakdown = dict(ledger.times) if ledger else {}
+    breakdown["bubble"] = breakdown.get("bubble", 0.0) + max(0.0, finish - (ledger.finish if ledger else 0.0))
+    memory: list[MemoryTrack] = []
+    peak_bytes, peak_row, oom = 0.0, dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
+    for r, led in sorted(rec.ledgers.items()):
+        st = plan.stages[r]
+        device = plan.hw.devices[st.groups[0][0]].path
+        track = MemoryTrack(
+            device=device,
+            capacity_bytes=st.capacity,
+            times=list(led.mem_times),
+            by_category={c: [row[c] for row in led.mem_rows] for c in MEMORY_CATEGORIES},
+        )
+        memory.append(track)
+        peak, row = led.peak()
+        if peak > peak_bytes:
+            peak_bytes, peak_row = peak, row
+        if peak > st.capacity and (oom is None or peak - st.capacity > oom.need_bytes - oom.capacity_bytes):
+            oom = OutOfMemory(device, peak, st.capacity)
+    links = link_series(plan, net, finish, rec) if net is not None else []
+    m = project.mapping
+    samples = m.global_batch if project.run.mode.value == "train" else project.run.inference.batch
+    return Result(
+        project=project.name,
+        mode=project.run.mode.value,
+        engine=engine,
+        iteration_time_s=finish,
+        samples_per_iteration=samples,
+        tokens_per_sample=plan.workload.tokens_per_sample,
+        model_flops_per_iteration=plan.model_flops,
+        hardware_flops_per_iteration=plan.hardware_flops,
+        devices=m.tp * m.pp * m.dp,
+        peak_flops_per_device=plan.stages[0].dev.peak_flops,
+        memory_breakdown_bytes=peak_row,
+        time_breakdown_s=breakdown,
+        events=events,
+        wall_time_s=wall,
+        oom=oom,
+        timeline=rec.timeline,
+        link_utilisation=links,
+        memory=memory,
+        critical_path=[(f"stage {critical}", 0.0, finish)],
+        notes=list(plan.notes),
+    )

@@ -1,0 +1,266 @@
+"""The event-driven engine: simpy processes per pipeline stage, transfers as max-min fair flows.
+
+Coarse tasks only: a segment of a model chunk (the compute between two tensor-parallel collectives), a
+collective phase, a point-to-point send, a DRAM stream. Symmetric data-parallel replicas are simulated
+once (``aggregate``) — their collectives still span every replica's links — or all of them.
+Tensor-parallel collectives whose links no other traffic ever touches cannot be contended, so they
+are folded into the compute timeout (exact, and far fewer events).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Generator
+
+import simpy
+
+from engine.perf.collectives import Collective
+from engine.plan.passes import ChunkPass, Segment
+from engine.plan.plan import Plan
+from engine.sim.network import FlowNetwork
+from engine.sim.recorder import Recorder, StageLedger
+from engine.sim.schedules import Step, forward_only_order, predecessor, stage_order
+
+CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
+
+
+class EventEngine:
+    def __init__(self, plan: Plan, *, contention: bool = True, aggregate: bool = True, train: bool = True):
+        self.plan = plan
+        self.train = train
+        self.env = simpy.Environment()
+        hw = plan.hw
+        self.net = FlowNetwork(self.env, [lk.bandwidth for lk in hw.links], contention=contention)
+        self.replicas = [0] if aggregate else list(range(plan.dp))
+        self.rec = Recorder()
+        self.arrivals: dict[tuple, simpy.Event] = {}
+        self.dp_events: dict[tuple[int, int], list[simpy.Event]] = {}
+        self.private_tp = self._private_tp_groups()
+        self.lanes = {
+            (r, j): self.rec.timeline.lane(
+                f"stage {r}" + (f" · replica {j}" if not aggregate else ""), "compute", detail=self._group_text(r, j)
+            )
+            for r in range(plan.pp)
+            for j in self.replicas
+        }
+
+    # --- set-up ------------------------------------------------------------------------------------
+    def _group_text(self, r: int, j: int) -> str:
+        devs = self.plan.stages[r].groups[j]
+        return f"{len(devs)} devices: {self.plan.hw.devices[devs[0]].path} …"
+
+    def _private_tp_groups(self) -> set[tuple[int, int]]:
+        """Tensor groups whose collectives' links carry no other traffic in this run."""
+        plan = self.plan
+        tp_links: dict[tuple[int, int], set[int]] = {}
+        for r, st in enumerate(plan.stages):
+            for j in range(plan.dp):
+                links: set[int] = set()
+                for ps in st.passes.values():
+                    for seg in ps.segments:
+                        if seg.comm:
+                            for ph in plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).phases:
+                                links |= ph.usage.keys()
+                tp_links[(r, j)] = links
+        other: dict[int, int] = {}
+        for (_r, _j), links in tp_links.items():
+            for lk in links:
+                other[lk] = other.get(lk, 0) + 1
+        shared: set[int] = {lk for lk, n in other.items() if n > 1}
+        for vs in range(plan.virtual_stages - 1):
+            for j in range(plan.dp):
+                for back in (False, True):
+                    for ph in plan.p2p(vs, j, back).phases:
+                        shared |= ph.usage.keys()
+        for r, st in enumerate(plan.stages):
+            for c in st.chunk_layers:
+                for ph in plan.dp_collective(r, c).phases:
+                    shared |= ph.usage.keys()
+            if any(seg.dram_bytes > 0 for ps in st.passes.values() for seg in ps.segments):
+                for j in range(plan.dp):
+                    shared |= self._dram_usage(r, j).keys()
+        return {key for key, links in tp_links.items() if links and not links & shared}
+
+    def _dram_usage(self, r: int, j: int) -> dict[int, float]:
+        usage: dict[int, float] = {}
+        st = self.plan.stages[r]
+        mem = st.dev.remote_dram
+        if mem is None:
+            return usage
+        for d in st.groups[j]:
+            _, route = self.plan.hw.memory_route(d, mem.name)
+            for lk in route:
+                usage[lk] = usage.get(lk, 0.0) + 1.0
+        return usage
+
+    def _event(self, key: tuple) -> simpy.Event:
+        ev = self.arrivals.get(key)
+        if ev is None:
+            ev = self.arrivals[key] = self.env.event()
+        return ev
+
+    # --- execution ---------------------------------------------------------------------------------
+    def _collective(self, coll: Collective) -> Generator:
+        for ph in coll.phases:
+            yield self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s)
+
+    def _run_pass(self, r: int, j: int, ps: ChunkPass, step: Step, ledger: StageLedger) -> Generator:
+        plan, env, lane = self.plan, self.env, self.lanes[(r, j)]
+        cat = CATEGORY_OF_PASS[ps.kind]
+        tag = f"{ps.kind}{step.micro_batch}"
+        fast = (r, j) in self.private_tp or plan.tp == 1
+        if fast and not any(seg.dram_bytes for seg in ps.segments):
+            t = env.now
+            for seg in ps.segments:
+                t = self._account(r, j, seg, t, cat, tag, step, ledger)
+            yield env.timeout(t - env.now)
+            return
+        for seg in ps.segments:
+            start = env.now
+            if seg.dram_bytes > 0:
+                dram = self.net.transfer(self._dram_usage(r, j), seg.dram_bytes)
+                yield env.all_of([env.timeout(seg.busy_s), dram])
+            else:
+                yield env.timeout(seg.busy_s)
+            took = env.now - start
+            ledger.times[cat] += min(seg.compute_s, took)
+            ledger.times["memory_stall"] += max(0.0, took - seg.compute_s)
+            self.rec.slice(lane, start, took, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+            if seg.comm:
+                start = env.now
+                yield from self._collective(plan.tp_collective(r, j, seg.comm[0], seg.comm[1]))
+                ledger.times["tp_comm"] += env.now - start
+                self.rec.slice(
+                    lane,
+                    start,
+                    env.now - start,
+                    "tp_comm",
+                    f"{seg.comm[0]} {seg.label}",
+                    r,
+                    step.micro_batch,
+                    seg.layer,
+                )
+
+    def _account(self, r, j, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:
+        lane = self.lanes[(r, j)]
+        ledger.times[cat] += seg.compute_s
+        ledger.times["memory_stall"] += seg.busy_s - seg.compute_s
+        self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+        t += seg.busy_s
+        if seg.comm:
+            dur = self.plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).time(self.plan.hw)
+            ledger.times["tp_comm"] += dur
+            self.rec.slice(lane, t, dur, "tp_comm", f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
+            t += dur
+        return t
+
+    def _wait(self, key: tuple, producer_end: dict, ledger: StageLedger) -> Generator:
+        ev = self._event(key)
+        start = self.env.now
+        if not ev.triggered:
+            yield ev
+        waited = self.env.now - start
+        if waited > 0:
+            sent = producer_end.get(key, start)
+            comm = min(waited, max(0.0, self.env.now - max(sent, start)))
+            ledger.times["pp_comm"] += comm
+            ledger.times["bubble"] += waited - comm
+
+    def _send(self, coll: Collective, key: tuple) -> None:
+        done = self._event(key)
+        if not coll.phases:
+            done.succeed()
+            return
+
+        def proc():
+            yield from self._collective(coll)
+            done.succeed()
+
+        self.env.process(proc())
+
+    def stage(self, r: int, j: int, producer_end: dict) -> Generator:
+        plan, env = self.plan, self.env
+        st = plan.stages[r]
+        ledger = self.rec.ledgers[r] if j == self.replicas[0] else StageLedger()
+        pp, v = plan.pp, plan.chunks
+        for cat in ("weights", "gradients", "optimizer"):
+            ledger.memory(0.0, cat, getattr(st.state, cat))
+        ledger.memory(0.0, "workspace", st.workspace)
+        if self.train:
+            order = stage_order(plan.schedule, r, pp, plan.micro_batches, v)
+        else:
+            order = forward_only_order(r, pp, plan.micro_batches, v)
+        remaining_b = {c: plan.micro_batches for c in st.chunk_layers}
+        reductions: list[simpy.Event] = []
+        for step in order:
+            dep = predecessor(step, r, pp, v)
+            if dep is not None:
+                yield from self._wait((*dep, j), producer_end, ledger)
+            vs = step.virtual_stage(r, pp)
+            if step.kind == "F":
+                ledger.memory(env.now, "activations", st.act_bytes[step.chunk])
+                yield from self._run_pass(r, j, st.passes[(step.chunk, "F")], step, ledger)
+                key = ("F", step.micro_batch, step.chunk, r, j)
+                producer_end[key] = env.now
+                if vs < plan.virtual_stages - 1:
+                    self._send(plan.p2p(vs, j, backward=False), key)
+                else:
+                    self._event(key).succeed()
+            else:
+                if (step.chunk, "R") in st.passes:
+                    ledger.memory(env.now, "activations", st.transient_bytes)
+                    yield from self._run_pass(r, j, st.passes[(step.chunk, "R")], step, ledger)
+                yield from self._run_pass(r, j, st.passes[(step.chunk, "B")], step, ledger)
+                ledger.memory(
+                    env.now,
+                    "activations",
+                    -st.act_bytes[step.chunk] - (st.transient_bytes if (step.chunk, "R") in st.passes else 0.0),
+                )
+                key = ("B", step.micro_batch, step.chunk, r, j)
+                producer_end[key] = env.now
+                if vs > 0:
+                    self._send(plan.p2p(vs - 1, j, backward=True), key)
+                else:
+                    self._event(key).succeed()
+                remaining_b[step.chunk] -= 1
+                if remaining_b[step.chunk] == 0 and j == self.replicas[0]:
+                    reductions.append(self._start(plan.dp_collective(r, step.chunk)))
+        if self.train:
+            start = env.now
+            if reductions:
+                yield env.all_of(reductions)
+            ledger.times["dp_comm"] += env.now - start
+            if reductions:
+                self.rec.slice(self.lanes[(r, j)], start, env.now - start, "dp_comm", "gradient reduction", r, -1, -1)
+            start = env.now
+            yield env.timeout(st.optimizer_s)
+            ledger.times["optimizer"] += st.optimizer_s
+            self.rec.slice(self.lanes[(r, j)], start, st.optimizer_s, "optimizer", "optimizer step", r, -1, -1)
+            start = env.now
+            yield from self._collective(plan.zero_gather(r))
+            ledger.times["dp_comm"] += env.now - start
+        ledger.finish = env.now
+
+    def _start(self, coll: Collective) -> simpy.Event:
+        done = self.env.event()
+
+        def proc():
+            yield from self._collective(coll)
+            done.succeed()
+
+        self.env.process(proc())
+        return done
+
+    def run(self) -> Recorder:
+        producer_end: dict = {}
+        for r in range(self.plan.pp):
+            for j in self.replicas:
+                self.env.process(self.stage(r, j, producer_end))
+        enabled = gc.isenabled()
+        gc.disable()  # the collector costs 40-50 % in long simulations and finds nothing here
+        try:
+            self.env.run()
+        finally:
+            if enabled:
+                gc.enable()
+        return self.rec

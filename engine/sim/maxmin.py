@@ -1,0 +1,58 @@
+"""Max-min fair rates by progressive filling (SimGrid's flow model), with link-usage multiplicities.
+
+A flow may cross a link more than once (a collective's ring passes a link once per hop that uses it),
+so each flow carries ``usage[link] = u`` and consumes ``u · rate`` of that link. All unfrozen flows rise
+together until some link saturates; flows crossing it freeze at that rate; repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+EPS = 1e-12
+
+
+def max_min_rates(
+    usages: Sequence[Mapping[int, float]], capacity: Sequence[float] | Mapping[int, float]
+) -> list[float]:
+    """Rates for flows with the given link usages; a flow on no link gets infinity."""
+    n = len(usages)
+    rates = [0.0] * n
+    active = set(range(n))
+    load: dict[int, float] = {}
+    flows_on: dict[int, list[int]] = {}
+    for f, usage in enumerate(usages):
+        if not usage:
+            rates[f] = float("inf")
+            active.discard(f)
+            continue
+        for link, u in usage.items():
+            load[link] = load.get(link, 0.0) + u
+            flows_on.setdefault(link, []).append(f)
+    spare = {link: float(capacity[link]) for link in load}
+    while active:
+        step = min(spare[link] / w for link, w in load.items() if w > EPS)
+        step = max(step, 0.0)
+        for f in active:
+            rates[f] += step
+        saturated = []
+        for link, w in load.items():
+            if w > EPS:
+                spare[link] -= step * w
+                if spare[link] <= EPS * max(1.0, capacity[link]):
+                    saturated.append(link)
+        frozen = {f for link in saturated for f in flows_on[link] if f in active}
+        if not frozen:  # numerical guard: freeze the tightest link's flows
+            link = min((lk for lk, w in load.items() if w > EPS), key=lambda lk: spare[lk] / load[lk])
+            frozen = {f for f in flows_on[link] if f in active}
+        for f in frozen:
+            active.discard(f)
+            for link, u in usages[f].items():
+                load[link] -= u
+        load = {lk: w for lk, w in load.items() if w > EPS}
+    return rates
+
+
+def independent_rates(usages: Sequence[Mapping[int, float]], capacity: Sequence[float]) -> list[float]:
+    """Rates with contention switched off: each flow alone on its route."""
+    return [min((capacity[lk] / u for lk, u in usage.items()), default=float("inf")) for usage in usages]

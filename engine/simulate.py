@@ -1,0 +1,48 @@
+"""One call from a project to a ``Result``: build the workload, elaborate the hardware, plan, simulate."""
+
+from __future__ import annotations
+
+import time
+
+from engine.hardware import elaborate
+from engine.ir.project import EngineKind, Mode, Project
+from engine.plan.plan import Plan, build_plan
+from engine.results.result import Result
+from engine.workloads import build_workload
+
+
+def make_plan(project: Project) -> Plan:
+    workload = build_workload(project.workload)
+    hw = elaborate(project.hardware, devices_needed=project.mapping.devices)
+    return build_plan(project, hw, workload)
+
+
+def simulate(project: Project, plan: Plan | None = None) -> Result:
+    start = time.perf_counter()
+    plan = plan or make_plan(project)
+    if project.run.mode is Mode.infer:
+        from engine.sim.inference import simulate_inference
+
+        result = simulate_inference(plan)
+    elif project.run.engine is EngineKind.analytic:
+        from engine.analytic.engine import analytic_result
+
+        result = analytic_result(plan)
+    else:
+        from engine.sim.assemble import assemble
+        from engine.sim.event_engine import EventEngine
+
+        eng = EventEngine(plan, contention=project.run.contention, aggregate=project.run.aggregate)
+        rec = eng.run()
+        result = assemble(plan, rec, eng.net, engine="event", events=_events(eng), wall=0.0)
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _events(engine) -> int:
+    """simpy numbers every scheduled event; its counter is the event count."""
+    eid = getattr(engine.env, "_eid", None)
+    try:
+        return next(eid) if eid is not None else 0
+    except TypeError:
+        return 0

@@ -1,0 +1,46 @@
+"""``tilewright validate``: check a project, system or model file and summarise what it holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import InputError
+from engine.io.json_file import read_json, require_object, validate_as
+from engine.ir.hardware import Component, ComponentKind
+from engine.ir.workload import WorkloadSpec
+
+
+def detect_kind(data: dict[str, Any]) -> str:
+    if "hardware" in data or "system" in data or "schema_version" in data:
+        return "project"
+    if data.get("kind") in {k.value for k in ComponentKind}:
+        return "system"
+    return "model"
+
+
+def validate_file(path: str, kind: str = "auto") -> str:
+    """Return a one-line summary; raise ``InputError`` naming each problem."""
+    data = require_object(read_json(path), path)
+    kind = detect_kind(data) if kind == "auto" else kind
+    if kind == "project":
+        from engine.checks import raise_for_problems
+        from engine.io.project_file import project_from_data
+
+        project = project_from_data(data, path)
+        raise_for_problems(project, path)
+        m = project.mapping
+        return (
+            f"{path}: valid project '{project.name}' — {project.hardware.name} "
+            f"({project.hardware.device_count()} devices), model {project.workload.kind}, "
+            f"tp {m.tp} × pp {m.pp} × dp {m.dp}, {project.run.mode.value}, {project.run.dtype.value}"
+        )
+    if kind == "system":
+        comp: Component = validate_as(Component, data, path)
+        return f"{path}: valid system '{comp.name}' — {comp.device_count()} devices"
+    if kind == "model":
+        from engine.workloads import build_workload
+
+        spec = validate_as(WorkloadSpec, data, path)
+        graph = build_workload(spec)
+        return f"{path}: valid model '{graph.name}' — {len(graph.layers)} layers, {graph.params / 1e9:.3f} B parameters"
+    raise InputError(path, f"unknown kind '{kind}'")

@@ -1,0 +1,34 @@
+"""Workload builders: a ``WorkloadSpec`` becomes a ``WorkloadGraph`` of per-sample ops.
+
+``build_workload`` dispatches on ``spec.kind``; ``import_hf_config`` reads a Hugging Face ``config.json``.
+Conventions shared by every builder are in ``engine.workloads.builder``.
+"""
+
+from __future__ import annotations
+
+from engine.ir.workload import BertSpec, CNNSpec, CustomSpec, GPTSpec, LlamaSpec, MLPSpec, WorkloadSpec
+from engine.workloads.cnn import build_cnn
+from engine.workloads.graph import LayerInfo, WorkloadGraph
+from engine.workloads.hf_import import ConfigError, import_hf_config
+from engine.workloads.mlp import build_custom, build_mlp
+from engine.workloads.transformer import build_bert, build_gpt, build_llama
+
+__all__ = ["ConfigError", "LayerInfo", "WorkloadGraph", "build_workload", "import_hf_config"]
+
+
+def build_workload(spec: WorkloadSpec) -> WorkloadGraph:
+    """The operator graph of ``spec``."""
+    match spec:
+        case GPTSpec():
+            return build_gpt(spec)
+        case LlamaSpec():
+            return build_llama(spec)
+        case BertSpec():
+            return build_bert(spec)
+        case CNNSpec():
+            return build_cnn(spec)
+        case MLPSpec():
+            return build_mlp(spec)
+        case CustomSpec():
+            return build_custom(spec)
+    raise TypeError(f"kind: no builder for {type(spec).__name__}")

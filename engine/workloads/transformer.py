@@ -1,0 +1,114 @@
+"""GPT (Megatron), LLaMA-style and BERT operator graphs.
+
+Layers: 0 = embedding, then one ``transformer`` layer per block, last = ``head`` (final norm, logits,
+loss). Blocks are built by ``transformer_block.add_block``; this module adds the ends.
+
+Choices worth knowing:
+
+- GPT has learned positions (s·h parameters, the position table is exactly ``seq_len`` long), biases,
+  LayerNorm, GeLU, dropout, and logits tied to the word embedding, so with the final LayerNorm its
+  parameters are 12lh² + 13lh + Vh + sh + 2h (Megatron's formula plus 2h).
+- The tied logits op has ``params=0`` (the weight lives in the embedding op) and an explicit
+  ``bwd_flops`` of 2× forward, since it still computes both the input and the weight gradient.
+- LLaMA has no biases, no dropout (it trains without), RMSNorm (h parameters) and SwiGLU; rotary
+  position embeddings are elementwise on Q and K and are not modelled as an op.
+- BERT is post-norm as published (norm after each residual add, plus one after the embeddings) with
+  token-type embeddings (2 types) and the masked-LM head (dense, GeLU, LayerNorm, tied decoder with a
+  V-sized bias) computed on every position, as Megatron and Hugging Face do; no pooler/NSP head.
+- The loss stores the softmax of the logits in fp32 whatever the run's data type (Megatron and Hugging
+  Face upcast logits before the cross-entropy), hence ``saved_bytes_fixed = 4·s·V``.
+"""
+
+from __future__ import annotations
+
+from engine.ir.ops import LayerKind, OpKind, TensorSplit
+from engine.ir.workload import BertSpec, GPTSpec, LlamaSpec, TransformerDims
+from engine.workloads.builder import OpList
+from engine.workloads.graph import WorkloadGraph
+from engine.workloads.transformer_block import REP, BlockShape, add_block, add_dropout, add_matmul, add_norm
+
+VOCAB = TensorSplit.vocab
+BERT_TOKEN_TYPES = 2
+
+
+def build_gpt(spec: GPTSpec) -> WorkloadGraph:
+    s, h = spec.seq_len, spec.hidden
+    shape = BlockShape(
+        seq=s, hidden=h, heads=spec.heads, kv_heads=spec.heads, ffn=spec.ffn_dim, gated_mlp=False, bias=True,
+        dropout=True, norm_params=2 * h, pre_norm=True,
+    )
+    ops = OpList()
+    ops.layer("embedding", LayerKind.embedding)
+    _word_embedding(ops, spec)
+    ops.add("position_embedding", OpKind.embedding, REP, params=s * h, in_elems=s * h, out_elems=s * h)
+    add_dropout(ops, "embedding_dropout", s * h)
+    _blocks(ops, spec, shape)
+    ops.layer("head", LayerKind.head)
+    add_norm(ops, "final_norm", s * h, 2 * h)
+    _logits_and_loss(ops, spec, weight_params=0)
+    return ops.graph(_name(spec), spec, dims=spec)
+
+
+def build_llama(spec: LlamaSpec) -> WorkloadGraph:
+    s, h = spec.seq_len, spec.hidden
+    shape = BlockShape(
+        seq=s, hidden=h, heads=spec.heads, kv_heads=spec.kv_heads_n, ffn=spec.ffn_dim, gated_mlp=True,
+        bias=False, dropout=False, norm_params=h, pre_norm=True,
+    )
+    ops = OpList()
+    ops.layer("embedding", LayerKind.embedding)
+    _word_embedding(ops, spec)
+    _blocks(ops, spec, shape)
+    ops.layer("head", LayerKind.head)
+    add_norm(ops, "final_norm", s * h, h)
+    _logits_and_loss(ops, spec, weight_params=0 if spec.tie_embeddings else spec.vocab * h)
+    return ops.graph(_name(spec), spec, dims=spec)
+
+
+def build_bert(spec: BertSpec) -> WorkloadGraph:
+    s, h = spec.seq_len, spec.hidden
+    sh = s * h
+    shape = BlockShape(
+        seq=s, hidden=h, heads=spec.heads, kv_heads=spec.heads, ffn=spec.ffn_dim, gated_mlp=False, bias=True,
+        dropout=True, norm_params=2 * h, pre_norm=False,
+    )
+    ops = OpList()
+    ops.layer("embedding", LayerKind.embedding)
+    _word_embedding(ops, spec)
+    ops.add("position_embedding", OpKind.embedding, REP, params=sh, in_elems=sh, out_elems=sh)
+    ops.add("token_type_embedding", OpKind.embedding, REP, params=BERT_TOKEN_TYPES * h, in_elems=sh, out_elems=sh)
+    add_norm(ops, "embedding_norm", sh, 2 * h)
+    add_dropout(ops, "embedding_dropout", sh)
+    _blocks(ops, spec, shape)
+    ops.layer("head", LayerKind.head)
+    # Megatron's BERT LM head uses a plain (not tensor-parallel) dense layer: every rank runs it whole.
+    add_matmul(ops, "mlm_dense", REP, s, h, h, h * h + h)
+    ops.add("mlm_activation", OpKind.elementwise, REP, in_elems=sh, out_elems=sh, saved_elems=sh)
+    add_norm(ops, "mlm_norm", sh, 2 * h)
+    _logits_and_loss(ops, spec, weight_params=0, bias=True)
+    return ops.graph(_name(spec), spec, dims=spec)
+
+
+def _name(spec: TransformerDims) -> str:
+    kind = getattr(spec, "kind", "transformer")
+    return spec.name or f"{kind}-{spec.layers}x{spec.hidden}"
+
+
+def _word_embedding(ops: OpList, spec: TransformerDims) -> None:
+    s, h = spec.seq_len, spec.hidden
+    ops.add("word_embedding", OpKind.embedding, VOCAB, params=spec.vocab * h, in_elems=s, out_elems=s * h)
+
+
+def _blocks(ops: OpList, spec: TransformerDims, shape: BlockShape) -> None:
+    block_input = ops.last
+    for i in range(spec.layers):
+        ops.layer(f"block{i}", LayerKind.transformer)
+        block_input = add_block(ops, shape, block_input)
+
+
+def _logits_and_loss(ops: OpList, spec: TransformerDims, weight_params: int, bias: bool = False) -> None:
+    """Logits over the vocabulary and the cross-entropy; ``weight_params`` is 0 when tied to the embedding."""
+    s, h, v = spec.seq_len, spec.hidden, spec.vocab
+    flops = 2.0 * s * v * h
+    add_matmul(ops, "logits", VOCAB, s, v, h, weight_params + (v if bias else 0), bwd_flops=2 * flops)
+    ops.add("loss", OpKind.loss, VOCAB, in_elems=s * v, out_elems=1, saved_bytes_fixed=4 * s * v)

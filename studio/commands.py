@@ -1,0 +1,156 @@
+"""Undo commands: one class per gesture, each changing only the model (never a view).
+
+A command computes the new project when it is built, through the pure edits of ``studio.tree_edit``; a
+refused edit raises ``EditRefused`` there and nothing reaches the undo stack. Redo and undo then just
+swap two immutable project values, which makes them exact and cheap (unchanged subtrees are shared).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtGui import QUndoCommand
+from pydantic import ValidationError
+
+from engine.ir.hardware import Component, Memory
+from engine.ir.project import CanvasLayout, Project
+from studio.document import Change, ProjectDocument
+from studio.tree_edit import (
+    EditRefused,
+    FieldPath,
+    add_child,
+    add_memory,
+    drop_keys,
+    friendly,
+    remove_children,
+    rename_keys,
+    set_field,
+    split_path,
+)
+
+Position = tuple[float, float]
+
+
+class SnapshotCommand(QUndoCommand):
+    """Replace the project by ``after`` on redo and by ``before`` on undo."""
+
+    def __init__(
+        self,
+        doc: ProjectDocument,
+        after: Project,
+        text: str,
+        change: Change,
+        path: str = "",
+        renamed: tuple[str, str] | None = None,
+    ):
+        super().__init__(text)
+        self.doc = doc
+        self.before = doc.project
+        self.after = after
+        self.change = change
+        self.path = path
+        self.renamed = renamed
+
+    def redo(self) -> None:
+        self.doc.apply(self.after, self.change, self.path, self.renamed)
+
+    def undo(self) -> None:
+        back = (self.renamed[1], self.renamed[0]) if self.renamed else None
+        path = self.renamed[0] if self.renamed and self.path == self.renamed[1] else self.path
+        self.doc.apply(self.before, self.change, path, back)
+
+
+def _with_hardware(project: Project, hardware: Component, positions: dict[str, Position] | None = None) -> Project:
+    update: dict[str, Any] = {"hardware": hardware}
+    if positions is not None:
+        update["canvas"] = CanvasLayout(positions=positions, notes=project.canvas.notes)
+    return project.model_copy(update=update)
+
+
+def _label(field: FieldPath) -> str:
+    return ".".join(str(f) for f in field)
+
+
+class SetComponentField(SnapshotCommand):
+    """Set one field of the component at ``path`` (``field`` may reach into compute, memories, …)."""
+
+    def __init__(self, doc: ProjectDocument, path: str, field: FieldPath, value: Any):
+        project = doc.project
+        hardware = set_field(project.hardware, path, field, value)
+        renamed = None
+        positions = None
+        new_path = path
+        if field == ("name",):
+            new_path = "/".join([*split_path(path)[:-1], str(value)])
+            if new_path != path:
+                renamed = (path, new_path)
+                positions = rename_keys(project.canvas.positions, path, new_path)
+        after = _with_hardware(project, hardware, positions)
+        change = Change.structure if renamed else Change.component
+        name = split_path(path)[-1]
+        super().__init__(doc, after, f"Set {name} {_label(field)}", change, new_path, renamed)
+
+
+class AddChild(SnapshotCommand):
+    """Add ``child`` under ``parent`` (renamed if taken; an interconnect is added if now needed)."""
+
+    def __init__(self, doc: ProjectDocument, parent: str, child: Component):
+        hardware, self.child_path = add_child(doc.project.hardware, parent, child)
+        after = _with_hardware(doc.project, hardware)
+        super().__init__(doc, after, f"Add {split_path(self.child_path)[-1]}", Change.structure)
+
+
+class RemoveChildren(SnapshotCommand):
+    """Remove components (and their canvas positions) — one command for a multi-selection delete."""
+
+    def __init__(self, doc: ProjectDocument, paths: list[str]):
+        if not paths:
+            raise EditRefused("nothing selected")
+        hardware = remove_children(doc.project.hardware, paths)
+        positions = drop_keys(doc.project.canvas.positions, paths)
+        after = _with_hardware(doc.project, hardware, positions)
+        names = ", ".join(split_path(p)[-1] for p in paths)
+        super().__init__(doc, after, f"Remove {names}", Change.structure)
+
+
+class AddMemory(SnapshotCommand):
+    def __init__(self, doc: ProjectDocument, path: str, memory: Memory):
+        hardware = add_memory(doc.project.hardware, path, memory)
+        after = _with_hardware(doc.project, hardware)
+        super().__init__(doc, after, f"Add {memory.name} to {split_path(path)[-1]}", Change.component, path)
+
+
+class MoveOnCanvas(SnapshotCommand):
+    """Where items were dropped: one command per drag gesture, pushed on mouse release."""
+
+    def __init__(self, doc: ProjectDocument, moves: dict[str, Position]):
+        positions = dict(doc.project.canvas.positions)
+        positions.update({k: (float(x), float(y)) for k, (x, y) in moves.items()})
+        after = doc.project.model_copy(
+            update={"canvas": CanvasLayout(positions=positions, notes=doc.project.canvas.notes)}
+        )
+        names = ", ".join(split_path(p)[-1] for p in moves)
+        super().__init__(doc, after, f"Move {names}", Change.canvas)
+
+
+class SetMappingField(SnapshotCommand):
+    def __init__(self, doc: ProjectDocument, field: str, value: Any):
+        data = doc.project.mapping.model_dump(mode="json")
+        data[field] = value
+        try:
+            mapping = type(doc.project.mapping).model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err.get("loc", ()))
+            text = friendly(str(err.get("msg", "invalid")))
+            raise EditRefused(f"{loc}: {text}" if loc else text) from None
+        after = doc.project.model_copy(update={"mapping": mapping})
+        super().__init__(doc, after, f"Set mapping {field}", Change.mapping)
+
+
+class ReplaceWorkload(SnapshotCommand):
+    """Import a model config: the workload changes, hardware and mapping stay."""
+
+    def __init__(self, doc: ProjectDocument, workload: Any, text: str = "Import model"):
+        after = doc.project.model_copy(update={"workload": workload})
+        super().__init__(doc, after, text, Change.workload)

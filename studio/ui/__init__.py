@@ -1,0 +1,1 @@
+"""Widgets of the studio: the main window, its docks and the canvas."""

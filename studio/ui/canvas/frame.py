@@ -1,0 +1,114 @@
+"""The outline of the viewed component around its children, titled with its figures, with its edge
+memories (DRAM ports on the west and east die edges, say) drawn as port boxes on the frame's sides."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
+
+from engine.ir.hardware import Component, Edge, Memory
+from studio.summary import interconnect_caption, key_figures, memory_caption
+from studio.ui.canvas import style
+from studio.ui.canvas.label import Anchor, PixelLabel
+
+PORT_DEPTH = style.CELL * 0.45
+
+
+def frame_lines(level: Component) -> list[str]:
+    """Title lines of a level: what it is, its figures, what joins its children, its edge memories."""
+    # The frame shows ONE instance's inside, so "one of 2" rather than the grid shape.
+    lines = [f"{level.name} · {level.kind.value}" + (f" · one of {level.count}" if level.count > 1 else "")]
+    figures = key_figures(level)
+    if figures:
+        lines.append(" · ".join(figures))
+    if level.interconnect is not None:
+        lines.append(f"links: {interconnect_caption(level.interconnect)}")
+    for m in level.memories:
+        if m.attach:
+            edges = ", ".join(e.value for e in m.attach)
+            lines.append(f"edge memory ({edges}): {memory_caption(m)}")
+    return lines
+
+
+PADDING_PX = 28.0  # between the frame and what it holds, in pixels at the current zoom
+
+
+class FrameItem(QGraphicsItem):
+    def __init__(self, level: Component):
+        super().__init__()
+        self.setZValue(-2)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.level = level
+        self.rect = QRectF()
+        self.ports: list[tuple[QRectF, Memory]] = []
+        self.port_labels: list[PixelLabel] = []
+        self.title = PixelLabel(frame_lines(level), Anchor.bottom_left, self, backdrop=False, point_delta=0.5)
+
+    def boundingRect(self) -> QRectF:
+        return self.rect.adjusted(-PORT_DEPTH, -PORT_DEPTH, PORT_DEPTH, PORT_DEPTH)
+
+    def fit_around(self, content: QRectF, view_scale: float) -> None:
+        """Enclose ``content`` (grids, bar and their captions) with a padding that looks the same at
+        any zoom, since the captions inside are sized in pixels too."""
+        self.prepareGeometryChange()
+        pad = PADDING_PX / view_scale
+        self.rect = content.adjusted(-pad, -pad, pad, pad)
+        self.title.setPos(self.rect.topLeft())
+        self.ports = self._port_rects()
+        self._label_ports()
+        self.update()
+
+    def _label_ports(self) -> None:
+        """One name per memory and edge, centred on its group of port boxes."""
+        for label in self.port_labels:
+            label.setParentItem(None)
+            if label.scene() is not None:
+                label.scene().removeItem(label)
+        self.port_labels = []
+        groups: dict[tuple[str, float, float], QRectF] = {}
+        for box, m in self.ports:
+            vertical = box.height() > box.width()
+            key = (m.name, box.center().x() if vertical else -1.0, box.center().y() if not vertical else -1.0)
+            groups[key] = groups.get(key, QRectF()).united(box)
+        for (name, _x, _y), area in groups.items():
+            label = PixelLabel([name], Anchor.center, self, point_delta=-1.0)
+            label.setPos(area.center())
+            self.port_labels.append(label)
+
+    def _port_rects(self) -> list[tuple[QRectF, Memory]]:
+        """Each edge memory gets a share of its edge, split into one box per port."""
+        out: list[tuple[QRectF, Memory]] = []
+        r, d = self.rect, PORT_DEPTH
+        for edge in Edge:
+            mems = [m for m in self.level.memories if edge in m.attach]
+            if not mems:
+                continue
+            vertical = edge in (Edge.west, Edge.east)
+            length = (r.height() if vertical else r.width()) * 0.8
+            start = (r.top() if vertical else r.left()) + (r.height() if vertical else r.width()) * 0.1
+            slots = [(m, p) for m in mems for p in range(m.ports_per_edge)]
+            share = length / len(slots)
+            for i, (m, _port) in enumerate(slots):
+                a = start + i * share + share * 0.1
+                span = share * 0.8
+                if edge is Edge.west:
+                    box = QRectF(r.left() - d / 2, a, d, span)
+                elif edge is Edge.east:
+                    box = QRectF(r.right() - d / 2, a, d, span)
+                elif edge is Edge.north:
+                    box = QRectF(a, r.top() - d / 2, span, d)
+                else:
+                    box = QRectF(a, r.bottom() - d / 2, span, d)
+                out.append((box, m))
+        return out
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        painter.setBrush(style.FRAME_FILL)
+        painter.setPen(style.cosmetic_pen(style.FRAME_EDGE, 1.5))
+        radius = style.CELL * 0.25
+        painter.drawRoundedRect(self.rect, radius, radius)
+        painter.setBrush(style.MEMORY_FILL)
+        painter.setPen(style.cosmetic_pen(style.MEMORY_EDGE, 1.2))
+        for box, _m in self.ports:
+            painter.drawRect(box)

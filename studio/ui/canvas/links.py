@@ -1,0 +1,134 @@
+"""The interconnect of the viewed level, where it is not drawn by the grids themselves.
+
+A switch (or fat-tree, dragonfly, H-tree) is a bar with a spoke to every instance — or, past
+``MAX_SPOKES`` instances, one bundled spoke per grid so a wafer-sized level stays light. Fully connected
+and explicit edge lists are arcs between instance centres. Mesh, torus and ring are drawn inside each
+grid (``GridItem``), since their links join neighbouring cells.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
+from PySide6.QtGui import QPainter, QPainterPath
+from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
+
+from engine.ir.hardware import Interconnect, Topology
+from studio.ui.canvas import style
+from studio.ui.canvas.grid_item import GridItem
+from studio.ui.canvas.label import Anchor, PixelLabel
+
+MAX_SPOKES = 128
+MAX_ARCS = 2000
+BAR_TOPOLOGIES = (Topology.switch, Topology.fat_tree, Topology.dragonfly, Topology.htree)
+BAR_THICKNESS = style.CELL * 0.28
+BAR_CLEARANCE = style.CELL * 1.1  # between the bar and the grids its spokes reach
+
+
+def bar_clearance(ic: Interconnect | None) -> float:
+    """Room the scene leaves above (or left of) the grids for a bar."""
+    if ic is None or ic.topology not in BAR_TOPOLOGIES:
+        return 0.0
+    return BAR_CLEARANCE + BAR_THICKNESS
+
+
+class LinksItem(QGraphicsItem):
+    """Drawn behind the grids; ``refresh`` recomputes its geometry after any grid moved."""
+
+    def __init__(self, interconnect: Interconnect | None):
+        super().__init__()
+        self.setZValue(-1)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.ic = interconnect
+        self.bar = QRectF()
+        self.spokes: list[QLineF] = []
+        self.arcs = QPainterPath()
+        self.bundled = False
+        self.caption: PixelLabel | None = None
+        self._bounds = QRectF()
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def refresh(self, grids: list[GridItem]) -> None:
+        self.prepareGeometryChange()
+        self.bar, self.spokes, self.arcs = QRectF(), [], QPainterPath()
+        if self.ic is not None and grids:
+            if self.ic.topology in BAR_TOPOLOGIES:
+                self._bar_and_spokes(grids)
+            elif self.ic.topology in (Topology.fully_connected, Topology.edges):
+                self._arcs(grids)
+        bounds = self.arcs.boundingRect().united(self.bar)
+        for line in self.spokes:
+            bounds = bounds.united(QRectF(line.p1(), line.p2()).normalized())
+        self._bounds = bounds.adjusted(-4, -4, 4, 4)
+        self._place_caption()
+        self.update()
+
+    def _bar_and_spokes(self, grids: list[GridItem]) -> None:
+        area = QRectF()
+        for g in grids:
+            area = area.united(g.scene_grid_rect())
+        horizontal = area.width() >= area.height() * 0.8
+        t, gap = BAR_THICKNESS, BAR_CLEARANCE
+        if horizontal:
+            self.bar = QRectF(area.left(), area.top() - gap - t, area.width(), t)
+        else:
+            self.bar = QRectF(area.left() - gap - t, area.top(), t, area.height())
+        total = sum(g.component.count for g in grids)
+        self.bundled = total > MAX_SPOKES
+        for g in grids:
+            if self.bundled:
+                r = g.scene_grid_rect()
+                end = QPointF(r.center().x(), r.top()) if horizontal else QPointF(r.left(), r.center().y())
+                ends = [end]
+            else:
+                ends = [
+                    (g.instance_top(i) if horizontal else g.instance_left(i)) for i in range(g.component.count)
+                ]
+            for end in ends:
+                start = QPointF(end.x(), self.bar.bottom()) if horizontal else QPointF(self.bar.right(), end.y())
+                self.spokes.append(QLineF(start, end))
+
+    def _arcs(self, grids: list[GridItem]) -> None:
+        centres: list[QPointF] = [g.instance_center(i) for g in grids for i in range(g.component.count)]
+        if self.ic is None:
+            return
+        if self.ic.topology is Topology.edges:
+            pairs = list(self.ic.edge_list or [])
+        else:
+            pairs = [(a, b) for a in range(len(centres)) for b in range(a + 1, len(centres))]
+        for a, b in pairs[:MAX_ARCS]:
+            if a >= len(centres) or b >= len(centres):
+                continue
+            p, q = centres[a], centres[b]
+            mid = (p + q) / 2
+            normal = QPointF(-(q - p).y(), (q - p).x()) * 0.18
+            self.arcs.moveTo(p)
+            self.arcs.quadTo(mid + normal, q)
+
+    def _place_caption(self) -> None:
+        if self.caption is not None:
+            self.caption.setParentItem(None)
+            if self.caption.scene() is not None:
+                self.caption.scene().removeItem(self.caption)
+            self.caption = None
+        if self.ic is None or self.bar.isNull():
+            return
+        text = self.ic.topology.value
+        if self.bundled:
+            text += " · spokes bundled per grid"
+        self.caption = PixelLabel([text], Anchor.center, self, point_delta=-0.5)
+        self.caption.setPos(self.bar.center())
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        painter.setPen(style.cosmetic_pen(style.LINK, 3.0 if self.bundled else 1.2))
+        if self.spokes:
+            painter.drawLines(self.spokes)
+        if not self.arcs.isEmpty():
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.setPen(style.cosmetic_pen(style.LINK, 1.2))
+            painter.drawPath(self.arcs)
+        if not self.bar.isNull():
+            painter.setBrush(style.SWITCH_FILL)
+            painter.setPen(style.cosmetic_pen(style.SWITCH_EDGE, 1.5))
+            painter.drawRoundedRect(self.bar, BAR_THICKNESS / 4, BAR_THICKNESS / 4)

@@ -1,0 +1,191 @@
+"""The scene of one hierarchy level: the viewed component's frame, a grid item per child, its links.
+
+It follows the document (rebuilds on structural change, repositions on canvas change) and the shared
+``Selection``; user gestures become undo commands — a drag is one ``MoveOnCanvas`` pushed on release,
+never a model edit per mouse move.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent, QTransform
+from PySide6.QtWidgets import QGraphicsScene, QGraphicsSceneMouseEvent
+
+from engine.ir.hardware import Component
+from studio.commands import MoveOnCanvas
+from studio.document import ProjectDocument
+from studio.ui.canvas import style
+from studio.ui.canvas.frame import FrameItem
+from studio.ui.canvas.grid_item import GridItem
+from studio.ui.canvas.layout import auto_positions
+from studio.ui.canvas.links import LinksItem
+from studio.ui.selection import Selection
+
+
+class LevelScene(QGraphicsScene):
+    rebuilt = Signal(bool)  # True when the level itself changed (the view then zooms to fit)
+    message = Signal(str)
+
+    def __init__(self, doc: ProjectDocument, selection: Selection):
+        super().__init__()
+        self.doc = doc
+        self.selection = selection
+        self.grids: dict[str, GridItem] = {}
+        self.links: LinksItem | None = None
+        self.frame: FrameItem | None = None
+        self._syncing = False
+        self._pressed_at: dict[str, QPointF] = {}
+        self._shown_level = ""
+        self.view_scale = 1.0  # pixels per scene unit, told by the view: captions are sized in pixels
+        self.setBackgroundBrush(style.BACKGROUND)
+        doc.projectReplaced.connect(self.rebuild)
+        doc.structureChanged.connect(self.rebuild)
+        doc.componentChanged.connect(self._on_component_changed)
+        doc.canvasChanged.connect(self.reposition)
+        selection.levelChanged.connect(self.rebuild)
+        selection.changed.connect(self._apply_selection)
+        self.selectionChanged.connect(self._on_scene_selection)
+        self.rebuild()
+
+    # -- building -----------------------------------------------------------------------------------
+    @property
+    def level(self) -> Component:
+        found = self.doc.project.hardware.find(self.selection.level)
+        return found if found is not None else self.doc.project.hardware
+
+    def rebuild(self) -> None:
+        self._syncing = True
+        self.clear()
+        self.grids, self.links, self.frame = {}, None, None
+        level, level_path = self.level, self.selection.level
+        topology = level.interconnect.topology if level.interconnect else None
+        children = {c.name: c for c in level.children}
+        for place in auto_positions(level, level_path, self.doc.project.canvas.positions):
+            item = GridItem(place.path, children[place.path.rpartition("/")[2]], topology)
+            item.setPos(place.x, place.y)
+            self.addItem(item)
+            self.grids[place.path] = item
+        self.links = LinksItem(level.interconnect)
+        self.addItem(self.links)
+        self.frame = FrameItem(level)
+        self.addItem(self.frame)
+        self._refresh_geometry()
+        self._syncing = False
+        for item in self.grids.values():
+            item.on_moved = self._on_item_moved
+        self._apply_selection(self.selection.paths)
+        changed = level_path != self._shown_level
+        self._shown_level = level_path
+        self.rebuilt.emit(changed)
+
+    def _refresh_geometry(self) -> None:
+        grids = list(self.grids.values())
+        if self.links is not None:
+            self.links.refresh(grids)
+        content = QRectF()
+        for g in grids:
+            content = content.united(g.scene_grid_rect())
+            size = g.label.boundingRect().size() / self.view_scale
+            content = content.united(QRectF(g.label.scenePos(), size))
+        if self.links is not None and not self.links.bar.isNull():
+            content = content.united(self.links.bar)
+        if content.isNull():
+            content = QRectF(0, 0, style.CELL, style.CELL)
+        if self.frame is not None:
+            self.frame.fit_around(content, self.view_scale)
+        rect = self.content_rect()
+        margin = 3 * max(rect.width(), rect.height()) + 2000
+        self.setSceneRect(rect.adjusted(-margin, -margin, margin, margin))
+
+    def set_view_scale(self, scale: float) -> None:
+        """The view zoomed: refit the frame around captions whose scene size just changed."""
+        if scale > 0 and abs(scale / self.view_scale - 1.0) > 0.01:
+            self.view_scale = scale
+            self._refresh_geometry()
+
+    def content_rect(self) -> QRectF:
+        """What zoom-to-fit shows: the frame and its edge ports (text is sized in pixels, handled by the view)."""
+        if self.frame is None:
+            return QRectF()
+        return self.frame.mapRectToScene(self.frame.boundingRect())
+
+    def reposition(self) -> None:
+        """Saved positions changed (a move, or its undo): move the items, keep everything else."""
+        placements = auto_positions(self.level, self.selection.level, self.doc.project.canvas.positions)
+        for place in placements:
+            item = self.grids.get(place.path)
+            if item is not None and (item.x(), item.y()) != (place.x, place.y):
+                item.setPos(place.x, place.y)
+        self._refresh_geometry()
+
+    def _on_component_changed(self, path: str) -> None:
+        level = self.selection.level
+        if path == level or path.startswith(level + "/") or level.startswith(path + "/"):
+            self.rebuild()
+
+    def _on_item_moved(self, _item: GridItem) -> None:
+        self._refresh_geometry()
+
+    # -- selection ----------------------------------------------------------------------------------
+    def _apply_selection(self, paths: list[str]) -> None:
+        self._syncing = True
+        try:
+            for path, item in self.grids.items():
+                item.setSelected(path in paths)
+        finally:
+            self._syncing = False
+
+    def _on_scene_selection(self) -> None:
+        if self._syncing:
+            return
+        self.selection.select([g.path for g in self.grids.values() if g.isSelected()])
+
+    def select_all(self) -> None:
+        self.selection.select(list(self.grids))
+
+    # -- gestures -----------------------------------------------------------------------------------
+    def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        self._pressed_at = {p: g.pos() for p, g in self.grids.items()}
+        super().mousePressEvent(event)
+
+    def mouseReleaseEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        super().mouseReleaseEvent(event)
+        moves = {
+            p: (g.x(), g.y()) for p, g in self.grids.items() if p in self._pressed_at and g.pos() != self._pressed_at[p]
+        }
+        self._pressed_at = {}
+        if moves and not self.doc.read_only:
+            self.doc.push(MoveOnCanvas(self.doc, moves))
+        elif moves:
+            self.reposition()
+
+    def mouseDoubleClickEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        item = self.itemAt(event.scenePos(), QTransform())
+        while item is not None and not isinstance(item, GridItem):
+            item = item.parentItem()
+        if isinstance(item, GridItem):
+            # Deferred: rebuilding deletes the item under the mouse, which Qt still uses in this event.
+            path = item.path
+            QTimer.singleShot(0, lambda: self.drill_into(path))
+            event.accept()
+            return
+        super().mouseDoubleClickEvent(event)
+
+    def drill_into(self, path: str) -> bool:
+        comp = self.doc.project.hardware.find(path)
+        if comp is None:
+            return False
+        if not comp.children:
+            self.message.emit(f"{comp.name} is a device: it has nothing inside to open")
+            return False
+        self.selection.set_level(path)
+        self.selection.select([])
+        return True
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Backspace:
+            parent = self.selection.level.rpartition("/")[0]
+            if parent:
+                self.selection.set_level(parent)
+                return
+        super().keyPressEvent(event)

@@ -1,0 +1,63 @@
+"""Colours, pens and sizes of the canvas in one place, so every view (and later the heat overlay) agrees."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont, QPen
+
+CELL = 100.0  # scene units per instance cell
+GAP = 28.0  # between cells: where mesh links are drawn
+ITEM_SPACING = 160.0  # between child items laid out automatically
+MIN_CELL_PX = 14.0  # below this many pixels per cell a grid is drawn as one shaded block
+DETAIL_CELL_PX = 70.0  # above this, cells carry their own text
+
+BACKGROUND = QColor("#f4f6f8")
+FRAME_FILL = QColor("#ffffff")
+FRAME_EDGE = QColor("#b8c2cc")
+TEXT = QColor("#1c2833")
+MUTED_TEXT = QColor("#566573")
+SELECTED = QColor("#e67e22")
+LINK = QColor("#34495e")
+SWITCH_FILL = QColor("#f4d03f")
+SWITCH_EDGE = QColor("#7d6608")
+MEMORY_FILL = QColor("#f8c471")
+MEMORY_EDGE = QColor("#9a6408")
+
+_KIND_FILL = {
+    "system": "#d5dbdb",
+    "node": "#aed6f1",
+    "wafer": "#d7bde2",
+    "package": "#d5d8dc",
+    "chip": "#85c1e9",
+    "die": "#a9cce3",
+    "tile": "#76d7c4",
+    "core": "#a3e4d7",
+    "switch": "#f7dc6f",
+}
+
+
+def kind_fill(kind: str) -> QColor:
+    return QColor(_KIND_FILL.get(kind, "#d5dbdb"))
+
+
+def kind_edge(kind: str) -> QColor:
+    return kind_fill(kind).darker(170)
+
+
+def cosmetic_pen(color: QColor, width: float = 1.0, style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> QPen:
+    """A pen whose width is in pixels whatever the zoom, so a 64 × 64 mesh never turns into a smear."""
+    pen = QPen(color, width, style)
+    pen.setCosmetic(True)
+    return pen
+
+
+@cache
+def label_font(bold: bool = False, point_delta: float = 0.0) -> QFont:
+    """Cached: cells ask for fonts on every paint. Callers must not modify the returned font."""
+    font = QFont()
+    if point_delta:
+        font.setPointSizeF(max(6.0, font.pointSizeF() + point_delta))
+    font.setBold(bold)
+    return font

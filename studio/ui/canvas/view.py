@@ -1,0 +1,112 @@
+"""The canvas viewport: wheel zoom about the cursor, middle-button pan, rubber-band selection and a
+zoom-to-fit that leaves room in *pixels* for the captions (which do not scale with the zoom)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QMouseEvent, QPainter, QResizeEvent, QTransform, QWheelEvent
+from PySide6.QtWidgets import QGraphicsView, QWidget
+
+from studio.ui.canvas.scene import LevelScene
+
+MIN_SCALE = 1e-3
+MAX_SCALE = 40.0
+MAX_FIT_SCALE = 2.5  # a one-chip level should not be blown up to fill a 4K screen
+FIT_MARGINS = (40, 40, 40, 40)  # left, top, right, bottom pixels, added to the frame title's height
+
+
+class CanvasView(QGraphicsView):
+    def __init__(self, scene: LevelScene, parent: QWidget | None = None):
+        super().__init__(scene, parent)
+        self.level_scene = scene
+        self.setRenderHints(QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing)
+        self.setDragMode(QGraphicsView.DragMode.RubberBandDrag)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
+        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QGraphicsView.Shape.NoFrame)
+        self._pan_from: QPoint | None = None
+        self.auto_fit = True  # until the user zooms or pans, resizing keeps the level fitted
+        scene.rebuilt.connect(self._on_rebuilt)
+
+    @property
+    def zoom(self) -> float:
+        return self.transform().m11()
+
+    def zoom_to_fit(self) -> None:
+        # The frame's size depends on the zoom (it pads pixel-sized captions), so settle in a few rounds.
+        for _ in range(4):
+            rect = self.level_scene.content_rect()
+            if rect.isEmpty():
+                return
+            left, top, right, bottom = FIT_MARGINS
+            if self.level_scene.frame is not None:
+                top += self.level_scene.frame.title.boundingRect().height()
+            vw, vh = max(self.viewport().width(), 50), max(self.viewport().height(), 50)
+            s = min((vw - left - right) / rect.width(), (vh - top - bottom) / rect.height(), MAX_FIT_SCALE)
+            s = max(s, MIN_SCALE)
+            self.setTransform(QTransform.fromScale(s, s))
+            self.centerOn(rect.center() - QPointF((left - right) / 2 / s, (top - bottom) / 2 / s))
+            settled = abs(s / self.level_scene.view_scale - 1.0) <= 0.01
+            self.level_scene.set_view_scale(s)
+            if settled:
+                break
+        self.auto_fit = True
+
+    def zoom_by(self, factor: float) -> None:
+        target = min(MAX_SCALE, max(MIN_SCALE, self.zoom * factor))
+        factor = target / self.zoom
+        if factor != 1.0:
+            self.scale(factor, factor)
+            self.level_scene.set_view_scale(self.zoom)
+        self.auto_fit = False
+
+    def _on_rebuilt(self, level_changed: bool) -> None:
+        if level_changed or self.auto_fit:
+            self.zoom_to_fit()
+
+    # -- events -------------------------------------------------------------------------------------
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        delta = event.angleDelta().y() or event.pixelDelta().y()
+        if delta:
+            self.zoom_by(1.0015**delta)
+        event.accept()
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.MiddleButton:
+            self._pan_from = event.position().toPoint()
+            self.viewport().setCursor(Qt.CursorShape.ClosedHandCursor)
+            event.accept()
+            return
+        super().mousePressEvent(event)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        if self._pan_from is not None:
+            pos = event.position().toPoint()
+            delta = pos - self._pan_from
+            self._pan_from = pos
+            self.pan_by(delta.x(), delta.y())
+            event.accept()
+            return
+        super().mouseMoveEvent(event)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.MiddleButton and self._pan_from is not None:
+            self._pan_from = None
+            self.viewport().unsetCursor()
+            event.accept()
+            return
+        super().mouseReleaseEvent(event)
+
+    def pan_by(self, dx: int, dy: int) -> None:
+        """Move the content by (dx, dy) pixels, as a hand drag would."""
+        self.horizontalScrollBar().setValue(self.horizontalScrollBar().value() - dx)
+        self.verticalScrollBar().setValue(self.verticalScrollBar().value() - dy)
+        self.auto_fit = False
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self.auto_fit:
+            self.zoom_to_fit()

@@ -1,0 +1,112 @@
+"""The hierarchy outline: every component with its grid shape and how many devices it holds.
+
+Selecting a row reveals the component on the canvas (the canvas goes to its parent's level); selecting
+on the canvas selects the row. The tree is rebuilt on structural change — it is a handful of rows even
+for a wafer, because a tile array is one row, not 4,096.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTreeWidget, QTreeWidgetItem, QWidget
+
+from engine.ir.hardware import Component
+from studio.document import ProjectDocument
+from studio.icons import kind_icon
+from studio.summary import one_line
+from studio.ui.selection import Selection
+
+PATH_ROLE = Qt.ItemDataRole.UserRole
+
+
+def instance_text(c: Component) -> str:
+    return f"{c.rows} × {c.cols} = {c.count}" if c.rows > 1 and c.cols > 1 else str(c.count)
+
+
+class Outline(QTreeWidget):
+    COLUMNS = ("Component", "Kind", "Instances", "Devices")
+
+    def __init__(self, doc: ProjectDocument, selection: Selection, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.selection = selection
+        self.items: dict[str, QTreeWidgetItem] = {}
+        self._syncing = False
+        self.setColumnCount(len(self.COLUMNS))
+        self.setHeaderLabels(list(self.COLUMNS))
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.setUniformRowHeights(True)
+        header = self.header()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col in range(1, len(self.COLUMNS)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(False)
+        self.headerItem().setToolTip(3, "devices (computing components) in all instances")
+        self.itemSelectionChanged.connect(self._on_tree_selection)
+        self.itemDoubleClicked.connect(self._on_double_click)
+        for sig in (doc.structureChanged, doc.projectReplaced):
+            sig.connect(self.rebuild)
+        doc.componentChanged.connect(self._on_component_changed)
+        selection.changed.connect(self._apply_selection)
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        self._syncing = True
+        collapsed = {p for p, it in self.items.items() if not it.isExpanded()}
+        self.clear()
+        self.items = {}
+        self._add(None, self.doc.project.hardware, "")
+        for path, item in self.items.items():
+            item.setExpanded(path not in collapsed)
+        self._syncing = False
+        self._apply_selection(self.selection.paths)
+
+    def _add(self, parent: QTreeWidgetItem | None, comp: Component, prefix: str) -> None:
+        path = f"{prefix}/{comp.name}" if prefix else comp.name
+        item = QTreeWidgetItem([comp.name, comp.kind.value, instance_text(comp), str(comp.device_count())])
+        item.setIcon(0, kind_icon(comp.kind.value))
+        item.setData(0, PATH_ROLE, path)
+        item.setToolTip(0, one_line(comp))
+        for col in (2, 3):
+            item.setTextAlignment(col, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if parent is None:
+            self.addTopLevelItem(item)
+        else:
+            parent.addChild(item)
+        self.items[path] = item
+        for child in comp.children:
+            self._add(item, child, path)
+
+    def _on_component_changed(self, _path: str) -> None:
+        # A field edit can change counts all the way up (rows of a die → devices of the wafer).
+        self.rebuild()
+
+    def _apply_selection(self, paths: list[str]) -> None:
+        self._syncing = True
+        try:
+            self.clearSelection()
+            for p in paths:
+                item = self.items.get(p)
+                if item is not None:
+                    item.setSelected(True)
+                    self.scrollToItem(item)
+            if paths and paths[-1] in self.items:
+                self.setCurrentItem(self.items[paths[-1]], 0, self.selectionModel().SelectionFlag.NoUpdate)
+        finally:
+            self._syncing = False
+
+    def _on_tree_selection(self) -> None:
+        if self._syncing:
+            return
+        paths = [str(it.data(0, PATH_ROLE)) for it in self.selectedItems()]
+        if len(paths) == 1:
+            self.selection.reveal(paths[0])
+        else:
+            self.selection.select(paths)
+
+    def _on_double_click(self, item: QTreeWidgetItem, _col: int) -> None:
+        """Open the component on the canvas (show its children) when it has any."""
+        path = str(item.data(0, PATH_ROLE))
+        comp = self.doc.project.hardware.find(path)
+        if comp is not None and comp.children:
+            self.selection.set_level(path)
