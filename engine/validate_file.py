@@ -29,9 +29,13 @@ def validate_file(path: str, kind: str = "auto") -> str:
         project = project_from_data(data, path)
         raise_for_problems(project, path)
         m = project.mapping
+        from engine.checks import device_capacity
+
+        cap = device_capacity(project)
+        size = f"{project.hardware.device_count()} devices" if cap is not None else f"grows to {m.devices} devices"
         return (
             f"{path}: valid project '{project.name}' — {project.hardware.name} "
-            f"({project.hardware.device_count()} devices), model {project.workload.kind}, "
+            f"({size}), model {project.workload.kind}, "
             f"tp {m.tp} × pp {m.pp} × dp {m.dp}, {project.run.mode.value}, {project.run.dtype.value}"
         )
     if kind == "system":

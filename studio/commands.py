@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtGui import QUndoCommand
 from pydantic import ValidationError
+from PySide6.QtGui import QUndoCommand
 
 from engine.ir.hardware import Component, Memory
 from engine.ir.project import CanvasLayout, Project

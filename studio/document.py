@@ -46,8 +46,12 @@ class ProjectDocument(QObject):
         self._project = project
         self._file_path = Path(file_path) if file_path else None
         self._undo = QUndoStack(self)
-        self._undo.cleanChanged.connect(lambda clean: self.dirtyChanged.emit(not clean))
+        # A bound slot, not a lambda: Qt drops it when the document dies (the stack emits while dying).
+        self._undo.cleanChanged.connect(self._on_clean_changed)
         self.read_only = False
+
+    def _on_clean_changed(self, clean: bool) -> None:
+        self.dirtyChanged.emit(not clean)
 
     # -- reading ------------------------------------------------------------------------------------
     @property

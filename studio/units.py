@@ -51,6 +51,7 @@ class Unit:
 
 BYTES = Unit("B", "80 GB", (("b", 1 / 8), ("bytes", 1.0), ("byte", 1.0)))
 BYTES_PER_S = Unit("B/s", "900 GB/s", (("b/s", 1 / 8), ("bps", 1 / 8), ("Bps", 1.0)))
+FLOP = Unit("FLOP", "3.6 PFLOP")
 FLOPS = Unit("FLOP/s", "312 TFLOP/s", (("FLOPS", 1.0), ("flop/s", 1.0), ("flops", 1.0)))
 SECONDS = Unit("s", "1 µs", (("sec", 1.0),), small=True)
 WATTS = Unit("W", "700 W")
@@ -60,6 +61,12 @@ PJ_PER_BYTE = Unit("pJ/B", "30 pJ/B", prefixed=False)
 PJ_PER_BIT = Unit("pJ/bit", "5 pJ/bit", (("pJ/b", 1.0),), prefixed=False)
 FRACTION = Unit("", "0.9", prefixed=False)
 COUNT = Unit("", "4", prefixed=False, integer=True)
+SAMPLES_PER_S = Unit("samples/s", "120 samples/s")
+TOKENS_PER_S = Unit("tokens/s", "250 ktokens/s")
+
+
+def format_percent(fraction: float) -> str:
+    return f"{100 * fraction:.1f} %"
 
 
 def format_number(value: float, digits: int = 3) -> str:
@@ -83,6 +90,8 @@ def format_value(value: float | None, unit: Unit, digits: int = 3) -> str:
     if not unit.prefixed or value == 0:
         body = format_number(value, digits) if unit.prefixed else _plain(value)
         return f"{body} {unit.symbol}".strip()
+    if unit.small and abs(value) < 1e-15:
+        return f"≈ 0 {unit.symbol}"  # below a femtosecond: rounding noise, not a duration
     for scale, prefix in _PREFIXES:
         if not unit.small and scale < 1:
             break

@@ -38,7 +38,8 @@ class Job(QRunnable):
         self.kwargs = kwargs
         self.signals = JobSignals()
         self.cancelled = threading.Event()
-        self.setAutoDelete(False)  # the owner keeps it until its signal arrives
+        self.ended_at: float | None = None
+        self.setAutoDelete(False)  # Python owns it; ``start`` keeps it alive until well after it ends
 
     def run(self) -> None:
         start = time.perf_counter()
@@ -51,12 +52,62 @@ class Job(QRunnable):
             self.signals.failed.emit(detail)
         else:
             self.signals.finished.emit(result, time.perf_counter() - start)
+        finally:
+            self.ended_at = time.monotonic()
 
     def cancel(self) -> None:
         self.cancelled.set()
 
 
+class Relay(QObject):
+    """Delivers a job's outcome to callbacks, and dies with its parent: a job answering after the
+    window that asked is gone then reaches nobody (a lambda connection would call into deleted widgets).
+    """
+
+    def __init__(
+        self,
+        parent: QObject,
+        job: Job,
+        finished: Callable[[Any, float], None],
+        failed: Callable[[str], None],
+        unavailable: Callable[[str], None],
+        progress: Callable[[float, str], None] | None = None,
+    ):
+        super().__init__(parent)
+        self._finished, self._failed, self._unavailable, self._progress = finished, failed, unavailable, progress
+        job.signals.finished.connect(self.on_finished)
+        job.signals.failed.connect(self.on_failed)
+        job.signals.unavailable.connect(self.on_unavailable)
+        job.signals.progress.connect(self.on_progress)
+
+    def on_finished(self, result: Any, seconds: float) -> None:
+        self._finished(result, seconds)
+        self.deleteLater()
+
+    def on_failed(self, message: str) -> None:
+        self._failed(message)
+        self.deleteLater()
+
+    def on_unavailable(self, message: str) -> None:
+        self._unavailable(message)
+        self.deleteLater()
+
+    def on_progress(self, fraction: float, text: str) -> None:
+        if self._progress is not None:
+            self._progress(fraction, text)
+
+
+# Jobs handed to the pool, kept referenced so Python never frees one while a pool thread runs it; a job
+# is let go a while after it ended (by then the pool thread has long returned from ``run``).
+_LIVE: set[Job] = set()
+RELEASE_AFTER_S = 5.0
+
+
 def start(job: Job, pool: QThreadPool | None = None) -> Job:
+    now = time.monotonic()
+    for old in [j for j in _LIVE if j.ended_at is not None and now - j.ended_at > RELEASE_AFTER_S]:
+        _LIVE.discard(old)
+    _LIVE.add(job)
     (pool or QThreadPool.globalInstance()).start(job)
     return job
 
@@ -79,8 +130,8 @@ def simulate_project(project: Any, cancelled: threading.Event, progress: Callabl
 
 def simulation_job(project: Any) -> Job:
     job = Job(simulate_project, project)
+    # The cancel flag and progress signal belong to the job itself, so they are wired after creating it.
     job.kwargs = {"cancelled": job.cancelled, "progress": job.signals.progress.emit}
-    job.args = (project,)
     return job
 
 

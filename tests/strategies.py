@@ -126,7 +126,7 @@ def projects(draw) -> Project:
     )
     return Project(
         name=draw(st.text(max_size=20)),
-        hardware=draw(components()),
+        hardware=draw(components()).model_copy(update={"rows": 1, "cols": 1}),
         workload=draw(workloads()),
         mapping=mapping,
         run=run,

@@ -66,7 +66,9 @@ def test_random_flows_conserve_bytes_and_respect_capacity():
         for lk, u in usage.items():
             expected[lk] += u * nbytes
     end = max(finish)
-    for lk, trace in net.traces.items():
+    assert net.link_bytes() == pytest.approx(expected)
+    for lk in range(6):
+        trace = net.link_trace(lk)
         carried = 0.0
         for i, t in enumerate(trace.times):
             t_next = trace.times[i + 1] if i + 1 < len(trace.times) else end

@@ -142,3 +142,11 @@ def test_too_few_devices_and_nothing_to_grow():
 def test_root_must_be_one_instance():
     with pytest.raises(ValueError, match="single instance"):
         elaborate(cluster().model_copy(update={"rows": 2}))
+
+
+def test_read_route_matches_route_from_the_port():
+    hg = elaborate(tile_grid(4, 5))
+    for d in hg.devices:
+        port, r = hg.memory_route(d.index, "dram", read=True)
+        assert r == hg.route(port.node, d.node)
+        assert r[0] == port.channel_out

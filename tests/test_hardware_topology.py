@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.hardware import HardwareGraph, elaborate
-from engine.ir.hardware import Component, Compute, Interconnect, Memory
+from engine.hardware.model import LINK_KINDS, NODE_TYPES
+from engine.ir.hardware import Component, Compute, EfficiencyCurve, Interconnect, Memory
 
 GB = 1e9
 
@@ -245,6 +246,8 @@ def test_node_ids_and_depth_first_order():
 def test_links_are_positive_and_come_in_pairs(topology):
     hg = elaborate(system(leaf(rows=3, cols=3, mem=True), topology))
     assert all(lk.bandwidth > 0 and lk.peak_bandwidth >= lk.bandwidth for lk in hg.links)
+    assert {lk.kind for lk in hg.links} <= set(LINK_KINDS)
+    assert {t for _, t in hg.graph.nodes(data="type")} <= set(NODE_TYPES)
     pairs = {(lk.src, lk.dst) for lk in hg.links}
     assert all((b, a) in pairs for a, b in pairs)
     assert hg.graph.number_of_edges() == len(hg.links)
@@ -256,6 +259,14 @@ def test_link_bandwidth_is_link_times_count_times_efficiency():
     hg = elaborate(system(leaf(cols=3), "ring", links=2, efficiency=0.5, link_bandwidth_bytes_per_s=10 * GB))
     assert {lk.bandwidth for lk in hg.links} == {10 * GB}
     assert {lk.peak_bandwidth for lk in hg.links} == {20 * GB}
+
+
+def test_efficiency_curve_sets_large_and_small_message_bandwidth():
+    curve = EfficiencyCurve(points=[(1e3, 0.1), (1e6, 0.6)])
+    hg = elaborate(system(leaf(cols=2), "ring", efficiency_curve=curve, link_bandwidth_bytes_per_s=10 * GB))
+    assert {lk.bandwidth for lk in hg.links} == {6 * GB}
+    assert hg.link_bandwidth(0, 1e3) == pytest.approx(1 * GB)
+    assert hg.link_bandwidth(0) == pytest.approx(6 * GB)
 
 
 def test_routes_are_cached_and_not_aliased():

@@ -16,7 +16,15 @@ import numpy as np
 from engine.hardware import fabrics as fab
 from engine.hardware.grid import GridDomain, boundary_pairs, merge_blocks, torus_wraps
 from engine.hardware.model import Link, index_label
-from engine.ir.hardware import Component, ComponentKind, Compute, Interconnect, Memory, Topology
+from engine.ir.hardware import (
+    Component,
+    ComponentKind,
+    Compute,
+    Interconnect,
+    Memory,
+    SwitchAttach,
+    Topology,
+)
 
 # Component kinds whose interconnect is on silicon or in a package: their links are "noc".
 ON_CHIP = {
@@ -79,9 +87,12 @@ class Builder:
         self, a: list[str], b: list[str], ic: Interconnect, level: str, kind: str,
         bandwidth: float | None = None, divide: float = 1.0,
     ) -> None:
+        """Links of an interconnect: peak = link bandwidth × parallel links (÷ taper); the large-message
+        bandwidth applies the efficiency, or the largest-message point of the efficiency curve."""
         peak = (bandwidth or ic.link_bandwidth_bytes_per_s) * ic.links / divide
+        eff = ic.efficiency_curve.points[-1][1] if ic.efficiency_curve else ic.efficiency
         self.add_pairs(
-            a, b, bw=peak * ic.efficiency, peak=peak, lat=ic.link_latency_s, energy=ic.energy_pj_per_bit,
+            a, b, bw=peak * eff, peak=peak, lat=ic.link_latency_s, energy=ic.energy_pj_per_bit,
             level=level, kind=kind,
         )
 
@@ -139,7 +150,8 @@ class Builder:
             self._own_link(inst, kids[0].gateway, ic)
 
     def _own_link(self, inst: Instance, target: str, ic: Interconnect | None) -> None:
-        """A device that also has children reaches them through its first child's gateway."""
+        """A device that also has children reaches them through its first child's gateway, over a link of
+        its interconnect, or over an ideal on-chip link (1 PB/s, no latency) when it has none."""
         inst.own_entry = target
         if ic is None:
             ic = Interconnect(topology=Topology.edges, link_bandwidth_bytes_per_s=1e15, edge_list=[(0, 1)])
@@ -190,7 +202,7 @@ class Builder:
         switch is taxed as well (a stated simplification)."""
         sw = f"{inst.path}/switch"
         self.add_node(sw, "switch")
-        direct = ic.attach.value == "every-device"
+        direct = ic.attach is SwitchAttach.every_device
         members: list[str] = []
         if inst.node is not None:
             members.append(inst.node)
@@ -242,3 +254,17 @@ class Builder:
         else:  # pragma: no cover - every Topology is handled above
             raise ValueError(f"unknown topology {t}")
         inst.fabric = fab.GraphFabric(g)
+
+
+def lca(ia: Instance, ib: Instance) -> tuple[Instance, Instance | None, Instance | None]:
+    """Lowest common ancestor and, on each side, its child holding the device (None: the LCA itself)."""
+    a, b = ia, ib
+    ca = cb = None
+    while a.depth > b.depth:
+        ca, a = a, a.parent
+    while b.depth > a.depth:
+        cb, b = b, b.parent
+    while a is not b:
+        ca, cb = a, b
+        a, b = a.parent, b.parent
+    return a, ca, cb

@@ -16,7 +16,9 @@ import networkx as nx
 
 from engine.hardware import fabrics as fab
 from engine.hardware.builder import Instance
+from engine.hardware.builder import lca as common_ancestor
 from engine.hardware.model import Device, Link, MemoryPort
+from engine.hardware.nearest import NearestPort
 from engine.ir.hardware import Component, Interconnect
 
 
@@ -49,11 +51,19 @@ class HardwareGraph:
         self._succ = graph.succ
         self._routes: dict[tuple[str, str], tuple[int, ...]] = {}
         self._mem_routes: dict[tuple[int, str, bool], tuple[MemoryPort, tuple[int, ...]]] = {}
+        self._nearest = NearestPort(self)
 
     # --- lookups ----------------------------------------------------------------------------------------
 
     def device_index(self, node: str) -> int:
         return self._dev_by_node[node]
+
+    def is_device(self, node: str) -> bool:
+        return node in self._dev_by_node
+
+    def instance_of(self, node: str) -> Instance:
+        """The component instance a device node stands for (its ``path``, ``comp``, ``parent``...)."""
+        return self._device_inst[self._dev_by_node[node]]
 
     def link_between(self, src: str, dst: str) -> int:
         return self._succ[src][dst]["id"]
@@ -69,7 +79,7 @@ class HardwareGraph:
 
     def common_level(self, a: int, b: int) -> str:
         """Path of the component whose interconnect carries traffic between devices ``a`` and ``b``."""
-        lca, _, _ = _lca(self._device_inst[a], self._device_inst[b])
+        lca, _, _ = common_ancestor(self._device_inst[a], self._device_inst[b])
         return lca.comp_path
 
     # --- routing ----------------------------------------------------------------------------------------
@@ -106,8 +116,16 @@ class HardwareGraph:
                 inst = inst.parent
             if not ports:
                 raise KeyError(f"no memory {memory_name!r} reachable from device {node}")
-            port = min(ports, key=lambda p: (self._port_hops(node, p), p.index))
-            r = self.route(port.node, node) if read else self.route(node, port.node)
+            port, via = self._nearest.find(node, ports)
+            if via is None:
+                r = self.route(port.node, node) if read else self.route(node, port.node)
+            else:
+                via_port = [port.ctrl, port.node] if port.ctrl else [port.node]
+                if read:  # data leaves the port and is routed forward (x first) from the attach point
+                    nodes = via_port[::-1] + self._device_nodes(via, node)
+                else:
+                    nodes = self._device_nodes(node, via) + via_port
+                r = self._links_along(nodes)
             hit = (port, tuple(r))
             self._mem_routes[key] = hit
         return hit[0], list(hit[1])
@@ -129,8 +147,14 @@ class HardwareGraph:
             return self._links_along(self._device_nodes(src, dst))
         heads = self._anchors(src, towards=False)
         tails = self._anchors(dst, towards=True)
-        if heads is None or tails is None:  # switches, routers, odd anchors: plain shortest path
-            return self._links_along(nx.shortest_path(self.graph, src, dst))
+        if heads is None or tails is None:  # switches, routers, odd anchors: plain shortest path,
+            nodes = self.graph.nodes  # never cutting through a memory controller on the way
+
+            def usable(n: str) -> bool:
+                return n == src or n == dst or nodes[n]["type"] not in ("memory", "memctrl")
+
+            view = nx.subgraph_view(self.graph, filter_node=usable)
+            return self._links_along(nx.shortest_path(view, src, dst))
         best = None
         for s, head in heads:
             for d, tail in tails:
@@ -152,12 +176,6 @@ class HardwareGraph:
             return [(a, via) for a in port.attached]
         return [(a, via[::-1]) for a in port.attached]  # port → … → device: nodes before the device
 
-    def _port_hops(self, node: str, port: MemoryPort) -> int:
-        if any(a not in self._dev_by_node for a in port.attached):
-            return len(self.route(node, port.node))
-        extra = 2 if port.ctrl else 1
-        return min(self._hops(node, a) for a in port.attached) + extra
-
     def _entries(self, lca: Instance, child: Instance | None, dev: str) -> str | None:
         """Where ``dev`` (inside ``child`` of ``lca``, or ``lca``'s own device) enters ``lca``'s fabric;
         None means it is ``lca``'s own device joined by its own link."""
@@ -171,7 +189,7 @@ class HardwareGraph:
             return [a]
         inst = self._device_inst
         devs = self._dev_by_node
-        lca, ca, cb = _lca(inst[devs[a]], inst[devs[b]])
+        lca, ca, cb = common_ancestor(inst[devs[a]], inst[devs[b]])
         ea = self._entries(lca, ca, a)
         if ea is None:
             return [a, *self._device_nodes(lca.own_entry, b)]
@@ -187,7 +205,7 @@ class HardwareGraph:
             return 0
         inst = self._device_inst
         devs = self._dev_by_node
-        lca, ca, cb = _lca(inst[devs[a]], inst[devs[b]])
+        lca, ca, cb = common_ancestor(inst[devs[a]], inst[devs[b]])
         ea = self._entries(lca, ca, a)
         if ea is None:
             return 1 + self._hops(lca.own_entry, b)
@@ -228,16 +246,3 @@ class HardwareGraph:
             "cost_usd": self.root.total("cost_usd"),
         }
 
-
-def _lca(ia: Instance, ib: Instance) -> tuple[Instance, Instance | None, Instance | None]:
-    """Lowest common ancestor and, on each side, its child holding the device (None: the LCA itself)."""
-    a, b = ia, ib
-    ca = cb = None
-    while a.depth > b.depth:
-        ca, a = a, a.parent
-    while b.depth > a.depth:
-        cb, b = b, b.parent
-    while a is not b:
-        ca, cb = a, b
-        a, b = a.parent, b.parent
-    return a, ca, cb

@@ -1,9 +1,9 @@
 """Growing a system to fit a run: a DGX cluster is described once and grows by nodes.
 
 Only the outermost growable component grows (depth first, the first one found); its ``rows`` rise to
-the smallest value that holds the devices needed, and never fall. A growable root cannot itself repeat
-(nothing would join its copies), so it grows by its first child that holds devices instead. Components are copied along the path
-from the root to it, so the caller's tree is untouched.
+the smallest value that holds the devices needed, and never fall. A growable root cannot repeat itself
+(nothing would join its copies), so it grows by its first child that holds devices instead. Components
+are copied along the path from the root to the grown one, so the caller's tree is untouched.
 """
 
 from __future__ import annotations

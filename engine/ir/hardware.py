@@ -65,8 +65,15 @@ class EfficiencyCurve(StrictModel):
         return pts
 
     def at(self, size: float | np.ndarray) -> float | np.ndarray:
-        xs = np.log10([p[0] for p in self.points])
-        ys = np.array([p[1] for p in self.points])
+        cached = self.__dict__.get("_xy")
+        if cached is None or cached[2] is not self.points:
+            xs = np.log10([p[0] for p in self.points])
+            ys = np.array([p[1] for p in self.points])
+            cached = (xs, ys, self.points)
+            object.__setattr__(self, "_xy", cached)  # a cache, not a field: not validated or saved
+        xs, ys, _ = cached
+        if np.isscalar(size):
+            return float(np.interp(np.log10(max(float(size), 1e-30)), xs, ys))
         return np.interp(np.log10(np.maximum(size, 1e-30)), xs, ys)
 
 

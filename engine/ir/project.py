@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from engine.ir.common import DType, StrictModel
 from engine.ir.hardware import Component
@@ -63,3 +63,10 @@ class Project(StrictModel):
     mapping: Mapping = Field(default_factory=Mapping)
     run: RunSettings = Field(default_factory=RunSettings)
     canvas: CanvasLayout = Field(default_factory=CanvasLayout)
+
+    @field_validator("hardware")
+    @classmethod
+    def _single_root(cls, hw: Component) -> Component:
+        if hw.rows * hw.cols != 1:
+            raise ValueError(f"rows: the root '{hw.name}' must be one instance (got {hw.rows} × {hw.cols})")
+        return hw

@@ -90,7 +90,7 @@ def ring_phase(hw: HardwareGraph, group: list[int], steps_factor: float, volume:
 def _domains(hw: HardwareGraph, group: list[int]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = defaultdict(list)
     for d in group:
-        out[hw.devices[d].path.rsplit("/", 1)[0]].append(d)
+        out[hw.devices[d].node.rsplit("/", 1)[0]].append(d)
     return out
 
 

@@ -43,6 +43,14 @@ class ChunkPass:
     def flops(self) -> float:
         return sum(s.flops for s in self.segments)
 
+    @property
+    def compute_s(self) -> float:
+        return sum(s.compute_s for s in self.segments)
+
+    @property
+    def has_dram(self) -> bool:
+        return any(s.dram_bytes > 0 for s in self.segments)
+
 
 @dataclass
 class PassContext:
@@ -92,33 +100,55 @@ def _reduce(sp: bool) -> str:
     return "reduce-scatter" if sp else "all-reduce"
 
 
+def _weighted(op: Op) -> bool:
+    """Only weighted linear ops carry tensor-parallel collectives (not the elementwise ops between them)."""
+    return op.params > 0 and op.kind in (OpKind.matmul, OpKind.fc, OpKind.conv, OpKind.embedding)
+
+
+def _column(op: Op) -> bool:
+    return op.split is TensorSplit.column and _weighted(op)
+
+
 def forward_pass(
     layers: list[list[Op]], ctx: PassContext, kind: PassKind = "F", only_selective: bool = False
 ) -> ChunkPass:
     b = _Builder(ctx, kind)
     sp = ctx.sequence_parallel
+    prev_column = False
     for ops in layers:
         for op in ops:
-            if only_selective and not op.selective:
+            if only_selective:
+                if op.selective:
+                    b.add_op(op, backward=False)
                 continue
-            if sp and op.split is TensorSplit.column and not only_selective:
+            column = _column(op)
+            if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
                 b.comm("all-gather", op.in_elems, op.layer, op.name)
             b.add_op(op, backward=False)
-            if only_selective:
-                continue
-            if op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding):
+            if _weighted(op) and (
+                op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)
+            ):
                 b.comm(_reduce(sp), op.out_elems, op.layer, op.name)
+            prev_column = column
     return b.finish()
 
 
 def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
+    """Input gradients of consecutive column-parallel ops (SwiGLU's gate and up) add up locally and
+    are reduced once, as Megatron's fused linear does."""
     b = _Builder(ctx, "B")
     sp = ctx.sequence_parallel
+    pending: Op | None = None
     for ops in reversed(layers):
         for op in reversed(ops):
-            if sp and op.split is TensorSplit.row:
+            if pending is not None and not _column(op):
+                b.comm(_reduce(sp), pending.in_elems, pending.layer, pending.name)
+                pending = None
+            if sp and op.split is TensorSplit.row and _weighted(op):
                 b.comm("all-gather", op.out_elems, op.layer, op.name)
             b.add_op(op, backward=True)
-            if op.split is TensorSplit.column:
-                b.comm(_reduce(sp), op.in_elems, op.layer, op.name)
+            if _column(op):
+                pending = op
+    if pending is not None:
+        b.comm(_reduce(sp), pending.in_elems, pending.layer, pending.name)
     return b.finish()

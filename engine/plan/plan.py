@@ -83,6 +83,11 @@ class Plan:
         return collective(self.hw, kind, self.stages[rank].groups[replica], nbytes)  # type: ignore[arg-type]
 
     @cache  # noqa: B019
+    def tp_time(self, rank: int, replica: int, kind: str, nbytes: float) -> float:
+        """Uncontended duration of a tensor-parallel collective."""
+        return self.tp_collective(rank, replica, kind, nbytes).time(self.hw)
+
+    @cache  # noqa: B019
     def p2p(self, virtual_stage: int, replica: int, backward: bool) -> Collective:
         r0, _ = self.stage_of(virtual_stage)
         r1, _ = self.stage_of(virtual_stage + 1)
@@ -127,7 +132,7 @@ def merge_concurrent(parts: list[Collective]) -> Collective:
 
 
 def _remote_memory(hw: HardwareGraph, device: int):
-    path = hw.devices[device].path
+    path = hw.devices[device].node
     for port in hw.memory_ports:
         if port.edge is not None and path.startswith(port.owner + "/"):
             return port.memory
@@ -137,13 +142,13 @@ def _remote_memory(hw: HardwareGraph, device: int):
 def _capacity(hw: HardwareGraph, device: int, dev: DeviceModel) -> float:
     if dev.local_dram is not None:
         return dev.local_dram.capacity_bytes
-    path = hw.devices[device].path
+    path = hw.devices[device].node
     owners = {p.owner for p in hw.memory_ports if p.edge is not None and path.startswith(p.owner + "/")}
     if not owners:
         return dev.sram_bytes
     owner = max(owners, key=len)
     ports = [p for p in hw.memory_ports if p.owner == owner and p.edge is not None]
-    sharing = sum(1 for d in hw.devices if d.path.startswith(owner + "/"))
+    sharing = sum(1 for d in hw.devices if d.node.startswith(owner + "/"))
     return dev.sram_bytes + sum(p.capacity_bytes for p in ports) / max(sharing, 1)
 
 

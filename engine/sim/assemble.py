@@ -7,23 +7,22 @@ from engine.results.result import MEMORY_CATEGORIES, MemoryTrack, OutOfMemory, R
 from engine.sim.network import FlowNetwork
 from engine.sim.recorder import Recorder
 
-MAX_LINK_SERIES = 256
+MAX_LINK_SERIES = 64  # the busiest links get series and Gantt lanes
 
 
 def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list[Series]:
-    """Utilisation (0–1) of the busiest links, as series, and as busy slices on per-link lanes."""
+    """Utilisation (0–1) of the busiest links (by bytes over bandwidth), as series and as busy slices."""
     hw = plan.hw
-    means = []
-    for lk, trace in net.traces.items():
+    carried = net.link_bytes()
+    ranked = sorted(carried, key=lambda lk: (-carried[lk] / hw.links[lk].bandwidth, lk))[:MAX_LINK_SERIES]
+    out = []
+    for lk in ranked:
+        trace = net.link_trace(lk)
         cap = hw.links[lk].bandwidth
         s = Series(_link_name(plan, lk), "fraction", trace.times, [v / cap for v in trace.loads], capacity=1.0)
-        means.append((s.mean(end), lk, s))
-    means.sort(key=lambda x: (-x[0], x[1]))
-    out = []
-    for _mean, lk, s in means[:MAX_LINK_SERIES]:
         out.append(s)
         group = "memory" if hw.links[lk].kind == "memory" else "links"
-        lane = rec.timeline.lane(s.name, group, detail=f"{hw.links[lk].bandwidth / 1e9:.0f} GB/s")
+        lane = rec.timeline.lane(s.name, group, detail=f"{cap / 1e9:.0f} GB/s")
         for i, t in enumerate(s.times):
             if s.values[i] <= 0:
                 continue
@@ -48,12 +47,13 @@ def assemble(plan: Plan, rec: Recorder, net: FlowNetwork | None, *, engine: str,
     peak_bytes, peak_row, oom = 0.0, dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
     for r, led in sorted(rec.ledgers.items()):
         st = plan.stages[r]
-        device = plan.hw.devices[st.groups[0][0]].path
+        device = plan.hw.devices[st.groups[0][0]].node
+        times, mem_rows = led.rows()
         track = MemoryTrack(
             device=device,
             capacity_bytes=st.capacity,
-            times=list(led.mem_times),
-            by_category={c: [row[c] for row in led.mem_rows] for c in MEMORY_CATEGORIES},
+            times=times,
+            by_category={c: [row[c] for row in mem_rows] for c in MEMORY_CATEGORIES},
         )
         memory.append(track)
         peak, row = led.peak()

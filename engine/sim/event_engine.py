@@ -17,11 +17,14 @@ import simpy
 from engine.perf.collectives import Collective
 from engine.plan.passes import ChunkPass, Segment
 from engine.plan.plan import Plan
+from engine.sim.compress import compress_patterns
 from engine.sim.network import FlowNetwork
 from engine.sim.recorder import Recorder, StageLedger
 from engine.sim.schedules import Step, forward_only_order, predecessor, stage_order
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
+# Above this many passes the Gantt gets one slice per pass instead of one per segment and collective.
+SEGMENT_SLICE_LIMIT = 20_000
 
 
 class EventEngine:
@@ -30,12 +33,19 @@ class EventEngine:
         self.train = train
         self.env = simpy.Environment()
         hw = plan.hw
-        self.net = FlowNetwork(self.env, [lk.bandwidth for lk in hw.links], contention=contention)
         self.replicas = [0] if aggregate else list(range(plan.dp))
         self.rec = Recorder()
         self.arrivals: dict[tuple, simpy.Event] = {}
-        self.dp_events: dict[tuple[int, int], list[simpy.Event]] = {}
-        self.private_tp = self._private_tp_groups()
+        self._dram_cache: dict[tuple[int, int], dict[int, float]] = {}
+        self._owed: dict[tuple[int, int], float] = {}  # fast-path time accounted, not yet waited
+        self._totals: dict[tuple[int, int, int], tuple[float, float, float]] = {}
+        self.private_tp, patterns = self._traffic_patterns()
+        capacity = [lk.bandwidth for lk in hw.links]
+        self.net = FlowNetwork(
+            self.env, capacity, contention=contention, reduced=compress_patterns(patterns, capacity)
+        )
+        passes = plan.pp * plan.chunks * plan.micro_batches * (3 if train else 1) * len(self.replicas)
+        self.segment_slices = passes <= SEGMENT_SLICE_LIMIT
         self.lanes = {
             (r, j): self.rec.timeline.lane(
                 f"stage {r}" + (f" · replica {j}" if not aggregate else ""), "compute", detail=self._group_text(r, j)
@@ -47,42 +57,53 @@ class EventEngine:
     # --- set-up ------------------------------------------------------------------------------------
     def _group_text(self, r: int, j: int) -> str:
         devs = self.plan.stages[r].groups[j]
-        return f"{len(devs)} devices: {self.plan.hw.devices[devs[0]].path} …"
+        return f"{len(devs)} devices from {self.plan.hw.devices[devs[0]].node}"
 
-    def _private_tp_groups(self) -> set[tuple[int, int]]:
-        """Tensor groups whose collectives' links carry no other traffic in this run."""
+    def _traffic_patterns(self) -> tuple[set[tuple[int, int]], list[dict[int, float]]]:
+        """Every link-usage pattern this run can issue, and the tensor groups whose collectives' links
+        carry no other traffic (those are folded into compute)."""
         plan = self.plan
         tp_links: dict[tuple[int, int], set[int]] = {}
+        tp_patterns: dict[tuple[int, int], list[dict[int, float]]] = {}
         for r, st in enumerate(plan.stages):
             for j in range(plan.dp):
                 links: set[int] = set()
+                pats = []
                 for ps in st.passes.values():
                     for seg in ps.segments:
                         if seg.comm:
                             for ph in plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).phases:
                                 links |= ph.usage.keys()
+                                pats.append(ph.usage)
                 tp_links[(r, j)] = links
-        other: dict[int, int] = {}
-        for (_r, _j), links in tp_links.items():
+                tp_patterns[(r, j)] = pats
+        count: dict[int, int] = {}
+        for links in tp_links.values():
             for lk in links:
-                other[lk] = other.get(lk, 0) + 1
-        shared: set[int] = {lk for lk, n in other.items() if n > 1}
+                count[lk] = count.get(lk, 0) + 1
+        shared: set[int] = {lk for lk, n in count.items() if n > 1}
+        others: list[dict[int, float]] = []
         for vs in range(plan.virtual_stages - 1):
             for j in range(plan.dp):
                 for back in (False, True):
-                    for ph in plan.p2p(vs, j, back).phases:
-                        shared |= ph.usage.keys()
+                    others += [ph.usage for ph in plan.p2p(vs, j, back).phases]
         for r, st in enumerate(plan.stages):
             for c in st.chunk_layers:
-                for ph in plan.dp_collective(r, c).phases:
-                    shared |= ph.usage.keys()
+                others += [ph.usage for ph in plan.dp_collective(r, c).phases]
+            others += [ph.usage for ph in plan.zero_gather(r).phases]
             if any(seg.dram_bytes > 0 for ps in st.passes.values() for seg in ps.segments):
-                for j in range(plan.dp):
-                    shared |= self._dram_usage(r, j).keys()
-        return {key for key, links in tp_links.items() if links and not links & shared}
+                others += [self._dram_usage(r, j) for j in range(plan.dp)]
+        for usage in others:
+            shared |= usage.keys()
+        private = {key for key, links in tp_links.items() if links and not links & shared}
+        patterns = others + [u for key, pats in tp_patterns.items() if key not in private for u in pats]
+        return private, patterns
 
     def _dram_usage(self, r: int, j: int) -> dict[int, float]:
-        usage: dict[int, float] = {}
+        cached = self._dram_cache.get((r, j))
+        if cached is not None:
+            return cached
+        usage = self._dram_cache[(r, j)] = {}
         st = self.plan.stages[r]
         mem = st.dev.remote_dram
         if mem is None:
@@ -104,17 +125,39 @@ class EventEngine:
         for ph in coll.phases:
             yield self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s)
 
-    def _run_pass(self, r: int, j: int, ps: ChunkPass, step: Step, ledger: StageLedger) -> Generator:
+    def _run_pass(
+        self, r: int, j: int, ps: ChunkPass, step: Step, ledger: StageLedger, defer: bool = False
+    ) -> Generator:
+        """Run one pass. On the fast path the time is only accounted; ``defer`` leaves it owed so the
+        next pass's single timeout covers both (recompute then backward: one event, not two)."""
         plan, env, lane = self.plan, self.env, self.lanes[(r, j)]
         cat = CATEGORY_OF_PASS[ps.kind]
         tag = f"{ps.kind}{step.micro_batch}"
         fast = (r, j) in self.private_tp or plan.tp == 1
-        if fast and not any(seg.dram_bytes for seg in ps.segments):
-            t = env.now
-            for seg in ps.segments:
-                t = self._account(r, j, seg, t, cat, tag, step, ledger)
+        if fast and not ps.has_dram:
+            t0 = env.now + self._owed.get((r, j), 0.0)
+            if self.segment_slices:
+                t = t0
+                for seg in ps.segments:
+                    t = self._account(r, j, seg, t, cat, tag, step, ledger)
+            else:
+                busy, compute, comm = self._pass_totals(r, j, ps)
+                times = ledger.times
+                times[cat] += compute
+                times["memory_stall"] += busy - compute
+                times["tp_comm"] += comm
+                t = t0 + busy + comm
+                label = f"{ps.segments[0].label}…{ps.segments[-1].label} {tag}" if ps.segments else tag
+                self.rec.slice(lane, t0, t - t0, cat, label, r, step.micro_batch, -1)
+            if defer:
+                self._owed[(r, j)] = t - env.now
+                return
+            self._owed[(r, j)] = 0.0
             yield env.timeout(t - env.now)
             return
+        owed = self._owed.pop((r, j), 0.0)
+        if owed:
+            yield env.timeout(owed)
         for seg in ps.segments:
             start = env.now
             if seg.dram_bytes > 0:
@@ -141,16 +184,29 @@ class EventEngine:
                     seg.layer,
                 )
 
+    def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> tuple[float, float, float]:
+        """(busy, compute, tensor-parallel comm) seconds of a fast-path pass, computed once."""
+        key = (r, j, id(ps))
+        hit = self._totals.get(key)
+        if hit is None:
+            comm = sum(self.plan.tp_time(r, j, *seg.comm) for seg in ps.segments if seg.comm)
+            hit = self._totals[key] = (ps.busy_s, ps.compute_s, comm)
+        return hit
+
     def _account(self, r, j, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:
         lane = self.lanes[(r, j)]
-        ledger.times[cat] += seg.compute_s
-        ledger.times["memory_stall"] += seg.busy_s - seg.compute_s
-        self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+        times = ledger.times
+        times[cat] += seg.compute_s
+        times["memory_stall"] += seg.busy_s - seg.compute_s
+        detail = self.segment_slices
+        if detail:
+            self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
         t += seg.busy_s
         if seg.comm:
-            dur = self.plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).time(self.plan.hw)
-            ledger.times["tp_comm"] += dur
-            self.rec.slice(lane, t, dur, "tp_comm", f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
+            dur = self.plan.tp_time(r, j, seg.comm[0], seg.comm[1])
+            times["tp_comm"] += dur
+            if detail:
+                self.rec.slice(lane, t, dur, "tp_comm", f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
             t += dur
         return t
 
@@ -167,6 +223,15 @@ class EventEngine:
             ledger.times["bubble"] += waited - comm
 
     def _send(self, coll: Collective, key: tuple) -> None:
+        if len(coll.phases) == 1:  # one flow: its own event is (or triggers) the arrival
+            ph = coll.phases[0]
+            sent = self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s)
+            waiting = self.arrivals.get(key)
+            if waiting is None:
+                self.arrivals[key] = sent
+            else:
+                sent.callbacks.append(lambda _e: waiting.succeed())
+            return
         done = self._event(key)
         if not coll.phases:
             done.succeed()
@@ -203,13 +268,13 @@ class EventEngine:
                 key = ("F", step.micro_batch, step.chunk, r, j)
                 producer_end[key] = env.now
                 if vs < plan.virtual_stages - 1:
-                    self._send(plan.p2p(vs, j, backward=False), key)
+                    self._send(plan.p2p(vs, j, False), key)
                 else:
                     self._event(key).succeed()
             else:
                 if (step.chunk, "R") in st.passes:
                     ledger.memory(env.now, "activations", st.transient_bytes)
-                    yield from self._run_pass(r, j, st.passes[(step.chunk, "R")], step, ledger)
+                    yield from self._run_pass(r, j, st.passes[(step.chunk, "R")], step, ledger, defer=True)
                 yield from self._run_pass(r, j, st.passes[(step.chunk, "B")], step, ledger)
                 ledger.memory(
                     env.now,
@@ -219,7 +284,7 @@ class EventEngine:
                 key = ("B", step.micro_batch, step.chunk, r, j)
                 producer_end[key] = env.now
                 if vs > 0:
-                    self._send(plan.p2p(vs - 1, j, backward=True), key)
+                    self._send(plan.p2p(vs - 1, j, True), key)
                 else:
                     self._event(key).succeed()
                 remaining_b[step.chunk] -= 1

@@ -1,8 +1,13 @@
 """A simpy-driven flow network: transfers are flows on routes sharing links max-min fairly.
 
 Rates are recomputed only when a flow starts or ends, once per timestamp, and only for the connected
-component of flows that share links with the changed ones. Completion events are simpy timeouts that
-carry a version, so a rate change simply makes older timeouts stale.
+component of flows that share links with the changed ones; a flow alone on its links gets its route's
+bottleneck at once. Completion events are simpy timeouts that carry a version, so a rate change
+simply makes older timeouts stale.
+
+Bookkeeping is per *usage pattern* (the link-usage dict of a collective phase, shared by every flow of
+that phase): a pattern keeps the sum of its flows' rates over time and the bytes it carried, and link
+series are derived from patterns at the end — O(1) per flow event instead of O(links).
 """
 
 from __future__ import annotations
@@ -10,27 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import simpy
 
 from engine.sim.maxmin import independent_rates, max_min_rates
 
 
-@dataclass(slots=True)
-class Flow:
-    fid: int
-    usage: dict[int, float]
-    remaining: float
-    latency: float
-    done: simpy.Event
-    tag: str
-    rate: float = 0.0
-    updated: float = 0.0
-    version: int = 0
-
-
 @dataclass
 class LinkTrace:
-    """Piecewise-constant load (bytes/s) of one link: ``times[i]`` → ``loads[i]`` until the next time."""
+    """Piecewise-constant load (bytes/s): ``loads[i]`` holds from ``times[i]`` until the next time."""
 
     times: list[float] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
@@ -38,57 +31,129 @@ class LinkTrace:
     def record(self, t: float, load: float) -> None:
         if self.times and self.times[-1] == t:
             self.loads[-1] = load
-        elif not self.loads or abs(self.loads[-1] - load) > 1e-9 * max(1.0, load):
+        else:
             self.times.append(t)
             self.loads.append(load)
 
 
+@dataclass(eq=False)
+class Pattern:
+    usage: Mapping[int, float]
+    solve: Mapping[int, float]  # the links the max-min solver needs (see engine.sim.compress)
+    rate_sum: float = 0.0
+    bytes: float = 0.0
+    trace: LinkTrace = field(default_factory=LinkTrace)
+
+
+@dataclass(slots=True, eq=False)
+class Flow:
+    fid: int
+    pattern: Pattern
+    remaining: float
+    latency: float
+    done: simpy.Event
+    rate: float = 0.0
+    updated: float = 0.0
+    version: int = 0
+
+    @property
+    def usage(self) -> Mapping[int, float]:
+        return self.pattern.solve
+
+
 class FlowNetwork:
-    def __init__(self, env: simpy.Environment, capacity: list[float], *, contention: bool = True):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        capacity: list[float],
+        *,
+        contention: bool = True,
+        reduced: dict[int, dict[int, float]] | None = None,
+    ):
         self.env = env
+        self.reduced = reduced or {}
         self.capacity = capacity
         self.contention = contention
         self.flows: dict[int, Flow] = {}
         self.on_link: dict[int, set[int]] = {}
-        self.load: dict[int, float] = {}
-        self.traces: dict[int, LinkTrace] = {}
-        self.bytes_on_link: dict[int, float] = {}
+        self.patterns: dict[int, Pattern] = {}
         self._next_id = 0
         self._dirty: set[int] = set()
-        self._pending = False
         self._freed_links: set[int] = set()
+        self._pending = False
         self.flow_count = 0
 
     # -- public -------------------------------------------------------------------------------
-    def transfer(self, usage: Mapping[int, float], nbytes: float, latency: float = 0.0, tag: str = "") -> simpy.Event:
-        """An event that fires when ``nbytes`` have crossed every link of ``usage`` (plus ``latency``)."""
+    def transfer(self, usage: Mapping[int, float], nbytes: float, latency: float = 0.0) -> simpy.Event:
+        """An event that fires when ``nbytes`` have crossed every link of ``usage`` (plus ``latency``).
+
+        ``usage`` must not be mutated afterwards: flows of one pattern share it."""
         done = self.env.event()
         if nbytes <= 0 or not usage:
             self._finish_after(done, latency)
             return done
+        pattern = self.patterns.get(id(usage))
+        if pattern is None or pattern.usage is not usage:
+            pattern = self.patterns[id(usage)] = Pattern(usage, self.reduced.get(id(usage), usage))
+        usage = pattern.solve
+        pattern.bytes += nbytes
         fid = self._next_id
         self._next_id += 1
         self.flow_count += 1
-        flow = Flow(fid, dict(usage), float(nbytes), latency, done, tag, updated=self.env.now)
+        flow = Flow(fid, pattern, float(nbytes), latency, done, updated=self.env.now)
         self.flows[fid] = flow
-        for link, u in flow.usage.items():
-            self.on_link.setdefault(link, set()).add(fid)
-            self.bytes_on_link[link] = self.bytes_on_link.get(link, 0.0) + u * nbytes
-        if not self.contention:
-            (rate,) = independent_rates([flow.usage], self.capacity)
+        alone = True
+        on_link = self.on_link
+        for link in usage:
+            members = on_link.get(link)
+            if members is None:
+                on_link[link] = {fid}
+            else:
+                members.add(fid)
+                alone = False
+        if not self.contention or alone:
+            # contention off, or nothing else on its links: its rate is its route's bottleneck, now
+            (rate,) = independent_rates([usage], self.capacity)
             self._set_rate(flow, rate)
-            self._add_load(flow, rate)
+            self._add_rate(flow, rate)
             return done
         self._dirty.add(fid)
         self._schedule_recompute()
         return done
 
+    def link_bytes(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for p in self.patterns.values():
+            for link, u in p.usage.items():
+                out[link] = out.get(link, 0.0) + u * p.bytes
+        return out
+
+    def link_trace(self, link: int) -> LinkTrace:
+        """The load of one link over time, summed over the patterns that cross it."""
+        times, deltas = [], []
+        for p in self.patterns.values():
+            u = p.usage.get(link)
+            if not u or not p.trace.times:
+                continue
+            values = np.asarray(p.trace.loads)
+            times.append(np.asarray(p.trace.times))
+            deltas.append(u * np.diff(values, prepend=0.0))
+        if not times:
+            return LinkTrace()
+        t = np.concatenate(times)
+        d = np.concatenate(deltas)
+        order = np.argsort(t, kind="stable")
+        t, load = t[order], np.cumsum(d[order])
+        keep = np.append(t[1:] != t[:-1], True)  # last value at each timestamp
+        load = np.where(np.abs(load[keep]) < 1e-6, 0.0, load[keep])
+        return LinkTrace(t[keep].tolist(), load.tolist())
+
     # -- internals ------------------------------------------------------------------------------
     def _finish_after(self, done: simpy.Event, latency: float) -> None:
-        if latency > 0:
-            self.env.timeout(latency).callbacks.append(lambda _e: done.succeed())
-        else:
-            done.succeed()
+        """Trigger ``done`` after ``latency`` with one scheduled event (what simpy's Timeout does)."""
+        done._ok = True
+        done._value = None
+        self.env.schedule(done, delay=latency)
 
     def _schedule_recompute(self) -> None:
         if not self._pending:
@@ -100,11 +165,10 @@ class FlowNetwork:
         stack = list(seeds)
         links_seen: set[int] = set()
         while stack:
-            fid = stack.pop()
-            flow = self.flows.get(fid)
+            flow = self.flows.get(stack.pop())
             if flow is None:
                 continue
-            for link in flow.usage:
+            for link in flow.pattern.solve:
                 if link in links_seen:
                     continue
                 links_seen.add(link)
@@ -117,7 +181,6 @@ class FlowNetwork:
     def _recompute(self, _event: simpy.Event | None = None) -> None:
         self._pending = False
         seeds = {f for f in self._dirty if f in self.flows}
-        # a finished flow leaves its former neighbours dirty through its links
         seeds |= {f for link in self._freed_links for f in self.on_link.get(link, ())}
         self._dirty.clear()
         self._freed_links.clear()
@@ -126,46 +189,39 @@ class FlowNetwork:
         comp = [self.flows[f] for f in self._component(seeds) if f in self.flows]
         now = self.env.now
         for flow in comp:
-            self._advance(flow, now)
-            self._add_load(flow, -flow.rate)
-        rates = max_min_rates([f.usage for f in comp], self.capacity)
+            flow.remaining = max(0.0, flow.remaining - flow.rate * (now - flow.updated))
+            flow.updated = now
+        rates = max_min_rates([f.pattern.solve for f in comp], self.capacity)
         for flow, rate in zip(comp, rates, strict=True):
+            if rate != flow.rate:
+                self._add_rate(flow, rate - flow.rate)
             self._set_rate(flow, rate)
-            self._add_load(flow, rate)
 
-    def _advance(self, flow: Flow, now: float) -> None:
-        flow.remaining = max(0.0, flow.remaining - flow.rate * (now - flow.updated))
-        flow.updated = now
-
-    def _add_load(self, flow: Flow, rate: float) -> None:
-        now = self.env.now
-        for link, u in flow.usage.items():
-            value = self.load.get(link, 0.0) + u * rate
-            if abs(value) < 1e-6:
-                value = 0.0
-            self.load[link] = value
-            trace = self.traces.get(link)
-            if trace is None:
-                trace = self.traces[link] = LinkTrace()
-            trace.record(now, value)
+    def _add_rate(self, flow: Flow, delta: float) -> None:
+        p = flow.pattern
+        p.rate_sum += delta
+        if -1e-6 < p.rate_sum < 1e-6:
+            p.rate_sum = 0.0
+        p.trace.record(self.env.now, p.rate_sum)
 
     def _set_rate(self, flow: Flow, rate: float) -> None:
         flow.rate = rate
         flow.updated = self.env.now
         flow.version += 1
-        version = flow.version
-        delay = flow.remaining / rate if rate > 0 else float("inf")
-        if delay == float("inf"):
+        if rate <= 0 or rate == float("inf"):
+            if rate == float("inf"):
+                self.env.timeout(0).callbacks.append(lambda _e, f=flow, v=flow.version: self._complete(f, v))
             return
-        self.env.timeout(delay).callbacks.append(lambda _e, f=flow, v=version: self._complete(f, v))
+        version = flow.version
+        self.env.timeout(flow.remaining / rate).callbacks.append(lambda _e, f=flow, v=version: self._complete(f, v))
 
     def _complete(self, flow: Flow, version: int) -> None:
         if flow.version != version or flow.fid not in self.flows:
             return
         del self.flows[flow.fid]
-        self._add_load(flow, -flow.rate)
+        self._add_rate(flow, -flow.rate)
         flow.remaining = 0.0
-        for link in flow.usage:
+        for link in flow.pattern.solve:
             members = self.on_link[link]
             members.discard(flow.fid)
             if self.contention and members:

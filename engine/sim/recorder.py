@@ -11,25 +11,33 @@ from engine.results.timeline import Timeline
 
 @dataclass
 class StageLedger:
-    """Where one stage's wall time went; the categories add up to its finish time."""
+    """Where one stage's wall time went (the categories add up to its finish time), and its memory
+    changes as (time, category, delta) records, turned into occupancy rows only when asked."""
 
     times: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    mem_times: list[float] = field(default_factory=list)
-    mem_rows: list[dict[str, float]] = field(default_factory=list)
-    current: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MEMORY_CATEGORIES, 0.0))
+    changes: list[tuple[float, str, float]] = field(default_factory=list)
     finish: float = 0.0
 
     def memory(self, t: float, category: str, delta: float) -> None:
-        self.current[category] += delta
-        if self.mem_times and self.mem_times[-1] == t:
-            self.mem_rows[-1] = dict(self.current)
-        else:
-            self.mem_times.append(t)
-            self.mem_rows.append(dict(self.current))
+        self.changes.append((t, category, delta))
+
+    def rows(self) -> tuple[list[float], list[dict[str, float]]]:
+        """Occupancy by category after each distinct time."""
+        current = dict.fromkeys(MEMORY_CATEGORIES, 0.0)
+        times: list[float] = []
+        rows: list[dict[str, float]] = []
+        for t, cat, delta in self.changes:
+            current[cat] += delta
+            if times and times[-1] == t:
+                rows[-1] = dict(current)
+            else:
+                times.append(t)
+                rows.append(dict(current))
+        return times, rows
 
     def peak(self) -> tuple[float, dict[str, float]]:
-        best, row = 0.0, dict(self.current)
-        for r in self.mem_rows:
+        best, row = 0.0, dict.fromkeys(MEMORY_CATEGORIES, 0.0)
+        for r in self.rows()[1]:
             total = sum(r.values())
             if total > best:
                 best, row = total, r

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QLineEdit, QVBoxLayout, QWidget
 
 from studio.units import Unit, UnitError, format_value, parse_value
 
@@ -62,15 +62,15 @@ class ValueEditor(_Editor):
         self.optional = optional
         self.value = value
         self.line_edit = QLineEdit(self)
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.line_edit, 1)
+        if optional:
+            self.line_edit.setPlaceholderText("not set")
         if unit is not None and unit.symbol:
-            hint = QLabel(unit.symbol, self)
-            hint.setStyleSheet("color: #7f8c8d;")
-            hint.setToolTip(f"e.g. {unit.example}; SI prefixes (k, M, G, T, P) and KiB/MiB/GiB are understood")
-            row.addWidget(hint)
-        self._box.addLayout(row)
+            # The value shows its unit already; the tooltip teaches the syntax.
+            self.line_edit.setToolTip(
+                f"in {unit.symbol}, e.g. {unit.example}; prefixes k, M, G, T, P (and KiB, MiB, GiB) work"
+                + ("; empty means not set" if optional else "")
+            )
+        self._box.addWidget(self.line_edit)
         self._box.addWidget(self.error_label)
         self._edited = False
         self.set_value(value)

@@ -8,6 +8,7 @@ place, so Tab moves on normally after a commit.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (
 from engine.ir.hardware import Component, ComponentKind, Topology
 from studio.commands import SetComponentField
 from studio.document import ProjectDocument
-from studio.summary import one_line
+from studio.summary import key_figures
 from studio.tree_edit import EditRefused, FieldPath, get_field, set_field
 from studio.ui.fields import ChoiceEditor, FlagEditor, ValueEditor, _Editor
 from studio.ui.selection import Selection
@@ -137,8 +138,13 @@ class Inspector(QWidget):
             self.scroll.takeWidget()
             self.editors, self._props = {}, []
             return
-        self.header.setText(f"<b>{comp.name}</b> &nbsp;<span style='color:#566573'>{self.path}</span><br>"
-                            f"<span style='color:#566573'>{one_line(comp)}</span>")
+        figures = " · ".join(key_figures(comp)) or "no compute or memory"
+        self.header.setText(
+            f"<b>{html.escape(comp.name)}</b> · {comp.kind.value}"
+            f"{f' · {comp.rows} × {comp.cols}' if comp.count > 1 else ''}"
+            f"<br><span style='color:#566573'>{html.escape(figures)} (per instance)</span>"
+            f"<br><span style='color:#7f8c8d'>{html.escape(self.path or '')}</span>"
+        )
         props = props_for(comp)
         if props == self._props:
             for prop in props:

@@ -12,7 +12,7 @@ from studio.summary import interconnect_caption, key_figures, memory_caption
 from studio.ui.canvas import style
 from studio.ui.canvas.label import Anchor, PixelLabel
 
-PORT_DEPTH = style.CELL * 0.45
+PORT_DEPTH_CELLS = 0.45  # port boxes are this many cells deep (or 4 % of a large level)
 
 
 def frame_lines(level: Component) -> list[str]:
@@ -42,18 +42,25 @@ class FrameItem(QGraphicsItem):
         self.level = level
         self.rect = QRectF()
         self.ports: list[tuple[QRectF, Memory]] = []
+        self.port_depth = style.CELL * PORT_DEPTH_CELLS
         self.port_labels: list[PixelLabel] = []
         self.title = PixelLabel(frame_lines(level), Anchor.bottom_left, self, backdrop=False, point_delta=0.5)
 
     def boundingRect(self) -> QRectF:
-        return self.rect.adjusted(-PORT_DEPTH, -PORT_DEPTH, PORT_DEPTH, PORT_DEPTH)
+        d = self.port_depth
+        return self.rect.adjusted(-d, -d, d, d)
 
     def fit_around(self, content: QRectF, view_scale: float) -> None:
         """Enclose ``content`` (grids, bar and their captions) with a padding that looks the same at
         any zoom, since the captions inside are sized in pixels too."""
         self.prepareGeometryChange()
+        self.port_depth = max(style.CELL * PORT_DEPTH_CELLS, 0.04 * max(content.width(), content.height()))
         pad = PADDING_PX / view_scale
-        self.rect = content.adjusted(-pad, -pad, pad, pad)
+        # Edges carrying memory ports get extra room, so the half of a port box inside never covers a grid.
+        extra = {e: self.port_depth / 2 if any(e in m.attach for m in self.level.memories) else 0.0 for e in Edge}
+        self.rect = content.adjusted(
+            -pad - extra[Edge.west], -pad - extra[Edge.north], pad + extra[Edge.east], pad + extra[Edge.south]
+        )
         self.title.setPos(self.rect.topLeft())
         self.ports = self._port_rects()
         self._label_ports()
@@ -79,7 +86,7 @@ class FrameItem(QGraphicsItem):
     def _port_rects(self) -> list[tuple[QRectF, Memory]]:
         """Each edge memory gets a share of its edge, split into one box per port."""
         out: list[tuple[QRectF, Memory]] = []
-        r, d = self.rect, PORT_DEPTH
+        r, d = self.rect, self.port_depth
         for edge in Edge:
             mems = [m for m in self.level.memories if edge in m.attach]
             if not mems:

@@ -2,8 +2,9 @@
 
 Level of detail keeps a 64 × 64 wafer smooth: far out the grid is a single shaded block captioned
 "64 × 64 tiles"; closer in, only the cells inside the exposed rectangle are drawn (batched with
-``drawRects``/``drawLines``); closer still each cell names itself and what it holds. Mesh and torus
-links between neighbouring instances are drawn in the gaps, by this item, for the same reason.
+``drawRects``/``drawLines``); closer still each cell names itself and what it holds, and large cells
+show a miniature of their own children. Mesh and torus links between neighbouring instances are drawn
+in the gaps, by this item, for the same reason.
 """
 
 from __future__ import annotations
@@ -19,44 +20,65 @@ from engine.ir.hardware import Component, Topology
 from studio.summary import block_caption, headline_dtype, key_figures, title
 from studio.ui.canvas import style
 from studio.ui.canvas.label import Anchor, PixelLabel
-from studio.ui.canvas.layout import cell_center, grid_size
-from studio.units import FLOPS, format_value
+from studio.ui.canvas.layout import GridShape
+from studio.ui.canvas.text import draw_centred_text
+from studio.units import BYTES, FLOPS, format_value
 
 MAX_DETAIL_CELLS = 600  # cells with their own text per paint; beyond this text would be unreadable anyway
+PREVIEW_CELL_PX = 110.0  # cells this large also show a miniature of their first child's grid
+PREVIEW_SPLIT = 0.5  # top share of such a cell kept for its text
+MAX_PREVIEW = 16  # a child grid larger than this previews as one block
+STEP = style.CELL + style.GAP
 
 
-def cell_text(component: Component, index: int) -> tuple[str, str]:
-    """(name of the instance, what it holds) for a zoomed-in cell."""
-    row, col = divmod(index, component.cols)
-    if component.rows > 1 and component.cols > 1:
+def cell_text(component: Component, index: int, shape: GridShape) -> list[str]:
+    """Name of the instance, then what it holds, for a zoomed-in cell (most important first: lines
+    that do not fit the cell are dropped from the end)."""
+    plane, row, col = shape.locate(index)
+    if shape.planes > 1:
+        name = f"{component.name}[{plane},{row},{col}]"
+    elif shape.rows > 1 and shape.cols > 1:
         name = f"{component.name}[{row},{col}]"
     else:
         name = f"{component.name}[{index}]" if component.count > 1 else component.name
     if component.children:
-        inside = ", ".join(f"{c.count} × {c.name}" for c in component.children)
-    else:
-        dt = headline_dtype(component)
-        inside = f"{format_value(component.compute.peak(dt), FLOPS)}" if component.compute and dt else ""
-    return name, inside
+        return [name, *(f"{c.count} × {c.name}" for c in component.children)]
+    lines = [name]
+    dt = headline_dtype(component)
+    if component.compute is not None and dt is not None:
+        lines.append(format_value(component.compute.peak(dt), FLOPS))
+    lines += [f"{format_value(m.capacity_bytes, BYTES)} {m.kind.value.upper()}" for m in component.memories]
+    return lines
+
+
+def label_lines(component: Component, shape: GridShape) -> list[str]:
+    lines = [title(component), " · ".join(key_figures(component))]
+    if (shape.rows, shape.cols, shape.planes) != (component.rows, component.cols, 1):
+        planes = f"{shape.planes} planes of " if shape.planes > 1 else ""
+        lines.append(f"drawn as the network's shape: {planes}{shape.rows} × {shape.cols}")
+    return lines
 
 
 class GridItem(QGraphicsItem):
     """A child component of the viewed level; movable and selectable as a whole."""
 
-    def __init__(self, path: str, component: Component, links: Topology | None):
+    def __init__(self, path: str, component: Component, links: Topology | None, shape: GridShape | None = None):
         super().__init__()
         self.path = path
         self.component = component
+        self.grid_shape = shape or GridShape(component.rows, component.cols)
         self.links = links if links in (Topology.mesh, Topology.torus, Topology.ring) else None
-        self.width, self.height = grid_size(component.rows, component.cols)
+        self.width, self.height = self.grid_shape.size()
         self.on_moved: Callable[[GridItem], None] | None = None
+        self.last_paint: tuple[str, int] = ("", 0)  # ("block" | "cells", cells drawn): for tests and profiling
         flags = QGraphicsItem.GraphicsItemFlag
         self.setFlags(
             flags.ItemIsSelectable | flags.ItemIsMovable | flags.ItemSendsGeometryChanges
             | flags.ItemUsesExtendedStyleOption
         )
-        self.setToolTip("\n".join([title(component), *key_figures(component)]))
-        self.label = PixelLabel([title(component), " · ".join(key_figures(component))], Anchor.top_left, self)
+        lines = label_lines(component, self.grid_shape)
+        self.setToolTip("\n".join(lines))
+        self.label = PixelLabel(lines, Anchor.top_left, self)
         self.label.setPos(0, self.height + style.GAP * 0.4)
 
     # -- geometry -----------------------------------------------------------------------------------
@@ -70,17 +92,14 @@ class GridItem(QGraphicsItem):
         return self.grid_rect().adjusted(-style.GAP, -style.GAP, style.GAP, style.GAP)
 
     def instance_center(self, index: int) -> QPointF:
-        """Scene position of instance ``index`` (row-major) of this component."""
-        x, y = cell_center(index, self.component.cols)
-        return self.mapToScene(QPointF(x, y))
+        """Scene position of instance ``index`` of this component."""
+        return self.mapToScene(QPointF(*self.grid_shape.cell_center(index)))
 
     def instance_top(self, index: int) -> QPointF:
-        x, y = cell_center(index, self.component.cols)
-        return self.mapToScene(QPointF(x, y - style.CELL / 2))
+        return self.instance_center(index) - QPointF(0, style.CELL / 2)
 
     def instance_left(self, index: int) -> QPointF:
-        x, y = cell_center(index, self.component.cols)
-        return self.mapToScene(QPointF(x - style.CELL / 2, y))
+        return self.instance_center(index) - QPointF(style.CELL / 2, 0)
 
     def itemChange(self, change: QGraphicsItem.GraphicsItemChange, value: object) -> object:
         if change == QGraphicsItem.GraphicsItemChange.ItemPositionHasChanged and self.on_moved:
@@ -89,19 +108,34 @@ class GridItem(QGraphicsItem):
 
     # -- painting -----------------------------------------------------------------------------------
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
-        lod = option.levelOfDetailFromTransform(painter.worldTransform())
-        if self.component.count > 1 and style.CELL * lod < style.MIN_CELL_PX:
-            self._paint_block(painter)
-        else:
-            self._paint_cells(painter, option.exposedRect, style.CELL * lod)
+        cell_px = style.CELL * option.levelOfDetailFromTransform(painter.worldTransform())
+        block = self.component.count > 1 and cell_px < style.MIN_CELL_PX
+        self.last_paint = ("block", 0) if block else ("cells", 0)
+        stride = self.grid_shape.plane_stride
+        for plane in range(self.grid_shape.planes):
+            painter.save()
+            painter.translate(plane * stride, 0)
+            exposed = option.exposedRect.translated(-plane * stride, 0)
+            if block:
+                self._paint_block(painter)
+            else:
+                self._paint_plane(painter, exposed, cell_px, plane)
+            painter.restore()
+        if block:
+            caption = block_caption(self.component)
+            if QFontMetricsF(style.label_font(True)).horizontalAdvance(caption) < self.width * cell_px / style.CELL:
+                draw_centred_text(painter, self.grid_rect().center(), [caption])
         if self.isSelected():
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.setPen(style.cosmetic_pen(style.SELECTED, 3.0))
             m = style.GAP * 0.35
             painter.drawRect(self.grid_rect().adjusted(-m, -m, m, m))
 
+    def _plane_rect(self) -> QRectF:
+        return QRectF(0, 0, self.grid_shape.plane_width, self.height)
+
     def _paint_block(self, painter: QPainter) -> None:
-        rect = self.grid_rect()
+        rect = self._plane_rect()
         fill = style.kind_fill(self.component.kind.value)
         grad = QLinearGradient(rect.topLeft(), rect.bottomRight())
         grad.setColorAt(0.0, fill.lighter(115))
@@ -109,77 +143,83 @@ class GridItem(QGraphicsItem):
         painter.setBrush(QBrush(grad))
         painter.setPen(style.cosmetic_pen(style.kind_edge(self.component.kind.value), 1.5))
         painter.drawRect(rect)
-        self._device_text(painter, rect.center(), [block_caption(self.component)], bold_first=True)
 
     def _visible_range(self, exposed: QRectF) -> tuple[int, int, int, int]:
-        step = style.CELL + style.GAP
-        rows, cols = self.component.rows, self.component.cols
-        c0 = max(0, math.floor(exposed.left() / step))
-        c1 = min(cols - 1, math.floor(exposed.right() / step))
-        r0 = max(0, math.floor(exposed.top() / step))
-        r1 = min(rows - 1, math.floor(exposed.bottom() / step))
+        c0 = max(0, math.floor(exposed.left() / STEP))
+        c1 = min(self.grid_shape.cols - 1, math.floor(exposed.right() / STEP))
+        r0 = max(0, math.floor(exposed.top() / STEP))
+        r1 = min(self.grid_shape.rows - 1, math.floor(exposed.bottom() / STEP))
         return r0, r1, c0, c1
 
-    def _paint_cells(self, painter: QPainter, exposed: QRectF, cell_px: float) -> None:
+    def _paint_plane(self, painter: QPainter, exposed: QRectF, cell_px: float, plane: int) -> None:
         r0, r1, c0, c1 = self._visible_range(exposed)
         if r1 < r0 or c1 < c0:
             return
-        step, cell = style.CELL + style.GAP, style.CELL
-        kind = self.component.kind.value
+        cell, kind = style.CELL, self.component.kind.value
         if self.links is not None:
             painter.setPen(style.cosmetic_pen(style.LINK, 2.0 if cell_px > 30 else 1.0))
             painter.drawLines(self._link_lines(r0, r1, c0, c1))
-        rects = [QRectF(c * step, r * step, cell, cell) for r in range(r0, r1 + 1) for c in range(c0, c1 + 1)]
+        rects = [QRectF(c * STEP, r * STEP, cell, cell) for r in range(r0, r1 + 1) for c in range(c0, c1 + 1)]
+        self.last_paint = ("cells", self.last_paint[1] + len(rects))
         painter.setBrush(style.kind_fill(kind))
         painter.setPen(style.cosmetic_pen(style.kind_edge(kind), 1.0))
         painter.drawRects(rects)
-        if cell_px >= style.DETAIL_CELL_PX and len(rects) <= MAX_DETAIL_CELLS:
-            cols = self.component.cols
-            for r in range(r0, r1 + 1):
-                for c in range(c0, c1 + 1):
-                    name, inside = cell_text(self.component, r * cols + c)
-                    centre = QPointF(c * step + cell / 2, r * step + cell / 2)
-                    self._device_text(painter, centre, [name, inside], bold_first=True, max_px=cell_px - 6)
+        if cell_px < style.DETAIL_CELL_PX or len(rects) > MAX_DETAIL_CELLS:
+            return
+        preview = cell_px >= PREVIEW_CELL_PX and bool(self.component.children)
+        text_h = cell * (PREVIEW_SPLIT if preview else 1.0)
+        first = plane * self.grid_shape.rows * self.grid_shape.cols
+        for r in range(r0, r1 + 1):
+            for c in range(c0, c1 + 1):
+                x, y = c * STEP, r * STEP
+                lines = cell_text(self.component, first + r * self.grid_shape.cols + c, self.grid_shape)
+                draw_centred_text(
+                    painter, QPointF(x + cell / 2, y + text_h / 2), lines,
+                    max_px=cell_px - 6, max_height=text_h * cell_px / cell - 4,
+                )
+                if preview:
+                    area = QRectF(x, y + text_h, cell, cell - text_h)
+                    self._paint_preview(painter, area.adjusted(cell * 0.08, 0, -cell * 0.08, -cell * 0.08))
+
+    def _paint_preview(self, painter: QPainter, area: QRectF) -> None:
+        """A glimpse of what one instance holds (its first child's grid), so a node shows its 8 GPUs
+        before anyone opens it."""
+        child = self.component.children[0]
+        rows, cols = child.rows, child.cols
+        painter.setBrush(style.kind_fill(child.kind.value))
+        painter.setPen(style.cosmetic_pen(style.kind_edge(child.kind.value), 1.0))
+        if rows > MAX_PREVIEW or cols > MAX_PREVIEW:
+            painter.drawRect(area)
+            return
+        size = min(area.width() / (cols * 1.25), area.height() / (rows * 1.25))
+        gap = size * 0.25
+        left = area.center().x() - (cols * size + (cols - 1) * gap) / 2
+        top = area.center().y() - (rows * size + (rows - 1) * gap) / 2
+        painter.drawRects([
+            QRectF(left + j * (size + gap), top + i * (size + gap), size, size)
+            for i in range(rows) for j in range(cols)
+        ])
 
     def _link_lines(self, r0: int, r1: int, c0: int, c1: int) -> list[QLineF]:
-        """Neighbour links in the gaps; torus and ring wrap-arounds as stubs past the grid's edge (a ring
-        over a 2-D grid is drawn like a torus: the caption names the topology exactly)."""
-        step, cell, gap = style.CELL + style.GAP, style.CELL, style.GAP
-        rows, cols = self.component.rows, self.component.cols
+        """Neighbour links in the gaps of one plane; torus and ring wrap-arounds as stubs past the
+        plane's edge (a ring over a 2-D grid is drawn like a torus: the caption names it exactly)."""
+        cell, gap = style.CELL, style.GAP
+        rows, cols = self.grid_shape.rows, self.grid_shape.cols
+        width = self.grid_shape.plane_width
         lines: list[QLineF] = []
         for r in range(r0, r1 + 1):
-            y = r * step + cell / 2
+            y = r * STEP + cell / 2
             for c in range(c0, min(c1 + 1, cols - 1)):
-                lines.append(QLineF(c * step + cell, y, (c + 1) * step, y))
+                lines.append(QLineF(c * STEP + cell, y, (c + 1) * STEP, y))
         for c in range(c0, c1 + 1):
-            x = c * step + cell / 2
+            x = c * STEP + cell / 2
             for r in range(r0, min(r1 + 1, rows - 1)):
-                lines.append(QLineF(x, r * step + cell, x, (r + 1) * step))
+                lines.append(QLineF(x, r * STEP + cell, x, (r + 1) * STEP))
         if self.links in (Topology.torus, Topology.ring):
             for r in range(r0, r1 + 1):
-                y = r * step + cell / 2
-                lines += [QLineF(-gap * 0.8, y, 0, y), QLineF(self.width, y, self.width + gap * 0.8, y)]
+                y = r * STEP + cell / 2
+                lines += [QLineF(-gap * 0.8, y, 0, y), QLineF(width, y, width + gap * 0.8, y)]
             for c in range(c0, c1 + 1):
-                x = c * step + cell / 2
+                x = c * STEP + cell / 2
                 lines += [QLineF(x, -gap * 0.8, x, 0), QLineF(x, self.height, x, self.height + gap * 0.8)]
         return lines
-
-    def _device_text(
-        self, painter: QPainter, centre: QPointF, lines: list[str], bold_first: bool, max_px: float = 100000.0
-    ) -> None:
-        """Draw ``lines`` centred on ``centre`` at a fixed pixel size (text must not scale with zoom)."""
-        lines = [ln for ln in lines if ln]
-        where = painter.worldTransform().map(centre)
-        painter.save()
-        painter.resetTransform()
-        fonts = [style.label_font(True) if bold_first and i == 0 else style.label_font(False, -1.0) for i in range(len(lines))]
-        heights = [QFontMetricsF(f).height() for f in fonts]
-        y = where.y() - sum(heights) / 2
-        for line, font, h in zip(lines, fonts, heights, strict=True):
-            fm = QFontMetricsF(font)
-            text = fm.elidedText(line, Qt.TextElideMode.ElideRight, int(max_px))
-            painter.setFont(font)
-            painter.setPen(style.TEXT)
-            painter.drawText(QPointF(where.x() - fm.horizontalAdvance(text) / 2, y + fm.ascent()), text)
-            y += h
-        painter.restore()

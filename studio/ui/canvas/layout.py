@@ -7,10 +7,11 @@ one are laid out left to right after the ones that have one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.ir.hardware import Component
-from studio.ui.canvas.style import CELL, GAP, ITEM_SPACING
+from studio.ui.canvas.style import CELL, GAP, ITEM_SPACING, PLANE_GAP
 
 Point = tuple[float, float]
 
@@ -20,15 +21,56 @@ def grid_size(rows: int, cols: int) -> tuple[float, float]:
     return cols * CELL + (cols - 1) * GAP, rows * CELL + (rows - 1) * GAP
 
 
-def cell_origin(row: int, col: int) -> Point:
-    """Top-left of cell (row, col) relative to its grid's top-left."""
-    return col * (CELL + GAP), row * (CELL + GAP)
+@dataclass(frozen=True)
+class GridShape:
+    """How a child's instances are drawn: ``planes`` side by side, each ``rows × cols``.
+
+    Usually the component's own rows × cols in one plane. When the parent's interconnect gives ``dims``
+    (a TPU cube is 1 × 64 chips on a 4 × 4 × 4 torus) the drawing follows the network's shape instead,
+    so neighbours on the canvas are neighbours on the network. Instances are numbered row-major
+    within a plane, planes in order.
+    """
+
+    rows: int
+    cols: int
+    planes: int = 1
+
+    @property
+    def plane_width(self) -> float:
+        return grid_size(self.rows, self.cols)[0]
+
+    @property
+    def plane_stride(self) -> float:
+        return self.plane_width + PLANE_GAP
+
+    def size(self) -> tuple[float, float]:
+        w, h = grid_size(self.rows, self.cols)
+        return self.planes * w + (self.planes - 1) * PLANE_GAP, h
+
+    def locate(self, index: int) -> tuple[int, int, int]:
+        """(plane, row, col) of instance ``index``."""
+        plane, rest = divmod(index, self.rows * self.cols)
+        return (plane, *divmod(rest, self.cols))
+
+    def cell_center(self, index: int) -> Point:
+        plane, row, col = self.locate(index)
+        return plane * self.plane_stride + col * (CELL + GAP) + CELL / 2, row * (CELL + GAP) + CELL / 2
+
+
+def display_shape(level: Component, child: Component) -> GridShape:
+    """The drawing shape of ``child`` under ``level`` (see ``GridShape``)."""
+    ic = level.interconnect
+    dims = ic.dims if ic is not None else None
+    if dims and len(level.children) == 1 and math.prod(dims) == child.count and len(dims) > 1:
+        if len(dims) == 2:
+            return GridShape(dims[0], dims[1])
+        return GridShape(dims[1], dims[2], planes=dims[0])
+    return GridShape(child.rows, child.cols)
 
 
 def cell_center(index: int, cols: int) -> Point:
     row, col = divmod(index, cols)
-    x, y = cell_origin(row, col)
-    return x + CELL / 2, y + CELL / 2
+    return col * (CELL + GAP) + CELL / 2, row * (CELL + GAP) + CELL / 2
 
 
 @dataclass(frozen=True)
@@ -44,7 +86,7 @@ class Placement:
 def auto_positions(level: Component, level_path: str, saved: dict[str, Point]) -> list[Placement]:
     """Placements of ``level``'s children, saved positions first, others in a row to their right."""
     placements: list[Placement] = []
-    sized = [(f"{level_path}/{c.name}", c, grid_size(c.rows, c.cols)) for c in level.children]
+    sized = [(f"{level_path}/{c.name}", c, display_shape(level, c).size()) for c in level.children]
     placed = [saved[p] for p, _, _ in sized if p in saved]
     right = max((saved[p][0] + w for p, _, (w, _h) in sized if p in saved), default=None)
     x = (right + ITEM_SPACING) if right is not None else 0.0

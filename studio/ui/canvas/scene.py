@@ -17,7 +17,7 @@ from studio.document import ProjectDocument
 from studio.ui.canvas import style
 from studio.ui.canvas.frame import FrameItem
 from studio.ui.canvas.grid_item import GridItem
-from studio.ui.canvas.layout import auto_positions
+from studio.ui.canvas.layout import auto_positions, display_shape
 from studio.ui.canvas.links import LinksItem
 from studio.ui.selection import Selection
 
@@ -61,7 +61,8 @@ class LevelScene(QGraphicsScene):
         topology = level.interconnect.topology if level.interconnect else None
         children = {c.name: c for c in level.children}
         for place in auto_positions(level, level_path, self.doc.project.canvas.positions):
-            item = GridItem(place.path, children[place.path.rpartition("/")[2]], topology)
+            child = children[place.path.rpartition("/")[2]]
+            item = GridItem(place.path, child, topology, display_shape(level, child))
             item.setPos(place.x, place.y)
             self.addItem(item)
             self.grids[place.path] = item

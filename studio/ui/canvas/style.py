@@ -5,10 +5,11 @@ from __future__ import annotations
 from functools import cache
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QFont, QPen
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPen
 
 CELL = 100.0  # scene units per instance cell
 GAP = 28.0  # between cells: where mesh links are drawn
+PLANE_GAP = 200.0  # between the planes of a 3-D grid drawn side by side
 ITEM_SPACING = 160.0  # between child items laid out automatically
 MIN_CELL_PX = 14.0  # below this many pixels per cell a grid is drawn as one shaded block
 DETAIL_CELL_PX = 70.0  # above this, cells carry their own text
@@ -53,11 +54,16 @@ def cosmetic_pen(color: QColor, width: float = 1.0, style: Qt.PenStyle = Qt.PenS
     return pen
 
 
-@cache
 def label_font(bold: bool = False, point_delta: float = 0.0) -> QFont:
-    """Cached: cells ask for fonts on every paint. Callers must not modify the returned font."""
-    font = QFont()
+    """The application font, adjusted; cached per base size, since cells ask for fonts on every paint
+    and presentation mode changes the base size. Callers must not modify the returned font."""
+    return _label_font(bold, point_delta, QGuiApplication.font().pointSizeF())
+
+
+@cache
+def _label_font(bold: bool, point_delta: float, base_points: float) -> QFont:
+    font = QFont(QGuiApplication.font())
     if point_delta:
-        font.setPointSizeF(max(6.0, font.pointSizeF() + point_delta))
+        font.setPointSizeF(max(6.0, base_points + point_delta))
     font.setBold(bold)
     return font

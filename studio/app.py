@@ -1,0 +1,133 @@
+"""``tilewright studio``: open the studio on a project, or render it to a PNG and exit.
+
+``--screenshot`` runs headless (offscreen unless a platform was chosen), waits for the checks and,
+with ``--run``, for the run to end, then grabs the window — so documentation images and CI smoke tests
+use the real window, not a mock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EXIT_BAD_INPUT, InputError
+
+RUN_WAIT_MS = 60_000  # a screenshot waits at most this long for a run
+CHECKS_WAIT_MS = 3_000
+
+
+def parse_size(text: str | None) -> tuple[int, int]:
+    """"1600x1000" → (1600, 1000); raises ``InputError`` for anything else."""
+    match = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text or "1600x1000")
+    if not match or int(match.group(1)) < 200 or int(match.group(2)) < 150:
+        raise InputError("--size", f"expected WIDTHxHEIGHT of at least 200x150, e.g. 1600x1000 (got {text!r})")
+    return int(match.group(1)), int(match.group(2))
+
+
+def load_initial_project(path: str | None) -> tuple[Any, Path | None, str]:
+    """The project to open, its file and a note for the status bar.
+
+    An explicit file that fails to load is an error (exit 2); the default preset failing to load only
+    falls back to a new project, since the user did not ask for it.
+    """
+    from engine.io import load_project
+    from engine.presets import default_project_path
+    from studio.samples import new_project
+
+    if path:
+        return load_project(path, check=False), Path(path), f"opened {path}"
+    try:
+        default = default_project_path()
+    except InputError:
+        return new_project(), None, "new project (no default preset found)"
+    try:
+        return load_project(default, check=False), default, f"opened {default.name}"
+    except InputError as exc:
+        print(f"tilewright: the default project did not load, starting empty:\n{exc}", file=sys.stderr)
+        return new_project(), None, "new project (the default preset did not load)"
+
+
+def main(args: Any) -> int:
+    screenshot = getattr(args, "screenshot", None)
+    if screenshot and not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    try:
+        size = parse_size(getattr(args, "size", None))
+        project, file_path, note = load_initial_project(getattr(args, "project", None))
+    except InputError as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from PySide6.QtCore import QThreadPool
+    from PySide6.QtWidgets import QApplication
+
+    from studio.document import ProjectDocument
+    from studio.icons import icon
+    from studio.settings import APPLICATION, ORGANISATION, make_settings
+    from studio.ui.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "tilewright"])
+    app.setOrganizationName(ORGANISATION)
+    app.setApplicationName(APPLICATION)
+    app.setWindowIcon(icon("app"))
+    doc = ProjectDocument(project, file_path)
+    window = MainWindow(doc, make_settings(), persist=not screenshot)
+    if getattr(args, "presentation", False):
+        window.set_presentation(True)
+    window.resize(*size)
+    window.show_message(note)
+    if screenshot:
+        window.show()
+        code = take_screenshot(window, Path(screenshot), size, run=bool(getattr(args, "run", False)))
+        window.doc.undo_stack.setClean()  # nothing to ask about when closing a scripted window
+        window.close()
+        QThreadPool.globalInstance().waitForDone(2000)
+        return code
+    if getattr(args, "presentation", False):
+        window.showFullScreen()
+    else:
+        window.show()
+    if getattr(args, "run", False):
+        window.run_simulation()
+    code = app.exec()
+    QThreadPool.globalInstance().waitForDone(2000)
+    return int(code)
+
+
+def _wait(signal: Any, timeout_ms: int) -> None:
+    """Spin an event loop until ``signal`` fires or ``timeout_ms`` pass."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    signal.connect(loop.quit)
+    QTimer.singleShot(timeout_ms, loop.quit)
+    loop.exec()
+    signal.disconnect(loop.quit)
+
+
+def take_screenshot(window: Any, path: Path, size: tuple[int, int], run: bool) -> int:
+    """Let the window settle (checks answered, run over), fit the canvas, grab and save ``path``."""
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    if run and window.run_simulation():
+        _wait(window.runner.done, RUN_WAIT_MS)
+    if not window.status.is_checked:
+        _wait(window.status.checked, CHECKS_WAIT_MS)
+    for _ in range(3):
+        app.processEvents()
+    if window.canvas.view.auto_fit:  # keep a zoom a script chose
+        window.canvas.zoom_to_fit()
+    app.processEvents()
+    pixmap = window.grab()
+    if (pixmap.width(), pixmap.height()) != size:
+        print(f"tilewright: the window came out {pixmap.width()}x{pixmap.height()}, not {size[0]}x{size[1]}",
+              file=sys.stderr)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not pixmap.save(str(path), "PNG"):
+        print(f"tilewright: could not write {path}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,138 @@
+"""Menus, toolbar and keyboard shortcuts of the main window, declared in one place.
+
+Standard shortcuts come from ``QKeySequence.StandardKey`` so they follow each platform's conventions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMenu, QStyle, QToolBar
+
+from studio.icons import icon
+
+if TYPE_CHECKING:
+    from studio.ui.main_window import MainWindow
+
+Key = QKeySequence.StandardKey
+
+
+@dataclass
+class Actions:
+    new: QAction
+    open: QAction
+    save: QAction
+    save_as: QAction
+    import_model: QAction
+    export: QAction
+    quit: QAction
+    undo: QAction
+    redo: QAction
+    cut: QAction
+    copy: QAction
+    paste: QAction
+    delete: QAction
+    select_all: QAction
+    zoom_fit: QAction
+    run: QAction
+    cancel: QAction
+    about: QAction
+    recent_menu: QMenu
+    dock_toggles: list[QAction] = field(default_factory=list)
+
+
+def _action(window: MainWindow, text: str, slot, shortcut=None, icon_=None, tip: str = "") -> QAction:  # noqa: ANN001
+    action = QAction(text, window)
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+    if icon_ is not None:
+        action.setIcon(icon_)
+    if tip:
+        action.setStatusTip(tip)
+        action.setToolTip(tip)
+    action.triggered.connect(lambda _checked=False: slot())
+    return action
+
+
+def build_actions(w: MainWindow) -> Actions:
+    std = w.style().standardIcon
+    stack = w.doc.undo_stack
+    undo = stack.createUndoAction(w, "&Undo")
+    undo.setShortcut(QKeySequence(Key.Undo))
+    undo.setIcon(std(QStyle.StandardPixmap.SP_ArrowBack))
+    redo = stack.createRedoAction(w, "&Redo")
+    redo.setShortcut(QKeySequence(Key.Redo))
+    redo.setIcon(std(QStyle.StandardPixmap.SP_ArrowForward))
+    a = Actions(
+        new=_action(w, "&New", w.new_project, Key.New, std(QStyle.StandardPixmap.SP_FileIcon), "new project"),
+        open=_action(w, "&Open…", w.open_dialog, Key.Open, std(QStyle.StandardPixmap.SP_DialogOpenButton),
+                     "open a project file"),
+        save=_action(w, "&Save", w.save, Key.Save, std(QStyle.StandardPixmap.SP_DialogSaveButton), "save"),
+        save_as=_action(w, "Save &As…", w.save_as, Key.SaveAs),
+        import_model=_action(w, "&Import model config…", w.import_model_config,
+                             tip="a Hugging Face config.json becomes the workload"),
+        export=_action(w, "&Export…", w.export, tip="the canvas as PNG, or the hardware as a system JSON"),
+        quit=_action(w, "&Quit", w.close, Key.Quit),
+        undo=undo,
+        redo=redo,
+        cut=_action(w, "Cu&t", w.cut, Key.Cut),
+        copy=_action(w, "&Copy", w.copy, Key.Copy),
+        paste=_action(w, "&Paste", w.paste, Key.Paste),
+        delete=_action(w, "&Delete", w.delete_selection, Key.Delete),
+        select_all=_action(w, "Select &All", w.select_all, Key.SelectAll),
+        zoom_fit=_action(w, "&Zoom to Fit", w.canvas.zoom_to_fit, "Ctrl+0", icon("zoom-fit"), "zoom to fit"),
+        run=_action(w, "&Run", w.run_simulation, "F5", icon("run"), "simulate the project (F5)"),
+        cancel=_action(w, "&Cancel Run", w.cancel_run, "Shift+F5", icon("cancel"), "cancel the run"),
+        about=_action(w, "&About Tilewright", w.about),
+        recent_menu=QMenu("Open &Recent", w),
+    )
+    a.cancel.setEnabled(False)
+    a.recent_menu.aboutToShow.connect(w.fill_recent_menu)
+    _menus(w, a)
+    _toolbar(w, a)
+    return a
+
+
+def _menus(w: MainWindow, a: Actions) -> None:
+    bar = w.menuBar()
+    file_menu = bar.addMenu("&File")
+    file_menu.addActions([a.new, a.open])
+    file_menu.addMenu(a.recent_menu)
+    file_menu.addSeparator()
+    file_menu.addActions([a.save, a.save_as])
+    file_menu.addSeparator()
+    file_menu.addActions([a.import_model, a.export])
+    file_menu.addSeparator()
+    file_menu.addAction(a.quit)
+    edit = bar.addMenu("&Edit")
+    edit.addActions([a.undo, a.redo])
+    edit.addSeparator()
+    edit.addActions([a.cut, a.copy, a.paste, a.delete])
+    edit.addSeparator()
+    edit.addAction(a.select_all)
+    view = bar.addMenu("&View")
+    for dock in w.docks.values():
+        toggle = dock.toggleViewAction()
+        a.dock_toggles.append(toggle)
+        view.addAction(toggle)
+    view.addSeparator()
+    view.addAction(a.zoom_fit)
+    run = bar.addMenu("&Run")
+    run.addActions([a.run, a.cancel])
+    bar.addMenu("&Help").addAction(a.about)
+
+
+def _toolbar(w: MainWindow, a: Actions) -> None:
+    tb = QToolBar("Main", w)
+    tb.setObjectName("toolbar.main")
+    tb.setMovable(False)
+    tb.addActions([a.new, a.open, a.save])
+    tb.addSeparator()
+    tb.addActions([a.undo, a.redo])
+    tb.addSeparator()
+    tb.addAction(a.zoom_fit)
+    tb.addSeparator()
+    tb.addActions([a.run, a.cancel])
+    w.addToolBar(tb)

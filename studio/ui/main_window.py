@@ -1,0 +1,347 @@
+"""The main window: canvas in the centre, docks around it, menus, status bar, file handling.
+
+The window wires parts together and owns the user-facing decisions (save before closing? which file?).
+Those decisions are separate small methods (``ask_save_changes``, ``ask_open_path`` …) so tests can
+replace them instead of clicking through modal dialogs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QCloseEvent, QFont
+from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
+
+from engine.errors import InputError
+from engine.io import dumps_stable, load_project, read_json, write_atomic
+from studio.commands import AddChild, RemoveChildren, ReplaceWorkload
+from studio.document import ProjectDocument
+from studio.icons import icon
+from studio.run_controller import RunController
+from studio.samples import new_project
+from studio.settings import add_recent_file, recent_files
+from studio.tree_edit import EditRefused
+from studio.ui.actions import build_actions
+from studio.ui.canvas import CanvasWidget
+from studio.ui.clipboard import copy_components, pasted_components
+from studio.ui.inspector import Inspector
+from studio.ui.library import Library
+from studio.ui.outline import Outline
+from studio.ui.results_panel import ResultsPanel
+from studio.ui.selection import Selection
+from studio.ui.status import StatusBar
+from studio.ui.workload_panel import WorkloadPanel
+
+LAYOUT_VERSION = 1
+PRESENTATION_SCALE = 1.3
+PROJECT_FILTER = "Tilewright projects (*.json);;All files (*)"
+Decision = QMessageBox.StandardButton
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, doc: ProjectDocument, settings: QSettings, persist: bool = True,
+                 parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.settings = settings
+        self.persist = persist  # False for scripted screenshots: never save their layout
+        self.presenting = False
+        self.selection = Selection(doc, self)
+        self.runner = RunController(parent=self)
+        self.setWindowIcon(icon("app"))
+        self.canvas = CanvasWidget(doc, self.selection, self)
+        self.setCentralWidget(self.canvas)
+        self.library = Library(doc, self.selection)
+        self.outline = Outline(doc, self.selection)
+        self.inspector = Inspector(doc, self.selection)
+        self.workload = WorkloadPanel(doc)
+        self.results = ResultsPanel()
+        self.docks: dict[str, QDockWidget] = {}
+        self._add_docks()
+        self.status = StatusBar(doc, self)
+        self.setStatusBar(self.status)
+        self.actions_ = build_actions(self)
+        self._connect()
+        self._update_title()
+        if persist:
+            self.restore_layout()
+
+    # -- construction -------------------------------------------------------------------------------
+    def _dock(self, key: str, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock.{key}")  # saveState/restoreState find docks by object name
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        self.docks[key] = dock
+        return dock
+
+    def _add_docks(self) -> None:
+        left, right = Qt.DockWidgetArea.LeftDockWidgetArea, Qt.DockWidgetArea.RightDockWidgetArea
+        library = self._dock("library", "Component library", self.library, left)
+        outline = self._dock("outline", "Hierarchy", self.outline, left)
+        inspector = self._dock("inspector", "Inspector", self.inspector, right)
+        workload = self._dock("workload", "Workload", self.workload, right)
+        results = self._dock("results", "Results", self.results, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.tabifyDockWidget(inspector, workload)
+        inspector.raise_()
+        self.resizeDocks([library, outline], [230, 400], Qt.Orientation.Vertical)
+        self.resizeDocks([library, inspector], [300, 360], Qt.Orientation.Horizontal)
+        self.resizeDocks([results], [175], Qt.Orientation.Vertical)
+
+    def _connect(self) -> None:
+        self.doc.dirtyChanged.connect(lambda _d: self._update_title())
+        self.doc.filePathChanged.connect(lambda _p: self._update_title())
+        self.doc.projectReplaced.connect(self._update_title)
+        self.library.message.connect(self.show_message)
+        self.canvas.scene.message.connect(self.show_message)
+        self.runner.runningChanged.connect(self._on_running)
+        self.runner.started.connect(self.results.show_running)
+        self.runner.finished.connect(self.results.show_result)
+        self.runner.failed.connect(lambda m: self.results.show_message(f"The run failed: {m}"))
+        self.runner.unavailable.connect(self.show_message)
+        self.runner.unavailable.connect(lambda m: self.results.show_message(f"No result: {m}."))
+        self.runner.done.connect(lambda: self.status.set_run_state(self.runner.last_message))
+
+    def _update_title(self) -> None:
+        where = self.doc.file_path.name if self.doc.file_path else "not saved"
+        self.setWindowTitle(f"{self.doc.project.name} — {where}[*] — Tilewright Studio")
+        self.setWindowModified(self.doc.is_dirty)
+
+    def show_message(self, text: str) -> None:
+        self.status.showMessage(text, 8000)
+
+    # -- decisions (replaced in tests) --------------------------------------------------------------
+    def ask_save_changes(self) -> Decision:
+        return QMessageBox.question(
+            self, "Unsaved changes", f"Save the changes to “{self.doc.project.name}” first?",
+            Decision.Save | Decision.Discard | Decision.Cancel, Decision.Save,
+        )
+
+    def ask_open_path(self, title: str = "Open project", file_filter: str = PROJECT_FILTER) -> str | None:
+        path, _ = QFileDialog.getOpenFileName(self, title, self._dialog_dir(), file_filter)
+        return path or None
+
+    def ask_save_path(self, title: str = "Save project", file_filter: str = PROJECT_FILTER) -> str | None:
+        path, _ = QFileDialog.getSaveFileName(self, title, self._dialog_dir(), file_filter)
+        return path or None
+
+    def show_error(self, title: str, text: str) -> None:
+        QMessageBox.warning(self, title, text)
+
+    def _dialog_dir(self) -> str:
+        return str(self.doc.file_path.parent) if self.doc.file_path else str(Path.cwd())
+
+    # -- files --------------------------------------------------------------------------------------
+    def maybe_save(self) -> bool:
+        """True when it is fine to drop the current project (saved, discarded, or unchanged)."""
+        if not self.doc.is_dirty:
+            return True
+        decision = self.ask_save_changes()
+        if decision == Decision.Save:
+            return self.save()
+        return decision == Decision.Discard
+
+    def new_project(self) -> bool:
+        if not self.maybe_save():
+            return False
+        self.doc.replace(new_project())
+        return True
+
+    def open_dialog(self) -> bool:
+        if not self.maybe_save():
+            return False
+        path = self.ask_open_path()
+        return self.open_path(path, guard=False) if path else False
+
+    def open_path(self, path: str | Path, guard: bool = True) -> bool:
+        if guard and not self.maybe_save():
+            return False
+        try:
+            project = load_project(path, check=False)  # inconsistencies are shown, not refused
+        except InputError as exc:
+            self.show_error("Cannot open project", str(exc))
+            return False
+        self.doc.replace(project, Path(path))
+        add_recent_file(self.settings, Path(path))
+        self.show_message(f"opened {path}")
+        return True
+
+    def save(self) -> bool:
+        if self.doc.file_path is None:
+            return self.save_as()
+        return self._save_to(self.doc.file_path)
+
+    def save_as(self, path: str | Path | None = None) -> bool:
+        path = path or self.ask_save_path()
+        if not path:
+            return False
+        path = Path(path) if Path(path).suffix else Path(f"{path}.json")
+        return self._save_to(path)
+
+    def _save_to(self, path: Path) -> bool:
+        try:
+            self.doc.save(path)
+        except OSError as exc:
+            self.show_error("Cannot save project", f"{path}: {exc}")
+            return False
+        add_recent_file(self.settings, path)
+        self.show_message(f"saved {path}")
+        return True
+
+    def fill_recent_menu(self) -> None:
+        menu = self.actions_.recent_menu
+        menu.clear()
+        files = recent_files(self.settings)
+        for f in files:
+            menu.addAction(Path(f).name, lambda p=f: self.open_path(p)).setToolTip(f)
+        if not files:
+            menu.addAction("(none)").setEnabled(False)
+
+    def import_model_config(self, path: str | Path | None = None) -> bool:
+        """A Hugging Face ``config.json`` becomes the workload (one undoable step)."""
+        path = path or self.ask_open_path("Import model config", "Model configs (*.json);;All files (*)")
+        if not path:
+            return False
+        try:
+            from engine.workloads import import_hf_config
+            from engine.workloads.hf_import import ConfigError
+        except ImportError:
+            self.show_message("model import is not available yet (engine.workloads is being written)")
+            return False
+        try:
+            spec = import_hf_config(read_json(path), source_name=Path(path).resolve().parent.name)
+        except (InputError, ConfigError) as exc:
+            self.show_error("Cannot import model config", str(exc))
+            return False
+        self.doc.push(ReplaceWorkload(self.doc, spec, f"Import {Path(path).name}"))
+        return True
+
+    def export(self, path: str | Path | None = None) -> bool:
+        """``.png``: the canvas as shown; ``.json``: the hardware tree as a system file."""
+        path = path or self.ask_save_path("Export", "Canvas image (*.png);;System JSON (*.json)")
+        if not path:
+            return False
+        target = Path(path)
+        if target.suffix.lower() == ".png":
+            ok = self.canvas.view.grab().save(str(target))
+        elif target.suffix.lower() == ".json":
+            write_atomic(target, dumps_stable(self.doc.project.hardware.model_dump(mode="json")))
+            ok = True
+        else:
+            self.show_error("Cannot export", f"{target}: choose a .png or .json file name")
+            return False
+        self.show_message(f"exported {target}" if ok else f"could not write {target}")
+        return ok
+
+    # -- edit ---------------------------------------------------------------------------------------
+    def _edit(self, action: Any) -> bool:
+        try:
+            action()
+        except EditRefused as exc:
+            self.show_message(f"refused: {exc.reason}")
+            return False
+        return True
+
+    def delete_selection(self) -> bool:
+        paths = self.selection.paths
+        return bool(paths) and self._edit(lambda: self.doc.push(RemoveChildren(self.doc, paths)))
+
+    def copy(self) -> None:
+        hw = self.doc.project.hardware
+        comps = [c for c in (hw.find(p) for p in self.selection.paths) if c is not None]
+        if comps:
+            copy_components(comps)
+
+    def cut(self) -> None:
+        self.copy()
+        self.delete_selection()
+
+    def paste(self) -> bool:
+        def do() -> None:
+            comps = pasted_components()
+            if not comps:
+                return
+            stack = self.doc.undo_stack
+            stack.beginMacro("Paste")
+            added = []
+            try:
+                for comp in comps:
+                    command = AddChild(self.doc, self.selection.level, comp)
+                    self.doc.push(command)
+                    added.append(command.child_path)
+            finally:
+                stack.endMacro()
+            self.selection.select(added)
+
+        return self._edit(do)
+
+    def select_all(self) -> None:
+        self.canvas.scene.select_all()
+
+    # -- run ----------------------------------------------------------------------------------------
+    def run_simulation(self) -> bool:
+        started = self.runner.run(self.doc.project)
+        if started:
+            self.status.set_run_state("running…")
+        return started
+
+    def cancel_run(self) -> None:
+        self.runner.cancel()
+
+    def _on_running(self, running: bool) -> None:
+        self.actions_.run.setEnabled(not running)
+        self.actions_.cancel.setEnabled(running)
+
+    # -- presentation, layout, closing --------------------------------------------------------------
+    def set_presentation(self, on: bool) -> None:
+        """Large fonts and editing locked, for talks and demos (demo mode builds on this). The whole
+        application font grows, so the canvas captions (sized in pixels) grow with the widgets."""
+        if on == self.presenting:
+            return
+        self.presenting = on
+        self.doc.read_only = on
+        app = QApplication.instance()
+        font = QFont(app.font())
+        font.setPointSizeF(font.pointSizeF() * (PRESENTATION_SCALE if on else 1 / PRESENTATION_SCALE))
+        app.setFont(font)
+        self.library.setEnabled(not on)
+        self.canvas.scene.rebuild()  # captions re-measure in the new font
+        self.canvas.breadcrumb.refresh()
+        self.inspector.refresh()
+        self.workload.refresh()
+        if on:
+            self.resizeDocks([self.docks["library"], self.docks["inspector"]], [380, 440], Qt.Orientation.Horizontal)
+
+    def about(self) -> None:
+        from engine import __version__
+
+        QMessageBox.about(
+            self, "About Tilewright",
+            f"<b>Tilewright {__version__}</b><br>Design studio and simulator for tiled, wafer-scale and "
+            "multi-chip deep-learning accelerators.",
+        )
+
+    def save_layout(self) -> None:
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState(LAYOUT_VERSION))
+        self.settings.sync()
+
+    def restore_layout(self) -> bool:
+        geometry = self.settings.value("window/geometry")
+        state = self.settings.value("window/state")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        return state is not None and self.restoreState(state, LAYOUT_VERSION)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if not self.maybe_save():
+            event.ignore()
+            return
+        self.runner.cancel()
+        if self.persist:
+            self.save_layout()
+        self.set_presentation(False)  # the application font is shared: give it back
+        event.accept()
+

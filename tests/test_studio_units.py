@@ -1,0 +1,143 @@
+"""Qt-free parts of the studio: units both ways, pure tree edits, labels with figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from studio.samples import big_wafer_project, dgx_project, wafer_project
+from studio.summary import block_caption, interconnect_caption, key_figures, one_line
+from studio.templates import TEMPLATES, build_component
+from studio.tree_edit import (
+    EditRefused,
+    add_child,
+    drop_keys,
+    remove_children,
+    rename_keys,
+    set_field,
+)
+from studio.units import (
+    BYTES,
+    BYTES_PER_S,
+    COUNT,
+    FLOPS,
+    SECONDS,
+    UnitError,
+    format_value,
+    parse_value,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (2.039e12, BYTES_PER_S, "2.04 TB/s"),
+        (312e12, FLOPS, "312 TFLOP/s"),
+        (80e9, BYTES, "80 GB"),
+        (999.9e9, BYTES, "1 TB"),  # rounds up a prefix rather than showing "1000 GB"
+        (1e-6, SECONDS, "1 µs"),
+        (5e-9, SECONDS, "5 ns"),
+        (0.239, SECONDS, "239 ms"),
+        (4e-19, SECONDS, "≈ 0 s"),
+    ],
+)
+def test_format_value_carries_unit(value, unit, text):
+    assert format_value(value, unit) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "value"),
+    [
+        ("2 TB/s", BYTES_PER_S, 2e12),
+        ("400 Gb/s", BYTES_PER_S, 50e9),  # bits are eighths of bytes
+        ("80 GiB", BYTES, 80 * 2**30),
+        ("1.5 us", SECONDS, 1.5e-6),
+        ("10 ns", SECONDS, 10e-9),
+        ("2e12", BYTES_PER_S, 2e12),
+        ("1,024", COUNT, 1024),
+    ],
+)
+def test_parse_value(text, unit, value):
+    assert parse_value(text, unit) == pytest.approx(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "reason"),
+    [
+        ("3 parsecs", BYTES, "unknown unit 'parsecs'"),
+        ("fast", BYTES_PER_S, "not a number"),
+        ("2.5", COUNT, "whole number"),
+        ("5 ms", BYTES, "unknown unit 'ms'"),  # milli is only for units that go below one
+    ],
+)
+def test_parse_value_refuses_with_reason(text, unit, reason):
+    with pytest.raises(UnitError, match=reason):
+        parse_value(text, unit)
+
+
+def test_formatted_values_parse_back():
+    for value, unit in [(2.039e12, BYTES_PER_S), (1.5e6, BYTES), (7e-9, SECONDS), (19.5e12, FLOPS)]:
+        assert parse_value(format_value(value, unit, digits=6), unit) == pytest.approx(value)
+
+
+def test_set_field_returns_new_validated_tree_and_leaves_old_one():
+    hw = wafer_project().hardware
+    new = set_field(hw, "wafer/die/tile", ("compute", "peak_flops", "bf16"), 8e12)
+    assert new.find("wafer/die/tile").compute.peak_flops["bf16"] == 8e12
+    assert hw.find("wafer/die/tile").compute.peak_flops["bf16"] == 4e12
+
+
+def test_set_field_refusals_name_the_field():
+    hw = wafer_project().hardware
+    with pytest.raises(EditRefused, match=r"rows: must be ≥ 1"):
+        set_field(hw, "wafer/die", ("rows",), 0)
+    with pytest.raises(EditRefused, match="letters, digits"):
+        set_field(hw, "wafer/die", ("name",), "a b")
+    with pytest.raises(EditRefused, match="no component"):
+        set_field(hw, "wafer/nope", ("rows",), 2)
+
+
+def test_model_level_rule_refuses_edit_on_a_child():
+    """Dims on the parent's interconnect must match the child count: the check lives on the parent."""
+    hw = wafer_project().hardware
+    hw = set_field(hw, "wafer", ("interconnect", "dims"), [2, 2])
+    with pytest.raises(EditRefused, match="dims"):
+        set_field(hw, "wafer/die", ("rows",), 3)
+
+
+def test_add_child_renames_and_adds_interconnect_when_needed():
+    hw = dgx_project().hardware.model_copy(update={"interconnect": None, "children": []})
+    hw = hw.model_copy(update={"children": [build_component("chip")]})
+    new, path = add_child(hw, "cluster", build_component("chip"))
+    assert path == "cluster/chip_2"
+    assert new.interconnect is not None  # two instances now need something joining them
+    assert [c.name for c in new.children] == ["chip", "chip_2"]
+
+
+def test_remove_children_refuses_to_leave_an_empty_non_device():
+    hw = wafer_project().hardware
+    with pytest.raises(EditRefused, match="compute"):
+        remove_children(hw, ["wafer/die"])
+    with pytest.raises(EditRefused, match="top-level"):
+        remove_children(hw, ["wafer"])
+
+
+def test_rename_and_drop_keys_follow_descendants():
+    table = {"w": (0, 0), "w/die": (1, 1), "w/die/tile": (2, 2), "w/dies": (3, 3)}
+    assert rename_keys(table, "w/die", "w/d") == {"w": (0, 0), "w/d": (1, 1), "w/d/tile": (2, 2), "w/dies": (3, 3)}
+    assert drop_keys(table, ["w/die"]) == {"w": (0, 0), "w/dies": (3, 3)}
+
+
+def test_labels_carry_units():
+    gpu = dgx_project().hardware.find("cluster/node/gpu")
+    assert one_line(gpu) == "gpu · chip · 312 TFLOP/s bf16 · 80 GB HBM"
+    node = dgx_project().hardware.find("cluster/node")
+    assert key_figures(node) == ["2.5 PFLOP/s bf16", "640 GB HBM", "8 devices"]
+    assert interconnect_caption(node.interconnect) == "switch · 300 GB/s per link · 1 µs"
+    assert block_caption(big_wafer_project().hardware.children[0]) == "64 × 64 tiles"
+
+
+def test_every_template_builds_a_valid_component():
+    for t in TEMPLATES:
+        if t.target == "child":
+            comp = build_component(t.key)
+            assert comp.name and comp.device_count() >= 0
