@@ -25,8 +25,8 @@ def rows(path: Path = CSV) -> list[dict[str, float]]:
 
 
 def measured_time(r: dict[str, float], s: int = 2048, v: int = 51200) -> float:
-    l, h, b = r["layers"], r["hidden"], r["global_batch"]
-    flops = 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+    layers, h, b = r["layers"], r["hidden"], r["global_batch"]
+    flops = 96 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
     return flops / (r["aggregate_pflops"] * 1e15)
 
 

@@ -69,6 +69,8 @@ def main(args: Any) -> int:
     from studio.settings import APPLICATION, ORGANISATION, make_settings
     from studio.ui.main_window import MainWindow
 
+    if screenshot:
+        _quiet_offscreen_warnings()
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "tilewright"])
     app.setOrganizationName(ORGANISATION)
     app.setApplicationName(APPLICATION)
@@ -95,6 +97,18 @@ def main(args: Any) -> int:
     code = app.exec()
     QThreadPool.globalInstance().waitForDone(2000)
     return int(code)
+
+
+def _quiet_offscreen_warnings() -> None:
+    """The offscreen platform warns about window hints it cannot honour; in a scripted screenshot that
+    is noise on stderr, where real problems should stand out. Other messages pass through."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    def handler(_kind: Any, _context: Any, message: str) -> None:
+        if "does not support propagateSizeHints" not in message:
+            print(message, file=sys.stderr)
+
+    qInstallMessageHandler(handler)
 
 
 def _wait(signal: Any, timeout_ms: int) -> None:

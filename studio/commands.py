@@ -67,8 +67,24 @@ def _with_hardware(project: Project, hardware: Component, positions: dict[str, P
     return project.model_copy(update=update)
 
 
-def _label(field: FieldPath) -> str:
-    return ".".join(str(f) for f in field)
+_UNIT_SUFFIXES = ("_bytes_per_s", "_bytes", "_s", "_w", "_mm2", "_usd", "_flops")
+
+
+def _label(component: Component | None, field: FieldPath) -> str:
+    """"hbm capacity" for ("memories", 0, "capacity_bytes"): the Edit menu says "Undo Set gpu hbm capacity"."""
+    parts: list[str] = []
+    for i, key in enumerate(field):
+        if isinstance(key, int):
+            mems = component.memories if component is not None and field[i - 1] == "memories" else []
+            parts[-1] = mems[key].name if key < len(mems) else f"{parts[-1]} {key}"
+            continue
+        text = str(key)
+        for suffix in _UNIT_SUFFIXES:
+            if text.endswith(suffix) and text != suffix:
+                text = text[: -len(suffix)]
+                break
+        parts.append(text.replace("_", " "))
+    return " ".join(p for p in parts if p not in ("interconnect", "compute")) or " ".join(parts)
 
 
 class SetComponentField(SnapshotCommand):
@@ -88,7 +104,8 @@ class SetComponentField(SnapshotCommand):
         after = _with_hardware(project, hardware, positions)
         change = Change.structure if renamed else Change.component
         name = split_path(path)[-1]
-        super().__init__(doc, after, f"Set {name} {_label(field)}", change, new_path, renamed)
+        text = f"Set {name} {_label(project.hardware.find(path), field)}"
+        super().__init__(doc, after, text, change, new_path, renamed)
 
 
 class AddChild(SnapshotCommand):

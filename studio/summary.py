@@ -64,7 +64,8 @@ def _first_dtype(component: Component) -> DType | None:
 
 def title(component: Component) -> str:
     shape = f" · {component.rows} × {component.cols}" if component.count > 1 else ""
-    return f"{component.name} · {component.kind.value}{shape}"
+    grows = " · rows grow to fit the run" if component.growable else ""
+    return f"{component.name} · {component.kind.value}{shape}{grows}"
 
 
 def one_line(component: Component) -> str:

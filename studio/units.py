@@ -90,6 +90,10 @@ def format_value(value: float | None, unit: Unit, digits: int = 3) -> str:
     if not unit.prefixed or value == 0:
         body = format_number(value, digits) if unit.prefixed else _plain(value)
         return f"{body} {unit.symbol}".strip()
+    if unit.symbol == "B":
+        binary = _binary_bytes(value)
+        if binary is not None:
+            return binary
     if unit.small and abs(value) < 1e-15:
         return f"≈ 0 {unit.symbol}"  # below a femtosecond: rounding noise, not a duration
     for scale, prefix in _PREFIXES:
@@ -99,6 +103,29 @@ def format_value(value: float | None, unit: Unit, digits: int = 3) -> str:
         if abs(value) >= scale * 0.9995 or (scale == 1e-12):
             return f"{format_number(value / scale, digits)} {prefix}{unit.symbol}"
     return f"{format_number(value, digits)} {unit.symbol}"
+
+
+def _is_round(x: float) -> bool:
+    return abs(x - round(x, 2)) < 1e-9 * max(1.0, abs(x))
+
+
+def _binary_bytes(value: float) -> str | None:
+    """"32 GiB" for 34359738368 bytes: a capacity that is round in binary but not in decimal prefixes
+    is shown the way its datasheet states it (HBM stacks, SRAM banks)."""
+    if value < 1024:
+        return None
+    for scale, _prefix in _PREFIXES:
+        if 1 <= scale and abs(value) >= scale * 0.9995:
+            if _is_round(value / scale):
+                return None
+            break
+    for prefix, scale in reversed(_BINARY.items()):
+        if value >= scale:
+            x = value / scale
+            return f"{format_number(x, 6)} {prefix}B" if _is_round(x) else None
+    if _is_round(value / 1024):
+        return f"{format_number(value / 1024, 6)} KiB"
+    return None
 
 
 def _plain(value: float) -> str:

@@ -141,3 +141,31 @@ def test_every_template_builds_a_valid_component():
         if t.target == "child":
             comp = build_component(t.key)
             assert comp.name and comp.device_count() >= 0
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(34359738368, "32 GiB"), (80e9, "80 GB"), (786432, "768 KiB"), (1.5e6, "1.5 MB"), (50331648, "48 MiB")],
+)
+def test_capacities_show_in_the_prefix_they_are_round_in(value, text):
+    assert format_value(value, BYTES) == text
+    assert parse_value(text, BYTES) == value
+
+
+def test_display_shape_follows_interconnect_dims():
+    from engine.ir.hardware import Interconnect
+    from studio.ui.canvas.layout import GridShape, display_shape
+
+    hw = dgx_project().hardware
+    node = hw.children[0].model_copy(update={"rows": 1, "cols": 64})
+    cube = hw.model_copy(update={
+        "children": [node],
+        "interconnect": Interconnect(topology="torus", link_bandwidth_bytes_per_s=50e9, dims=[4, 4, 4]),
+    })
+    shape = display_shape(cube, node)
+    assert shape == GridShape(4, 4, planes=4)
+    assert shape.locate(21) == (1, 1, 1)
+    x0, _ = shape.cell_center(0)
+    x16, _ = shape.cell_center(16)
+    assert x16 - x0 == pytest.approx(shape.plane_stride)  # instance 16 opens the second plane
+    assert display_shape(hw, hw.children[0]) == GridShape(2, 1)  # no dims: the component's own grid

@@ -270,3 +270,76 @@ def test_status_bar_reports_checks(make_window, qtbot):
     qtbot.waitUntil(lambda: w.status.is_checked, timeout=5000)
     if w.status.validation.text() != "checks unavailable":
         assert "16" in w.status.validation.text() and "8" in w.status.validation.text()
+
+
+def test_select_all_then_delete_is_one_undo_step(make_window):
+    w = make_window(dgx_project())
+    w.canvas.scene.drill_into("cluster/node")
+    w.library.add_template("switch")
+    w.library.add_template("chip")
+    w.selection.select(["cluster/node/switch"])
+    w.actions_.select_all.trigger()
+    assert set(w.selection.paths) == {"cluster/node/gpu", "cluster/node/switch", "cluster/node/chip"}
+    w.selection.select(["cluster/node/switch", "cluster/node/chip"])
+    depth = w.doc.undo_stack.count()
+    w.actions_.delete.trigger()
+    assert [c.name for c in w.doc.project.hardware.find("cluster/node").children] == ["gpu"]
+    assert w.doc.undo_stack.count() == depth + 1
+    w.actions_.undo.trigger()
+    assert [c.name for c in w.doc.project.hardware.find("cluster/node").children] == ["gpu", "switch", "chip"]
+
+
+def test_undo_menu_names_the_edit(make_window):
+    w = make_window(dgx_project())
+    w.selection.reveal("cluster/node/gpu")
+    w.inspector.editor("memories", 0, "capacity_bytes").type_and_commit("40 GiB")
+    assert w.doc.project.hardware.find("cluster/node/gpu").memories[0].capacity_bytes == 40 * 2**30
+    assert w.actions_.undo.text() == "&Undo Set gpu hbm capacity"
+
+
+def test_import_model_config_replaces_workload_undoably(make_window, tmp_path):
+    pytest.importorskip("engine.workloads.hf_import")
+    folder = tmp_path / "tiny-gpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 1000, "n_positions": 256}'
+    )
+    w = make_window(dgx_project())
+    assert w.import_model_config(folder / "config.json")
+    assert (w.doc.project.workload.name, w.doc.project.workload.layers) == ("tiny-gpt", 2)
+    from PySide6.QtWidgets import QLabel
+
+    assert "tiny-gpt · gpt" in [label.text() for label in w.workload.model_box.findChildren(QLabel)]
+    w.doc.undo_stack.undo()
+    assert w.doc.project.workload.layers == 24
+    errors = []
+    w.show_error = lambda title, text: errors.append(text)
+    (folder / "config.json").write_text('{"model_type": "gpt2", "n_layer": 2}')
+    assert not w.import_model_config(folder / "config.json")
+    assert errors and "config.json" in errors[0]
+
+
+def test_export_canvas_png_and_system_json(make_window, tmp_path):
+    from PySide6.QtGui import QImage
+
+    from engine.presets import load_system
+
+    w = make_window(wafer_project())
+    assert w.export(tmp_path / "canvas.png")
+    assert not QImage(str(tmp_path / "canvas.png")).isNull()
+    assert w.export(tmp_path / "system.json")
+    assert load_system(str(tmp_path / "system.json")) == w.doc.project.hardware
+    errors = []
+    w.show_error = lambda title, text: errors.append(text)
+    assert not w.export(tmp_path / "system.txt") and errors
+
+
+def test_open_recent_lists_saved_files(make_window, tmp_path):
+    w = make_window(wafer_project())
+    w.save_as(tmp_path / "a.json")
+    w.save_as(tmp_path / "b.json")
+    w.fill_recent_menu()
+    names = [a.text() for a in w.actions_.recent_menu.actions()]
+    assert names == ["b.json", "a.json"]
+    w.actions_.recent_menu.actions()[1].trigger()
+    assert w.doc.file_path.resolve() == (tmp_path / "a.json").resolve()

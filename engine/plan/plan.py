@@ -96,6 +96,32 @@ class Plan:
         return point_to_point(self.hw, pairs, self.p2p_bytes[virtual_stage])
 
     @cache  # noqa: B019
+    def dram_usage(self, rank: int, replica: int) -> dict[int, float]:
+        """Links crossed when every member of a tensor group streams from its nearest remote DRAM port."""
+        st = self.stages[rank]
+        mem = st.dev.remote_dram
+        usage: dict[int, float] = {}
+        if mem is None:
+            return usage
+        for d in st.groups[replica]:
+            _, route = self.hw.memory_route(d, mem.name)
+            for lk in route:
+                usage[lk] = usage.get(lk, 0.0) + 1.0
+        return usage
+
+    @cache  # noqa: B019
+    def dram_seconds_per_byte(self, rank: int) -> float:
+        """Uncontended seconds per streamed byte (per member) on the DRAM route's tightest link."""
+        usage = self.dram_usage(rank, 0)
+        return max((u / self.hw.links[lk].bandwidth for lk, u in usage.items()), default=0.0)
+
+    def segment_seconds(self, rank: int, seg) -> float:
+        """A segment's uncontended time: its roofline, or its DRAM stream if that is longer."""
+        if seg.dram_bytes <= 0:
+            return seg.busy_s
+        return max(seg.busy_s, seg.dram_bytes * self.dram_seconds_per_byte(rank))
+
+    @cache  # noqa: B019
     def dp_collective(self, rank: int, chunk: int) -> Collective:
         """Gradient reduction of one chunk across replicas, all tensor ranks at once (one ring each)."""
         st = self.stages[rank]

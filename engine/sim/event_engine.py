@@ -36,9 +36,10 @@ class EventEngine:
         self.replicas = [0] if aggregate else list(range(plan.dp))
         self.rec = Recorder()
         self.arrivals: dict[tuple, simpy.Event] = {}
-        self._dram_cache: dict[tuple[int, int], dict[int, float]] = {}
         self._owed: dict[tuple[int, int], float] = {}  # fast-path time accounted, not yet waited
         self._totals: dict[tuple[int, int, int], tuple[float, float, float]] = {}
+        self._arrived: dict[tuple[int, int], int] = {}
+        self._reductions: dict[tuple[int, int], simpy.Event] = {}
         self.private_tp, patterns = self._traffic_patterns()
         capacity = [lk.bandwidth for lk in hw.links]
         self.net = FlowNetwork(
@@ -92,27 +93,12 @@ class EventEngine:
                 others += [ph.usage for ph in plan.dp_collective(r, c).phases]
             others += [ph.usage for ph in plan.zero_gather(r).phases]
             if any(seg.dram_bytes > 0 for ps in st.passes.values() for seg in ps.segments):
-                others += [self._dram_usage(r, j) for j in range(plan.dp)]
+                others += [self.plan.dram_usage(r, j) for j in range(plan.dp)]
         for usage in others:
             shared |= usage.keys()
         private = {key for key, links in tp_links.items() if links and not links & shared}
         patterns = others + [u for key, pats in tp_patterns.items() if key not in private for u in pats]
         return private, patterns
-
-    def _dram_usage(self, r: int, j: int) -> dict[int, float]:
-        cached = self._dram_cache.get((r, j))
-        if cached is not None:
-            return cached
-        usage = self._dram_cache[(r, j)] = {}
-        st = self.plan.stages[r]
-        mem = st.dev.remote_dram
-        if mem is None:
-            return usage
-        for d in st.groups[j]:
-            _, route = self.plan.hw.memory_route(d, mem.name)
-            for lk in route:
-                usage[lk] = usage.get(lk, 0.0) + 1.0
-        return usage
 
     def _event(self, key: tuple) -> simpy.Event:
         ev = self.arrivals.get(key)
@@ -161,7 +147,7 @@ class EventEngine:
         for seg in ps.segments:
             start = env.now
             if seg.dram_bytes > 0:
-                dram = self.net.transfer(self._dram_usage(r, j), seg.dram_bytes)
+                dram = self.net.transfer(self.plan.dram_usage(r, j), seg.dram_bytes)
                 yield env.all_of([env.timeout(seg.busy_s), dram])
             else:
                 yield env.timeout(seg.busy_s)
@@ -288,8 +274,8 @@ class EventEngine:
                 else:
                     self._event(key).succeed()
                 remaining_b[step.chunk] -= 1
-                if remaining_b[step.chunk] == 0 and j == self.replicas[0]:
-                    reductions.append(self._start(plan.dp_collective(r, step.chunk)))
+                if remaining_b[step.chunk] == 0:
+                    reductions.append(self._reduction(r, step.chunk))
         if self.train:
             start = env.now
             if reductions:
@@ -305,6 +291,19 @@ class EventEngine:
             yield from self._collective(plan.zero_gather(r))
             ledger.times["dp_comm"] += env.now - start
         ledger.finish = env.now
+
+    def _reduction(self, r: int, chunk: int) -> simpy.Event:
+        """The chunk's gradient reduction: starts when every simulated replica has finished it."""
+        key = (r, chunk)
+        arrived = self._arrived.get(key, 0) + 1
+        self._arrived[key] = arrived
+        if key not in self._reductions:
+            self._reductions[key] = self.env.event()
+        done = self._reductions[key]
+        if arrived == len(self.replicas):
+            started = self._start(self.plan.dp_collective(r, chunk))
+            started.callbacks.append(lambda _e: done.succeed())
+        return done
 
     def _start(self, coll: Collective) -> simpy.Event:
         done = self.env.event()

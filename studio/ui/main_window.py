@@ -40,6 +40,12 @@ PROJECT_FILTER = "Tilewright projects (*.json);;All files (*)"
 Decision = QMessageBox.StandardButton
 
 
+def _model_name(path: Path) -> str | None:
+    """The folder a ``config.json`` sits in names the model (as Hugging Face checkouts are laid out);
+    for any other file name, the importer's own default (``_name_or_path``) is used."""
+    return path.resolve().parent.name if path.name == "config.json" else None
+
+
 class MainWindow(QMainWindow):
     def __init__(self, doc: ProjectDocument, settings: QSettings, persist: bool = True,
                  parent: QWidget | None = None):
@@ -205,15 +211,14 @@ class MainWindow(QMainWindow):
         if not path:
             return False
         try:
-            from engine.workloads import import_hf_config
-            from engine.workloads.hf_import import ConfigError
+            from engine.workloads import ConfigError, import_hf_config
         except ImportError:
             self.show_message("model import is not available yet (engine.workloads is being written)")
             return False
         try:
-            spec = import_hf_config(read_json(path), source_name=Path(path).resolve().parent.name)
+            spec = import_hf_config(read_json(path), source_name=_model_name(Path(path)))
         except (InputError, ConfigError) as exc:
-            self.show_error("Cannot import model config", str(exc))
+            self.show_error("Cannot import model config", f"{path}: {exc}")
             return False
         self.doc.push(ReplaceWorkload(self.doc, spec, f"Import {Path(path).name}"))
         return True

@@ -20,7 +20,8 @@ PATH_ROLE = Qt.ItemDataRole.UserRole
 
 
 def instance_text(c: Component) -> str:
-    return f"{c.rows} × {c.cols} = {c.count}" if c.rows > 1 and c.cols > 1 else str(c.count)
+    text = f"{c.rows} × {c.cols} = {c.count}" if c.rows > 1 and c.cols > 1 else str(c.count)
+    return f"{text} (grows)" if c.growable else text
 
 
 class Outline(QTreeWidget):

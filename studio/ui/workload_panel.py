@@ -80,8 +80,11 @@ class WorkloadPanel(QWidget):
         for field, editor in self.editors.items():
             editor.set_value(getattr(m, field))
             editor.setEnabled(not self.doc.read_only)
-        have = project.hardware.device_count()
-        self.devices_label.setText(f"tp·pp·dp = {m.devices} of {have} devices")
+        hw = project.hardware
+        if any(c.growable for _, c in hw.walk()):
+            self.devices_label.setText(f"tp·pp·dp = {m.devices} devices (the machine grows to fit)")
+        else:
+            self.devices_label.setText(f"tp·pp·dp = {m.devices} of {hw.device_count()} devices")
         run = project.run
         self.run_label.setText(
             f"<span style='color:#566573'>run: {run.mode.value} · {run.dtype.value} · "

@@ -1,0 +1,132 @@
+"""The analytic engine: the event engine's quantities from the same plan, without an event queue.
+
+Per stage and chunk, forward and backward (+ recompute) times come from the plan with uncontended
+collectives and DRAM streams; ``engine.analytic.pipeline`` resolves the schedule; each stage then waits
+for its chunks' data-parallel reductions (started at each chunk's last backward), steps the optimizer
+and, with ZeRO, gathers the weights. With contention switched off this is the event engine's answer
+(tested within 0.5 %); it has no timeline and no link series, and is what search evaluates.
+"""
+
+from __future__ import annotations
+
+from engine.analytic.pipeline import run_pipeline
+from engine.plan.passes import ChunkPass
+from engine.plan.plan import Plan
+from engine.results.result import MEMORY_CATEGORIES, MemoryTrack, OutOfMemory, Result
+from engine.sim.schedules import stage_order
+
+
+def _pass(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:
+    """(duration, compute, memory stall, tp comm) of one pass, uncontended."""
+    if ps is None:
+        return 0.0, 0.0, 0.0, 0.0
+    comm = sum(plan.tp_time(r, 0, *seg.comm) for seg in ps.segments if seg.comm)
+    busy = sum(plan.segment_seconds(r, seg) for seg in ps.segments) if ps.has_dram else ps.busy_s
+    return busy + comm, ps.compute_s, busy - ps.compute_s, comm
+
+
+def _peak_activations(plan: Plan, r: int) -> float:
+    """Walk the stage's schedule: +activations at each forward, − at each backward."""
+    st = plan.stages[r]
+    live = peak = 0.0
+    recompute = any(k[1] == "R" for k in st.passes)
+    for step in stage_order(plan.schedule, r, plan.pp, plan.micro_batches, plan.chunks):
+        if step.kind == "F":
+            live += st.act_bytes[step.chunk]
+            peak = max(peak, live)
+        else:
+            peak = max(peak, live + (st.transient_bytes if recompute else 0.0))
+            live -= st.act_bytes[step.chunk]
+    return peak
+
+
+def analytic_result(plan: Plan) -> Result:
+    project = plan.project
+    m, v, pp = plan.micro_batches, plan.chunks, plan.pp
+    per_stage = []
+    totals = {"compute": 0.0, "recompute": 0.0, "tp_comm": 0.0, "memory_stall": 0.0}
+    for r, st in enumerate(plan.stages):
+        f = b = 0.0
+        parts = {"compute": 0.0, "recompute": 0.0, "tp_comm": 0.0, "memory_stall": 0.0}
+        for c in st.chunk_layers:
+            for kind in ("F", "R", "B"):
+                dur, comp, stall, comm = _pass(plan, r, st.passes.get((c, kind)))
+                if kind == "F":
+                    f += dur
+                else:
+                    b += dur
+                parts["recompute" if kind == "R" else "compute"] += comp
+                parts["memory_stall"] += stall
+                parts["tp_comm"] += comm
+        per_stage.append((f, b, parts))
+    duration = {}
+    for r, st in enumerate(plan.stages):
+        for c in st.chunk_layers:
+            duration[(r, c, "F")] = _pass(plan, r, st.passes.get((c, "F")))[0]
+            duration[(r, c, "B")] = (
+                _pass(plan, r, st.passes.get((c, "R")))[0] + _pass(plan, r, st.passes.get((c, "B")))[0]
+            )
+    send = {}
+    for vs in range(plan.virtual_stages - 1):
+        send[(vs, False)] = plan.p2p(vs, 0, False).time(plan.hw)
+        send[(vs, True)] = plan.p2p(vs, 0, True).time(plan.hw)
+    stages = run_pipeline(plan.schedule, pp, m, v, duration, send)
+    finishes = []
+    for r, st in enumerate(plan.stages):
+        reduced = max(
+            (stages[r].last_backward[c] + plan.dp_collective(r, c).time(plan.hw) for c in st.chunk_layers),
+            default=stages[r].finish,
+        )
+        reduced = max(reduced, stages[r].finish)
+        finishes.append(reduced + st.optimizer_s + plan.zero_gather(r).time(plan.hw))
+    tail_stage = max(range(pp), key=lambda r: finishes[r])
+    total = finishes[tail_stage]
+    st0 = plan.stages[tail_stage]
+    slowest = max(range(pp), key=lambda r: per_stage[r][0] + per_stage[r][1])
+    breakdown = {k: m * per_stage[tail_stage][2][k] for k in totals}
+    breakdown["pp_comm"] = stages[tail_stage].waits["pp_comm"]
+    dp_wait = max(
+        (
+            stages[tail_stage].last_backward[c] + plan.dp_collective(tail_stage, c).time(plan.hw)
+            for c in st0.chunk_layers
+        ),
+        default=0.0,
+    )
+    breakdown["dp_comm"] = max(0.0, dp_wait - stages[tail_stage].finish) + plan.zero_gather(tail_stage).time(plan.hw)
+    breakdown["optimizer"] = st0.optimizer_s
+    breakdown["bubble"] = max(0.0, total - sum(breakdown.values()))
+    memory, peak_row, oom = [], dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
+    for r, st in enumerate(plan.stages):
+        row = {
+            "weights": st.state.weights,
+            "gradients": st.state.gradients,
+            "optimizer": st.state.optimizer,
+            "activations": _peak_activations(plan, r),
+            "kv_cache": 0.0,
+            "workspace": st.workspace,
+        }
+        node = plan.hw.devices[st.groups[0][0]].node
+        memory.append(MemoryTrack(node, st.capacity, [0.0], {k: [val] for k, val in row.items()}))
+        need = sum(row.values())
+        if need > sum(peak_row.values()):
+            peak_row = row
+        if need > st.capacity and (oom is None or need - st.capacity > oom.need_bytes - oom.capacity_bytes):
+            oom = OutOfMemory(node, need, st.capacity)
+    mapping = project.mapping
+    return Result(
+        project=project.name,
+        mode="train",
+        engine="analytic",
+        iteration_time_s=total,
+        samples_per_iteration=mapping.global_batch,
+        tokens_per_sample=plan.workload.tokens_per_sample,
+        model_flops_per_iteration=plan.model_flops,
+        hardware_flops_per_iteration=plan.hardware_flops,
+        devices=mapping.devices,
+        peak_flops_per_device=plan.stages[0].dev.peak_flops,
+        memory_breakdown_bytes=peak_row,
+        time_breakdown_s=breakdown,
+        oom=oom,
+        memory=memory,
+        critical_path=[(f"stage {slowest} sets the pace", 0.0, total)],
+    )
