@@ -90,6 +90,12 @@ class Compute(StrictModel):
         None, description="systolic / PE array rows × cols of one tensor core"
     )
     tensor_cores: Annotated[int, Field(ge=1)] = 1
+    gemm_tile: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="output tile (rows × cols) one unit computes at a time; default pe_array"
+    )
+    gemm_units: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="units that each take one output tile at a time (GPU SMs); default tensor_cores"
+    )
     vector_cores: Annotated[int, Field(ge=0)] = 1
     efficiency: EfficiencyCurve | None = Field(
         None, description="matrix-op efficiency versus FLOPs per op; None means always peak"
@@ -109,6 +115,19 @@ class Compute(StrictModel):
             if cand in self.peak_flops:
                 return self.peak_flops[cand]
         return max(self.peak_flops.values())
+
+    def shape_efficiency(self, m: float, n: float) -> float:
+        """Tile and wave quantization of an M×N output (NVIDIA, "Matrix Multiplication Background",
+        §3): partial edge tiles do wasted work, and the last wave of tiles leaves units idle."""
+        tile = self.gemm_tile or self.pe_array
+        if tile is None or m <= 0 or n <= 0:
+            return 1.0
+        units = self.gemm_units or self.tensor_cores
+        tm, tn = tile
+        rows, cols = math.ceil(m / tm), math.ceil(n / tn)
+        tiles = rows * cols
+        waves = math.ceil(tiles / units)
+        return (m * n) / (rows * tm * cols * tn) * tiles / (waves * units)
 
     def vector_peak(self) -> float:
         return self.vector_flops if self.vector_flops else max(self.peak_flops.values()) / 16.0

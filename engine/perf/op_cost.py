@@ -30,6 +30,18 @@ class OpTime:
         return max(self.compute_s, self.memory_s)
 
 
+def _sharded_gemm(op: Op, micro_batch: int, tp: int) -> tuple[float, float, float]:
+    """(M, N, K) of one tensor-parallel rank's matmul: tokens × output columns × reduction."""
+    assert op.gemm is not None
+    m, n, k = op.gemm
+    m = m * micro_batch
+    if op.split in (TensorSplit.column, TensorSplit.heads, TensorSplit.vocab):
+        n = n / tp
+    elif op.split is TensorSplit.row:
+        k = k / tp
+    return m, n, k
+
+
 def shard(op: Op, tp: int, sequence_parallel: bool) -> int:
     if op.split in TP_SPLITS:
         return tp
@@ -50,7 +62,11 @@ def op_time(
     else:
         traffic_elems = w_elems + act_elems
     if op.kind in MATRIX_KINDS:
-        compute_s = flops / (dev.peak_flops * dev.matmul_efficiency(flops)) if flops else 0.0
+        eff = dev.matmul_efficiency(flops)
+        if op.gemm is not None:
+            m_rows, n_cols, _ = _sharded_gemm(op, micro_batch, tp)
+            eff *= dev.compute.shape_efficiency(m_rows, n_cols)
+        compute_s = flops / (dev.peak_flops * eff) if flops else 0.0
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
     if dev.local_dram is not None or dev.remote_dram is None:
@@ -58,13 +74,8 @@ def op_time(
     # SRAM-only device: on-chip traffic at SRAM bandwidth, what does not fit goes to remote DRAM
     sram_elems = dev.sram_bytes / elem_bytes
     if op.gemm is not None and op.kind in MATRIX_KINDS:
-        m, n, kk = op.gemm
-        m_tokens = m * micro_batch / (tp if sequence_parallel and op.split is TensorSplit.replicated else 1)
-        if op.split is TensorSplit.column or op.split is TensorSplit.heads or op.split is TensorSplit.vocab:
-            n = n / tp
-        elif op.split is TensorSplit.row:
-            kk = kk / tp
-        dram_elems = matmul_traffic(m_tokens, n, kk, sram_elems).dram_elems * (2.0 if backward else 1.0)
+        dram_elems = matmul_traffic(*_sharded_gemm(op, micro_batch, tp), sram_elems).dram_elems
+        dram_elems *= 2.0 if backward else 1.0
     else:
         dram_elems = 0.0 if traffic_elems <= sram_elems / 2 else traffic_elems
     memory_s = traffic_elems * elem_bytes / dev.sram_bandwidth
