@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from engine.hardware import elaborate
 from engine.ir.project import EngineKind, Mode, Project
@@ -17,7 +18,15 @@ def make_plan(project: Project) -> Plan:
     return build_plan(project, hw, workload)
 
 
-def simulate(project: Project, plan: Plan | None = None) -> Result:
+def simulate(
+    project: Project,
+    plan: Plan | None = None,
+    *,
+    progress: Callable[[float], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> Result:
+    """Simulate ``project``. ``progress(fraction)`` is called now and then from the calling thread;
+    ``cancel()`` returning true stops the run with ``engine.sim.event_engine.Cancelled``."""
     start = time.perf_counter()
     plan = plan or make_plan(project)
     if project.run.mode is Mode.infer:
@@ -33,7 +42,7 @@ def simulate(project: Project, plan: Plan | None = None) -> Result:
         from engine.sim.event_engine import EventEngine
 
         eng = EventEngine(plan, contention=project.run.contention, aggregate=project.run.aggregate)
-        rec = eng.run()
+        rec = eng.run(progress=progress, cancel=cancel)
         result = assemble(plan, rec, eng.net, engine="event", events=_events(eng), wall=0.0)
     result.wall_time_s = time.perf_counter() - start
     return result

@@ -20,6 +20,8 @@ class Series:
     times: list[float]
     values: list[float]
     capacity: float | None = None
+    src: str = ""  # for a link: the graph node ids it joins, so views can find it on the canvas
+    dst: str = ""
 
     def mean(self, end: float) -> float:
         if not self.times or end <= 0:
@@ -80,6 +82,7 @@ class Result:
     link_utilisation: list[Series] = field(default_factory=list)
     memory: list[MemoryTrack] = field(default_factory=list)
     critical_path: list[tuple[str, float, float]] = field(default_factory=list)
+    lane_devices: dict[str, list[str]] = field(default_factory=dict)  # compute lane → device node ids
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -19,7 +19,9 @@ def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list
     for lk in ranked:
         trace = net.link_trace(lk)
         cap = hw.links[lk].bandwidth
-        s = Series(_link_name(plan, lk), "fraction", trace.times, [v / cap for v in trace.loads], capacity=1.0)
+        link = hw.links[lk]
+        s = Series(_link_name(plan, lk), "fraction", trace.times, [v / cap for v in trace.loads], capacity=1.0,
+                   src=link.src, dst=link.dst)
         out.append(s)
         group = "memory" if hw.links[lk].kind == "memory" else "links"
         lane = rec.timeline.lane(s.name, group, detail=f"{cap / 1e9:.0f} GB/s")
@@ -84,5 +86,19 @@ def assemble(plan: Plan, rec: Recorder, net: FlowNetwork | None, *, engine: str,
         link_utilisation=links,
         memory=memory,
         critical_path=[(f"stage {critical}", 0.0, finish)],
+        lane_devices=lane_devices(plan, rec),
         notes=list(plan.notes),
     )
+
+
+def lane_devices(plan: Plan, rec: Recorder) -> dict[str, list[str]]:
+    """Device node ids behind each compute lane ("stage r" covers every replica when aggregated)."""
+    out: dict[str, list[str]] = {}
+    for lane in rec.timeline.lanes:
+        if lane.group != "compute" or not lane.name.startswith("stage "):
+            continue
+        parts = lane.name.split(" · replica ")
+        r = int(parts[0].split()[1])
+        groups = plan.stages[r].groups if len(parts) == 1 else [plan.stages[r].groups[int(parts[1])]]
+        out[lane.name] = [plan.hw.devices[d].node for g in groups for d in g]
+    return out

@@ -10,7 +10,7 @@ are folded into the compute timeout (exact, and far fewer events).
 from __future__ import annotations
 
 import gc
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import simpy
 
@@ -23,6 +23,13 @@ from engine.sim.recorder import Recorder, StageLedger
 from engine.sim.schedules import Step, forward_only_order, predecessor, stage_order
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
+CHECK_EVERY = 2000  # events between progress reports and cancel checks
+ProgressFn = Callable[[float], None]
+CancelFn = Callable[[], bool]
+
+
+class Cancelled(Exception):
+    """The caller asked the simulation to stop."""
 # Above this many passes the Gantt gets one slice per pass instead of one per segment and collective.
 SEGMENT_SLICE_LIMIT = 20_000
 
@@ -39,6 +46,8 @@ class EventEngine:
         self._owed: dict[tuple[int, int], float] = {}  # fast-path time accounted, not yet waited
         self._totals: dict[tuple[int, int, int], tuple[float, float, float]] = {}
         self._arrived: dict[tuple[int, int], int] = {}
+        self.total_steps = 0
+        self.steps_done = 0
         self._reductions: dict[tuple[int, int], simpy.Event] = {}
         self.private_tp, patterns = self._traffic_patterns()
         capacity = [lk.bandwidth for lk in hw.links]
@@ -243,7 +252,10 @@ class EventEngine:
             order = forward_only_order(r, pp, plan.micro_batches, v)
         remaining_b = {c: plan.micro_batches for c in st.chunk_layers}
         reductions: list[simpy.Event] = []
+        if j == self.replicas[0]:
+            self.total_steps += len(order)
         for step in order:
+            self.steps_done += 1
             dep = predecessor(step, r, pp, v)
             if dep is not None:
                 yield from self._wait((*dep, j), producer_end, ledger)
@@ -315,7 +327,9 @@ class EventEngine:
         self.env.process(proc())
         return done
 
-    def run(self) -> Recorder:
+    def run(self, progress: ProgressFn | None = None, cancel: CancelFn | None = None) -> Recorder:
+        """Run to the end. Every ``CHECK_EVERY`` events, report the fraction of pipeline steps done and
+        stop with ``Cancelled`` if ``cancel()`` says so (the studio's worker uses both)."""
         producer_end: dict = {}
         for r in range(self.plan.pp):
             for j in self.replicas:
@@ -323,7 +337,21 @@ class EventEngine:
         enabled = gc.isenabled()
         gc.disable()  # the collector costs 40-50 % in long simulations and finds nothing here
         try:
-            self.env.run()
+            if progress is None and cancel is None:
+                self.env.run()
+            else:
+                step, peek = self.env.step, self.env.peek
+                n = 0
+                while peek() != float("inf"):
+                    step()
+                    n += 1
+                    if n % CHECK_EVERY == 0:
+                        if cancel is not None and cancel():
+                            raise Cancelled("simulation cancelled")
+                        if progress is not None:
+                            progress(min(1.0, self.steps_done / max(self.total_steps, 1)))
+                if progress is not None:
+                    progress(1.0)
         finally:
             if enabled:
                 gc.enable()
