@@ -1,12 +1,15 @@
 """Copy and paste of components, through the same JSON the project files use (so a component copied
-from one project pastes into another, or into a text editor, unchanged)."""
+from one project pastes into another, or into a text editor, unchanged).
+
+The clipboard gets plain text via ``setText``: Qt then owns a QMimeData it made itself. Handing it a
+QMimeData made in Python (``setMimeData``) leaves Qt's global clipboard holding a Python wrapper that
+it deletes after the interpreter has shut down, which crashes CPython at exit."""
 
 from __future__ import annotations
 
 import json
 
 from pydantic import ValidationError
-from PySide6.QtCore import QMimeData
 from PySide6.QtWidgets import QApplication
 
 from engine.ir.hardware import Component
@@ -17,10 +20,7 @@ MIME = "application/x-tilewright-components"
 
 def copy_components(components: list[Component]) -> None:
     text = json.dumps([c.model_dump(mode="json") for c in components], indent=2)
-    mime = QMimeData()
-    mime.setData(MIME, text.encode("utf-8"))
-    mime.setText(text)
-    QApplication.clipboard().setMimeData(mime)
+    QApplication.clipboard().setText(text)
 
 
 def pasted_components() -> list[Component]:
