@@ -7,10 +7,12 @@ max-min fairly between such entities, the analytic engine reads the same phase w
 
 Algorithms (Thakur et al., "Optimization of Collective Communication Operations in MPICH", 2005;
 NCCL's ring and tree; hierarchical as in Megatron/NCCL over DGX nodes):
-- ring: all-reduce moves 2(p-1)/p·N per member in 2(p-1) steps; reduce-scatter/all-gather (p-1)/p·N.
+- ring: all-reduce moves 2(p-1)/p·N per member in 2(p-1) steps; reduce-scatter/all-gather (p-1)/p·N;
+  bidirectional (half the data each way round the ring), since links are full duplex.
 - hierarchical: reduce-scatter inside each domain (node, die), all-reduce of the 1/q shard across
   domains (q parallel rings, one per local rank — the "rails"), all-gather inside each domain.
-- torus: the ring algorithm per dimension (bucket), data shrinking by each dimension's size.
+- torus / multi-dimensional mesh: a group filling a box of grid coordinates runs the ring algorithm
+  per dimension (bucket algorithm), data shrinking by each dimension's size.
 - tree: small messages (< 64 KiB): 2·log2(p) latency-bound steps of the whole message.
 """
 
@@ -81,10 +83,52 @@ def _ring_order(hw: HardwareGraph, group: list[int]) -> list[int]:
 
 
 def ring_phase(hw: HardwareGraph, group: list[int], steps_factor: float, volume: float) -> Phase:
-    """``volume``·N per member over a ring; ``steps_factor`` steps of per-hop latency."""
+    """``volume`` bytes per member over a bidirectional ring (half each way: links are full duplex);
+    ``steps_factor`` steps of per-hop latency."""
     ring = _ring_order(hw, group)
     usage, hop_latency = _ring_usage(hw, ring)
+    if len(ring) > 2:
+        back, _ = _ring_usage(hw, ring[::-1])
+        usage.update(back)
+        volume /= 2
     return Phase(dict(usage), volume, steps_factor * hop_latency)
+
+
+def _box_dims(hw: HardwareGraph, group: list[int]) -> list[list[list[int]]] | None:
+    """For a group filling a box of ≥ 2 grid dimensions: per dimension, the rings along it."""
+    coords = {d: hw.devices[d].coord for d in group}
+    if any(c is None or len(c) < 2 for c in coords.values()):
+        return None
+    ndim = len(next(iter(coords.values())))
+    values = [sorted({c[i] for c in coords.values()}) for i in range(ndim)]  # type: ignore[index]
+    sizes = [len(v) for v in values]
+    if math.prod(sizes) != len(group) or sum(1 for n in sizes if n > 1) < 2:
+        return None
+    per_dim = []
+    for i, n in enumerate(sizes):
+        if n == 1:
+            continue
+        lines: dict[tuple, list[int]] = defaultdict(list)
+        for d, c in sorted(coords.items(), key=lambda kv: kv[1]):
+            lines[tuple(c[:i]) + tuple(c[i + 1 :])].append(d)  # type: ignore[index]
+        per_dim.append(list(lines.values()))
+    return per_dim
+
+
+def _torus(hw: HardwareGraph, kind: Kind, dims: list[list[list[int]]], nbytes: float) -> Collective:
+    """Bucket algorithm: reduce-scatter along each dimension in turn (data shrinking by its size),
+    then all-gather back in reverse order; every ring of a dimension runs at once."""
+    scatter, gather = [], []
+    size = nbytes
+    for lines in dims:
+        n = len(lines[0])
+        vol = (n - 1) / n * size
+        scatter.append(_merge([ring_phase(hw, line, n - 1, vol) for line in lines]))
+        gather.insert(0, _merge([ring_phase(hw, line, n - 1, vol) for line in lines]))
+        size /= n
+    if kind == "all-reduce":
+        return Collective(kind, "torus", tuple(scatter + gather))
+    return Collective(kind, "torus", tuple(scatter if kind == "reduce-scatter" else gather))
 
 
 def _domains(hw: HardwareGraph, group: list[int]) -> dict[str, list[int]]:
@@ -109,6 +153,9 @@ def collective(hw: HardwareGraph, kind: Kind, group: list[int], nbytes: float) -
             tree_usage.update(hw.device_route(ring[i], parent))
             tree_usage.update(hw.device_route(parent, ring[i]))
         return Collective(kind, "tree", (Phase(dict(tree_usage), nbytes, steps * hop),))
+    box = _box_dims(hw, group)
+    if box is not None and kind in ("all-reduce", "reduce-scatter", "all-gather"):
+        return _torus(hw, kind, box, nbytes)
     domains = _domains(hw, group)
     sizes = {len(v) for v in domains.values()}
     if len(domains) > 1 and len(sizes) == 1 and sizes.pop() > 1:
