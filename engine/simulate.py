@@ -43,7 +43,10 @@ def simulate(
 
         eng = EventEngine(plan, contention=project.run.contention, aggregate=project.run.aggregate)
         rec = eng.run(progress=progress, cancel=cancel)
-        result = assemble(plan, rec, eng.net, engine="event", events=_events(eng), wall=0.0)
+        tail = max(rec.ledgers, key=lambda r: rec.ledgers[r].finish)
+        result = assemble(
+            plan, rec, eng.net, engine="event", events=_events(eng), wall=0.0, critical=eng.critical_path(tail)
+        )
     result.wall_time_s = time.perf_counter() - start
     return result
 

@@ -116,3 +116,14 @@ def test_inference_reports_ttft_and_tpot():
     assert m["ttft_s"] > m["tpot_s"] > 0
     assert m["memory_breakdown_bytes"]["kv_cache"] > 0
     assert res.iteration_time_s == pytest.approx(m["ttft_s"] + 31 * m["tpot_s"], rel=0.05)
+
+
+def test_critical_path_is_contiguous_and_spans_the_iteration(case):
+    project, _plan, res = case
+    if project.run.engine != "event":
+        return
+    path = res.critical_path
+    assert path and path[0][1] == pytest.approx(0.0, abs=1e-12)
+    for (_, s0, d0), (_, s1, _) in zip(path, path[1:], strict=False):
+        assert s1 == pytest.approx(s0 + d0, rel=1e-9, abs=1e-12)
+    assert sum(d for _, _, d in path) == pytest.approx(res.iteration_time_s, rel=1e-9)

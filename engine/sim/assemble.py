@@ -38,11 +38,21 @@ def _link_name(plan: Plan, lk: int) -> str:
     return f"{link.src} → {link.dst}"
 
 
-def assemble(plan: Plan, rec: Recorder, net: FlowNetwork | None, *, engine: str, events: int, wall: float) -> Result:
+def assemble(
+    plan: Plan,
+    rec: Recorder,
+    net: FlowNetwork | None,
+    *,
+    engine: str,
+    events: int,
+    wall: float,
+    critical: list[tuple[str, float, float]] | None = None,
+) -> Result:
     project = plan.project
     finish = max((led.finish for led in rec.ledgers.values()), default=0.0)
-    critical = max(rec.ledgers, key=lambda r: rec.ledgers[r].finish) if rec.ledgers else 0
-    ledger = rec.ledgers.get(critical)
+    critical_stage = max(rec.ledgers, key=lambda r: rec.ledgers[r].finish) if rec.ledgers else 0
+    ledger = rec.ledgers.get(critical_stage)
+    critical_steps = critical or []
     breakdown = dict(ledger.times) if ledger else {}
     breakdown["bubble"] = breakdown.get("bubble", 0.0) + max(0.0, finish - (ledger.finish if ledger else 0.0))
     memory: list[MemoryTrack] = []
@@ -85,10 +95,19 @@ def assemble(plan: Plan, rec: Recorder, net: FlowNetwork | None, *, engine: str,
         timeline=rec.timeline,
         link_utilisation=links,
         memory=memory,
-        critical_path=[(f"stage {critical}", 0.0, finish)],
+        critical_path=critical_path(critical_steps, ledger, finish),
         lane_devices=lane_devices(plan, rec),
         notes=list(plan.notes),
     )
+
+
+def critical_path(steps: list[tuple[str, float, float]], ledger, finish: float) -> list[tuple[str, float, float]]:
+    """The pipeline steps that set the finish, then the stage's tail (reduction, optimizer)."""
+    out = list(steps)
+    end = steps[-1][1] + steps[-1][2] if steps else 0.0
+    if finish - end > 1e-12:
+        out.append(("gradient reduction + optimizer step", end, finish - end))
+    return out
 
 
 def lane_devices(plan: Plan, rec: Recorder) -> dict[str, list[str]]:

@@ -48,6 +48,8 @@ class EventEngine:
         self._arrived: dict[tuple[int, int], int] = {}
         self.total_steps = 0
         self.steps_done = 0
+        self.steps_info: dict[tuple, tuple[float, float, tuple | None]] = {}  # step → (start, end, cause)
+        self.last_step: dict[tuple[int, int], tuple | None] = {}
         self._reductions: dict[tuple[int, int], simpy.Event] = {}
         self.private_tp, patterns = self._traffic_patterns()
         capacity = [lk.bandwidth for lk in hw.links]
@@ -254,17 +256,25 @@ class EventEngine:
         reductions: list[simpy.Event] = []
         if j == self.replicas[0]:
             self.total_steps += len(order)
+        prev: tuple | None = None
         for step in order:
             self.steps_done += 1
             dep = predecessor(step, r, pp, v)
+            cause = prev
             if dep is not None:
+                before = env.now
                 yield from self._wait((*dep, j), producer_end, ledger)
+                if env.now > before or prev is None:
+                    cause = (*dep, j)
             vs = step.virtual_stage(r, pp)
+            started = env.now
             if step.kind == "F":
                 ledger.memory(env.now, "activations", st.act_bytes[step.chunk])
                 yield from self._run_pass(r, j, st.passes[(step.chunk, "F")], step, ledger)
                 key = ("F", step.micro_batch, step.chunk, r, j)
                 producer_end[key] = env.now
+                self.steps_info[key] = (started, env.now, cause)
+                prev = key
                 if vs < plan.virtual_stages - 1:
                     self._send(plan.p2p(vs, j, False), key)
                 else:
@@ -281,6 +291,8 @@ class EventEngine:
                 )
                 key = ("B", step.micro_batch, step.chunk, r, j)
                 producer_end[key] = env.now
+                self.steps_info[key] = (started, env.now, cause)
+                prev = key
                 if vs > 0:
                     self._send(plan.p2p(vs - 1, j, True), key)
                 else:
@@ -288,6 +300,7 @@ class EventEngine:
                 remaining_b[step.chunk] -= 1
                 if remaining_b[step.chunk] == 0:
                     reductions.append(self._reduction(r, step.chunk))
+        self.last_step[(r, j)] = prev
         if self.train:
             start = env.now
             if reductions:
@@ -303,6 +316,24 @@ class EventEngine:
             yield from self._collective(plan.zero_gather(r))
             ledger.times["dp_comm"] += env.now - start
         ledger.finish = env.now
+
+    def critical_path(self, r: int) -> list[tuple[str, float, float]]:
+        """Steps that set the finish time of stage ``r``, earliest first: from its last step, follow
+        whatever each step waited for (its input's producer, or the step before it on its stage)."""
+        out: list[tuple[str, float, float]] = []
+        key = self.last_step.get((r, self.replicas[0]))
+        while key is not None:
+            start, end, cause = self.steps_info[key]
+            kind, mb, chunk, rank, _j = key
+            name = f"{'forward' if kind == 'F' else 'backward'} mb {mb} chunk {chunk} · stage {rank}"
+            out.append((name, start, end - start))
+            if cause is not None and cause in self.steps_info:
+                gap = start - self.steps_info[cause][1]
+                if gap > 1e-12:
+                    out.append(("transfer / wait", self.steps_info[cause][1], gap))
+            key = cause
+        out.reverse()
+        return out
 
     def _reduction(self, r: int, chunk: int) -> simpy.Event:
         """The chunk's gradient reduction: starts when every simulated replica has finished it."""
