@@ -11,6 +11,7 @@ collectives (Shoeybi et al. 2019; Korthikanti et al. 2023 for sequence paralleli
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from engine.ir.ops import Op, OpKind, TensorSplit
 from engine.perf.device import DeviceModel
@@ -47,7 +48,7 @@ class ChunkPass:
     def compute_s(self) -> float:
         return sum(s.compute_s for s in self.segments)
 
-    @property
+    @cached_property
     def has_dram(self) -> bool:
         return any(s.dram_bytes > 0 for s in self.segments)
 

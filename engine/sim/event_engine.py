@@ -44,7 +44,7 @@ class EventEngine:
         self.rec = Recorder()
         self.arrivals: dict[tuple, simpy.Event] = {}
         self._owed: dict[tuple[int, int], float] = {}  # fast-path time accounted, not yet waited
-        self._totals: dict[tuple[int, int, int], tuple[float, float, float]] = {}
+        self._totals: dict[tuple[int, int, int], tuple[float, float, float, str]] = {}
         self._arrived: dict[tuple[int, int], int] = {}
         self.total_steps = 0
         self.steps_done = 0
@@ -129,7 +129,7 @@ class EventEngine:
         next pass's single timeout covers both (recompute then backward: one event, not two)."""
         plan, env, lane = self.plan, self.env, self.lanes[(r, j)]
         cat = CATEGORY_OF_PASS[ps.kind]
-        tag = f"{ps.kind}{step.micro_batch}"
+        tag = ps.kind  # the micro-batch has its own column: labels stay few and shared
         fast = (r, j) in self.private_tp or plan.tp == 1
         if fast and not ps.has_dram:
             t0 = env.now + self._owed.get((r, j), 0.0)
@@ -138,14 +138,13 @@ class EventEngine:
                 for seg in ps.segments:
                     t = self._account(r, j, seg, t, cat, tag, step, ledger)
             else:
-                busy, compute, comm = self._pass_totals(r, j, ps)
+                busy, compute, comm, label = self._pass_totals(r, j, ps)
                 times = ledger.times
                 times[cat] += compute
                 times["memory_stall"] += busy - compute
                 times["tp_comm"] += comm
                 t = t0 + busy + comm
-                label = f"{ps.segments[0].label}…{ps.segments[-1].label} {tag}" if ps.segments else tag
-                self.rec.slice(lane, t0, t - t0, cat, label, r, step.micro_batch, -1)
+                self.rec.timeline.add(lane, t0, t - t0, cat, label, r, step.micro_batch, -1)
             if defer:
                 self._owed[(r, j)] = t - env.now
                 return
@@ -181,13 +180,15 @@ class EventEngine:
                     seg.layer,
                 )
 
-    def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> tuple[float, float, float]:
-        """(busy, compute, tensor-parallel comm) seconds of a fast-path pass, computed once."""
+    def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> tuple[float, float, float, str]:
+        """(busy, compute, tensor-parallel comm seconds, slice label) of a fast-path pass, once."""
         key = (r, j, id(ps))
         hit = self._totals.get(key)
         if hit is None:
             comm = sum(self.plan.tp_time(r, j, *seg.comm) for seg in ps.segments if seg.comm)
-            hit = self._totals[key] = (ps.busy_s, ps.compute_s, comm)
+            segs = ps.segments
+            label = f"{segs[0].label}…{segs[-1].label} {ps.kind}" if segs else ps.kind
+            hit = self._totals[key] = (ps.busy_s, ps.compute_s, comm, label)
         return hit
 
     def _account(self, r, j, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:

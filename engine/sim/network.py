@@ -191,7 +191,10 @@ class FlowNetwork:
         for flow in comp:
             flow.remaining = max(0.0, flow.remaining - flow.rate * (now - flow.updated))
             flow.updated = now
-        rates = max_min_rates([f.pattern.solve for f in comp], self.capacity)
+        if len(comp) == 1:  # alone again: its route's bottleneck
+            rates = independent_rates([comp[0].pattern.solve], self.capacity)
+        else:
+            rates = max_min_rates([f.pattern.solve for f in comp], self.capacity)
         for flow, rate in zip(comp, rates, strict=True):
             if rate != flow.rate:
                 self._add_rate(flow, rate - flow.rate)
