@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", default="1600x1000", metavar="WxH")
     p.add_argument("--presentation", action="store_true", help="full screen, large fonts, editing locked")
     p.set_defaults(handler=_cmd_studio)
+
+    from engine.cli_search import register as register_search  # hypar, search, hw-search, map, sweep
+
+    register_search(sub)
     return parser
 
 

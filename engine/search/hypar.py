@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.errors import InputError
+from engine.errors import InputError, Problem
 from engine.ir.common import dtype_bytes
 from engine.ir.ops import LayerKind, OpKind
 from engine.workloads.graph import WorkloadGraph
@@ -84,7 +84,7 @@ def hypar_layers(workload: WorkloadGraph) -> list[HyparLayer]:
         if info.kind not in (LayerKind.conv, LayerKind.fc):
             raise InputError(
                 workload.name,
-                f"layer {info.name} is a {info.kind.value} layer; HyPar partitions chains of conv and fc layers",
+                f"layer {info.name} is of kind '{info.kind.value}'; HyPar partitions chains of conv and fc layers",
             )
         fmap = [op for op in ops if op.kind is not OpKind.loss]
         out.append(
@@ -150,7 +150,9 @@ def best_level(
 
 def levels_for(accelerators: int) -> int:
     if accelerators < 1 or accelerators & (accelerators - 1):
-        raise InputError("--accelerators", f"{accelerators} is not a power of two (HyPar halves the array)")
+        raise InputError(
+            "command line", Problem("--accelerators", f"{accelerators} is not a power of two (HyPar halves the array)")
+        )
     return accelerators.bit_length() - 1
 
 
@@ -178,7 +180,7 @@ def _partition(
 def hypar(layers: list[HyparLayer], accelerators: int, batch: int, dtype: str = "fp32") -> Partition:
     """HyPar's hierarchical partition of ``layers`` over ``accelerators`` (a power of two)."""
     if batch < 1:
-        raise InputError("--batch", f"{batch} must be at least 1")
+        raise InputError("command line", Problem("--batch", f"{batch} must be at least 1"))
     return _partition(layers, accelerators, batch, dtype_bytes(dtype), None)
 
 

@@ -8,6 +8,7 @@ from engine.sim.network import FlowNetwork
 from engine.sim.recorder import Recorder
 
 MAX_LINK_SERIES = 64  # the busiest links get series and Gantt lanes
+MAX_LINK_SLICES = 50_000  # past this many utilisation changes, links keep their series but no Gantt slices
 
 
 def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list[Series]:
@@ -16,13 +17,17 @@ def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list
     carried = net.link_bytes()
     ranked = sorted(carried, key=lambda lk: (-carried[lk] / hw.links[lk].bandwidth, lk))[:MAX_LINK_SERIES]
     out = []
+    budget = MAX_LINK_SLICES
     for lk in ranked:
         trace = net.link_trace(lk)
+        budget -= len(trace.times)
         cap = hw.links[lk].bandwidth
         link = hw.links[lk]
         s = Series(_link_name(plan, lk), "fraction", trace.times, [v / cap for v in trace.loads], capacity=1.0,
                    src=link.src, dst=link.dst)
         out.append(s)
+        if budget < 0:
+            continue
         group = "memory" if hw.links[lk].kind == "memory" else "links"
         lane = rec.timeline.lane(s.name, group, detail=f"{cap / 1e9:.0f} GB/s")
         for i, t in enumerate(s.times):
@@ -60,13 +65,8 @@ def assemble(
     for r, led in sorted(rec.ledgers.items()):
         st = plan.stages[r]
         device = plan.hw.devices[st.groups[0][0]].node
-        times, mem_rows = led.rows()
-        track = MemoryTrack(
-            device=device,
-            capacity_bytes=st.capacity,
-            times=times,
-            by_category={c: [row[c] for row in mem_rows] for c in MEMORY_CATEGORIES},
-        )
+        times, columns = led.columns()
+        track = MemoryTrack(device=device, capacity_bytes=st.capacity, times=times, by_category=columns)
         memory.append(track)
         peak, row = led.peak()
         if peak > peak_bytes:

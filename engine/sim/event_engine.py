@@ -130,26 +130,10 @@ class EventEngine:
         plan, env, lane = self.plan, self.env, self.lanes[(r, j)]
         cat = CATEGORY_OF_PASS[ps.kind]
         tag = ps.kind  # the micro-batch has its own column: labels stay few and shared
-        fast = (r, j) in self.private_tp or plan.tp == 1
-        if fast and not ps.has_dram:
-            t0 = env.now + self._owed.get((r, j), 0.0)
-            if self.segment_slices:
-                t = t0
-                for seg in ps.segments:
-                    t = self._account(r, j, seg, t, cat, tag, step, ledger)
-            else:
-                busy, compute, comm, label = self._pass_totals(r, j, ps)
-                times = ledger.times
-                times[cat] += compute
-                times["memory_stall"] += busy - compute
-                times["tp_comm"] += comm
-                t = t0 + busy + comm
-                self.rec.timeline.add(lane, t0, t - t0, cat, label, r, step.micro_batch, -1)
-            if defer:
-                self._owed[(r, j)] = t - env.now
-                return
-            self._owed[(r, j)] = 0.0
-            yield env.timeout(t - env.now)
+        delay = self._fast_pass(r, j, ps, step, ledger, defer)
+        if delay is not None:
+            if not defer:
+                yield env.timeout(delay)
             return
         owed = self._owed.pop((r, j), 0.0)
         if owed:
@@ -179,6 +163,34 @@ class EventEngine:
                     step.micro_batch,
                     seg.layer,
                 )
+
+    def _fast_pass(
+        self, r: int, j: int, ps: ChunkPass, step: Step, ledger: StageLedger, defer: bool
+    ) -> float | None:
+        """Account a pass that needs no flows (private or no tensor-parallel links, no DRAM streams) and
+        return how long to wait, or None when it must run segment by segment on the network."""
+        if ps.has_dram or not (self.plan.tp == 1 or (r, j) in self.private_tp):
+            return None
+        now = self.env.now
+        t0 = now + self._owed.get((r, j), 0.0)
+        cat = CATEGORY_OF_PASS[ps.kind]
+        if self.segment_slices:
+            t = t0
+            for seg in ps.segments:
+                t = self._account(r, j, seg, t, cat, ps.kind, step, ledger)
+        else:
+            busy, compute, comm, label = self._pass_totals(r, j, ps)
+            times = ledger.times
+            times[cat] += compute
+            times["memory_stall"] += busy - compute
+            times["tp_comm"] += comm
+            t = t0 + busy + comm
+            self.rec.timeline.add(self.lanes[(r, j)], t0, t - t0, cat, label, r, step.micro_batch, -1)
+        if defer:
+            self._owed[(r, j)] = t - now
+            return 0.0
+        self._owed[(r, j)] = 0.0
+        return t - now
 
     def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> tuple[float, float, float, str]:
         """(busy, compute, tensor-parallel comm seconds, slice label) of a fast-path pass, once."""
@@ -263,15 +275,25 @@ class EventEngine:
             dep = predecessor(step, r, pp, v)
             cause = prev
             if dep is not None:
-                before = env.now
-                yield from self._wait((*dep, j), producer_end, ledger)
-                if env.now > before or prev is None:
-                    cause = (*dep, j)
+                dep_key = (*dep, j)
+                ready = self.arrivals.get(dep_key)
+                if ready is None or not ready.processed:
+                    before = env.now
+                    yield from self._wait(dep_key, producer_end, ledger)
+                    if env.now > before:
+                        cause = dep_key
+                if prev is None:
+                    cause = dep_key
             vs = step.virtual_stage(r, pp)
             started = env.now
             if step.kind == "F":
                 ledger.memory(env.now, "activations", st.act_bytes[step.chunk])
-                yield from self._run_pass(r, j, st.passes[(step.chunk, "F")], step, ledger)
+                ps = st.passes[(step.chunk, "F")]
+                delay = self._fast_pass(r, j, ps, step, ledger, False)
+                if delay is None:
+                    yield from self._run_pass(r, j, ps, step, ledger)
+                else:
+                    yield env.timeout(delay)
                 key = ("F", step.micro_batch, step.chunk, r, j)
                 producer_end[key] = env.now
                 self.steps_info[key] = (started, env.now, cause)
@@ -284,7 +306,12 @@ class EventEngine:
                 if (step.chunk, "R") in st.passes:
                     ledger.memory(env.now, "activations", st.transient_bytes)
                     yield from self._run_pass(r, j, st.passes[(step.chunk, "R")], step, ledger, defer=True)
-                yield from self._run_pass(r, j, st.passes[(step.chunk, "B")], step, ledger)
+                ps = st.passes[(step.chunk, "B")]
+                delay = self._fast_pass(r, j, ps, step, ledger, False)
+                if delay is None:
+                    yield from self._run_pass(r, j, ps, step, ledger)
+                else:
+                    yield env.timeout(delay)
                 ledger.memory(
                     env.now,
                     "activations",

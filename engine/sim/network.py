@@ -12,6 +12,7 @@ series are derived from patterns at the end — O(1) per flow event instead of O
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ import numpy as np
 import simpy
 
 from engine.sim.maxmin import independent_rates, max_min_rates
+
+SYNC_COMPONENT = 8  # components up to this many flows are re-solved at once, without a batching event
 
 
 @dataclass
@@ -81,6 +84,8 @@ class FlowNetwork:
         self._dirty: set[int] = set()
         self._freed_links: set[int] = set()
         self._pending = False
+        self._heap: list[tuple[float, int, int]] = []  # (finish time, flow id, version)
+        self._wake_at = float("inf")
         self.flow_count = 0
 
     # -- public -------------------------------------------------------------------------------
@@ -118,7 +123,10 @@ class FlowNetwork:
             self._add_rate(flow, rate)
             return done
         self._dirty.add(fid)
-        self._schedule_recompute()
+        if not self._pending and len(self._component({fid}, limit=SYNC_COMPONENT)) <= SYNC_COMPONENT:
+            self._recompute()  # a small component: solve now, no event needed
+        else:
+            self._schedule_recompute()  # many flows may start at this instant: solve once for all
         return done
 
     def link_bytes(self) -> dict[int, float]:
@@ -160,7 +168,8 @@ class FlowNetwork:
             self._pending = True
             self.env.timeout(0).callbacks.append(self._recompute)
 
-    def _component(self, seeds: set[int]) -> set[int]:
+    def _component(self, seeds: set[int], limit: int | None = None) -> set[int]:
+        """Flows connected to ``seeds`` through shared links (stops early past ``limit``)."""
         seen = set(seeds)
         stack = list(seeds)
         links_seen: set[int] = set()
@@ -176,6 +185,8 @@ class FlowNetwork:
                     if other not in seen:
                         seen.add(other)
                         stack.append(other)
+            if limit is not None and len(seen) > limit:
+                break
         return seen
 
     def _recompute(self, _event: simpy.Event | None = None) -> None:
@@ -208,15 +219,33 @@ class FlowNetwork:
         p.trace.record(self.env.now, p.rate_sum)
 
     def _set_rate(self, flow: Flow, rate: float) -> None:
+        """Give ``flow`` a rate and (re)book its finish. Finishes live in one heap with one pending
+        wake-up, so a rate change leaves a stale heap entry, not a stale simpy event."""
+        now = self.env.now
         flow.rate = rate
-        flow.updated = self.env.now
+        flow.updated = now
         flow.version += 1
-        if rate <= 0 or rate == float("inf"):
-            if rate == float("inf"):
-                self.env.timeout(0).callbacks.append(lambda _e, f=flow, v=flow.version: self._complete(f, v))
+        if rate <= 0:
             return
-        version = flow.version
-        self.env.timeout(flow.remaining / rate).callbacks.append(lambda _e, f=flow, v=version: self._complete(f, v))
+        finish = now if rate == float("inf") else now + flow.remaining / rate
+        heapq.heappush(self._heap, (finish, flow.fid, flow.version))
+        if finish < self._wake_at:
+            self._wake_at = finish
+            self.env.timeout(finish - now).callbacks.append(self._wake)
+
+    def _wake(self, _event: simpy.Event) -> None:
+        now = self.env.now
+        if now >= self._wake_at:
+            self._wake_at = float("inf")
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, fid, version = heapq.heappop(heap)
+            flow = self.flows.get(fid)
+            if flow is not None and flow.version == version:
+                self._complete(flow, version)
+        if heap and heap[0][0] < self._wake_at:
+            self._wake_at = heap[0][0]
+            self.env.timeout(self._wake_at - now).callbacks.append(self._wake)
 
     def _complete(self, flow: Flow, version: int) -> None:
         if flow.version != version or flow.fid not in self.flows:

@@ -1,0 +1,128 @@
+"""Collective times for search: the engine's decomposition on the real topology, cached as linear models.
+
+A phase of ``engine.perf.collectives`` takes ``bytes_per_member · worst_link + latency`` and its bytes per
+member are a fixed fraction of the message, so a collective's time is ``a·n + b`` in the message size n
+(the small-message tree regime is piecewise, handled exactly). One decomposition per group shape and
+kind therefore serves every micro-batch size, hidden size and gradient bucket the search tries — which
+is what makes ranking thousands of candidates cheap, while staying what ``make_plan`` would compute.
+
+Groups come from the same placement rules as ``engine.plan.placement`` (strategy order, then ranks with
+tp fastest), computed for just the stages search needs instead of all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.hardware.graph import HardwareGraph
+from engine.ir.mapping import PlacementStrategy
+from engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, collective, point_to_point
+from engine.plan.placement import placement_order
+from engine.plan.plan import merge_concurrent
+
+REFERENCE_BYTES = float(2**30)  # well inside the bandwidth regime
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where ranks go: what, besides tp/pp/dp, decides which devices form each group."""
+
+    strategy: PlacementStrategy
+    rank_order: str  # "tp-dp-pp" | "tp-pp-dp"
+
+
+@dataclass(frozen=True)
+class Linear:
+    slope: float  # seconds per byte of message
+    latency: float
+
+    def at(self, nbytes: float) -> float:
+        return self.slope * nbytes + self.latency if nbytes > 0 and (self.slope or self.latency) else 0.0
+
+
+def _linear(c: Collective, hw: HardwareGraph, ref: float) -> Linear:
+    slope = latency = 0.0
+    for ph in c.phases:
+        latency += ph.latency_s
+        if ph.usage and ph.bytes_per_member > 0:
+            worst = max(u / hw.links[lk].bandwidth for lk, u in ph.usage.items())
+            slope += ph.bytes_per_member / ref * worst
+    return Linear(slope, latency)
+
+
+class CommModel:
+    """Group construction and cached collective timing on one elaborated system."""
+
+    def __init__(self, hw: HardwareGraph) -> None:
+        self.hw = hw
+        self._orders: dict[tuple[PlacementStrategy, int], tuple[int, ...]] = {}
+        self._linear: dict[tuple, Linear] = {}
+        self._small: dict[tuple, float] = {}
+        self.decompositions = 0  # how many collectives were decomposed on the topology (for reports)
+        default = tuple(d.index for d in hw.devices)
+        self._row_major = default
+
+    # --- groups ---------------------------------------------------------------------------------------
+
+    def ranks(self, strategy: PlacementStrategy, group: int) -> tuple[int, ...]:
+        """Device indices in placement order (``group`` = tp·dp matters to the block strategy only)."""
+        key = (strategy, group if strategy is PlacementStrategy.block else 0)
+        order = self._orders.get(key)
+        if order is None:
+            order = tuple(d.index for d in placement_order(self.hw.devices, strategy, group))
+            self._orders[key] = order
+        return order
+
+    def distinct(self, strategy: PlacementStrategy, group: int) -> bool:
+        """False when ``strategy`` orders the devices exactly as row-major does (nothing new to try)."""
+        return strategy is PlacementStrategy.row_major or self.ranks(strategy, group) != self._row_major
+
+    def tensor_group(self, layout: Layout, tp: int, pp: int, dp: int, stage: int, replica: int) -> tuple[int, ...]:
+        ranks = self.ranks(layout.strategy, tp * dp)
+        if layout.rank_order == "tp-dp-pp":
+            base = tp * (replica + dp * stage)
+        else:
+            base = tp * (stage + pp * replica)
+        return ranks[base : base + tp]
+
+    def stage_groups(self, layout: Layout, tp: int, pp: int, dp: int, stage: int) -> tuple[tuple[int, ...], ...]:
+        return tuple(self.tensor_group(layout, tp, pp, dp, stage, j) for j in range(dp))
+
+    # --- timing ---------------------------------------------------------------------------------------
+
+    def collective_time(self, kind: str, group: tuple[int, ...], nbytes: float) -> float:
+        """One collective of ``nbytes`` (the full tensor) over ``group``."""
+        return self.concurrent_time(kind, (group,), nbytes)
+
+    def concurrent_time(self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> float:
+        """Identical collectives on disjoint groups at once, sharing links (as ``Plan.dp_collective``)."""
+        if nbytes <= 0 or not groups or len(groups[0]) <= 1:
+            return 0.0
+        if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and len(groups[0]) > 2:
+            key = (kind, groups, nbytes)
+            t = self._small.get(key)
+            if t is None:
+                t = self._small[key] = self._decompose(kind, groups, nbytes).time(self.hw)
+            return t
+        key = (kind, groups)
+        lin = self._linear.get(key)
+        if lin is None:
+            lin = self._linear[key] = _linear(self._decompose(kind, groups, REFERENCE_BYTES), self.hw, REFERENCE_BYTES)
+        return lin.at(nbytes)
+
+    def _decompose(self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> Collective:
+        self.decompositions += 1
+        parts = [collective(self.hw, kind, list(g), nbytes) for g in groups]  # type: ignore[arg-type]
+        return merge_concurrent(parts)
+
+    def p2p_time(self, src: tuple[int, ...], dst: tuple[int, ...], nbytes: float) -> float:
+        """Member i of ``src`` sends ``nbytes`` to member i of ``dst``, all at once."""
+        if nbytes <= 0:
+            return 0.0
+        key = ("p2p", src, dst)
+        lin = self._linear.get(key)
+        if lin is None:
+            self.decompositions += 1
+            c = point_to_point(self.hw, list(zip(src, dst, strict=True)), REFERENCE_BYTES)
+            lin = self._linear[key] = _linear(c, self.hw, REFERENCE_BYTES)
+        return lin.at(nbytes)
