@@ -13,6 +13,7 @@ CASES = {
     "dgx-full-recompute-sp": lambda: dgx(recompute="full", sequence_parallel=True),
     "dgx-selective-zero1": lambda: dgx(recompute="selective", zero=1),
     "dgx-gpipe": lambda: dgx(schedule="gpipe"),
+    "dgx-overlap-grad": lambda: dgx(dp=4, overlap_grad_reduce=True),
     "cluster": small_cluster,
     "wafer": small_wafer,
 }
@@ -127,3 +128,9 @@ def test_critical_path_is_contiguous_and_spans_the_iteration(case):
     for (_, s0, d0), (_, s1, _) in zip(path, path[1:], strict=False):
         assert s1 == pytest.approx(s0 + d0, rel=1e-9, abs=1e-12)
     assert sum(d for _, _, d in path) == pytest.approx(res.iteration_time_s, rel=1e-9)
+
+
+def test_overlapping_gradient_reduction_hides_communication():
+    plain, overlapped = simulate(dgx(pp=1, dp=8)), simulate(dgx(pp=1, dp=8, overlap_grad_reduce=True))
+    assert overlapped.time_breakdown_s["dp_comm"] < plain.time_breakdown_s["dp_comm"]
+    assert overlapped.iteration_time_s < plain.iteration_time_s

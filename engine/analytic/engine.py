@@ -71,13 +71,17 @@ def analytic_result(plan: Plan) -> Result:
         send[(vs, False)] = plan.p2p(vs, 0, False).time(plan.hw)
         send[(vs, True)] = plan.p2p(vs, 0, True).time(plan.hw)
     stages = run_pipeline(plan.schedule, pp, m, v, duration, send)
-    finishes = []
+    finishes, reduced_at = [], []
     for r, st in enumerate(plan.stages):
-        reduced = max(
-            (stages[r].last_backward[c] + plan.dp_collective(r, c).time(plan.hw) for c in st.chunk_layers),
-            default=stages[r].finish,
-        )
-        reduced = max(reduced, stages[r].finish)
+        reduced = stages[r].finish
+        for c in st.chunk_layers:
+            early, late = plan.dp_buckets(r, c)
+            reduced = max(
+                reduced,
+                stages[r].last_backward_start[c] + early.time(plan.hw),
+                stages[r].last_backward[c] + late.time(plan.hw),
+            )
+        reduced_at.append(reduced)
         finishes.append(reduced + st.optimizer_s + plan.zero_gather(r).time(plan.hw))
     tail_stage = max(range(pp), key=lambda r: finishes[r])
     total = finishes[tail_stage]
@@ -85,14 +89,8 @@ def analytic_result(plan: Plan) -> Result:
     slowest = max(range(pp), key=lambda r: per_stage[r][0] + per_stage[r][1])
     breakdown = {k: m * per_stage[tail_stage][2][k] for k in totals}
     breakdown["pp_comm"] = stages[tail_stage].waits["pp_comm"]
-    dp_wait = max(
-        (
-            stages[tail_stage].last_backward[c] + plan.dp_collective(tail_stage, c).time(plan.hw)
-            for c in st0.chunk_layers
-        ),
-        default=0.0,
-    )
-    breakdown["dp_comm"] = max(0.0, dp_wait - stages[tail_stage].finish) + plan.zero_gather(tail_stage).time(plan.hw)
+    zero_gather = plan.zero_gather(tail_stage).time(plan.hw)
+    breakdown["dp_comm"] = reduced_at[tail_stage] - stages[tail_stage].finish + zero_gather
     breakdown["optimizer"] = st0.optimizer_s
     breakdown["bubble"] = max(0.0, total - sum(breakdown.values()))
     memory, peak_row, oom = [], dict.fromkeys(MEMORY_CATEGORIES, 0.0), None

@@ -23,6 +23,7 @@ class StageTimes:
     finish: float = 0.0  # end of its last pipeline step
     waits: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     last_backward: dict[int, float] = field(default_factory=dict)  # chunk → end of its last backward
+    last_backward_start: dict[int, float] = field(default_factory=dict)  # chunk → start of it
 
 
 @cache
@@ -73,6 +74,7 @@ def run_pipeline(
                 else:
                     arrive[key] = t + (send[(vs - 1, True)] if vs > 0 else 0.0)
                     st.last_backward[step.chunk] = t
+                    st.last_backward_start[step.chunk] = ready
                 clock[r] = t
                 pos[r] += 1
                 remaining -= 1

@@ -71,6 +71,9 @@ class Mapping(StrictModel):
     schedule: Schedule = Schedule.one_f_one_b
     recompute: Recompute = Recompute.none
     zero: Annotated[int, Field(ge=0, le=3)] = 0
+    overlap_grad_reduce: bool = Field(
+        False, description="reduce gradients in buckets during the last backward (Megatron --overlap-grad-reduce)"
+    )
     rank_order: Literal["tp-dp-pp", "tp-pp-dp"] = Field(
         "tp-dp-pp", description="fastest-varying parallel dimension first (Megatron: tp, then dp, then pp)"
     )

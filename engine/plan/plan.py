@@ -132,6 +132,18 @@ class Plan:
         return merge_concurrent(parts)
 
     @cache  # noqa: B019
+    def dp_buckets(self, rank: int, chunk: int) -> tuple[Collective, Collective]:
+        """With overlap: (the reduction of all but the chunk's first layer, launched as its last backward
+        starts, as the gradients of later layers become ready; the first layer's bucket, launched when
+        that backward ends). Without overlap: (nothing, the whole reduction after the backward)."""
+        whole = self.dp_collective(rank, chunk)
+        layers = len(self.stages[rank].chunk_layers[chunk])
+        if not self.project.mapping.overlap_grad_reduce or layers < 2 or not whole.phases:
+            return Collective(whole.kind, "none", ()), whole
+        early = (layers - 1) / layers
+        return scaled(whole, early), scaled(whole, 1 - early)
+
+    @cache  # noqa: B019
     def zero_gather(self, rank: int) -> Collective:
         """ZeRO: all-gather the updated weights after the sharded optimizer step."""
         st = self.stages[rank]
@@ -140,6 +152,12 @@ class Plan:
         nbytes = st.params * self.elem_bytes
         parts = [collective(self.hw, "all-gather", [g[i] for g in st.groups], nbytes) for i in range(self.tp)]
         return merge_concurrent(parts)
+
+
+def scaled(coll: Collective, fraction: float) -> Collective:
+    """The same collective carrying ``fraction`` of the bytes (same link-usage objects)."""
+    phases = tuple(Phase(ph.usage, ph.bytes_per_member * fraction, ph.latency_s) for ph in coll.phases)
+    return Collective(coll.kind, coll.algorithm, phases)
 
 
 def merge_concurrent(parts: list[Collective]) -> Collective:

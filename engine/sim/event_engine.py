@@ -45,12 +45,12 @@ class EventEngine:
         self.arrivals: dict[tuple, simpy.Event] = {}
         self._owed: dict[tuple[int, int], float] = {}  # fast-path time accounted, not yet waited
         self._totals: dict[tuple[int, int, int], tuple[float, float, float, str]] = {}
-        self._arrived: dict[tuple[int, int], int] = {}
+        self._arrived: dict[tuple[int, int, str], int] = {}
         self.total_steps = 0
         self.steps_done = 0
         self.steps_info: dict[tuple, tuple[float, float, tuple | None]] = {}  # step → (start, end, cause)
         self.last_step: dict[tuple[int, int], tuple | None] = {}
-        self._reductions: dict[tuple[int, int], simpy.Event] = {}
+        self._reductions: dict[tuple[int, int, str], simpy.Event] = {}
         self.private_tp, patterns = self._traffic_patterns()
         capacity = [lk.bandwidth for lk in hw.links]
         self.net = FlowNetwork(
@@ -307,6 +307,10 @@ class EventEngine:
                     ledger.memory(env.now, "activations", st.transient_bytes)
                     yield from self._run_pass(r, j, st.passes[(step.chunk, "R")], step, ledger, defer=True)
                 ps = st.passes[(step.chunk, "B")]
+                if remaining_b[step.chunk] == 1:  # the chunk's last backward: early buckets may start
+                    early = plan.dp_buckets(r, step.chunk)[0]
+                    if early.phases:
+                        reductions.append(self._reduction(r, step.chunk, early, "early"))
                 delay = self._fast_pass(r, j, ps, step, ledger, False)
                 if delay is None:
                     yield from self._run_pass(r, j, ps, step, ledger)
@@ -327,7 +331,7 @@ class EventEngine:
                     self._event(key).succeed()
                 remaining_b[step.chunk] -= 1
                 if remaining_b[step.chunk] == 0:
-                    reductions.append(self._reduction(r, step.chunk))
+                    reductions.append(self._reduction(r, step.chunk, plan.dp_buckets(r, step.chunk)[1], "late"))
         self.last_step[(r, j)] = prev
         if self.train:
             start = env.now
@@ -363,16 +367,16 @@ class EventEngine:
         out.reverse()
         return out
 
-    def _reduction(self, r: int, chunk: int) -> simpy.Event:
-        """The chunk's gradient reduction: starts when every simulated replica has finished it."""
-        key = (r, chunk)
+    def _reduction(self, r: int, chunk: int, coll: Collective, part: str) -> simpy.Event:
+        """A gradient reduction (or one bucket of it): starts when every simulated replica reaches it."""
+        key = (r, chunk, part)
         arrived = self._arrived.get(key, 0) + 1
         self._arrived[key] = arrived
         if key not in self._reductions:
             self._reductions[key] = self.env.event()
         done = self._reductions[key]
         if arrived == len(self.replicas):
-            started = self._start(self.plan.dp_collective(r, chunk))
+            started = self._start(coll)
             started.callbacks.append(lambda _e: done.succeed())
         return done
 
