@@ -12,7 +12,7 @@ from __future__ import annotations
 from engine.analytic.pipeline import run_pipeline
 from engine.plan.passes import ChunkPass
 from engine.plan.plan import Plan
-from engine.results.result import MEMORY_CATEGORIES, MemoryTrack, OutOfMemory, Result
+from engine.results.result import MemoryTrack, Result, memory_verdict
 from engine.sim.schedules import stage_order
 
 
@@ -93,23 +93,15 @@ def analytic_result(plan: Plan) -> Result:
     breakdown["dp_comm"] = reduced_at[tail_stage] - stages[tail_stage].finish + zero_gather
     breakdown["optimizer"] = st0.optimizer_s
     breakdown["bubble"] = max(0.0, total - sum(breakdown.values()))
-    memory, peak_row, oom = [], dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
+    memory = []
     for r, st in enumerate(plan.stages):
         row = {
-            "weights": st.state.weights,
-            "gradients": st.state.gradients,
-            "optimizer": st.state.optimizer,
-            "activations": _peak_activations(plan, r),
-            "kv_cache": 0.0,
-            "workspace": st.workspace,
+            "weights": st.state.weights, "gradients": st.state.gradients, "optimizer": st.state.optimizer,
+            "activations": _peak_activations(plan, r), "kv_cache": 0.0, "workspace": st.workspace,
         }
         node = plan.hw.devices[st.groups[0][0]].node
         memory.append(MemoryTrack(node, st.capacity, [0.0], {k: [val] for k, val in row.items()}))
-        need = sum(row.values())
-        if need > sum(peak_row.values()):
-            peak_row = row
-        if need > st.capacity and (oom is None or need - st.capacity > oom.need_bytes - oom.capacity_bytes):
-            oom = OutOfMemory(node, need, st.capacity)
+    peak_row, oom = memory_verdict(memory)
     mapping = project.mapping
     return Result(
         project=project.name,

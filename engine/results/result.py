@@ -34,6 +34,16 @@ class Series:
 
 
 @dataclass
+class OutOfMemory:
+    device: str
+    need_bytes: float
+    capacity_bytes: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"device": self.device, "need_bytes": self.need_bytes, "capacity_bytes": self.capacity_bytes}
+
+
+@dataclass
 class MemoryTrack:
     """Occupancy of one device over time, by category (bytes)."""
 
@@ -48,15 +58,27 @@ class MemoryTrack:
     def peak(self) -> float:
         return max(self.totals(), default=0.0)
 
+    def peak_breakdown(self) -> dict[str, float]:
+        """Occupancy by category at the moment the total peaks."""
+        totals = self.totals()
+        if not totals:
+            return dict.fromkeys(MEMORY_CATEGORIES, 0.0)
+        k = max(range(len(totals)), key=totals.__getitem__)
+        return {c: self.by_category.get(c, [0.0] * len(totals))[k] for c in MEMORY_CATEGORIES}
 
-@dataclass
-class OutOfMemory:
-    device: str
-    need_bytes: float
-    capacity_bytes: float
 
-    def as_json(self) -> dict[str, Any]:
-        return {"device": self.device, "need_bytes": self.need_bytes, "capacity_bytes": self.capacity_bytes}
+def memory_verdict(tracks: list[MemoryTrack]) -> tuple[dict[str, float], OutOfMemory | None]:
+    """The breakdown of the fullest device, and the worst overflow (the device furthest over its
+    capacity), if any — what every engine reports from its memory tracks."""
+    if not tracks:
+        return dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
+    fullest = max(tracks, key=MemoryTrack.peak)
+    over = [t for t in tracks if t.peak() > t.capacity_bytes]
+    oom = None
+    if over:
+        worst = max(over, key=lambda t: t.peak() - t.capacity_bytes)
+        oom = OutOfMemory(worst.device, worst.peak(), worst.capacity_bytes)
+    return fullest.peak_breakdown(), oom
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.plan.plan import Plan
-from engine.results.result import MEMORY_CATEGORIES, MemoryTrack, OutOfMemory, Result, Series
+from engine.results.result import MemoryTrack, Result, Series, memory_verdict
 from engine.sim.network import FlowNetwork
 from engine.sim.recorder import Recorder
 
@@ -61,18 +61,12 @@ def assemble(
     breakdown = dict(ledger.times) if ledger else {}
     breakdown["bubble"] = breakdown.get("bubble", 0.0) + max(0.0, finish - (ledger.finish if ledger else 0.0))
     memory: list[MemoryTrack] = []
-    peak_bytes, peak_row, oom = 0.0, dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
     for r, led in sorted(rec.ledgers.items()):
         st = plan.stages[r]
-        device = plan.hw.devices[st.groups[0][0]].node
         times, columns = led.columns()
-        track = MemoryTrack(device=device, capacity_bytes=st.capacity, times=times, by_category=columns)
-        memory.append(track)
-        peak, row = led.peak()
-        if peak > peak_bytes:
-            peak_bytes, peak_row = peak, row
-        if peak > st.capacity and (oom is None or peak - st.capacity > oom.need_bytes - oom.capacity_bytes):
-            oom = OutOfMemory(device, peak, st.capacity)
+        node = plan.hw.devices[st.groups[0][0]].node
+        memory.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=times, by_category=columns))
+    peak_row, oom = memory_verdict(memory)
     links = link_series(plan, net, finish, rec) if net is not None else []
     m = project.mapping
     samples = m.global_batch if project.run.mode.value == "train" else project.run.inference.batch

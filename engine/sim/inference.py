@@ -15,7 +15,7 @@ from engine.ir.ops import Op, OpKind
 from engine.ir.workload import LlamaSpec, TransformerDims
 from engine.plan.passes import ChunkPass, PassContext, forward_pass
 from engine.plan.plan import Plan
-from engine.results.result import MemoryTrack, OutOfMemory, Result
+from engine.results.result import MemoryTrack, Result, memory_verdict
 from engine.sim.recorder import Recorder
 from engine.workloads import build_workload
 
@@ -104,19 +104,15 @@ def simulate_inference(plan: Plan) -> Result:
             t += dur
     tpot = sum(steps) / len(steps) if steps else 0.0
     flops = acc.pop("flops") * m.tp
-    memory, peak_row, oom = [], {}, None
+    memory = []
     for st in plan.stages:
         layers = sum(len(v) for v in st.chunk_layers.values())
         kv = 2.0 * layers * kv_dim * (prompt + new) * batch * plan.elem_bytes / m.tp if dims else 0.0
         row = {"weights": st.state.weights, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0,
                "kv_cache": kv, "workspace": st.workspace * batch / max(m.micro_batch, 1)}
-        total = sum(row.values())
         node = plan.hw.devices[st.groups[0][0]].node
         memory.append(MemoryTrack(node, st.capacity, [0.0, t], {k: [v, v] for k, v in row.items()}))
-        if total > sum(peak_row.values(), 0.0):
-            peak_row = row
-        if total > st.capacity and oom is None:
-            oom = OutOfMemory(node, total, st.capacity)
+    peak_row, oom = memory_verdict(memory)
     return Result(
         project=project.name,
         mode="infer",
