@@ -45,7 +45,14 @@ def simulate(
         rec = eng.run(progress=progress, cancel=cancel)
         tail = max(rec.ledgers, key=lambda r: rec.ledgers[r].finish)
         result = assemble(
-            plan, rec, eng.net, engine="event", events=_events(eng), wall=0.0, critical=eng.critical_path(tail)
+            plan,
+            rec,
+            eng.net,
+            engine="event",
+            events=_events(eng),
+            wall=0.0,
+            critical=eng.critical_path(tail),
+            lane_devices=eng.lane_nodes,
         )
     result.wall_time_s = time.perf_counter() - start
     return result

@@ -110,6 +110,27 @@ class Plan:
         return usage
 
     @cache  # noqa: B019
+    def dram_usage_member(self, rank: int, replica: int, member: int) -> dict[int, float]:
+        """One device's route to its nearest remote DRAM port (per-device simulation)."""
+        st = self.stages[rank]
+        mem = st.dev.remote_dram
+        if mem is None:
+            return {}
+        _, route = self.hw.memory_route(st.groups[replica][member], mem.name)
+        usage: dict[int, float] = {}
+        for lk in route:
+            usage[lk] = usage.get(lk, 0.0) + 1.0
+        return usage
+
+    @cache  # noqa: B019
+    def p2p_member(self, virtual_stage: int, replica: int, backward: bool, member: int) -> Collective:
+        """One device's share of a pipeline send: member i of one stage's group to member i of the next."""
+        r0, _ = self.stage_of(virtual_stage)
+        r1, _ = self.stage_of(virtual_stage + 1)
+        a, b = self.stages[r0].groups[replica][member], self.stages[r1].groups[replica][member]
+        return point_to_point(self.hw, [(b, a)] if backward else [(a, b)], self.p2p_bytes[virtual_stage])
+
+    @cache  # noqa: B019
     def dram_seconds_per_byte(self, rank: int) -> float:
         """Uncontended seconds per streamed byte (per member) on the DRAM route's tightest link."""
         usage = self.dram_usage(rank, 0)

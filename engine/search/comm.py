@@ -58,6 +58,7 @@ class CommModel:
         self._orders: dict[tuple[PlacementStrategy, int], tuple[int, ...]] = {}
         self._linear: dict[tuple, Linear] = {}
         self._small: dict[tuple, float] = {}
+        self._groups: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self.decompositions = 0  # how many collectives were decomposed on the topology (for reports)
         default = tuple(d.index for d in hw.devices)
         self._row_major = default
@@ -88,23 +89,41 @@ class CommModel:
     def stage_groups(self, layout: Layout, tp: int, pp: int, dp: int, stage: int) -> tuple[tuple[int, ...], ...]:
         return tuple(self.tensor_group(layout, tp, pp, dp, stage, j) for j in range(dp))
 
+    @staticmethod
+    def dp_key(layout: Layout, tp: int, pp: int, dp: int, stage: int) -> tuple:
+        """What decides a stage's dp groups: with tp-dp-pp order, pp does not (stage r starts at tp·dp·r)."""
+        return ("dp", layout, tp, pp if layout.rank_order != "tp-dp-pp" else 0, dp, stage)
+
+    def dp_groups(self, layout: Layout, tp: int, pp: int, dp: int, stage: int) -> tuple[tuple[int, ...], ...]:
+        """A stage's data-parallel groups, one per tensor rank (they reduce at the same time)."""
+        key = self.dp_key(layout, tp, pp, dp, stage)
+        groups = self._groups.get(key)
+        if groups is None:
+            stage_groups = self.stage_groups(layout, tp, pp, dp, stage)
+            groups = self._groups[key] = tuple(tuple(g[i] for g in stage_groups) for i in range(tp))
+        return groups
+
     # --- timing ---------------------------------------------------------------------------------------
 
     def collective_time(self, kind: str, group: tuple[int, ...], nbytes: float) -> float:
         """One collective of ``nbytes`` (the full tensor) over ``group``."""
         return self.concurrent_time(kind, (group,), nbytes)
 
-    def concurrent_time(self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> float:
-        """Identical collectives on disjoint groups at once, sharing links (as ``Plan.dp_collective``)."""
+    def concurrent_time(
+        self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float, name: tuple | None = None
+    ) -> float:
+        """Identical collectives on disjoint groups at once, sharing links (as ``Plan.dp_collective``).
+        ``name`` stands for ``groups`` as the cache key when the caller has a cheaper one."""
         if nbytes <= 0 or not groups or len(groups[0]) <= 1:
             return 0.0
+        ident = groups if name is None else name
         if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and len(groups[0]) > 2:
-            key = (kind, groups, nbytes)
+            key = (kind, ident, nbytes)
             t = self._small.get(key)
             if t is None:
                 t = self._small[key] = self._decompose(kind, groups, nbytes).time(self.hw)
             return t
-        key = (kind, groups)
+        key = (kind, ident)
         lin = self._linear.get(key)
         if lin is None:
             lin = self._linear[key] = _linear(self._decompose(kind, groups, REFERENCE_BYTES), self.hw, REFERENCE_BYTES)

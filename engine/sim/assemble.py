@@ -52,6 +52,7 @@ def assemble(
     events: int,
     wall: float,
     critical: list[tuple[str, float, float]] | None = None,
+    lane_devices: dict[str, list[str]] | None = None,
 ) -> Result:
     project = plan.project
     finish = max((led.finish for led in rec.ledgers.values()), default=0.0)
@@ -90,7 +91,7 @@ def assemble(
         link_utilisation=links,
         memory=memory,
         critical_path=critical_path(critical_steps, ledger, finish),
-        lane_devices=lane_devices(plan, rec),
+        lane_devices=dict(lane_devices or {}),
         notes=list(plan.notes),
     )
 
@@ -101,17 +102,4 @@ def critical_path(steps: list[tuple[str, float, float]], ledger, finish: float) 
     end = steps[-1][1] + steps[-1][2] if steps else 0.0
     if finish - end > 1e-12:
         out.append(("gradient reduction + optimizer step", end, finish - end))
-    return out
-
-
-def lane_devices(plan: Plan, rec: Recorder) -> dict[str, list[str]]:
-    """Device node ids behind each compute lane ("stage r" covers every replica when aggregated)."""
-    out: dict[str, list[str]] = {}
-    for lane in rec.timeline.lanes:
-        if lane.group != "compute" or not lane.name.startswith("stage "):
-            continue
-        parts = lane.name.split(" · replica ")
-        r = int(parts[0].split()[1])
-        groups = plan.stages[r].groups if len(parts) == 1 else [plan.stages[r].groups[int(parts[1])]]
-        out[lane.name] = [plan.hw.devices[d].node for g in groups for d in g]
     return out

@@ -1,0 +1,85 @@
+"""One point of the parallelism search space and its translation into a ``Mapping``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.ir.mapping import Mapping, PlacementStrategy, Recompute, Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    interleave: int = 1
+    recompute: Recompute = Recompute.none
+    sequence_parallel: bool = False
+    zero: int = 0
+    placement: PlacementStrategy = PlacementStrategy.row_major
+    rank_order: str = "tp-dp-pp"
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule.interleaved if self.interleave > 1 else Schedule.one_f_one_b
+
+    def micro_batches(self, global_batch: int) -> int:
+        return global_batch // (self.dp * self.micro_batch)
+
+    def mapping(self, global_batch: int, base: Mapping | None = None) -> Mapping:
+        """The project mapping of this candidate (other fields, e.g. memory levels, from ``base``)."""
+        fields: dict[str, Any] = {
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "micro_batch": self.micro_batch,
+            "global_batch": global_batch,
+            "interleave": self.interleave,
+            "schedule": self.schedule,
+            "recompute": self.recompute,
+            "sequence_parallel": self.sequence_parallel,
+            "zero": self.zero,
+            "placement": self.placement,
+            "rank_order": self.rank_order,
+            "stages": [],
+        }
+        if base is None:
+            return Mapping(**fields)
+        return Mapping(**{**base.model_dump(), **fields})
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "devices": self.devices,
+            "micro_batch": self.micro_batch,
+            "interleave": self.interleave,
+            "recompute": self.recompute.value,
+            "sequence_parallel": self.sequence_parallel,
+            "zero": self.zero,
+            "placement": self.placement.value,
+            "rank_order": self.rank_order,
+        }
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}", f"mb{self.micro_batch}"]
+        if self.interleave > 1:
+            parts.append(f"v{self.interleave}")
+        if self.recompute is not Recompute.none:
+            parts.append(f"rc-{self.recompute.value}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        if self.placement is not PlacementStrategy.row_major:
+            parts.append(self.placement.value)
+        if self.rank_order != "tp-dp-pp":
+            parts.append(self.rank_order)
+        return " ".join(parts)

@@ -1,0 +1,249 @@
+"""Parallelism search: the fastest tp × pp × dp × micro-batch × interleave × recompute × sequence
+parallelism × ZeRO-1 × placement for a model, system, device budget and global batch.
+
+Calculon (Isaev et al., SC'23) evaluates every point of this space with its analytic model; this search
+walks the same space but (1) rejects by memory before timing — closed-form state and activation bytes
+(``estimate.Estimator.memory``), with the micro-batch loop stopping at the first size that fits nowhere,
+since activations grow with it; (2) times the survivors from cached per-layer costs and linear
+collective models instead of planning each one (``estimate``); (3) skips a candidate whose
+communication-free pipeline time already exceeds the worst of the current best list (branch and
+bound); and (4) re-simulates only the top k with the event engine, so the ranking the user sees is
+checked by the simulator with contention.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import count
+
+from engine.errors import InputError, Problem
+from engine.hardware import elaborate
+from engine.ir.mapping import PlacementStrategy
+from engine.ir.project import EngineKind, Project
+from engine.results.result import Result
+from engine.search.candidate import Candidate
+from engine.search.estimate import Estimator
+from engine.search.space import Space, recompute_options, tensor_options
+from engine.workloads import build_workload
+
+Progress = Callable[[str], None]
+SOURCE = "command line"
+
+
+@dataclass
+class Ranked:
+    candidate: Candidate
+    iteration_time_s: float  # fast estimate (the analytic engine's model)
+    peak_memory_bytes: float
+    event: Result | None = None
+
+
+@dataclass
+class SearchResult:
+    ranked: list[Ranked]
+    global_batch: int
+    devices: int
+    space: int = 0  # candidates before pruning
+    evaluated: int = 0  # memory computed
+    feasible: int = 0  # fit in memory
+    timed: int = 0  # iteration time estimated (the rest were bounded out)
+    wall_time_s: float = 0.0
+    search_time_s: float = 0.0  # enumeration and ranking, before re-simulation
+    notes: list[str] = field(default_factory=list)
+
+
+def build_space(project: Project, devices: int, global_batch: int, blocks: int, est: Estimator) -> Space:
+    spec = project.workload
+    space = Space(
+        devices=devices,
+        global_batch=global_batch,
+        blocks=blocks,
+        tps=tensor_options(spec, devices),
+        recomputes=recompute_options(spec),
+        seq_len=getattr(spec, "seq_len", None),
+    )
+    # Placement strategies only differ on grids (``engine.plan.placement``); elsewhere row-major is all.
+    if not any(d.coord for d in est.hw.devices):
+        space.placements = [PlacementStrategy.row_major]
+    else:
+        space.placements = list(PlacementStrategy)
+    return space
+
+
+def _validate(project: Project, devices: int, global_batch: int) -> None:
+    if devices < 1:
+        raise InputError(SOURCE, Problem("--devices", f"{devices} must be at least 1"))
+    if global_batch < 1:
+        raise InputError(SOURCE, Problem("--global-batch", f"{global_batch} must be at least 1"))
+
+
+class _Best:
+    """The ``keep`` fastest candidates so far; its worst time is the bound others must beat."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.heap: list[tuple[float, int, Ranked]] = []
+        self._n = count()
+
+    @property
+    def bound(self) -> float:
+        return -self.heap[0][0] if len(self.heap) >= self.keep else float("inf")
+
+    def offer(self, r: Ranked) -> None:
+        item = (-r.iteration_time_s, next(self._n), r)
+        if len(self.heap) < self.keep:
+            heapq.heappush(self.heap, item)
+        elif r.iteration_time_s < -self.heap[0][0]:
+            heapq.heapreplace(self.heap, item)
+
+    def sorted(self) -> list[Ranked]:
+        return [r for _, _, r in sorted(self.heap, key=lambda t: (-t[0], t[1]))]
+
+
+def search(
+    project: Project,
+    devices: int,
+    global_batch: int,
+    *,
+    top: int = 3,
+    keep: int = 20,
+    progress: Progress | None = None,
+    resimulate: bool = True,
+) -> SearchResult:
+    """Rank every legal mapping of ``project``'s model on ``devices`` devices (at most) of its system."""
+    _validate(project, devices, global_batch)
+    start = time.perf_counter()
+    say = progress or (lambda _m: None)
+    try:
+        hw = elaborate(project.hardware, devices_needed=devices)
+    except ValueError as exc:
+        raise InputError(SOURCE, Problem("--devices", str(exc))) from None
+    workload = build_workload(project.workload)
+    est = Estimator(project, hw, workload)
+    space = build_space(project, devices, global_batch, len(workload.block_layers), est)
+    result = SearchResult([], global_batch, devices, space=space.size())
+    say(f"search: {result.space:,} candidates in the space, {len(hw.devices):,} devices elaborated")
+    best = _Best(max(keep, top))
+    _walk(space, est, best, result, say, start)
+    result.ranked = best.sorted()
+    result.search_time_s = time.perf_counter() - start
+    say(
+        f"search: {result.evaluated:,} evaluated, {result.feasible:,} fit in memory, {result.timed:,} timed "
+        f"in {result.search_time_s:.1f} s"
+    )
+    if resimulate:
+        _resimulate(project, result, top, say)
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, say: Progress, start: float) -> None:
+    gb = space.global_batch
+    capacity = est.capacity
+    last_report = start
+    for ti, tp in enumerate(space.tps):
+        for sp in space.sequence_parallel(tp):
+            for rc in space.recomputes:
+                for pp in space.pps(tp):
+                    now = time.perf_counter()
+                    if now - last_report > 0.5:
+                        last_report = now
+                        say(
+                            f"search: tp {tp} ({ti + 1}/{len(space.tps)}), pp {pp}: {result.evaluated:,} evaluated, "
+                            f"{result.feasible:,} fit, best {_fmt(best)} [{now - start:.1f} s]"
+                        )
+                    for dp in space.dps(tp, pp):
+                        orders = space.rank_orders if pp > 1 and dp > 1 else space.rank_orders[:1]
+                        zeros = space.zeros if dp > 1 else [0]
+                        for mb in space.micro_batches(dp):
+                            m = gb // (dp * mb)
+                            fits = False
+                            for v in space.interleaves(pp, m):
+                                for strategy in space.placements:
+                                    if not est.comm.distinct(strategy, tp * dp):
+                                        continue
+                                    for order in orders:
+                                        c0 = Candidate(tp, pp, dp, mb, v, rc, sp, 0, strategy, order)
+                                        fits |= _try(c0, m, zeros, est, capacity, best, result)
+                            if not fits:
+                                break  # activations grow with the micro-batch: larger ones fit nowhere either
+
+
+def _try(c0: Candidate, m: int, zeros: list[int], est: Estimator, capacity: float, best: _Best,
+         result: SearchResult) -> bool:
+    table, key = est.layer_table(c0)
+    chunks = est.chunks(table, key, c0.pp, c0.interleave)
+    parts = est.memory_parts(c0, m, chunks)
+    result.evaluated += len(zeros)
+    fits = False
+    bound = None
+    for zero in zeros:
+        per = est.state_bytes_per_param(zero, c0.dp)
+        need = max(p * per + rest for p, rest in parts)
+        if need > capacity:
+            continue
+        fits = True
+        result.feasible += 1
+        if bound is None:
+            bound = est.lower_bound(c0, m, chunks)
+        if bound >= best.bound:
+            continue
+        c = c0 if zero == 0 else Candidate(c0.tp, c0.pp, c0.dp, c0.micro_batch, c0.interleave, c0.recompute,
+                                           c0.sequence_parallel, zero, c0.placement, c0.rank_order)
+        t_pipe, hop, _ = est.pipeline_time(c, m, chunks)
+        t = t_pipe + est.tail(c, chunks, t_pipe, hop)
+        result.timed += 1
+        best.offer(Ranked(c, t, need))
+    return fits
+
+
+def _fmt(best: _Best) -> str:
+    if not best.heap:
+        return "none yet"
+    r = max(best.heap, key=lambda item: item[0])[2]
+    return f"{r.iteration_time_s:.3f} s ({r.candidate.label()})"
+
+
+def _resimulate(project: Project, result: SearchResult, top: int, say: Progress) -> None:
+    from engine.simulate import simulate
+
+    run = project.run.model_copy(update={"engine": EngineKind.event})
+    for i, r in enumerate(result.ranked[:top]):
+        say(f"search: event engine {i + 1}/{min(top, len(result.ranked))}: {r.candidate.label()}")
+        p = project.model_copy(update={"mapping": r.candidate.mapping(result.global_batch, project.mapping), "run": run})
+        r.event = simulate(p)
+    head = result.ranked[:top]
+    head.sort(key=lambda r: r.event.iteration_time_s if r.event else r.iteration_time_s)
+    result.ranked[:top] = head
+
+
+def result_json(result: SearchResult) -> dict:
+    rows = []
+    for r in result.ranked:
+        row = r.candidate.as_json()
+        row.update(
+            iteration_time_s=r.iteration_time_s,
+            samples_per_s=result.global_batch / r.iteration_time_s if r.iteration_time_s > 0 else 0.0,
+            peak_memory_bytes=r.peak_memory_bytes,
+        )
+        if r.event is not None:
+            row["event_iteration_time_s"] = r.event.iteration_time_s
+            row["event_samples_per_s"] = result.global_batch / r.event.iteration_time_s
+            row["event_peak_memory_bytes"] = r.event.peak_memory_bytes
+            row["event_oom"] = r.event.oom is not None
+        rows.append(row)
+    return {
+        "candidates": rows,
+        "devices": result.devices,
+        "global_batch": result.global_batch,
+        "space": result.space,
+        "evaluated": result.evaluated,
+        "feasible": result.feasible,
+        "timed": result.timed,
+        "search_time_s": result.search_time_s,
+        "wall_time_s": result.wall_time_s,
+        "notes": result.notes,
+    }
