@@ -114,8 +114,9 @@ class FlowNetwork:
             if members is None:
                 on_link[link] = {fid}
             else:
+                if members:  # flows that finished leave an empty set behind: that is not sharing
+                    alone = False
                 members.add(fid)
-                alone = False
         if not self.contention or alone:
             # contention off, or nothing else on its links: its rate is its route's bottleneck, now
             (rate,) = independent_rates([usage], self.capacity)
