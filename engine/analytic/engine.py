@@ -118,5 +118,6 @@ def analytic_result(plan: Plan) -> Result:
         time_breakdown_s=breakdown,
         oom=oom,
         memory=memory,
+        notes=list(plan.notes),
         critical_path=[(f"stage {slowest} sets the pace", 0.0, total)],
     )

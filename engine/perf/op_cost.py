@@ -24,6 +24,7 @@ class OpTime:
     compute_s: float  # arithmetic time at the achieved efficiency
     memory_s: float  # local memory (HBM or SRAM) time
     dram_bytes: float  # bytes to move to/from a remote DRAM port (SRAM-only devices)
+    dataflow: str = ""  # what the SRAM tiling model chose for a matmul on an SRAM-only device
 
     @property
     def busy_s(self) -> float:
@@ -73,10 +74,12 @@ def op_time(
         return OpTime(flops, compute_s, traffic_elems * elem_bytes / dev.dram_bandwidth, 0.0)
     # SRAM-only device: on-chip traffic at SRAM bandwidth, what does not fit goes to remote DRAM
     sram_elems = dev.sram_bytes / elem_bytes
+    dataflow = ""
     if op.gemm is not None and op.kind in MATRIX_KINDS:
-        dram_elems = matmul_traffic(*_sharded_gemm(op, micro_batch, tp), sram_elems).dram_elems
-        dram_elems *= 2.0 if backward else 1.0
+        tiling = matmul_traffic(*_sharded_gemm(op, micro_batch, tp), sram_elems)
+        dram_elems = tiling.dram_elems * (2.0 if backward else 1.0)
+        dataflow = tiling.dataflow
     else:
         dram_elems = 0.0 if traffic_elems <= sram_elems / 2 else traffic_elems
     memory_s = traffic_elems * elem_bytes / dev.sram_bandwidth
-    return OpTime(flops, compute_s, memory_s, dram_elems * elem_bytes)
+    return OpTime(flops, compute_s, memory_s, dram_elems * elem_bytes, dataflow)

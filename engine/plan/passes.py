@@ -10,6 +10,7 @@ collectives (Shoeybi et al. 2019; Korthikanti et al. 2023 for sequence paralleli
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -35,6 +36,7 @@ class Segment:
 class ChunkPass:
     kind: PassKind
     segments: list[Segment] = field(default_factory=list)
+    dataflows: Counter = field(default_factory=Counter)  # SRAM tiling choices of its matmuls
 
     @property
     def busy_s(self) -> float:
@@ -80,6 +82,8 @@ class _Builder:
         seg.compute_s += t.compute_s
         seg.flops += t.flops
         seg.dram_bytes += t.dram_bytes
+        if t.dataflow:
+            self.out.dataflows[t.dataflow] += 1
 
     def comm(self, kind: str, elems: float, layer: int, label: str) -> None:
         c = self.ctx

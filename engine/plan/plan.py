@@ -6,6 +6,7 @@ and contention, the analytic engine closed-form timing. Sharing the plan is what
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -316,7 +317,17 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         hardware_flops = model_flops + recompute * m.global_batch
     else:
         model_flops = hardware_flops = fwd_sample * run.inference.batch
+    notes = []
+    for st in stages:
+        forward = Counter()
+        for (_c, kind), ps in st.passes.items():
+            if kind == "F":
+                forward.update(ps.dataflows)
+        if forward:
+            chosen = ", ".join(f"{n} × {flow}" for flow, n in forward.most_common())
+            notes.append(f"stage {st.rank}: SRAM tiling of forward matmuls per micro-batch: {chosen}")
     return Plan(
+        notes=notes,
         project=project,
         hw=hw,
         workload=workload,

@@ -166,4 +166,7 @@ class Result:
                 f"has {self.oom.capacity_bytes / gib:.2f} GiB"
             )
         lines.append(f"  simulated in     {m['wall_time_s']:.3f} s ({self.events} events)")
+        lines += [f"  note             {n}" for n in self.notes[:4]]
+        if len(self.notes) > 4:
+            lines.append(f"  note             … and {len(self.notes) - 4} more (see the result notes)")
         return "\n".join(lines)

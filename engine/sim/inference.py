@@ -131,5 +131,6 @@ def simulate_inference(plan: Plan) -> Result:
         oom=oom,
         timeline=rec.timeline,
         memory=memory,
+        notes=list(plan.notes),
         critical_path=[("request", 0.0, t)],
     )
