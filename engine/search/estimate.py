@@ -19,7 +19,7 @@ from functools import cache
 
 import numpy as np
 
-from engine.analytic.pipeline import closed_form
+from engine.analytic.pipeline import closed_form, run_pipeline
 from engine.hardware.graph import HardwareGraph
 from engine.ir.mapping import Recompute
 from engine.ir.project import Project
@@ -89,11 +89,13 @@ class Estimator:
         self.costs = LayerCosts(workload, self.dev, self.elem, self.comm)
         blocks = workload.block_layers
         self.blocks = np.array(blocks)
-        self.first_extra = np.array([li.index for li in workload.layers if li.index not in blocks and li.index < blocks[0]])
-        self.last_extra = np.array([li.index for li in workload.layers if li.index not in blocks and li.index > blocks[0]])
+        extras = [li.index for li in workload.layers if li.index not in blocks]
+        self.first_extra = np.array([i for i in extras if i < blocks[0]], dtype=int)  # the plan's rule
+        self.last_extra = np.array([i for i in extras if i > blocks[0]], dtype=int)
         self.uniform = self.costs.uniform_blocks
         self._chunks: dict[tuple, Chunks] = {}
         self._params: dict[tuple[int, int, int], np.ndarray] = {}
+        self._prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}  # keyed by id, holds the array
         self.out_elems = [ops[-1].out_elems if ops else 0.0 for ops in self.costs.ops]
 
     # --- layer → stage --------------------------------------------------------------------------------
@@ -107,14 +109,23 @@ class Estimator:
         starts = idx * base + np.minimum(idx, extra)
         return starts, starts + base + (idx < extra)
 
+    def _prefix(self, values: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """Prefix sums over the blocks, and the sums of the layers before and after them."""
+        k = id(values)
+        hit = self._prefixes.get(k)
+        if hit is None or hit[0] is not values:
+            pre = np.concatenate(([0.0], np.cumsum(values[self.blocks])))
+            first = float(values[self.first_extra].sum()) if self.first_extra.size else 0.0
+            last = float(values[self.last_extra].sum()) if self.last_extra.size else 0.0
+            hit = self._prefixes[k] = (values, pre, first, last)
+        return hit[1], hit[2], hit[3]
+
     def _sum(self, values: np.ndarray, pp: int, v: int) -> np.ndarray:
         starts, ends = self._ranges(pp, v)
-        pre = np.concatenate(([0.0], np.cumsum(values[self.blocks])))
+        pre, first, last = self._prefix(values)
         out = pre[ends] - pre[starts]
-        if self.first_extra.size:
-            out[0] += values[self.first_extra].sum()
-        if self.last_extra.size:
-            out[-1] += values[self.last_extra].sum()
+        out[0] += first
+        out[-1] += last
         return out.reshape(v, pp)
 
     def _max(self, values: np.ndarray, pp: int, v: int) -> np.ndarray:
@@ -194,64 +205,87 @@ class Estimator:
 
     # --- time -----------------------------------------------------------------------------------------
 
-    def sends(self, c: Candidate) -> tuple[float, float]:
-        """(hop from stage r to r+1, hop from the last stage back to stage 0 for the next chunk)."""
+    def hops(self, c: Candidate) -> list[float]:
+        """Pipeline hop times: ``hops[r]`` from stage r to r+1, ``hops[pp-1]`` from the last stage back to
+        stage 0 (the next chunk, interleaved only). Hops differ where stages straddle a node boundary."""
         if c.pp == 1:
-            return 0.0, 0.0
+            return [0.0]
         layout = Layout(c.placement, c.rank_order)
         starts, ends = self._ranges(c.pp, c.interleave)
-        last_layer = int(self.blocks[ends[0] - 1])
-        nbytes = self.out_elems[last_layer] * c.micro_batch * self.elem / c.tp
-        g = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in (0, 1, c.pp - 1)]
-        hop = self.comm.p2p_time(g[0], g[1], nbytes)
-        wrap = self.comm.p2p_time(g[2], g[0], nbytes) if c.interleave > 1 else 0.0
-        return hop, wrap
+        nbytes = self.out_elems[int(self.blocks[ends[0] - 1])] * c.micro_batch * self.elem / c.tp
+        groups = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in range(c.pp)]
+        out = [self.comm.p2p_time(groups[r], groups[r + 1], nbytes) for r in range(c.pp - 1)]
+        out.append(self.comm.p2p_time(groups[-1], groups[0], nbytes) if c.interleave > 1 else 0.0)
+        return out
 
-    def pipeline_time(self, c: Candidate, m: int, chunks: Chunks) -> tuple[float, float, float]:
-        """(closed-form pipeline time, forward hop, wrap hop)."""
-        hop, wrap = self.sends(c)
-        if c.interleave == 1:
-            sends = [hop] * (c.pp - 1)
-        else:
-            sends = [wrap if (vs % c.pp) == c.pp - 1 else hop for vs in range(c.pp * c.interleave - 1)]
-        return closed_form(chunks.fb, m, c.interleave, sends), hop, wrap
+    def pipeline_time(self, c: Candidate, m: int, chunks: Chunks) -> tuple[float, list[float]]:
+        """(closed-form pipeline time, hop times)."""
+        hops = self.hops(c)
+        sends = [hops[vs % c.pp] for vs in range(c.pp * c.interleave - 1)]
+        return closed_form(chunks.fb, m, c.interleave, sends), hops
 
     def lower_bound(self, c: Candidate, m: int, chunks: Chunks) -> float:
         """The pipeline without any communication: no candidate sharing these chunks can be faster."""
         return closed_form(chunks.fb, m, c.interleave, [])
 
     def iteration_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
-        t_pipe, hop, _ = self.pipeline_time(c, m, chunks)
-        return t_pipe + self.tail(c, chunks, t_pipe, hop)
+        t_pipe, hops = self.pipeline_time(c, m, chunks)
+        return t_pipe + self.tail(c, chunks, t_pipe, hops)
 
-    def tail(self, c: Candidate, chunks: Chunks, t_pipe: float, hop: float) -> float:
-        """What follows the pipeline on the stage that finishes last: exposed dp reduction, optimizer, gather."""
+    def tail(self, c: Candidate, chunks: Chunks, t_pipe: float, hops: list[float]) -> float:
+        """What follows the pipeline on the stage that finishes last: exposed dp reduction, optimizer, gather.
+
+        Stage r ends the backward wave earlier than stage 0 by the wave's trip back, and chunk c ends
+        pp backward steps of each later chunk before the stage's end (interleaved 1F1B's cool-down)."""
+        v, pp = c.interleave, c.pp
+        stage_params = self.stage_params(c.tp, pp, v)
+        # the last stage can only finish after stage 0 with more parameters to reduce and update
+        stages = [0, pp - 1] if pp > 1 and stage_params[pp - 1] > stage_params[0] else [0]
+        end = 0.0
+        for r in stages:
+            finish = t_pipe - sum(chunks.bwd[0, q] + hops[q] for q in range(r))
+            last_backward, offset = [], 0.0
+            for ch in range(v):
+                last_backward.append(finish - offset)
+                offset += pp * chunks.bwd[ch, r]
+            end = max(end, self._stage_end(c, r, finish, last_backward))
+        return end - t_pipe
+
+    def _stage_end(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
+        """As the analytic engine: each chunk's reduction starts at its last backward; then the optimizer
+        step and, with ZeRO, the weight all-gather."""
         params = self.params(c.tp, c.pp, c.interleave)
+        stage_params = self.stage_params(c.tp, c.pp, c.interleave)
         layout = Layout(c.placement, c.rank_order)
         kind = "reduce-scatter" if c.zero >= 1 else "all-reduce"
-        v, pp = c.interleave, c.pp
-        end = 0.0
-        stage_params = self.stage_params(c.tp, pp, v)
-        # the last stage ends the backward wave earlier; it can only finish later with more parameters
-        stages = [0, pp - 1] if pp > 1 and stage_params[pp - 1] > stage_params[0] else [0]
-        for r in stages:
-            # the backward wave leaves stage r for stage 0: stage r finishes that much earlier
-            finish = t_pipe - sum(chunks.bwd[0, q] + hop for q in range(r)) if r else t_pipe
-            groups: tuple[tuple[int, ...], ...] = ()
-            name = self.comm.dp_key(layout, c.tp, pp, c.dp, r)
-            if c.dp > 1:
-                groups = self.comm.dp_groups(layout, c.tp, pp, c.dp, r)
-            reduced = finish
-            offset = 0.0
+        name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
+        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
+        reduced = finish
+        for ch, t in enumerate(last_backward):
+            nbytes = params[ch, r] * self.per_param.gradients
+            reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
+        local = stage_params[r] / (c.dp if c.zero >= 1 else 1)
+        opt = local * self.opt_bytes / self.dev.dram_bandwidth
+        gather = 0.0
+        if c.zero >= 1 and groups:
+            gather = self.comm.concurrent_time("all-gather", groups, stage_params[r] * self.elem, name)
+        return reduced + opt + gather
+
+    def exact_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
+        """The pipeline by the analytic engine's recurrence (``run_pipeline``) instead of the closed form:
+        O(pp·m·v) steps, used to refine the few candidates a search keeps."""
+        pp, v = c.pp, c.interleave
+        duration = {}
+        for r in range(pp):
             for ch in range(v):
-                nbytes = params[ch, r] * self.per_param.gradients
-                dp_t = self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0
-                reduced = max(reduced, finish - offset + dp_t)
-                offset += pp * chunks.bwd[ch, r]
-            local = stage_params[r] / (c.dp if c.zero >= 1 else 1)
-            opt = local * self.opt_bytes / self.dev.dram_bandwidth
-            gather = 0.0
-            if c.zero >= 1 and groups:
-                gather = self.comm.concurrent_time("all-gather", groups, stage_params[r] * self.elem, name)
-            end = max(end, reduced + opt + gather)
-        return end - t_pipe
+                duration[(r, ch, "F")] = float(chunks.fwd[ch, r])
+                duration[(r, ch, "B")] = float(chunks.bwd[ch, r])
+        hops = self.hops(c)
+        send = {}
+        for vs in range(pp * v - 1):
+            send[(vs, False)] = send[(vs, True)] = hops[vs % pp]
+        stages = run_pipeline(c.schedule, pp, m, v, duration, send)
+        return max(
+            self._stage_end(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)])
+            for r, st in enumerate(stages)
+        )

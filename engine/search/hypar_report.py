@@ -1,10 +1,16 @@
 """HyPar results as JSON and text, and written into a project's ``mapping.layer_parallelism``.
 
 The mapping holds one choice per layer, so a multi-level partition is written as its top-level choices
-(the cut between the two halves of the whole array, which crosses the array's root links). The event
-engine does not yet model per-layer model parallelism — it reads ``layer_parallelism`` but runs every
-CNN layer data-parallel — so comparing HyPar with pure dp on the event engine needs that engine work
-(see the report of issue 5).
+(the cut between the two halves of the whole array, which crosses the array's root links).
+
+The event engine does not model per-layer model parallelism yet: it accepts ``layer_parallelism`` but
+runs every CNN layer data-parallel. Comparing HyPar with pure dp on it needs (1) a choice per level
+per layer in the IR (e.g. ``parallelism: ["dp", "dp", "mp", "mp"]``); (2) in the plan, each layer's
+per-device batch and weight shares (Π over levels of ½ for dp resp. mp) applied to its op costs and
+memory; (3) per level h, collectives on the 2^(h-1) pairs of half-groups: the ΔW all-reduce of dp layers
+restricted to the levels that chose dp, the partial-sum reduce of F_{l+1} for mp layers, and the
+dp↔mp transition exchanges (¼ A(F) + ¼ A(E), ½ A(E)) as pairwise sends between layers; (4) the DP
+barrier only over dp layers. See ``engine.search.hypar`` for the tensor accounting.
 """
 
 from __future__ import annotations

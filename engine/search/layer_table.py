@@ -97,7 +97,9 @@ class LayerCosts:
         comm = sum(self.comm.collective_time(seg.comm[0], group, seg.comm[1]) for seg in ps.segments if seg.comm)
         if ps.has_dram:
             spb = self.dram_seconds_per_byte(group)
-            busy = sum(max(seg.busy_s, seg.dram_bytes * spb) if seg.dram_bytes > 0 else seg.busy_s for seg in ps.segments)
+            busy = sum(
+                max(seg.busy_s, seg.dram_bytes * spb) if seg.dram_bytes > 0 else seg.busy_s for seg in ps.segments
+            )
         else:
             busy = ps.busy_s
         return busy + comm

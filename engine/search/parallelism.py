@@ -14,6 +14,7 @@ checked by the simulator with contention.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from engine.ir.mapping import PlacementStrategy
 from engine.ir.project import EngineKind, Project
 from engine.results.result import Result
 from engine.search.candidate import Candidate
-from engine.search.estimate import Estimator
+from engine.search.estimate import Chunks, Estimator
 from engine.search.space import Space, recompute_options, tensor_options
 from engine.workloads import build_workload
 
@@ -65,6 +66,11 @@ def build_space(project: Project, devices: int, global_batch: int, blocks: int, 
         recomputes=recompute_options(spec),
         seq_len=getattr(spec, "seq_len", None),
     )
+    # Search the tensor degrees nearest the innermost domain (a DGX node, a die) first: the best mappings
+    # are usually there, and finding them early tightens the bound that skips the rest.
+    first = est.hw.devices[0].node.rsplit("/", 1)[0]
+    domain = sum(1 for d in est.hw.devices if d.node.rsplit("/", 1)[0] == first)
+    space.tps.sort(key=lambda t: (abs(math.log2(t / domain)), t))
     # Placement strategies only differ on grids (``engine.plan.placement``); elsewhere row-major is all.
     if not any(d.coord for d in est.hw.devices):
         space.placements = [PlacementStrategy.row_major]
@@ -128,7 +134,7 @@ def search(
     say(f"search: {result.space:,} candidates in the space, {len(hw.devices):,} devices elaborated")
     best = _Best(max(keep, top))
     _walk(space, est, best, result, say, start)
-    result.ranked = best.sorted()
+    result.ranked = _refine(best.sorted(), est, global_batch)
     result.search_time_s = time.perf_counter() - start
     say(
         f"search: {result.evaluated:,} evaluated, {result.feasible:,} fit in memory, {result.timed:,} timed "
@@ -147,6 +153,7 @@ def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, say: 
     for ti, tp in enumerate(space.tps):
         for sp in space.sequence_parallel(tp):
             for rc in space.recomputes:
+                tables: dict[int, tuple] = {}  # micro-batch → layer table: the row-major tensor group is fixed
                 for pp in space.pps(tp):
                     now = time.perf_counter()
                     if now - last_report > 0.5:
@@ -162,42 +169,84 @@ def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, say: 
                             m = gb // (dp * mb)
                             fits = False
                             for v in space.interleaves(pp, m):
-                                for strategy in space.placements:
-                                    if not est.comm.distinct(strategy, tp * dp):
-                                        continue
-                                    for order in orders:
-                                        c0 = Candidate(tp, pp, dp, mb, v, rc, sp, 0, strategy, order)
-                                        fits |= _try(c0, m, zeros, est, capacity, best, result)
+                                c0 = Candidate(tp, pp, dp, mb, v, rc, sp, 0)
+                                if mb not in tables:
+                                    tables[mb] = est.layer_table(c0)
+                                table, key = tables[mb]
+                                chunks = est.chunks(table, key, pp, v)
+                                layouts = len(orders) * len(space.placements)
+                                fitting = _fitting(c0, m, zeros, est, chunks, capacity, result, layouts)
+                                if not fitting:
+                                    continue
+                                fits = True
+                                # without any communication: if that is already slower than the worst
+                                # kept, no ZeRO setting or rank order of this candidate can enter the list
+                                bound = est.lower_bound(c0, m, chunks)
+                                if bound >= best.bound and len(space.placements) == 1:
+                                    continue
+                                for zero, need in fitting:
+                                    _time_layouts(c0, chunks, bound, m, zero, need, space, orders, est, best, result)
                             if not fits:
                                 break  # activations grow with the micro-batch: larger ones fit nowhere either
 
 
-def _try(c0: Candidate, m: int, zeros: list[int], est: Estimator, capacity: float, best: _Best,
-         result: SearchResult) -> bool:
-    table, key = est.layer_table(c0)
-    chunks = est.chunks(table, key, c0.pp, c0.interleave)
+def _fitting(
+    c0: Candidate, m: int, zeros: list[int], est: Estimator, chunks: Chunks, capacity: float, result: SearchResult,
+    layouts: int,
+) -> list[tuple[int, float]]:
+    """(zero, bytes) of the ZeRO settings under which ``c0`` fits. Memory does not depend on placement,
+    so one evaluation covers every layout of the candidate (counted as such)."""
     parts = est.memory_parts(c0, m, chunks)
-    result.evaluated += len(zeros)
-    fits = False
-    bound = None
+    result.evaluated += len(zeros) * layouts
+    out = []
     for zero in zeros:
         per = est.state_bytes_per_param(zero, c0.dp)
         need = max(p * per + rest for p, rest in parts)
-        if need > capacity:
+        if need <= capacity:
+            out.append((zero, need))
+    result.feasible += len(out) * layouts
+    return out
+
+
+def _time_layouts(
+    c0: Candidate, chunks0: Chunks, bound0: float, m: int, zero: int, need: float, space: Space, orders: list[str],
+    est: Estimator, best: _Best, result: SearchResult,
+) -> None:
+    """Time ``c0`` with ``zero`` under each placement; an alternative placement is kept only if it is
+    strictly faster than the default (on a switched cluster most are exact ties)."""
+    reference = None
+    for strategy in space.placements:
+        if not est.comm.distinct(strategy, c0.tp * c0.dp):
             continue
-        fits = True
-        result.feasible += 1
-        if bound is None:
-            bound = est.lower_bound(c0, m, chunks)
-        if bound >= best.bound:
-            continue
-        c = c0 if zero == 0 else Candidate(c0.tp, c0.pp, c0.dp, c0.micro_batch, c0.interleave, c0.recompute,
-                                           c0.sequence_parallel, zero, c0.placement, c0.rank_order)
-        t_pipe, hop, _ = est.pipeline_time(c, m, chunks)
-        t = t_pipe + est.tail(c, chunks, t_pipe, hop)
-        result.timed += 1
-        best.offer(Ranked(c, t, need))
-    return fits
+        for order in orders:
+            c = Candidate(c0.tp, c0.pp, c0.dp, c0.micro_batch, c0.interleave, c0.recompute, c0.sequence_parallel,
+                          zero, strategy, order)
+            chunks, bound = chunks0, bound0
+            if strategy is not PlacementStrategy.row_major:  # the tensor group may sit elsewhere
+                table, key = est.layer_table(c)
+                chunks = est.chunks(table, key, c.pp, c.interleave)
+                bound = est.lower_bound(c, m, chunks)
+            if bound >= best.bound:
+                continue
+            t_pipe, hops = est.pipeline_time(c, m, chunks)
+            t = t_pipe + est.tail(c, chunks, t_pipe, hops)
+            result.timed += 1
+            if reference is None:
+                reference = t
+            elif t >= reference * (1 - 1e-9):
+                continue
+            best.offer(Ranked(c, t, need))
+
+
+def _refine(ranked: list[Ranked], est: Estimator, global_batch: int) -> list[Ranked]:
+    """Re-time the kept candidates with the analytic engine's pipeline recurrence instead of the closed
+    form (exact for unbalanced stages too), and re-sort."""
+    for r in ranked:
+        c = r.candidate
+        table, key = est.layer_table(c)
+        chunks = est.chunks(table, key, c.pp, c.interleave)
+        r.iteration_time_s = est.exact_time(c, c.micro_batches(global_batch), chunks)
+    return sorted(ranked, key=lambda r: r.iteration_time_s)
 
 
 def _fmt(best: _Best) -> str:
@@ -213,7 +262,8 @@ def _resimulate(project: Project, result: SearchResult, top: int, say: Progress)
     run = project.run.model_copy(update={"engine": EngineKind.event})
     for i, r in enumerate(result.ranked[:top]):
         say(f"search: event engine {i + 1}/{min(top, len(result.ranked))}: {r.candidate.label()}")
-        p = project.model_copy(update={"mapping": r.candidate.mapping(result.global_batch, project.mapping), "run": run})
+        mapping = r.candidate.mapping(result.global_batch, project.mapping)
+        p = project.model_copy(update={"mapping": mapping, "run": run})
         r.event = simulate(p)
     head = result.ranked[:top]
     head.sort(key=lambda r: r.event.iteration_time_s if r.event else r.iteration_time_s)

@@ -1,0 +1,63 @@
+"""One sweep point: apply its overrides to the base project, simulate, and flatten what to record.
+
+Runs in a worker process (or a Ray task), so it takes and returns plain data. A point that makes an
+inconsistent project (tp not dividing the heads, say) is recorded as ``invalid`` with the reason rather
+than stopping the sweep; one that runs out of memory as ``oom`` with its metrics.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from engine.errors import InputError
+
+METRICS = (
+    "iteration_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "peak_memory_bytes", "ttft_s", "tpot_s",
+    "devices",
+)
+COST_FIELDS = ("area_mm2", "power_w", "cost_usd")
+
+
+def build_point_project(base: dict[str, Any], overrides: dict[str, Any], source: str):
+    """The project of one point; raises ``InputError`` when the overrides make it invalid."""
+    from engine.checks import raise_for_problems
+    from engine.io.project_file import project_from_data
+    from engine.overrides import apply_overrides
+
+    data = copy.deepcopy(base)
+    for path, value in overrides.items():
+        apply_overrides(data, path, value, source)
+    project = project_from_data(data, source)
+    raise_for_problems(project, source)
+    return project
+
+
+def hardware_totals(project) -> dict[str, float]:
+    """Area, power and cost of the system as the run uses it (growable levels grown to fit)."""
+    from engine.hardware import grow
+
+    hw = grow(project.hardware, project.mapping.devices)
+    return {f: hw.total(f) for f in COST_FIELDS}
+
+
+def run_point(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """Simulate one point; returns ``status`` (ok | oom | invalid | error), metrics and totals."""
+    from engine.simulate import simulate
+
+    row: dict[str, Any] = {"status": "ok", "error": ""}
+    try:
+        project = build_point_project(base, overrides, source)
+    except InputError as exc:
+        row.update(status="invalid", error="; ".join(str(p) for p in exc.problems))
+        return row
+    try:
+        metrics = simulate(project).metrics_json()
+    except Exception as exc:  # a fault in one point must not end a long sweep; it is recorded
+        row.update(status="error", error=f"{exc.__class__.__name__}: {exc}")
+        return row
+    row.update({k: metrics.get(k) for k in METRICS})
+    if "oom" in metrics:
+        row["status"] = "oom"
+    row.update(hardware_totals(project))
+    return row
