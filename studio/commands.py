@@ -171,3 +171,48 @@ class ReplaceWorkload(SnapshotCommand):
     def __init__(self, doc: ProjectDocument, workload: Any, text: str = "Import model"):
         after = doc.project.model_copy(update={"workload": workload})
         super().__init__(doc, after, text, Change.workload)
+
+
+class AddChildAt(SnapshotCommand):
+    """A component dropped from the library: added under ``parent`` and placed where it was dropped,
+    in one step (undo removes it and its position together)."""
+
+    def __init__(self, doc: ProjectDocument, parent: str, child: Component, position: Position):
+        hardware, self.child_path = add_child(doc.project.hardware, parent, child)
+        positions = dict(doc.project.canvas.positions)
+        positions[self.child_path] = (float(position[0]), float(position[1]))
+        after = _with_hardware(doc.project, hardware, positions)
+        super().__init__(doc, after, f"Add {split_path(self.child_path)[-1]}", Change.structure)
+
+
+GRID_TOPOLOGIES = ("mesh", "torus", "ring")
+
+
+class AddLink(SnapshotCommand):
+    """A link drawn between child instances ``a`` and ``b`` of the component at ``path`` (row-major
+    instance indices over all its children). An ``edges`` interconnect gains the pair; a level with no
+    interconnect, or a switch-like one, becomes ``edges`` with its bandwidth and latency kept (``converted``
+    says from what). Grids (mesh, torus, ring) already join neighbours, so drawing there is refused."""
+
+    def __init__(self, doc: ProjectDocument, path: str, a: int, b: int):
+        from studio.tree_edit import component_at, default_interconnect
+
+        level = component_at(doc.project.hardware, path)
+        if a == b:
+            raise EditRefused("a link needs two different instances")
+        pair = (min(a, b), max(a, b))
+        ic = level.interconnect
+        self.converted = ic.topology.value if ic is not None and ic.topology.value != "edges" else None
+        if ic is not None and ic.topology.value in GRID_TOPOLOGIES:
+            raise EditRefused(f"the {ic.topology.value} here already links neighbours; links are drawn by hand "
+                              "only between components joined by 'edges', a switch or nothing")
+        if ic is not None and ic.topology.value == "fully-connected":
+            raise EditRefused("every pair here is already linked (fully connected)")
+        base = (ic or default_interconnect(level.kind)).model_dump(mode="json")
+        pairs = [tuple(p) for p in (base.get("edge_list") or [])] if ic is not None and not self.converted else []
+        if pair in pairs or pair[::-1] in pairs:
+            raise EditRefused(f"instances {pair[0]} and {pair[1]} are already linked")
+        base.update(topology="edges", edge_list=[*pairs, pair], dims=None, group_size=None)
+        hardware = set_field(doc.project.hardware, path, ("interconnect",), base)
+        after = _with_hardware(doc.project, hardware)
+        super().__init__(doc, after, f"Link {pair[0]} – {pair[1]} in {split_path(path)[-1]}", Change.component, path)

@@ -181,5 +181,5 @@ def test_labels_name_kind_and_figures_with_units(make_canvas):
     label = w.scene.grids["cluster/node/gpu"].label.lines
     assert label == ["gpu · chip · 1 × 8", "312 TFLOP/s bf16 · 80 GB HBM"]
     title = w.scene.frame.title.lines
-    assert title[0] == "node · node · one of 2"
+    assert title[0] == "node[0] · node · one of 2"
     assert "links: switch · 300 GB/s per link · 1 µs" in title

@@ -6,8 +6,8 @@ component) through an undo command. Drag-and-drop onto the canvas can reuse ``ad
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtWidgets import QListView, QListWidget, QListWidgetItem, QWidget
+from PySide6.QtCore import QMimeData, QSize, Qt, Signal
+from PySide6.QtWidgets import QAbstractItemView, QListView, QListWidget, QListWidgetItem, QWidget
 
 from studio.commands import AddChild, AddMemory
 from studio.document import ProjectDocument
@@ -32,9 +32,16 @@ class Library(QListWidget):
         for t in TEMPLATES:
             item = QListWidgetItem(icon("memory") if t.target == "memory" else kind_icon(t.icon), t.label)
             item.setData(KEY_ROLE, t.key)
-            item.setToolTip(f"{t.description}\ndouble-click to add")
+            item.setToolTip(f"{t.description}\ndouble-click to add, or drag onto the canvas")
             self.addItem(item)
         self.itemDoubleClicked.connect(lambda item: self.add_template(str(item.data(KEY_ROLE))))
+        self.setDragEnabled(True)  # the canvas takes the drop (studio.ui.canvas.drops)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
+
+    def mimeData(self, items: list[QListWidgetItem]) -> QMimeData:  # noqa: N802 - Qt override
+        from studio.ui.canvas.drops import template_mime
+
+        return template_mime(str(items[0].data(KEY_ROLE))) if items else QMimeData()
 
     def add_template(self, key: str) -> bool:
         """Add template ``key`` to the current level; a refusal is reported, not raised."""

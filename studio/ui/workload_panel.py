@@ -1,28 +1,58 @@
-"""The workload dock: what model runs (read-only summary) and how it is split (editable parallel degrees).
+"""The workload dock: what model runs, its layers, and how it is split over the hardware.
 
-Mapping edits go through ``SetMappingField`` like every other edit; the full placement editor
-(drag stages onto the canvas) arrives later and will share the same command.
+Three parts, top to bottom: the model's figures (read-only); the mapping — parallel degrees, micro- and
+global batch and a placement strategy, applied together by **Auto-map** as ONE undo command; and the
+layer table (parameters, FLOPs and activations per sample, with units, and the stage holding each
+layer). Selected layers drag onto the canvas, where a drop on a tile, chip or selected group places
+them (``studio.ui.canvas.drops``). Every edit is an undo command; the panel follows the model's signals.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import QMimeData, Qt
+from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFormLayout,
+    QGridLayout,
+    QGroupBox,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
-from studio.commands import SetMappingField
+from engine.ir.mapping import PlacementStrategy
 from studio.document import ProjectDocument
+from studio.mapping import stage_layout
+from studio.mapping_commands import AutoMap
+from studio.mapping_layers import COLUMNS, NUMERIC_COLUMNS, STAGE_COLUMN, TIPS, layer_rows, totals
 from studio.tree_edit import EditRefused
+from studio.ui.canvas import style
+from studio.ui.canvas.drops import layers_mime
 from studio.ui.fields import ValueEditor
 from studio.units import COUNT
 
 MAPPING_FIELDS = [
-    ("tp", "Tensor parallel (tp)"),
-    ("pp", "Pipeline parallel (pp)"),
-    ("dp", "Data parallel (dp)"),
-    ("micro_batch", "Micro-batch (samples)"),
-    ("global_batch", "Global batch (samples)"),
+    ("tp", "tp"), ("pp", "pp"), ("dp", "dp"),
+    ("micro_batch", "micro-batch (samples)"), ("global_batch", "global batch (samples)"),
 ]
+MAPPING_TIPS = {
+    "tp": "tensor parallel: devices sharing each layer's matrices",
+    "pp": "pipeline parallel: stages the layers are split into",
+    "dp": "data parallel: replicas of the whole pipeline",
+    "micro_batch": "samples per micro-batch",
+    "global_batch": "samples per iteration, over all replicas",
+}
+ERROR_STYLE = "color: #c0392b;"
+NOTE_STYLE = "color: #566573;"
 
 # Shown for transformer-like specs, in this order, when present.
 WORKLOAD_FIELDS = [
@@ -41,68 +71,209 @@ def workload_rows(spec: Any) -> list[tuple[str, str]]:
     return rows
 
 
-class WorkloadPanel(QWidget):
+def _swatch(color: QColor) -> QIcon:
+    pixmap = QPixmap(12, 12)
+    pixmap.fill(color)
+    return QIcon(pixmap)
+
+
+class LayerTable(QTreeWidget):
+    """One row per layer; a selection drags out as the range from its first to its last layer."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setColumnCount(len(COLUMNS))
+        self.setHeaderLabels(list(COLUMNS))
+        for i, tip in enumerate(TIPS):
+            self.headerItem().setToolTip(i, tip)
+        self.setRootIsDecorated(False)
+        self.setUniformRowHeights(True)
+        self.setAlternatingRowColors(True)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.setDragEnabled(True)
+        self.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
+        self.setColumnHidden(COLUMNS.index("Kind"), True)  # in the tooltip; the name says it already
+        self.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.setMinimumHeight(160)
+
+    def selected_range(self) -> tuple[int, int] | None:
+        """[first, last) covering the selected layers (a gap in a selection is filled: stages are ranges)."""
+        rows = [int(item.text(0)) for item in self.selectedItems()]
+        return (min(rows), max(rows) + 1) if rows else None
+
+    def mimeData(self, items: list[QTreeWidgetItem]) -> QMimeData:  # noqa: N802 - Qt override
+        rows = [int(item.text(0)) for item in items]
+        return layers_mime(min(rows), max(rows) + 1) if rows else QMimeData()
+
+    def mimeTypes(self) -> list[str]:  # noqa: N802 - Qt override
+        return [layers_mime(0, 1).formats()[0]]
+
+
+class WorkloadPanel(QScrollArea):
     def __init__(self, doc: ProjectDocument, parent: QWidget | None = None):
         super().__init__(parent)
         self.doc = doc
-        self.model_box = QGroupBox("Model", self)
+        self.pending: dict[str, Any] = {}
+        body = QWidget(self)
+        self.setWidget(body)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.model_box = QGroupBox("Model", body)
         self.model_form = QFormLayout(self.model_box)
-        self.mapping_box = QGroupBox("Mapping", self)
-        mapping_form = QFormLayout(self.mapping_box)
-        self.run_label = QLabel(self)
+        self.mapping_box = QGroupBox("Mapping", body)
+        self._build_mapping()
+        self.layers_box = QGroupBox("Layers", body)
+        self.table = LayerTable(self.layers_box)
+        self.totals_label = QLabel(self.layers_box)
+        self.totals_label.setWordWrap(True)
+        self.totals_label.setStyleSheet(NOTE_STYLE)
+        hint = QLabel("Select layers and drag them onto a tile, chip or selected group on the canvas to "
+                      "place them as a pipeline stage.", self.layers_box)
+        hint.setWordWrap(True)
+        hint.setStyleSheet(NOTE_STYLE)
+        box = QVBoxLayout(self.layers_box)
+        box.addWidget(self.totals_label)
+        box.addWidget(self.table, 1)
+        box.addWidget(hint)
+        self.run_label = QLabel(body)
         self.run_label.setWordWrap(True)
-        self.editors: dict[str, ValueEditor] = {}
-        for field, label in MAPPING_FIELDS:
-            editor = ValueEditor(getattr(doc.project.mapping, field), COUNT, self._checker(field), parent=self)
-            editor.committed.connect(lambda v, f=field, e=editor: self._commit(f, v, e))
-            mapping_form.addRow(label, editor)
-            self.editors[field] = editor
-        self.devices_label = QLabel(self)
-        mapping_form.addRow("Devices used", self.devices_label)
-        layout = QVBoxLayout(self)
+        layout = QVBoxLayout(body)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.model_box)
         layout.addWidget(self.mapping_box)
+        layout.addWidget(self.layers_box, 1)
         layout.addWidget(self.run_label)
-        layout.addStretch(1)
         for sig in (doc.mappingChanged, doc.workloadChanged, doc.projectReplaced, doc.structureChanged,
                     doc.componentChanged):
             sig.connect(self.refresh)
         self.refresh()
 
+    # -- mapping form -------------------------------------------------------------------------------
+    def _build_mapping(self) -> None:
+        grid = QGridLayout(self.mapping_box)
+        self.editors: dict[str, ValueEditor] = {}
+        for i, (field, label) in enumerate(MAPPING_FIELDS):
+            editor = ValueEditor(getattr(self.doc.project.mapping, field), COUNT, self._positive, parent=self)
+            editor.setToolTip(MAPPING_TIPS[field])
+            editor.committed.connect(lambda v, f=field: self._stage(f, v))
+            row, col = (0, 2 * i) if i < 3 else (1 + (i - 3), 0)
+            text = QLabel(label, self.mapping_box)
+            text.setToolTip(MAPPING_TIPS[field])
+            grid.addWidget(text, row, col)
+            grid.addWidget(editor, row, col + 1, 1, 1 if i < 3 else 5)
+            self.editors[field] = editor
+        self.strategy = QComboBox(self.mapping_box)
+        self.strategy.addItems([s.value for s in PlacementStrategy])
+        self.strategy.setToolTip("order in which stages take devices: row-major, snake (neighbouring stages "
+                                 "stay neighbours) or block (each stage a compact rectangle)")
+        self.strategy.activated.connect(lambda _i: self._stage("placement", self.strategy.currentText()))
+        grid.addWidget(QLabel("placement", self.mapping_box), 3, 0)
+        grid.addWidget(self.strategy, 3, 1, 1, 5)
+        self.auto_map = QPushButton("Auto-map", self.mapping_box)
+        self.auto_map.setToolTip("apply these degrees and strategy; placements made by hand are replaced")
+        self.auto_map.clicked.connect(self.apply_auto_map)
+        grid.addWidget(self.auto_map, 4, 0, 1, 6)
+        self.devices_label = QLabel(self.mapping_box)
+        self.devices_label.setWordWrap(True)
+        self.placement_label = QLabel(self.mapping_box)
+        self.placement_label.setWordWrap(True)
+        self.placement_label.setStyleSheet(NOTE_STYLE)
+        self.error_label = QLabel(self.mapping_box)
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet(ERROR_STYLE)
+        grid.addWidget(self.devices_label, 5, 0, 1, 6)
+        grid.addWidget(self.placement_label, 6, 0, 1, 6)
+        grid.addWidget(self.error_label, 7, 0, 1, 6)
+
+    @staticmethod
+    def _positive(value: Any) -> str | None:
+        return None if isinstance(value, int) and value >= 1 else "must be ≥ 1"
+
+    def _stage(self, field: str, value: Any) -> None:
+        """Remember a degree until Auto-map; nothing changes in the model yet."""
+        self.pending[field] = value
+        if field in self.editors:
+            self.editors[field].set_value(value)
+        self._show_devices()
+        self.error_label.setText("")
+
+    def degrees(self) -> dict[str, Any]:
+        m = self.doc.project.mapping
+        current = {f: getattr(m, f) for f, _ in MAPPING_FIELDS} | {"placement": m.placement.value}
+        return current | self.pending
+
+    def apply_auto_map(self) -> bool:
+        """Push ONE ``AutoMap`` with every degree shown; a refusal is shown under the button."""
+        try:
+            self.doc.push(AutoMap(self.doc, **self.degrees()))
+        except EditRefused as exc:
+            self.error_label.setText(f"not applied: {exc.reason}")
+            return False
+        return True
+
+    # -- following the model ------------------------------------------------------------------------
     def refresh(self, *_args: Any) -> None:
         project = self.doc.project
+        self.pending = {}
+        self.error_label.setText("")
         while self.model_form.rowCount():
             self.model_form.removeRow(0)
         for label, value in workload_rows(project.workload):
             self.model_form.addRow(label, QLabel(value))
         m = project.mapping
+        editable = not self.doc.read_only
         for field, editor in self.editors.items():
             editor.set_value(getattr(m, field))
-            editor.setEnabled(not self.doc.read_only)
-        hw = project.hardware
-        if any(c.growable for _, c in hw.walk()):
-            self.devices_label.setText(f"tp·pp·dp = {m.devices} devices (the machine grows to fit)")
-        else:
-            self.devices_label.setText(f"tp·pp·dp = {m.devices} of {hw.device_count()} devices")
+            editor.setEnabled(editable)
+        self.strategy.setCurrentText(m.placement.value)
+        self.strategy.setEnabled(editable)
+        self.auto_map.setEnabled(editable)
+        self.table.setDragEnabled(editable)
+        self._show_devices()
+        self._fill_layers()
         run = project.run
         self.run_label.setText(
             f"<span style='color:#566573'>run: {run.mode.value} · {run.dtype.value} · "
             f"{run.engine.value} engine</span>"
         )
 
-    def _checker(self, field: str):  # noqa: ANN202 - returns a Check
-        def check(value: Any) -> str | None:
-            try:
-                SetMappingField(self.doc, field, value)
-            except EditRefused as exc:
-                return exc.reason
-            return None
+    def _show_devices(self) -> None:
+        d = self.degrees()
+        n = d["tp"] * d["pp"] * d["dp"]
+        hw = self.doc.project.hardware
+        if any(c.growable for _, c in hw.walk()):
+            self.devices_label.setText(f"tp·pp·dp = {n} devices (the machine grows to fit)")
+        else:
+            self.devices_label.setText(f"tp·pp·dp = {n} of {hw.device_count()} devices")
+        if self.pending:
+            self.placement_label.setText("changed: press Auto-map to apply")
 
-        return check
-
-    def _commit(self, field: str, value: Any, editor: ValueEditor) -> None:
+    def _fill_layers(self) -> None:
+        project = self.doc.project
         try:
-            self.doc.push(SetMappingField(self.doc, field, value))
-        except EditRefused as exc:
-            editor.show_error(exc.reason)
+            rows = layer_rows(project)
+        except (ValueError, TypeError) as exc:
+            self.table.clear()
+            self.totals_label.setText(f"no layers: {exc}")
+            return
+        layout = stage_layout(project)
+        self.table.clear()
+        items = []
+        for row in rows:
+            stage = layout.layer_stage.get(row.index)
+            item = QTreeWidgetItem(row.cells("" if stage is None else str(stage)))
+            item.setToolTip(COLUMNS.index("Layer"), f"{row.name} · {row.kind}")
+            for col in NUMERIC_COLUMNS:
+                item.setTextAlignment(col, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            if stage is not None:
+                item.setIcon(STAGE_COLUMN, _swatch(style.stage_color(stage)))
+            items.append(item)
+        self.table.addTopLevelItems(items)
+        self.totals_label.setText(totals(rows))
+        m = project.mapping
+        if layout.problem:
+            self.placement_label.setText(f"no placement: {layout.problem}")
+        elif layout.explicit:
+            self.placement_label.setText(f"{layout.stages} stages placed by hand (Auto-map replaces them)")
+        else:
+            self.placement_label.setText(f"{layout.stages} stages placed by the {m.placement.value} strategy")

@@ -34,6 +34,7 @@ class Breadcrumb(QWidget):
             item = self._layout.takeAt(0)
             widget = item.widget()
             if widget is not None and widget is not self.hint:
+                widget.hide()  # at once: deleteLater waits for the event loop, and a grab may come first
                 widget.deleteLater()
         self.buttons = []
         names = self.selection.level.split("/")

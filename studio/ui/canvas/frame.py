@@ -15,10 +15,11 @@ from studio.ui.canvas.label import Anchor, PixelLabel
 PORT_DEPTH_CELLS = 0.45  # port boxes are this many cells deep (or 4 % of a large level)
 
 
-def frame_lines(level: Component) -> list[str]:
-    """Title lines of a level: what it is, its figures, what joins its children, its edge memories."""
-    # The frame shows ONE instance's inside, so "one of 2" rather than the grid shape.
-    lines = [f"{level.name} · {level.kind.value}" + (f" · one of {level.count}" if level.count > 1 else "")]
+def frame_lines(level: Component, shown: str | None = None) -> list[str]:
+    """Title lines of a level: what it is, its figures, what joins its children, its edge memories.
+    ``shown`` names the instance drawn ("die[2,1]"), since the frame shows ONE instance's inside."""
+    name = shown if shown and level.count > 1 else level.name
+    lines = [f"{name} · {level.kind.value}" + (f" · one of {level.count}" if level.count > 1 else "")]
     figures = key_figures(level)
     if figures:
         lines.append(" · ".join(figures))
@@ -35,7 +36,7 @@ PADDING_PX = 28.0  # between the frame and what it holds, in pixels at the curre
 
 
 class FrameItem(QGraphicsItem):
-    def __init__(self, level: Component):
+    def __init__(self, level: Component, shown: str | None = None):
         super().__init__()
         self.setZValue(-2)
         self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
@@ -44,7 +45,9 @@ class FrameItem(QGraphicsItem):
         self.ports: list[tuple[QRectF, Memory]] = []
         self.port_depth = style.CELL * PORT_DEPTH_CELLS
         self.port_labels: list[PixelLabel] = []
-        self.title = PixelLabel(frame_lines(level), Anchor.bottom_left, self, backdrop=False, point_delta=0.5)
+        self.port_names: list[str] = []  # "dram@west[0]", as the elaborated graph names each port box
+        self.heat: dict[str, float] | None = None
+        self.title = PixelLabel(frame_lines(level, shown), Anchor.bottom_left, self, backdrop=False, point_delta=0.5)
 
     def boundingRect(self) -> QRectF:
         d = self.port_depth
@@ -63,6 +66,7 @@ class FrameItem(QGraphicsItem):
         )
         self.title.setPos(self.rect.topLeft())
         self.ports = self._port_rects()
+        self.port_names = self._port_names()
         self._label_ports()
         self.update()
 
@@ -110,6 +114,18 @@ class FrameItem(QGraphicsItem):
                 out.append((box, m))
         return out
 
+    def _port_names(self) -> list[str]:
+        """Names in the same order as ``_port_rects`` makes the boxes."""
+        return [f"{m.name}@{edge.value}[{p}]" for edge in Edge for m in self.level.memories if edge in m.attach
+                for p in range(m.ports_per_edge)]
+
+    def set_heat(self, values: dict[str, float] | None) -> None:
+        """Utilisation per memory port name, or None (or nothing recorded) for the plain colours."""
+        values = values or None
+        if values != self.heat:
+            self.heat = values
+            self.update()
+
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
         painter.setBrush(style.FRAME_FILL)
         painter.setPen(style.cosmetic_pen(style.FRAME_EDGE, 1.5))
@@ -117,5 +133,9 @@ class FrameItem(QGraphicsItem):
         painter.drawRoundedRect(self.rect, radius, radius)
         painter.setBrush(style.MEMORY_FILL)
         painter.setPen(style.cosmetic_pen(style.MEMORY_EDGE, 1.2))
-        for box, _m in self.ports:
+        palette = style.heat_palette()
+        for i, (box, _m) in enumerate(self.ports):
+            if self.heat is not None and i < len(self.port_names):
+                level = round(min(1.0, max(0.0, self.heat.get(self.port_names[i], 0.0))) * (len(palette) - 1))
+                painter.setBrush(palette[level])
             painter.drawRect(box)

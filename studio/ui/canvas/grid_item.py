@@ -19,8 +19,10 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 from engine.ir.hardware import Component, Topology
 from studio.summary import block_caption, headline_dtype, key_figures, title
 from studio.ui.canvas import style
+from studio.ui.canvas.cell_paint import paint_block, paint_cells, paint_links
 from studio.ui.canvas.label import Anchor, PixelLabel
 from studio.ui.canvas.layout import GridShape
+from studio.ui.canvas.overlay import CellColours
 from studio.ui.canvas.text import draw_centred_text
 from studio.units import BYTES, FLOPS, format_value
 
@@ -37,6 +39,8 @@ def cell_text(component: Component, index: int, shape: GridShape) -> list[str]:
     plane, row, col = shape.locate(index)
     if shape.planes > 1:
         name = f"{component.name}[{plane},{row},{col}]"
+    elif shape.folded:
+        name = f"{component.name}[{index}]"
     elif shape.rows > 1 and shape.cols > 1:
         name = f"{component.name}[{row},{col}]"
     else:
@@ -53,7 +57,9 @@ def cell_text(component: Component, index: int, shape: GridShape) -> list[str]:
 
 def label_lines(component: Component, shape: GridShape) -> list[str]:
     lines = [title(component), " · ".join(key_figures(component))]
-    if (shape.rows, shape.cols, shape.planes) != (component.rows, component.cols, 1):
+    if shape.folded and shape.rows > 1:
+        lines.append(f"drawn {shape.rows} × {shape.cols}, numbered row by row")
+    elif (shape.rows, shape.cols, shape.planes) != (component.rows, component.cols, 1) and not shape.folded:
         planes = f"{shape.planes} planes of " if shape.planes > 1 else ""
         lines.append(f"drawn as the network's shape: {planes}{shape.rows} × {shape.cols}")
     return lines
@@ -70,6 +76,8 @@ class GridItem(QGraphicsItem):
         self.links = links if links in (Topology.mesh, Topology.torus, Topology.ring) else None
         self.width, self.height = self.grid_shape.size()
         self.on_moved: Callable[[GridItem], None] | None = None
+        self.snap: Callable[[QPointF], QPointF] | None = None  # set by the scene while the user drags
+        self.colours: CellColours | None = None  # stage colours or heat, set by the scene's overlay
         self.last_paint: tuple[str, int] = ("", 0)  # ("block" | "cells", cells drawn): for tests and profiling
         flags = QGraphicsItem.GraphicsItemFlag
         self.setFlags(
@@ -101,7 +109,26 @@ class GridItem(QGraphicsItem):
     def instance_left(self, index: int) -> QPointF:
         return self.instance_center(index) - QPointF(style.CELL / 2, 0)
 
+    def cell_at(self, scene_pos: QPointF) -> int | None:
+        """Index of the instance whose cell is under ``scene_pos`` (gaps belong to no cell)."""
+        p = self.mapFromScene(scene_pos)
+        shape = self.grid_shape
+        plane, x = divmod(p.x(), shape.plane_stride) if shape.planes > 1 else (0.0, p.x())
+        c, r = math.floor(x / STEP), math.floor(p.y() / STEP)
+        if not (0 <= plane < shape.planes and 0 <= r < shape.rows and 0 <= c < shape.cols):
+            return None
+        if x - c * STEP > style.CELL or p.y() - r * STEP > style.CELL:
+            return None
+        index = int(plane) * shape.rows * shape.cols + r * shape.cols + c
+        return index if index < self.component.count else None
+
+    def set_colours(self, colours: CellColours | None) -> None:
+        self.colours = colours
+        self.update()
+
     def itemChange(self, change: QGraphicsItem.GraphicsItemChange, value: object) -> object:
+        if change == QGraphicsItem.GraphicsItemChange.ItemPositionChange and self.snap is not None:
+            return self.snap(value)  # type: ignore[arg-type]
         if change == QGraphicsItem.GraphicsItemChange.ItemPositionHasChanged and self.on_moved:
             self.on_moved(self)
         return super().itemChange(change, value)
@@ -116,12 +143,14 @@ class GridItem(QGraphicsItem):
             painter.save()
             painter.translate(plane * stride, 0)
             exposed = option.exposedRect.translated(-plane * stride, 0)
-            if block:
+            if block and self.colours is not None:
+                paint_block(painter, self.grid_shape, self.colours, plane, self.component.kind.value)
+            elif block:
                 self._paint_block(painter)
             else:
                 self._paint_plane(painter, exposed, cell_px, plane)
             painter.restore()
-        if block:
+        if block and self.colours is None:  # coloured, the block's colours (and the legend) say more
             caption = block_caption(self.component)
             if QFontMetricsF(style.label_font(True)).horizontalAdvance(caption) < self.width * cell_px / style.CELL:
                 draw_centred_text(painter, self.grid_rect().center(), [caption])
@@ -164,15 +193,26 @@ class GridItem(QGraphicsItem):
         painter.setBrush(style.kind_fill(kind))
         painter.setPen(style.cosmetic_pen(style.kind_edge(kind), 1.0))
         painter.drawRects(rects)
+        if self.colours is not None:
+            visible = (r0, r1, c0, c1)
+            paint_cells(painter, self.grid_shape, self.colours, plane, visible, cell_px, self.component.count)
+            paint_links(painter, self.grid_shape, self.colours, plane, visible, cell_px)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.setPen(style.cosmetic_pen(style.kind_edge(kind), 1.0))
+            painter.drawRects(rects)
         if cell_px < style.DETAIL_CELL_PX or len(rects) > MAX_DETAIL_CELLS:
             return
-        preview = cell_px >= PREVIEW_CELL_PX and bool(self.component.children)
+        preview = cell_px >= PREVIEW_CELL_PX and bool(self.component.children) and self.colours is None
         text_h = cell * (PREVIEW_SPLIT if preview else 1.0)
         first = plane * self.grid_shape.rows * self.grid_shape.cols
         for r in range(r0, r1 + 1):
             for c in range(c0, c1 + 1):
                 x, y = c * STEP, r * STEP
-                lines = cell_text(self.component, first + r * self.grid_shape.cols + c, self.grid_shape)
+                index = first + r * self.grid_shape.cols + c
+                lines = cell_text(self.component, index, self.grid_shape)
+                labels = self.colours.labels if self.colours is not None else None
+                if labels and index < len(labels) and labels[index]:
+                    lines[1:1] = labels[index].split("\n")  # the placement matters more than the figures
                 draw_centred_text(
                     painter, QPointF(x + cell / 2, y + text_h / 2), lines,
                     max_px=cell_px - 6, max_height=text_h * cell_px / cell - 4,

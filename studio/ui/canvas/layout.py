@@ -34,6 +34,7 @@ class GridShape:
     rows: int
     cols: int
     planes: int = 1
+    folded: bool = False  # a line of instances drawn as rows × cols (behind a switch): names stay [i]
 
     @property
     def plane_width(self) -> float:
@@ -57,14 +58,34 @@ class GridShape:
         return plane * self.plane_stride + col * (CELL + GAP) + CELL / 2, row * (CELL + GAP) + CELL / 2
 
 
+LINE_WRAP = 8  # a line of more instances than this behind a switch is folded into a near-square block
+GRID_LINKED = ("mesh", "torus", "ring")
+
+
+def _folded(n: int) -> GridShape:
+    """A line of ``n`` instances as rows × cols: one row up to ``LINE_WRAP``, else the most square exact
+    factorisation (a prime count stays a line: every cell of a grid must be an instance)."""
+    if n <= LINE_WRAP:
+        return GridShape(1, n, folded=True)
+    cols = min((c for c in range(1, n + 1) if n % c == 0), key=lambda c: (abs(c - math.sqrt(n * 2)), c))
+    return GridShape(n // cols, cols, folded=True) if 1 < cols < n else GridShape(1, n, folded=True)
+
+
 def display_shape(level: Component, child: Component) -> GridShape:
-    """The drawing shape of ``child`` under ``level`` (see ``GridShape``)."""
+    """The drawing shape of ``child`` under ``level`` (see ``GridShape``). Behind a switch (or nothing)
+    the position of an instance means nothing, so a column of nodes — a DGX cluster grown to 32 nodes —
+    is drawn as a row or a block under the switch bar, not as a tall thin strip (only a grown or long
+    column: a short one the user laid out stays as it is)."""
     ic = level.interconnect
     dims = ic.dims if ic is not None else None
     if dims and len(level.children) == 1 and math.prod(dims) == child.count and len(dims) > 1:
         if len(dims) == 2:
             return GridShape(dims[0], dims[1])
         return GridShape(dims[1], dims[2], planes=dims[0])
+    linked_as_grid = ic is not None and ic.topology.value in GRID_LINKED
+    # A short column the user drew stays as drawn; a grown one, or a long one, is folded.
+    if not linked_as_grid and child.cols == 1 and (child.growable or child.rows > LINE_WRAP):
+        return _folded(child.rows)
     return GridShape(child.rows, child.cols)
 
 

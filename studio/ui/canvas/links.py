@@ -44,6 +44,8 @@ class LinksItem(QGraphicsItem):
         self.arcs = QPainterPath()
         self.bundled = False
         self.caption: PixelLabel | None = None
+        self.spoke_keys: list[tuple[str, int]] = []  # (grid path, instance; −1 when bundled) per spoke
+        self.heat: dict[tuple[str, int], float] | None = None
         self._bounds = QRectF()
 
     def boundingRect(self) -> QRectF:
@@ -51,7 +53,7 @@ class LinksItem(QGraphicsItem):
 
     def refresh(self, grids: list[GridItem]) -> None:
         self.prepareGeometryChange()
-        self.bar, self.spokes, self.arcs = QRectF(), [], QPainterPath()
+        self.bar, self.spokes, self.arcs, self.spoke_keys = QRectF(), [], QPainterPath(), []
         if self.ic is not None and grids:
             if self.ic.topology in BAR_TOPOLOGIES:
                 self._bar_and_spokes(grids)
@@ -81,10 +83,12 @@ class LinksItem(QGraphicsItem):
                 r = g.scene_grid_rect()
                 end = QPointF(r.center().x(), r.top()) if horizontal else QPointF(r.left(), r.center().y())
                 ends = [end]
+                self.spoke_keys.append((g.path, -1))
             else:
                 ends = [
                     (g.instance_top(i) if horizontal else g.instance_left(i)) for i in range(g.component.count)
                 ]
+                self.spoke_keys += [(g.path, i) for i in range(g.component.count)]
             for end in ends:
                 start = QPointF(end.x(), self.bar.bottom()) if horizontal else QPointF(self.bar.right(), end.y())
                 self.spokes.append(QLineF(start, end))
@@ -120,15 +124,40 @@ class LinksItem(QGraphicsItem):
         self.caption = PixelLabel([text], Anchor.center, self, point_delta=-0.5)
         self.caption.setPos(self.bar.center())
 
+    def set_heat(self, values: dict[tuple[str, int], float] | None) -> None:
+        """Utilisation per spoke (keyed like ``spoke_keys``), or None to draw the plain network. No value
+        at all means the run recorded none of these links (it keeps its busiest): plain, not "0 %"."""
+        values = values or None
+        if values is not None and self.bundled:
+            bundled: dict[tuple[str, int], float] = {}
+            for (path, _i), v in values.items():
+                bundled[(path, -1)] = max(v, bundled.get((path, -1), 0.0))
+            values = bundled
+        if values != self.heat:
+            self.heat = values
+            self.update()
+
+    def _heat_level(self, value: float) -> int:
+        return round(min(1.0, max(0.0, value)) * (style.HEAT_LEVELS - 1))
+
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
         painter.setPen(style.cosmetic_pen(style.LINK, 3.0 if self.bundled else 1.2))
         if self.spokes:
             painter.drawLines(self.spokes)
+        if self.heat:
+            palette = style.heat_palette()
+            for line, key in zip(self.spokes, self.spoke_keys, strict=False):
+                level = self._heat_level(self.heat.get(key, 0.0))
+                if level > 0:
+                    painter.setPen(style.cosmetic_pen(palette[level], 5.0))
+                    painter.drawLine(line)
         if not self.arcs.isEmpty():
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.setPen(style.cosmetic_pen(style.LINK, 1.2))
             painter.drawPath(self.arcs)
         if not self.bar.isNull():
-            painter.setBrush(style.SWITCH_FILL)
+            hottest = max(self.heat.values(), default=0.0) if self.heat else 0.0
+            fill = style.heat_palette()[self._heat_level(hottest)] if self.heat is not None else style.SWITCH_FILL
+            painter.setBrush(fill)
             painter.setPen(style.cosmetic_pen(style.SWITCH_EDGE, 1.5))
             painter.drawRoundedRect(self.bar, BAR_THICKNESS / 4, BAR_THICKNESS / 4)

@@ -7,18 +7,24 @@ never a model edit per mouse move.
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSceneMouseEvent
 
 from engine.ir.hardware import Component
+from engine.ir.project import Project
 from studio.commands import MoveOnCanvas
 from studio.document import ProjectDocument
+from studio.mapping import display_hardware
 from studio.ui.canvas import style
+from studio.ui.canvas.cells import instance_name, level_instance
 from studio.ui.canvas.frame import FrameItem
 from studio.ui.canvas.grid_item import GridItem
 from studio.ui.canvas.layout import auto_positions, display_shape
 from studio.ui.canvas.links import LinksItem
+from studio.ui.canvas.stage_tags import StageTags
 from studio.ui.selection import Selection
 
 
@@ -33,11 +39,21 @@ class LevelScene(QGraphicsScene):
         self.grids: dict[str, GridItem] = {}
         self.links: LinksItem | None = None
         self.frame: FrameItem | None = None
+        self.tags: StageTags | None = None
         self._syncing = False
         self._pressed_at: dict[str, QPointF] = {}
         self._shown_level = ""
         self.view_scale = 1.0  # pixels per scene unit, told by the view: captions are sized in pixels
+        self.instance_choice: dict[str, int] = {}  # level path → which of its instances is shown inside
+        self.snap_to_grid = True
+        self.link_mode = False  # plain drags draw links (Shift-drag always does)
+        self.overlay: Any = None  # the OverlayController colouring this scene (set by the canvas widget)
+        self.gesture: object | None = None  # a gesture in progress (link drawing) gets the mouse first
+        self._display: tuple[Project, Component] | None = None
         self.setBackgroundBrush(style.BACKGROUND)
+        # A level holds a handful of items (a grid per child, not a cell per instance): a BSP index buys
+        # nothing, and items sized in pixels (captions, layer tags) would only confuse it.
+        self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
         doc.projectReplaced.connect(self.rebuild)
         doc.structureChanged.connect(self.rebuild)
         doc.componentChanged.connect(self._on_component_changed)
@@ -49,14 +65,27 @@ class LevelScene(QGraphicsScene):
 
     # -- building -----------------------------------------------------------------------------------
     @property
+    def hardware(self) -> Component:
+        """What is drawn: the model's hardware, a growable cluster grown to the devices the run uses."""
+        project = self.doc.project
+        if self._display is None or self._display[0] is not project:
+            self._display = (project, display_hardware(project))
+        return self._display[1]
+
+    @property
     def level(self) -> Component:
-        found = self.doc.project.hardware.find(self.selection.level)
-        return found if found is not None else self.doc.project.hardware
+        found = self.hardware.find(self.selection.level)
+        return found if found is not None else self.hardware
+
+    @property
+    def level_node(self) -> str:
+        """Node id of the instance whose inside is shown (``palm-wafer/die[2,1]``)."""
+        return level_instance(self.hardware, self.selection.level, self.instance_choice)
 
     def rebuild(self) -> None:
         self._syncing = True
         self.clear()
-        self.grids, self.links, self.frame = {}, None, None
+        self.grids, self.links, self.frame, self.tags = {}, None, None, None
         level, level_path = self.level, self.selection.level
         topology = level.interconnect.topology if level.interconnect else None
         children = {c.name: c for c in level.children}
@@ -68,8 +97,10 @@ class LevelScene(QGraphicsScene):
             self.grids[place.path] = item
         self.links = LinksItem(level.interconnect)
         self.addItem(self.links)
-        self.frame = FrameItem(level)
+        self.frame = FrameItem(level, self.level_node.rpartition("/")[2] if "/" in level_path else None)
         self.addItem(self.frame)
+        self.tags = StageTags()
+        self.addItem(self.tags)
         self._refresh_geometry()
         self._syncing = False
         for item in self.grids.values():
@@ -144,13 +175,50 @@ class LevelScene(QGraphicsScene):
     def select_all(self) -> None:
         self.selection.select(list(self.grids))
 
+    def grid_at(self, scene_pos: QPointF) -> GridItem | None:
+        for item in self.items(scene_pos):
+            while item is not None and not isinstance(item, GridItem):
+                item = item.parentItem()
+            if isinstance(item, GridItem):
+                return item
+        return None
+
+    def snapped(self, pos: QPointF) -> QPointF:
+        """``pos`` on the snap grid (a quarter of a cell step), when snapping is on."""
+        if not self.snap_to_grid:
+            return pos
+        return QPointF(round(pos.x() / style.SNAP) * style.SNAP, round(pos.y() / style.SNAP) * style.SNAP)
+
     # -- gestures -----------------------------------------------------------------------------------
     def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        from studio.ui.canvas.link_gesture import LinkGesture
+
+        if LinkGesture.starts(self, event):
+            self.gesture = LinkGesture(self, event.scenePos())
+            event.accept()
+            return
         self._pressed_at = {p: g.pos() for p, g in self.grids.items()}
+        if event.button() == Qt.MouseButton.LeftButton and not self.doc.read_only:
+            for g in self.grids.values():
+                g.snap = self.snapped
         super().mousePressEvent(event)
 
+    def mouseMoveEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        if self.gesture is not None:
+            self.gesture.move(event.scenePos())  # type: ignore[attr-defined]
+            event.accept()
+            return
+        super().mouseMoveEvent(event)
+
     def mouseReleaseEvent(self, event: QGraphicsSceneMouseEvent) -> None:
+        if self.gesture is not None:
+            gesture, self.gesture = self.gesture, None
+            gesture.finish(event.scenePos())  # type: ignore[attr-defined]
+            event.accept()
+            return
         super().mouseReleaseEvent(event)
+        for g in self.grids.values():
+            g.snap = None
         moves = {
             p: (g.x(), g.y()) for p, g in self.grids.items() if p in self._pressed_at and g.pos() != self._pressed_at[p]
         }
@@ -166,19 +234,23 @@ class LevelScene(QGraphicsScene):
             item = item.parentItem()
         if isinstance(item, GridItem):
             # Deferred: rebuilding deletes the item under the mouse, which Qt still uses in this event.
-            path = item.path
-            QTimer.singleShot(0, lambda: self.drill_into(path))
+            path, cell = item.path, item.cell_at(event.scenePos())
+            QTimer.singleShot(0, lambda: self.drill_into(path, cell))
             event.accept()
             return
         super().mouseDoubleClickEvent(event)
 
-    def drill_into(self, path: str) -> bool:
-        comp = self.doc.project.hardware.find(path)
+    def drill_into(self, path: str, instance: int | None = None) -> bool:
+        """Show the inside of ``path``; ``instance`` picks which of its instances (the one clicked)."""
+        comp = self.hardware.find(path)
         if comp is None:
             return False
         if not comp.children:
-            self.message.emit(f"{comp.name} is a device: it has nothing inside to open")
+            name = instance_name(comp, instance) if instance is not None else comp.name
+            self.message.emit(f"{name} is a device: it has nothing inside to open")
             return False
+        if instance is not None:
+            self.instance_choice[path] = instance
         self.selection.set_level(path)
         self.selection.select([])
         return True

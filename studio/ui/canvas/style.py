@@ -13,6 +13,7 @@ PLANE_GAP = 200.0  # between the planes of a 3-D grid drawn side by side
 ITEM_SPACING = 160.0  # between child items laid out automatically
 MIN_CELL_PX = 14.0  # below this many pixels per cell a grid is drawn as one shaded block
 DETAIL_CELL_PX = 70.0  # above this, cells carry their own text
+SNAP = (CELL + GAP) / 4  # moves snap to a quarter of a cell step
 
 BACKGROUND = QColor("#f4f6f8")
 FRAME_FILL = QColor("#ffffff")
@@ -67,3 +68,36 @@ def _label_font(bold: bool, point_delta: float, base_points: float) -> QFont:
         font.setPointSizeF(max(6.0, base_points + point_delta))
     font.setBold(bold)
     return font
+
+
+# -- overlays: pipeline stages and the heat map ------------------------------------------------------
+HEAT_LEVELS = 21  # 0 %, 5 %, … 100 %: heat is drawn in steps, so one brush serves many cells
+_HEAT_STOPS = ((0.0, "#e8eef3"), (0.25, "#b7e1cd"), (0.5, "#f9e07f"), (0.75, "#f39c4b"), (1.0, "#c0392b"))
+
+
+def stage_color(stage: int) -> QColor:
+    """Pastel, well separated colours (golden-angle hues), so neighbouring stages never look alike
+    and dark text stays readable on every one of them."""
+    hue = (0.58 + stage * 0.381966) % 1.0
+    sat = (0.42, 0.58, 0.34)[stage % 3]
+    return QColor.fromHsvF(hue, sat, 0.96)
+
+
+def heat_color(fraction: float) -> QColor:
+    """Utilisation 0…1 on a cool-to-hot ramp (grey-blue, green, yellow, orange, red)."""
+    f = min(1.0, max(0.0, fraction))
+    for (x0, c0), (x1, c1) in zip(_HEAT_STOPS, _HEAT_STOPS[1:], strict=False):
+        if f <= x1:
+            t = (f - x0) / (x1 - x0)
+            a, b = QColor(c0), QColor(c1)
+            return QColor.fromRgbF(
+                a.redF() + (b.redF() - a.redF()) * t,
+                a.greenF() + (b.greenF() - a.greenF()) * t,
+                a.blueF() + (b.blueF() - a.blueF()) * t,
+            )
+    return QColor(_HEAT_STOPS[-1][1])
+
+
+@cache
+def heat_palette() -> tuple[QColor, ...]:
+    return tuple(heat_color(i / (HEAT_LEVELS - 1)) for i in range(HEAT_LEVELS))

@@ -3,16 +3,28 @@ zoom-to-fit that leaves room in *pixels* for the captions (which do not scale wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtGui import QMouseEvent, QPainter, QResizeEvent, QTransform, QWheelEvent
+from PySide6.QtGui import (
+    QDragEnterEvent,
+    QDragMoveEvent,
+    QDropEvent,
+    QMouseEvent,
+    QPainter,
+    QResizeEvent,
+    QTransform,
+    QWheelEvent,
+)
 from PySide6.QtWidgets import QGraphicsView, QWidget
 
+from studio.ui.canvas import drops
 from studio.ui.canvas.scene import LevelScene
 
 MIN_SCALE = 1e-3
 MAX_SCALE = 40.0
 MAX_FIT_SCALE = 2.5  # a one-chip level should not be blown up to fill a 4K screen
-FIT_MARGINS = (40, 40, 40, 40)  # left, top, right, bottom pixels, added to the frame title's height
+FIT_MARGINS = (24, 14, 24, 14)  # left, top, right, bottom pixels, added to the frame title's height
 
 
 class CanvasView(QGraphicsView):
@@ -29,6 +41,8 @@ class CanvasView(QGraphicsView):
         self.setFrameShape(QGraphicsView.Shape.NoFrame)
         self._pan_from: QPoint | None = None
         self.auto_fit = True  # until the user zooms or pans, resizing keeps the level fitted
+        self.setAcceptDrops(True)
+        self.fit_reserve: Callable[[], int] = lambda: 0  # pixels on the right kept free (the legend)
         scene.rebuilt.connect(self._on_rebuilt)
 
     @property
@@ -42,18 +56,30 @@ class CanvasView(QGraphicsView):
             if rect.isEmpty():
                 return
             left, top, right, bottom = FIT_MARGINS
+            right += self.fit_reserve()
             if self.level_scene.frame is not None:
                 top += self.level_scene.frame.title.boundingRect().height()
             vw, vh = max(self.viewport().width(), 50), max(self.viewport().height(), 50)
             s = min((vw - left - right) / rect.width(), (vh - top - bottom) / rect.height(), MAX_FIT_SCALE)
             s = max(s, MIN_SCALE)
             self.setTransform(QTransform.fromScale(s, s))
-            self.centerOn(rect.center() - QPointF((left - right) / 2 / s, (top - bottom) / 2 / s))
+            # A frame title wider than the frame hangs out to the right: centre frame and title together
+            # (so the title stays clear of the legend on the right), or start at the left margin if they
+            # are wider than the room.
+            frame_w = rect.width() * s
+            block_w = max(frame_w, self._title_width())
+            frame_cx = left + max(0.0, (vw - left - right - block_w) / 2) + frame_w / 2
+            frame_cy = top + (vh - top - bottom) / 2
+            self.centerOn(rect.center() + QPointF((vw / 2 - frame_cx) / s, (vh / 2 - frame_cy) / s))
             settled = abs(s / self.level_scene.view_scale - 1.0) <= 0.01
             self.level_scene.set_view_scale(s)
             if settled:
                 break
         self.auto_fit = True
+
+    def _title_width(self) -> float:
+        frame = self.level_scene.frame
+        return frame.title.boundingRect().width() if frame is not None else 0.0
 
     def zoom_by(self, factor: float) -> None:
         target = min(MAX_SCALE, max(MIN_SCALE, self.zoom * factor))
@@ -99,6 +125,24 @@ class CanvasView(QGraphicsView):
             event.accept()
             return
         super().mouseReleaseEvent(event)
+
+    # Drops (library templates, layer ranges) are handled here rather than by items: what a drop does
+    # depends on the whole level (selection, placement), not on the one item under the cursor.
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if drops.accepts(event.mimeData()) and not self.level_scene.doc.read_only:
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        self.dragEnterEvent(event)  # type: ignore[arg-type]
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        pos = self.mapToScene(event.position().toPoint())
+        if drops.accepts(event.mimeData()) and drops.drop(self.level_scene, event.mimeData(), pos):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
 
     def pan_by(self, dx: int, dy: int) -> None:
         """Move the content by (dx, dy) pixels, as a hand drag would."""

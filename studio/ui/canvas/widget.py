@@ -1,16 +1,25 @@
-"""The canvas as the main window sees it: breadcrumb bar over the view of one level.
+"""The canvas as the main window sees it: breadcrumb bar and demo bar over the view of one level, the
+colour legend floating on the view.
 
-Later overlays (heat map of a run, mapping drag-and-drop) attach to ``scene`` and ``view`` here.
+The overlay controller colours the level (pipeline stages, or the heat of the last run) and the demo
+bar animates it; both are reached through this widget (``show_result``, ``set_time_cursor``), so the
+main window never wires canvas internals.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from studio.document import ProjectDocument
 from studio.ui.canvas.breadcrumb import Breadcrumb
+from studio.ui.canvas.legend import Legend
+from studio.ui.canvas.overlay_controller import OverlayController
 from studio.ui.canvas.scene import LevelScene
 from studio.ui.canvas.view import CanvasView
+from studio.ui.demo import DemoBar
 from studio.ui.selection import Selection
 
 
@@ -19,12 +28,49 @@ class CanvasWidget(QWidget):
         super().__init__(parent)
         self.scene = LevelScene(doc, selection)
         self.view = CanvasView(self.scene, self)
+        self.overlay = OverlayController(self.scene)
+        self.scene.overlay = self.overlay
         self.breadcrumb = Breadcrumb(doc, selection, self)
+        self.demo = DemoBar(self.overlay, self)
+        self.legend = Legend(self.overlay, self.view)
+        self.view.installEventFilter(self)
+        self.view.fit_reserve = self._legend_room
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
         layout.addWidget(self.breadcrumb)
+        layout.addWidget(self.demo)
         layout.addWidget(self.view, 1)
+
+    def _legend_room(self) -> int:
+        """Pixels zoom-to-fit keeps free for the legend — unless that would squeeze the level itself."""
+        room = self.legend.width() + 12
+        if not self.legend.isVisibleTo(self) or room > 0.45 * self.view.viewport().width():
+            return 0
+        return room
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.view and event.type() == QEvent.Type.Resize:
+            self.legend.place()
+        return super().eventFilter(watched, event)
 
     def zoom_to_fit(self) -> None:
         self.view.zoom_to_fit()
+
+    def show_result(self, result: Any) -> None:
+        self.demo.show_result(result)
+
+    def set_time_cursor(self, cursor: Any) -> None:
+        self.demo.set_time_cursor(cursor)
+
+    def set_snap(self, on: bool) -> None:
+        self.scene.snap_to_grid = on
+
+    def set_link_mode(self, on: bool) -> None:
+        """Plain drags draw links instead of moving components (Shift-drag always draws)."""
+        self.scene.link_mode = on
+
+    def set_presentation(self, on: bool) -> None:
+        """Presenting: no editing hints, the demo controls up front (fonts grow with the application's)."""
+        self.breadcrumb.hint.setVisible(not on)
+        self.demo.set_presentation(on)

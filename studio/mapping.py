@@ -1,0 +1,142 @@
+"""Where the mapping puts the model: each device's pipeline stage and each stage's layers.
+
+The canvas colours devices by stage and labels them "L12–23"; the workload panel shows which stage
+holds each layer; layer drops need the devices' indices. All of them read one ``StageLayout``, computed
+here from the project with the engine's own placement (``engine.plan.placement``), so what the studio
+draws is what the simulator runs. No Qt: the rules are tested without a window.
+
+Elaboration is the slow part on a 64 × 64 wafer (≈ 0.25 s), and a mapping edit does not change the
+hardware, so the last few elaborated graphs are kept, keyed by the (immutable) hardware value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.hardware import HardwareGraph, elaborate, grow
+from engine.hardware.model import Device
+from engine.ir.hardware import Component
+from engine.ir.mapping import Mapping, Schedule
+from engine.ir.project import Project
+from engine.plan.placement import split_layers, stage_groups
+from engine.workloads import WorkloadGraph, build_workload
+
+LayerRange = tuple[int, int]  # [first, last) workload layer indices
+
+_GRAPHS: list[tuple[Component, int, HardwareGraph]] = []
+_WORKLOADS: list[tuple[object, WorkloadGraph]] = []
+_CACHE_SIZE = 3
+
+
+def elaborated(hardware: Component, devices_needed: int) -> HardwareGraph:
+    """``elaborate`` with a small cache (hardware values are immutable, so identity is a safe key)."""
+    for hw, needed, graph in _GRAPHS:
+        if hw is hardware and needed == devices_needed:
+            return graph
+    graph = elaborate(hardware, devices_needed=devices_needed)
+    _GRAPHS.insert(0, (hardware, devices_needed, graph))
+    del _GRAPHS[_CACHE_SIZE:]
+    return graph
+
+
+def workload_graph(spec: object) -> WorkloadGraph:
+    """``build_workload`` with the same kind of cache (the layer table and the layout both need it)."""
+    for s, graph in _WORKLOADS:
+        if s is spec:
+            return graph
+    graph = build_workload(spec)  # type: ignore[arg-type]
+    _WORKLOADS.insert(0, (spec, graph))
+    del _WORKLOADS[_CACHE_SIZE:]
+    return graph
+
+
+def display_hardware(project: Project) -> Component:
+    """The hardware as the run sees it: a growable cluster grown to the devices the mapping needs."""
+    try:
+        return grow(project.hardware, project.mapping.devices)
+    except ValueError:
+        return project.hardware
+
+
+def format_ranges(ranges: list[LayerRange]) -> str:
+    """"L12–23" for [12, 24); several chunks (interleaving) are joined: "L0–3, L16–19"."""
+    parts = []
+    for first, last in ranges:
+        parts.append(f"L{first}" if last - first == 1 else f"L{first}–{last - 1}")
+    return ", ".join(parts)
+
+
+def to_ranges(indices: list[int]) -> list[LayerRange]:
+    """Sorted layer indices as maximal contiguous [first, last) ranges."""
+    out: list[LayerRange] = []
+    for i in sorted(indices):
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out
+
+
+def virtual_stage_layers(mapping: Mapping, workload: WorkloadGraph, chunks: int) -> list[list[int]]:
+    """Layers of each virtual stage, exactly as ``engine.plan.plan.build_plan`` splits them: explicit
+    stages as given; otherwise the repeated blocks evenly, the embedding on the first virtual stage and
+    the head on the last (a test keeps the two in step)."""
+    if mapping.stages:
+        return [list(range(s.layers[0], s.layers[1])) for s in sorted(mapping.stages, key=lambda s: s.stage)]
+    blocks = workload.block_layers
+    per_virtual = split_layers(blocks, mapping.pp * chunks)
+    for li in workload.layers:
+        if li.index not in blocks:
+            (per_virtual[0] if li.index < blocks[0] else per_virtual[-1]).append(li.index)
+    return [sorted(lst) for lst in per_virtual]
+
+
+@dataclass
+class StageLayout:
+    """Stages, their devices and layers; ``problem`` says why there is no layout (then all is empty)."""
+
+    devices: list[Device] = field(default_factory=list)
+    device_stage: dict[str, int] = field(default_factory=dict)  # device node id → pipeline stage
+    stage_devices: list[list[int]] = field(default_factory=list)  # all replicas, replica-major
+    stage_layers: list[list[LayerRange]] = field(default_factory=list)
+    layer_stage: dict[int, int] = field(default_factory=dict)
+    layers: int = 0  # the workload's layer count
+    explicit: bool = False
+    problem: str = ""
+
+    @property
+    def stages(self) -> int:
+        return len(self.stage_devices)
+
+    def label(self, stage: int) -> str:
+        return format_ranges(self.stage_layers[stage]) if 0 <= stage < self.stages else ""
+
+    def contiguous_stages(self) -> list[tuple[LayerRange, list[int]]]:
+        """(layers, devices) per stage when every stage holds one range of layers (no interleaving)."""
+        if any(len(r) != 1 for r in self.stage_layers):
+            return []
+        return [(r[0], devs) for r, devs in zip(self.stage_layers, self.stage_devices, strict=True)]
+
+
+def stage_layout(project: Project, chunks: int | None = None) -> StageLayout:
+    """The layout of ``project``'s mapping (``chunks`` overrides the model chunks per device)."""
+    m = project.mapping
+    try:
+        workload = workload_graph(project.workload)
+        graph = elaborated(project.hardware, m.devices)
+        groups = stage_groups(graph.devices, m)
+    except (ValueError, TypeError, KeyError) as exc:
+        return StageLayout(problem=str(exc))
+    if chunks is None:
+        chunks = m.interleave if m.schedule is Schedule.interleaved and not m.stages else 1
+    per_virtual = virtual_stage_layers(m, workload, chunks)
+    layout = StageLayout(devices=graph.devices, layers=len(workload.layers), explicit=bool(m.stages))
+    for r, replicas in enumerate(groups):
+        devs = [d for group in replicas for d in group]
+        layout.stage_devices.append(devs)
+        for d in devs:
+            layout.device_stage[graph.devices[d].node] = r
+        layers = [i for c in range(chunks) if c * m.pp + r < len(per_virtual) for i in per_virtual[c * m.pp + r]]
+        layout.stage_layers.append(to_ranges(layers))
+        layout.layer_stage.update({i: r for i in layers})
+    return layout

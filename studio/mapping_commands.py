@@ -1,0 +1,36 @@
+"""Undo commands of the mapping editor: Auto-map and placing layers by drag-and-drop.
+
+Like every command (``studio.commands``), each computes the new project when built (a refused edit
+raises ``EditRefused`` and never reaches the undo stack) and redo/undo swap immutable values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from studio.commands import SnapshotCommand
+from studio.document import Change, ProjectDocument
+from studio.mapping import LayerRange, format_ranges, stage_layout
+from studio.mapping_edit import auto_mapping, place_layers
+
+
+class AutoMap(SnapshotCommand):
+    """Set degrees and the placement strategy at once, clearing placements made by hand."""
+
+    def __init__(self, doc: ProjectDocument, **degrees: Any):
+        mapping = auto_mapping(doc.project.mapping, **degrees)
+        after = doc.project.model_copy(update={"mapping": mapping})
+        text = f"Auto-map tp {mapping.tp} · pp {mapping.pp} · dp {mapping.dp} ({mapping.placement.value})"
+        super().__init__(doc, after, text, Change.mapping)
+
+
+class PlaceLayers(SnapshotCommand):
+    """Place workload layers [first, last) on ``devices`` (indices of the elaborated system)."""
+
+    def __init__(self, doc: ProjectDocument, layers: LayerRange, devices: list[int], target: str = ""):
+        layout = stage_layout(doc.project, chunks=1)
+        mapping = place_layers(doc.project.mapping, layout, layers, devices)
+        after = doc.project.model_copy(update={"mapping": mapping})
+        where = f" on {target}" if target else ""
+        super().__init__(doc, after, f"Place {format_ranges([layers])}{where}", Change.mapping)
+        self.mapping = mapping

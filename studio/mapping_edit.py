@@ -1,0 +1,121 @@
+"""Pure edits of the mapping: Auto-map (degrees and a strategy) and placing layers on devices by hand.
+
+Each returns a new, validated ``Mapping`` or raises ``EditRefused`` with a reason an architect can act
+on; the undo commands in ``studio.mapping_commands`` are thin wrappers, so these rules are tested
+without Qt.
+
+Placing layers [first, last) on a device group makes those layers one pipeline stage (or several, when
+the group holds several stage-sized groups) on exactly those devices. Other stages keep their layers
+outside the range and their devices, unless they lose them to the new stage (or a stage was cut in two
+and both halves want the same devices): those stages move to free devices, taken in the placement
+strategy's order. ``pp`` becomes the number of stages; tp and dp are never changed behind the user's back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine.ir.mapping import Mapping, PlacementStrategy, Schedule
+from engine.plan.placement import placement_order
+from studio.mapping import LayerRange, StageLayout, format_ranges
+from studio.tree_edit import EditRefused, friendly
+
+AUTO_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "placement")
+
+
+def _validated(data: dict[str, Any]) -> Mapping:
+    try:
+        return Mapping.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        text = friendly(str(err.get("msg", "invalid")))
+        raise EditRefused(f"{loc}: {text}" if loc else text) from None
+
+
+def auto_mapping(mapping: Mapping, **degrees: Any) -> Mapping:
+    """``mapping`` with new degrees and strategy, explicit stage placements cleared (the strategy
+    places every stage again)."""
+    unknown = set(degrees) - set(AUTO_FIELDS)
+    if unknown:
+        raise EditRefused(f"not a mapping degree: {', '.join(sorted(unknown))}")
+    data = mapping.model_dump(mode="json")
+    data.update({k: (PlacementStrategy(v).value if k == "placement" else v) for k, v in degrees.items()})
+    data["stages"] = []
+    return _validated(data)
+
+
+def group_around(layout: StageLayout, device: int, mapping: Mapping) -> list[int]:
+    """The stage-sized group (tp × dp devices, in the strategy's order) holding ``device``: a drop on
+    one tile of a stage that needs sixteen takes the sixteen the strategy would put together."""
+    size = mapping.tp * mapping.dp
+    order = [d.index for d in placement_order(layout.devices, mapping.placement, size)]
+    pos = order.index(device)
+    start = pos - pos % size
+    group = order[start : start + size]
+    if len(group) < size:
+        raise EditRefused(f"a stage needs tp × dp = {size} devices; only {len(group)} remain from here")
+    return group
+
+
+def _free_groups(layout: StageLayout, mapping: Mapping, taken: set[int]) -> list[list[int]]:
+    size = mapping.tp * mapping.dp
+    free = [d.index for d in placement_order(layout.devices, mapping.placement, size) if d.index not in taken]
+    return [free[i : i + size] for i in range(0, len(free) - size + 1, size)]
+
+
+def place_layers(mapping: Mapping, layout: StageLayout, layers: LayerRange, devices: list[int]) -> Mapping:
+    """``mapping`` with ``layers`` placed on ``devices`` as explicit stages (see the module notes)."""
+    first, last = layers
+    n_layers = layout.layers
+    if layout.problem:
+        raise EditRefused(f"the mapping has no layout yet: {layout.problem}")
+    if not 0 <= first < last <= n_layers:
+        raise EditRefused(f"layers {first}–{last - 1}: the model has layers 0–{n_layers - 1}")
+    size = mapping.tp * mapping.dp
+    devices = list(dict.fromkeys(devices))
+    if not devices or len(devices) % size:
+        raise EditRefused(
+            f"a stage needs tp × dp = {size} devices; the drop target has {len(devices)} "
+            "(drop onto a tile or chip to take the strategy's group around it, or select a group of that size)"
+        )
+    current = layout.contiguous_stages()
+    if not current:  # interleaved: start from one chunk per stage
+        raise EditRefused("interleaved stages hold several layer ranges: Auto-map with interleave 1 first")
+    parts = min(len(devices) // size, last - first)
+    new_stages: list[tuple[LayerRange, list[int] | None]] = []
+    base, extra = divmod(last - first, parts)
+    start = first
+    for j in range(parts):
+        end = start + base + (1 if j < extra else 0)
+        new_stages.append(((start, end), devices[j * size : (j + 1) * size]))
+        start = end
+    placed = {d for _, devs in new_stages for d in devs or []}
+    kept: list[tuple[LayerRange, list[int] | None]] = []
+    held: set[int] = set()
+    for (a, b), devs in current:
+        for piece in ((a, min(b, first)), (max(a, last), b)):
+            if piece[0] >= piece[1]:
+                continue
+            clash = bool(placed & set(devs)) or bool(held & set(devs))
+            kept.append((piece, None if clash else devs))
+            if not clash:
+                held |= set(devs)
+    free = iter(_free_groups(layout, mapping, placed | held))
+    stages = []
+    for (a, b), devs in sorted(kept + new_stages, key=lambda s: s[0][0]):
+        if devs is None:
+            devs = next(free, None)
+            if devs is None:
+                raise EditRefused(
+                    f"no free group of {size} devices is left for {format_ranges([(a, b)])}: "
+                    "place fewer stages, or add hardware"
+                )
+        stages.append({"stage": len(stages), "layers": [a, b], "devices": devs})
+    data = mapping.model_dump(mode="json")
+    data.update(stages=stages, pp=len(stages), interleave=1)
+    if mapping.schedule is Schedule.interleaved:
+        data["schedule"] = Schedule.one_f_one_b.value
+    return _validated(data)

@@ -1,0 +1,109 @@
+"""Which devices sit under each cell of the viewed level, as small rasters the painters index into.
+
+A cell of a grid item is one instance of a child component (``palm-wafer/die[2,1]``); the devices
+under it are named below that instance in the elaborated graph. Each cell gets a raster of device
+indices laid out by the devices' grid coordinates (a die's 4 × 4 tiles) or, for devices behind a
+switch, in a row (a node's 8 GPUs), so the stage colours and the heat map show *which* tiles of a die
+do what. Rasters are capped at ``MAX_RASTER`` per side by sampling. Pure numpy, no Qt.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.hardware.model import Device, index_label
+from engine.ir.hardware import Component
+
+MAX_RASTER = 16
+
+
+def instance_name(component: Component, index: int) -> str:
+    """``die[2,1]`` for instance ``index`` (row-major) of ``component``, as the elaborated graph names it."""
+    r, c = divmod(index, component.cols)
+    return f"{component.name}{index_label(component.rows, component.cols, r, c)}"
+
+
+def level_instance(hardware: Component, level_path: str, choice: dict[str, int]) -> str:
+    """Node id of the instance of ``level_path`` the canvas shows: the root, then for each deeper
+    component the instance picked by ``choice`` (its path → index), the first one by default."""
+    names = level_path.split("/")
+    node, comp = hardware.name, hardware
+    for depth in range(1, len(names)):
+        comp = next(c for c in comp.children if c.name == names[depth])
+        path = "/".join(names[: depth + 1])
+        index = min(choice.get(path, 0), comp.count - 1)
+        node = f"{node}/{instance_name(comp, index)}"
+    return node
+
+
+@dataclass
+class GridCells:
+    """Cell ``i`` of one grid item is instance ``nodes[i]``; ``raster[i]`` its devices (−1 = none)."""
+
+    nodes: list[str]
+    raster: np.ndarray  # int32, (cells, rows, cols)
+
+    def devices(self, cell: int) -> list[int]:
+        return [int(d) for d in np.unique(self.raster[cell]) if d >= 0] if 0 <= cell < len(self.nodes) else []
+
+    def all_devices(self) -> list[int]:
+        return [int(d) for d in np.unique(self.raster) if d >= 0]
+
+
+def _cell_raster(devs: list[Device]) -> np.ndarray:
+    coords = [d.coord for d in devs]
+    if devs and all(c is not None and len(c) == 2 for c in coords):
+        r0 = min(c[0] for c in coords)  # type: ignore[index]
+        c0 = min(c[1] for c in coords)  # type: ignore[index]
+        rows = 1 + max(c[0] for c in coords) - r0  # type: ignore[index]
+        cols = 1 + max(c[1] for c in coords) - c0  # type: ignore[index]
+        out = np.full((rows, cols), -1, np.int32)
+        for d in devs:
+            out[d.coord[0] - r0, d.coord[1] - c0] = d.index  # type: ignore[index]
+        return out
+    out = np.full((1, max(1, len(devs))), -1, np.int32)
+    for i, d in enumerate(devs):
+        out[0, i] = d.index
+    if out.shape[1] > MAX_RASTER:  # a long row of devices folds into a near-square block
+        cols = math.ceil(math.sqrt(out.shape[1]))
+        rows = math.ceil(out.shape[1] / cols)
+        folded = np.full(rows * cols, -1, np.int32)
+        folded[: out.shape[1]] = out[0]
+        out = folded.reshape(rows, cols)
+    return out
+
+
+def _fit(raster: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """Sample or pad ``raster`` to ``rows × cols``."""
+    h, w = raster.shape
+    ri = (np.arange(rows) * h // rows) if h > rows else np.arange(rows)
+    ci = (np.arange(cols) * w // cols) if w > cols else np.arange(cols)
+    out = np.full((rows, cols), -1, np.int32)
+    rr, cc = np.meshgrid(ri, ci, indexing="ij")
+    ok = (rr < h) & (cc < w)
+    out[ok] = raster[rr[ok], cc[ok]]
+    return out
+
+
+def level_cells(level: Component, level_path: str, level_node: str,
+                devices: list[Device]) -> dict[str, GridCells]:
+    """``GridCells`` of each child of the shown level instance ``level_node``, keyed by child path."""
+    depth = level_node.count("/") + 2
+    by_cell: dict[str, list[Device]] = {}
+    prefix = level_node + "/"
+    for d in devices:
+        if d.node.startswith(prefix):
+            by_cell.setdefault("/".join(d.node.split("/", depth)[:depth]), []).append(d)
+    out: dict[str, GridCells] = {}
+    for child in level.children:
+        nodes = [f"{level_node}/{instance_name(child, i)}" for i in range(child.count)]
+        rasters = [_cell_raster(by_cell.get(n, [])) if n in by_cell else np.full((1, 1), -1, np.int32)
+                   for n in nodes]
+        rows = min(MAX_RASTER, max(r.shape[0] for r in rasters))
+        cols = min(MAX_RASTER, max(r.shape[1] for r in rasters))
+        stack = np.stack([r if r.shape == (rows, cols) else _fit(r, rows, cols) for r in rasters])
+        out[f"{level_path}/{child.name}"] = GridCells(nodes, stack)
+    return out

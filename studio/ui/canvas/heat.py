@@ -1,0 +1,128 @@
+"""The heat map's numbers for the level on screen: device busy shares and link utilisation of a run,
+at the shared time cursor or averaged over the iteration, placed on the canvas's cells and links.
+
+The numbers themselves come from ``studio.ui.results.metrics`` (the same ones the result views plot);
+this module only decides *where* each link of the hardware graph is drawn at the current level: between
+two cells of a grid (a die-to-die link on the wafer), on a switch spoke, or on an edge-memory port.
+Pure Python and numpy, no Qt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from studio.ui.canvas.cells import GridCells
+
+LinkKey = tuple[str, str]
+
+try:
+    from studio.ui.results.metrics import (
+        average_device_activity,
+        average_link_utilisation,
+        device_activity_at,
+        link_utilisation_at,
+        time_span,
+    )
+except ImportError:  # the result views are not there: a heat map still shows, from the raw series
+    def time_span(result: Any) -> float:
+        return float(getattr(result, "iteration_time_s", 0.0) or 0.0)
+
+    def link_utilisation_at(result: Any, t: float) -> dict[LinkKey, float]:
+        out: dict[LinkKey, float] = {}
+        for s in getattr(result, "link_utilisation", []) or []:
+            k = int(np.searchsorted(np.asarray(s.times, float), t, side="right")) - 1
+            out[(s.src, s.dst)] = max(out.get((s.src, s.dst), 0.0), float(s.values[k]) if k >= 0 else 0.0)
+        return out
+
+    def average_link_utilisation(result: Any) -> dict[LinkKey, float]:
+        end = time_span(result)
+        return {(s.src, s.dst): s.mean(end) for s in getattr(result, "link_utilisation", []) or []}
+
+    def device_activity_at(result: Any, t: float, window_s: float | None = None) -> dict[str, float]:
+        return {}
+
+    def average_device_activity(result: Any) -> dict[str, float]:
+        return {}
+
+
+@dataclass
+class LinkPlaces:
+    """Where each link of the run is drawn at one level."""
+
+    mesh: dict[str, dict[LinkKey, tuple[int, int]]] = field(default_factory=dict)  # grid → (cell a, cell b)
+    spokes: dict[LinkKey, tuple[str, int]] = field(default_factory=dict)  # switch spoke of (grid, cell)
+    ports: dict[LinkKey, str] = field(default_factory=dict)  # edge-memory port name, "dram@west[0]"
+
+
+def place_links(keys: list[LinkKey], cells: dict[str, GridCells], level_node: str) -> LinkPlaces:
+    depth = level_node.count("/") + 2
+    cell_of = {node: (path, i) for path, gc in cells.items() for i, node in enumerate(gc.nodes)}
+    prefix = level_node + "/"
+    out = LinkPlaces()
+
+    def where(node: str) -> tuple[str, Any]:
+        if not node.startswith(prefix):
+            return "outside", None
+        head = "/".join(node.split("/", depth)[:depth])
+        if head in cell_of:
+            return "cell", cell_of[head]
+        name = head[len(prefix):]
+        return ("port", name) if "@" in name else ("level", name)
+
+    for key in keys:
+        (ka, a), (kb, b) = where(key[0]), where(key[1])
+        if ka == kb == "cell" and a[0] == b[0] and a[1] != b[1]:
+            out.mesh.setdefault(a[0], {})[key] = (min(a[1], b[1]), max(a[1], b[1]))
+        elif {ka, kb} == {"cell", "level"}:
+            out.spokes[key] = a if ka == "cell" else b
+        elif "port" in (ka, kb):
+            out.ports[key] = a if ka == "port" else b
+    return out
+
+
+@dataclass
+class HeatFrame:
+    """Heat at one moment (or averaged): per device of the layout, and per link key."""
+
+    devices: np.ndarray  # 0…1 per device index, NaN where the run says nothing
+    links: dict[LinkKey, float]
+    label: str  # "at 1.23 s" or "averaged over 4.28 s"
+
+
+def heat_frame(result: Any, device_nodes: list[str], t: float | None) -> HeatFrame:
+    """Busy share of every device and utilisation of every link, at ``t`` or averaged (``t`` None)."""
+    from studio.units import SECONDS, format_value
+
+    if t is None:
+        activity, links = average_device_activity(result), average_link_utilisation(result)
+        label = f"averaged over {format_value(time_span(result), SECONDS)}"
+    else:
+        activity, links = device_activity_at(result, t), link_utilisation_at(result, t)
+        label = f"at {format_value(t, SECONDS)}"
+    values = np.array([activity.get(n, np.nan) for n in device_nodes], dtype=float)
+    return HeatFrame(values, links, label)
+
+
+def grid_link_values(places: LinkPlaces, path: str, links: dict[LinkKey, float]) -> dict[tuple[int, int], float]:
+    """The busiest direction of each neighbour pair of one grid."""
+    out: dict[tuple[int, int], float] = {}
+    for key, pair in places.mesh.get(path, {}).items():
+        out[pair] = max(out.get(pair, 0.0), links.get(key, 0.0))
+    return out
+
+
+def spoke_values(places: LinkPlaces, links: dict[LinkKey, float]) -> dict[tuple[str, int], float]:
+    out: dict[tuple[str, int], float] = {}
+    for key, where in places.spokes.items():
+        out[where] = max(out.get(where, 0.0), links.get(key, 0.0))
+    return out
+
+
+def port_values(places: LinkPlaces, links: dict[LinkKey, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, name in places.ports.items():
+        out[name] = max(out.get(name, 0.0), links.get(key, 0.0))
+    return out

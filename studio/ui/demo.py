@@ -1,0 +1,174 @@
+"""Demo mode: a play button and a time scrubber that animate the last run on the canvas.
+
+Playing moves the shared time cursor (``TimeCursor``, owned by the main window, followed by the Gantt
+and the plots too) along the iteration on a GUI-thread ``QTimer``; the canvas recolours at each move —
+tiles light up while they compute, links glow with their traffic. The per-frame work is a few numpy
+lookups and one recolour (see ``OverlayController.refresh``), so it keeps up at ``FPS`` on a wafer.
+The overlay choice (stages, heat at the cursor, heat averaged) sits here too, next to the controls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
+
+from studio.ui.canvas.heat import time_span
+from studio.ui.canvas.overlay_controller import Overlay, OverlayController
+from studio.units import SECONDS, format_value
+
+try:
+    from studio.ui.results.time_cursor import TimeCursor
+except ImportError:  # the result views are not there yet: a private cursor of the same shape
+    from PySide6.QtCore import QObject
+
+    class TimeCursor(QObject):  # type: ignore[no-redef]
+        moved = Signal(float)
+        spanChanged = Signal(float)
+
+        def __init__(self, parent: QObject | None = None):
+            super().__init__(parent)
+            self.position, self.span = 0.0, 0.0
+
+        def set_span(self, seconds: float) -> None:
+            self.span = max(0.0, seconds)
+            self.spanChanged.emit(self.span)
+
+        def move_to(self, seconds: float) -> None:
+            t = min(max(0.0, seconds), self.span) if self.span > 0 else max(0.0, seconds)
+            if t != self.position:
+                self.position = t
+                self.moved.emit(t)
+
+
+FPS = 30
+LOOP_SECONDS = 12.0  # one iteration plays in this many wall seconds, whatever its simulated length
+SLIDER_STEPS = 1000
+MODES = [(Overlay.stages, "Pipeline stages"), (Overlay.cursor, "Heat at cursor"),
+         (Overlay.average, "Heat averaged"), (Overlay.off, "Plain")]
+
+
+class DemoBar(QWidget):
+    playingChanged = Signal(bool)
+
+    def __init__(self, overlay: OverlayController, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.overlay = overlay
+        self.cursor: Any = TimeCursor(self)
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000 // FPS)
+        self.timer.timeout.connect(self.step)
+        self.play_button = QToolButton(self)
+        self.play_button.setCheckable(True)
+        self.play_button.setToolTip("play the run on the canvas (Space)")
+        self.play_button.toggled.connect(self.set_playing)
+        self.slider = QSlider(Qt.Orientation.Horizontal, self)
+        self.slider.setRange(0, SLIDER_STEPS)
+        self.slider.setToolTip("time in the iteration: drag to scrub")
+        self.slider.valueChanged.connect(self._scrubbed)
+        self.time_label = QLabel(self)
+        self.time_label.setMinimumWidth(self.fontMetrics().horizontalAdvance("t = 888 ms of 888 ms") + 8)
+        self.mode_box = QComboBox(self)
+        for mode, text in MODES:
+            self.mode_box.addItem(text, mode)
+        self.mode_box.setToolTip("what the canvas colours show")
+        self.mode_box.currentIndexChanged.connect(lambda _i: overlay.set_mode(self.mode_box.currentData()))
+        row = QHBoxLayout(self)
+        row.setContentsMargins(6, 2, 6, 2)
+        row.addWidget(QLabel("Show:", self))
+        row.addWidget(self.mode_box)
+        row.addSpacing(12)
+        row.addWidget(self.play_button)
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.time_label)
+        self.set_time_cursor(self.cursor)
+        overlay.resultChanged.connect(self._update_enabled)
+        self._update_enabled()
+
+    # -- wiring -------------------------------------------------------------------------------------
+    def set_time_cursor(self, cursor: Any) -> None:
+        """Follow ``cursor`` (the main window's, shared with the plots) instead of a private one."""
+        if cursor is not self.cursor:
+            self.cursor.moved.disconnect(self._cursor_moved)
+            self.cursor = cursor
+        cursor.moved.connect(self._cursor_moved)
+        self._cursor_moved(cursor.position)
+
+    def show_result(self, result: Any) -> None:
+        """A run finished: heat becomes available, the cursor spans the iteration."""
+        self.set_playing(False)
+        if result is not None and time_span(result) > 0 and self.cursor.span != time_span(result):
+            self.cursor.set_span(time_span(result))
+        self.overlay.set_result(result)
+        self._cursor_moved(self.cursor.position)
+
+    def set_mode(self, mode: Overlay) -> None:
+        self.mode_box.setCurrentIndex([m for m, _ in MODES].index(mode))
+
+    # -- playing ------------------------------------------------------------------------------------
+    @property
+    def span(self) -> float:
+        return time_span(self.overlay.result) if self.overlay.result is not None else 0.0
+
+    @property
+    def playing(self) -> bool:
+        return self.timer.isActive()
+
+    def set_playing(self, on: bool) -> None:
+        on = on and self.span > 0
+        if on and self.overlay.mode is not Overlay.cursor:
+            self.set_mode(Overlay.cursor)  # playing means watching the heat move
+        if on and not self.timer.isActive():
+            if self.cursor.position >= self.span:
+                self.cursor.move_to(0.0)
+            self.timer.start()
+        elif not on:
+            self.timer.stop()
+        self.play_button.blockSignals(True)
+        self.play_button.setChecked(on)
+        self.play_button.blockSignals(False)
+        self.play_button.setText("❚❚ Pause" if on else "▶ Play")
+        self.playingChanged.emit(on)
+
+    def step(self) -> None:
+        """One frame: move the cursor on; wrap at the end of the iteration."""
+        span = self.span
+        if span <= 0:
+            self.set_playing(False)
+            return
+        t = self.cursor.position + span / (LOOP_SECONDS * FPS)
+        self.cursor.move_to(0.0 if t > span else t)
+
+    # -- followers ----------------------------------------------------------------------------------
+    def _scrubbed(self, value: int) -> None:
+        if self.span > 0:
+            if self.overlay.mode is not Overlay.cursor:
+                self.set_mode(Overlay.cursor)  # scrubbing means looking at a moment
+            self.cursor.move_to(self.span * value / SLIDER_STEPS)
+
+    def _cursor_moved(self, t: float) -> None:
+        span = self.span
+        self.slider.blockSignals(True)
+        self.slider.setValue(round(SLIDER_STEPS * t / span) if span > 0 else 0)
+        self.slider.blockSignals(False)
+        self.time_label.setText(
+            f"t = {format_value(t, SECONDS)} of {format_value(span, SECONDS)}" if span > 0 else "no run yet (F5)"
+        )
+        self.overlay.set_time(t)
+
+    def _update_enabled(self) -> None:
+        has_run = self.span > 0
+        for w in (self.play_button, self.slider):
+            w.setEnabled(has_run)
+        for i, (mode, _text) in enumerate(MODES):
+            item = self.mode_box.model().item(i)  # type: ignore[attr-defined]
+            item.setEnabled(has_run or mode in (Overlay.stages, Overlay.off))
+        if not has_run and self.overlay.mode in (Overlay.cursor, Overlay.average):
+            self.set_mode(Overlay.stages)
+        self.set_playing(False)
+
+    def set_presentation(self, on: bool) -> None:
+        """Bigger targets for a talk: the play button and scrubber are what the presenter reaches for."""
+        self.play_button.setMinimumHeight(36 if on else 0)
+        self.slider.setMinimumHeight(30 if on else 0)

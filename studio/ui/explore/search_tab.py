@@ -1,0 +1,107 @@
+"""Parallelism search: rank every legal mapping of the project's model on its system; adopt one."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QHBoxLayout,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.search.parallelism import SearchResult, search
+from engine.search.pareto import pareto_front
+from studio.document import ProjectDocument
+from studio.explore_commands import AdoptMapping
+from studio.ui.explore.controls import RunBar, input_row
+from studio.ui.explore.pareto_plot import ParetoPlot
+from studio.ui.explore.runner import ExploreRunner
+
+COLUMNS = ["tp", "pp", "dp", "micro-batch", "chunks", "recompute", "SP", "ZeRO",
+           "iteration (s)", "event (s)", "samples/s", "memory (GiB)"]
+GIB = 2**30
+
+
+class SearchTab(QWidget):
+    def __init__(self, doc: ProjectDocument, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.runner = ExploreRunner(self)
+        self.result: SearchResult | None = None
+        self.devices = QSpinBox(maximum=1_000_000, minimum=1)
+        self.batch = QSpinBox(maximum=10_000_000, minimum=1)
+        self.top = QSpinBox(minimum=1, maximum=20, value=3)
+        self.resimulate = QCheckBox("re-simulate the best with the event engine", checked=True)
+        self.resimulate.setMinimumWidth(self.resimulate.sizeHint().width())
+        form = input_row(("Devices", self.devices), ("Global batch (samples)", self.batch),
+                         ("Keep best", self.top), ("", self.resimulate))
+        self.bar = RunBar(self.runner, "Search")
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.plot = ParetoPlot()
+        self.adopt = QPushButton("Use selected mapping")
+        self.adopt.setEnabled(False)
+        side = QHBoxLayout()
+        side.addWidget(self.table, 3)
+        side.addWidget(self.plot, 2)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.bar)
+        layout.addLayout(side, 1)
+        layout.addWidget(self.adopt)
+        self.bar.run_button.clicked.connect(self.start)
+        self.runner.finished.connect(self.show_result)
+        self.table.itemSelectionChanged.connect(lambda: self.adopt.setEnabled(bool(self.table.selectedItems())))
+        self.adopt.clicked.connect(self.adopt_selected)
+        self.plot.pointClicked.connect(self.table.selectRow)
+        doc.projectReplaced.connect(self.reset_inputs)
+        self.reset_inputs()
+
+    def reset_inputs(self) -> None:
+        m = self.doc.project.mapping
+        self.devices.setValue(m.devices)
+        self.batch.setValue(m.global_batch)
+
+    def start(self) -> None:
+        project = self.doc.project.model_copy(deep=True)
+        devices, batch, top = self.devices.value(), self.batch.value(), self.top.value()
+        again = self.resimulate.isChecked()
+        self.runner.run(lambda say: search(project, devices, batch, top=top, progress=say, resimulate=again))
+
+    def show_result(self, result: SearchResult, seconds: float) -> None:
+        self.result = result
+        self.bar.status.setText(
+            f"{result.evaluated:,} evaluated, {result.feasible:,} fit in memory, best "
+            f"{result.ranked[0].iteration_time_s:.3f} s per iteration — {seconds:.1f} s"
+            if result.ranked else "no mapping fits in memory"
+        )
+        self.table.setRowCount(len(result.ranked))
+        points = []
+        for row, r in enumerate(result.ranked):
+            c = r.candidate
+            samples = result.global_batch / r.iteration_time_s
+            event = f"{r.event.iteration_time_s:.3f}" if r.event is not None else "–"
+            values = [c.tp, c.pp, c.dp, c.micro_batch, c.interleave, c.recompute.value, "yes" if c.sequence_parallel
+                      else "no", c.zero, f"{r.iteration_time_s:.3f}", event, f"{samples:.1f}",
+                      f"{r.peak_memory_bytes / GIB:.1f}"]
+            for col, value in enumerate(values):
+                self.table.setItem(row, col, QTableWidgetItem(str(value)))
+            points.append({"memory": r.peak_memory_bytes / GIB, "samples": samples})
+        self.table.resizeColumnsToContents()
+        front = pareto_front(points, [("memory", "min"), ("samples", "max")])
+        self.plot.show_points([p["memory"] for p in points], [p["samples"] for p in points], front,
+                              ("peak memory", "GiB"), ("throughput", "samples/s"))
+
+    def adopt_selected(self) -> None:
+        rows = {i.row() for i in self.table.selectedItems()}
+        if not rows or self.result is None:
+            return
+        ranked = self.result.ranked[min(rows)]
+        mapping = ranked.candidate.mapping(self.result.global_batch, self.doc.project.mapping)
+        self.doc.push(AdoptMapping(self.doc, mapping))
