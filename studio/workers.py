@@ -1,13 +1,17 @@
 """Background work: anything that may take long runs on Qt's thread pool, never on the GUI thread.
 
 A ``Job`` wraps a plain function; its signals are delivered on the GUI thread (queued connections), and
-a job that was cancelled or superseded simply has its answer ignored. ``run_simulation`` is the entry
-the Run menu uses: it looks the engine up lazily, so the studio works before ``engine.simulate`` exists.
+a job that was cancelled or superseded simply has its answer ignored. ``simulation_job`` is the entry
+the Run menu uses: it plans, simulates with a progress callback and a cancel flag the engine polls
+between batches of events, then prepares what the result views need — all on the worker thread. It
+looks the engine up lazily, so the studio still opens when ``engine.simulate`` cannot be imported.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
 import threading
 import time
 import traceback
@@ -16,16 +20,29 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
+from engine.errors import InputError
+
+PROGRESS_EVERY_S = 0.05  # at most 20 progress signals a second: the GUI thread paints, it is not flooded
+
 
 class EngineUnavailable(Exception):
-    """``engine.simulate`` cannot be imported yet; the studio says so and carries on."""
+    """``engine.simulate`` cannot be imported; the studio says so and carries on."""
 
 
 class JobSignals(QObject):
     finished = Signal(object, float)  # result, wall seconds
     failed = Signal(str)
     unavailable = Signal(str)
-    progress = Signal(float, str)
+    stopped = Signal()  # the function gave up because the job was cancelled
+    progress = Signal(float, str)  # fraction 0–1, phase ("building the plan", "simulating", …)
+
+
+def readable(exc: BaseException) -> str:
+    """The message a person reads: an ``InputError`` already names file, path and reason; anything else
+    gets its type so "KeyError: 'x'" is not just "'x'"."""
+    if isinstance(exc, InputError):
+        return str(exc)
+    return traceback.format_exception_only(type(exc), exc)[-1].strip()
 
 
 class Job(QRunnable):
@@ -48,8 +65,12 @@ class Job(QRunnable):
         except EngineUnavailable as exc:
             self.signals.unavailable.emit(str(exc))
         except Exception as exc:  # a failed job must report, never kill the pool thread
-            detail = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            self.signals.failed.emit(detail)
+            if self.cancelled.is_set():
+                self.signals.stopped.emit()
+            else:
+                if not isinstance(exc, InputError):
+                    traceback.print_exc(file=sys.stderr)  # the whole story, for a bug report
+                self.signals.failed.emit(readable(exc))
         else:
             self.signals.finished.emit(result, time.perf_counter() - start)
         finally:
@@ -78,6 +99,7 @@ class Relay(QObject):
         job.signals.finished.connect(self.on_finished)
         job.signals.failed.connect(self.on_failed)
         job.signals.unavailable.connect(self.on_unavailable)
+        job.signals.stopped.connect(self.deleteLater)
         job.signals.progress.connect(self.on_progress)
 
     def on_finished(self, result: Any, seconds: float) -> None:
@@ -112,24 +134,54 @@ def start(job: Job, pool: QThreadPool | None = None) -> Job:
     return job
 
 
+class Throttle:
+    """Forwards ``progress(fraction)`` as ``emit(fraction, phase)`` at most every ``PROGRESS_EVERY_S``."""
+
+    def __init__(self, emit: Callable[[float, str], None], phase: str = "simulating"):
+        self.emit, self.phase, self.last = emit, phase, 0.0
+
+    def __call__(self, fraction: float) -> None:
+        now = time.monotonic()
+        if fraction >= 1.0 or now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.emit(float(fraction), self.phase)
+
+
 def simulate_project(project: Any, cancelled: threading.Event, progress: Callable[[float, str], None]) -> Any:
-    """Call ``engine.simulate.simulate(project)``, passing a cancel check and progress callback when the
-    engine's signature accepts them (so the engine can grow those without the studio changing)."""
+    """Plan and simulate ``project`` with ``engine.simulate``, passing the cancel check and a throttled
+    progress callback when the engine's signature accepts them (test doubles may take only a project)."""
     try:
-        from engine.simulate import simulate
+        sim = importlib.import_module("engine.simulate")  # what sys.modules holds (tests swap in doubles)
     except ImportError as exc:
         raise EngineUnavailable("engine not available yet") from exc
-    params = inspect.signature(simulate).parameters
+    params = inspect.signature(sim.simulate).parameters
+    args: list[Any] = [project]
+    if "plan" in params and callable(getattr(sim, "make_plan", None)):
+        progress(0.0, "building the plan")
+        args.append(sim.make_plan(project))
     kwargs: dict[str, Any] = {}
-    if "should_cancel" in params:
-        kwargs["should_cancel"] = cancelled.is_set
+    if "cancel" in params:
+        kwargs["cancel"] = cancelled.is_set
     if "progress" in params:
-        kwargs["progress"] = progress
-    return simulate(project, **kwargs)
+        kwargs["progress"] = Throttle(progress)
+    if cancelled.is_set():
+        raise RuntimeError("cancelled before the simulation started")
+    progress(0.0, "simulating")
+    return sim.simulate(*args, **kwargs)
+
+
+def simulate_and_prepare(project: Any, cancelled: threading.Event, progress: Callable[[float, str], None]) -> Any:
+    """The simulation, then the ``RunRecord`` the result views read (sorted, ranked on this thread)."""
+    from studio.ui.results.record import prepare_record
+
+    start = time.perf_counter()
+    result = simulate_project(project, cancelled, progress)
+    progress(1.0, "preparing the views")
+    return prepare_record(project, result, time.perf_counter() - start)
 
 
 def simulation_job(project: Any) -> Job:
-    job = Job(simulate_project, project)
+    job = Job(simulate_and_prepare, project)
     # The cancel flag and progress signal belong to the job itself, so they are wired after creating it.
     job.kwargs = {"cancelled": job.cancelled, "progress": job.signals.progress.emit}
     return job

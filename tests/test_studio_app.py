@@ -129,7 +129,7 @@ def test_run_reports_result_with_units(window, qtbot, fake_engine):
         assert window.actions_.cancel.isEnabled()
     assert fake_engine["thread"] is not threading.main_thread()
     text = window.results.text()
-    for expected in ("250 ms", "131 ktokens/s", "42.0 %", "5.5 GB", "200 ms", "16 devices"):
+    for expected in ("250 ms", "131 ktokens/s", "42.0 %", "5.12 GiB", "200 ms", "16 devices"):
         assert expected in text
     assert window.status.run_state.text().startswith("last run: 250 ms per iteration")
 

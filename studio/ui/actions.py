@@ -12,6 +12,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu, QStyle, QToolBar
 
 from studio.icons import icon
+from studio.ui.results.export_menu import ResultExports
 
 if TYPE_CHECKING:
     from studio.ui.main_window import MainWindow
@@ -41,6 +42,11 @@ class Actions:
     about: QAction
     recent_menu: QMenu
     dock_toggles: list[QAction] = field(default_factory=list)
+    presentation: QAction | None = None
+    snap: QAction | None = None
+    link_mode: QAction | None = None
+    play: QAction | None = None
+    exports: ResultExports | None = None  # File ▸ Export (canvas, project, plots, CSV, trace)
 
 
 def _action(window: MainWindow, text: str, slot, shortcut=None, icon_=None, tip: str = "") -> QAction:  # noqa: ANN001
@@ -90,6 +96,7 @@ def build_actions(w: MainWindow) -> Actions:
     )
     a.cancel.setEnabled(False)
     a.recent_menu.aboutToShow.connect(w.fill_recent_menu)
+    _canvas_actions(w, a)
     _menus(w, a)
     _toolbar(w, a)
     return a
@@ -103,7 +110,9 @@ def _menus(w: MainWindow, a: Actions) -> None:
     file_menu.addSeparator()
     file_menu.addActions([a.save, a.save_as])
     file_menu.addSeparator()
-    file_menu.addActions([a.import_model, a.export])
+    file_menu.addAction(a.import_model)
+    a.exports = ResultExports(w, a.export)
+    file_menu.addMenu(a.exports.menu)
     file_menu.addSeparator()
     file_menu.addAction(a.quit)
     edit = bar.addMenu("&Edit")
@@ -119,8 +128,12 @@ def _menus(w: MainWindow, a: Actions) -> None:
         view.addAction(toggle)
     view.addSeparator()
     view.addAction(a.zoom_fit)
+    view.addActions([a.snap, a.link_mode])
+    view.addSeparator()
+    view.addAction(a.presentation)
     run = bar.addMenu("&Run")
     run.addActions([a.run, a.cancel])
+    run.addAction(a.play)
     bar.addMenu("&Help").addAction(a.about)
 
 
@@ -133,6 +146,38 @@ def _toolbar(w: MainWindow, a: Actions) -> None:
     tb.addActions([a.undo, a.redo])
     tb.addSeparator()
     tb.addAction(a.zoom_fit)
+    tb.addAction(a.link_mode)
     tb.addSeparator()
     tb.addActions([a.run, a.cancel])
+    tb.addSeparator()
+    tb.addAction(a.presentation)
     w.addToolBar(tb)
+
+
+def _toggle(w: MainWindow, text: str, slot, shortcut: str | None, tip: str, checked: bool = False,  # noqa: ANN001
+            icon_name: str | None = None) -> QAction:
+    action = QAction(text, w)
+    if icon_name:
+        action.setIcon(icon(icon_name))
+    action.setCheckable(True)
+    action.setChecked(checked)
+    if shortcut:
+        action.setShortcut(QKeySequence(shortcut))
+    action.setStatusTip(tip)
+    action.setToolTip(tip)
+    action.toggled.connect(slot)
+    return action
+
+
+def _canvas_actions(w: MainWindow, a: Actions) -> None:
+    """Canvas modes, demo and presentation (toggles, so menus show their state)."""
+    a.snap = _toggle(w, "&Snap to Grid", w.canvas.set_snap, None, "moves snap to a quarter of a cell", True)
+    a.link_mode = _toggle(w, "Draw &Links", w.canvas.set_link_mode, "L",
+                          "drag from one component to another to link them (Shift-drag works any time)",
+                          icon_name="link")
+    a.presentation = _toggle(w, "&Presentation Mode", w.set_presentation, "F11",
+                             "full screen, large fonts, editing locked (F11)", icon_name="presentation")
+    w.addAction(a.presentation)  # the shortcut must work while the menu bar is hidden in full screen
+    a.play = _toggle(w, "&Play Run on Canvas", w.canvas.demo.set_playing, "Space",
+                     "animate the last run on the canvas (Space)", icon_name="play")
+    w.canvas.demo.playingChanged.connect(a.play.setChecked)

@@ -26,9 +26,11 @@ from studio.tree_edit import EditRefused
 from studio.ui.actions import build_actions
 from studio.ui.canvas import CanvasWidget
 from studio.ui.clipboard import copy_components, pasted_components
+from studio.ui.explore import ExplorePanel
 from studio.ui.inspector import Inspector
 from studio.ui.library import Library
 from studio.ui.outline import Outline
+from studio.ui.results.time_cursor import TimeCursor
 from studio.ui.results_panel import ResultsPanel
 from studio.ui.selection import Selection
 from studio.ui.status import StatusBar
@@ -56,6 +58,7 @@ class MainWindow(QMainWindow):
         self.presenting = False
         self.selection = Selection(doc, self)
         self.runner = RunController(parent=self)
+        self.time_cursor = TimeCursor(self)  # shared by the result views and the canvas
         self.setWindowIcon(icon("app"))
         self.canvas = CanvasWidget(doc, self.selection, self)
         self.setCentralWidget(self.canvas)
@@ -63,7 +66,8 @@ class MainWindow(QMainWindow):
         self.outline = Outline(doc, self.selection)
         self.inspector = Inspector(doc, self.selection)
         self.workload = WorkloadPanel(doc)
-        self.results = ResultsPanel()
+        self.results = ResultsPanel(self.time_cursor)
+        self.explore = ExplorePanel(doc)
         self.docks: dict[str, QDockWidget] = {}
         self._add_docks()
         self.status = StatusBar(doc, self)
@@ -90,6 +94,9 @@ class MainWindow(QMainWindow):
         inspector = self._dock("inspector", "Inspector", self.inspector, right)
         workload = self._dock("workload", "Workload", self.workload, right)
         results = self._dock("results", "Results", self.results, Qt.DockWidgetArea.BottomDockWidgetArea)
+        explore = self._dock("explore", "Explore", self.explore, Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.tabifyDockWidget(results, explore)
+        results.raise_()
         self.tabifyDockWidget(inspector, workload)
         inspector.raise_()
         self.resizeDocks([library, outline], [230, 400], Qt.Orientation.Vertical)
@@ -109,6 +116,9 @@ class MainWindow(QMainWindow):
         self.runner.unavailable.connect(self.show_message)
         self.runner.unavailable.connect(lambda m: self.results.show_message(f"No result: {m}."))
         self.runner.done.connect(lambda: self.status.set_run_state(self.runner.last_message))
+        self.results.follow(self.runner)
+        self.canvas.set_time_cursor(self.time_cursor)  # the canvas heat map and demo follow the same cursor
+        self.runner.finished.connect(lambda result, _s: self.canvas.show_result(result))
 
     def _update_title(self) -> None:
         where = self.doc.file_path.name if self.doc.file_path else "not saved"
@@ -307,17 +317,39 @@ class MainWindow(QMainWindow):
             return
         self.presenting = on
         self.doc.read_only = on
+        if getattr(self, "actions_", None) is not None and self.actions_.presentation is not None:
+            self.actions_.presentation.setChecked(on)  # started from the command line, say
         app = QApplication.instance()
         font = QFont(app.font())
         font.setPointSizeF(font.pointSizeF() * (PRESENTATION_SCALE if on else 1 / PRESENTATION_SCALE))
         app.setFont(font)
         self.library.setEnabled(not on)
+        self.canvas.set_presentation(on)
+        self._presentation_docks(on)
+        if self.isVisible() and on:  # a scripted screenshot keeps its size; a real window fills the screen
+            self.showFullScreen()
+        elif self.isFullScreen():
+            self.showNormal()
         self.canvas.scene.rebuild()  # captions re-measure in the new font
         self.canvas.breadcrumb.refresh()
         self.inspector.refresh()
         self.workload.refresh()
         if on:
             self.resizeDocks([self.docks["library"], self.docks["inspector"]], [380, 440], Qt.Orientation.Horizontal)
+
+    def _presentation_docks(self, on: bool) -> None:
+        """Presenting needs the canvas big and nothing that edits: the library and hierarchy step aside
+        (and come back as they were)."""
+        if on:
+            self._hidden_for_talk = [k for k in ("library", "outline") if not self.docks[k].isHidden()]
+            for key in self._hidden_for_talk:
+                self.docks[key].hide()
+            # The canvas and the Gantt share the screen; the canvas gets the larger part.
+            self.resizeDocks([self.docks["results"]], [int(self.height() * 0.36)], Qt.Orientation.Vertical)
+        else:
+            for key in getattr(self, "_hidden_for_talk", []):
+                self.docks[key].show()
+            self._hidden_for_talk = []
 
     def about(self) -> None:
         from engine import __version__
@@ -348,5 +380,6 @@ class MainWindow(QMainWindow):
         if self.persist:
             self.save_layout()
         self.set_presentation(False)  # the application font is shared: give it back
+        self.results.release()  # result plots go before the window's teardown (see ResultsPanel.release)
         event.accept()
 

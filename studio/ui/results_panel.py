@@ -1,146 +1,139 @@
-"""The results dock. For now a summary of the last run; the Gantt, link-utilisation and memory views
-will be tabs added next to ``summary`` (see ``add_view``), all fed the same ``Result``."""
+"""The results dock: a headline (or, while a run goes, its progress and Cancel) above tabs for the summary,
+the Gantt, link utilisation, memory occupancy and the comparison of recent runs.
+
+Every view is fed the same ``RunRecord`` (prepared on the worker) and follows one ``TimeCursor``, which
+the main window owns so the canvas can follow it too.
+"""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QTabWidget, QVBoxLayout, QWidget
-
-from studio.units import (
-    BYTES,
-    FLOP,
-    SAMPLES_PER_S,
-    SECONDS,
-    TOKENS_PER_S,
-    format_percent,
-    format_value,
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QScrollArea,
+    QStackedWidget,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
+from studio.ui.results.breakdown_bar import BreakdownBar
+from studio.ui.results.compare_view import CompareView
+from studio.ui.results.gantt import GanttView
+from studio.ui.results.history import RunHistory
+from studio.ui.results.links_view import LinksView
+from studio.ui.results.memory_view import MemoryView
+from studio.ui.results.metrics import time_span
+from studio.ui.results.plot_style import elastic
+from studio.ui.results.progress import RunProgress
+from studio.ui.results.record import RunRecord
+from studio.ui.results.summary import format_metric, headline, in_columns, result_tables, table_html
+from studio.ui.results.time_cursor import TimeCursor
+from studio.units import SECONDS, format_value
+
+__all__ = ["PLACEHOLDER", "ResultsPanel", "format_metric", "result_tables"]
+
 PLACEHOLDER = "No run yet. Press F5 (Run ▸ Run) to simulate this project."
-
-Rows = list[tuple[str, str]]
-
-
-def format_metric(key: str, value: Any) -> str:
-    """A metric by its name's unit suffix, so every number shown carries its unit."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return str(value)
-    if key in ("mfu", "hfu"):
-        return format_percent(value)
-    if key.endswith("_bytes"):
-        return format_value(value, BYTES)
-    if key.endswith("tokens_per_s"):
-        return format_value(value, TOKENS_PER_S)
-    if key.endswith("samples_per_s"):
-        return format_value(value, SAMPLES_PER_S)
-    if key.endswith("flops_per_iteration"):
-        return format_value(value, FLOP)
-    if key.endswith("_s"):
-        return format_value(value, SECONDS)
-    if key == "devices":
-        return f"{int(value)} devices"
-    if key == "events":
-        return f"{int(value):,} events"
-    return f"{value:.4g}"
-
-
-LABELS = {
-    "samples_per_s": "throughput",
-    "tokens_per_s": "token throughput",
-    "model_flops_per_iteration": "model FLOPs / iteration",
-    "wall_time_s": "engine wall time",
-    "ttft_s": "time to first token",
-    "tpot_s": "time per output token",
-}
-ROWS_PER_COLUMN = 6
-
-
-def _label(key: str) -> str:
-    if key in LABELS:
-        return LABELS[key]
-    for suffix in ("_bytes", "_s"):
-        if key.endswith(suffix) and key != suffix:
-            key = key[: -len(suffix)]
-    return key.replace("_", " ").replace("mfu", "MFU").replace("hfu", "HFU")
-
-
-def result_tables(result: Any) -> list[tuple[str, Rows]]:
-    """Headline metrics, time breakdown and memory breakdown, each a list of (label, value with unit).
-
-    Uses ``metrics_json()`` when the result has it; otherwise its ``summary_text()``/``summary()`` as
-    one line per row, so an engine version the studio does not know yet still shows something.
-    """
-    metrics = getattr(result, "metrics_json", None)
-    if callable(metrics):
-        m = metrics()
-        head = [(_label(k), format_metric(k, v)) for k, v in m.items() if not isinstance(v, dict)]
-        tables = [("Run", head)]
-        breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
-        for key, title in breakdowns:
-            part = m.get(key) or {}
-            unit_key = "x_s" if key.endswith("_s") else "x_bytes"
-            rows = [(k.replace("_", " "), format_metric(unit_key, v)) for k, v in part.items() if v]
-            if rows:
-                tables.append((title, rows))
-        if isinstance(m.get("oom"), dict):
-            oom = m["oom"]
-            need = format_metric("x_bytes", oom.get("need_bytes", 0))
-            have = format_metric("x_bytes", oom.get("capacity_bytes", 0))
-            tables.insert(0, ("OUT OF MEMORY", [(str(oom.get("device")), f"needs {need}, has {have}")]))
-        return tables
-    for name in ("summary_text", "summary"):
-        fn = getattr(result, name, None)
-        if callable(fn):
-            return [("Run", [(line, "") for line in str(fn()).splitlines()])]
-    return [("Run", [(repr(result)[:500], "")])]
-
-
-def in_columns(tables: list[tuple[str, Rows]], rows: int = ROWS_PER_COLUMN) -> list[tuple[str, Rows]]:
-    """Split long tables into columns of at most ``rows`` rows: the results dock is wide and low."""
-    out: list[tuple[str, Rows]] = []
-    for title, body in tables:
-        for start in range(0, max(len(body), 1), rows):
-            out.append((title if start == 0 else "", body[start : start + rows]))
-    return out
-
-
-def table_html(title: str, rows: Rows) -> str:
-    body = "".join(
-        f"<tr><td style='color:#566573; padding-right:10px'>{html.escape(k)}</td>"
-        f"<td align='right'>{html.escape(v)}</td></tr>"
-        for k, v in rows
-    )
-    return f"<b>{html.escape(title) or '&nbsp;'}</b><table cellspacing='0' cellpadding='1'>{body}</table>"
+ROOM_PX = 430  # height the dock grows to when the first result arrives, so the Gantt is readable
+BREATH_MS = 20  # between two hidden views' updates: time for paints, input and timers
 
 
 class ResultsPanel(QWidget):
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, cursor: TimeCursor | None = None, parent: QWidget | None = None):
         super().__init__(parent)
+        self.cursor = cursor or TimeCursor(self)
+        self.history = RunHistory(parent=self)
+        self.record: RunRecord | None = None
+        self.released = False
+        self._pending: list[Any] = []
+        self._seen_result = False
+        self.headline = elastic(QLabel())
+        self.headline.setTextFormat(Qt.TextFormat.RichText)
+        self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.progress = RunProgress()
+        self.header = QStackedWidget()
+        self.header.addWidget(self.headline)
+        self.header.addWidget(self.progress)
+        self.header.setFixedHeight(max(self.progress.sizeHint().height(), 26))
         self.tabs = QTabWidget(self)
+        self.tabs.setDocumentMode(True)
+        self._build_summary()
+        self.gantt = GanttView(self.cursor)
+        self.links = LinksView(self.cursor)
+        self.memory = MemoryView(self.cursor)
+        self.compare = CompareView(self.history)
+        self.tabs.addTab(self.gantt, "Timeline")
+        self.tabs.addTab(self.links, "Links")
+        self.tabs.addTab(self.memory, "Memory")
+        self.tabs.addTab(self.compare, "Runs")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 2, 6, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.header)
+        layout.addWidget(self.tabs, 1)
+        self.labels: list[QLabel] = []
+        self.show_message(PLACEHOLDER)
+
+    def _build_summary(self) -> None:
         self.summary = QWidget()
-        self._columns = QHBoxLayout(self.summary)
-        self._columns.setContentsMargins(8, 6, 8, 6)
+        outer = QVBoxLayout(self.summary)
+        outer.setContentsMargins(8, 6, 8, 6)
+        self.breakdown = BreakdownBar()
+        self.breakdown.setVisible(False)
+        outer.addWidget(self.breakdown)
+        self._columns = QHBoxLayout()
         self._columns.setSpacing(28)
+        outer.addLayout(self._columns)
+        outer.addStretch(1)
         scroll = QScrollArea(self)
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.summary)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         self.tabs.addTab(scroll, "Summary")
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.tabs)
-        self.labels: list[QLabel] = []
-        self.show_message(PLACEHOLDER)
 
+    # -- wiring --------------------------------------------------------------------------------------
     def add_view(self, widget: QWidget, title: str) -> None:
-        """Seam for the result views to come (Gantt, links, memory)."""
+        """Seam for further result views."""
         self.tabs.addTab(widget, title)
 
+    def follow(self, runner: Any) -> None:
+        """Show ``runner``'s progress and prepared results; Cancel in the header cancels it."""
+        runner.progress.connect(self.show_progress)
+        runner.recorded.connect(self.show_record)
+        runner.runningChanged.connect(self._running)
+        self.progress.cancelRequested.connect(self.progress.cancelling)
+        self.progress.cancelRequested.connect(runner.cancel)
+
+    def release(self) -> None:
+        """Delete the plots now; the main window calls this when it closes for good (see
+        ``plot_style.release_plot`` for why). The panel then shows no more results."""
+        if self.released:
+            return
+        self.released = True
+        for view in (self.gantt, self.links, self.memory):
+            view.release()
+            self.tabs.removeTab(self.tabs.indexOf(view))
+
+    def plots(self) -> dict[str, Any]:
+        """The pyqtgraph plots by file stem, for exports (filled with the latest run first)."""
+        self.flush()
+        return {"timeline": self.gantt.plot_widget, "links": self.links.plot_widget,
+                "memory": self.memory.plot_widget}
+
+    def plot_views(self) -> dict[str, Any]:
+        """The views behind ``plots()``: each has ``plot_widget`` and ``export_title()``."""
+        self.flush()
+        return {"timeline": self.gantt, "links": self.links, "memory": self.memory}
+
+    # -- summary text --------------------------------------------------------------------------------
     def text(self) -> str:
-        return "\n".join(label.text() for label in self.labels)
+        return "\n".join(label.text() for label in [self.headline, *self.labels])
 
     def _set_columns(self, texts: list[str]) -> None:
         while self._columns.count():
@@ -158,13 +151,81 @@ class ResultsPanel(QWidget):
         if len(texts) > 1:
             self._columns.addStretch(1)
 
+    # -- run states ----------------------------------------------------------------------------------
+    def _running(self, running: bool) -> None:
+        self.header.setCurrentWidget(self.progress if running else self.headline)
+        if running:
+            self.progress.start()
+
     def show_running(self) -> None:
-        self.show_message("Simulating…")
+        self._running(True)
+
+    def show_progress(self, fraction: float, phase: str) -> None:
+        self.header.setCurrentWidget(self.progress)
+        self.progress.update_progress(fraction, phase)
 
     def show_result(self, result: Any, seconds: float) -> None:
         tables = result_tables(result)
         tables[0][1].append(("run took (studio)", format_value(seconds, SECONDS)))
         self._set_columns([table_html(title, rows) for title, rows in in_columns(tables)])
+        metrics = getattr(result, "metrics_json", None)
+        self.breakdown.set_breakdown(metrics().get("time_breakdown_s") if callable(metrics) else None)
+        self.headline.setText(headline(result))
+        name = getattr(result, "project", "") or ""
+        per_iteration = getattr(result, "iteration_time_s", None)
+        self.breakdown.title = (f"{name} — " if name else "") + "Time per iteration" + (
+            f" ({format_value(per_iteration, SECONDS)})" if isinstance(per_iteration, int | float) else "") + \
+            ", by category"
+        self.headline.setToolTip(self.headline.text().replace("<b>", "").replace("</b>", ""))
+
+    def show_record(self, record: RunRecord) -> None:
+        """A run finished: every view shows it, the history keeps it, the cursor spans it."""
+        if self.released:
+            return
+        self.record = record
+        self.history.add(record)
+        result = record.result
+        self.cursor.set_span(time_span(result))
+        first = not self._seen_result
+        self._seen_result = True
+        if first and record.gantt is not None and len(record.gantt):
+            self.tabs.setCurrentWidget(self.gantt)
+        updates = {
+            self.gantt: lambda: self.gantt.set_data(record.gantt),
+            self.links: lambda: self.links.set_result(result, record.ranked_links),
+            self.memory: lambda: self.memory.set_result(result, record.memory_order),
+        }
+        shown = self.tabs.currentWidget()
+        if shown in updates:
+            updates.pop(shown)()  # what the user sees now is filled at once
+        if first:
+            self._make_room()
+        self._pending = list(updates.values())
+        QTimer.singleShot(BREATH_MS, self._update_next)
+
+    def _update_next(self) -> None:
+        """The hidden views, one per event-loop turn: each takes tens of milliseconds with a large run,
+        and the window must keep answering in between."""
+        if self._pending and not self.released:
+            self._pending.pop(0)()
+        if self._pending:
+            QTimer.singleShot(BREATH_MS, self._update_next)
+
+    def flush(self) -> None:
+        """Finish filling the views now (exports and scripts that read them right after a run)."""
+        while self._pending and not self.released:
+            self._pending.pop(0)()
 
     def show_message(self, text: str) -> None:
+        self.header.setCurrentWidget(self.headline)
+        self.headline.setText(f"<span style='color:#7b241c'>{html.escape(text)}</span>"
+                              if text != PLACEHOLDER else "")
+        self.breakdown.setVisible(False)
         self._set_columns([html.escape(text)])
+        self.tabs.setCurrentIndex(0)
+
+    def _make_room(self) -> None:
+        """Once, when the first result arrives: grow the results dock so the Gantt has rows to show."""
+        dock, window = self.parentWidget(), self.window()
+        if isinstance(dock, QDockWidget) and isinstance(window, QMainWindow) and dock.height() < ROOM_PX:
+            window.resizeDocks([dock], [ROOM_PX], Qt.Orientation.Vertical)

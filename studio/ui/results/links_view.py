@@ -1,0 +1,199 @@
+"""Link utilisation over time: a list of links busiest first, and a step curve (in %) for each one selected.
+
+The list is sorted by time-averaged utilisation (``metrics.busiest_links``) because the question an
+architect brings is "which links are hot, and when"; the four busiest are shown on opening.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.ui.results.gantt_data import elide, link_name, root_prefix
+from studio.ui.results.metrics import series_value_at, time_span, window_average
+from studio.ui.results.palette import series_colour
+from studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, step_edges
+from studio.ui.results.time_cursor import CursorLine, TimeCursor
+from studio.units import SECONDS, format_percent, format_value
+
+SHOWN_AT_FIRST = 4
+LEGEND_CHARS = 40
+WINDOWS = 200  # averaging windows per iteration: bursty links are read as load, not as 0/100 % spikes
+
+
+def _swatch(colour: str) -> QIcon:
+    pixmap = QPixmap(12, 12)
+    pixmap.fill(QColor(colour))
+    return QIcon(pixmap)
+
+
+class LinksView(QWidget):
+    def __init__(self, cursor: TimeCursor, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.cursor = cursor
+        self.ranked: list[tuple[Any, float]] = []
+        self.span = 0.0
+        self.root = ""
+        self.curves: list[pg.PlotDataItem] = []
+        self.heading = elastic(QLabel())
+        self.list = QListWidget()
+        self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.list.itemSelectionChanged.connect(self._replot)
+        self.plot_widget = make_plot()
+        self.plot = self.plot_widget.getPlotItem()
+        self.plot.setLabel("bottom", "time", units="s")
+        self.plot.setLabel("left", "utilisation (%)")
+        self.plot.showGrid(x=True, y=True, alpha=0.15)
+        self.plot.getViewBox().setMouseEnabled(y=False)
+        self.legend = add_legend_row(self.plot, columns=2)
+        self.cursor_line = CursorLine(cursor, self.plot, self)
+        self.readout = elastic(QLabel())
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.shape = QComboBox()
+        self.shape.addItems(["averaged", "exact steps"])
+        self.shape.setToolTip("averaged: mean utilisation per window (bursts read as load); "
+                              "exact: the engine's piecewise-constant series")
+        self.shape.currentIndexChanged.connect(lambda _i: self._replot())
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.addWidget(self.heading)
+        left_layout.addWidget(self.list, 1)
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        shape_row = QHBoxLayout()
+        shape_row.addWidget(QLabel("Curves:"))
+        shape_row.addWidget(self.shape)
+        self.window_note = QLabel()
+        shape_row.addWidget(self.window_note)
+        shape_row.addStretch(1)
+        right_layout.addLayout(shape_row)
+        right_layout.addWidget(self.plot_widget, 1)
+        right_layout.addWidget(self.readout)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(left)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([330, 1000])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 2, 4, 2)
+        layout.addWidget(splitter)
+        cursor.moved.connect(self._update_readout)
+        self.set_result(None)
+
+    def release(self) -> None:
+        """The window is closing: delete the plot while everything is whole."""
+        self.cursor_line.detach()
+        self.cursor.moved.disconnect(self._update_readout)
+        release_plot(self.plot_widget)
+
+    def export_title(self) -> str:
+        shape = f"averaged over {self.window_note.text()[5:]}" if self.averaged else "exact"
+        return f"Link utilisation ({shape}) of the {len(self.selected())} selected of {len(self.ranked)} links"
+
+    def set_result(self, result: Any, ranked: list[tuple[Any, float]] | None = None) -> None:
+        """Show ``result``'s links; ``ranked`` (busiest first) may come precomputed from the worker."""
+        from studio.ui.results.metrics import busiest_links
+
+        if result is None:
+            self.ranked = []
+        else:
+            self.ranked = ranked if ranked is not None else busiest_links(result)
+        self.span = time_span(result) if result is not None else 0.0
+        self.root = root_prefix([s.name for s, _ in self.ranked])
+        self.list.blockSignals(True)
+        self.list.clear()
+        for series, mean in self.ranked:
+            item = QListWidgetItem(f"{format_percent(mean):>7}  {self.short(series.name)}")
+            item.setToolTip(f"{series.name}\naverage utilisation {format_percent(mean)} over "
+                            f"{format_value(self.span, SECONDS)}")
+            self.list.addItem(item)
+        for i in range(min(SHOWN_AT_FIRST, self.list.count())):
+            self.list.item(i).setSelected(True)
+        self.list.blockSignals(False)
+        if result is None:
+            self.heading.setText("No run yet.")
+        elif not self.ranked:
+            self.heading.setText("This run reports no link utilisation.")
+        else:
+            self.heading.setText(f"<b>{len(self.ranked)} links</b>, busiest first (average utilisation)")
+        if self.span > 0:
+            self.plot.setXRange(0, self.span, padding=0.01)
+        self._replot()
+
+    def short(self, name: str) -> str:
+        return link_name(name.replace(self.root, "") if self.root else name)
+
+    @property
+    def averaged(self) -> bool:
+        return self.shape.currentIndex() == 0
+
+    def curve_data(self, series: Any) -> tuple[Any, Any]:
+        """Bin edges and values in % of one link, averaged or exact as chosen."""
+        if self.averaged and self.span > 0:
+            edges, means = window_average(series, self.span, WINDOWS)
+            return edges, 100.0 * means
+        return step_edges(series.times, self.span), [100.0 * v for v in series.values]
+
+    def selected(self) -> list[int]:
+        return sorted(self.list.row(item) for item in self.list.selectedItems())
+
+    def _replot(self) -> None:
+        for curve in self.curves:
+            self.plot.removeItem(curve)
+        self.curves = []
+        self.legend.clear()
+        for i in range(self.list.count()):
+            self.list.item(i).setIcon(QIcon())
+        top = 0.0
+        for n, row in enumerate(self.selected()):
+            series, _ = self.ranked[row]
+            colour = series_colour(n)
+            x, y = self.curve_data(series)
+            curve = pg.PlotDataItem(x, y, stepMode="center", pen=pg.mkPen(colour, width=1.5))
+            top = max(top, float(max(y, default=0.0)))
+            self.plot.addItem(curve)
+            self.legend.addItem(curve, elide(self.short(series.name), LEGEND_CHARS))
+            self.curves.append(curve)
+            self.list.item(row).setIcon(_swatch(colour))
+        # Scale to what is shown (a 1 % load is a flat line on a 0–100 % axis); the axis says "%".
+        self.plot.setYRange(0, min(100.0, max(1.0, 1.15 * top)), padding=0)
+        window = format_value(self.span / WINDOWS, SECONDS) if self.span > 0 else ""
+        self.window_note.setText(f"over {window} windows" if self.averaged and window else "")
+        self._update_readout(self.cursor.position)
+
+    def value_at(self, series: Any, t: float) -> float:
+        """What the curve shows at ``t``: the window's mean, or the exact value (a fraction)."""
+        if self.averaged and self.span > 0:
+            edges, means = window_average(series, self.span, WINDOWS)
+            k = min(max(int(np.searchsorted(edges, t, side="right")) - 1, 0), len(means) - 1)
+            return float(means[k])
+        return series_value_at(series, t, self.span)
+
+    def _update_readout(self, t: float) -> None:
+        rows = self.selected()
+        if not rows:
+            self.readout.setText("Select links in the list to plot them (ctrl/shift-click for several)."
+                                 if self.ranked else "")
+            return
+        shown = [self.ranked[r][0] for r in rows[:6]]
+        parts = [f"{self.short(s.name)} {format_percent(self.value_at(s, t))}" for s in shown]
+        more = f" (+{len(rows) - 6} more)" if len(rows) > 6 else ""
+        where = f"in the window at {format_value(t, SECONDS)}" if self.averaged else f"at {format_value(t, SECONDS)}"
+        self.readout.setText(f"{where}: " + " · ".join(parts) + more)

@@ -1,0 +1,94 @@
+"""Shared look of the result plots (light background, quiet axes) and the HTML legend swatches used in
+the views' tool rows, so every plot reads the same and exports cleanly onto white paper."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pyqtgraph as pg
+import shiboken6
+from PySide6.QtWidgets import QLabel, QSizePolicy
+
+BACKGROUND = "#ffffff"
+FOREGROUND = "#3d4852"
+AXIS_PEN = pg.mkPen("#8a949e")
+
+
+def style_plot(plot: pg.PlotItem) -> None:
+    """White background, grey axes with dark text; the plot's widget (if any) gets the background."""
+    for view in plot.scene().views() if plot.scene() is not None else []:
+        view.setBackground(BACKGROUND)
+    for name in ("left", "bottom", "right", "top"):
+        axis = plot.getAxis(name)
+        axis.setPen(AXIS_PEN)
+        axis.setTextPen(pg.mkPen(FOREGROUND))
+    plot.setMenuEnabled(False)
+    plot.hideButtons()
+
+
+def make_plot(**kwargs) -> pg.PlotWidget:  # noqa: ANN003
+    widget = pg.PlotWidget(background=BACKGROUND, **kwargs)
+    style_plot(widget.getPlotItem())
+    return widget
+
+
+def legend_html(entries: list[tuple[str, str]]) -> str:
+    """"■ compute ■ tp comm …" with each square in its colour."""
+    return "&nbsp;&nbsp;".join(
+        f"<span style='color:{colour}; font-size:large'>■</span>&nbsp;{html.escape(name.replace('_', ' '))}"
+        for name, colour in entries
+    )
+
+
+class Swatch(pg.BarGraphItem):
+    """A legend sample only (never added to a plot): the legend draws a square in its brush."""
+
+    def __init__(self, colour: str):
+        super().__init__(x0=[], width=[], y=[], height=1.0, pen=pg.mkPen(None), brush=colour)
+
+
+def add_legend_row(plot: pg.PlotItem, columns: int = 10) -> pg.LegendItem:
+    """A one-line legend under the time axis (inside the plot, so PNG/SVG exports carry it, and off the
+    data, so it never hides a bar)."""
+    legend = pg.LegendItem(colCount=columns, labelTextColor=FOREGROUND, labelTextSize="8pt",
+                           verSpacing=-6, horSpacing=14)
+    plot.layout.addItem(legend, 4, 1)
+    return legend
+
+
+def set_legend(legend: pg.LegendItem, entries: list[tuple[str, str]]) -> None:
+    """Replace the legend's entries with (name, colour) swatches."""
+    legend.clear()
+    for name, colour in entries:
+        legend.addItem(Swatch(colour), name.replace("_", " "))
+
+
+def step_edges(times: list[float] | np.ndarray, end: float) -> np.ndarray:
+    """Bin edges of a piecewise-constant series for ``stepMode="center"``: each value holds from its time
+    to the next, the last one to ``end`` (the end of the iteration)."""
+    t = np.asarray(times, dtype=float)
+    last = t[-1] if len(t) else 0.0
+    return np.append(t, max(end, last + 1e-12))
+
+
+def elastic(label: QLabel) -> QLabel:
+    """A one-line label that never widens its window: long text is cut at the edge instead (the full
+    text stays in the tooltip). Readouts change as the cursor moves; the window must not."""
+    label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+    label.setMinimumWidth(10)
+    return label
+
+
+
+def release_plot(plot_widget: pg.PlotWidget) -> None:
+    """Delete a plot now, detached from its parents, while the window around it is still whole.
+
+    With PySide6 6.10 and pyqtgraph 0.14, a plot destroyed inside its window's destruction cascade (the
+    window deleted, or collected by Python) crashed now and then in a layout destructor, even a bare
+    ``PlotWidget``; the same plot detached and deleted before the window's destruction began never did.
+    The results panel calls this for every plot when its window closes (``ResultsPanel.release``).
+    """
+    if shiboken6.isValid(plot_widget):
+        plot_widget.setParent(None)
+        shiboken6.delete(plot_widget)

@@ -1,0 +1,145 @@
+"""Text of the summary: headline, metric tables, every number with its unit. No Qt, so it is easy to test.
+
+Memory sizes are shown in GiB (capacities are binary: an "80 GB" HBM stack holds 80 GiB), like the
+memory view and the command line, so the same peak reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from studio.units import FLOP, SAMPLES_PER_S, SECONDS, TOKENS_PER_S, format_number, format_percent, format_value
+
+Rows = list[tuple[str, str]]
+ROWS_PER_COLUMN = 6
+GIB = 2.0**30
+LABELS = {
+    "samples_per_s": "throughput",
+    "tokens_per_s": "token throughput",
+    "model_flops_per_iteration": "model FLOPs / iteration",
+    "wall_time_s": "engine wall time",
+    "ttft_s": "time to first token",
+    "tpot_s": "time per output token",
+}
+
+
+def format_bytes(value: float) -> str:
+    """"59.9 GiB", "512 MiB", "3 KiB"; plain bytes below a KiB."""
+    for prefix, scale in (("Ti", GIB * 1024), ("Gi", GIB), ("Mi", 2.0**20), ("Ki", 1024.0)):
+        if abs(value) >= scale:
+            return f"{format_number(value / scale)} {prefix}B"
+    return f"{format_number(value)} B"
+
+
+def format_metric(key: str, value: Any) -> str:
+    """A metric by its name's unit suffix, so every number shown carries its unit."""
+    if value is None:
+        return "—"
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return str(value)
+    if key in ("mfu", "hfu"):
+        return format_percent(value)
+    if key.endswith("_bytes"):
+        return format_bytes(value)
+    if key.endswith("tokens_per_s"):
+        return format_value(value, TOKENS_PER_S)
+    if key.endswith("samples_per_s"):
+        return format_value(value, SAMPLES_PER_S)
+    if key.endswith("flops_per_iteration"):
+        return format_value(value, FLOP)
+    if key.endswith("_s"):
+        return format_value(value, SECONDS)
+    if key == "devices":
+        return f"{int(value)} devices"
+    if key == "events":
+        return f"{int(value):,} events"
+    return f"{value:.4g}"
+
+
+def label(key: str) -> str:
+    if key in LABELS:
+        return LABELS[key]
+    for suffix in ("_bytes", "_s"):
+        if key.endswith(suffix) and key != suffix:
+            key = key[: -len(suffix)]
+    return key.replace("_", " ").replace("mfu", "MFU").replace("hfu", "HFU")
+
+
+def _metrics(result: Any) -> dict[str, Any] | None:
+    fn = getattr(result, "metrics_json", None)
+    return fn() if callable(fn) else None
+
+
+def result_tables(result: Any) -> list[tuple[str, Rows]]:
+    """Headline metrics, time breakdown and memory breakdown, each a list of (label, value with unit).
+
+    Uses ``metrics_json()`` when the result has it; otherwise its ``summary_text()``/``summary()`` as
+    one line per row, so an engine version the studio does not know yet still shows something.
+    """
+    m = _metrics(result)
+    if m is not None:
+        head = [(label(k), format_metric(k, v)) for k, v in m.items() if not isinstance(v, dict)]
+        tables = [("Run", head)]
+        breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
+        for key, title in breakdowns:
+            part = m.get(key) or {}
+            unit_key = "x_s" if key.endswith("_s") else "x_bytes"
+            rows = [(k.replace("_", " "), format_metric(unit_key, v)) for k, v in part.items() if v]
+            if rows:
+                tables.append((title, rows))
+        if isinstance(m.get("oom"), dict):
+            oom = m["oom"]
+            need = format_metric("x_bytes", oom.get("need_bytes", 0))
+            have = format_metric("x_bytes", oom.get("capacity_bytes", 0))
+            tables.insert(0, ("OUT OF MEMORY", [(str(oom.get("device")), f"needs {need}, has {have}")]))
+        return tables
+    for name in ("summary_text", "summary"):
+        fn = getattr(result, name, None)
+        if callable(fn):
+            return [("Run", [(line, "") for line in str(fn()).splitlines()])]
+    return [("Run", [(repr(result)[:500], "")])]
+
+
+def in_columns(tables: list[tuple[str, Rows]], rows: int = ROWS_PER_COLUMN) -> list[tuple[str, Rows]]:
+    """Split long tables into columns of at most ``rows`` rows: the results dock is wide and low."""
+    out: list[tuple[str, Rows]] = []
+    for title, body in tables:
+        for start in range(0, max(len(body), 1), rows):
+            out.append((title if start == 0 else "", body[start : start + rows]))
+    return out
+
+
+def table_html(title: str, rows: Rows) -> str:
+    body = "".join(
+        f"<tr><td style='color:#566573; padding-right:10px'>{html.escape(k)}</td>"
+        f"<td align='right'>{html.escape(v)}</td></tr>"
+        for k, v in rows
+    )
+    return f"<b>{html.escape(title) or '&nbsp;'}</b><table cellspacing='0' cellpadding='1'>{body}</table>"
+
+
+def headline(result: Any) -> str:
+    """One line of HTML with what an architect checks first; an out-of-memory leads, in red."""
+    m = _metrics(result)
+    if m is None:
+        return ""
+    name = html.escape(str(getattr(result, "project", "") or ""))
+    where = " · ".join(p for p in (name and f"<b>{name}</b>", m.get("mode"), m.get("engine") and
+                                   f"{m['engine']} engine", format_metric("devices", m.get("devices"))
+                                   if m.get("devices") else "") if p)
+    wanted = [("iteration_time_s", "{} per iteration"), ("ttft_s", "TTFT {}"), ("tpot_s", "TPOT {}"),
+              ("samples_per_s", "{}"), ("tokens_per_s", "{}"), ("mfu", "MFU {}"),
+              ("peak_memory_bytes", "peak memory {}")]
+    if m.get("mode") == "infer":
+        wanted = [w for w in wanted if w[0] != "samples_per_s"]  # one request at a time: tokens/s says it
+    facts = [template.format(format_metric(key, m[key])) for key, template in wanted if m.get(key) is not None]
+    if facts and "iteration_time_s" in m:
+        facts[0] = f"<b>{html.escape(format_metric('iteration_time_s', m['iteration_time_s']))}</b> per iteration"
+    text = (f"{where} — " if where else "") + " · ".join(html.escape(f) if "<b>" not in f else f for f in facts)
+    oom = m.get("oom")
+    if isinstance(oom, dict):
+        text = (f"<span style='color:#c0392b'><b>OUT OF MEMORY</b> on {html.escape(str(oom.get('device')))}: "
+                f"needs {format_bytes(oom.get('need_bytes', 0))}, has {format_bytes(oom.get('capacity_bytes', 0))}"
+                f"</span> · " + text)
+    return text

@@ -1,0 +1,120 @@
+"""File ▸ Export after a real run: each file is written, then read back (PNG size, SVG as XML, CSV rows,
+trace events, project JSON)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import xml.etree.ElementTree as ET
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtGui import QImage  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
+
+from engine.io import load_project  # noqa: E402
+from studio import exporting  # noqa: E402
+from studio.document import ProjectDocument  # noqa: E402
+from studio.ui.main_window import MainWindow  # noqa: E402
+
+PRESET = "presets/projects/chiplet-bert-large.json"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    doc = ProjectDocument(load_project(PRESET, check=False))
+    w = MainWindow(doc, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), persist=False)
+    w.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
+    qtbot.addWidget(w)
+    w.resize(1600, 1000)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
+@pytest.fixture
+def ran(window, qtbot):
+    with qtbot.waitSignal(window.runner.done, timeout=30_000):
+        window.run_simulation()
+    assert window.runner.last_record is not None, window.runner.last_message
+    return window
+
+
+def test_export_menu_lists_every_format_and_waits_for_a_run(window):
+    exports = window.actions_.exports
+    texts = [a.text().replace("&", "") for a in exports.menu.actions() if a.text()]
+    assert texts == ["Canvas image or system JSON…", "Project JSON…", "Plots as PNG…", "Plots as SVG…",
+                     "Metrics and timelines as CSV…", "Chrome trace (Perfetto)…"]
+    file_action = window.menuBar().actions()[0]  # held: PySide drops a menu reached through a temporary
+    assert file_action.text() == "&File"
+    assert exports.menu.menuAction() in file_action.menu().actions()
+    assert exports.project.isEnabled()
+    assert not any(a.isEnabled() for a in exports.result_actions)
+    assert exports.export_trace("/nonexistent/never.json") is None  # nothing to export yet
+
+
+def test_project_json_round_trips_without_touching_the_document(window, tmp_path):
+    target = tmp_path / "copy"
+    written = window.actions_.exports.export_project(target)
+    assert written == tmp_path / "copy.json"
+    again = load_project(written, check=False)
+    assert again.model_dump() == window.doc.project.model_dump()
+    assert window.doc.file_path is None and not window.doc.is_dirty  # a copy, not a Save As
+
+
+def test_plots_as_png_have_the_export_size(ran, tmp_path):
+    files = ran.actions_.exports.export_plots("png", tmp_path / "png")
+    assert [f.name for f in files] == ["timeline.png", "links.png", "memory.png", "time-breakdown.png"]
+    for f in files[:3]:
+        image = QImage(str(f))
+        assert (image.width(), image.height()) == exporting.PLOT_SIZE
+        colours = {image.pixel(x, y) for x in range(0, image.width(), 23) for y in range(0, image.height(), 19)}
+        assert len(colours) > 5, f"{f.name} looks blank"
+    breakdown = QImage(str(files[3]))
+    assert breakdown.width() == 1200 and breakdown.height() > 40
+    assert ran.results.tabs.currentWidget() is ran.results.gantt  # exporting hidden tabs moved nothing
+
+
+def test_plots_as_svg_parse_as_xml(ran, tmp_path):
+    files = ran.actions_.exports.export_plots("svg", tmp_path / "svg")
+    assert [f.suffix for f in files] == [".svg"] * 4
+    for f in files:
+        root = ET.parse(f).getroot()
+        assert root.tag.endswith("svg")
+        assert len(list(root.iter())) > 20, f"{f.name} is nearly empty"
+    timeline = ET.parse(files[0]).getroot()
+    texts = " ".join(t.text or "" for t in timeline.iter() if t.tag.endswith("text"))
+    assert "stage 0" in texts and "time" in texts  # lane labels and the axis title survive
+
+
+def test_csv_of_metrics_and_timelines(ran, tmp_path):
+    files = ran.actions_.exports.export_csv(tmp_path / "csv")
+    assert [f.name for f in files] == ["metrics.csv", "timeline.csv", "links.csv", "memory.csv"]
+    metrics = {row["metric"]: row for row in csv.DictReader(files[0].open())}
+    result = ran.runner.last_result
+    assert float(metrics["iteration_time_s"]["value"]) == pytest.approx(result.iteration_time_s)
+    assert metrics["iteration_time_s"]["unit"] == "s"
+    timeline = list(csv.DictReader(files[1].open()))
+    assert len(timeline) == len(result.timeline)
+    assert {"lane", "category", "start_s", "duration_s"} <= set(timeline[0])
+
+
+def test_chrome_trace_has_trace_events(ran, tmp_path):
+    path = ran.actions_.exports.export_trace(tmp_path / "trace")
+    assert path.name == "trace.json"
+    doc = json.loads(path.read_text())
+    complete = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(complete) == len(ran.runner.last_result.timeline)
+    assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in doc["traceEvents"])
+
+
+def test_export_failure_is_reported(ran, tmp_path):
+    errors = []
+    ran.show_error = lambda title, text: errors.append(text)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert ran.actions_.exports.export_csv(blocker / "sub") is None  # a folder inside a file
+    assert errors and "sub" in errors[0]
