@@ -21,6 +21,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 from engine.errors import InputError
+from studio import gc_guard
 
 PROGRESS_EVERY_S = 0.05  # at most 20 progress signals a second: the GUI thread paints, it is not flooded
 
@@ -59,6 +60,13 @@ class Job(QRunnable):
         self.setAutoDelete(False)  # Python owns it; ``start`` keeps it alive until well after it ends
 
     def run(self) -> None:
+        gc_guard.job_started()  # no cyclic collection on this worker thread (see studio.gc_guard)
+        try:
+            self._run()
+        finally:
+            gc_guard.job_ended()
+
+    def _run(self) -> None:
         start = time.perf_counter()
         try:
             result = self.fn(*self.args, **self.kwargs)
@@ -126,6 +134,7 @@ RELEASE_AFTER_S = 5.0
 
 
 def start(job: Job, pool: QThreadPool | None = None) -> Job:
+    gc_guard.install()
     now = time.monotonic()
     for old in [j for j in _LIVE if j.ended_at is not None and now - j.ended_at > RELEASE_AFTER_S]:
         _LIVE.discard(old)
