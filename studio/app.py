@@ -87,6 +87,7 @@ def main(args: Any) -> int:
         window.doc.undo_stack.setClean()  # nothing to ask about when closing a scripted window
         window.close()
         QThreadPool.globalInstance().waitForDone(2000)
+        dispose(window)
         return code
     if getattr(args, "presentation", False):
         window.showFullScreen()
@@ -97,6 +98,21 @@ def main(args: Any) -> int:
     code = app.exec()
     QThreadPool.globalInstance().waitForDone(2000)
     return int(code)
+
+
+def dispose(window: Any) -> None:
+    """Delete a closed window the way Qt expects: deliver the events still queued for it (the platform
+    posts activation changes on close), then let Qt delete it on its deferred-delete path. Dropping the
+    last Python reference instead deletes it at once, and an event queued for it later hits freed memory.
+    """
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    app = QCoreApplication.instance()
+    for _ in range(3):
+        app.processEvents()
+    window.deleteLater()
+    QCoreApplication.sendPostedEvents(window, QEvent.Type.DeferredDelete)
+    app.processEvents()
 
 
 def _quiet_offscreen_warnings() -> None:

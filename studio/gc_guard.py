@@ -3,7 +3,7 @@
 The collector runs on whichever thread happens to allocate when a generation fills up. If that is a
 worker thread and the garbage holds Qt objects (a closed window's widgets caught in a reference cycle),
 their C++ destructors run off the GUI thread and crash the process. So while any worker job runs,
-automatic collection is off; when the last one ends, the GUI thread switches it back on and collects.
+automatic collection is off; when the last one ends, the GUI thread switches it back on.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ class _Restorer(QObject):
             if _STATE["active"] or not _STATE["was_enabled"]:
                 return
             _STATE["was_enabled"] = False
-        gc.enable()
-        gc.collect()
+        gc.enable()  # no full collect here: it would stall the event loop; generations run as usual
 
 
 _LOCK = threading.Lock()
