@@ -28,7 +28,10 @@ class _Restorer(QObject):
             if _STATE["active"] or not _STATE["was_enabled"]:
                 return
             _STATE["was_enabled"] = False
-        gc.enable()  # no full collect here: it would stall the event loop; generations run as usual
+        # What the jobs built (results, plans) moves to the permanent generation, so the collections that
+        # follow scan only new objects: a full pass over a large result would stall the event loop.
+        gc.freeze()
+        gc.enable()
 
 
 _LOCK = threading.Lock()
