@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.hardware.graph import HardwareGraph
 from engine.ir.common import DType
 from engine.ir.hardware import Compute, Memory, MemoryKind
 
@@ -57,3 +58,27 @@ def device_model(
         local_dram=max(dram, key=lambda m: m.capacity_bytes) if dram else None,
         remote_dram=remote if not dram else None,
     )
+
+
+def remote_memory(hw: HardwareGraph, device: int) -> Memory | None:
+    """The edge-attached memory (e.g. a die's DRAM ports) of the device's owning ancestor, if any."""
+    node = hw.devices[device].node
+    for port in hw.memory_ports:
+        if port.edge is not None and node.startswith(port.owner + "/"):
+            return port.memory
+    return None
+
+
+def device_capacity(hw: HardwareGraph, device: int, dev: DeviceModel) -> float:
+    """Bytes a device can hold: its local DRAM, else its SRAM plus a fair share of the edge DRAM that the
+    devices under the same owner (e.g. the tiles of one die) share."""
+    if dev.local_dram is not None:
+        return dev.local_dram.capacity_bytes
+    node = hw.devices[device].node
+    owners = {p.owner for p in hw.memory_ports if p.edge is not None and node.startswith(p.owner + "/")}
+    if not owners:
+        return dev.sram_bytes
+    owner = max(owners, key=len)
+    ports = [p for p in hw.memory_ports if p.owner == owner and p.edge is not None]
+    sharing = sum(1 for d in hw.devices if d.node.startswith(owner + "/"))
+    return dev.sram_bytes + sum(p.capacity_bytes for p in ports) / max(sharing, 1)

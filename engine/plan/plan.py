@@ -15,7 +15,7 @@ from engine.ir.mapping import Recompute, Schedule
 from engine.ir.ops import Op, OpKind
 from engine.ir.project import Mode, Project
 from engine.perf.collectives import Collective, Phase, collective, point_to_point
-from engine.perf.device import DeviceModel, device_model
+from engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
 from engine.perf.memory import (
     StateBytes,
     activation_bytes,
@@ -197,27 +197,6 @@ def merge_concurrent(parts: list[Collective]) -> Collective:
     return Collective(parts[0].kind, parts[0].algorithm, tuple(phases))
 
 
-def _remote_memory(hw: HardwareGraph, device: int):
-    path = hw.devices[device].node
-    for port in hw.memory_ports:
-        if port.edge is not None and path.startswith(port.owner + "/"):
-            return port.memory
-    return None
-
-
-def _capacity(hw: HardwareGraph, device: int, dev: DeviceModel) -> float:
-    if dev.local_dram is not None:
-        return dev.local_dram.capacity_bytes
-    path = hw.devices[device].node
-    owners = {p.owner for p in hw.memory_ports if p.edge is not None and path.startswith(p.owner + "/")}
-    if not owners:
-        return dev.sram_bytes
-    owner = max(owners, key=len)
-    ports = [p for p in hw.memory_ports if p.owner == owner and p.edge is not None]
-    sharing = sum(1 for d in hw.devices if d.node.startswith(owner + "/"))
-    return dev.sram_bytes + sum(p.capacity_bytes for p in ports) / max(sharing, 1)
-
-
 def _layers(workload: WorkloadGraph, indices: list[int]) -> list[list[Op]]:
     return [workload.layer_ops(i) for i in indices]
 
@@ -246,7 +225,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     for r in range(m.pp):
         first = groups[r][0][0]
         d = hw.devices[first]
-        dev = device_model(d.compute, d.memories, _remote_memory(hw, first), run.dtype)
+        dev = device_model(d.compute, d.memories, remote_memory(hw, first), run.dtype)
         ctx = PassContext(dev, m.micro_batch, m.tp, m.sequence_parallel, elem)
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
         passes: dict[tuple[int, str], ChunkPass] = {}
@@ -293,7 +272,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 transient_bytes=transient,
                 state=state,
                 workspace=workspace_bytes(all_ops, m.micro_batch, m.tp, m.sequence_parallel, elem),
-                capacity=_capacity(hw, first, dev),
+                capacity=device_capacity(hw, first, dev),
                 params=params,
                 grad_bytes=grad,
                 optimizer_s=local_params * opt_bytes / dev.dram_bandwidth if run.mode is Mode.train else 0.0,

@@ -23,7 +23,7 @@ from engine.analytic.pipeline import closed_form, run_pipeline
 from engine.hardware.graph import HardwareGraph
 from engine.ir.mapping import Recompute
 from engine.ir.project import Project
-from engine.perf.device import DeviceModel, device_model
+from engine.perf.device import device_capacity, device_model, remote_memory
 from engine.perf.memory import bytes_per_param
 from engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
 from engine.search.candidate import Candidate
@@ -48,29 +48,6 @@ class Chunks:
     act_stage: list[float]  # per stage: one micro-batch's stored activations over all its chunks
 
 
-def _remote_memory(hw: HardwareGraph, device: int):
-    """As ``engine.plan.plan``: the edge-attached memory of the device's nearest owning ancestor."""
-    path = hw.devices[device].node
-    for port in hw.memory_ports:
-        if port.edge is not None and path.startswith(port.owner + "/"):
-            return port.memory
-    return None
-
-
-def _capacity(hw: HardwareGraph, device: int, dev: DeviceModel) -> float:
-    """As ``engine.plan.plan``: local DRAM, else SRAM plus a fair share of the edge DRAM."""
-    if dev.local_dram is not None:
-        return dev.local_dram.capacity_bytes
-    path = hw.devices[device].node
-    owners = {p.owner for p in hw.memory_ports if p.edge is not None and path.startswith(p.owner + "/")}
-    if not owners:
-        return dev.sram_bytes
-    owner = max(owners, key=len)
-    ports = [p for p in hw.memory_ports if p.owner == owner and p.edge is not None]
-    sharing = sum(1 for d in hw.devices if d.node.startswith(owner + "/"))
-    return dev.sram_bytes + sum(p.capacity_bytes for p in ports) / max(sharing, 1)
-
-
 class Estimator:
     """Memory and iteration time of candidates for one (project template, elaborated system) pair."""
 
@@ -81,8 +58,8 @@ class Estimator:
         self.workload = workload
         self.elem = ELEM_BYTES[run.dtype.value]
         first = hw.devices[0]
-        self.dev = device_model(first.compute, first.memories, _remote_memory(hw, 0), run.dtype)
-        self.capacity = _capacity(hw, 0, self.dev)
+        self.dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
+        self.capacity = device_capacity(hw, 0, self.dev)
         self.per_param = bytes_per_param(self.elem, run.master_weights_fp32, run.optimizer)
         self.opt_bytes = ADAM_BYTES_MIXED if self.per_param.optimizer > 8 else ADAM_BYTES_FP32
         self.comm = CommModel(hw)

@@ -22,12 +22,12 @@ from engine.errors import InputError, Problem
 from engine.hardware import elaborate, grow
 from engine.ir.mapping import Schedule, StagePlacement
 from engine.ir.project import Project
-from engine.perf.device import device_model
+from engine.perf.device import device_capacity, device_model, remote_memory
 from engine.perf.memory import bytes_per_param
 from engine.plan.placement import split_layers
 from engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
 from engine.search import multilevel_milp as ml
-from engine.search.estimate import ELEM_BYTES, _capacity, _remote_memory
+from engine.search.estimate import ELEM_BYTES
 from engine.search.multilevel_costs import params_per_tensor_rank, tensor_costs
 from engine.search.netdims import Dim, network_dims
 from engine.search.space import tensor_options
@@ -90,7 +90,7 @@ def build_problem(project: Project, sram_mb: float | None, notes: list[str]) -> 
     workload = build_workload(project.workload)
     elem = ELEM_BYTES[run.dtype.value]
     first = hw.devices[0]
-    dev = device_model(first.compute, first.memories, _remote_memory(hw, 0), run.dtype)
+    dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
     fusion_dev = dev
     if sram_mb is not None or dev.sram_bytes <= 0:
         mb_ = DEFAULT_SRAM_MB if sram_mb is None else sram_mb
@@ -111,7 +111,7 @@ def build_problem(project: Project, sram_mb: float | None, notes: list[str]) -> 
         dims=dims, devices=n, global_batch=m.global_batch, micro_batch=m.micro_batch,
         layers=len(workload.block_layers), params=params_per_tensor_rank(layers, 1),
         state_per_param=(per_param.weights, per_param.gradients, per_param.optimizer), zero=min(m.zero, 1),
-        capacity=_capacity(hw, 0, dev), grad_bytes_per_param=per_param.gradients,
+        capacity=device_capacity(hw, 0, dev), grad_bytes_per_param=per_param.gradients,
         optimizer_bytes_per_param=ADAM_BYTES_MIXED if per_param.optimizer > 8 else ADAM_BYTES_FP32,
         hbm_bandwidth=dev.dram_bandwidth,
         hop_bytes=last_block[-1].out_elems * m.micro_batch * elem if last_block else 0,
