@@ -134,3 +134,16 @@ def test_overlapping_gradient_reduction_hides_communication():
     plain, overlapped = simulate(dgx(pp=1, dp=8)), simulate(dgx(pp=1, dp=8, overlap_grad_reduce=True))
     assert overlapped.time_breakdown_s["dp_comm"] < plain.time_breakdown_s["dp_comm"]
     assert overlapped.iteration_time_s < plain.iteration_time_s
+
+
+def test_decode_stays_near_its_memory_bound():
+    """A decode step reads every weight once: it must cost about weights / HBM bandwidth, not be charged
+    as a badly quantized 8-row GEMM (cuBLAS uses narrow tiles and split-K for skinny products)."""
+    from engine.io import load_project
+    from engine.presets import preset_path
+
+    project = load_project(preset_path("projects", "llama2-70b-h100-inference"))
+    plan = make_plan(project)
+    result = simulate(project, plan)
+    floor = plan.stages[0].state.weights / plan.stages[0].dev.dram_bandwidth
+    assert floor <= result.tpot_s <= 2.5 * floor

@@ -116,16 +116,22 @@ class Compute(StrictModel):
                 return self.peak_flops[cand]
         return max(self.peak_flops.values())
 
-    def shape_efficiency(self, m: float, n: float) -> float:
+    def shape_efficiency(self, m: float, n: float, k: float = 0.0) -> float:
         """Tile and wave quantization of an M×N output (NVIDIA, "Matrix Multiplication Background",
-        §3): partial edge tiles do wasted work, and the last wave of tiles leaves units idle."""
+        §3): partial edge tiles do wasted work, and the last wave of tiles leaves units idle. With fewer
+        tiles than units, libraries split K across the idle units (split-K), in slices of at least 256."""
         tile = self.gemm_tile or self.pe_array
         if tile is None or m <= 0 or n <= 0:
             return 1.0
         units = self.gemm_units or self.tensor_cores
-        tm, tn = tile
+        # Libraries pick narrower tiles for skinny products (decode, small batches): never a tile taller or
+        # wider than the problem rounded up to a power of two (at least 16, the MMA granule).
+        tm = min(tile[0], max(16, 1 << max(0, math.ceil(math.log2(m)))))
+        tn = min(tile[1], max(16, 1 << max(0, math.ceil(math.log2(n)))))
         rows, cols = math.ceil(m / tm), math.ceil(n / tn)
         tiles = rows * cols
+        if tiles < units and k > 0:
+            tiles *= max(1, min(units // tiles, math.ceil(k / 256)))
         waves = math.ceil(tiles / units)
         return (m * n) / (rows * tm * cols * tn) * tiles / (waves * units)
 

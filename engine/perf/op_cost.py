@@ -65,8 +65,8 @@ def op_time(
     if op.kind in MATRIX_KINDS:
         eff = dev.matmul_efficiency(flops)
         if op.gemm is not None:
-            m_rows, n_cols, _ = _sharded_gemm(op, micro_batch, tp)
-            eff *= dev.compute.shape_efficiency(m_rows, n_cols)
+            m_rows, n_cols, k_depth = _sharded_gemm(op, micro_batch, tp)
+            eff *= dev.compute.shape_efficiency(m_rows, n_cols, k_depth)
         compute_s = flops / (dev.peak_flops * eff) if flops else 0.0
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
