@@ -20,8 +20,6 @@ SCRIPT = textwrap.dedent(
     import engine
     count = 0
     for mod in pkgutil.walk_packages(engine.__path__, "engine."):
-        if mod.name == "engine.qt_probe":
-            continue
         importlib.import_module(mod.name)
         count += 1
     leaked = [m for m in sys.modules if m.split(".")[0] in ("PySide6", "pyqtgraph", "shiboken6")]
