@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest hook signature
     """Let background jobs on Qt's global pool finish while Python is still fully alive: a worker still
@@ -13,3 +15,25 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest hook sig
     from PySide6.QtCore import QThreadPool
 
     QThreadPool.globalInstance().waitForDone(30_000)
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path):
+    """A shown main window on ``project``, with its own settings file and a close that never asks."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QMessageBox
+
+    from studio.document import ProjectDocument
+    from studio.ui.main_window import MainWindow
+
+    def make(project):
+        settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+        window = MainWindow(ProjectDocument(project), settings)
+        window.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
+        qtbot.addWidget(window)
+        window.resize(1400, 900)
+        window.show()
+        qtbot.waitExposed(window)
+        return window
+
+    return make

@@ -8,38 +8,21 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import pytest  # noqa: E402
-from PySide6.QtCore import QEvent, QPoint, QPointF, QSettings, Qt  # noqa: E402
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from engine.io import project_to_data  # noqa: E402
 from engine.ir.hardware import Component, ComponentKind, Interconnect, Topology  # noqa: E402
 from engine.ir.project import Project  # noqa: E402
 from engine.ir.workload import MLPSpec  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
 from studio.samples import dgx_project, wafer_project  # noqa: E402
 from studio.templates import build_component  # noqa: E402
 from studio.ui.canvas import style  # noqa: E402
 from studio.ui.canvas.drops import template_mime  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
 
 NONE = Qt.KeyboardModifier.NoModifier
 LEFT = Qt.MouseButton.LeftButton
-
-
-@pytest.fixture
-def make_window(qtbot, tmp_path):
-    def make(project):
-        window = MainWindow(ProjectDocument(project), QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-        window.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
-        qtbot.addWidget(window)
-        window.resize(1400, 900)
-        window.show()
-        qtbot.waitExposed(window)
-        return window
-
-    return make
 
 
 def three_chips() -> Project:

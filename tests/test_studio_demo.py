@@ -11,32 +11,15 @@ from argparse import Namespace
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
-from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from engine.io import save_project  # noqa: E402
 from engine.simulate import simulate  # noqa: E402
 from studio import app  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
 from studio.samples import big_wafer_project, wafer_project  # noqa: E402
 from studio.ui.canvas.overlay_controller import Overlay  # noqa: E402
 from studio.ui.demo import FPS, LOOP_SECONDS, SLIDER_STEPS  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
-
-
-@pytest.fixture
-def make_window(qtbot, tmp_path):
-    def make(project):
-        window = MainWindow(ProjectDocument(project), QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-        window.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
-        qtbot.addWidget(window)
-        window.resize(1400, 900)
-        window.show()
-        qtbot.waitExposed(window)
-        return window
-
-    return make
 
 
 @pytest.fixture(scope="module")

@@ -9,32 +9,16 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QPoint, QPointF, QSettings, Qt  # noqa: E402
+from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication, QMessageBox  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from engine.io import load_project  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
 from studio.samples import wafer_project  # noqa: E402
 from studio.ui.canvas import style  # noqa: E402
 from studio.ui.canvas.drops import MIME_LAYERS, layers_mime  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
 
 HF = Path(__file__).parent / "data" / "hf"
-
-
-@pytest.fixture
-def make_window(qtbot, tmp_path):
-    def make(project):
-        window = MainWindow(ProjectDocument(project), QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-        window.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
-        qtbot.addWidget(window)
-        window.resize(1400, 900)
-        window.show()
-        qtbot.waitExposed(window)
-        return window
-
-    return make
 
 
 def chiplet():
