@@ -26,12 +26,12 @@ def make_window(qtbot, tmp_path):
     from studio.document import ProjectDocument
     from studio.ui.main_window import MainWindow
 
-    def make(project):
+    def make(project, size: tuple[int, int] = (1400, 900), persist: bool = True):
         settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
-        window = MainWindow(ProjectDocument(project), settings)
+        window = MainWindow(ProjectDocument(project), settings, persist=persist)
         window.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
         qtbot.addWidget(window)
-        window.resize(1400, 900)
+        window.resize(*size)
         window.show()
         qtbot.waitExposed(window)
         return window

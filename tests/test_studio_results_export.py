@@ -11,28 +11,17 @@ import xml.etree.ElementTree as ET
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
-from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from engine.io import load_project  # noqa: E402
 from studio import exporting  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
 
 PRESET = "presets/projects/chiplet-bert-large.json"
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    doc = ProjectDocument(load_project(PRESET, check=False))
-    w = MainWindow(doc, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), persist=False)
-    w.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
-    qtbot.addWidget(w)
-    w.resize(1600, 1000)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
+def window(make_window):
+    return make_window(load_project(PRESET, check=False), size=(1600, 1000), persist=False)
 
 
 @pytest.fixture

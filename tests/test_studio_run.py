@@ -12,12 +12,10 @@ import types
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QSettings, QTimer  # noqa: E402
-from PySide6.QtWidgets import QMessageBox  # noqa: E402
+from PySide6.QtCore import QTimer  # noqa: E402
 
 from engine.errors import InputError, Problem  # noqa: E402
 from engine.io import load_project  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
 from studio.ui.main_window import MainWindow  # noqa: E402
 
 PALM = "presets/projects/palm-wafer-t18b.json"  # ~1.5 s of event simulation, 50–100k slices
@@ -25,16 +23,9 @@ MAX_GAP_S = 0.100
 
 
 @pytest.fixture
-def open_window(qtbot, tmp_path):
+def open_window(make_window):
     def make(preset: str) -> MainWindow:
-        doc = ProjectDocument(load_project(preset, check=False))
-        w = MainWindow(doc, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), persist=False)
-        w.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
-        qtbot.addWidget(w)
-        w.resize(1600, 1000)
-        w.show()
-        qtbot.waitExposed(w)
-        return w
+        return make_window(load_project(preset, check=False), size=(1600, 1000), persist=False)
 
     return make
 
