@@ -136,5 +136,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+# Headless commands end the process without tearing down the interpreter: freeing a large run's
+# timeline and plan object by object costs ~0.15 s of a 2.5 s command, and they hold nothing that
+# needs finalizing (files are written and closed before they return). The studio exits normally.
+FAST_EXIT_COMMANDS = {"run", "search", "hw-search", "hypar", "map", "sweep", "validate", "schema", "presets"}
+
+
+def entry() -> None:
+    """The ``tilewright`` console script."""
+    argv = sys.argv[1:]
+    code = main(argv)
+    if argv and argv[0] in FAST_EXIT_COMMANDS:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BrokenPipeError:
+            pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

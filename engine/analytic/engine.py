@@ -4,7 +4,9 @@ Per stage and chunk, forward and backward (+ recompute) times come from the plan
 collectives and DRAM streams; ``engine.analytic.pipeline`` resolves the schedule; each stage then waits
 for its chunks' data-parallel reductions (started at each chunk's last backward), steps the optimizer
 and, with ZeRO, gathers the weights. With contention switched off this is the event engine's answer
-(tested within 0.5 %); it has no timeline and no link series, and is what search evaluates.
+(tested within 0.5 %), and is what search evaluates. Its timeline has one slice per pass per stage (and
+the stage's reduction and optimizer tail) so the Gantt and the canvas activity work; it has no link
+series (no flows are simulated).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from engine.analytic.pipeline import run_pipeline
 from engine.plan.passes import ChunkPass
 from engine.plan.plan import Plan
 from engine.results.result import MemoryTrack, Result, memory_verdict
-from engine.sim.schedules import stage_order
+from engine.results.timeline import Timeline
+from engine.sim.schedules import Step, stage_order
 
 
 def _pass(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:
@@ -40,7 +43,55 @@ def _peak_activations(plan: Plan, r: int) -> float:
     return peak
 
 
-def analytic_result(plan: Plan) -> Result:
+def _pass_label(ps: ChunkPass | None, kind: str) -> str:
+    segs = ps.segments if ps is not None else []
+    return f"{segs[0].label}…{segs[-1].label} {kind}" if segs else kind
+
+
+def _timeline(
+    plan: Plan, log: list[tuple[int, Step, float, float]], reduced_at: list[float], ends: list[float]
+) -> tuple[Timeline, dict[str, list[str]]]:
+    """One lane per stage: each pass as a slice (a backward split into its recompute and backward
+    parts), then the wait for the gradient reduction and the optimizer step."""
+    tl = Timeline()
+    devices = plan.hw.devices
+    lanes, lane_devices = [], {}
+    for r, st in enumerate(plan.stages):
+        nodes = [devices[d].node for g in st.groups for d in g]
+        lanes.append(tl.lane(f"stage {r}", "compute", detail=f"{len(nodes)} devices"))
+        lane_devices[f"stage {r}"] = nodes
+    labels: dict[tuple[int, int, str], tuple[str, float]] = {}
+    for r, st in enumerate(plan.stages):
+        for c in st.chunk_layers:
+            for kind in ("F", "R", "B"):
+                ps = st.passes.get((c, kind))
+                labels[(r, c, kind)] = (_pass_label(ps, kind), _pass(plan, r, ps)[0])
+    last = [0.0] * len(plan.stages)
+    for r, step, start, end in log:
+        first_layer = -1
+        last[r] = max(last[r], end)
+        if step.kind == "F":
+            tl.add(lanes[r], start, end - start, "compute", labels[(r, step.chunk, "F")][0], r, step.micro_batch,
+                   first_layer)
+            continue
+        label_r, dur_r = labels[(r, step.chunk, "R")]
+        if dur_r > 0:
+            tl.add(lanes[r], start, dur_r, "recompute", label_r, r, step.micro_batch, first_layer)
+        tl.add(lanes[r], start + dur_r, end - start - dur_r, "compute", labels[(r, step.chunk, "B")][0], r,
+               step.micro_batch, first_layer)
+    for r, st in enumerate(plan.stages):
+        if reduced_at[r] > last[r]:
+            tl.add(lanes[r], last[r], reduced_at[r] - last[r], "dp_comm", "gradient reduction", r, -1, -1)
+        if st.optimizer_s > 0:
+            tl.add(lanes[r], reduced_at[r], st.optimizer_s, "optimizer", "optimizer step", r, -1, -1)
+        gather = ends[r] - reduced_at[r] - st.optimizer_s
+        if gather > 0:
+            tl.add(lanes[r], reduced_at[r] + st.optimizer_s, gather, "dp_comm", "ZeRO weight gather", r, -1, -1)
+    return tl, lane_devices
+
+
+def analytic_result(plan: Plan, timeline: bool = True) -> Result:
+    """The analytic result; ``timeline=False`` skips the per-pass slices (search and benchmarks)."""
     project = plan.project
     m, v, pp = plan.micro_batches, plan.chunks, plan.pp
     per_stage = []
@@ -70,7 +121,8 @@ def analytic_result(plan: Plan) -> Result:
     for vs in range(plan.virtual_stages - 1):
         send[(vs, False)] = plan.p2p(vs, 0, False).time(plan.hw)
         send[(vs, True)] = plan.p2p(vs, 0, True).time(plan.hw)
-    stages = run_pipeline(plan.schedule, pp, m, v, duration, send)
+    log: list[tuple[int, Step, float, float]] | None = [] if timeline else None
+    stages = run_pipeline(plan.schedule, pp, m, v, duration, send, log)
     finishes, reduced_at = [], []
     for r, st in enumerate(plan.stages):
         reduced = stages[r].finish
@@ -102,6 +154,7 @@ def analytic_result(plan: Plan) -> Result:
         node = plan.hw.devices[st.groups[0][0]].node
         memory.append(MemoryTrack(node, st.capacity, [0.0], {k: [val] for k, val in row.items()}))
     peak_row, oom = memory_verdict(memory)
+    tl, lane_devices = _timeline(plan, log, reduced_at, finishes) if log is not None else (Timeline(), {})
     mapping = project.mapping
     return Result(
         project=project.name,
@@ -118,6 +171,8 @@ def analytic_result(plan: Plan) -> Result:
         time_breakdown_s=breakdown,
         oom=oom,
         memory=memory,
+        timeline=tl,
+        lane_devices=lane_devices,
         notes=list(plan.notes),
         critical_path=[(f"stage {slowest} sets the pace", 0.0, total)],
     )

@@ -38,6 +38,7 @@ def run_pipeline(
     v: int,
     duration: dict[tuple[int, int, str], float],  # (rank, chunk, "F"|"B") → seconds (B includes recompute)
     send: dict[tuple[int, bool], float],  # (virtual stage, backward) → seconds to the next/previous one
+    log: list[tuple[int, Step, float, float]] | None = None,  # gets (rank, step, start, end) per step
 ) -> list[StageTimes]:
     orders = _orders(schedule, pp, m, v)
     end: dict[tuple, float] = {}
@@ -75,6 +76,8 @@ def run_pipeline(
                     arrive[key] = t + (send[(vs - 1, True)] if vs > 0 else 0.0)
                     st.last_backward[step.chunk] = t
                     st.last_backward_start[step.chunk] = ready
+                if log is not None:
+                    log.append((r, step, ready, t))
                 clock[r] = t
                 pos[r] += 1
                 remaining -= 1

@@ -21,6 +21,10 @@ PIDS = {"compute": 1, "links": 2, "memory": 3}
 PROCESS_NAMES = {1: "Compute (device groups)", 2: "Links", 3: "Memory ports", 4: "Counters"}
 US = 1e6
 
+# Counter tracks for the busiest links only: the result holds every link that carried traffic (for the
+# heat map), which on a large system would make the trace too big for Perfetto to open comfortably.
+TRACE_LINK_COUNTERS = 64
+
 
 def _sub_lanes(starts: np.ndarray, ends: np.ndarray) -> list[int]:
     """Assign each interval (sorted by start) the first sub-lane whose last slice has ended."""
@@ -80,7 +84,7 @@ def trace_events(result: Result) -> list[dict[str, Any]]:
                     "args": args,
                 }
             )
-    for series in result.link_utilisation:
+    for series in result.link_utilisation[:TRACE_LINK_COUNTERS]:  # busiest first
         for t, v in zip(series.times, series.values, strict=True):
             events.append(
                 {"ph": "C", "pid": 4, "tid": 0, "name": series.name, "ts": t * US, "args": {"utilisation": v}}

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from engine.results.timeline import Timeline
 
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace")
@@ -24,13 +26,13 @@ class Series:
     dst: str = ""
 
     def mean(self, end: float) -> float:
+        """Time-weighted mean over [0, end] (vectorised: link series of long runs hold ~10⁵ points)."""
         if not self.times or end <= 0:
             return 0.0
-        total = 0.0
-        for i, t in enumerate(self.times):
-            t_next = self.times[i + 1] if i + 1 < len(self.times) else end
-            total += self.values[i] * max(0.0, min(t_next, end) - t)
-        return total / end
+        times = np.asarray(self.times, dtype=float)
+        nexts = np.append(times[1:], end)
+        held = (np.minimum(nexts, end) - times).clip(min=0.0)
+        return float(np.dot(np.asarray(self.values, dtype=float), held)) / end
 
 
 @dataclass
@@ -53,18 +55,27 @@ class MemoryTrack:
     by_category: dict[str, list[float]]
 
     def totals(self) -> list[float]:
-        return [sum(vals[i] for vals in self.by_category.values()) for i in range(len(self.times))]
+        return self._totals().tolist()
+
+    def _totals(self) -> np.ndarray:
+        """Total occupancy at each time point (numpy: tracks of long runs hold ~10⁵ points)."""
+        n = len(self.times)
+        out = np.zeros(n)
+        for vals in self.by_category.values():
+            out += np.asarray(vals, dtype=float)[:n]
+        return out
 
     def peak(self) -> float:
-        return max(self.totals(), default=0.0)
+        totals = self._totals()
+        return float(totals.max()) if totals.size else 0.0
 
     def peak_breakdown(self) -> dict[str, float]:
-        """Occupancy by category at the moment the total peaks."""
-        totals = self.totals()
-        if not totals:
+        """Occupancy by category at the moment the total peaks (the first such moment)."""
+        totals = self._totals()
+        if not totals.size:
             return dict.fromkeys(MEMORY_CATEGORIES, 0.0)
-        k = max(range(len(totals)), key=totals.__getitem__)
-        return {c: self.by_category.get(c, [0.0] * len(totals))[k] for c in MEMORY_CATEGORIES}
+        k = int(np.argmax(totals))
+        return {c: float(self.by_category[c][k]) if c in self.by_category else 0.0 for c in MEMORY_CATEGORIES}
 
 
 def memory_verdict(tracks: list[MemoryTrack]) -> tuple[dict[str, float], OutOfMemory | None]:
@@ -72,13 +83,14 @@ def memory_verdict(tracks: list[MemoryTrack]) -> tuple[dict[str, float], OutOfMe
     capacity), if any — what every engine reports from its memory tracks."""
     if not tracks:
         return dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
-    fullest = max(tracks, key=MemoryTrack.peak)
-    over = [t for t in tracks if t.peak() > t.capacity_bytes]
+    peaks = [t.peak() for t in tracks]
+    fullest = max(range(len(tracks)), key=peaks.__getitem__)
+    over = [i for i, t in enumerate(tracks) if peaks[i] > t.capacity_bytes]
     oom = None
     if over:
-        worst = max(over, key=lambda t: t.peak() - t.capacity_bytes)
-        oom = OutOfMemory(worst.device, worst.peak(), worst.capacity_bytes)
-    return fullest.peak_breakdown(), oom
+        worst = max(over, key=lambda i: peaks[i] - tracks[i].capacity_bytes)
+        oom = OutOfMemory(tracks[worst].device, peaks[worst], tracks[worst].capacity_bytes)
+    return tracks[fullest].peak_breakdown(), oom
 
 
 @dataclass

@@ -7,26 +7,36 @@ from engine.results.result import MemoryTrack, Result, Series, memory_verdict
 from engine.sim.network import FlowNetwork
 from engine.sim.recorder import Recorder
 
-MAX_LINK_SERIES = 64  # the busiest links get series and Gantt lanes
+MAX_LINK_LANES = 64  # the busiest links get Gantt lanes
 MAX_LINK_SLICES = 50_000  # past this many utilisation changes, links keep their series but no Gantt slices
+MAX_SERIES_POINTS = 500_000  # every link that carried traffic gets a series, within this many points
 
 
 def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list[Series]:
-    """Utilisation (0–1) of the busiest links (by bytes over bandwidth), as series and as busy slices."""
+    """Utilisation (0–1) of every link that carried traffic, busiest first (by bytes over bandwidth),
+    so the canvas heat map can colour any of them; the busiest also get Gantt lanes of busy slices.
+    A run so long that its traces exceed ``MAX_SERIES_POINTS`` keeps the busiest links' series."""
     hw = plan.hw
     carried = net.link_bytes()
-    ranked = sorted(carried, key=lambda lk: (-carried[lk] / hw.links[lk].bandwidth, lk))[:MAX_LINK_SERIES]
+    ranked = sorted(
+        (lk for lk, b in carried.items() if b > 0), key=lambda lk: (-carried[lk] / hw.links[lk].bandwidth, lk)
+    )
     out = []
-    budget = MAX_LINK_SLICES
-    for lk in ranked:
-        trace = net.link_trace(lk)
-        budget -= len(trace.times)
+    slice_budget = MAX_LINK_SLICES
+    point_budget = MAX_SERIES_POINTS
+    for rank, (lk, trace) in enumerate(net.iter_link_traces(ranked)):
+        point_budget -= len(trace.times)
+        if point_budget < 0 and rank >= MAX_LINK_LANES:
+            break
         cap = hw.links[lk].bandwidth
         link = hw.links[lk]
-        s = Series(_link_name(plan, lk), "fraction", trace.times, [v / cap for v in trace.loads], capacity=1.0,
-                   src=link.src, dst=link.dst)
+        s = Series(_link_name(plan, lk), "fraction", trace.times.tolist(), (trace.loads / cap).tolist(),
+                   capacity=1.0, src=link.src, dst=link.dst)
         out.append(s)
-        if budget < 0:
+        if rank >= MAX_LINK_LANES:
+            continue
+        slice_budget -= len(trace.times)
+        if slice_budget < 0:
             continue
         group = "memory" if hw.links[lk].kind == "memory" else "links"
         lane = rec.timeline.lane(s.name, group, detail=f"{cap / 1e9:.0f} GB/s")

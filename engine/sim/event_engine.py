@@ -183,18 +183,11 @@ class EventEngine:
         return self._meet(("dp", r, chunk, part), len(self.units), coll)
 
     # --- passes --------------------------------------------------------------------------------------
-    def _run_pass(
-        self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger, defer: bool = False
-    ) -> Generator:
-        """Run one pass segment by segment on the network (compute, DRAM stream, collective), unless the
-        fast path can account it; ``defer`` leaves fast-path time owed to the next pass's timeout."""
+    def _run_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger) -> Generator:
+        """Run one pass segment by segment on the network (compute, DRAM stream, collective): the slow
+        path, for passes ``_fast_pass`` cannot account. First waits out any fast-path time still owed."""
         plan, env, lane = self.plan, self.env, self.lanes[(r, u)]
         cat = CATEGORY_OF_PASS[ps.kind]
-        delay = self._fast_pass(r, u, ps, step, ledger, defer)
-        if delay is not None:
-            if not defer:
-                yield env.timeout(delay)
-            return
         owed = self._owed.pop((r, u), 0.0)
         if owed:
             yield env.timeout(owed)
@@ -268,18 +261,6 @@ class EventEngine:
         return t
 
     # --- pipeline --------------------------------------------------------------------------------------
-    def _wait(self, key: tuple, producer_end: dict, ledger: StageLedger) -> Generator:
-        ev = self._event(key)
-        start = self.env.now
-        if not ev.triggered:
-            yield ev
-        waited = self.env.now - start
-        if waited > 0:
-            sent = producer_end.get(key, start)
-            comm = min(waited, max(0.0, self.env.now - max(sent, start)))
-            ledger.times["pp_comm"] += comm
-            ledger.times["bubble"] += waited - comm
-
     def _send(self, coll: Collective, key: tuple) -> None:
         if len(coll.phases) == 1:  # one flow: its own event is (or triggers) the arrival
             ph = coll.phases[0]
@@ -296,79 +277,106 @@ class EventEngine:
             return
         self._start(coll).callbacks.append(lambda _e: done.succeed())
 
-    def _run_step_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger) -> Generator:
-        delay = self._fast_pass(r, u, ps, step, ledger, False)
-        if delay is None:
-            yield from self._run_pass(r, u, ps, step, ledger)
+    def _step_table(self, r: int, u: Unit) -> list[tuple]:
+        """Per step of stage ``r``, everything the loop needs, resolved once: (step, kind, chunk,
+        dependency key, own key, pass, pipeline send or None, is-last-virtual-stage)."""
+        plan = self.plan
+        st = plan.stages[r]
+        pp, v = plan.pp, plan.chunks
+        if self.train:
+            order = stage_order(plan.schedule, r, pp, plan.micro_batches, v)
         else:
-            yield self.env.timeout(delay)
+            order = forward_only_order(r, pp, plan.micro_batches, v)
+        last_vs = plan.virtual_stages - 1
+        table = []
+        for step in order:
+            dep = predecessor(step, r, pp, v)
+            vs = step.chunk * pp + r
+            key = (step.kind, step.micro_batch, step.chunk, r, u)
+            if step.kind == "F":
+                send = self._p2p(vs, u, False) if vs < last_vs else None
+            else:
+                send = self._p2p(vs - 1, u, True) if vs > 0 else None
+            table.append(
+                (step, step.kind, step.chunk, (*dep, u) if dep is not None else None, key,
+                 st.passes[(step.chunk, step.kind)], send)
+            )
+        return table
 
     def stage(self, r: int, u: Unit, producer_end: dict) -> Generator:
         plan, env = self.plan, self.env
         st = plan.stages[r]
         primary = u == self.primary
         ledger = self.rec.ledgers[r] if primary else StageLedger()
-        pp, v = plan.pp, plan.chunks
         for cat in ("weights", "gradients", "optimizer"):
             ledger.memory(0.0, cat, getattr(st.state, cat))
         ledger.memory(0.0, "workspace", st.workspace)
-        if self.train:
-            order = stage_order(plan.schedule, r, pp, plan.micro_batches, v)
-        else:
-            order = forward_only_order(r, pp, plan.micro_batches, v)
+        table = self._step_table(r, u)
         remaining_b = {c: plan.micro_batches for c in st.chunk_layers}
         reductions: list[simpy.Event] = []
         if primary:
-            self.total_steps += len(order)
+            self.total_steps += len(table)
+        arrivals, steps_info, memory = self.arrivals, self.steps_info, ledger.memory
+        act_bytes, transient = st.act_bytes, st.transient_bytes
+        passes = st.passes
+        fast_pass, timeout, times = self._fast_pass, env.timeout, ledger.times
         prev: tuple | None = None
-        for step in order:
+        for step, kind, chunk, dep_key, key, ps, send in table:
             if primary:
                 self.steps_done += 1
-            dep = predecessor(step, r, pp, v)
             cause = prev
-            if dep is not None:
-                dep_key = (*dep, u)
-                ready = self.arrivals.get(dep_key)
+            if dep_key is not None:
+                ready = arrivals.get(dep_key)
                 if ready is None or not ready.processed:
                     before = env.now
-                    yield from self._wait(dep_key, producer_end, ledger)
-                    if env.now > before:
+                    if ready is None:
+                        ready = self._event(dep_key)
+                    if not ready.triggered:
+                        yield ready
+                    if env.now > before:  # waited: for the transfer, or for the producer (bubble)
                         cause = dep_key
+                        sent = producer_end.get(dep_key, before)
+                        comm = min(env.now - before, max(0.0, env.now - max(sent, before)))
+                        times["pp_comm"] += comm
+                        times["bubble"] += env.now - before - comm
                 if prev is None:
                     cause = dep_key
-            vs = step.virtual_stage(r, pp)
             started = env.now
-            if step.kind == "F":
-                ledger.memory(env.now, "activations", st.act_bytes[step.chunk])
-                yield from self._run_step_pass(r, u, st.passes[(step.chunk, "F")], step, ledger)
-                key = ("F", step.micro_batch, step.chunk, r, u)
-                if vs < plan.virtual_stages - 1:
-                    self._send(self._p2p(vs, u, False), key)
+            if kind == "F":
+                memory(started, "activations", act_bytes[chunk])
+                delay = fast_pass(r, u, ps, step, ledger, False)
+                if delay is None:
+                    yield from self._run_pass(r, u, ps, step, ledger)
                 else:
-                    self._event(key).succeed()
+                    yield timeout(delay)
             else:
-                recompute = (step.chunk, "R") in st.passes
-                if recompute:
-                    ledger.memory(env.now, "activations", st.transient_bytes)
-                    yield from self._run_pass(r, u, st.passes[(step.chunk, "R")], step, ledger, defer=True)
-                if remaining_b[step.chunk] == 1:  # the chunk's last backward: early buckets may start
-                    early = plan.dp_buckets(r, step.chunk)[0]
+                recompute = passes.get((chunk, "R"))
+                if recompute is not None:
+                    memory(started, "activations", transient)
+                    if fast_pass(r, u, recompute, step, ledger, True) is None:
+                        yield from self._run_pass(r, u, recompute, step, ledger)
+                if remaining_b[chunk] == 1:  # the chunk's last backward: early buckets may start
+                    early = plan.dp_buckets(r, chunk)[0]
                     if early.phases:
-                        reductions.append(self._reduction(r, step.chunk, early, "early"))
-                yield from self._run_step_pass(r, u, st.passes[(step.chunk, "B")], step, ledger)
-                freed = st.act_bytes[step.chunk] + (st.transient_bytes if recompute else 0.0)
-                ledger.memory(env.now, "activations", -freed)
-                key = ("B", step.micro_batch, step.chunk, r, u)
-                if vs > 0:
-                    self._send(self._p2p(vs - 1, u, True), key)
+                        reductions.append(self._reduction(r, chunk, early, "early"))
+                delay = fast_pass(r, u, ps, step, ledger, False)
+                if delay is None:
+                    yield from self._run_pass(r, u, ps, step, ledger)
                 else:
-                    self._event(key).succeed()
-                remaining_b[step.chunk] -= 1
-                if remaining_b[step.chunk] == 0:
-                    late = plan.dp_buckets(r, step.chunk)[1]
-                    reductions.append(self._reduction(r, step.chunk, late, "late"))
-            producer_end[key] = env.now
-            self.steps_info[key] = (started, env.now, cause)
+                    yield timeout(delay)
+                memory(env.now, "activations", -(act_bytes[chunk] + (transient if recompute is not None else 0.0)))
+            if send is not None:
+                self._send(send, key)
+            else:
+                self._event(key).succeed()
+            if kind == "B":
+                remaining_b[chunk] -= 1
+                if remaining_b[chunk] == 0:
+                    late = plan.dp_buckets(r, chunk)[1]
+                    reductions.append(self._reduction(r, chunk, late, "late"))
+            now = env.now
+            producer_end[key] = now
+            steps_info[key] = (started, now, cause)
             prev = key
         self.last_step[(r, u)] = prev
         if self.train:

@@ -13,7 +13,7 @@ series are derived from patterns at the end — O(1) per flow event instead of O
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,10 +39,32 @@ class LinkTrace:
             self.loads.append(load)
 
 
+@dataclass
+class ArrayTrace:
+    """``LinkTrace`` as numpy arrays (what bulk consumers want)."""
+
+    times: np.ndarray
+    loads: np.ndarray
+
+
+def _sum_traces(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> ArrayTrace:
+    """Sum patterns' piecewise-constant rates (× their use of the link) into one load trace."""
+    if not parts:
+        return ArrayTrace(np.zeros(0), np.zeros(0))
+    t = np.concatenate([times for _u, times, _d in parts])
+    d = np.concatenate([u * deltas for u, _t, deltas in parts])
+    order = np.argsort(t, kind="stable")
+    t, load = t[order], np.cumsum(d[order])
+    keep = np.append(t[1:] != t[:-1], True)  # last value at each timestamp
+    load = np.where(np.abs(load[keep]) < 1e-6, 0.0, load[keep])
+    return ArrayTrace(t[keep], load)
+
+
 @dataclass(eq=False)
 class Pattern:
     usage: Mapping[int, float]
     solve: Mapping[int, float]  # the links the max-min solver needs (see engine.sim.compress)
+    alone_rate: float = 0.0  # the route's bottleneck: a flow's rate with nothing else on its links
     rate_sum: float = 0.0
     bytes: float = 0.0
     trace: LinkTrace = field(default_factory=LinkTrace)
@@ -99,7 +121,9 @@ class FlowNetwork:
             return done
         pattern = self.patterns.get(id(usage))
         if pattern is None or pattern.usage is not usage:
-            pattern = self.patterns[id(usage)] = Pattern(usage, self.reduced.get(id(usage), usage))
+            solve = self.reduced.get(id(usage), usage)
+            (alone_rate,) = independent_rates([solve], self.capacity)
+            pattern = self.patterns[id(usage)] = Pattern(usage, solve, alone_rate)
         usage = pattern.solve
         pattern.bytes += nbytes
         fid = self._next_id
@@ -119,7 +143,7 @@ class FlowNetwork:
                 members.add(fid)
         if not self.contention or alone:
             # contention off, or nothing else on its links: its rate is its route's bottleneck, now
-            (rate,) = independent_rates([usage], self.capacity)
+            rate = pattern.alone_rate
             self._set_rate(flow, rate)
             self._add_rate(flow, rate)
             return done
@@ -139,23 +163,30 @@ class FlowNetwork:
 
     def link_trace(self, link: int) -> LinkTrace:
         """The load of one link over time, summed over the patterns that cross it."""
-        times, deltas = [], []
+        trace = self.link_traces([link])[link]
+        return LinkTrace(trace.times.tolist(), trace.loads.tolist())
+
+    def link_traces(self, links: list[int]) -> dict[int, ArrayTrace]:
+        """Loads over time of several links at once."""
+        return dict(self.iter_link_traces(links))
+
+    def iter_link_traces(self, links: list[int]) -> Iterator[tuple[int, ArrayTrace]]:
+        """(link, load trace) in the order given, each summed only when asked for (one pass over the
+        patterns builds the index; numpy per link)."""
+        wanted = set(links)
+        crossing: dict[int, list[tuple[float, np.ndarray, np.ndarray]]] = {lk: [] for lk in links}
         for p in self.patterns.values():
-            u = p.usage.get(link)
-            if not u or not p.trace.times:
+            if not p.trace.times:
                 continue
-            values = np.asarray(p.trace.loads)
-            times.append(np.asarray(p.trace.times))
-            deltas.append(u * np.diff(values, prepend=0.0))
-        if not times:
-            return LinkTrace()
-        t = np.concatenate(times)
-        d = np.concatenate(deltas)
-        order = np.argsort(t, kind="stable")
-        t, load = t[order], np.cumsum(d[order])
-        keep = np.append(t[1:] != t[:-1], True)  # last value at each timestamp
-        load = np.where(np.abs(load[keep]) < 1e-6, 0.0, load[keep])
-        return LinkTrace(t[keep].tolist(), load.tolist())
+            arrays = None
+            for link, u in p.usage.items():
+                if u and link in wanted:
+                    if arrays is None:
+                        values = np.asarray(p.trace.loads)
+                        arrays = (np.asarray(p.trace.times), np.diff(values, prepend=0.0))
+                    crossing[link].append((u, *arrays))
+        for lk in links:
+            yield lk, _sum_traces(crossing[lk])
 
     # -- internals ------------------------------------------------------------------------------
     def _finish_after(self, done: simpy.Event, latency: float) -> None:
@@ -204,7 +235,7 @@ class FlowNetwork:
             flow.remaining = max(0.0, flow.remaining - flow.rate * (now - flow.updated))
             flow.updated = now
         if len(comp) == 1:  # alone again: its route's bottleneck
-            rates = independent_rates([comp[0].pattern.solve], self.capacity)
+            rates = [comp[0].pattern.alone_rate]
         else:
             rates = max_min_rates([f.pattern.solve for f in comp], self.capacity)
         for flow, rate in zip(comp, rates, strict=True):
