@@ -6,11 +6,16 @@ parallelism divides the model's heads, or whether tp·pp·dp devices exist.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.errors import InputError, Problem
-from engine.ir.mapping import Mapping, Schedule
+from engine.ir.mapping import Mapping, Recompute, Schedule
 from engine.ir.ops import LayerKind
 from engine.ir.project import Project
 from engine.ir.workload import LlamaSpec, TransformerDims
+
+if TYPE_CHECKING:
+    from engine.workloads.graph import WorkloadGraph
 
 
 def device_capacity(project: Project) -> int | None:
@@ -88,6 +93,50 @@ def _stage_checks(project: Project, n_layers: int, capacity: int | None) -> list
     return out
 
 
+def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
+    """``layer_parallelism`` is simulated as a HyPar partition: the dp devices form the array (so no tp,
+    pp or ZeRO sharding besides it), halved log2(dp) times, over a chain of conv and fc layers."""
+    if not m.layer_parallelism:
+        return []
+    out: list[Problem] = []
+    where = "mapping.layer_parallelism"
+    for name, value in (("tp", m.tp), ("pp", m.pp), ("interleave", m.interleave)):
+        if value != 1:
+            out.append(Problem(f"mapping.{name}", f"{value}; a HyPar partition ({where}) needs {name} = 1"))
+    if m.zero:
+        out.append(Problem("mapping.zero", f"{m.zero}; a HyPar partition ({where}) does not shard over ZeRO"))
+    if m.recompute is not Recompute.none:
+        out.append(Problem("mapping.recompute", f"'{m.recompute.value}'; a HyPar partition ({where}) needs 'none'"))
+    levels = None
+    if m.dp & (m.dp - 1):
+        out.append(Problem("mapping.dp", f"{m.dp} is not a power of two; HyPar halves the array level by level"))
+    else:
+        levels = m.dp.bit_length() - 1
+    other = [li for li in graph.layers if li.kind not in (LayerKind.conv, LayerKind.fc)]
+    if other:
+        out.append(
+            Problem(where, f"layer {other[0].index} ({other[0].name}) is a {other[0].kind.value} layer; HyPar "
+                           "partitions chains of conv and fc layers")
+        )
+        return out
+    weighted = {li.index for li in graph.layers if li.kind in (LayerKind.conv, LayerKind.fc)}
+    seen: set[int] = set()
+    for i, lp in enumerate(m.layer_parallelism):
+        if lp.layer not in weighted:
+            out.append(Problem(f"{where}.{i}.layer", f"{lp.layer} is not a weighted layer"))
+        elif lp.layer in seen:
+            out.append(Problem(f"{where}.{i}.layer", f"layer {lp.layer} is listed twice"))
+        seen.add(lp.layer)
+        if levels is not None and lp.levels and len(lp.levels) != levels:
+            out.append(
+                Problem(
+                    f"{where}.{i}.levels",
+                    f"{len(lp.levels)} choices; dp = {m.dp} devices are halved in log2({m.dp}) = {levels} levels",
+                )
+            )
+    return out
+
+
 def check_project(project: Project) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent."""
     from engine.workloads import build_workload
@@ -104,11 +153,7 @@ def check_project(project: Project) -> list[Problem]:
     graph = build_workload(project.workload)
     out += _pipeline_checks(len(graph.block_layers), m)
     out += _stage_checks(project, len(graph.layers), capacity)
-    weighted_kinds = (LayerKind.conv, LayerKind.fc, LayerKind.transformer, LayerKind.block)
-    weighted = {li.index for li in graph.layers if li.kind in weighted_kinds}
-    for i, lp in enumerate(m.layer_parallelism):
-        if lp.layer not in weighted:
-            out.append(Problem(f"mapping.layer_parallelism.{i}.layer", f"{lp.layer} is not a weighted layer"))
+    out += _hypar_checks(m, graph)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
         if name not in memories:

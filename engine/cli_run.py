@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import sys
 from typing import Any
 
 from engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem

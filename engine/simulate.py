@@ -29,10 +29,14 @@ def simulate(
     ``cancel()`` returning true stops the run with ``engine.sim.event_engine.Cancelled``."""
     start = time.perf_counter()
     plan = plan or make_plan(project)
-    if project.run.mode is Mode.infer:
+    if project.run.mode is Mode.infer and project.run.engine is EngineKind.analytic:
         from engine.sim.inference import simulate_inference
 
         result = simulate_inference(plan)
+    elif project.run.mode is Mode.infer:
+        from engine.sim.inference_engine import simulate_inference_events
+
+        result = simulate_inference_events(plan)
     elif project.run.engine is EngineKind.analytic:
         from engine.analytic.engine import analytic_result
 

@@ -32,11 +32,46 @@ class PlacementStrategy(StrEnum):
     block = "block"  # each stage a compact rectangle of the grid
 
 
+HyparChoice = Literal["dp", "mp"]
+
+
 class LayerParallelism(StrictModel):
-    """HyPar-style per-layer choice between data and model parallelism."""
+    """HyPar (Song et al., HPCA 2019): one layer's choice between data and model parallelism at each level
+    of halving the data-parallel array (level 1 = the top cut between the two halves of the whole array).
+
+    ``levels`` holds one choice per level. ``parallelism`` alone (older files, or a hand-written "this
+    layer is model-parallel") means that choice at *every* level; with ``levels`` it is the top-level
+    choice and is filled in from ``levels[0]``, so readers that only know ``parallelism`` see the cut
+    that crosses the array's root links. Layers a mapping does not list are data-parallel at every level.
+    """
 
     layer: Annotated[int, Field(ge=0)]
-    parallelism: Literal["dp", "mp"]
+    parallelism: HyparChoice | None = Field(
+        None, description="alone: the choice at every level; with levels: the top-level choice (levels[0])"
+    )
+    levels: list[HyparChoice] = Field(
+        default_factory=list, description="one choice per level of halving, level 1 (the top cut) first"
+    )
+
+    @model_validator(mode="after")
+    def _one_meaning(self) -> LayerParallelism:
+        if self.parallelism is None and not self.levels:
+            raise ValueError("parallelism: give parallelism (every level) or levels (one choice per level)")
+        if self.levels:
+            if self.parallelism is not None and self.parallelism != self.levels[0]:
+                raise ValueError(
+                    f"parallelism: '{self.parallelism}' differs from the top-level choice levels[0] = "
+                    f"'{self.levels[0]}'"
+                )
+            object.__setattr__(self, "parallelism", self.levels[0])
+        return self
+
+    def choices(self, levels: int) -> list[HyparChoice]:
+        """The choice at each of ``levels`` levels (top first); a single choice repeats at every level."""
+        if self.levels:
+            return list(self.levels)
+        assert self.parallelism is not None  # the validator guarantees one of the two
+        return [self.parallelism] * levels
 
 
 class StagePlacement(StrictModel):

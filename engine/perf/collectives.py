@@ -14,6 +14,8 @@ NCCL's ring and tree; hierarchical as in Megatron/NCCL over DGX nodes):
 - torus / multi-dimensional mesh: a group filling a box of grid coordinates runs the ring algorithm
   per dimension (bucket algorithm), data shrinking by each dimension's size.
 - tree: small messages (< 64 KiB): 2·log2(p) latency-bound steps of the whole message.
+- pairwise exchange (HyPar's halving levels): member i and member i XOR stride swap equal amounts, every
+  pair at once, each direction over its own route.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Literal
 
 from engine.hardware.graph import HardwareGraph
 
-Kind = Literal["all-reduce", "reduce-scatter", "all-gather", "broadcast", "p2p"]
+Kind = Literal["all-reduce", "reduce-scatter", "all-gather", "broadcast", "p2p", "exchange"]
 SMALL_MESSAGE_BYTES = 64 * 1024
 
 
@@ -189,8 +191,8 @@ def _merge(phases: list[Phase]) -> Phase:
     return Phase(dict(usage), phases[0].bytes_per_member, max(ph.latency_s for ph in phases))
 
 
-def point_to_point(hw: HardwareGraph, pairs: list[tuple[int, int]], nbytes: float) -> Collective:
-    """Parallel sends (member i of one group to member i of the next), ``nbytes`` each."""
+def _sends(hw: HardwareGraph, pairs: list[tuple[int, int]], nbytes: float) -> Phase | None:
+    """Concurrent sends of ``nbytes`` each over their own routes, as one phase (None: nothing moves)."""
     usage: Counter = Counter()
     latency = 0.0
     for a, b in pairs:
@@ -199,6 +201,27 @@ def point_to_point(hw: HardwareGraph, pairs: list[tuple[int, int]], nbytes: floa
         route = hw.device_route(a, b)
         usage.update(route)
         latency = max(latency, _route_latency(hw, route))
-    if not usage:
+    return Phase(dict(usage), nbytes, latency) if usage else None
+
+
+def point_to_point(hw: HardwareGraph, pairs: list[tuple[int, int]], nbytes: float) -> Collective:
+    """Parallel sends (member i of one group to member i of the next), ``nbytes`` each."""
+    phase = _sends(hw, pairs, nbytes)
+    if phase is None:
         return Collective("p2p", "none", ())
-    return Collective("p2p", "direct", (Phase(dict(usage), nbytes, latency),))
+    return Collective("p2p", "direct", (phase,))
+
+
+def pairwise_exchange(hw: HardwareGraph, group: list[int], stride: int, nbytes: float) -> Collective:
+    """Member i of ``group`` sends ``nbytes`` to member i XOR ``stride`` — so every pair swaps, both
+    directions — all at once on the real routes. With ``stride`` = p / 2^h this is the exchange between
+    the two halves of every level-h group of HyPar's array (Song et al., HPCA 2019): the halves of a
+    group sit ``stride`` apart in the array order, and each member carries its share of the group's tensor.
+    """
+    p = len(group)
+    if stride < 1 or p % (2 * stride):
+        raise ValueError(f"a pairwise exchange at stride {stride} needs a multiple of {2 * stride} members, got {p}")
+    phase = _sends(hw, [(group[i], group[i ^ stride]) for i in range(p)], nbytes) if nbytes > 0 else None
+    if phase is None:
+        return Collective("exchange", "none", ())
+    return Collective("exchange", "pairwise", (phase,))

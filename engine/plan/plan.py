@@ -204,6 +204,10 @@ def _layers(workload: WorkloadGraph, indices: list[int]) -> list[list[Op]]:
 def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> Plan:
     m = project.mapping
     run = project.run
+    if m.layer_parallelism and run.mode is Mode.train:
+        from engine.plan.hypar_plan import build_hypar_plan  # imports this module
+
+        return build_hypar_plan(project, hw, workload)
     elem = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}[run.dtype.value]
     v = m.interleave if m.schedule is Schedule.interleaved else 1
     groups = stage_groups(hw.devices, m)
@@ -305,6 +309,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         if forward:
             chosen = ", ".join(f"{n} × {flow}" for flow, n in forward.most_common())
             notes.append(f"stage {st.rank}: SRAM tiling of forward matmuls per micro-batch: {chosen}")
+    if m.layer_parallelism:
+        notes.append("mapping.layer_parallelism (HyPar) partitions training; this inference run ignores it")
     return Plan(
         notes=notes,
         project=project,

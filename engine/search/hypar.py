@@ -157,13 +157,21 @@ def levels_for(accelerators: int) -> int:
 
 
 def _partition(
-    layers: list[HyparLayer], accelerators: int, batch: int, elem_bytes: int, fixed: Choice | None
+    layers: list[HyparLayer],
+    accelerators: int,
+    batch: int,
+    elem_bytes: int,
+    fixed: Choice | None,
+    given: list[list[Choice]] | None = None,
 ) -> Partition:
     part = Partition(layers, batch, accelerators, elem_bytes)
     b_scale = [1.0] * len(layers)
     w_scale = [1.0] * len(layers)
     for h in range(1, levels_for(accelerators) + 1):
-        if fixed is None:
+        if given is not None:
+            choices = list(given[h - 1])
+            cost = level_cost(layers, choices, batch, b_scale, w_scale)
+        elif fixed is None:
             cost, choices = best_level(layers, batch, b_scale, w_scale)
         else:
             choices = [fixed] * len(layers)
@@ -187,3 +195,16 @@ def hypar(layers: list[HyparLayer], accelerators: int, batch: int, dtype: str = 
 def uniform(layers: list[HyparLayer], accelerators: int, batch: int, dtype: str, choice: Choice) -> Partition:
     """Every layer at every level the same choice: the pure data- or model-parallel baselines."""
     return _partition(layers, accelerators, batch, dtype_bytes(dtype), choice)
+
+
+def evaluate(
+    layers: list[HyparLayer], levels: list[list[Choice]], accelerators: int, batch: int, dtype: str = "fp32"
+) -> Partition:
+    """The communication of a given partition — ``levels[h - 1]`` holds every layer's choice at level h —
+    e.g. one read back from a project's ``mapping.layer_parallelism`` or edited by hand."""
+    if len(levels) != levels_for(accelerators) or any(len(c) != len(layers) for c in levels):
+        raise InputError(
+            "HyPar partition",
+            f"expected {levels_for(accelerators)} levels of {len(layers)} choices for {accelerators} accelerators",
+        )
+    return _partition(layers, accelerators, batch, dtype_bytes(dtype), None, levels)

@@ -1,23 +1,22 @@
 """HyPar results as JSON and text, and written into a project's ``mapping.layer_parallelism``.
 
-The mapping holds one choice per layer, so a multi-level partition is written as its top-level choices
-(the cut between the two halves of the whole array, which crosses the array's root links).
-
-The event engine does not model per-layer model parallelism yet: it accepts ``layer_parallelism`` but
-runs every CNN layer data-parallel. Comparing HyPar with pure dp on it needs (1) a choice per level
-per layer in the IR (e.g. ``parallelism: ["dp", "dp", "mp", "mp"]``); (2) in the plan, each layer's
-per-device batch and weight shares (Π over levels of ½ for dp resp. mp) applied to its op costs and
-memory; (3) per level h, collectives on the 2^(h-1) pairs of half-groups: the ΔW all-reduce of dp layers
-restricted to the levels that chose dp, the partial-sum reduce of F_{l+1} for mp layers, and the
-dp↔mp transition exchanges (¼ A(F) + ¼ A(E), ½ A(E)) as pairwise sends between layers; (4) the DP
-barrier only over dp layers. See ``engine.search.hypar`` for the tensor accounting.
+``apply_partition`` writes the whole partition — every layer's choice at every level — plus the mapping the
+array needs (dp = accelerators, tp = pp = 1, the partition's batch as one step), so ``tilewright run`` (or
+the studio) simulates exactly what the search counted. The plan (``engine.plan.hypar_plan``) then gives
+each layer its per-device batch and weight shares (Π over levels of ½ for dp resp. mp) in its op costs and
+memory, and turns each level's communication into pairwise exchanges between the halves of every group
+(device i with i XOR N/2^h): ΔW of dp layers as the gradient reduction, partial sums of mp layers after
+their forward pass, the dp↔mp transitions (¼ A(F) + ¼ A(E), ½ A(E)) where those tensors are produced. The
+bytes moved per step equal ``Partition.total_bytes``. ``engine.search.hypar_compare`` simulates a partition
+next to pure data parallelism on a system (``tilewright hypar --simulate``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.ir.mapping import LayerParallelism
+from engine.errors import InputError, Problem
+from engine.ir.mapping import LayerParallelism, Mapping
 from engine.ir.project import Project
 from engine.search.hypar import Partition
 
@@ -68,10 +67,25 @@ def partition_text(data: dict[str, Any]) -> str:
 
 
 def apply_partition(project: Project, best: Partition) -> Project:
-    """A copy of ``project`` whose ``mapping.layer_parallelism`` holds the top-level choices."""
+    """A copy of ``project`` that simulates ``best``: ``mapping.layer_parallelism`` holds every layer's
+    choice at every level, and the mapping is HyPar's array — dp = the partition's accelerators, tp = pp =
+    interleave = 1, no ZeRO or recomputation — running the partition's batch as one global batch of one
+    micro-batch (batch / accelerators samples per device)."""
     if not best.levels:
         return project.model_copy(deep=True)
-    top = best.levels[0]
-    chosen = [LayerParallelism(layer=lay.index, parallelism=c) for lay, c in zip(best.layers, top.choices, strict=True)]
-    mapping = project.mapping.model_copy(update={"layer_parallelism": chosen})
-    return project.model_copy(update={"mapping": mapping}, deep=True)
+    n, batch = best.accelerators, best.batch
+    if batch % n:
+        raise InputError(
+            "HyPar partition", Problem("batch", f"{batch} is not a multiple of {n} accelerators (whole samples)")
+        )
+    chosen = [
+        LayerParallelism(layer=lay.index, levels=[lv.choices[i] for lv in best.levels])
+        for i, lay in enumerate(best.layers)
+    ]
+    data = project.mapping.model_dump()
+    data.update(
+        tp=1, pp=1, dp=n, interleave=1, zero=0, recompute="none", stages=[], micro_batch=batch // n,
+        global_batch=batch, layer_parallelism=[lp.model_dump() for lp in chosen],
+        schedule="1f1b" if data["schedule"] == "interleaved-1f1b" else data["schedule"],
+    )
+    return project.model_copy(update={"mapping": Mapping.model_validate(data)}, deep=True)

@@ -188,6 +188,7 @@ class EventEngine:
         path, for passes ``_fast_pass`` cannot account. First waits out any fast-path time still owed."""
         plan, env, lane = self.plan, self.env, self.lanes[(r, u)]
         cat = CATEGORY_OF_PASS[ps.kind]
+        tag = getattr(ps, "name", "") or ps.kind  # inference passes are named ("prefill", "decode token 3")
         owed = self._owed.pop((r, u), 0.0)
         if owed:
             yield env.timeout(owed)
@@ -201,7 +202,7 @@ class EventEngine:
             took = env.now - start
             ledger.times[cat] += min(seg.compute_s, took)
             ledger.times["memory_stall"] += max(0.0, took - seg.compute_s)
-            self.rec.slice(lane, start, took, cat, f"{seg.label} {ps.kind}", r, step.micro_batch, seg.layer)
+            self.rec.slice(lane, start, took, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
             if seg.comm:
                 start = env.now
                 yield from self._tensor_collective(r, u, plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1]))
@@ -219,8 +220,9 @@ class EventEngine:
         cat = CATEGORY_OF_PASS[ps.kind]
         if self.segment_slices:
             t = t0
+            tag = getattr(ps, "name", "") or ps.kind
             for seg in ps.segments:
-                t = self._account(r, u, seg, t, cat, ps.kind, step, ledger)
+                t = self._account(r, u, seg, t, cat, tag, step, ledger)
         else:
             busy, compute, comm, label = self._pass_totals(r, u[0], ps)
             times = ledger.times
@@ -237,12 +239,12 @@ class EventEngine:
 
     def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> tuple[float, float, float, str]:
         """(busy, compute, tensor-parallel comm seconds, slice label) of a fast-path pass, once."""
-        key = (r, j, id(ps))
+        key = (r, j, getattr(ps, "cache_key", ()) or id(ps))
         hit = self._totals.get(key)
         if hit is None:
             comm = sum(self.plan.tp_time(r, j, *seg.comm) for seg in ps.segments if seg.comm)
             segs = ps.segments
-            label = f"{segs[0].label}…{segs[-1].label} {ps.kind}" if segs else ps.kind
+            label = getattr(ps, "name", "") or (f"{segs[0].label}…{segs[-1].label} {ps.kind}" if segs else ps.kind)
             hit = self._totals[key] = (ps.busy_s, ps.compute_s, comm, label)
         return hit
 

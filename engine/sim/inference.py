@@ -1,136 +1,145 @@
-"""Inference: prefill of the prompt, then token-by-token decode against a KV cache.
+"""Inference without an event queue: the request's phases (``engine.sim.inference_phases``) through the
+pipeline by recurrence, with uncontended collectives and sends — the analytic engine's answer, which
+the event engine (``engine.sim.inference_engine``) matches with contention switched off.
 
-Prefill is a forward pass of ``prompt_tokens`` through the pipeline; time to first token (TTFT) is
-its length plus the first decode step. Each decode step runs every op for one new token: matmuls
-shrink to one row per sequence (memory-bound on the weights), attention reads the whole cached
-context (2·context·kv_dim elements per layer per sequence). Tensor-parallel collectives carry one
-token's activations, so they are latency-bound. Time per output token (TPOT) is the mean decode
-step. Costs come from the same op and collective models as training; the pipeline runs one request
-batch, so stages add up.
+Time to first token (TTFT): until every sequence of the batch has its first generated token, i.e. the end
+of the last micro-batch's first decode step. Time per output token (TPOT): the decode time after the
+prefill, divided by the number of output tokens.
 """
 
 from __future__ import annotations
 
-from engine.ir.ops import Op, OpKind
-from engine.ir.workload import LlamaSpec, TransformerDims
-from engine.plan.passes import ChunkPass, PassContext, forward_pass
-from engine.plan.plan import Plan
+from dataclasses import dataclass, field
+
+from engine.perf.collectives import Collective
+from engine.plan.passes import ChunkPass
+from engine.plan.plan import Plan, scaled
 from engine.results.result import MemoryTrack, Result, memory_verdict
-from engine.sim.recorder import Recorder
-from engine.workloads import build_workload
-
-QUADRATIC = {OpKind.attention, OpKind.softmax}
+from engine.results.timeline import Timeline
+from engine.sim.inference_phases import InferencePhases, inference_phases
 
 
-def _kv_dim(dims: TransformerDims) -> int:
-    head = dims.hidden // dims.heads
-    kv_heads = dims.kv_heads_n if isinstance(dims, LlamaSpec) else dims.heads
-    return kv_heads * head
+@dataclass
+class RequestTimes:
+    """What both inference engines measure: phase ends and the busiest stage's time breakdown."""
+
+    end: float = 0.0
+    prefill_end: float = 0.0  # the last micro-batch leaves the last stage's prefill
+    first_token: float = 0.0  # the last micro-batch leaves the last stage's first decode step
+    flops: float = 0.0  # per device, summed over every pass of every stage
+    breakdown: dict[str, float] = field(default_factory=dict)
 
 
-def _per_token(op: Op, seq: int, context: int, kv_dim: int) -> Op:
-    """The op for one new token attending over ``context`` cached tokens."""
-    quadratic = op.kind in QUADRATIC or (op.selective and op.kind is OpKind.dropout)
-    scale = context / (seq * seq) if quadratic else 1.0 / seq
-    update = {
-        "flops": op.flops * scale,
-        "in_elems": op.in_elems * scale,
-        "out_elems": op.out_elems * scale,
-        "saved_elems": 0.0,
-        "gemm": (1, op.gemm[1], op.gemm[2]) if op.gemm else None,
-    }
-    if op.kind is OpKind.attention:
-        update["in_elems"] = op.in_elems / seq + 2.0 * context * kv_dim  # this token's q,k,v + the KV cache
-    return op.model_copy(update=update)
+def pipeline_send(plan: Plan, phases: InferencePhases, r: int, tokens: int, replica: int = 0) -> Collective:
+    """Stage ``r``'s send of one micro-batch's ``tokens`` per sequence to stage r + 1."""
+    return scaled(plan.p2p(r, replica, False), phases.p2p_scale(tokens))
 
 
-def _pass_time(plan: Plan, rank: int, ps: ChunkPass, acc: dict[str, float], weight: float = 1.0) -> float:
-    """Duration of a pass; adds its compute, memory stall and collective time (× weight) to ``acc``."""
-    comm = sum(plan.tp_time(rank, 0, *seg.comm) for seg in ps.segments if seg.comm)
-    acc["compute"] += weight * ps.compute_s
-    acc["memory_stall"] += weight * (ps.busy_s - ps.compute_s)
-    acc["tp_comm"] += weight * comm
-    acc["flops"] += weight * ps.flops
-    return ps.busy_s + comm
+def phase_pass(phases: InferencePhases, r: int, p: int) -> ChunkPass:
+    """Phase 0 is the prefill; phase p ≥ 1 is decode step p − 1."""
+    return phases.prefill[r] if p == 0 else phases.decode(r, p - 1)
 
 
-def simulate_inference(plan: Plan) -> Result:
+def inference_result(
+    plan: Plan, phases: InferencePhases, times: RequestTimes, memory: list[MemoryTrack], *,
+    engine: str, timeline: Timeline, links=(), events: int = 0, lane_devices=None,
+    critical: list[tuple[str, float, float]] | None = None,
+) -> Result:
     project = plan.project
-    run, m = project.run, project.mapping
-    dims = project.workload if isinstance(project.workload, TransformerDims) else None
-    batch, prompt, new = run.inference.batch, run.inference.prompt_tokens, run.inference.output_tokens
-    rec = Recorder()
-    stage_lanes = [rec.timeline.lane(f"stage {r}", "compute") for r in range(plan.pp)]
-    if dims is None:  # a CNN or MLP: one forward pass of the batch is the whole request
-        seq_spec, kv_dim = project.workload, 0
-    else:
-        seq_spec, kv_dim = dims.model_copy(update={"seq_len": prompt}), _kv_dim(dims)
-    prefill_graph = build_workload(seq_spec)
-    t = 0.0
-    acc = dict.fromkeys(("compute", "memory_stall", "tp_comm", "pp_comm", "flops"), 0.0)
-    for r, st in enumerate(plan.stages):
-        ctx = PassContext(st.dev, batch, m.tp, m.sequence_parallel, plan.elem_bytes)
-        layers = [prefill_graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
-        dur = _pass_time(plan, r, forward_pass(layers, ctx), acc)
-        rec.slice(stage_lanes[r], t, dur, "compute", "prefill", r, 0, -1)
-        send = plan.p2p(r, 0, False).time(plan.hw) if r < plan.pp - 1 else 0.0
-        acc["pp_comm"] += send
-        t += dur + send
-    prefill = t
-    steps = []
-    if dims is not None:
-        samples = sorted({prompt, prompt + new // 2, prompt + new - 1})
-        step_at = {}
-        for context in samples:
-            step = 0.0
-            weight = new / len(samples)  # the sampled steps stand for all decode steps in the breakdown
-            for r, st in enumerate(plan.stages):
-                ctx = PassContext(st.dev, batch, m.tp, False, plan.elem_bytes)
-                layers = [
-                    [_per_token(op, dims.seq_len, context, kv_dim) for op in plan.workload.layer_ops(i)]
-                    for c in sorted(st.chunk_layers)
-                    for i in st.chunk_layers[c]
-                ]
-                step += _pass_time(plan, r, forward_pass(layers, ctx), acc, weight)
-            step_at[context] = step
-        for k in range(new):  # decode time is affine in the context between the sampled points
-            c = prompt + k
-            lo = max(s for s in samples if s <= c)
-            hi = min((s for s in samples if s >= c), default=lo)
-            w = 0.0 if hi == lo else (c - lo) / (hi - lo)
-            steps.append(step_at[lo] * (1 - w) + step_at[hi] * w)
-        for k, dur in enumerate(steps):
-            rec.slice(stage_lanes[0], t, dur, "compute", f"decode token {k + 1}", 0, k, -1)
-            t += dur
-    tpot = sum(steps) / len(steps) if steps else 0.0
-    flops = acc.pop("flops") * m.tp
-    memory = []
-    for st in plan.stages:
-        layers = sum(len(v) for v in st.chunk_layers.values())
-        kv = 2.0 * layers * kv_dim * (prompt + new) * batch * plan.elem_bytes / m.tp if dims else 0.0
-        row = {"weights": st.state.weights, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0,
-               "kv_cache": kv, "workspace": st.workspace * batch / max(m.micro_batch, 1)}
-        node = plan.hw.devices[st.groups[0][0]].node
-        memory.append(MemoryTrack(node, st.capacity, [0.0, t], {k: [v, v] for k, v in row.items()}))
+    m = project.mapping
+    new = phases.decode_steps
     peak_row, oom = memory_verdict(memory)
+    flops = times.flops * m.tp
     return Result(
         project=project.name,
         mode="infer",
-        engine=run.engine.value,
-        iteration_time_s=t,
-        samples_per_iteration=batch,
-        tokens_per_sample=max(new, 1) if dims else 1,
+        engine=engine,
+        iteration_time_s=times.end,
+        samples_per_iteration=phases.batch,
+        tokens_per_sample=max(new, 1) if phases.dims is not None else 1,
         model_flops_per_iteration=flops,
         hardware_flops_per_iteration=flops,
         devices=m.tp * m.pp,
         peak_flops_per_device=plan.stages[0].dev.peak_flops,
         memory_breakdown_bytes=peak_row,
-        time_breakdown_s=acc,
-        ttft_s=prefill + (steps[0] if steps else 0.0),
-        tpot_s=tpot,
+        time_breakdown_s=times.breakdown,
+        events=events,
+        ttft_s=times.first_token if new else times.prefill_end,
+        tpot_s=(times.end - times.prefill_end) / new if new else 0.0,
         oom=oom,
-        timeline=rec.timeline,
+        timeline=timeline,
+        link_utilisation=list(links),
         memory=memory,
-        notes=list(plan.notes),
-        critical_path=[("request", 0.0, t)],
+        notes=list(plan.notes) + [
+            f"inference: {phases.micro_batches} micro-batch(es) of {phases.micro_batch} sequence(s) in flight"
+        ],
+        critical_path=critical or [("request", 0.0, times.end)],
+        lane_devices=dict(lane_devices or {}),
     )
+
+
+def _pass_parts(plan: Plan, r: int, ps: ChunkPass) -> tuple[float, float, float, float]:
+    """(duration, compute, memory stall, tp comm) of a pass, uncontended (the DRAM stream as the event
+    engine's uncontended segment time)."""
+    comm = sum(plan.tp_time(r, 0, *seg.comm) for seg in ps.segments if seg.comm)
+    busy = sum(plan.segment_seconds(r, seg) for seg in ps.segments) if ps.has_dram else ps.busy_s
+    return busy + comm, ps.compute_s, busy - ps.compute_s, comm
+
+
+def simulate_inference(plan: Plan) -> Result:
+    """The analytic inference engine."""
+    phases = inference_phases(plan)
+    pp, mbs, n = plan.pp, phases.micro_batches, phases.decode_steps
+    tl = Timeline()
+    lanes = [tl.lane(f"stage {r}", "compute") for r in range(pp)]
+    sends = [
+        {tokens: pipeline_send(plan, phases, r, tokens).time(plan.hw) for tokens in (phases.prompt, 1)}
+        for r in range(pp - 1)
+    ]
+    free = [0.0] * pp
+    arrive: dict[tuple[int, int, int], float] = {}
+    last = pp - 1
+    acc = {k: 0.0 for k in ("compute", "memory_stall", "tp_comm", "pp_comm", "bubble")}
+    times = RequestTimes()
+    for p in range(1 + n):
+        parts = [_pass_parts(plan, r, phase_pass(phases, r, p)) for r in range(pp)]
+        times.flops += mbs * sum(phase_pass(phases, r, p).flops for r in range(pp))
+        for mb in range(mbs):
+            for r in range(pp):
+                dep = arrive[(p, mb, r - 1)] if r > 0 else (arrive[(p - 1, mb, last)] if p > 0 else 0.0)
+                start = max(free[r], dep)
+                dur, comp, stall, comm = parts[r]
+                end = start + dur
+                if r == last:
+                    acc["compute"] += comp
+                    acc["memory_stall"] += stall
+                    acc["tp_comm"] += comm
+                    if dep > free[r]:  # waited: the send's share is pp_comm, the rest is bubble
+                        sent = dep - (sends[r - 1][phases.prompt if p == 0 else 1] if r > 0 else 0.0)
+                        c = min(dep - free[r], max(0.0, dep - max(sent, free[r])))
+                        acc["pp_comm"] += c
+                        acc["bubble"] += dep - free[r] - c
+                name = "prefill" if p == 0 else f"decode token {p}"
+                tl.add(lanes[r], start, dur, "compute", name, r, mb, -1)
+                free[r] = end
+                arrive[(p, mb, r)] = end + (sends[r][phases.prompt if p == 0 else 1] if r < last else 0.0)
+        if p == 0:
+            times.prefill_end = free[last]
+        if p == 1:
+            times.first_token = free[last]
+    times.end = free[last]
+    acc["bubble"] += max(0.0, times.end - sum(acc.values()))
+    times.breakdown = acc
+    memory = []
+    for r, st in enumerate(plan.stages):
+        kv = phases.kv_bytes_per_token[r] * mbs * (phases.prompt + n)
+        row = {"weights": st.state.weights, "gradients": 0.0, "optimizer": 0.0, "activations": 0.0,
+               "kv_cache": kv, "workspace": workspace(plan, phases, r)}
+        node = plan.hw.devices[st.groups[0][0]].node
+        memory.append(MemoryTrack(node, st.capacity, [0.0, times.end], {k: [v, v] for k, v in row.items()}))
+    return inference_result(plan, phases, times, memory, engine="analytic", timeline=tl)
+
+
+def workspace(plan: Plan, phases: InferencePhases, r: int) -> float:
+    """The stage's largest op workspace, for one micro-batch of the request."""
+    return plan.stages[r].workspace * phases.micro_batch / max(plan.micro_batch, 1)
