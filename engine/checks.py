@@ -137,6 +137,36 @@ def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     return out
 
 
+def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
+    """Each ``mapping.fusion`` chain must be consecutive ops of some layer, each consuming the one before,
+    with no tensor-parallel collective between them (the tensor would leave the chip there)."""
+    from engine.plan.passes import collective_between
+
+    out: list[Problem] = []
+    layers = [graph.layer_ops(li.index) for li in graph.layers]
+    for i, chain in enumerate(m.fusion):
+        where = f"mapping.fusion.{i}"
+        found = None
+        for ops in layers:
+            names = [op.name.split(".", 1)[-1] for op in ops]
+            for start in range(len(names) - len(chain) + 1):
+                if names[start : start + len(chain)] == chain:
+                    found = ops[start : start + len(chain)]
+                    break
+            if found:
+                break
+        if found is None:
+            out.append(Problem(where, f"{chain} are not consecutive ops of any layer of the workload"))
+            continue
+        for a, b in zip(found, found[1:], strict=False):
+            if b.inputs and a.name not in b.inputs:
+                out.append(Problem(where, f"{b.name.split('.', 1)[-1]} does not consume {a.name.split('.', 1)[-1]}"))
+            elif collective_between(a, b, m.tp):
+                out.append(Problem(where, f"a tensor-parallel collective separates {a.name.split('.', 1)[-1]} "
+                                   f"and {b.name.split('.', 1)[-1]} at tp {m.tp}: that tensor leaves the chip"))
+    return out
+
+
 def check_project(project: Project) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent."""
     from engine.workloads import build_workload
@@ -154,6 +184,7 @@ def check_project(project: Project) -> list[Problem]:
     out += _pipeline_checks(len(graph.block_layers), m)
     out += _stage_checks(project, len(graph.layers), capacity)
     out += _hypar_checks(m, graph)
+    out += _fusion_checks(m, graph)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
         if name not in memories:

@@ -115,6 +115,11 @@ class Mapping(StrictModel):
     placement: PlacementStrategy = PlacementStrategy.row_major
     stages: list[StagePlacement] = Field(default_factory=list, description="explicit placement overrides")
     layer_parallelism: list[LayerParallelism] = Field(default_factory=list)
+    fusion: list[Annotated[list[str], Field(min_length=2)]] = Field(
+        default_factory=list,
+        description="chains of consecutive ops of a layer fused on chip, by their name within the layer "
+        "(e.g. ['mlp_up', 'activation', 'mlp_down']): the intermediates never round-trip to DRAM",
+    )
     memory_levels: dict[MemoryCategory, str] = Field(
         default_factory=dict, description="memory name holding each category; empty = the device's own"
     )

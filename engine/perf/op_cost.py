@@ -52,16 +52,29 @@ def shard(op: Op, tp: int, sequence_parallel: bool) -> int:
 
 
 def op_time(
-    op: Op, dev: DeviceModel, micro_batch: int, tp: int, sequence_parallel: bool, backward: bool, elem_bytes: int
+    op: Op,
+    dev: DeviceModel,
+    micro_batch: int,
+    tp: int,
+    sequence_parallel: bool,
+    backward: bool,
+    elem_bytes: int,
+    fused_in: bool = False,
+    fused_out: bool = False,
 ) -> OpTime:
+    """``fused_in``/``fused_out``: the op's input comes from / its output goes to a fused neighbour on
+    chip (``mapping.fusion``), so that tensor — and in the backward its gradient — skips local DRAM."""
     k = shard(op, tp, sequence_parallel)
     flops = (op.backward_flops if backward else op.flops) * micro_batch / k
     w_elems = op.params / (tp if op.split in TP_SPLITS else 1)
-    act_elems = (op.in_elems + op.out_elems) * micro_batch / k
-    if backward:
-        traffic_elems = 2 * w_elems + act_elems + op.in_elems * micro_batch / k
+    in_elems, out_elems = op.in_elems * micro_batch / k, op.out_elems * micro_batch / k
+    act_elems = in_elems + out_elems
+    if backward:  # reads weights, saved input and output gradient; writes input and weight gradients
+        traffic_elems = 2 * w_elems + act_elems + in_elems
     else:
         traffic_elems = w_elems + act_elems
+    if dev.local_dram is not None:  # fusion keeps the intermediate (and its gradient) in SRAM
+        traffic_elems -= (in_elems if fused_in else 0.0) + (out_elems if fused_out else 0.0)
     if op.kind in MATRIX_KINDS:
         eff = dev.matmul_efficiency(flops)
         if op.gemm is not None:

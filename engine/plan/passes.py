@@ -62,6 +62,38 @@ class PassContext:
     tp: int
     sequence_parallel: bool
     elem_bytes: int
+    fused: frozenset[tuple[str, str]] = frozenset()  # (producer, consumer) names within a layer, on chip
+
+
+def fused_edges(chains: list[list[str]]) -> frozenset[tuple[str, str]]:
+    """``mapping.fusion`` chains as the producer → consumer edges they keep on chip."""
+    return frozenset((a, b) for chain in chains for a, b in zip(chain, chain[1:], strict=False))
+
+
+def local_name(op: Op) -> str:
+    """An op's name within its layer ("block3.mlp_up" → "mlp_up"), what ``mapping.fusion`` names."""
+    return op.name.split(".", 1)[-1]
+
+
+def collective_between(a: Op, b: Op, tp: int) -> bool:
+    """Megatron puts a tensor-parallel collective after a row-split op (forward) and before a
+    column-split op's backward: the tensor leaves the chip there, so that edge cannot be fused."""
+    if tp <= 1:
+        return False
+    return (_weighted(a) and a.split is TensorSplit.row) or (_weighted(b) and b.split is TensorSplit.column)
+
+
+def _fusion_flags(ops: list[Op], fused: frozenset[tuple[str, str]]) -> list[tuple[bool, bool]]:
+    """(input fused, output fused) per op of one layer, in order."""
+    if not fused:
+        return [(False, False)] * len(ops)
+    names = [local_name(op) for op in ops]
+    flags = []
+    for i, n in enumerate(names):
+        fin = i > 0 and (names[i - 1], n) in fused
+        fout = i + 1 < len(names) and (n, names[i + 1]) in fused
+        flags.append((fin, fout))
+    return flags
 
 
 class _Builder:
@@ -70,9 +102,9 @@ class _Builder:
         self.out = ChunkPass(kind)
         self._open: Segment | None = None
 
-    def add_op(self, op: Op, backward: bool) -> None:
+    def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False)) -> None:
         c = self.ctx
-        t = op_time(op, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes)
+        t = op_time(op, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused)
         seg = self._open
         if seg is None:
             seg = self._open = Segment(
@@ -121,7 +153,8 @@ def forward_pass(
     sp = ctx.sequence_parallel
     prev_column = False
     for ops in layers:
-        for op in ops:
+        flags = _fusion_flags(ops, ctx.fused)
+        for op, fused in zip(ops, flags, strict=True):
             if only_selective:
                 if op.selective:
                     b.add_op(op, backward=False)
@@ -129,7 +162,7 @@ def forward_pass(
             column = _column(op)
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
                 b.comm("all-gather", op.in_elems, op.layer, op.name)
-            b.add_op(op, backward=False)
+            b.add_op(op, backward=False, fused=fused)
             if _weighted(op) and (
                 op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)
             ):
@@ -145,13 +178,14 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
     sp = ctx.sequence_parallel
     pending: Op | None = None
     for ops in reversed(layers):
-        for op in reversed(ops):
+        flags = _fusion_flags(ops, ctx.fused)
+        for op, fused in zip(reversed(ops), reversed(flags), strict=True):
             if pending is not None and not _column(op):
                 b.comm(_reduce(sp), pending.in_elems, pending.layer, pending.name)
                 pending = None
             if sp and op.split is TensorSplit.row and _weighted(op):
                 b.comm("all-gather", op.out_elems, op.layer, op.name)
-            b.add_op(op, backward=True)
+            b.add_op(op, backward=True, fused=fused)
             if _column(op):
                 pending = op
     if pending is not None:

@@ -24,7 +24,7 @@ from engine.perf.memory import (
     params_on_device,
     workspace_bytes,
 )
-from engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass
+from engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from engine.plan.placement import split_layers, stage_groups
 from engine.workloads.graph import WorkloadGraph
 
@@ -230,7 +230,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         first = groups[r][0][0]
         d = hw.devices[first]
         dev = device_model(d.compute, d.memories, remote_memory(hw, first), run.dtype)
-        ctx = PassContext(dev, m.micro_batch, m.tp, m.sequence_parallel, elem)
+        ctx = PassContext(dev, m.micro_batch, m.tp, m.sequence_parallel, elem, fused_edges(m.fusion))
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
         passes: dict[tuple[int, str], ChunkPass] = {}
         act: dict[int, float] = {}

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from engine.ir.ops import Op, OpKind, TensorSplit
+from engine.ir.ops import Op
 from engine.perf.device import DeviceModel
 from engine.perf.op_cost import TP_SPLITS, op_time, shard
+from engine.plan.passes import collective_between
 
 TILE_LEVELS = 6  # row tiles of 1, 1/2, …, 1/32 of the micro-batch
 
@@ -42,21 +43,12 @@ class FusedLayer:
         return self.default_s / self.optimized_s if self.optimized_s > 0 else 1.0
 
 
-def _collective_between(a: Op, b: Op, tp: int) -> bool:
-    """Megatron puts a tensor-parallel collective after a row-split op (forward) and before a
-    column-split op's backward: the tensor leaves the chip there, so that edge cannot be fused."""
-    if tp <= 1:
-        return False
-    weighted = lambda op: op.params > 0 and op.kind in (OpKind.matmul, OpKind.fc, OpKind.conv, OpKind.embedding)  # noqa: E731
-    return (weighted(a) and a.split is TensorSplit.row) or (weighted(b) and b.split is TensorSplit.column)
-
-
 def _edges(ops: list[Op], tp: int) -> list[int]:
     """i such that op i+1 consumes op i's output on the same chip (a chain link that could be fused)."""
     out = []
     for i in range(len(ops) - 1):
         consumes = not ops[i + 1].inputs or ops[i].name in ops[i + 1].inputs
-        if consumes and not _collective_between(ops[i], ops[i + 1], tp):
+        if consumes and not collective_between(ops[i], ops[i + 1], tp):
             out.append(i)
     return out
 

@@ -21,7 +21,7 @@ from functools import cached_property
 
 from engine.ir.ops import Op, OpKind
 from engine.ir.workload import LlamaSpec, TransformerDims
-from engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass
+from engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
 from engine.plan.plan import Plan
 from engine.workloads import build_workload
 
@@ -140,8 +140,9 @@ def inference_phases(plan: Plan) -> InferencePhases:
     mb = ph.micro_batch
     spec = dims.model_copy(update={"seq_len": inf.prompt_tokens}) if dims is not None else project.workload
     prefill_graph = build_workload(spec)
+    fused = fused_edges(m.fusion)
     for st in plan.stages:
-        ctx = PassContext(st.dev, mb, m.tp, m.sequence_parallel, plan.elem_bytes)
+        ctx = PassContext(st.dev, mb, m.tp, m.sequence_parallel, plan.elem_bytes, fused)
         layers = [prefill_graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
         ps = forward_pass(layers, ctx)
         ph.prefill.append(NamedPass(ps.kind, ps.segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
@@ -152,7 +153,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
                            inf.prompt_tokens + inf.output_tokens - 1}):
         per_stage = []
         for st in plan.stages:
-            ctx = PassContext(st.dev, mb, m.tp, False, plan.elem_bytes)
+            ctx = PassContext(st.dev, mb, m.tp, False, plan.elem_bytes, fused)
             layers = [
                 [per_token(op, dims.seq_len, context, kv) for op in plan.workload.layer_ops(i)]
                 for c in sorted(st.chunk_layers)
