@@ -78,3 +78,30 @@ def test_decode_time_after_prefill_is_tpot_times_tokens():
     assert result.tpot_s > 0
     # TTFT covers the prefill and one decode step; the rest of the request is decode
     assert result.ttft_s + (n - 1) * result.tpot_s == pytest.approx(result.iteration_time_s, rel=0.05)
+
+
+def _batch(project, batch: int):
+    inference = project.run.inference.model_copy(update={"batch": batch})
+    return project.model_copy(update={"run": project.run.model_copy(update={"inference": inference})})
+
+
+def test_one_sequence_decodes_no_slower_than_several():
+    """A fixed per-kernel cost is paid once, not once per padded tile row (a batch-1 GEMM once cost more
+    than a batch-8 one)."""
+    one, four = simulate(_batch(_project(), 1)), simulate(_batch(_project(), 4))
+    assert one.tpot_s <= four.tpot_s
+    assert one.ttft_s <= four.ttft_s
+
+
+def test_an_encoder_answers_in_one_pass():
+    from engine.ir import BertSpec, Mapping, Project, RunSettings
+    from engine.presets import load_system
+
+    bert = BertSpec(name="bert-test", layers=4, hidden=512, heads=8, seq_len=256)
+    project = Project(name="bert", hardware=load_system("dgx-a100"), workload=bert, mapping=Mapping(tp=2),
+                      run=RunSettings(mode="infer", inference={"prompt_tokens": 128, "output_tokens": 16, "batch": 2}))
+    result = simulate(project)
+    assert result.tpot_s == 0.0
+    assert result.ttft_s == result.iteration_time_s > 0
+    assert result.memory_breakdown_bytes["kv_cache"] == 0.0
+    assert not any("decode" in s for s in result.timeline.labels)

@@ -106,11 +106,14 @@ class Compute(StrictModel):
     comment: str = ""
 
     def peak(self, dtype: DType | str) -> float:
-        """Peak FLOP/s for ``dtype``, falling back to the nearest wider type the device has."""
-        order = [DType.fp8, DType.int8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
+        """Peak FLOP/s for ``dtype``, falling back to the nearest wider floating-point type the device has
+        (fp8 without fp8 units runs as fp16, not on integer units)."""
+        order = [DType.fp8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
         d = DType(dtype)
         if d in self.peak_flops:
             return self.peak_flops[d]
+        if d is DType.int8:
+            order = [DType.int8, *order[1:]]
         for cand in order[order.index(d) :] if d in order else order:
             if cand in self.peak_flops:
                 return self.peak_flops[cand]

@@ -76,11 +76,14 @@ def op_time(
     if dev.local_dram is not None:  # fusion keeps the intermediate (and its gradient) in SRAM
         traffic_elems -= (in_elems if fused_in else 0.0) + (out_elems if fused_out else 0.0)
     if op.kind in MATRIX_KINDS:
-        eff = dev.matmul_efficiency(flops)
+        # Tile and wave quantization pad the work: the GEMM runs like one of flops / shape_eff FLOPs, and
+        # the size curve (fixed launch and fill costs against throughput) applies to that padded work —
+        # so a fixed per-kernel cost is paid once, not once per wasted tile row.
+        padded = flops
         if op.gemm is not None:
             m_rows, n_cols, k_depth = _sharded_gemm(op, micro_batch, tp)
-            eff *= dev.compute.shape_efficiency(m_rows, n_cols, k_depth)
-        compute_s = flops / (dev.peak_flops * eff) if flops else 0.0
+            padded = flops / dev.compute.shape_efficiency(m_rows, n_cols, k_depth)
+        compute_s = padded / (dev.peak_flops * dev.matmul_efficiency(padded)) if flops else 0.0
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
     if dev.local_dram is not None or dev.remote_dram is None:

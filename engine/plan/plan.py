@@ -311,6 +311,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             notes.append(f"stage {st.rank}: SRAM tiling of forward matmuls per micro-batch: {chosen}")
     if m.layer_parallelism:
         notes.append("mapping.layer_parallelism (HyPar) partitions training; this inference run ignores it")
+    compute = stages[0].dev.compute
+    if run.dtype not in compute.peak_flops:
+        notes.append(f"the device has no {run.dtype.value} peak: its matmuls run at the nearest wider type's "
+                     f"({stages[0].dev.peak_flops / 1e12:.0f} TFLOP/s), storage stays {run.dtype.value}")
     return Plan(
         notes=notes,
         project=project,

@@ -56,7 +56,7 @@ def inference_result(
         engine=engine,
         iteration_time_s=times.end,
         samples_per_iteration=phases.batch,
-        tokens_per_sample=max(new, 1) if phases.dims is not None else 1,
+        tokens_per_sample=max(new, 1),
         model_flops_per_iteration=flops,
         hardware_flops_per_iteration=flops,
         devices=m.tp * m.pp,

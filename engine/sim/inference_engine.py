@@ -73,7 +73,7 @@ class InferenceEngine(EventEngine):
                     if prev is None:
                         cause = dep
                 started = env.now
-                if ph.dims is not None:
+                if kv_per_token:
                     ledger.memory(started, "kv_cache", kv_per_token * tokens)
                 self.times.flops += ps.flops
                 step = Step("F", mb, 0)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from engine.ir.ops import Op, OpKind
-from engine.ir.workload import LlamaSpec, TransformerDims
+from engine.ir.workload import BertSpec, LlamaSpec, TransformerDims
 from engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
 from engine.plan.plan import Plan
 from engine.workloads import build_workload
@@ -96,7 +96,8 @@ class InferencePhases:
 
     @property
     def decode_steps(self) -> int:
-        return self.new_tokens if self.dims is not None else 0
+        """Output tokens generated one by one; none for an encoder (BERT answers in its one pass)."""
+        return self.new_tokens if self.dims is not None and not isinstance(self.dims, BertSpec) else 0
 
     def decode(self, r: int, k: int) -> NamedPass:
         """Stage ``r``'s pass for decode step ``k`` (0-based: the token after prompt + k of context)."""
@@ -120,7 +121,7 @@ class InferencePhases:
     @cached_property
     def kv_bytes_per_token(self) -> list[float]:
         """Per stage, per device: the KV cache one micro-batch adds per token of context."""
-        if self.dims is None:
+        if self.decode_steps == 0:  # no cache: nothing is generated after the one pass
             return [0.0] * self.plan.pp
         out = []
         m = self.plan.project.mapping
@@ -146,7 +147,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
         layers = [prefill_graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
         ps = forward_pass(layers, ctx)
         ph.prefill.append(NamedPass(ps.kind, ps.segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
-    if dims is None:
+    if ph.decode_steps == 0:
         return ph
     kv = kv_dim(dims)
     for context in sorted({inf.prompt_tokens, inf.prompt_tokens + inf.output_tokens // 2,
