@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import cache
+from functools import lru_cache
 
 from engine.ir.mapping import Schedule
 from engine.sim.schedules import Step, predecessor, stage_order
@@ -26,7 +26,7 @@ class StageTimes:
     last_backward_start: dict[int, float] = field(default_factory=dict)  # chunk → start of it
 
 
-@cache
+@lru_cache(maxsize=64)  # a search asks for many shapes: keep the recent ones, not all
 def _orders(schedule: Schedule, pp: int, m: int, v: int) -> tuple[tuple[Step, ...], ...]:
     return tuple(tuple(stage_order(schedule, r, pp, m, v)) for r in range(pp))
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
 
 from engine.hardware.graph import HardwareGraph
 from engine.ir.common import dtype_bytes
@@ -35,6 +34,7 @@ from engine.perf.device import DeviceModel, device_capacity, device_model, remot
 from engine.perf.memory import activation_bytes, bytes_per_param, model_state, workspace_bytes
 from engine.perf.op_cost import op_time
 from engine.plan.hypar_comm import Exchange, HyparComm, hypar_comm, layer_choices, layer_tensors
+from engine.plan.memo import memo_method
 from engine.plan.passes import ChunkPass, Segment
 from engine.plan.placement import stage_groups
 from engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, Plan, StagePlan
@@ -58,7 +58,7 @@ class HyparPlan(Plan):
     comm: HyparComm | None = None
     array: list[int] = field(default_factory=list)  # device indices in array order (partners: i XOR stride)
 
-    @cache  # noqa: B019 - plans are short-lived and hashable by identity
+    @memo_method
     def tp_collective(self, rank: int, replica: int, kind: str, nbytes: float) -> Collective:
         level = exchange_level(kind)
         if level is None or self.comm is None:
@@ -79,11 +79,11 @@ class HyparPlan(Plan):
             phases += coll.phases
         return Collective("exchange", "pairwise" if phases else "none", tuple(phases))
 
-    @cache  # noqa: B019
+    @memo_method
     def dp_collective(self, rank: int, chunk: int) -> Collective:
         return self.weight_exchange()
 
-    @cache  # noqa: B019
+    @memo_method
     def dp_buckets(self, rank: int, chunk: int) -> tuple[Collective, Collective]:
         """Without overlap: nothing early, every ΔW after the last backward. With overlap (as the base
         plan does it): every layer's but the first's from the start of the last backward, the first

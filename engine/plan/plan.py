@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
 
 from engine.hardware.graph import HardwareGraph
 from engine.ir.mapping import Recompute, Schedule
@@ -24,6 +23,7 @@ from engine.perf.memory import (
     params_on_device,
     workspace_bytes,
 )
+from engine.plan.memo import memo_method
 from engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from engine.plan.placement import split_layers, stage_groups
 from engine.workloads.graph import WorkloadGraph
@@ -79,16 +79,16 @@ class Plan:
     def virtual_stages(self) -> int:
         return self.pp * self.chunks
 
-    @cache  # noqa: B019 - plans are short-lived and hashable by identity
+    @memo_method
     def tp_collective(self, rank: int, replica: int, kind: str, nbytes: float) -> Collective:
         return collective(self.hw, kind, self.stages[rank].groups[replica], nbytes)  # type: ignore[arg-type]
 
-    @cache  # noqa: B019
+    @memo_method
     def tp_time(self, rank: int, replica: int, kind: str, nbytes: float) -> float:
         """Uncontended duration of a tensor-parallel collective."""
         return self.tp_collective(rank, replica, kind, nbytes).time(self.hw)
 
-    @cache  # noqa: B019
+    @memo_method
     def p2p(self, virtual_stage: int, replica: int, backward: bool) -> Collective:
         r0, _ = self.stage_of(virtual_stage)
         r1, _ = self.stage_of(virtual_stage + 1)
@@ -96,7 +96,7 @@ class Plan:
         pairs = list(zip(b, a, strict=True)) if backward else list(zip(a, b, strict=True))
         return point_to_point(self.hw, pairs, self.p2p_bytes[virtual_stage])
 
-    @cache  # noqa: B019
+    @memo_method
     def dram_usage(self, rank: int, replica: int) -> dict[int, float]:
         """Links crossed when every member of a tensor group streams from its nearest remote DRAM port."""
         st = self.stages[rank]
@@ -110,7 +110,7 @@ class Plan:
                 usage[lk] = usage.get(lk, 0.0) + 1.0
         return usage
 
-    @cache  # noqa: B019
+    @memo_method
     def dram_usage_member(self, rank: int, replica: int, member: int) -> dict[int, float]:
         """One device's route to its nearest remote DRAM port (per-device simulation)."""
         st = self.stages[rank]
@@ -123,7 +123,7 @@ class Plan:
             usage[lk] = usage.get(lk, 0.0) + 1.0
         return usage
 
-    @cache  # noqa: B019
+    @memo_method
     def p2p_member(self, virtual_stage: int, replica: int, backward: bool, member: int) -> Collective:
         """One device's share of a pipeline send: member i of one stage's group to member i of the next."""
         r0, _ = self.stage_of(virtual_stage)
@@ -131,7 +131,7 @@ class Plan:
         a, b = self.stages[r0].groups[replica][member], self.stages[r1].groups[replica][member]
         return point_to_point(self.hw, [(b, a)] if backward else [(a, b)], self.p2p_bytes[virtual_stage])
 
-    @cache  # noqa: B019
+    @memo_method
     def dram_seconds_per_byte(self, rank: int) -> float:
         """Uncontended seconds per streamed byte (per member) on the DRAM route's tightest link."""
         usage = self.dram_usage(rank, 0)
@@ -143,7 +143,7 @@ class Plan:
             return seg.busy_s
         return max(seg.busy_s, seg.dram_bytes * self.dram_seconds_per_byte(rank))
 
-    @cache  # noqa: B019
+    @memo_method
     def dp_collective(self, rank: int, chunk: int) -> Collective:
         """Gradient reduction of one chunk across replicas, all tensor ranks at once (one ring each)."""
         st = self.stages[rank]
@@ -153,7 +153,7 @@ class Plan:
         parts = [collective(self.hw, kind, [g[i] for g in st.groups], st.grad_bytes[chunk]) for i in range(self.tp)]
         return merge_concurrent(parts)
 
-    @cache  # noqa: B019
+    @memo_method
     def dp_buckets(self, rank: int, chunk: int) -> tuple[Collective, Collective]:
         """With overlap: (the reduction of all but the chunk's first layer, launched as its last backward
         starts, as the gradients of later layers become ready; the first layer's bucket, launched when
@@ -165,7 +165,7 @@ class Plan:
         early = (layers - 1) / layers
         return scaled(whole, early), scaled(whole, 1 - early)
 
-    @cache  # noqa: B019
+    @memo_method
     def zero_gather(self, rank: int) -> Collective:
         """ZeRO: all-gather the updated weights after the sharded optimizer step."""
         st = self.stages[rank]

@@ -15,7 +15,6 @@ large search space does not fit and costs nothing more to reject.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
 
@@ -25,6 +24,7 @@ from engine.ir.mapping import Recompute
 from engine.ir.project import Project
 from engine.perf.device import device_capacity, device_model, remote_memory
 from engine.perf.memory import bytes_per_param
+from engine.plan.memo import memo_method
 from engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
 from engine.search.candidate import Candidate
 from engine.search.comm import CommModel, Layout
@@ -77,7 +77,7 @@ class Estimator:
 
     # --- layer → stage --------------------------------------------------------------------------------
 
-    @cache  # noqa: B019 - one estimator per search
+    @memo_method
     def _ranges(self, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
         """Block-order [start, end) of each virtual stage, the earlier ones one larger (``split_layers``)."""
         parts = pp * v
@@ -176,7 +176,7 @@ class Estimator:
     def stage_params(self, tp: int, pp: int, v: int) -> list[float]:
         return self._stage_params(tp, pp, v)
 
-    @cache  # noqa: B019
+    @memo_method
     def _stage_params(self, tp: int, pp: int, v: int) -> list[float]:
         return self.params(tp, pp, v).sum(axis=0).tolist()
 
