@@ -132,3 +132,59 @@ def test_heat_survives_undo_of_the_mapping_and_a_new_project(make_canvas, wafer_
     w.scene.doc.replace(dgx_project())
     assert w.overlay.result is None and w.overlay.mode is Overlay.stages
     assert not w.demo.play_button.isEnabled()
+
+
+def _analytic(project):
+    data = project.model_dump(mode="json")
+    data["run"]["engine"] = "analytic"
+    return type(project).model_validate(data)
+
+
+def test_analytic_heat_colours_devices_from_stage_lanes_and_says_links_are_missing(make_canvas):
+    from engine.io import load_project
+    from studio.ui.canvas.heat import heat_frame
+    from studio.ui.results.metrics import average_device_activity
+
+    project = _analytic(load_project("presets/projects/chiplet-bert-large.json", check=False))
+    result = simulate(project)
+    assert not result.link_utilisation  # what the analytic engine does not record
+    w = make_canvas(project)
+    w.show_result(result)
+    w.demo.set_mode(Overlay.average)
+    nodes = [d.node for d in w.overlay.layout.devices]
+    lanes = result.lane_devices
+    expected = average_device_activity(result)
+    assert set(expected) == {d for devices in lanes.values() for d in devices}  # every lane's devices
+    frame = w.overlay.frame
+    known = ~np.isnan(frame.devices)
+    wanted = [expected[n] for n, k in zip(nodes, known, strict=True) if k]
+    assert known.any() and np.allclose(frame.devices[known], wanted)
+    assert w.scene.grids[next(iter(w.scene.grids))].colours.pixels.max() > 0  # tiles lit, not blank
+    assert any("no link data for analytic runs" in n for n in frame.notes)
+    assert "no link data for analytic runs" in w.legend.text()
+    assert "traffic ÷ bandwidth" not in w.legend.text()  # no claim about link colours it cannot back
+    at = heat_frame(result, nodes, 0.5 * w.demo.span)
+    assert at.notes == frame.notes and not np.isnan(at.devices).all()
+
+
+def test_an_event_run_with_link_series_has_no_notes(make_canvas, wafer_run):
+    project, result = wafer_run
+    assert result.link_utilisation
+    w = make_canvas(project)
+    w.show_result(result)
+    w.demo.set_mode(Overlay.average)
+    assert w.overlay.frame.notes == []
+    assert "no link data" not in w.legend.text() and "traffic ÷ bandwidth" in w.legend.text()
+
+
+def test_a_result_without_lanes_on_devices_says_so():
+    from types import SimpleNamespace
+
+    from studio.ui.canvas.heat import heat_frame
+
+    bare = SimpleNamespace(engine="analytic", iteration_time_s=2.0, timeline=None, lane_devices={},
+                           link_utilisation=[])
+    frame = heat_frame(bare, ["a", "b"], None)
+    assert np.isnan(frame.devices).all() and frame.links == {}
+    assert frame.notes == ["no device activity: this analytic run has no timeline lanes on devices",
+                           "no link data for analytic runs"]

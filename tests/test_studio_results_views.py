@@ -181,3 +181,20 @@ def test_history_keeps_the_last_five(panel):
         panel.show_record(prepare_record(dgx_project(), tiny_result(), 0.1))
     assert [r.number for r in panel.history.records] == [3, 4, 5, 6, 7]
     assert panel.compare.run_a.count() == 5
+
+
+def test_an_analytic_run_fills_the_gantt_and_says_why_links_are_empty(panel):
+    from engine.simulate import simulate
+
+    data = dgx_project().model_dump(mode="json")
+    data["run"]["engine"] = "analytic"
+    project = type(dgx_project()).model_validate(data)
+    result = simulate(project)
+    record = prepare_record(project, result, 0.1)
+    panel.show_result(result, 0.1)
+    panel.show_record(record)
+    panel.flush()
+    assert len(panel.gantt.data) == len(result.timeline) > 0  # the per-stage slices
+    heading = panel.links.heading
+    assert "no link data for analytic runs" in heading.text() and "event engine" in heading.text()
+    assert heading.wordWrap()  # the reason is read in full, not cut at the pane's edge

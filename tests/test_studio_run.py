@@ -12,7 +12,7 @@ import types
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QTimer  # noqa: E402
+from PySide6.QtCore import QEvent, QObject, QTimer  # noqa: E402
 
 from engine.errors import InputError, Problem  # noqa: E402
 from engine.io import load_project  # noqa: E402
@@ -159,3 +159,71 @@ def test_simulation_runs_off_the_gui_thread_with_cancel_and_progress(open_window
         w.run_simulation()
     assert seen["thread"] is not threading.main_thread()
     assert seen["plan"] is not None and callable(seen["progress"]) and seen["cancel"]() is False
+
+
+class FirstPaint(QObject):
+    """Records when ``window`` first paints."""
+
+    def __init__(self, window: MainWindow):
+        super().__init__(window)
+        self.at: float | None = None
+        window.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.Paint and self.at is None:
+            self.at = time.perf_counter()
+        return False
+
+
+def _shown_at_once(qtbot, tmp_path, preset: str) -> MainWindow:
+    """A window built and shown as ``tilewright studio --run`` does: no waiting for it to be exposed."""
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QMessageBox
+
+    from studio.document import ProjectDocument
+
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(ProjectDocument(load_project(preset, check=False)), settings, persist=False)
+    window.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
+    qtbot.addWidget(window)
+    window.resize(1600, 1000)
+    return window
+
+
+def test_run_pressed_as_the_window_opens_never_blocks(qtbot, tmp_path):
+    """Run in the same instant as ``show()``: the first paint, the activation and the consistency check
+    all happen while the run starts. The worker waits for the window to paint, so the event loop never
+    stalls (it did for 100–190 ms when the engine competed with the first paint for the GIL)."""
+    w = _shown_at_once(qtbot, tmp_path, PALM)
+    painted = FirstPaint(w)
+    worker_started: list[float] = []
+    w.runner.progress.connect(lambda _f, _p: worker_started.append(time.perf_counter()))
+    ticks = Ticks()
+    ticks.start()
+    with qtbot.waitSignal(w.runner.done, timeout=30_000):
+        w.show()
+        assert w.run_simulation()
+        assert w.runner.job is not None and w.results.header.currentWidget() is w.results.progress
+    qtbot.wait(400)
+    longest = ticks.stop()
+    assert w.runner.last_record is not None, w.runner.last_message
+    assert longest < MAX_GAP_S, f"event loop blocked for {1000 * longest:.0f} ms"
+    assert painted.at is not None and worker_started and worker_started[0] > painted.at
+    qtbot.waitUntil(lambda: w.status.is_checked, timeout=10_000)  # the checks answered meanwhile, too
+
+
+def test_a_run_cancelled_before_its_worker_started_never_runs(open_window, qtbot):
+    w = open_window("presets/projects/chiplet-bert-large.json")
+    qtbot.wait(100)
+    assert w.run_simulation()
+    job = w.runner.job
+    reports: list[str] = []
+    job.signals.progress.connect(lambda _f, phase: reports.append(phase))
+    w.cancel_run()  # the window has not repainted yet: the worker was still held back
+    assert w.runner.job is None
+    qtbot.waitUntil(lambda: job.ended_at is not None, timeout=2000)  # the gate opened and let it go
+    qtbot.wait(100)
+    assert reports == [] and w.runner.last_result is None and w.runner.last_record is None
+    with qtbot.waitSignal(w.runner.done, timeout=30_000):  # the next run goes through
+        assert w.run_simulation()
+    assert w.runner.last_record is not None

@@ -33,6 +33,7 @@ from studio.ui.outline import Outline
 from studio.ui.results.time_cursor import TimeCursor
 from studio.ui.results_panel import ResultsPanel
 from studio.ui.selection import Selection
+from studio.ui.settle import SettleGate
 from studio.ui.status import StatusBar
 from studio.ui.workload_panel import WorkloadPanel
 
@@ -57,7 +58,7 @@ class MainWindow(QMainWindow):
         self.persist = persist  # False for scripted screenshots: never save their layout
         self.presenting = False
         self.selection = Selection(doc, self)
-        self.runner = RunController(parent=self)
+        self.runner = RunController(parent=self, gate=SettleGate(self).call)
         self.time_cursor = TimeCursor(self)  # shared by the result views and the canvas
         self.setWindowIcon(icon("app"))
         self.canvas = CanvasWidget(doc, self.selection, self)

@@ -2,9 +2,11 @@
 
 Three parts, top to bottom: the model's figures (read-only); the mapping — parallel degrees, micro- and
 global batch and a placement strategy, applied together by **Auto-map** as ONE undo command; and the
-layer table (parameters, FLOPs and activations per sample, with units, and the stage holding each
-layer). Selected layers drag onto the canvas, where a drop on a tile, chip or selected group places
-them (``studio.ui.canvas.drops``). Every edit is an undo command; the panel follows the model's signals.
+layer table (parameters, FLOPs and activations per sample, with units, the stage holding each layer
+and, for chains of conv/fc layers, HyPar's data/model-parallel choice with an Apply button; see
+``studio.ui.hypar_column``). Selected layers drag onto the canvas, where a drop on a tile, chip or
+selected group places them (``studio.ui.canvas.drops``). Every edit is an undo command; the panel
+follows the model's signals.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from studio.tree_edit import EditRefused
 from studio.ui.canvas import style
 from studio.ui.canvas.drops import layers_mime
 from studio.ui.fields import ValueEditor
+from studio.ui.hypar_column import HYPAR_COLUMNS, HYPAR_TIPS, HyparSection
 from studio.units import COUNT
 
 MAPPING_FIELDS = [
@@ -82,9 +85,9 @@ class LayerTable(QTreeWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.setColumnCount(len(COLUMNS))
-        self.setHeaderLabels(list(COLUMNS))
-        for i, tip in enumerate(TIPS):
+        self.setColumnCount(len(COLUMNS) + len(HYPAR_COLUMNS))
+        self.setHeaderLabels([*COLUMNS, *HYPAR_COLUMNS])
+        for i, tip in enumerate((*TIPS, *HYPAR_TIPS)):
             self.headerItem().setToolTip(i, tip)
         self.setRootIsDecorated(False)
         self.setUniformRowHeights(True)
@@ -93,6 +96,8 @@ class LayerTable(QTreeWidget):
         self.setDragEnabled(True)
         self.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
         self.setColumnHidden(COLUMNS.index("Kind"), True)  # in the tooltip; the name says it already
+        for k in range(len(HYPAR_COLUMNS)):  # next to the layer names, not behind the figures
+            self.header().moveSection(len(COLUMNS) + k, COLUMNS.index("Layer") + 1 + k)
         self.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.setMinimumHeight(160)
 
@@ -131,8 +136,10 @@ class WorkloadPanel(QScrollArea):
                       "place them as a pipeline stage.", self.layers_box)
         hint.setWordWrap(True)
         hint.setStyleSheet(NOTE_STYLE)
+        self.hypar = HyparSection(doc, self.layers_box)
         box = QVBoxLayout(self.layers_box)
         box.addWidget(self.totals_label)
+        box.addWidget(self.hypar)
         box.addWidget(self.table, 1)
         box.addWidget(hint)
         self.run_label = QLabel(body)
@@ -255,8 +262,10 @@ class WorkloadPanel(QScrollArea):
         except (ValueError, TypeError) as exc:
             self.table.clear()
             self.totals_label.setText(f"no layers: {exc}")
+            self.hypar.setVisible(False)
             return
         layout = stage_layout(project)
+        self.hypar.refresh()
         self.table.clear()
         items = []
         for row in rows:
@@ -268,6 +277,9 @@ class WorkloadPanel(QScrollArea):
             if stage is not None:
                 item.setIcon(STAGE_COLUMN, _swatch(style.stage_color(stage)))
             items.append(item)
+        self.hypar.fill({row.index: item for row, item in zip(rows, items, strict=True)}, len(COLUMNS))
+        self.table.setColumnHidden(len(COLUMNS), not self.hypar.choice.applies)
+        self.table.setColumnHidden(len(COLUMNS) + 1, not self.hypar.shows_mapped)
         self.table.addTopLevelItems(items)
         self.totals_label.setText(totals(rows))
         m = project.mapping

@@ -1,8 +1,11 @@
 """The heat map's numbers for the level on screen: device busy shares and link utilisation of a run,
 at the shared time cursor or averaged over the iteration, placed on the canvas's cells and links.
 
-The numbers themselves come from ``studio.ui.results.metrics`` (the same ones the result views plot);
-this module only decides *where* each link of the hardware graph is drawn at the current level: between
+The numbers themselves come from ``studio.ui.results.metrics`` (the same ones the result views plot),
+devices from whatever timeline lanes the run maps to them (per device for the event engine, per pipeline
+stage for the analytic one); what a run does not report (the analytic engine has no link series) comes
+back as ``HeatFrame.notes`` for the legend to say, rather than a map that is silently blank. This
+module only decides *where* each link of the hardware graph is drawn at the current level: between
 two cells of a grid (a die-to-die link on the wafer), on a switch spoke, or on an edge-memory port.
 Pure Python and numpy, no Qt.
 """
@@ -24,6 +27,7 @@ try:
         average_link_utilisation,
         device_activity_at,
         link_utilisation_at,
+        missing_data_notes,
         time_span,
     )
 except ImportError:  # the result views are not there: a heat map still shows, from the raw series
@@ -46,6 +50,9 @@ except ImportError:  # the result views are not there: a heat map still shows, f
 
     def average_device_activity(result: Any) -> dict[str, float]:
         return {}
+
+    def missing_data_notes(result: Any) -> list[str]:
+        return [] if getattr(result, "link_utilisation", None) else ["no link data in this run"]
 
 
 @dataclass
@@ -90,6 +97,7 @@ class HeatFrame:
     devices: np.ndarray  # 0…1 per device index, NaN where the run says nothing
     links: dict[LinkKey, float]
     label: str  # "at 1.23 s" or "averaged over 4.28 s"
+    notes: list[str] = field(default_factory=list)  # what the run does not report ("no link data …")
 
 
 def heat_frame(result: Any, device_nodes: list[str], t: float | None) -> HeatFrame:
@@ -103,7 +111,10 @@ def heat_frame(result: Any, device_nodes: list[str], t: float | None) -> HeatFra
         activity, links = device_activity_at(result, t), link_utilisation_at(result, t)
         label = f"at {format_value(t, SECONDS)}"
     values = np.array([activity.get(n, np.nan) for n in device_nodes], dtype=float)
-    return HeatFrame(values, links, label)
+    notes = missing_data_notes(result)
+    if activity and device_nodes and np.isnan(values).all():
+        notes.append("no device activity shown: the run's lanes name none of these devices")
+    return HeatFrame(values, links, label, notes)
 
 
 def grid_link_values(places: LinkPlaces, path: str, links: dict[LinkKey, float]) -> dict[tuple[int, int], float]:

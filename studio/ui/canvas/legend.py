@@ -3,6 +3,8 @@ layers each holds, or the heat scale in percent with what it measures and when."
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
@@ -36,19 +38,26 @@ def stage_legend(overlay: OverlayController) -> str:
     return f"{head}<table><tr>{cells}</tr></table>{more}"
 
 
+NOTE_COLOUR = "#b9770e"  # what the run does not report: amber, like the status bar's warnings
+
+
 def heat_legend(overlay: OverlayController) -> str:
     frame = overlay.frame
     when = frame.label if frame is not None else ""
+    notes = frame.notes if frame is not None else []
+    no_links = any("link" in n for n in notes)
     steps = 10
     ramp = "".join(
         f"<td width=16 style='background:{style.heat_color(i / steps).name()}'>&nbsp;</td>" for i in range(steps + 1)
     )
     ticks = ("<td colspan=3>0 %</td><td colspan=5 align=center>50 %</td>"
              "<td colspan=3 align=right>100 %</td>")
+    what = ("tiles, chips: share of time busy<br>" + (
+        "links, memory ports, switches keep their usual colour" if no_links else
+        "links, memory ports, switches: traffic ÷ bandwidth<br>links the run did not record keep their usual colour"))
+    said = "".join(f"<br><span style='color:{NOTE_COLOUR}'>{html.escape(n)}</span>" for n in notes)
     return (f"<b>Utilisation</b> {when}<table cellspacing=0 cellpadding=1><tr>{ramp}</tr><tr>{ticks}</tr></table>"
-            "<span style='color:#566573'>tiles, chips: share of time busy<br>"
-            "links, memory ports, switches: traffic ÷ bandwidth<br>"
-            "links the run did not record keep their usual colour</span>")
+            f"<span style='color:#566573'>{what}</span>{said}")
 
 
 class Legend(QLabel):

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.ui.results.gantt_data import elide, link_name, root_prefix
-from studio.ui.results.metrics import series_value_at, time_span, window_average
+from studio.ui.results.metrics import link_data_note, series_value_at, time_span, window_average
 from studio.ui.results.palette import series_colour
 from studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, step_edges
 from studio.ui.results.time_cursor import CursorLine, TimeCursor
@@ -117,6 +117,7 @@ class LinksView(QWidget):
             self.ranked = ranked if ranked is not None else busiest_links(result)
         self.span = time_span(result) if result is not None else 0.0
         self.root = root_prefix([s.name for s, _ in self.ranked])
+        self.heading.setWordWrap(result is not None and not self.ranked)  # the reason, in full
         self.list.blockSignals(True)
         self.list.clear()
         for series, mean in self.ranked:
@@ -130,7 +131,7 @@ class LinksView(QWidget):
         if result is None:
             self.heading.setText("No run yet.")
         elif not self.ranked:
-            self.heading.setText("This run reports no link utilisation.")
+            self.heading.setText(f"This run reports no link utilisation: {link_data_note(result, detail=True)}.")
         else:
             self.heading.setText(f"<b>{len(self.ranked)} links</b>, busiest first (average utilisation)")
         if self.span > 0:

@@ -18,11 +18,14 @@ Public API (all take an ``engine.results.Result``; times in seconds from the sta
 - ``series_value_at(series, t, end=None) -> value``: one piecewise-constant ``Series`` at ``t``.
 - ``window_average(series, end, bins) -> (edges, means)``: the series averaged over ``bins`` equal windows
   of [0, ``end``] (bursty links read better as averages than as 0/100 % steps).
+- ``missing_data_notes(result) -> [str]``: what the run does not report (no link series, no device lanes),
+  said the way a legend says it, so a view shows why it is blank instead of staying silently empty.
 
 A link is keyed ``(src, dst)`` as in ``Series.src/dst`` (e.g. ``("dgx-a100/node[3]/gpu[5]",
 "dgx-a100/switch")``); parallel series between the same two nodes report the busiest. Devices are keyed by
-the node ids in ``Result.lane_devices``. Derived arrays are computed once per result and cached (the
-canvas calls these on every cursor move).
+the node ids in ``Result.lane_devices``: whatever lanes it maps count (per-device lanes of the event engine,
+per-stage lanes of the analytic one), the others are ignored. Derived arrays are computed once per result
+and cached (the canvas calls these on every cursor move).
 """
 
 from __future__ import annotations
@@ -115,9 +118,19 @@ class _Lane:
 
 
 class _Index:
+    """Derived arrays of one result. It refers to the result weakly: the cache below holds indexes for
+    as long as their results live, so a strong reference here would keep every run ever shown alive."""
+
     def __init__(self, result: Any):
-        self.result = result
+        try:
+            self._ref: Any = weakref.ref(result)
+        except TypeError:  # no weak references (a test double): such results are not cached anyway
+            self._ref = lambda: result
         self.span = time_span(result)
+
+    @property
+    def result(self) -> Any:
+        return self._ref()
 
     @cached_property
     def links(self) -> _Links:
@@ -231,6 +244,35 @@ def average_device_activity(result: Any) -> dict[str, float]:
         for d in devices:
             out[d] = max(busy, out.get(d, 0.0))
     return out
+
+
+def engine_of(result: Any) -> str:
+    """"event", "analytic", … as the result names its engine ("" if it does not)."""
+    engine = getattr(result, "engine", "") or ""
+    return str(getattr(engine, "value", engine))
+
+
+def link_data_note(result: Any, detail: bool = False) -> str:
+    """Why a run has no link utilisation to show ("" when it has some); ``detail`` adds what to do."""
+    if getattr(result, "link_utilisation", None):
+        return ""
+    if engine_of(result) == "analytic":
+        return "no link data for analytic runs" + (
+            ": the analytic engine computes transfer times in closed form, without a time series; the event "
+            "engine (run.engine = event) records link utilisation" if detail else "")
+    return "no link data: this run recorded no link traffic"
+
+
+def activity_note(result: Any) -> str:
+    """Why a run has no device activity to show, or "" when some lane maps to devices."""
+    if _index(result).lanes:
+        return ""
+    engine = engine_of(result)
+    return f"no device activity: this {engine + ' ' if engine else ''}run has no timeline lanes on devices"
+
+
+def missing_data_notes(result: Any) -> list[str]:
+    return [note for note in (activity_note(result), link_data_note(result)) if note]
 
 
 def _track_total_at(track: Any, t: float) -> float:

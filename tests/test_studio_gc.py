@@ -1,0 +1,83 @@
+"""The cyclic garbage collector never runs on a worker thread, yet collects what jobs leave behind:
+automatic collection is off while a job runs, the GUI thread collects young garbage meanwhile and
+everything once the last job ended (nothing stays frozen out of its reach)."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import weakref
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from studio import gc_guard  # noqa: E402
+from studio.workers import Job, start  # noqa: E402
+
+
+class Cyclic:
+    """Refers to itself, so only the cyclic collector can free it; says on which thread it was freed."""
+
+    freed_on: list[str] = []
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        Cyclic.freed_on.append(threading.current_thread().name)
+
+
+def _run(qtbot, fn) -> Job:
+    job = Job(fn)
+    with qtbot.waitSignal(job.signals.finished, timeout=10_000):
+        start(job)
+    return job
+
+
+def test_collection_is_off_during_a_job_and_on_again_after(qtbot):
+    seen: dict[str, bool] = {}
+    _run(qtbot, lambda: seen.update(enabled=gc.isenabled()))
+    assert seen["enabled"] is False
+    qtbot.waitUntil(gc.isenabled, timeout=2000)  # the full pass ran and switched it back on
+
+
+def test_cyclic_garbage_made_by_a_job_is_collected_after_it_ends(qtbot):
+    refs: list[weakref.ref] = []
+
+    def make_garbage() -> None:
+        refs.extend(weakref.ref(Cyclic()) for _ in range(50))  # unreachable the moment each is made
+
+    _run(qtbot, lambda: None)  # the first job ever freezes the start-up heap, once
+    qtbot.waitUntil(gc.isenabled, timeout=2000)
+    frozen = gc.get_freeze_count()
+    Cyclic.freed_on = []
+    _run(qtbot, make_garbage)
+    qtbot.waitUntil(lambda: all(r() is None for r in refs), timeout=2000)
+    assert Cyclic.freed_on and set(Cyclic.freed_on) == {threading.main_thread().name}
+    qtbot.waitUntil(gc.isenabled, timeout=2000)
+    assert gc.get_freeze_count() <= frozen  # jobs freeze nothing more (frozen garbage is never collected)
+
+
+def test_young_garbage_is_collected_on_the_gui_thread_while_a_long_job_runs(qtbot):
+    release = threading.Event()
+    refs: list[weakref.ref] = []
+    made = threading.Event()
+
+    def long_job() -> None:
+        refs.extend(weakref.ref(Cyclic()) for _ in range(2 * gc.get_threshold()[0]))  # enough to be due
+        made.set()
+        release.wait(10)
+
+    Cyclic.freed_on = []
+    job = Job(long_job)
+    start(job)
+    try:
+        qtbot.waitUntil(made.is_set, timeout=5000)
+        qtbot.waitUntil(lambda: all(r() is None for r in refs), timeout=3 * gc_guard.TICK_MS + 2000)
+        assert job.ended_at is None and not gc.isenabled()  # the job still runs, automatic collection off
+        assert set(Cyclic.freed_on) == {threading.main_thread().name}
+        assert any(generation < 2 for generation, _s in gc_guard.pauses())
+    finally:
+        release.set()
+    qtbot.waitUntil(lambda: job.ended_at is not None, timeout=5000)
+    qtbot.waitUntil(gc.isenabled, timeout=2000)
