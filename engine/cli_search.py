@@ -285,10 +285,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     spec, base, source = load_spec(args.spec)
     _positive("--workers", args.workers)
+    if args.ray_address and args.executor != "ray":
+        raise InputError(COMMAND_LINE, Problem("--ray-address", "needs --executor ray"))
     out = args.out or str(Path(args.spec).with_suffix(".csv"))
     result = run_sweep(
         spec, base, source, out, executor=args.executor, workers=args.workers,
-        progress=progress_printer(not args.quiet),
+        progress=progress_printer(not args.quiet), ray_address=args.ray_address,
     )
     _print(sweep_json(result), args.json, sweep_text(result, spec))
     return 0
@@ -298,8 +300,19 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run a sweep spec (grid, random, Latin hypercube) and find its Pareto front")
     p.add_argument("spec", metavar="SPEC.json")
     p.add_argument("--out", metavar="FILE.csv", help="results, one row per point (default: SPEC.csv); resumes")
-    p.add_argument("--executor", choices=["local", "ray"], default="local")
-    p.add_argument("--workers", type=int, metavar="N", help="parallel workers (default: one per core)")
+    p.add_argument(
+        "--executor", choices=["local", "ray"], default="local",
+        help="local: a process pool; ray: Ray tasks (pip install 'tilewright[ray]')",
+    )
+    p.add_argument(
+        "--ray-address", metavar="HOST:PORT",
+        help="Ray cluster to run on, whose nodes have tilewright installed (default: $RAY_ADDRESS, "
+        "else a local cluster started for this sweep)",
+    )
+    p.add_argument(
+        "--workers", type=int, metavar="N",
+        help="parallel workers (default: one per core; with Ray, the whole cluster)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_sweep)

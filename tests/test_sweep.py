@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -180,11 +180,21 @@ def test_another_sweeps_csv_is_not_appended_to(tmp_path: Path):
         run_sweep(spec, base, source, str(out), workers=1)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ray") is not None, reason="Ray is installed")
-def test_ray_executor_without_ray_says_how_to_install(tmp_path: Path, capsys):
+def test_ray_executor_without_ray_says_how_to_install(tmp_path: Path, capsys, monkeypatch):
+    """Ray is in the test extra, so its absence is simulated: a None in sys.modules fails the import."""
+    monkeypatch.setitem(sys.modules, "ray", None)
     path = _spec_file(tmp_path, parameters=[{"path": "mapping.micro_batch", "values": [1]}])
-    assert main(["sweep", str(path), "--executor", "ray", "--out", str(tmp_path / "r.csv"), "--quiet"]) == 2
+    out = tmp_path / "r.csv"
+    assert main(["sweep", str(path), "--executor", "ray", "--out", str(out), "--quiet"]) == 2
     assert "tilewright[ray]" in capsys.readouterr().err
+    assert not out.exists()  # said before any CSV is started
+
+
+def test_ray_address_needs_the_ray_executor(tmp_path: Path, capsys):
+    path = _spec_file(tmp_path, parameters=[{"path": "mapping.micro_batch", "values": [1]}])
+    out = tmp_path / "r.csv"
+    assert main(["sweep", str(path), "--ray-address", "127.0.0.1:6379", "--out", str(out), "--quiet"]) == 2
+    assert "--executor ray" in capsys.readouterr().err and not out.exists()
 
 
 def test_cli_json(tmp_path: Path, capsys):
