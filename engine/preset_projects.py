@@ -70,6 +70,18 @@ PROJECTS: dict[str, dict[str, Any]] = {
         "mapping": {"tp": 1, "pp": 1, "dp": 16, "micro_batch": 8, "global_batch": 128},
         "run": {"dtype": "fp32"},
     },
+    "hypar-vgg-a-partitioned": {
+        "description": (
+            "The same VGG-A training on the 16-accelerator H-tree, partitioned layer by layer and level by "
+            "level as HyPar chooses (convolutions data-parallel, fully connected layers model-parallel): "
+            "compare its communication with hypar-vgg-a's pure data parallelism."
+        ),
+        "system": "hypar-array-16",
+        "model": "vgg-a",
+        "mapping": {"tp": 1, "pp": 1, "dp": 16, "micro_batch": 8, "global_batch": 128},
+        "run": {"dtype": "fp32"},
+        "hypar": True,
+    },
     "tpu-v4-llama2-7b": {
         "description": (
             "LLaMA-2 7B training on a 4 × 4 × 4 TPU v4 slice (3-D torus): tensor parallel 4, data "
@@ -97,7 +109,7 @@ PROJECTS: dict[str, dict[str, Any]] = {
 
 def build(name: str) -> Project:
     spec = PROJECTS[name]
-    return Project.model_validate(
+    project = Project.model_validate(
         {
             "name": name,
             "description": spec["description"],
@@ -107,6 +119,15 @@ def build(name: str) -> Project:
             "run": spec["run"],
         }
     )
+    if spec.get("hypar"):  # the partition HyPar's dynamic programme picks for this array and batch
+        from engine.search.hypar import hypar, hypar_layers
+        from engine.search.hypar_report import apply_partition
+        from engine.workloads import build_workload
+
+        m = project.mapping
+        best = hypar(hypar_layers(build_workload(project.workload)), m.dp, m.global_batch, project.run.dtype.value)
+        project = apply_partition(project, best)
+    return project
 
 
 def project_text(name: str) -> str:
