@@ -116,12 +116,7 @@ class _PassBuilder:
         seg = Segment(label=name, layer=layer, busy_s=0.0, compute_s=0.0, flops=0.0, dram_bytes=0.0)
         for op in reversed(ops) if backward else ops:
             t = op_time(_shared_op(op, ways), self.dev, samples, ways, False, backward, self.elem_bytes)  # type: ignore[arg-type]
-            seg.busy_s += t.busy_s
-            seg.compute_s += t.compute_s
-            seg.flops += t.flops
-            seg.dram_bytes += t.dram_bytes
-            if t.dataflow:
-                self.out.dataflows[t.dataflow] += 1
+            seg.add(t, self.out.dataflows)
         self.out.segments.append(seg)
         when = "F" if self.out.kind == "F" else "B"
         for level, nbytes, what in _merged(self.comm.exchanges, layer, when):

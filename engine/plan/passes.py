@@ -16,7 +16,7 @@ from functools import cached_property
 
 from engine.ir.ops import Op, OpKind, TensorSplit
 from engine.perf.device import DeviceModel
-from engine.perf.op_cost import op_time
+from engine.perf.op_cost import OpTime, op_time
 
 PassKind = str  # "F" | "B" | "R"
 
@@ -30,6 +30,15 @@ class Segment:
     flops: float
     dram_bytes: float
     comm: tuple[str, float] | None = None  # (collective kind, full-tensor bytes) after this segment
+
+    def add(self, t: OpTime, dataflows: Counter) -> None:
+        """Accumulate one op's time; count the SRAM dataflow its tiling chose, if any."""
+        self.busy_s += t.busy_s
+        self.compute_s += t.compute_s
+        self.flops += t.flops
+        self.dram_bytes += t.dram_bytes
+        if t.dataflow:
+            dataflows[t.dataflow] += 1
 
 
 @dataclass
@@ -110,12 +119,7 @@ class _Builder:
             seg = self._open = Segment(
                 label=op.name.split(".")[0], layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0
             )
-        seg.busy_s += t.busy_s
-        seg.compute_s += t.compute_s
-        seg.flops += t.flops
-        seg.dram_bytes += t.dram_bytes
-        if t.dataflow:
-            self.out.dataflows[t.dataflow] += 1
+        seg.add(t, self.out.dataflows)
 
     def comm(self, kind: str, elems: float, layer: int, label: str) -> None:
         c = self.ctx

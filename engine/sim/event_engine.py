@@ -403,6 +403,10 @@ class EventEngine:
             yield self._meet(("zero", r), len(self.units), gather)
         ledger.times["dp_comm"] += env.now - start
 
+    def _step_name(self, key: tuple) -> str:
+        kind, mb, chunk, rank, _u = key
+        return f"{'forward' if kind == 'F' else 'backward'} mb {mb} chunk {chunk} · stage {rank}"
+
     def critical_path(self, r: int) -> list[tuple[str, float, float]]:
         """Steps that set the finish time of stage ``r``, earliest first: from its last step, follow
         whatever each step waited for (its input's producer, or the step before it on its stage)."""
@@ -410,9 +414,7 @@ class EventEngine:
         key = self.last_step.get((r, self.primary))
         while key is not None:
             start, end, cause = self.steps_info[key]
-            kind, mb, chunk, rank, _u = key
-            name = f"{'forward' if kind == 'F' else 'backward'} mb {mb} chunk {chunk} · stage {rank}"
-            out.append((name, start, end - start))
+            out.append((self._step_name(key), start, end - start))
             if cause is not None and cause in self.steps_info:
                 gap = start - self.steps_info[cause][1]
                 if gap > 1e-12:

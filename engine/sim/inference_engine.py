@@ -97,21 +97,10 @@ class InferenceEngine(EventEngine):
         self.last_step[(r, u)] = prev
         ledger.finish = env.now
 
-    def critical_path(self, r: int) -> list[tuple[str, float, float]]:
-        out: list[tuple[str, float, float]] = []
-        key = self.last_step.get((r, self.primary))
-        while key is not None:
-            start, end, cause = self.steps_info[key]
-            _i, p, mb, rank, _u = key
-            what = "prefill" if p == 0 else f"decode token {p}"
-            out.append((f"{what} mb {mb} · stage {rank}", start, end - start))
-            if cause is not None and cause in self.steps_info:
-                gap = start - self.steps_info[cause][1]
-                if gap > 1e-12:
-                    out.append(("transfer / wait", self.steps_info[cause][1], gap))
-            key = cause
-        out.reverse()
-        return out
+    def _step_name(self, key: tuple) -> str:
+        _i, p, mb, rank, _u = key
+        what = "prefill" if p == 0 else f"decode token {p}"
+        return f"{what} mb {mb} · stage {rank}"
 
 
 def simulate_inference_events(plan: Plan) -> Result:
