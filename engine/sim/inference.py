@@ -43,7 +43,7 @@ def phase_pass(phases: InferencePhases, r: int, p: int) -> ChunkPass:
 def inference_result(
     plan: Plan, phases: InferencePhases, times: RequestTimes, memory: list[MemoryTrack], *,
     engine: str, timeline: Timeline, links=(), events: int = 0, lane_devices=None,
-    critical: list[tuple[str, float, float]] | None = None,
+    critical: list[tuple[str, float, float]] | None = None, notes: tuple[str, ...] = (),
 ) -> Result:
     project = plan.project
     m = project.mapping
@@ -72,7 +72,7 @@ def inference_result(
         memory=memory,
         notes=list(plan.notes) + [
             f"inference: {phases.micro_batches} micro-batch(es) of {phases.micro_batch} sequence(s) in flight"
-        ],
+        ] + list(notes),
         critical_path=critical or [("request", 0.0, times.end)],
         lane_devices=dict(lane_devices or {}),
     )

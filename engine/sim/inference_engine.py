@@ -127,4 +127,7 @@ def simulate_inference_events(plan: Plan) -> Result:
     return inference_result(
         plan, eng.phases, times, memory, engine="event", timeline=rec.timeline, links=links,
         events=_events(eng), lane_devices=eng.lane_nodes, critical=eng.critical_path(last),
+        notes=() if plan.project.run.aggregate else (
+            "inference runs one tensor group per stage (aggregated): its members are symmetric, so "
+            "--no-aggregate would give the same times",),
     )
