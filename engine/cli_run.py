@@ -152,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
     project = assemble_project(args)
     from engine.simulate import simulate
 
-    result = simulate(project)
+    result = simulate(project, series=bool(args.trace or args.csv))  # link series only go to files
     if args.trace:
         from engine.export.chrome_trace import write_chrome_trace
 

@@ -24,9 +24,11 @@ def simulate(
     *,
     progress: Callable[[float], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    series: bool = True,
 ) -> Result:
     """Simulate ``project``. ``progress(fraction)`` is called now and then from the calling thread;
-    ``cancel()`` returning true stops the run with ``engine.sim.event_engine.Cancelled``."""
+    ``cancel()`` returning true stops the run with ``engine.sim.event_engine.Cancelled``. ``series=False``
+    skips the per-link utilisation series and lanes (a command that prints only metrics)."""
     start = time.perf_counter()
     plan = plan or make_plan(project)
     if project.run.mode is Mode.infer and project.run.engine is EngineKind.analytic:
@@ -36,7 +38,7 @@ def simulate(
     elif project.run.mode is Mode.infer:
         from engine.sim.inference_engine import simulate_inference_events
 
-        result = simulate_inference_events(plan)
+        result = simulate_inference_events(plan, series=series)
     elif project.run.engine is EngineKind.analytic:
         from engine.analytic.engine import analytic_result
 
@@ -57,6 +59,7 @@ def simulate(
             wall=0.0,
             critical=eng.critical_path(tail),
             lane_devices=eng.lane_nodes,
+            series=series,
         )
     result.wall_time_s = time.perf_counter() - start
     return result

@@ -4,6 +4,7 @@ for every link that carried traffic (so the canvas heat map can colour any link,
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from engine.analytic.engine import analytic_result
 from engine.sim.assemble import assemble
@@ -75,3 +76,42 @@ def test_every_link_that_carried_traffic_has_a_series():
         carried, key=lambda lk: -eng.net.link_bytes()[lk] / hw.links[lk].bandwidth)]
     assert by_bytes == sorted(by_bytes, reverse=True)
     assert means[0] >= means[-1]
+
+
+def test_window_means_keep_the_integral():
+    from engine.sim.assemble import window_means
+
+    times = np.array([0.5, 1.0, 2.5, 4.0])
+    values = np.array([2.0, 0.0, 1.0, 3.0])
+    edges = np.linspace(0.0, 5.0, 6)
+    means = window_means(times, values, edges)
+    # by hand: [0,1): 0.5·2 → 1.0; [1,2): 0; [2,3): 0.5·1 → 0.5; [3,4): 1; [4,5): 3
+    assert means.tolist() == pytest.approx([1.0, 0.0, 0.5, 1.0, 3.0])
+    assert np.sum(means * np.diff(edges)) == pytest.approx(2.0 * 0.5 + 1.0 * 1.5 + 3.0 * 1.0)
+
+
+def test_links_past_the_point_budget_get_coarse_series_with_the_same_mean(monkeypatch):
+    import engine.sim.assemble as asm
+
+    plan = make_plan(small_wafer())
+    eng = EventEngine(plan)
+    rec = eng.run()
+    full = assemble(plan, rec, eng.net, engine="event", events=0, wall=0.0)
+    monkeypatch.setattr(asm, "MAX_SERIES_POINTS", 0)
+    monkeypatch.setattr(asm, "MAX_LINK_LANES", 2)
+    coarse = assemble(plan, rec, eng.net, engine="event", events=0, wall=0.0)
+    assert [s.name for s in coarse.link_utilisation] == [s.name for s in full.link_utilisation]
+    end = full.iteration_time_s
+    for a, b in zip(full.link_utilisation[2:], coarse.link_utilisation[2:], strict=True):
+        assert len(b.times) == asm.COARSE_WINDOWS
+        assert b.mean(end) == pytest.approx(a.mean(end), rel=1e-9, abs=1e-12)
+    assert len(coarse.link_utilisation[0].times) == len(full.link_utilisation[0].times)  # the busiest stay exact
+
+
+def test_metrics_do_not_depend_on_recording_link_series():
+    from engine.simulate import simulate
+
+    project = small_wafer()
+    with_series, without = simulate(project), simulate(project, series=False)
+    assert with_series.link_utilisation and not without.link_utilisation
+    assert with_series.metrics_json() | {"wall_time_s": 0} == without.metrics_json() | {"wall_time_s": 0}

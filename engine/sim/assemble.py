@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from engine.plan.plan import Plan
 from engine.results.result import MemoryTrack, Result, Series, memory_verdict
 from engine.sim.network import FlowNetwork
@@ -9,13 +11,16 @@ from engine.sim.recorder import Recorder
 
 MAX_LINK_LANES = 64  # the busiest links get Gantt lanes
 MAX_LINK_SLICES = 50_000  # past this many utilisation changes, links keep their series but no Gantt slices
-MAX_SERIES_POINTS = 500_000  # every link that carried traffic gets a series, within this many points
+MAX_SERIES_POINTS = 500_000  # full-resolution series for the busiest links, within this many points
+COARSE_WINDOWS = 64  # every other link: its mean utilisation over this many equal windows
 
 
 def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list[Series]:
     """Utilisation (0–1) of every link that carried traffic, busiest first (by bytes over bandwidth),
     so the canvas heat map can colour any of them; the busiest also get Gantt lanes of busy slices.
-    A run so long that its traces exceed ``MAX_SERIES_POINTS`` keeps the busiest links' series."""
+    Past ``MAX_SERIES_POINTS`` (a long run on a large system has thousands of busy links with thousands
+    of changes each), a link's series is its mean over ``COARSE_WINDOWS`` windows: the same average, at
+    a coarser time resolution."""
     hw = plan.hw
     carried = net.link_bytes()
     ranked = sorted(
@@ -24,14 +29,17 @@ def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list
     out = []
     slice_budget = MAX_LINK_SLICES
     point_budget = MAX_SERIES_POINTS
+    edges = np.linspace(0.0, end, COARSE_WINDOWS + 1) if end > 0 else np.zeros(2)
+    coarse_times = edges[:-1].tolist()  # one list shared by every coarse series
     for rank, (lk, trace) in enumerate(net.iter_link_traces(ranked)):
-        point_budget -= len(trace.times)
-        if point_budget < 0 and rank >= MAX_LINK_LANES:
-            break
         cap = hw.links[lk].bandwidth
         link = hw.links[lk]
-        s = Series(_link_name(plan, lk), "fraction", trace.times.tolist(), (trace.loads / cap).tolist(),
-                   capacity=1.0, src=link.src, dst=link.dst)
+        point_budget -= len(trace.times)
+        if point_budget >= 0 or rank < MAX_LINK_LANES:
+            times, values = trace.times.tolist(), (trace.loads / cap).tolist()
+        else:
+            times, values = coarse_times, (window_means(trace.times, trace.loads, edges) / cap).tolist()
+        s = Series(_link_name(plan, lk), "fraction", times, values, capacity=1.0, src=link.src, dst=link.dst)
         out.append(s)
         if rank >= MAX_LINK_LANES:
             continue
@@ -46,6 +54,19 @@ def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list
             t_next = s.times[i + 1] if i + 1 < len(s.times) else end
             rec.slice(lane, t, t_next - t, "network", f"{100 * s.values[i]:.0f} %", -1, -1, -1)
     return out
+
+
+def window_means(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Means of a piecewise-constant series (``values[i]`` from ``times[i]`` on) over [edges[j], edges[j+1])."""
+    if len(times) == 0:
+        return np.zeros(len(edges) - 1)
+    held = np.diff(np.append(times, max(edges[-1], times[-1]))).clip(min=0.0)
+    integral = np.concatenate([[0.0], np.cumsum(values * held)])  # ∫ from times[0] to times[i]
+    k = np.searchsorted(times, edges, side="right") - 1
+    kk = np.maximum(k, 0)
+    at = np.where(k >= 0, integral[kk] + values[kk] * (edges - times[kk]), 0.0)
+    widths = np.diff(edges)
+    return np.divide(np.diff(at), widths, out=np.zeros_like(widths), where=widths > 0)
 
 
 def _link_name(plan: Plan, lk: int) -> str:
@@ -63,6 +84,7 @@ def assemble(
     wall: float,
     critical: list[tuple[str, float, float]] | None = None,
     lane_devices: dict[str, list[str]] | None = None,
+    series: bool = True,
 ) -> Result:
     project = plan.project
     finish = max((led.finish for led in rec.ledgers.values()), default=0.0)
@@ -78,7 +100,7 @@ def assemble(
         node = plan.hw.devices[st.groups[0][0]].node
         memory.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=times, by_category=columns))
     peak_row, oom = memory_verdict(memory)
-    links = link_series(plan, net, finish, rec) if net is not None else []
+    links = link_series(plan, net, finish, rec) if net is not None and series else []
     m = project.mapping
     samples = m.global_batch if project.run.mode.value == "train" else project.run.inference.batch
     return Result(

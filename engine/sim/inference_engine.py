@@ -103,8 +103,8 @@ class InferenceEngine(EventEngine):
         return f"{what} mb {mb} · stage {rank}"
 
 
-def simulate_inference_events(plan: Plan) -> Result:
-    """The event engine's inference result."""
+def simulate_inference_events(plan: Plan, series: bool = True) -> Result:
+    """The event engine's inference result (``series=False``: without per-link series)."""
     eng = InferenceEngine(plan, contention=plan.project.run.contention)
     rec = eng.run()
     last = plan.pp - 1
@@ -121,7 +121,7 @@ def simulate_inference_events(plan: Plan) -> Result:
         ts, columns = ledger.columns()
         node = plan.hw.devices[st.groups[0][0]].node
         memory.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=ts, by_category=columns))
-    links = link_series(plan, eng.net, times.end, rec)
+    links = link_series(plan, eng.net, times.end, rec) if series else []
     from engine.simulate import _events
 
     return inference_result(
