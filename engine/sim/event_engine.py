@@ -263,6 +263,14 @@ class EventEngine:
         return t
 
     # --- pipeline --------------------------------------------------------------------------------------
+    def _split_wait(self, times: dict[str, float], before: float, sent: float) -> None:
+        """A wait from ``before`` until now for an input its producer finished at ``sent``: the part after
+        both is the transfer (pp_comm), the rest waiting for the producer (bubble)."""
+        now = self.env.now
+        comm = min(now - before, max(0.0, now - max(sent, before)))
+        times["pp_comm"] += comm
+        times["bubble"] += now - before - comm
+
     def _send(self, coll: Collective, key: tuple) -> None:
         if len(coll.phases) == 1:  # one flow: its own event is (or triggers) the arrival
             ph = coll.phases[0]
@@ -337,10 +345,7 @@ class EventEngine:
                         yield ready
                     if env.now > before:  # waited: for the transfer, or for the producer (bubble)
                         cause = dep_key
-                        sent = producer_end.get(dep_key, before)
-                        comm = min(env.now - before, max(0.0, env.now - max(sent, before)))
-                        times["pp_comm"] += comm
-                        times["bubble"] += env.now - before - comm
+                        self._split_wait(times, before, producer_end.get(dep_key, before))
                 if prev is None:
                     cause = dep_key
             started = env.now

@@ -66,10 +66,8 @@ class InferenceEngine(EventEngine):
                         yield ready
                     if env.now > before:
                         cause = dep
-                        sent = producer_end.get(dep, before) if r > 0 else env.now
-                        comm = min(env.now - before, max(0.0, env.now - max(sent, before)))
-                        times["pp_comm"] += comm
-                        times["bubble"] += env.now - before - comm
+                        # the token coming back to stage 0 is not a modelled transfer: all bubble
+                        self._split_wait(times, before, producer_end.get(dep, before) if r > 0 else env.now)
                     if prev is None:
                         cause = dep
                 started = env.now
