@@ -12,7 +12,7 @@ from tests.engine_cases import dgx
 def test_a_plan_is_freed_after_its_run():
     plan = make_plan(dgx())
     simulate(plan.project, plan)  # fills the plan's caches (collectives, sends, DRAM routes)
-    assert plan.__dict__.get("_memo")
+    assert any(k.startswith("_memo_") for k in plan.__dict__)
     ref, hw_ref = weakref.ref(plan), weakref.ref(plan.hw)
     del plan
     gc.collect()

@@ -2,33 +2,39 @@
 
 ``functools.cache`` on a method keeps one module-level table keyed by ``self``, so every plan ever built
 (and the elaborated hardware graph it holds) stays alive for the life of the process — the studio,
-which plans once per run, grew by every run. Here each object keeps its own table in its ``__dict__``
-and takes it with it when it is freed.
+which plans once per run, grew by every run. Here the first access on an object binds the method and
+wraps it in its own ``functools.cache``, stored on the object: later calls find it in the instance
+``__dict__`` and run at C speed, and the table goes with the object when it is freed.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-F = TypeVar("F", bound=Callable[..., Any])
+from typing import Any
 
 
-def memo_method(fn: F) -> F:
-    """Cache ``fn(self, *args)`` (positional, hashable arguments) on ``self``."""
-    name = fn.__qualname__
+class memo_method:  # noqa: N801 - used as a decorator, named like one
+    """Cache ``fn(self, *args)`` (hashable arguments) on ``self``."""
 
-    @functools.wraps(fn)
-    def wrapper(self, *args):
-        table = self.__dict__.get("_memo")
-        if table is None:
-            table = self.__dict__["_memo"] = {}
-        key = (name, *args)
-        try:
-            return table[key]
-        except KeyError:
-            value = table[key] = fn(self, *args)
-            return value
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.key = f"_memo_{fn.__qualname__}"
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
-    return wrapper  # type: ignore[return-value]
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        cached = obj.__dict__.get(self.key)
+        if cached is None:
+            cached = obj.__dict__[self.key] = functools.cache(self.fn.__get__(obj, objtype))
+        # The most derived implementation also takes the attribute's name on the object, so the next
+        # lookup skips this descriptor; one reached through super() (an override calling its base) must
+        # not, or the override would be bypassed.
+        if getattr(type(obj), self.name, None) is self:
+            obj.__dict__[self.name] = cached
+        return cached
