@@ -44,7 +44,7 @@ package: $(VENV)/.installed
 	$(BIN)/pyinstaller --noconfirm --distpath dist --workpath build packaging/tilewright.spec
 
 screenshots: $(VENV)/.installed
-	QT_QPA_PLATFORM=offscreen $(BIN)/tilewright studio $(PROJECT) --run --screenshot docs/studio.png
+	QT_QPA_PLATFORM=offscreen $(BIN)/tilewright studio $(PROJECT) --run --screenshot packaging/screenshots/studio.png --size 1600x1000
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
