@@ -140,7 +140,7 @@ def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
 def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     """Each ``mapping.fusion`` chain must be consecutive ops of some layer, each consuming the one before,
     with no tensor-parallel collective between them (the tensor would leave the chip there)."""
-    from engine.plan.passes import collective_between
+    from engine.plan.passes import collective_between, local_name
 
     out: list[Problem] = []
     layers = [graph.layer_ops(li.index) for li in graph.layers]
@@ -148,7 +148,7 @@ def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
         where = f"mapping.fusion.{i}"
         found = None
         for ops in layers:
-            names = [op.name.split(".", 1)[-1] for op in ops]
+            names = [local_name(op) for op in ops]
             for start in range(len(names) - len(chain) + 1):
                 if names[start : start + len(chain)] == chain:
                     found = ops[start : start + len(chain)]
@@ -160,10 +160,10 @@ def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
             continue
         for a, b in zip(found, found[1:], strict=False):
             if b.inputs and a.name not in b.inputs:
-                out.append(Problem(where, f"{b.name.split('.', 1)[-1]} does not consume {a.name.split('.', 1)[-1]}"))
+                out.append(Problem(where, f"{local_name(b)} does not consume {local_name(a)}"))
             elif collective_between(a, b, m.tp):
-                out.append(Problem(where, f"a tensor-parallel collective separates {a.name.split('.', 1)[-1]} "
-                                   f"and {b.name.split('.', 1)[-1]} at tp {m.tp}: that tensor leaves the chip"))
+                out.append(Problem(where, f"a tensor-parallel collective separates {local_name(a)} and {local_name(b)} "
+                                   f"at tp {m.tp}: that tensor leaves the chip"))
     return out
 
 

@@ -79,7 +79,7 @@ def test_every_link_that_carried_traffic_has_a_series():
 
 
 def test_window_means_keep_the_integral():
-    from engine.sim.assemble import window_means
+    from engine.results.result import window_means
 
     times = np.array([0.5, 1.0, 2.5, 4.0])
     values = np.array([2.0, 0.0, 1.0, 3.0])

@@ -19,7 +19,7 @@ from engine.results.timeline import Timeline
 from engine.sim.schedules import Step, stage_order
 
 
-def _pass(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:
+def pass_parts(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:
     """(duration, compute, memory stall, tp comm) of one pass, uncontended."""
     if ps is None:
         return 0.0, 0.0, 0.0, 0.0
@@ -65,7 +65,7 @@ def _timeline(
         for c in st.chunk_layers:
             for kind in ("F", "R", "B"):
                 ps = st.passes.get((c, kind))
-                labels[(r, c, kind)] = (_pass_label(ps, kind), _pass(plan, r, ps)[0])
+                labels[(r, c, kind)] = (_pass_label(ps, kind), pass_parts(plan, r, ps)[0])
     last = [0.0] * len(plan.stages)
     for r, step, start, end in log:
         first_layer = -1
@@ -101,7 +101,7 @@ def analytic_result(plan: Plan, timeline: bool = True) -> Result:
         parts = {"compute": 0.0, "recompute": 0.0, "tp_comm": 0.0, "memory_stall": 0.0}
         for c in st.chunk_layers:
             for kind in ("F", "R", "B"):
-                dur, comp, stall, comm = _pass(plan, r, st.passes.get((c, kind)))
+                dur, comp, stall, comm = pass_parts(plan, r, st.passes.get((c, kind)))
                 if kind == "F":
                     f += dur
                 else:
@@ -113,9 +113,9 @@ def analytic_result(plan: Plan, timeline: bool = True) -> Result:
     duration = {}
     for r, st in enumerate(plan.stages):
         for c in st.chunk_layers:
-            duration[(r, c, "F")] = _pass(plan, r, st.passes.get((c, "F")))[0]
+            duration[(r, c, "F")] = pass_parts(plan, r, st.passes.get((c, "F")))[0]
             duration[(r, c, "B")] = (
-                _pass(plan, r, st.passes.get((c, "R")))[0] + _pass(plan, r, st.passes.get((c, "B")))[0]
+                pass_parts(plan, r, st.passes.get((c, "R")))[0] + pass_parts(plan, r, st.passes.get((c, "B")))[0]
             )
     send = {}
     for vs in range(plan.virtual_stages - 1):

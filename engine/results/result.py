@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,10 +30,24 @@ class Series:
         """Time-weighted mean over [0, end] (vectorised: link series of long runs hold ~10⁵ points)."""
         if not self.times or end <= 0:
             return 0.0
-        times = np.asarray(self.times, dtype=float)
-        nexts = np.append(times[1:], end)
-        held = (np.minimum(nexts, end) - times).clip(min=0.0)
-        return float(np.dot(np.asarray(self.values, dtype=float), held)) / end
+        return float(window_means(self.times, self.values, np.array([0.0, end]))[0])
+
+
+def window_means(times: Sequence[float], values: Sequence[float], edges: np.ndarray) -> np.ndarray:
+    """Exact means of a piecewise-constant series (``values[i]`` from ``times[i]`` on, 0 before the
+    first point) over the windows [edges[j], edges[j+1]): what coarse link series, ``Series.mean`` and
+    the studio's averaged curves all use."""
+    widths = np.diff(edges)
+    t = np.asarray(times, dtype=float)
+    if not len(t):
+        return np.zeros(len(widths))
+    v = np.asarray(values, dtype=float)
+    held = np.diff(np.append(t, max(edges[-1], t[-1]))).clip(min=0.0)
+    integral = np.concatenate([[0.0], np.cumsum(v * held)])  # ∫ from times[0] to times[i]
+    k = np.searchsorted(t, edges, side="right") - 1
+    kk = np.maximum(k, 0)
+    at = np.where(k >= 0, integral[kk] + v[kk] * (edges - t[kk]), 0.0)
+    return np.divide(np.diff(at), widths, out=np.zeros_like(widths), where=widths > 0)
 
 
 @dataclass

@@ -173,7 +173,7 @@ def with_fusion(project: Project, groups: list[list[str]]) -> Project:
     programme fuses the same chains in every layer of a kind)."""
     chains: list[list[str]] = []
     for g in groups:
-        chain = [name.split(".", 1)[-1] for name in g]
+        chain = [name.split(".", 1)[-1] for name in g]  # names within the layer, as passes.local_name
         if chain not in chains:
             chains.append(chain)
     m = project.mapping

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.plan.plan import Plan
-from engine.results.result import MemoryTrack, Result, Series, memory_verdict
+from engine.results.result import MemoryTrack, Result, Series, memory_verdict, window_means
 from engine.sim.network import FlowNetwork
 from engine.sim.recorder import Recorder
 
@@ -54,19 +54,6 @@ def link_series(plan: Plan, net: FlowNetwork, end: float, rec: Recorder) -> list
             t_next = s.times[i + 1] if i + 1 < len(s.times) else end
             rec.slice(lane, t, t_next - t, "network", f"{100 * s.values[i]:.0f} %", -1, -1, -1)
     return out
-
-
-def window_means(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Means of a piecewise-constant series (``values[i]`` from ``times[i]`` on) over [edges[j], edges[j+1])."""
-    if len(times) == 0:
-        return np.zeros(len(edges) - 1)
-    held = np.diff(np.append(times, max(edges[-1], times[-1]))).clip(min=0.0)
-    integral = np.concatenate([[0.0], np.cumsum(values * held)])  # ∫ from times[0] to times[i]
-    k = np.searchsorted(times, edges, side="right") - 1
-    kk = np.maximum(k, 0)
-    at = np.where(k >= 0, integral[kk] + values[kk] * (edges - times[kk]), 0.0)
-    widths = np.diff(edges)
-    return np.divide(np.diff(at), widths, out=np.zeros_like(widths), where=widths > 0)
 
 
 def _link_name(plan: Plan, lk: int) -> str:

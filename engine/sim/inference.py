@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.analytic.engine import pass_parts
 from engine.perf.collectives import Collective
 from engine.plan.passes import ChunkPass
 from engine.plan.plan import Plan, scaled
@@ -78,14 +79,6 @@ def inference_result(
     )
 
 
-def _pass_parts(plan: Plan, r: int, ps: ChunkPass) -> tuple[float, float, float, float]:
-    """(duration, compute, memory stall, tp comm) of a pass, uncontended (the DRAM stream as the event
-    engine's uncontended segment time)."""
-    comm = sum(plan.tp_time(r, 0, *seg.comm) for seg in ps.segments if seg.comm)
-    busy = sum(plan.segment_seconds(r, seg) for seg in ps.segments) if ps.has_dram else ps.busy_s
-    return busy + comm, ps.compute_s, busy - ps.compute_s, comm
-
-
 def simulate_inference(plan: Plan) -> Result:
     """The analytic inference engine."""
     phases = inference_phases(plan)
@@ -102,8 +95,9 @@ def simulate_inference(plan: Plan) -> Result:
     acc = {k: 0.0 for k in ("compute", "memory_stall", "tp_comm", "pp_comm", "bubble")}
     times = RequestTimes()
     for p in range(1 + n):
-        parts = [_pass_parts(plan, r, phase_pass(phases, r, p)) for r in range(pp)]
-        times.flops += mbs * sum(phase_pass(phases, r, p).flops for r in range(pp))
+        passes = [phase_pass(phases, r, p) for r in range(pp)]
+        parts = [pass_parts(plan, r, ps) for r, ps in enumerate(passes)]
+        times.flops += mbs * sum(ps.flops for ps in passes)
         for mb in range(mbs):
             for r in range(pp):
                 dep = arrive[(p, mb, r - 1)] if r > 0 else (arrive[(p - 1, mb, last)] if p > 0 else 0.0)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from engine.results import CATEGORIES
+from engine.results.result import window_means
 
 LinkKey = tuple[str, str]
 DEFAULT_WINDOW_FRACTION = 0.01
@@ -191,16 +192,9 @@ def series_value_at(series: Any, t: float, end: float | None = None) -> float:
 def window_average(series: Any, end: float, bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact time-weighted means of a piecewise-constant series over ``bins`` windows of [0, end]."""
     edges = np.linspace(0.0, end, bins + 1)
-    times = np.asarray(series.times, float)
-    values = np.asarray(series.values, float)
-    if not len(times) or end <= 0:
+    if end <= 0:
         return edges, np.zeros(bins)
-    held = np.diff(np.append(np.minimum(times, end), end)).clip(min=0.0)
-    integral = np.concatenate([[0.0], np.cumsum(values * held)])  # ∫ from 0 to times[i]
-    k = np.searchsorted(times, edges, side="right") - 1
-    at_edges = np.where(k >= 0, integral[np.maximum(k, 0)] + values[np.maximum(k, 0)] *
-                        (edges - times[np.maximum(k, 0)]), 0.0)
-    return edges, np.diff(at_edges) / np.diff(edges)
+    return edges, window_means(series.times, series.values, edges)
 
 
 def link_utilisation_at(result: Any, t: float) -> dict[LinkKey, float]:
