@@ -26,11 +26,11 @@ studio: $(VENV)/.installed
 	  echo "To see it anyway, render it offscreen to a PNG:"; \
 	  echo "  $(BIN)/tilewright studio $(PROJECT) --run --screenshot studio.png"; \
 	else \
-	  $(BIN)/python -m studio.qt_probe && $(BIN)/tilewright studio $(PROJECT); \
+	  $(BIN)/python -m tilewright.studio.qt_probe && $(BIN)/tilewright studio $(PROJECT); \
 	fi
 
 test: $(VENV)/.installed-test
-	@QT_QPA_PLATFORM=offscreen $(BIN)/python -m studio.qt_probe
+	@QT_QPA_PLATFORM=offscreen $(BIN)/python -m tilewright.studio.qt_probe
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest
 
 bench: $(VENV)/.installed

@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.hardware import elaborate  # noqa: E402
-from engine.ir.hardware import Component  # noqa: E402
+from tilewright.engine.hardware import elaborate  # noqa: E402
+from tilewright.engine.ir.hardware import Component  # noqa: E402
 
 PRESETS = ROOT / "presets" / "systems"
 

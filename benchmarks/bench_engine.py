@@ -31,7 +31,7 @@ CASES = [
 
 def whole_process(args: list[str]) -> tuple[float, dict]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "run", *args, "--json"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tilewright.engine.cli", "run", *args, "--json"], cwd=ROOT,
                           capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 3):
@@ -40,9 +40,9 @@ def whole_process(args: list[str]) -> tuple[float, dict]:
 
 
 def analytic_rate() -> float:
-    from engine.analytic.engine import analytic_result
-    from engine.presets import load_project_preset
-    from engine.simulate import make_plan
+    from tilewright.engine.analytic.engine import analytic_result
+    from tilewright.engine.presets import load_project_preset
+    from tilewright.engine.simulate import make_plan
 
     plan = make_plan(load_project_preset("megatron-18b-dgx-a100"))
     n, start = 0, time.perf_counter()

@@ -32,10 +32,10 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
-    from studio.ui.results.gantt import GanttView
-    from studio.ui.results.gantt_data import GanttData
-    from studio.ui.results.synthetic import synthetic_timeline
-    from studio.ui.results.time_cursor import TimeCursor
+    from tilewright.studio.ui.results.gantt import GanttView
+    from tilewright.studio.ui.results.gantt_data import GanttData
+    from tilewright.studio.ui.results.synthetic import synthetic_timeline
+    from tilewright.studio.ui.results.time_cursor import TimeCursor
 
     slices = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     timeline = timed(f"synthetic timeline ({slices:,} slices)", lambda: synthetic_timeline(slices), 1)

@@ -25,7 +25,8 @@ CASES = [
 
 def whole_process(args: list[str]) -> tuple[float, dict]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "search", *args, "--json", "--quiet"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tilewright.engine.cli", "search", *args, "--json", "--quiet"],
+                          cwd=ROOT,
                           capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:

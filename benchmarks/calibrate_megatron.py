@@ -12,9 +12,9 @@ import csv
 import time
 from pathlib import Path
 
-from engine.ir import GPTSpec, Mapping, Project, RunSettings
-from engine.presets import load_system
-from engine.simulate import simulate
+from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+from tilewright.engine.presets import load_system
+from tilewright.engine.simulate import simulate
 
 CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "megatron_sc21_table1.csv"
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.errors import InputError, Problem
-from engine.ir.mapping import Mapping, Recompute, Schedule
-from engine.ir.ops import LayerKind
-from engine.ir.project import Project
-from engine.ir.workload import LlamaSpec, TransformerDims
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.ir.mapping import Mapping, Recompute, Schedule
+from tilewright.engine.ir.ops import LayerKind
+from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.workload import LlamaSpec, TransformerDims
 
 if TYPE_CHECKING:
-    from engine.workloads.graph import WorkloadGraph
+    from tilewright.engine.workloads.graph import WorkloadGraph
 
 
 def device_capacity(project: Project) -> int | None:
@@ -140,7 +140,7 @@ def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
 def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     """Each ``mapping.fusion`` chain must be consecutive ops of some layer, each consuming the one before,
     with no tensor-parallel collective between them (the tensor would leave the chip there)."""
-    from engine.plan.passes import collective_between, local_name
+    from tilewright.engine.plan.passes import collective_between, local_name
 
     out: list[Problem] = []
     layers = [graph.layer_ops(li.index) for li in graph.layers]
@@ -169,7 +169,7 @@ def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
 
 def check_project(project: Project) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent."""
-    from engine.workloads import build_workload
+    from tilewright.engine.workloads import build_workload
 
     m = project.mapping
     out: list[Problem] = []

@@ -8,13 +8,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from engine.errors import EXIT_BAD_INPUT, InputError
+from tilewright.engine.errors import EXIT_BAD_INPUT, InputError
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from engine.validate_file import validate_file
+    from tilewright.engine.validate_file import validate_file
 
     print(validate_file(args.file, kind=args.kind))
     return 0
@@ -22,8 +22,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_schema(args: argparse.Namespace) -> int:
     from pydantic import TypeAdapter
-
-    from engine.ir import Component, Project, WorkloadSpec
+    from tilewright.engine.ir import Component, Project, WorkloadSpec
 
     kinds = {"project": Project, "system": Component, "model": WorkloadSpec}
     schema = TypeAdapter(kinds[args.kind]).json_schema()
@@ -32,7 +31,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
-    from engine.preset_catalog import catalog, format_catalog
+    from tilewright.engine.preset_catalog import catalog, format_catalog
 
     entries = catalog()
     print(json.dumps(entries, indent=2, sort_keys=True) if args.json else format_catalog(entries))
@@ -40,22 +39,22 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 
 
 def _cmd_import_hf(args: argparse.Namespace) -> int:
-    from engine.hf_command import import_hf_command
+    from tilewright.engine.hf_command import import_hf_command
 
     return import_hf_command(args)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from engine.cli_run import run_command
+    from tilewright.engine.cli_run import run_command
 
     return run_command(args)
 
 
 def _cmd_studio(args: argparse.Namespace) -> int:
     try:
-        from studio.app import main as studio_main
+        from tilewright.studio.app import main as studio_main
     except ImportError as exc:  # Qt's system libraries missing, or PySide6 absent
-        from engine.qt_check import explain_qt_import_error
+        from tilewright.engine.qt_check import explain_qt_import_error
 
         print(explain_qt_import_error(exc), file=sys.stderr)
         return 1
@@ -63,8 +62,8 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine import __version__
-    from engine.cli_run import add_run_arguments
+    from tilewright.engine import __version__
+    from tilewright.engine.cli_run import add_run_arguments
 
     parser = argparse.ArgumentParser(
         prog="tilewright",
@@ -105,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--presentation", action="store_true", help="full screen, large fonts, editing locked")
     p.set_defaults(handler=_cmd_studio)
 
-    from engine.cli_search import register as register_search  # hypar, search, hw-search, map, sweep
+    from tilewright.engine.cli_search import register as register_search  # hypar, search, hw-search, map, sweep
 
     register_search(sub)
     return parser

@@ -7,8 +7,8 @@ import gc
 import json
 from typing import Any
 
-from engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
-from engine.overrides import apply_overrides, parse_set_option
+from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
+from tilewright.engine.overrides import apply_overrides, parse_set_option
 
 COMMAND_LINE = "command line"
 DIM_FLAGS = ("layers", "hidden", "heads", "ffn", "seq_len", "vocab")
@@ -49,7 +49,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _model_data(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, Any]:
-    from engine.presets import load_model
+    from tilewright.engine.presets import load_model
 
     dims = {d: getattr(args, d) for d in DIM_FLAGS if getattr(args, d) is not None}
     if args.model == "gpt" or (args.model is None and base is None):
@@ -92,11 +92,11 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
 
 def assemble_project(args: argparse.Namespace):
     """The project a run simulates: the file (if any), then flags, then ``--set`` overrides."""
-    from engine.checks import raise_for_problems
-    from engine.io.json_file import read_json, require_object
-    from engine.io.migrate import migrate
-    from engine.io.project_file import project_from_data
-    from engine.presets import load_system
+    from tilewright.engine.checks import raise_for_problems
+    from tilewright.engine.io.json_file import read_json, require_object
+    from tilewright.engine.io.migrate import migrate
+    from tilewright.engine.io.project_file import project_from_data
+    from tilewright.engine.presets import load_system
 
     source = args.project or COMMAND_LINE
     base: dict[str, Any] = {}
@@ -131,7 +131,7 @@ def _growable(hw: dict[str, Any]) -> bool:
 
 
 def _device_count(hw: dict[str, Any]) -> int:
-    from engine.ir.hardware import Component
+    from tilewright.engine.ir.hardware import Component
 
     return Component.model_validate(hw).device_count()
 
@@ -150,15 +150,15 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     project = assemble_project(args)
-    from engine.simulate import simulate
+    from tilewright.engine.simulate import simulate
 
     result = simulate(project, series=bool(args.trace or args.csv))  # link series only go to files
     if args.trace:
-        from engine.export.chrome_trace import write_chrome_trace
+        from tilewright.engine.export.chrome_trace import write_chrome_trace
 
         write_chrome_trace(result, args.trace)
     if args.csv:
-        from engine.export.csv_export import write_csv
+        from tilewright.engine.export.csv_export import write_csv
 
         write_csv(result, args.csv)
     if args.json:

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from engine.errors import InputError, Problem
+from tilewright.engine.errors import InputError, Problem
 
 COMMAND_LINE = "command line"
 
@@ -29,10 +29,10 @@ def _positive(flag: str, value: int | float | None) -> None:
 
 
 def _cmd_hypar(args: argparse.Namespace) -> int:
-    from engine.presets import load_model
-    from engine.search.hypar import hypar, hypar_layers, uniform
-    from engine.search.hypar_report import partition_json, partition_text
-    from engine.workloads import build_workload
+    from tilewright.engine.presets import load_model
+    from tilewright.engine.search.hypar import hypar, hypar_layers, uniform
+    from tilewright.engine.search.hypar_report import partition_json, partition_text
+    from tilewright.engine.workloads import build_workload
 
     spec = load_model(args.model)
     layers = hypar_layers(build_workload(spec))
@@ -46,7 +46,7 @@ def _cmd_hypar(args: argparse.Namespace) -> int:
         _write_hypar_project(args, spec, best)
         data["project"] = args.project_out
     if args.simulate:
-        from engine.search.hypar_compare import compare, compare_text
+        from tilewright.engine.search.hypar_compare import compare, compare_text
 
         data["simulated"] = compare(_hypar_base(args, spec), best)
         text += "\n" + compare_text(data["simulated"])
@@ -56,8 +56,8 @@ def _cmd_hypar(args: argparse.Namespace) -> int:
 
 def _hypar_base(args: argparse.Namespace, spec):
     """The project the partition is written into or simulated on: --project, or a fresh one on --system."""
-    from engine.presets import load_project_preset, load_system
-    from engine.search.hypar_compare import base_project
+    from tilewright.engine.presets import load_project_preset, load_system
+    from tilewright.engine.search.hypar_compare import base_project
 
     if not args.project and not args.system:
         flag = "--simulate" if args.simulate else "--write-project"
@@ -72,9 +72,9 @@ def _hypar_base(args: argparse.Namespace, spec):
 
 
 def _write_hypar_project(args: argparse.Namespace, spec, best) -> None:
-    from engine.checks import raise_for_problems
-    from engine.io import save_project
-    from engine.search.hypar_report import apply_partition
+    from tilewright.engine.checks import raise_for_problems
+    from tilewright.engine.io import save_project
+    from tilewright.engine.search.hypar_report import apply_partition
 
     project = apply_partition(_hypar_base(args, spec), best)
     raise_for_problems(project, COMMAND_LINE)
@@ -129,16 +129,16 @@ def _add_hypar(sub: argparse._SubParsersAction) -> None:
 
 def search_template(args: argparse.Namespace):
     """The project whose hardware, workload and run settings the search maps (its mapping is ignored)."""
-    from engine.cli_run import _model_data
-    from engine.io.json_file import read_json, require_object
-    from engine.io.migrate import migrate
-    from engine.io.project_file import project_from_data
-    from engine.presets import load_system
+    from tilewright.engine.cli_run import _model_data
+    from tilewright.engine.io.json_file import read_json, require_object
+    from tilewright.engine.io.migrate import migrate
+    from tilewright.engine.io.project_file import project_from_data
+    from tilewright.engine.presets import load_system
 
     source = args.project or COMMAND_LINE
     base: dict[str, Any] = {}
     if args.project:
-        from engine.presets import resolve
+        from tilewright.engine.presets import resolve
 
         path = str(resolve("projects", args.project))
         base = migrate(require_object(read_json(path), path), path)
@@ -171,9 +171,9 @@ def search_template(args: argparse.Namespace):
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from engine.errors import EXIT_OUT_OF_MEMORY
-    from engine.search.parallelism import result_json, search
-    from engine.search.report import search_text
+    from tilewright.engine.errors import EXIT_OUT_OF_MEMORY
+    from tilewright.engine.search.parallelism import result_json, search
+    from tilewright.engine.search.report import search_text
 
     project, devices, batch = search_template(args)
     _positive("--top", args.top)
@@ -190,7 +190,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _add_search(sub: argparse._SubParsersAction) -> None:
-    from engine.cli_run import DIM_FLAGS
+    from tilewright.engine.cli_run import DIM_FLAGS
 
     p = sub.add_parser("search", help="find the fastest tp/pp/dp/micro-batch/… mapping of a model on a system")
     p.add_argument("project", nargs="?", metavar="PROJECT.json", help="take system, model and run settings from here")
@@ -213,10 +213,10 @@ def _add_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_hw_search(args: argparse.Namespace) -> int:
-    from engine.ir.common import dtype_bytes
-    from engine.presets import load_model
-    from engine.search.hardware import hw_result_json, hw_result_text, search_hardware
-    from engine.workloads import build_workload
+    from tilewright.engine.ir.common import dtype_bytes
+    from tilewright.engine.presets import load_model
+    from tilewright.engine.search.hardware import hw_result_json, hw_result_text, search_hardware
+    from tilewright.engine.workloads import build_workload
 
     workload = build_workload(load_model(args.model))
     result = search_hardware(
@@ -248,15 +248,15 @@ def _add_hw_search(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_map(args: argparse.Namespace) -> int:
-    from engine.presets import load_project_preset
-    from engine.search.multilevel import map_json, map_text, multilevel_map
+    from tilewright.engine.presets import load_project_preset
+    from tilewright.engine.search.multilevel import map_json, map_text, multilevel_map
 
     project = load_project_preset(args.project)
     if args.sram_mb is not None:
         _positive("--sram-mb", args.sram_mb)
     result = multilevel_map(project, sram_mb=args.sram_mb, check=not args.no_check)
     if args.output:
-        from engine.io import save_project
+        from tilewright.engine.io import save_project
 
         save_project(result.project, args.output)
     _print(map_json(result), args.json, map_text(result))
@@ -281,7 +281,7 @@ def _add_map(sub: argparse._SubParsersAction) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from engine.search.sweep import load_spec, run_sweep, sweep_json, sweep_text
+    from tilewright.engine.search.sweep import load_spec, run_sweep, sweep_json, sweep_text
 
     spec, base, source = load_spec(args.spec)
     _positive("--workers", args.workers)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from engine.errors import InputError, Problem
-from engine.io.atomic import dumps_stable, write_atomic
-from engine.io.json_file import read_json, require_object
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.io.atomic import dumps_stable, write_atomic
+from tilewright.engine.io.json_file import read_json, require_object
 
 
 def import_hf_command(args: argparse.Namespace) -> int:
-    from engine.workloads import import_hf_config
-    from engine.workloads.hf_import import ConfigError
+    from tilewright.engine.workloads import import_hf_config
+    from tilewright.engine.workloads.hf_import import ConfigError
 
     data = require_object(read_json(args.config), args.config)
     name = args.name or data.get("_name_or_path") or Path(args.config).resolve().parent.name
@@ -33,8 +33,8 @@ def import_hf_command(args: argparse.Namespace) -> int:
 
 
 def _project_around(spec, system: str) -> dict:
-    from engine.ir.project import Project
-    from engine.presets import load_system
+    from tilewright.engine.ir.project import Project
+    from tilewright.engine.presets import load_system
 
     hw = load_system(system)
     project = Project(name=spec.name or "imported model", hardware=hw, workload=spec)

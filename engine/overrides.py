@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.errors import InputError, Problem
+from tilewright.engine.errors import InputError, Problem
 
 
 def parse_set_option(option: str) -> tuple[str, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.io.json_file import read_json
-from engine.presets import PresetKind, list_presets, preset_path
+from tilewright.engine.io.json_file import read_json
+from tilewright.engine.presets import PresetKind, list_presets, preset_path
 
 KINDS: tuple[PresetKind, ...] = ("systems", "models", "projects")
 

@@ -1,6 +1,6 @@
 """The projects behind ``presets/projects/*.json``, assembled from the system and model presets.
 
-Written once here so a project never drifts from the system it names; ``python -m engine.preset_projects``
+Written once here so a project never drifts from the system it names; ``python -m tilewright.engine.preset_projects``
 regenerates the files and a test checks they are current. Each exercises different hardware and
 parallelism; ``gpt3-dgx-a100`` is the default that ``make studio`` opens.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.io.atomic import dumps_stable, write_atomic
-from engine.ir.project import Project
-from engine.presets import load_model, load_system, presets_dir
+from tilewright.engine.io.atomic import dumps_stable, write_atomic
+from tilewright.engine.ir.project import Project
+from tilewright.engine.presets import load_model, load_system, presets_dir
 
 PROJECTS: dict[str, dict[str, Any]] = {
     "gpt3-dgx-a100": {
@@ -120,9 +120,9 @@ def build(name: str) -> Project:
         }
     )
     if spec.get("hypar"):  # the partition HyPar's dynamic programme picks for this array and batch
-        from engine.search.hypar import hypar, hypar_layers
-        from engine.search.hypar_report import apply_partition
-        from engine.workloads import build_workload
+        from tilewright.engine.search.hypar import hypar, hypar_layers
+        from tilewright.engine.search.hypar_report import apply_partition
+        from tilewright.engine.workloads import build_workload
 
         m = project.mapping
         best = hypar(hypar_layers(build_workload(project.workload)), m.dp, m.global_batch, project.run.dtype.value)

@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import os
-import sys
+from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
-from engine.errors import InputError
-from engine.io.json_file import read_json, validate_as
-from engine.ir.hardware import Component
-from engine.ir.project import Project
-from engine.ir.workload import WorkloadSpec
+from tilewright.engine.errors import InputError
+from tilewright.engine.io.json_file import read_json, validate_as
+from tilewright.engine.ir.hardware import Component
+from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.workload import WorkloadSpec
 
 PresetKind = Literal["systems", "models", "projects"]
 DEFAULT_PROJECT = "gpt3-dgx-a100"
 
 
 def presets_dir() -> Path:
-    """``$TILEWRIGHT_PRESETS``, the packaged copy (frozen app), or the repository's ``presets/``."""
+    """``$TILEWRIGHT_PRESETS``, else the ``tilewright.presets`` package data (the repository's
+    ``presets/`` in an editable install, the installed copy in a wheel or the frozen app)."""
     env = os.environ.get("TILEWRIGHT_PRESETS")
     if env:
         return Path(env)
-    frozen = getattr(sys, "_MEIPASS", None)
-    if frozen:
-        return Path(frozen) / "presets"
-    return Path(__file__).resolve().parent.parent / "presets"
+    return Path(str(files("tilewright.presets")))
 
 
 def list_presets(kind: PresetKind) -> list[str]:
@@ -62,7 +60,7 @@ def load_model(name_or_path: str) -> WorkloadSpec:
 
 
 def load_project_preset(name_or_path: str, *, check: bool = True) -> Project:
-    from engine.io.project_file import load_project
+    from tilewright.engine.io.project_file import load_project
 
     return load_project(resolve("projects", name_or_path), check=check)
 

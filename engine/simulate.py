@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from engine.hardware import elaborate
-from engine.ir.project import EngineKind, Mode, Project
-from engine.plan.plan import Plan, build_plan
-from engine.results.result import Result
-from engine.workloads import build_workload
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir.project import EngineKind, Mode, Project
+from tilewright.engine.plan.plan import Plan, build_plan
+from tilewright.engine.results.result import Result
+from tilewright.engine.workloads import build_workload
 
 
 def make_plan(project: Project) -> Plan:
@@ -32,20 +32,20 @@ def simulate(
     start = time.perf_counter()
     plan = plan or make_plan(project)
     if project.run.mode is Mode.infer and project.run.engine is EngineKind.analytic:
-        from engine.sim.inference import simulate_inference
+        from tilewright.engine.sim.inference import simulate_inference
 
         result = simulate_inference(plan)
     elif project.run.mode is Mode.infer:
-        from engine.sim.inference_engine import simulate_inference_events
+        from tilewright.engine.sim.inference_engine import simulate_inference_events
 
         result = simulate_inference_events(plan, series=series)
     elif project.run.engine is EngineKind.analytic:
-        from engine.analytic.engine import analytic_result
+        from tilewright.engine.analytic.engine import analytic_result
 
         result = analytic_result(plan)
     else:
-        from engine.sim.assemble import assemble
-        from engine.sim.event_engine import EventEngine
+        from tilewright.engine.sim.assemble import assemble
+        from tilewright.engine.sim.event_engine import EventEngine
 
         eng = EventEngine(plan, contention=project.run.contention, aggregate=project.run.aggregate)
         rec = eng.run(progress=progress, cancel=cancel)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import InputError
-from engine.io.json_file import read_json, require_object, validate_as
-from engine.ir.hardware import Component, ComponentKind
-from engine.ir.workload import WorkloadSpec
+from tilewright.engine.errors import InputError
+from tilewright.engine.io.json_file import read_json, require_object, validate_as
+from tilewright.engine.ir.hardware import Component, ComponentKind
+from tilewright.engine.ir.workload import WorkloadSpec
 
 
 def detect_kind(data: dict[str, Any]) -> str:
@@ -23,13 +23,13 @@ def validate_file(path: str, kind: str = "auto") -> str:
     data = require_object(read_json(path), path)
     kind = detect_kind(data) if kind == "auto" else kind
     if kind == "project":
-        from engine.checks import raise_for_problems
-        from engine.io.project_file import project_from_data
+        from tilewright.engine.checks import raise_for_problems
+        from tilewright.engine.io.project_file import project_from_data
 
         project = project_from_data(data, path)
         raise_for_problems(project, path)
         m = project.mapping
-        from engine.checks import device_capacity
+        from tilewright.engine.checks import device_capacity
 
         cap = device_capacity(project)
         size = f"{project.hardware.device_count()} devices" if cap is not None else f"grows to {m.devices} devices"
@@ -42,7 +42,7 @@ def validate_file(path: str, kind: str = "auto") -> str:
         comp: Component = validate_as(Component, data, path)
         return f"{path}: valid system '{comp.name}' — {comp.device_count()} devices"
     if kind == "model":
-        from engine.workloads import build_workload
+        from tilewright.engine.workloads import build_workload
 
         spec = validate_as(WorkloadSpec, data, path)
         graph = build_workload(spec)

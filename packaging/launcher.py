@@ -2,7 +2,7 @@
 
 Launched from a desktop menu (no arguments) or by opening a project file (one path argument), the
 bundle should open the studio, not print the command-line usage; any known command (``run``,
-``validate``, ``studio`` …) or option is passed to ``engine.cli.main`` unchanged.
+``validate``, ``studio`` …) or option is passed to ``tilewright.engine.cli.main`` unchanged.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ PASS_THROUGH = ("-h", "--help", "--version")
 
 
 def commands() -> set[str]:
-    """The command names ``engine.cli`` knows, read from its parser (so new commands need no edit here)."""
-    from engine.cli import build_parser
+    """The command names ``tilewright.engine.cli`` knows, read from its parser (so new commands need no edit here)."""
+    from tilewright.engine.cli import build_parser
 
     for action in build_parser()._actions:  # noqa: SLF001 - argparse keeps subcommands here only
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
@@ -25,7 +25,7 @@ def commands() -> set[str]:
 
 
 def launch_args(argv: Sequence[str]) -> list[str]:
-    """``argv`` for ``engine.cli.main``: the studio when no command was given."""
+    """``argv`` for ``tilewright.engine.cli.main``: the studio when no command was given."""
     args = list(argv)
     if args and (args[0] in PASS_THROUGH or args[0] in commands()):
         return args
@@ -33,7 +33,7 @@ def launch_args(argv: Sequence[str]) -> list[str]:
 
 
 def main() -> int:
-    from engine.cli import main as cli_main
+    from tilewright.engine.cli import main as cli_main
 
     return cli_main(launch_args(sys.argv[1:]))
 

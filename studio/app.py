@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.errors import EXIT_BAD_INPUT, InputError
+from tilewright.engine.errors import EXIT_BAD_INPUT, InputError
 
 RUN_WAIT_MS = 60_000  # a screenshot waits at most this long for a run
 CHECKS_WAIT_MS = 3_000
@@ -33,9 +33,9 @@ def load_initial_project(path: str | None) -> tuple[Any, Path | None, str]:
     An explicit file that fails to load is an error (exit 2); the default preset failing to load only
     falls back to a new project, since the user did not ask for it.
     """
-    from engine.io import load_project
-    from engine.presets import default_project_path
-    from studio.samples import new_project
+    from tilewright.engine.io import load_project
+    from tilewright.engine.presets import default_project_path
+    from tilewright.studio.samples import new_project
 
     if path:
         return load_project(path, check=False), Path(path), f"opened {path}"
@@ -63,11 +63,10 @@ def main(args: Any) -> int:
 
     from PySide6.QtCore import QThreadPool
     from PySide6.QtWidgets import QApplication
-
-    from studio.document import ProjectDocument
-    from studio.icons import icon
-    from studio.settings import APPLICATION, ORGANISATION, make_settings
-    from studio.ui.main_window import MainWindow
+    from tilewright.studio.document import ProjectDocument
+    from tilewright.studio.icons import icon
+    from tilewright.studio.settings import APPLICATION, ORGANISATION, make_settings
+    from tilewright.studio.ui.main_window import MainWindow
 
     if screenshot:
         _quiet_offscreen_warnings()

@@ -11,11 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 from PySide6.QtGui import QUndoCommand
-
-from engine.ir.hardware import Component, Memory
-from engine.ir.project import CanvasLayout, Project
-from studio.document import Change, ProjectDocument
-from studio.tree_edit import (
+from tilewright.engine.ir.hardware import Component, Memory
+from tilewright.engine.ir.project import CanvasLayout, Project
+from tilewright.studio.document import Change, ProjectDocument
+from tilewright.studio.tree_edit import (
     EditRefused,
     FieldPath,
     add_child,
@@ -195,7 +194,7 @@ class AddLink(SnapshotCommand):
     says from what). Grids (mesh, torus, ring) already join neighbours, so drawing there is refused."""
 
     def __init__(self, doc: ProjectDocument, path: str, a: int, b: int):
-        from studio.tree_edit import component_at, default_interconnect
+        from tilewright.studio.tree_edit import component_at, default_interconnect
 
         level = component_at(doc.project.hardware, path)
         if a == b:

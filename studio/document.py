@@ -13,9 +13,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
-
-from engine.io import load_project, save_project
-from engine.ir.project import Project
+from tilewright.engine.io import load_project, save_project
+from tilewright.engine.ir.project import Project
 
 
 class Change(Enum):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine.ir.mapping import Mapping
-from engine.ir.project import Project
-from studio.commands import SnapshotCommand
-from studio.document import Change, ProjectDocument
+from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.project import Project
+from tilewright.studio.commands import SnapshotCommand
+from tilewright.studio.document import Change, ProjectDocument
 
 
 class AdoptMapping(SnapshotCommand):

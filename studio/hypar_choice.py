@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import InputError
-from engine.ir.mapping import LayerParallelism, Mapping
-from engine.ir.project import Project
-from engine.search.hypar import Partition, hypar, hypar_layers, uniform
-from engine.search.hypar_report import apply_partition
-from studio.mapping import workload_graph
+from tilewright.engine.errors import InputError
+from tilewright.engine.ir.mapping import LayerParallelism, Mapping
+from tilewright.engine.ir.project import Project
+from tilewright.engine.search.hypar import Partition, hypar, hypar_layers, uniform
+from tilewright.engine.search.hypar_report import apply_partition
+from tilewright.studio.mapping import workload_graph
 
 SEPARATOR = "·"
 MAX_ACCELERATORS = 1024

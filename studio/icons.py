@@ -1,19 +1,17 @@
-"""Icons from the repository's ``icons/`` folder (or the frozen app's copy), loaded once and cached."""
+"""Icons shipped as ``tilewright.icons`` package data, loaded once and cached."""
 
 from __future__ import annotations
 
-import sys
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 
 from PySide6.QtGui import QIcon
 
 
 def icons_dir() -> Path:
-    frozen = getattr(sys, "_MEIPASS", None)
-    if frozen:
-        return Path(frozen) / "icons"
-    return Path(__file__).resolve().parent.parent / "icons"
+    """The ``tilewright.icons`` package data (the repository's ``icons/`` in an editable install)."""
+    return Path(str(files("tilewright.icons")))
 
 
 def icon_path(name: str) -> Path:

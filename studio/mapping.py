@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.hardware import HardwareGraph, elaborate, grow
-from engine.hardware.model import Device
-from engine.ir.hardware import Component
-from engine.ir.mapping import Mapping, Schedule
-from engine.ir.project import Project
-from engine.plan.placement import split_layers, stage_groups
-from engine.workloads import WorkloadGraph, build_workload
+from tilewright.engine.hardware import HardwareGraph, elaborate, grow
+from tilewright.engine.hardware.model import Device
+from tilewright.engine.ir.hardware import Component
+from tilewright.engine.ir.mapping import Mapping, Schedule
+from tilewright.engine.ir.project import Project
+from tilewright.engine.plan.placement import split_layers, stage_groups
+from tilewright.engine.workloads import WorkloadGraph, build_workload
 
 LayerRange = tuple[int, int]  # [first, last) workload layer indices
 

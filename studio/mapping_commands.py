@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from studio.commands import SnapshotCommand
-from studio.document import Change, ProjectDocument
-from studio.mapping import LayerRange, format_ranges, stage_layout
-from studio.mapping_edit import auto_mapping, place_layers
+from tilewright.studio.commands import SnapshotCommand
+from tilewright.studio.document import Change, ProjectDocument
+from tilewright.studio.mapping import LayerRange, format_ranges, stage_layout
+from tilewright.studio.mapping_edit import auto_mapping, place_layers
 
 
 class AutoMap(SnapshotCommand):

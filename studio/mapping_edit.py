@@ -16,11 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ValidationError
-
-from engine.ir.mapping import Mapping, PlacementStrategy, Schedule
-from engine.plan.placement import placement_order
-from studio.mapping import LayerRange, StageLayout, format_ranges
-from studio.tree_edit import EditRefused, friendly
+from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Schedule
+from tilewright.engine.plan.placement import placement_order
+from tilewright.studio.mapping import LayerRange, StageLayout, format_ranges
+from tilewright.studio.tree_edit import EditRefused, friendly
 
 AUTO_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "placement")
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.ir.project import Project
-from studio.mapping import workload_graph
-from studio.units import BYTES, FLOP, Unit, format_value
+from tilewright.engine.ir.project import Project
+from tilewright.studio.mapping import workload_graph
+from tilewright.studio.units import BYTES, FLOP, Unit, format_value
 
 PARAMS = Unit("", "7 G")  # a count with SI prefixes: "151 M"
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}

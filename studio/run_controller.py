@@ -29,10 +29,9 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
-
-from studio.ui.results.record import RunRecord
-from studio.units import SECONDS, format_value
-from studio.workers import Job, Relay, simulation_job, start
+from tilewright.studio.ui.results.record import RunRecord
+from tilewright.studio.units import SECONDS, format_value
+from tilewright.studio.workers import Job, Relay, simulation_job, start
 
 RUN_SWITCH_INTERVAL_S = 0.0001
 

@@ -4,8 +4,8 @@ preset files are still being written (and that do not change when the presets ar
 
 from __future__ import annotations
 
-from engine.ir.common import DType
-from engine.ir.hardware import (
+from tilewright.engine.ir.common import DType
+from tilewright.engine.ir.hardware import (
     Component,
     ComponentKind,
     Compute,
@@ -16,10 +16,10 @@ from engine.ir.hardware import (
     SwitchAttach,
     Topology,
 )
-from engine.ir.mapping import Mapping
-from engine.ir.project import Project
-from engine.ir.workload import GPTSpec, MLPSpec
-from studio.templates import build_component
+from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.workload import GPTSpec, MLPSpec
+from tilewright.studio.templates import build_component
 
 
 def _gpt(name: str = "gpt-1.3b") -> GPTSpec:

@@ -4,9 +4,9 @@ the outline's tooltips and (later) reports: "gpu · chip · 312 TFLOP/s bf16 · 
 
 from __future__ import annotations
 
-from engine.ir.common import DType
-from engine.ir.hardware import Component, Interconnect, Memory
-from studio.units import BYTES, BYTES_PER_S, FLOPS, SECONDS, format_value, plural
+from tilewright.engine.ir.common import DType
+from tilewright.engine.ir.hardware import Component, Interconnect, Memory
+from tilewright.studio.units import BYTES, BYTES_PER_S, FLOPS, SECONDS, format_value, plural
 
 PREFERRED_DTYPES = (DType.bf16, DType.fp16, DType.fp8, DType.tf32, DType.fp32, DType.int8)
 

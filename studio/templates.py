@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.ir.common import DType
-from engine.ir.hardware import (
+from tilewright.engine.ir.common import DType
+from tilewright.engine.ir.hardware import (
     Component,
     ComponentKind,
     Compute,

@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
-
-from engine.ir.hardware import Component, ComponentKind, Interconnect, Memory, Topology
+from tilewright.engine.ir.hardware import Component, ComponentKind, Interconnect, Memory, Topology
 
 FieldPath = tuple[str | int, ...]
 

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
-
-from engine.errors import InputError
-from studio import gc_guard
+from tilewright.engine.errors import InputError
+from tilewright.studio import gc_guard
 
 PROGRESS_EVERY_S = 0.05  # at most 20 progress signals a second: the GUI thread paints, it is not flooded
 
@@ -160,7 +159,7 @@ def simulate_project(project: Any, cancelled: threading.Event, progress: Callabl
     """Plan and simulate ``project`` with ``engine.simulate``, passing the cancel check and a throttled
     progress callback when the engine's signature accepts them (test doubles may take only a project)."""
     try:
-        sim = importlib.import_module("engine.simulate")  # what sys.modules holds (tests swap in doubles)
+        sim = importlib.import_module("tilewright.engine.simulate")  # what sys.modules holds (tests swap in doubles)
     except ImportError as exc:
         raise EngineUnavailable("engine not available yet") from exc
     params = inspect.signature(sim.simulate).parameters
@@ -181,7 +180,7 @@ def simulate_project(project: Any, cancelled: threading.Event, progress: Callabl
 
 def simulate_and_prepare(project: Any, cancelled: threading.Event, progress: Callable[[float, str], None]) -> Any:
     """The simulation, then the ``RunRecord`` the result views read (sorted, ranked on this thread)."""
-    from studio.ui.results.record import prepare_record
+    from tilewright.studio.ui.results.record import prepare_record
 
     start = time.perf_counter()
     result = simulate_project(project, cancelled, progress)
@@ -201,7 +200,7 @@ def check_job(project: Any) -> Job:
 
     def run_checks(p: Any) -> Any:
         try:
-            from engine.checks import check_project
+            from tilewright.engine.checks import check_project
 
             return check_project(p)
         except ImportError as exc:

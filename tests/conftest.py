@@ -22,9 +22,8 @@ def make_window(qtbot, tmp_path):
     """A shown main window on ``project``, with its own settings file and a close that never asks."""
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QMessageBox
-
-    from studio.document import ProjectDocument
-    from studio.ui.main_window import MainWindow
+    from tilewright.studio.document import ProjectDocument
+    from tilewright.studio.ui.main_window import MainWindow
 
     def make(project, size: tuple[int, int] = (1400, 900), persist: bool = True):
         settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from engine.ir import GPTSpec, LlamaSpec, Mapping, Project, RunSettings
-from engine.presets import load_system
+from tilewright.engine.ir import GPTSpec, LlamaSpec, Mapping, Project, RunSettings
+from tilewright.engine.presets import load_system
+
 from tests.factories import cluster, wafer
 
 GPT = GPTSpec(name="gpt-test", layers=8, hidden=1024, heads=16, seq_len=512, vocab=8192)

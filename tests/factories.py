@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.ir import (
+from tilewright.engine.ir import (
     Component,
     Compute,
     EfficiencyCurve,

@@ -12,9 +12,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 from PySide6.QtCore import QEvent, QObject, QTimer  # noqa: E402
-
-from engine.io import load_project  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
+from tilewright.engine.io import load_project  # noqa: E402
+from tilewright.studio.ui.main_window import MainWindow  # noqa: E402
 
 PALM = "presets/projects/palm-wafer-t18b.json"  # ~1.5 s of event simulation, 50–100k slices
 MAX_GAP_S = 0.100
@@ -92,8 +91,7 @@ def _shown_at_once(qtbot, tmp_path, preset: str) -> MainWindow:
     """A window built and shown as ``tilewright studio --run`` does: no waiting for it to be exposed."""
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QMessageBox
-
-    from studio.document import ProjectDocument
+    from tilewright.studio.document import ProjectDocument
 
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     window = MainWindow(ProjectDocument(load_project(preset, check=False)), settings, persist=False)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
-
-from engine.ir import (
+from tilewright.engine.ir import (
     CNNSpec,
     Component,
     Compute,

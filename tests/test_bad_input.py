@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tilewright.engine.cli import main
+from tilewright.engine.io import project_to_data
 
-from engine.cli import main
-from engine.io import project_to_data
 from tests.factories import small_project
 
 Edit = Callable[[dict], object]
@@ -129,7 +129,8 @@ def test_missing_file(tmp_path, capsys):
 def test_subprocess_has_no_traceback(tmp_path):
     path = _write(tmp_path, "neg", CASES[1][1])
     proc = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "validate", str(path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "tilewright.engine.cli", "validate", str(path)],
+        capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "link_bandwidth_bytes_per_s" in proc.stderr

@@ -14,8 +14,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 from calibrate_megatron import CSV, measured_time, project_for, rows  # noqa: E402
-
-from engine.simulate import simulate  # noqa: E402
+from tilewright.engine.simulate import simulate  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ import sys
 from collections import defaultdict
 
 import pytest
-
-from engine.cli import main
+from tilewright.engine.cli import main
 
 GPT_FLAGS = ["--system", "dgx-a100", "--model", "gpt", "--layers", "8", "--hidden", "1024", "--heads", "16",
              "--seq-len", "512", "--vocab", "8192"]
@@ -120,7 +119,8 @@ def test_csv_export_is_readable(tmp_path, capsys):
 
 
 def test_console_script_runs_a_preset():
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "run", "presets/projects/hypar-vgg-a.json", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "tilewright.engine.cli", "run", "presets/projects/hypar-vgg-a.json",
+                           "--json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["devices"] == 16

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.perf.collectives import Collective, collective, ring_phase
+from tilewright.engine.presets import load_system
 
-from engine.hardware import elaborate
-from engine.perf.collectives import Collective, collective, ring_phase
-from engine.presets import load_system
 from tests.factories import cluster
 
 GB = 1e9

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from engine.ir import Compute
-from engine.simulate import make_plan
+from tilewright.engine.ir import Compute
+from tilewright.engine.simulate import make_plan
+
 from tests.engine_cases import dgx
 
 

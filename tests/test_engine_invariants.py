@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from tilewright.engine.simulate import make_plan, simulate
 
-from engine.simulate import make_plan, simulate
 from tests.engine_cases import dgx, llama_inference, small_cluster, small_wafer
 
 CASES = {
@@ -139,8 +139,8 @@ def test_overlapping_gradient_reduction_hides_communication():
 def test_decode_stays_near_its_memory_bound():
     """A decode step reads every weight once: it must cost about weights / HBM bandwidth, not be charged
     as a badly quantized 8-row GEMM (cuBLAS uses narrow tiles and split-K for skinny products)."""
-    from engine.io import load_project
-    from engine.presets import preset_path
+    from tilewright.engine.io import load_project
+    from tilewright.engine.presets import preset_path
 
     project = load_project(preset_path("projects", "llama2-70b-h100-inference"))
     plan = make_plan(project)

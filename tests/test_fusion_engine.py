@@ -4,16 +4,16 @@ multi-level mapper's chosen fusion is written into the mapping and confirmed by 
 from __future__ import annotations
 
 import pytest
+from tilewright.engine.checks import check_project
+from tilewright.engine.cli import main
+from tilewright.engine.ir import Mapping, Project, RunSettings
+from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.plan.passes import fused_edges
+from tilewright.engine.presets import load_project_preset, load_system
+from tilewright.engine.search.multilevel import multilevel_map
+from tilewright.engine.simulate import make_plan, simulate
+from tilewright.engine.workloads import build_workload
 
-from engine.checks import check_project
-from engine.cli import main
-from engine.ir import Mapping, Project, RunSettings
-from engine.perf.op_cost import op_time
-from engine.plan.passes import fused_edges
-from engine.presets import load_project_preset, load_system
-from engine.search.multilevel import multilevel_map
-from engine.simulate import make_plan, simulate
-from engine.workloads import build_workload
 from tests.engine_cases import GPT, small_wafer
 
 MLP = ["mlp_up", "activation", "mlp_down"]

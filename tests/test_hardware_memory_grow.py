@@ -4,9 +4,8 @@ bandwidth is shared by its users, and growing adds exactly the instances a run n
 from __future__ import annotations
 
 import pytest
-
-from engine.hardware import elaborate, grow
-from engine.ir.hardware import Component, Compute, Interconnect, Memory
+from tilewright.engine.hardware import elaborate, grow
+from tilewright.engine.ir.hardware import Component, Compute, Interconnect, Memory
 
 GB = 1e9
 

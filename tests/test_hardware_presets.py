@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from engine.hardware import elaborate
-from engine.ir.hardware import Component
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir.hardware import Component
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets" / "systems"
 NAMES = ["dgx-a100", "dgx-h100", "palm-wafer", "hypar-array-16", "tpu-v4-torus", "chiplet-mesh", "wafer-64x64"]

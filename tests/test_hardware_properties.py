@@ -5,9 +5,9 @@ owns is reachable over a memory channel."""
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir.hardware import Component, Compute, Interconnect, Memory
 
-from engine.hardware import elaborate
-from engine.ir.hardware import Component, Compute, Interconnect, Memory
 from tests.strategies import components
 
 GB = 1e9

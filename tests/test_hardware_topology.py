@@ -8,10 +8,9 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.hardware import HardwareGraph, elaborate
-from engine.hardware.model import LINK_KINDS, NODE_TYPES
-from engine.ir.hardware import Component, Compute, EfficiencyCurve, Interconnect, Memory
+from tilewright.engine.hardware import HardwareGraph, elaborate
+from tilewright.engine.hardware.model import LINK_KINDS, NODE_TYPES
+from tilewright.engine.ir.hardware import Component, Compute, EfficiencyCurve, Interconnect, Memory
 
 GB = 1e9
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from engine.cli import main
-from engine.errors import InputError
-from engine.ir import BertSpec, CNNSpec, GPTSpec
-from engine.search import hw_model as hm
-from engine.search.hardware import Evaluated, Stage, global_search, neighbours, search_hardware, tpu_like
-from engine.search.hw_graph import Node, StageGraph, _critical, _list_schedule, stage_graph
-from engine.search.hw_model import Design, area_mm2, tdp_w
-from engine.workloads import build_workload
+from tilewright.engine.cli import main
+from tilewright.engine.errors import InputError
+from tilewright.engine.ir import BertSpec, CNNSpec, GPTSpec
+from tilewright.engine.search import hw_model as hm
+from tilewright.engine.search.hardware import Evaluated, Stage, global_search, neighbours, search_hardware, tpu_like
+from tilewright.engine.search.hw_graph import Node, StageGraph, _critical, _list_schedule, stage_graph
+from tilewright.engine.search.hw_model import Design, area_mm2, tdp_w
+from tilewright.engine.workloads import build_workload
 
 BERT = BertSpec(name="bert-mini", layers=4, hidden=512, heads=8, seq_len=256)
 GPT = GPTSpec(name="gpt-mini", layers=8, hidden=1024, heads=16, seq_len=512, vocab=8192)

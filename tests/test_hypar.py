@@ -7,13 +7,12 @@ import json
 import random
 
 import pytest
-
-from engine.checks import check_project
-from engine.cli import main
-from engine.errors import InputError
-from engine.ir import CNNSpec, GPTSpec, MLPSpec
-from engine.presets import load_project_preset
-from engine.search.hypar import (
+from tilewright.engine.checks import check_project
+from tilewright.engine.cli import main
+from tilewright.engine.errors import InputError
+from tilewright.engine.ir import CNNSpec, GPTSpec, MLPSpec
+from tilewright.engine.presets import load_project_preset
+from tilewright.engine.search.hypar import (
     HyparLayer,
     best_level,
     hypar,
@@ -21,8 +20,8 @@ from engine.search.hypar import (
     level_cost,
     uniform,
 )
-from engine.search.hypar_report import apply_partition
-from engine.workloads import build_workload
+from tilewright.engine.search.hypar_report import apply_partition
+from tilewright.engine.workloads import build_workload
 
 # VGG-A (Simonyan & Zisserman, Table 1) weights with biases, by hand: 3·3·c_in·c_out + c_out per conv.
 VGG_A_PARAMS = (

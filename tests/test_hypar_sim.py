@@ -7,21 +7,21 @@ import json
 from collections.abc import Callable
 
 import pytest
+from tilewright.engine.cli import main
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.io.project_file import project_from_data
+from tilewright.engine.ir.mapping import LayerParallelism
+from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.collectives import Collective, pairwise_exchange
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.presets import load_project_preset, load_system
+from tilewright.engine.search.hypar import Partition, evaluate, hypar, hypar_layers
+from tilewright.engine.search.hypar_compare import COMM, comparison_projects
+from tilewright.engine.search.hypar_report import apply_partition
+from tilewright.engine.sim.event_engine import EventEngine
+from tilewright.engine.simulate import make_plan, simulate
+from tilewright.engine.workloads import build_workload
 
-from engine.cli import main
-from engine.hardware import elaborate
-from engine.io.project_file import project_from_data
-from engine.ir.mapping import LayerParallelism
-from engine.ir.project import Project
-from engine.perf.collectives import Collective, pairwise_exchange
-from engine.plan.plan import Plan
-from engine.presets import load_project_preset, load_system
-from engine.search.hypar import Partition, evaluate, hypar, hypar_layers
-from engine.search.hypar_compare import COMM, comparison_projects
-from engine.search.hypar_report import apply_partition
-from engine.sim.event_engine import EventEngine
-from engine.simulate import make_plan, simulate
-from engine.workloads import build_workload
 from tests.factories import cluster
 
 SYSTEM = "hypar-array-16"

@@ -6,11 +6,11 @@ import json
 import os
 
 import pytest
+from tilewright.engine.errors import InputError
+from tilewright.engine.io import load_project, project_to_text, save_project
+from tilewright.engine.io.atomic import write_atomic
+from tilewright.engine.ir import SCHEMA_VERSION
 
-from engine.errors import InputError
-from engine.io import load_project, project_to_text, save_project
-from engine.io.atomic import write_atomic
-from engine.ir import SCHEMA_VERSION
 from tests.factories import small_project
 
 

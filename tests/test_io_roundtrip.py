@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
+from tilewright.engine.io import load_project, project_to_text, save_project
 
-from engine.io import load_project, project_to_text, save_project
 from tests.strategies import projects
 
 

@@ -7,18 +7,18 @@ import dataclasses
 import json
 
 import pytest
+from tilewright.engine.cli import main
+from tilewright.engine.errors import InputError
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir import Component, Compute, GPTSpec, Interconnect, Mapping, Memory, Op, Project, RunSettings
+from tilewright.engine.perf.device import device_model
+from tilewright.engine.plan.placement import stage_groups
+from tilewright.engine.presets import load_project_preset, load_system
+from tilewright.engine.search import multilevel_milp as ml
+from tilewright.engine.search.fusion import optimize_layer
+from tilewright.engine.search.multilevel import build_problem, multilevel_map
+from tilewright.engine.search.netdims import coordinates, device_index, network_dims
 
-from engine.cli import main
-from engine.errors import InputError
-from engine.hardware import elaborate
-from engine.ir import Component, Compute, GPTSpec, Interconnect, Mapping, Memory, Op, Project, RunSettings
-from engine.perf.device import device_model
-from engine.plan.placement import stage_groups
-from engine.presets import load_project_preset, load_system
-from engine.search import multilevel_milp as ml
-from engine.search.fusion import optimize_layer
-from engine.search.multilevel import build_problem, multilevel_map
-from engine.search.netdims import coordinates, device_index, network_dims
 from tests.factories import cluster, small_gpt
 
 GB = 1e9
@@ -140,7 +140,7 @@ def test_no_fusion_across_a_tensor_parallel_collective():
 
 
 def _gpt_block_ops() -> list[Op]:
-    from engine.workloads import build_workload
+    from tilewright.engine.workloads import build_workload
 
     wl = build_workload(GPTSpec(layers=1, hidden=1024, heads=16, seq_len=512, vocab=8192))
     return wl.layer_ops(wl.block_layers[0])
@@ -166,7 +166,7 @@ def test_optimum_beats_or_matches_the_default_mapping(preset: str):
 
 def test_mapped_project_is_valid_and_places_every_device_once():
     r = multilevel_map(load_project_preset("tpu-v4-llama2-7b"), check=False)
-    from engine.checks import check_project
+    from tilewright.engine.checks import check_project
 
     assert check_project(r.project) == []
     devices = [d for st in r.project.mapping.stages for d in st.devices]

@@ -7,8 +7,7 @@ import random
 
 import numpy as np
 import pytest
-
-from engine.search.pareto import dominated, pareto_front
+from tilewright.engine.search.pareto import dominated, pareto_front
 
 MIN2 = [("time", "min"), ("cost", "min")]
 

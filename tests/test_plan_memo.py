@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import weakref
 
-from engine.simulate import make_plan, simulate
+from tilewright.engine.simulate import make_plan, simulate
+
 from tests.engine_cases import dgx
 
 

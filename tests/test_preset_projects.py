@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from engine.io import load_project
-from engine.preset_projects import PROJECTS, project_text
-from engine.presets import DEFAULT_PROJECT, list_presets, preset_path
-from engine.simulate import simulate
+from tilewright.engine.io import load_project
+from tilewright.engine.preset_projects import PROJECTS, project_text
+from tilewright.engine.presets import DEFAULT_PROJECT, list_presets, preset_path
+from tilewright.engine.simulate import simulate
 
 
 def test_at_least_five_projects_including_the_default():
@@ -18,7 +17,7 @@ def test_at_least_five_projects_including_the_default():
 @pytest.mark.parametrize("name", sorted(PROJECTS))
 def test_file_matches_generator(name):
     assert preset_path("projects", name).read_text() == project_text(name), (
-        f"presets/projects/{name}.json is stale: run python -m engine.preset_projects"
+        f"presets/projects/{name}.json is stale: run python -m tilewright.engine.preset_projects"
     )
 
 

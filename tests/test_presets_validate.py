@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from engine.cli import main
-from engine.presets import list_presets, preset_path
+from tilewright.engine.cli import main
+from tilewright.engine.presets import list_presets, preset_path
 
 ALL = [(kind, name) for kind in ("systems", "models", "projects") for name in list_presets(kind)]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tilewright.engine.analytic.engine import analytic_result
+from tilewright.engine.sim.assemble import assemble
+from tilewright.engine.sim.event_engine import EventEngine
+from tilewright.engine.simulate import make_plan
 
-from engine.analytic.engine import analytic_result
-from engine.sim.assemble import assemble
-from engine.sim.event_engine import EventEngine
-from engine.simulate import make_plan
 from tests.engine_cases import dgx, small_wafer
 
 
@@ -79,7 +79,7 @@ def test_every_link_that_carried_traffic_has_a_series():
 
 
 def test_window_means_keep_the_integral():
-    from engine.results.result import window_means
+    from tilewright.engine.results.result import window_means
 
     times = np.array([0.5, 1.0, 2.5, 4.0])
     values = np.array([2.0, 0.0, 1.0, 3.0])
@@ -91,7 +91,7 @@ def test_window_means_keep_the_integral():
 
 
 def test_links_past_the_point_budget_get_coarse_series_with_the_same_mean(monkeypatch):
-    import engine.sim.assemble as asm
+    import tilewright.engine.sim.assemble as asm
 
     plan = make_plan(small_wafer())
     eng = EventEngine(plan)
@@ -109,7 +109,7 @@ def test_links_past_the_point_budget_get_coarse_series_with_the_same_mean(monkey
 
 
 def test_metrics_do_not_depend_on_recording_link_series():
-    from engine.simulate import simulate
+    from tilewright.engine.simulate import simulate
 
     project = small_wafer()
     with_series, without = simulate(project), simulate(project, series=False)

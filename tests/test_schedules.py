@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from engine.ir.mapping import Schedule
-from engine.sim.schedules import predecessor, stage_order
+from tilewright.engine.ir.mapping import Schedule
+from tilewright.engine.sim.schedules import predecessor, stage_order
 
 CASES = [
     (Schedule.gpipe, 4, 8, 1),

@@ -8,21 +8,21 @@ import random
 
 import numpy as np
 import pytest
+from tilewright.engine.analytic.engine import analytic_result
+from tilewright.engine.checks import check_project
+from tilewright.engine.cli import main
+from tilewright.engine.errors import InputError
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir import GPTSpec, Project, RunSettings
+from tilewright.engine.ir.mapping import PlacementStrategy, Recompute, Schedule
+from tilewright.engine.search.candidate import Candidate
+from tilewright.engine.search.estimate import Estimator
+from tilewright.engine.search.inflight import peak_activation
+from tilewright.engine.search.parallelism import search
+from tilewright.engine.sim.schedules import stage_order
+from tilewright.engine.simulate import make_plan
+from tilewright.engine.workloads import build_workload
 
-from engine.analytic.engine import analytic_result
-from engine.checks import check_project
-from engine.cli import main
-from engine.errors import InputError
-from engine.hardware import elaborate
-from engine.ir import GPTSpec, Project, RunSettings
-from engine.ir.mapping import PlacementStrategy, Recompute, Schedule
-from engine.search.candidate import Candidate
-from engine.search.estimate import Estimator
-from engine.search.inflight import peak_activation
-from engine.search.parallelism import search
-from engine.sim.schedules import stage_order
-from engine.simulate import make_plan
-from engine.workloads import build_workload
 from tests.factories import cluster, small_gpt, wafer
 
 GPT = GPTSpec(name="gpt-test", layers=8, hidden=512, heads=8, seq_len=256, vocab=4096)

@@ -14,12 +14,11 @@ import pytest  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
-
-from engine.io import save_project  # noqa: E402
-from studio import app  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
-from studio.samples import dgx_project, wafer_project  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
+from tilewright.engine.io import save_project  # noqa: E402
+from tilewright.studio import app  # noqa: E402
+from tilewright.studio.document import ProjectDocument  # noqa: E402
+from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
+from tilewright.studio.ui.main_window import MainWindow  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -54,9 +53,9 @@ def fake_engine(monkeypatch):
         seen["project"] = project.name
         return FakeResult()
 
-    module = types.ModuleType("engine.simulate")
+    module = types.ModuleType("tilewright.engine.simulate")
     module.simulate = simulate
-    monkeypatch.setitem(sys.modules, "engine.simulate", module)
+    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", module)
     return seen
 
 
@@ -96,12 +95,12 @@ def test_bad_size_exits_2(qapp, tmp_path, capsys):
 
 
 def test_no_project_opens_default_or_new(qapp, monkeypatch):
-    from engine.errors import InputError
+    from tilewright.engine.errors import InputError
 
     def missing():
         raise InputError("gpt3-dgx-a100", "no project preset of that name")
 
-    monkeypatch.setattr("engine.presets.default_project_path", missing)
+    monkeypatch.setattr("tilewright.engine.presets.default_project_path", missing)
     project, path, note = app.load_initial_project(None)
     assert path is None and project.hardware.name == "system" and "new project" in note
 
@@ -116,7 +115,7 @@ def window(qtbot, tmp_path):
 
 
 def test_run_without_engine_says_so_and_carries_on(window, qtbot, monkeypatch):
-    monkeypatch.setitem(sys.modules, "engine.simulate", None)  # importing it now raises ImportError
+    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", None)  # importing it now raises ImportError
     with qtbot.waitSignal(window.runner.done, timeout=5000):
         assert window.run_simulation()
     assert window.status.run_state.text() == "engine not available yet"
@@ -141,9 +140,9 @@ def test_cancel_forgets_a_slow_run(window, qtbot, monkeypatch):
         release.wait(5)
         return FakeResult()
 
-    module = types.ModuleType("engine.simulate")
+    module = types.ModuleType("tilewright.engine.simulate")
     module.simulate = slow
-    monkeypatch.setitem(sys.modules, "engine.simulate", module)
+    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", module)
     window.run_simulation()
     assert not window.run_simulation()  # one run at a time
     window.cancel_run()

@@ -11,13 +11,12 @@ import pytest  # noqa: E402
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QMouseEvent, QWheelEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from engine.ir.project import CanvasLayout  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
-from studio.samples import big_wafer_project, dgx_project, wafer_project  # noqa: E402
-from studio.ui.canvas import CanvasWidget  # noqa: E402
-from studio.ui.canvas.layout import auto_positions  # noqa: E402
-from studio.ui.selection import Selection  # noqa: E402
+from tilewright.engine.ir.project import CanvasLayout  # noqa: E402
+from tilewright.studio.document import ProjectDocument  # noqa: E402
+from tilewright.studio.samples import big_wafer_project, dgx_project, wafer_project  # noqa: E402
+from tilewright.studio.ui.canvas import CanvasWidget  # noqa: E402
+from tilewright.studio.ui.canvas.layout import auto_positions  # noqa: E402
+from tilewright.studio.ui.selection import Selection  # noqa: E402
 
 
 @pytest.fixture
@@ -164,8 +163,8 @@ def test_saved_positions_are_used(make_canvas):
 
 def test_auto_layout_puts_new_children_right_of_placed_ones():
     hw = wafer_project().hardware
-    from studio.templates import build_component
-    from studio.tree_edit import add_child
+    from tilewright.studio.templates import build_component
+    from tilewright.studio.tree_edit import add_child
 
     hw, path = add_child(hw, "wafer", build_component("chip"))
     places = {p.path: p for p in auto_positions(hw, "wafer", {"wafer/die": (1000.0, 50.0)})}

@@ -11,15 +11,14 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from engine.io import project_to_data  # noqa: E402
-from engine.ir.hardware import Component, ComponentKind, Interconnect, Topology  # noqa: E402
-from engine.ir.project import Project  # noqa: E402
-from engine.ir.workload import MLPSpec  # noqa: E402
-from studio.samples import dgx_project, wafer_project  # noqa: E402
-from studio.templates import build_component  # noqa: E402
-from studio.ui.canvas import style  # noqa: E402
-from studio.ui.canvas.drops import template_mime  # noqa: E402
+from tilewright.engine.io import project_to_data  # noqa: E402
+from tilewright.engine.ir.hardware import Component, ComponentKind, Interconnect, Topology  # noqa: E402
+from tilewright.engine.ir.project import Project  # noqa: E402
+from tilewright.engine.ir.workload import MLPSpec  # noqa: E402
+from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
+from tilewright.studio.templates import build_component  # noqa: E402
+from tilewright.studio.ui.canvas import style  # noqa: E402
+from tilewright.studio.ui.canvas.drops import template_mime  # noqa: E402
 
 NONE = Qt.KeyboardModifier.NoModifier
 LEFT = Qt.MouseButton.LeftButton

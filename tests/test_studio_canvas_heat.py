@@ -9,15 +9,14 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
-from engine.simulate import simulate  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
-from studio.samples import dgx_project, wafer_project  # noqa: E402
-from studio.ui.canvas import CanvasWidget  # noqa: E402
-from studio.ui.canvas.cells import level_cells  # noqa: E402
-from studio.ui.canvas.heat import place_links  # noqa: E402
-from studio.ui.canvas.overlay_controller import Overlay  # noqa: E402
-from studio.ui.selection import Selection  # noqa: E402
+from tilewright.engine.simulate import simulate  # noqa: E402
+from tilewright.studio.document import ProjectDocument  # noqa: E402
+from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
+from tilewright.studio.ui.canvas import CanvasWidget  # noqa: E402
+from tilewright.studio.ui.canvas.cells import level_cells  # noqa: E402
+from tilewright.studio.ui.canvas.heat import place_links  # noqa: E402
+from tilewright.studio.ui.canvas.overlay_controller import Overlay  # noqa: E402
+from tilewright.studio.ui.selection import Selection  # noqa: E402
 
 
 @pytest.fixture
@@ -47,7 +46,7 @@ def dgx_run():
 
 
 def test_links_are_placed_between_cells_on_spokes_and_on_ports():
-    from studio.mapping import stage_layout
+    from tilewright.studio.mapping import stage_layout
 
     project = wafer_project()
     devices = stage_layout(project).devices
@@ -95,7 +94,7 @@ def test_heat_averaged_and_at_cursor_colour_cells_links_and_ports(make_canvas, w
 
 
 def test_links_between_chiplets_glow(make_canvas):
-    from engine.io import load_project
+    from tilewright.engine.io import load_project
 
     project = load_project("presets/projects/chiplet-bert-large.json", check=False)
     w = make_canvas(project)
@@ -105,7 +104,7 @@ def test_links_between_chiplets_glow(make_canvas):
     links = chiplets.colours.links
     assert links and max(links.values()) > 0
     assert all(b - a in (1, 4) for a, b in links)  # only neighbours on the 4 × 4 mesh
-    from studio.ui.canvas.cell_paint import link_segments
+    from tilewright.studio.ui.canvas.cell_paint import link_segments
 
     segments = link_segments(chiplets.grid_shape, 0, (0, 3, 0, 3), links)
     assert sum(len(v) for v in segments.values()) == len(links)
@@ -141,9 +140,9 @@ def _analytic(project):
 
 
 def test_analytic_heat_colours_devices_from_stage_lanes_and_says_links_are_missing(make_canvas):
-    from engine.io import load_project
-    from studio.ui.canvas.heat import heat_frame
-    from studio.ui.results.metrics import average_device_activity
+    from tilewright.engine.io import load_project
+    from tilewright.studio.ui.canvas.heat import heat_frame
+    from tilewright.studio.ui.results.metrics import average_device_activity
 
     project = _analytic(load_project("presets/projects/chiplet-bert-large.json", check=False))
     result = simulate(project)
@@ -180,7 +179,7 @@ def test_an_event_run_with_link_series_has_no_notes(make_canvas, wafer_run):
 def test_a_result_without_lanes_on_devices_says_so():
     from types import SimpleNamespace
 
-    from studio.ui.canvas.heat import heat_frame
+    from tilewright.studio.ui.canvas.heat import heat_frame
 
     bare = SimpleNamespace(engine="analytic", iteration_time_s=2.0, timeline=None, lane_devices={},
                            link_utilisation=[])

@@ -12,7 +12,7 @@ SCRIPT = textwrap.dedent(
     """
     from PySide6.QtWidgets import QApplication
     app = QApplication([])
-    from studio.ui.clipboard import copy_components, pasted_components
+    from tilewright.studio.ui.clipboard import copy_components, pasted_components
     from tests.factories import gpu
     copy_components([gpu()])
     assert pasted_components()[0].name == "gpu"

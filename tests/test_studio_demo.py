@@ -13,13 +13,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from engine.io import save_project  # noqa: E402
-from engine.simulate import simulate  # noqa: E402
-from studio import app  # noqa: E402
-from studio.samples import big_wafer_project, wafer_project  # noqa: E402
-from studio.ui.canvas.overlay_controller import Overlay  # noqa: E402
-from studio.ui.demo import FPS, LOOP_SECONDS, SLIDER_STEPS  # noqa: E402
+from tilewright.engine.io import save_project  # noqa: E402
+from tilewright.engine.simulate import simulate  # noqa: E402
+from tilewright.studio import app  # noqa: E402
+from tilewright.studio.samples import big_wafer_project, wafer_project  # noqa: E402
+from tilewright.studio.ui.canvas.overlay_controller import Overlay  # noqa: E402
+from tilewright.studio.ui.demo import FPS, LOOP_SECONDS, SLIDER_STEPS  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -7,19 +7,18 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-
-from engine.io import load_project, project_to_data  # noqa: E402
-from studio.commands import (  # noqa: E402
+from tilewright.engine.io import load_project, project_to_data  # noqa: E402
+from tilewright.studio.commands import (  # noqa: E402
     AddChild,
     MoveOnCanvas,
     RemoveChildren,
     SetComponentField,
     SetMappingField,
 )
-from studio.document import ProjectDocument  # noqa: E402
-from studio.samples import dgx_project, wafer_project  # noqa: E402
-from studio.templates import build_component  # noqa: E402
-from studio.tree_edit import EditRefused  # noqa: E402
+from tilewright.studio.document import ProjectDocument  # noqa: E402
+from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
+from tilewright.studio.templates import build_component  # noqa: E402
+from tilewright.studio.tree_edit import EditRefused  # noqa: E402
 
 
 @pytest.fixture

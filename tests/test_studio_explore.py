@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from engine.io import load_project
-from engine.presets import preset_path
-from studio.document import ProjectDocument
-from studio.ui.explore import ExplorePanel
+from tilewright.engine.io import load_project
+from tilewright.engine.presets import preset_path
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.ui.explore import ExplorePanel
 
 
 @pytest.fixture

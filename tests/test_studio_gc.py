@@ -11,8 +11,8 @@ import weakref
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from studio import gc_guard  # noqa: E402
-from studio.workers import Job, start  # noqa: E402
+from tilewright.studio import gc_guard  # noqa: E402
+from tilewright.studio.workers import Job, start  # noqa: E402
 
 
 class Cyclic:

@@ -8,13 +8,13 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from engine.io import load_project  # noqa: E402
-from engine.ir.mapping import LayerParallelism, Mapping  # noqa: E402
-from engine.search.hypar import hypar, hypar_layers  # noqa: E402
-from engine.search.hypar_report import apply_partition  # noqa: E402
-from engine.workloads import build_workload  # noqa: E402
-from studio.hypar_choice import accelerators_for, mapped_choices  # noqa: E402
-from studio.mapping_layers import COLUMNS  # noqa: E402
+from tilewright.engine.io import load_project  # noqa: E402
+from tilewright.engine.ir.mapping import LayerParallelism, Mapping  # noqa: E402
+from tilewright.engine.search.hypar import hypar, hypar_layers  # noqa: E402
+from tilewright.engine.search.hypar_report import apply_partition  # noqa: E402
+from tilewright.engine.workloads import build_workload  # noqa: E402
+from tilewright.studio.hypar_choice import accelerators_for, mapped_choices  # noqa: E402
+from tilewright.studio.mapping_layers import COLUMNS  # noqa: E402
 
 VGG = "presets/projects/hypar-vgg-a.json"
 HYPAR, MAPPED = len(COLUMNS), len(COLUMNS) + 1

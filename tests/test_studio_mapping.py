@@ -8,18 +8,17 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-
-from engine.checks import check_project  # noqa: E402
-from engine.io import load_project  # noqa: E402
-from engine.ir.mapping import Mapping, StagePlacement  # noqa: E402
-from engine.simulate import make_plan  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
-from studio.mapping import format_ranges, stage_layout, to_ranges  # noqa: E402
-from studio.mapping_commands import AutoMap, PlaceLayers  # noqa: E402
-from studio.mapping_edit import auto_mapping, group_around, place_layers  # noqa: E402
-from studio.mapping_layers import layer_rows, totals  # noqa: E402
-from studio.samples import dgx_project, wafer_project  # noqa: E402
-from studio.tree_edit import EditRefused  # noqa: E402
+from tilewright.engine.checks import check_project  # noqa: E402
+from tilewright.engine.io import load_project  # noqa: E402
+from tilewright.engine.ir.mapping import Mapping, StagePlacement  # noqa: E402
+from tilewright.engine.simulate import make_plan  # noqa: E402
+from tilewright.studio.document import ProjectDocument  # noqa: E402
+from tilewright.studio.mapping import format_ranges, stage_layout, to_ranges  # noqa: E402
+from tilewright.studio.mapping_commands import AutoMap, PlaceLayers  # noqa: E402
+from tilewright.studio.mapping_edit import auto_mapping, group_around, place_layers  # noqa: E402
+from tilewright.studio.mapping_layers import layer_rows, totals  # noqa: E402
+from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
+from tilewright.studio.tree_edit import EditRefused  # noqa: E402
 
 PRESETS = ["palm-wafer-t18b", "gpt3-dgx-a100", "chiplet-bert-large", "hypar-vgg-a"]
 

@@ -12,11 +12,10 @@ import pytest  # noqa: E402
 from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from engine.io import load_project  # noqa: E402
-from studio.samples import wafer_project  # noqa: E402
-from studio.ui.canvas import style  # noqa: E402
-from studio.ui.canvas.drops import MIME_LAYERS, layers_mime  # noqa: E402
+from tilewright.engine.io import load_project  # noqa: E402
+from tilewright.studio.samples import wafer_project  # noqa: E402
+from tilewright.studio.ui.canvas import style  # noqa: E402
+from tilewright.studio.ui.canvas.drops import MIME_LAYERS, layers_mime  # noqa: E402
 
 HF = Path(__file__).parent / "data" / "hf"
 

@@ -12,9 +12,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
-
-from engine.io import load_project  # noqa: E402
-from studio import exporting  # noqa: E402
+from tilewright.engine.io import load_project  # noqa: E402
+from tilewright.studio import exporting  # noqa: E402
 
 PRESET = "presets/projects/chiplet-bert-large.json"
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from engine.results import CATEGORIES
-from studio.ui.results.compare import compare_rows, signed_delta
-from studio.ui.results.gantt_data import GanttData, link_name, time_digits
-from studio.ui.results.progress import eta_text, human_duration
-from studio.ui.results.project_diff import project_changes
-from studio.ui.results.summary import format_bytes, format_metric, headline, result_tables
-from studio.ui.results.synthetic import synthetic_timeline, tiny_result
+from tilewright.engine.results import CATEGORIES
+from tilewright.studio.ui.results.compare import compare_rows, signed_delta
+from tilewright.studio.ui.results.gantt_data import GanttData, link_name, time_digits
+from tilewright.studio.ui.results.progress import eta_text, human_duration
+from tilewright.studio.ui.results.project_diff import project_changes
+from tilewright.studio.ui.results.summary import format_bytes, format_metric, headline, result_tables
+from tilewright.studio.ui.results.synthetic import synthetic_timeline, tiny_result
 
 COMPUTE, TP, NET = CATEGORIES.index("compute"), CATEGORIES.index("tp_comm"), CATEGORIES.index("network")
 
@@ -44,7 +43,7 @@ def test_exact_bars_when_zoomed_in(tiny_gantt):
 def test_zoomed_out_cells_take_the_colour_covering_most():
     """Sub-pixel slices alternate compute (3 units) and tp_comm (1 unit): zoomed out, every pixel column
     is compute; zoomed in, the tp_comm slices show again."""
-    from engine.results import Timeline
+    from tilewright.engine.results import Timeline
 
     tl = Timeline()
     lane = tl.lane("stage 0", "compute")
@@ -130,7 +129,7 @@ def test_compare_rows_have_signed_deltas_in_units_and_judge_direction():
 
 
 def test_project_changes_name_the_edit_and_ignore_canvas_layout():
-    from studio.samples import dgx_project
+    from tilewright.studio.samples import dgx_project
 
     before = dgx_project()
     after = before.model_copy(update={"mapping": before.mapping.model_copy(update={"tp": 4})})

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from engine.results import Series
-from studio.ui.results import metrics
-from studio.ui.results.synthetic import GIB, tiny_result
+from tilewright.engine.results import Series
+from tilewright.studio.ui.results import metrics
+from tilewright.studio.ui.results.synthetic import GIB, tiny_result
 
 A = ("sys/node[0]/gpu[0]", "sys/switch")
 B = ("sys/switch", "sys/node[1]/gpu[0]")
@@ -73,8 +72,8 @@ def test_results_without_series_give_empty_answers():
 
 def test_real_run_satisfies_physics():
     """On a real run: utilisations within [0, 1], every compute device covered, busy ≤ 1."""
-    from engine.io import load_project
-    from engine.simulate import simulate
+    from tilewright.engine.io import load_project
+    from tilewright.engine.simulate import simulate
 
     result = simulate(load_project("presets/projects/chiplet-bert-large.json", check=False))
     avg = metrics.average_link_utilisation(result)

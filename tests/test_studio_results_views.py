@@ -10,16 +10,15 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtGui import QColor, QImage  # noqa: E402
-
-from engine.results import CATEGORIES  # noqa: E402
-from studio.samples import dgx_project  # noqa: E402
-from studio.ui.results.gantt import GanttView  # noqa: E402
-from studio.ui.results.gantt_data import GanttData  # noqa: E402
-from studio.ui.results.palette import CATEGORY_COLOURS  # noqa: E402
-from studio.ui.results.record import prepare_record  # noqa: E402
-from studio.ui.results.synthetic import synthetic_timeline, tiny_result  # noqa: E402
-from studio.ui.results.time_cursor import TimeCursor  # noqa: E402
-from studio.ui.results_panel import ResultsPanel  # noqa: E402
+from tilewright.engine.results import CATEGORIES  # noqa: E402
+from tilewright.studio.samples import dgx_project  # noqa: E402
+from tilewright.studio.ui.results.gantt import GanttView  # noqa: E402
+from tilewright.studio.ui.results.gantt_data import GanttData  # noqa: E402
+from tilewright.studio.ui.results.palette import CATEGORY_COLOURS  # noqa: E402
+from tilewright.studio.ui.results.record import prepare_record  # noqa: E402
+from tilewright.studio.ui.results.synthetic import synthetic_timeline, tiny_result  # noqa: E402
+from tilewright.studio.ui.results.time_cursor import TimeCursor  # noqa: E402
+from tilewright.studio.ui.results_panel import ResultsPanel  # noqa: E402
 
 COMPUTE = CATEGORIES.index("compute")
 
@@ -184,7 +183,7 @@ def test_history_keeps_the_last_five(panel):
 
 
 def test_an_analytic_run_fills_the_gantt_and_says_why_links_are_empty(panel):
-    from engine.simulate import simulate
+    from tilewright.engine.simulate import simulate
 
     data = dgx_project().model_dump(mode="json")
     data["run"]["engine"] = "analytic"

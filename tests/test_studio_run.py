@@ -13,10 +13,9 @@ import types
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-
-from engine.errors import InputError, Problem  # noqa: E402
-from engine.io import load_project  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
+from tilewright.engine.errors import InputError, Problem  # noqa: E402
+from tilewright.engine.io import load_project  # noqa: E402
+from tilewright.studio.ui.main_window import MainWindow  # noqa: E402
 
 PALM = "presets/projects/palm-wafer-t18b.json"  # ~1.5 s of event simulation, 50–100k slices
 
@@ -51,14 +50,14 @@ def test_cancel_really_stops_the_engine(open_window, qtbot):
 
 
 def _engine_raising(monkeypatch, exc: Exception) -> None:
-    module = types.ModuleType("engine.simulate")
+    module = types.ModuleType("tilewright.engine.simulate")
 
     def simulate(project, plan=None, *, progress=None, cancel=None):
         raise exc
 
     module.simulate = simulate
     module.make_plan = lambda project: None
-    monkeypatch.setitem(sys.modules, "engine.simulate", module)
+    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", module)
 
 
 def test_input_error_arrives_as_a_readable_message(open_window, qtbot, monkeypatch):
@@ -98,15 +97,15 @@ def test_progress_strip_estimates_time_left(open_window, qtbot):
 
 def test_simulation_runs_off_the_gui_thread_with_cancel_and_progress(open_window, qtbot, monkeypatch):
     seen: dict[str, object] = {}
-    import engine.simulate as real
+    import tilewright.engine.simulate as real
 
     def spy(project, plan=None, *, progress=None, cancel=None):
         seen.update(thread=threading.current_thread(), progress=progress, cancel=cancel, plan=plan)
         return real.simulate(project, plan, progress=progress, cancel=cancel)
 
-    module = types.ModuleType("engine.simulate")
+    module = types.ModuleType("tilewright.engine.simulate")
     module.simulate, module.make_plan = spy, real.make_plan
-    monkeypatch.setitem(sys.modules, "engine.simulate", module)
+    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", module)
     w = open_window("presets/projects/chiplet-bert-large.json")
     with qtbot.waitSignal(w.runner.done, timeout=30_000):
         w.run_simulation()

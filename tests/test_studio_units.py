@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from studio.samples import big_wafer_project, dgx_project, wafer_project
-from studio.summary import block_caption, interconnect_caption, key_figures, one_line
-from studio.templates import TEMPLATES, build_component
-from studio.tree_edit import (
+from tilewright.studio.samples import big_wafer_project, dgx_project, wafer_project
+from tilewright.studio.summary import block_caption, interconnect_caption, key_figures, one_line
+from tilewright.studio.templates import TEMPLATES, build_component
+from tilewright.studio.tree_edit import (
     EditRefused,
     add_child,
     drop_keys,
@@ -15,7 +14,7 @@ from studio.tree_edit import (
     rename_keys,
     set_field,
 )
-from studio.units import (
+from tilewright.studio.units import (
     BYTES,
     BYTES_PER_S,
     COUNT,
@@ -153,8 +152,8 @@ def test_capacities_show_in_the_prefix_they_are_round_in(value, text):
 
 
 def test_display_shape_follows_interconnect_dims():
-    from engine.ir.hardware import Interconnect
-    from studio.ui.canvas.layout import GridShape, display_shape
+    from tilewright.engine.ir.hardware import Interconnect
+    from tilewright.studio.ui.canvas.layout import GridShape, display_shape
 
     hw = dgx_project().hardware
     node = hw.children[0].model_copy(update={"rows": 1, "cols": 64})

@@ -9,11 +9,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
-
-from engine.io import load_project, save_project  # noqa: E402
-from studio.document import ProjectDocument  # noqa: E402
-from studio.samples import dgx_project, wafer_project  # noqa: E402
-from studio.ui.main_window import MainWindow  # noqa: E402
+from tilewright.engine.io import load_project, save_project  # noqa: E402
+from tilewright.studio.document import ProjectDocument  # noqa: E402
+from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
+from tilewright.studio.ui.main_window import MainWindow  # noqa: E402
 
 Decision = QMessageBox.StandardButton
 
@@ -298,7 +297,7 @@ def test_undo_menu_names_the_edit(make_window):
 
 
 def test_import_model_config_replaces_workload_undoably(make_window, tmp_path):
-    pytest.importorskip("engine.workloads.hf_import")
+    pytest.importorskip("tilewright.engine.workloads.hf_import")
     folder = tmp_path / "tiny-gpt"
     folder.mkdir()
     (folder / "config.json").write_text(
@@ -321,8 +320,7 @@ def test_import_model_config_replaces_workload_undoably(make_window, tmp_path):
 
 def test_export_canvas_png_and_system_json(make_window, tmp_path):
     from PySide6.QtGui import QImage
-
-    from engine.presets import load_system
+    from tilewright.engine.presets import load_system
 
     w = make_window(wafer_project())
     assert w.export(tmp_path / "canvas.png")

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tilewright.engine.cli import main
+from tilewright.engine.errors import InputError
+from tilewright.engine.io import save_project
+from tilewright.engine.search import sweep as sweep_mod
+from tilewright.engine.search.sweep import load_spec, run_sweep
+from tilewright.engine.search.sweep_spec import SweepSpec, point_key, points
 
-from engine.cli import main
-from engine.errors import InputError
-from engine.io import save_project
-from engine.search import sweep as sweep_mod
-from engine.search.sweep import load_spec, run_sweep
-from engine.search.sweep_spec import SweepSpec, point_key, points
 from tests.factories import small_project
 
 GPU_MEM = "hardware.children.0.children.0.memories.0.bandwidth_bytes_per_s"

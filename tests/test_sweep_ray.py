@@ -22,12 +22,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from tilewright.engine.io import save_project
+from tilewright.engine.search import sweep as sweep_mod
+from tilewright.engine.search.sweep import RAY_LOOPBACK_SWITCH, load_spec, run_sweep
+from tilewright.engine.search.sweep_point import COST_FIELDS, METRICS
+from tilewright.engine.search.sweep_spec import point_key
 
-from engine.io import save_project
-from engine.search import sweep as sweep_mod
-from engine.search.sweep import RAY_LOOPBACK_SWITCH, load_spec, run_sweep
-from engine.search.sweep_point import COST_FIELDS, METRICS
-from engine.search.sweep_spec import point_key
 from tests.factories import small_project
 
 if importlib.util.find_spec("ray") is None:
@@ -158,7 +158,7 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """``tilewright sweep`` in a subprocess, through ``entry`` (which ends with ``os._exit``, skipping
     atexit handlers: Ray must be shut down by the sweep itself)."""
     return subprocess.run(
-        [sys.executable, "-m", "engine.cli", "sweep", *args], cwd=REPO, env=env,
+        [sys.executable, "-m", "tilewright.engine.cli", "sweep", *args], cwd=REPO, env=env,
         capture_output=True, text=True, timeout=60,
     )
 

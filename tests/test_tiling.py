@@ -2,8 +2,7 @@
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from engine.perf.tiling import matmul_traffic
+from tilewright.engine.perf.tiling import matmul_traffic
 
 dims = st.integers(1, 4096)
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
-
-from engine.ir import CNNSpec, CustomSpec, LayerKind, MLPSpec, Op, OpKind
-from engine.workloads import build_workload
+from tilewright.engine.ir import CNNSpec, CustomSpec, LayerKind, MLPSpec, Op, OpKind
+from tilewright.engine.workloads import build_workload
 
 # Exact counts for Simonyan & Zisserman's Table 1 configurations with biases (Table 2 rounds them to
 # 133, 133, 134, 138, 144 M); multiply-accumulates at 224² as torchvision documents them (vgg11/13/16/19).

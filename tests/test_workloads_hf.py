@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
-
-from engine.ir import BertSpec, GPTSpec, LlamaSpec, WorkloadSpec
-from engine.workloads import ConfigError, build_workload, import_hf_config
+from tilewright.engine.ir import BertSpec, GPTSpec, LlamaSpec, WorkloadSpec
+from tilewright.engine.workloads import ConfigError, build_workload, import_hf_config
 
 HF = Path(__file__).parent / "data" / "hf"
 

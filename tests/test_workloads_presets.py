@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
-
-from engine.ir import WorkloadSpec
-from engine.workloads import build_workload
-from engine.workloads.presets import MODEL_PRESETS_DIR, model_preset_specs, preset_json
+from tilewright.engine.ir import WorkloadSpec
+from tilewright.engine.workloads import build_workload
+from tilewright.engine.workloads.presets import MODEL_PRESETS_DIR, model_preset_specs, preset_json
 
 REPO = Path(__file__).resolve().parents[1]
 MEGATRON_CSV = REPO.parent / "shared" / "reference" / "megatron_sc21_table1.csv"
@@ -46,7 +45,7 @@ def test_preset_loads_and_builds(path: Path) -> None:
 
 
 def test_preset_files_are_what_the_generator_writes() -> None:
-    """Edit ``model_preset_specs`` and run ``python -m engine.workloads.presets``, not the JSON by hand."""
+    """Edit ``model_preset_specs`` and run ``python -m tilewright.engine.workloads.presets``, not the JSON by hand."""
     for spec in model_preset_specs():
         assert (MODEL_PRESETS_DIR / f"{spec.name}.json").read_text(encoding="utf-8") == preset_json(spec)
 

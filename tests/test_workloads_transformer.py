@@ -6,9 +6,8 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from engine.ir import BertSpec, GPTSpec, LayerKind, LlamaSpec, OpKind, TensorSplit
-from engine.workloads import WorkloadGraph, build_workload
+from tilewright.engine.ir import BertSpec, GPTSpec, LayerKind, LlamaSpec, OpKind, TensorSplit
+from tilewright.engine.workloads import WorkloadGraph, build_workload
 
 # Megatron SC'21 Table 1 shapes (layers, hidden, heads) — the formulas must hold on the real models.
 TABLE1 = [(24, 2304, 24), (30, 3072, 32), (36, 4096, 32), (40, 6144, 48), (48, 8192, 64), (60, 10240, 80),

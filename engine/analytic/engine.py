@@ -11,12 +11,12 @@ series (no flows are simulated).
 
 from __future__ import annotations
 
-from engine.analytic.pipeline import run_pipeline
-from engine.plan.passes import ChunkPass
-from engine.plan.plan import Plan
-from engine.results.result import MemoryTrack, Result, memory_verdict
-from engine.results.timeline import Timeline
-from engine.sim.schedules import Step, stage_order
+from tilewright.engine.analytic.pipeline import run_pipeline
+from tilewright.engine.plan.passes import ChunkPass
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.results.result import MemoryTrack, Result, memory_verdict
+from tilewright.engine.results.timeline import Timeline
+from tilewright.engine.sim.schedules import Step, stage_order
 
 
 def pass_parts(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:

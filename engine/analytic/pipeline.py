@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from engine.ir.mapping import Schedule
-from engine.sim.schedules import Step, predecessor, stage_order
+from tilewright.engine.ir.mapping import Schedule
+from tilewright.engine.sim.schedules import Step, predecessor, stage_order
 
 
 @dataclass

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from engine.io.atomic import write_atomic
-from engine.results.result import Result
-from engine.results.timeline import CATEGORIES
+from tilewright.engine.io.atomic import write_atomic
+from tilewright.engine.results.result import Result
+from tilewright.engine.results.timeline import CATEGORIES
 
 PIDS = {"compute": 1, "links": 2, "memory": 3}
 PROCESS_NAMES = {1: "Compute (device groups)", 2: "Links", 3: "Memory ports", 4: "Counters"}

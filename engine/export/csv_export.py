@@ -6,9 +6,9 @@ import csv
 import io
 from pathlib import Path
 
-from engine.io.atomic import write_atomic
-from engine.results.result import Result
-from engine.results.timeline import CATEGORIES
+from tilewright.engine.io.atomic import write_atomic
+from tilewright.engine.results.result import Result
+from tilewright.engine.results.timeline import CATEGORIES
 
 METRIC_UNITS = {
     "iteration_time_s": "s",

@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
-
-from engine.hardware import fabrics as fab
-from engine.hardware.grid import GridDomain, boundary_pairs, merge_blocks, torus_wraps
-from engine.hardware.model import Link, index_label
-from engine.ir.hardware import (
+from tilewright.engine.hardware import fabrics as fab
+from tilewright.engine.hardware.grid import GridDomain, boundary_pairs, merge_blocks, torus_wraps
+from tilewright.engine.hardware.model import Link, index_label
+from tilewright.engine.ir.hardware import (
     Component,
     ComponentKind,
     Compute,

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
-
-from engine.hardware import fabrics as fab
-from engine.hardware.builder import Builder
-from engine.hardware.graph import HardwareGraph
-from engine.hardware.grow import grow
-from engine.hardware.memory import add_memory_ports
-from engine.hardware.model import Device
-from engine.ir.hardware import Component
+from tilewright.engine.hardware import fabrics as fab
+from tilewright.engine.hardware.builder import Builder
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.hardware.grow import grow
+from tilewright.engine.hardware.memory import add_memory_ports
+from tilewright.engine.hardware.model import Device
+from tilewright.engine.ir.hardware import Component
 
 
 def elaborate(root: Component, devices_needed: int | None = None) -> HardwareGraph:

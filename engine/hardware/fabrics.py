@@ -19,8 +19,7 @@ from __future__ import annotations
 import math
 
 import networkx as nx
-
-from engine.hardware.grid import GridDomain
+from tilewright.engine.hardware.grid import GridDomain
 
 
 class Fabric:

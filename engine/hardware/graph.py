@@ -13,13 +13,12 @@ from collections import defaultdict
 from itertools import pairwise
 
 import networkx as nx
-
-from engine.hardware import fabrics as fab
-from engine.hardware.builder import Instance
-from engine.hardware.builder import lca as common_ancestor
-from engine.hardware.model import Device, Link, MemoryPort
-from engine.hardware.nearest import NearestPort
-from engine.ir.hardware import Component, Interconnect
+from tilewright.engine.hardware import fabrics as fab
+from tilewright.engine.hardware.builder import Instance
+from tilewright.engine.hardware.builder import lca as common_ancestor
+from tilewright.engine.hardware.model import Device, Link, MemoryPort
+from tilewright.engine.hardware.nearest import NearestPort
+from tilewright.engine.ir.hardware import Component, Interconnect
 
 
 class HardwareGraph:

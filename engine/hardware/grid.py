@@ -12,8 +12,7 @@ import math
 from collections.abc import Iterator
 
 import numpy as np
-
-from engine.ir.hardware import Edge
+from tilewright.engine.ir.hardware import Edge
 
 
 class GridDomain:

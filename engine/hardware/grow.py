@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from engine.ir.hardware import Component
+from tilewright.engine.ir.hardware import Component
 
 
 def _growable_path(comp: Component) -> list[int] | None:

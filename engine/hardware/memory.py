@@ -16,12 +16,11 @@ bandwidth each (full duplex); real DRAM buses turn around, a simplification the 
 from __future__ import annotations
 
 import numpy as np
-
-from engine.hardware import fabrics as fab
-from engine.hardware.builder import Builder, Instance
-from engine.hardware.grid import edge_line, segments
-from engine.hardware.model import MemoryPort
-from engine.ir.hardware import Memory
+from tilewright.engine.hardware import fabrics as fab
+from tilewright.engine.hardware.builder import Builder, Instance
+from tilewright.engine.hardware.grid import edge_line, segments
+from tilewright.engine.hardware.model import MemoryPort
+from tilewright.engine.ir.hardware import Memory
 
 
 def add_memory_ports(b: Builder) -> list[MemoryPort]:

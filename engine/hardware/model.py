@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.ir.hardware import Compute, Edge, Memory
+from tilewright.engine.ir.hardware import Compute, Edge, Memory
 
 #: Link kinds. "noc": on-chip/on-package/on-wafer grids and graphs; "network": the same between boxes
 #: (systems, nodes); "switch": a link to or from a switch; "memory": a memory channel or its attach wires.

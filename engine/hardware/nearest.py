@@ -12,14 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from engine.hardware import fabrics as fab
-from engine.hardware.builder import lca
-from engine.hardware.model import MemoryPort
+from tilewright.engine.hardware import fabrics as fab
+from tilewright.engine.hardware.builder import lca
+from tilewright.engine.hardware.model import MemoryPort
 
 if TYPE_CHECKING:
-    from engine.hardware.builder import Instance
-    from engine.hardware.graph import HardwareGraph
+    from tilewright.engine.hardware.builder import Instance
+    from tilewright.engine.hardware.graph import HardwareGraph
 
 
 class _Group:

@@ -1,8 +1,8 @@
 """Files in and out: project load/save (atomic, migrated), JSON reading with clear errors."""
 
-from engine.io.atomic import dumps_stable, write_atomic
-from engine.io.json_file import read_json, validate_as
-from engine.io.project_file import (
+from tilewright.engine.io.atomic import dumps_stable, write_atomic
+from tilewright.engine.io.json_file import read_json, validate_as
+from tilewright.engine.io.project_file import (
     load_project,
     project_from_data,
     project_to_data,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ValidationError
-
-from engine.errors import Problem
+from tilewright.engine.errors import Problem
 
 # Tags pydantic inserts for unions and typed containers that mean nothing to a user.
 _UNION_TAGS = {"gpt", "llama", "bert", "cnn", "mlp", "custom"}

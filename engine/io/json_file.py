@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
-
-from engine.errors import InputError, Problem
-from engine.io.errors import problems_from
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.io.errors import problems_from
 
 T = TypeVar("T")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.errors import InputError, Problem
-from engine.ir.project import SCHEMA_VERSION
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.ir.project import SCHEMA_VERSION
 
 Raw = dict[str, Any]
 

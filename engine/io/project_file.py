@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.io.atomic import dumps_stable, write_atomic
-from engine.io.json_file import read_json, require_object, validate_as
-from engine.io.migrate import migrate
-from engine.ir.project import Project
+from tilewright.engine.io.atomic import dumps_stable, write_atomic
+from tilewright.engine.io.json_file import read_json, require_object, validate_as
+from tilewright.engine.io.migrate import migrate
+from tilewright.engine.ir.project import Project
 
 
 def project_from_data(data: Any, source: str) -> Project:
@@ -22,7 +22,7 @@ def load_project(path: str | Path, *, check: bool = True) -> Project:
     source = str(path)
     project = project_from_data(read_json(path), source)
     if check:
-        from engine.checks import raise_for_problems
+        from tilewright.engine.checks import raise_for_problems
 
         raise_for_problems(project, source)
     return project

@@ -1,7 +1,7 @@
 """Data model (pydantic 2, no Qt, no simpy): hardware, operators, workloads, mappings and projects."""
 
-from engine.ir.common import BYTES_PER_ELEMENT, DType, StrictModel, dtype_bytes
-from engine.ir.hardware import (
+from tilewright.engine.ir.common import BYTES_PER_ELEMENT, DType, StrictModel, dtype_bytes
+from tilewright.engine.ir.hardware import (
     Component,
     ComponentKind,
     Compute,
@@ -13,7 +13,7 @@ from engine.ir.hardware import (
     SwitchAttach,
     Topology,
 )
-from engine.ir.mapping import (
+from tilewright.engine.ir.mapping import (
     LayerParallelism,
     Mapping,
     PlacementStrategy,
@@ -21,8 +21,8 @@ from engine.ir.mapping import (
     Schedule,
     StagePlacement,
 )
-from engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
-from engine.ir.project import (
+from tilewright.engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
+from tilewright.engine.ir.project import (
     SCHEMA_VERSION,
     CanvasLayout,
     EngineKind,
@@ -32,7 +32,7 @@ from engine.ir.project import (
     Project,
     RunSettings,
 )
-from engine.ir.workload import (
+from tilewright.engine.ir.workload import (
     BertSpec,
     CNNSpec,
     CustomSpec,

@@ -16,8 +16,7 @@ from typing import Annotated
 
 import numpy as np
 from pydantic import Field, field_validator, model_validator
-
-from engine.ir.common import (
+from tilewright.engine.ir.common import (
     BytesPerSecond,
     Dollars,
     DType,

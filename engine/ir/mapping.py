@@ -6,8 +6,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
-
-from engine.ir.common import StrictModel
+from tilewright.engine.ir.common import StrictModel
 
 PosInt = Annotated[int, Field(ge=1)]
 

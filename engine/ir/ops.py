@@ -11,8 +11,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field
-
-from engine.ir.common import StrictModel
+from tilewright.engine.ir.common import StrictModel
 
 NonNeg = Annotated[float, Field(ge=0)]
 

@@ -6,11 +6,10 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
-
-from engine.ir.common import DType, StrictModel
-from engine.ir.hardware import Component
-from engine.ir.mapping import Mapping
-from engine.ir.workload import WorkloadSpec
+from tilewright.engine.ir.common import DType, StrictModel
+from tilewright.engine.ir.hardware import Component
+from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.workload import WorkloadSpec
 
 SCHEMA_VERSION = 1
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
-
-from engine.ir.common import StrictModel
-from engine.ir.ops import Op
+from tilewright.engine.ir.common import StrictModel
+from tilewright.engine.ir.ops import Op
 
 PosInt = Annotated[int, Field(ge=1)]
 

@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.hardware.graph import HardwareGraph
+from tilewright.engine.hardware.graph import HardwareGraph
 
 Kind = Literal["all-reduce", "reduce-scatter", "all-gather", "broadcast", "p2p", "exchange"]
 SMALL_MESSAGE_BYTES = 64 * 1024

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.hardware.graph import HardwareGraph
-from engine.ir.common import DType
-from engine.ir.hardware import Compute, Memory, MemoryKind
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.common import DType
+from tilewright.engine.ir.hardware import Compute, Memory, MemoryKind
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.ir.mapping import Recompute
-from engine.ir.ops import Op, OpKind, TensorSplit
-from engine.ir.project import Optimizer
-from engine.perf.op_cost import TP_SPLITS, shard
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.ir.project import Optimizer
+from tilewright.engine.perf.op_cost import TP_SPLITS, shard
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.ir.ops import Op, OpKind, TensorSplit
-from engine.perf.device import DeviceModel
-from engine.perf.tiling import matmul_traffic
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.tiling import matmul_traffic
 
 MATRIX_KINDS = {OpKind.matmul, OpKind.attention, OpKind.conv, OpKind.fc}
 TP_SPLITS = {TensorSplit.column, TensorSplit.row, TensorSplit.heads, TensorSplit.vocab}

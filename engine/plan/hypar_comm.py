@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.ir.mapping import HyparChoice, Mapping
-from engine.ir.ops import OpKind
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.ir.mapping import HyparChoice, Mapping
+from tilewright.engine.ir.ops import OpKind
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 When = Literal["F", "B", "W"]  # after the layer's forward, after its backward, its weight gradient (per step)
 

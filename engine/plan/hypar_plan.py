@@ -24,21 +24,21 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from engine.hardware.graph import HardwareGraph
-from engine.ir.common import dtype_bytes
-from engine.ir.mapping import Recompute
-from engine.ir.ops import Op, TensorSplit
-from engine.ir.project import Mode, Project
-from engine.perf.collectives import Collective, Phase, pairwise_exchange
-from engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
-from engine.perf.memory import activation_bytes, bytes_per_param, model_state, workspace_bytes
-from engine.perf.op_cost import op_time
-from engine.plan.hypar_comm import Exchange, HyparComm, hypar_comm, layer_choices, layer_tensors
-from engine.plan.memo import memo_method
-from engine.plan.passes import ChunkPass, Segment
-from engine.plan.placement import stage_groups
-from engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, Plan, StagePlan
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.common import dtype_bytes
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.ops import Op, TensorSplit
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.perf.collectives import Collective, Phase, pairwise_exchange
+from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
+from tilewright.engine.perf.memory import activation_bytes, bytes_per_param, model_state, workspace_bytes
+from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.plan.hypar_comm import Exchange, HyparComm, hypar_comm, layer_choices, layer_tensors
+from tilewright.engine.plan.memo import memo_method
+from tilewright.engine.plan.passes import ChunkPass, Segment
+from tilewright.engine.plan.placement import stage_groups
+from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, Plan, StagePlan
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 EXCHANGE_KIND = "exchange-L"
 

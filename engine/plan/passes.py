@@ -14,9 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from engine.ir.ops import Op, OpKind, TensorSplit
-from engine.perf.device import DeviceModel
-from engine.perf.op_cost import OpTime, op_time
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.op_cost import OpTime, op_time
 
 PassKind = str  # "F" | "B" | "R"
 

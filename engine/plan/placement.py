@@ -8,8 +8,8 @@ then pp), or taken from explicit stage placements.
 
 from __future__ import annotations
 
-from engine.hardware.model import Device
-from engine.ir.mapping import Mapping, PlacementStrategy
+from tilewright.engine.hardware.model import Device
+from tilewright.engine.ir.mapping import Mapping, PlacementStrategy
 
 
 def _grid_shape(devices: list[Device]) -> tuple[int, int] | None:

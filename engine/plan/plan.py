@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from engine.hardware.graph import HardwareGraph
-from engine.ir.mapping import Recompute, Schedule
-from engine.ir.ops import Op, OpKind
-from engine.ir.project import Mode, Project
-from engine.perf.collectives import Collective, Phase, collective, point_to_point
-from engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
-from engine.perf.memory import (
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.mapping import Recompute, Schedule
+from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.perf.collectives import Collective, Phase, collective, point_to_point
+from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
+from tilewright.engine.perf.memory import (
     StateBytes,
     activation_bytes,
     bytes_per_param,
@@ -23,10 +23,10 @@ from engine.perf.memory import (
     params_on_device,
     workspace_bytes,
 )
-from engine.plan.memo import memo_method
-from engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
-from engine.plan.placement import split_layers, stage_groups
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.plan.memo import memo_method
+from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
+from tilewright.engine.plan.placement import split_layers, stage_groups
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 # Adam step traffic per parameter (bytes): read fp32 master, m, v and the fp32 gradient, write master,
 # m, v and the low-precision weight copy (mixed precision); fp32 training reads/writes 4-byte weights.
@@ -205,7 +205,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     m = project.mapping
     run = project.run
     if m.layer_parallelism and run.mode is Mode.train:
-        from engine.plan.hypar_plan import build_hypar_plan  # imports this module
+        from tilewright.engine.plan.hypar_plan import build_hypar_plan  # imports this module
 
         return build_hypar_plan(project, hw, workload)
     elem = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}[run.dtype.value]

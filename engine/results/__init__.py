@@ -1,7 +1,14 @@
 """Simulation results: metrics, timeline, link and memory series."""
 
-from engine.results.result import MEMORY_CATEGORIES, TIME_CATEGORIES, MemoryTrack, OutOfMemory, Result, Series
-from engine.results.timeline import CATEGORIES, Lane, Timeline
+from tilewright.engine.results.result import (
+    MEMORY_CATEGORIES,
+    TIME_CATEGORIES,
+    MemoryTrack,
+    OutOfMemory,
+    Result,
+    Series,
+)
+from tilewright.engine.results.timeline import CATEGORIES, Lane, Timeline
 
 __all__ = [
     "MEMORY_CATEGORIES",

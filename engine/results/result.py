@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from engine.results.timeline import Timeline
+from tilewright.engine.results.timeline import Timeline
 
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace")
 TIME_CATEGORIES = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "memory_stall")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.ir.mapping import Mapping, PlacementStrategy, Recompute, Schedule
+from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Recompute, Schedule
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.hardware.graph import HardwareGraph
-from engine.ir.mapping import PlacementStrategy
-from engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, collective, point_to_point
-from engine.plan.placement import placement_order
-from engine.plan.plan import merge_concurrent
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, collective, point_to_point
+from tilewright.engine.plan.placement import placement_order
+from tilewright.engine.plan.plan import merge_concurrent
 
 REFERENCE_BYTES = float(2**30)  # well inside the bandwidth regime
 

@@ -17,20 +17,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from engine.analytic.pipeline import closed_form, run_pipeline
-from engine.hardware.graph import HardwareGraph
-from engine.ir.mapping import Recompute
-from engine.ir.project import Project
-from engine.perf.device import device_capacity, device_model, remote_memory
-from engine.perf.memory import bytes_per_param
-from engine.plan.memo import memo_method
-from engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
-from engine.search.candidate import Candidate
-from engine.search.comm import CommModel, Layout
-from engine.search.inflight import peak_activation
-from engine.search.layer_table import LayerCosts, LayerTable
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.analytic.pipeline import closed_form, run_pipeline
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
+from tilewright.engine.perf.memory import bytes_per_param
+from tilewright.engine.plan.memo import memo_method
+from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
+from tilewright.engine.search.candidate import Candidate
+from tilewright.engine.search.comm import CommModel, Layout
+from tilewright.engine.search.inflight import peak_activation
+from tilewright.engine.search.layer_table import LayerCosts, LayerTable
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 ELEM_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 

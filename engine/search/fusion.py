@@ -21,11 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
-
-from engine.ir.ops import Op
-from engine.perf.device import DeviceModel
-from engine.perf.op_cost import TP_SPLITS, op_time, shard
-from engine.plan.passes import collective_between
+from tilewright.engine.ir.ops import Op
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.op_cost import TP_SPLITS, op_time, shard
+from tilewright.engine.plan.passes import collective_between
 
 TILE_LEVELS = 6  # row tiles of 1, 1/2, …, 1/32 of the micro-batch
 

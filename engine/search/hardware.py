@@ -23,15 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from engine.errors import InputError, Problem
-from engine.ir.mapping import Recompute
-from engine.ir.project import Optimizer
-from engine.perf.memory import activation_bytes, bytes_per_param, params_on_device
-from engine.plan.placement import split_layers
-from engine.search.hw_graph import StageGraph, stage_graph, time_graph
-from engine.search.hw_model import HBM_STACK_BYTES, Design, area_mm2, fits, tdp_w
-from engine.search.pareto import pareto_front
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.project import Optimizer
+from tilewright.engine.perf.memory import activation_bytes, bytes_per_param, params_on_device
+from tilewright.engine.plan.placement import split_layers
+from tilewright.engine.search.hw_graph import StageGraph, stage_graph, time_graph
+from tilewright.engine.search.hw_model import HBM_STACK_BYTES, Design, area_mm2, fits, tdp_w
+from tilewright.engine.search.pareto import pareto_front
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 LIMITS = {"pe_rows": (8, 256), "pe_cols": (8, 256), "tensor_cores": (1, 4096), "vector_cores": (1, 512),
           "sram_mb": (1, 2048), "hbm_stacks": (1, 16)}

@@ -16,11 +16,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from engine.ir.ops import Op, OpKind, TensorSplit
-from engine.perf.op_cost import MATRIX_KINDS, TP_SPLITS, shard
-from engine.perf.tiling import matmul_traffic
-from engine.search.hw_model import Design
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.perf.op_cost import MATRIX_KINDS, TP_SPLITS, shard
+from tilewright.engine.perf.tiling import matmul_traffic
+from tilewright.engine.search.hw_model import Design
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 VECTOR_FLOPS_PER_ELEM = {
     OpKind.norm: 8.0, OpKind.softmax: 5.0, OpKind.loss: 4.0, OpKind.dropout: 2.0,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from engine.ir.hardware import Component, Compute, Memory
+from tilewright.engine.ir.hardware import Component, Compute, Memory
 
 CLOCK_HZ = 1.0e9
 MAC_AREA_MM2 = 3.5e-4

@@ -32,10 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.errors import InputError, Problem
-from engine.ir.common import dtype_bytes
-from engine.ir.ops import LayerKind, OpKind
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.ir.common import dtype_bytes
+from tilewright.engine.ir.ops import LayerKind, OpKind
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 Choice = Literal["dp", "mp"]
 CHOICES: tuple[Choice, Choice] = ("dp", "mp")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.checks import raise_for_problems
-from engine.ir.project import Project
-from engine.ir.workload import WorkloadSpec
-from engine.results.result import Result
-from engine.search.hypar import Partition
-from engine.search.hypar_report import apply_partition
+from tilewright.engine.checks import raise_for_problems
+from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.workload import WorkloadSpec
+from tilewright.engine.results.result import Result
+from tilewright.engine.search.hypar import Partition
+from tilewright.engine.search.hypar_report import apply_partition
 
 SOURCE = "command line"
 COMM = ("tp_comm", "dp_comm", "pp_comm")  # HyPar's activation exchanges are tp_comm, its ΔW exchanges dp_comm
@@ -27,7 +27,7 @@ def base_project(
     """The project both runs start from: ``project`` (a preset or file) or a fresh one on ``system``,
     with the partition's model and dtype (so the simulated bytes are the ones the search counted), in
     training mode, on ``engine`` when given (else the project's)."""
-    from engine.io.project_file import project_from_data
+    from tilewright.engine.io.project_file import project_from_data
 
     data: dict[str, Any] = project.model_dump(mode="json") if project is not None else {
         "name": f"hypar-{getattr(spec, 'name', '') or 'model'}", "mapping": {}, "run": {}
@@ -65,7 +65,7 @@ def summary(result: Result) -> dict[str, Any]:
 
 def compare(base: Project, best: Partition) -> dict[str, Any]:
     """Simulate both runs; JSON-ready, with the all-dp time over the HyPar time as ``speedup``."""
-    from engine.simulate import simulate
+    from tilewright.engine.simulate import simulate
 
     hybrid, all_dp = comparison_projects(base, best)
     h, d = summary(simulate(hybrid)), summary(simulate(all_dp))

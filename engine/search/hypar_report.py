@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import InputError, Problem
-from engine.ir.mapping import LayerParallelism, Mapping
-from engine.ir.project import Project
-from engine.search.hypar import Partition
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.ir.mapping import LayerParallelism, Mapping
+from tilewright.engine.ir.project import Project
+from tilewright.engine.search.hypar import Partition
 
 
 def partition_json(best: Partition, dp: Partition, mp: Partition, model: str, dtype: str) -> dict[str, Any]:

@@ -21,8 +21,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-
-from engine.ir.mapping import Schedule
+from tilewright.engine.ir.mapping import Schedule
 
 
 def _count(n: np.ndarray, offset: np.ndarray, pp: int, group: int) -> np.ndarray:

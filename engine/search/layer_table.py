@@ -13,14 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from engine.ir.mapping import Recompute
-from engine.ir.ops import Op
-from engine.perf.device import DeviceModel
-from engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
-from engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass
-from engine.search.comm import CommModel
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.ops import Op
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
+from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass
+from tilewright.engine.search.comm import CommModel
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 
 @dataclass(frozen=True)

@@ -20,20 +20,20 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InputError, Problem
-from engine.hardware import elaborate, grow
-from engine.ir.mapping import Schedule, StagePlacement
-from engine.ir.project import Project
-from engine.perf.device import device_capacity, device_model, remote_memory
-from engine.perf.memory import bytes_per_param
-from engine.plan.placement import split_layers
-from engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
-from engine.search import multilevel_milp as ml
-from engine.search.estimate import ELEM_BYTES
-from engine.search.multilevel_costs import params_per_tensor_rank, tensor_costs
-from engine.search.netdims import Dim, network_dims
-from engine.search.space import tensor_options
-from engine.workloads import build_workload
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.hardware import elaborate, grow
+from tilewright.engine.ir.mapping import Schedule, StagePlacement
+from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
+from tilewright.engine.perf.memory import bytes_per_param
+from tilewright.engine.plan.placement import split_layers
+from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
+from tilewright.engine.search import multilevel_milp as ml
+from tilewright.engine.search.estimate import ELEM_BYTES
+from tilewright.engine.search.multilevel_costs import params_per_tensor_rank, tensor_costs
+from tilewright.engine.search.netdims import Dim, network_dims
+from tilewright.engine.search.space import tensor_options
+from tilewright.engine.workloads import build_workload
 
 DEFAULT_SRAM_MB = 40.0  # A100's L2 (NVIDIA A100 whitepaper), used when the device lists no SRAM
 
@@ -124,9 +124,9 @@ def build_problem(project: Project, sram_mb: float | None, notes: list[str]) -> 
 
 
 def _engine_time(project: Project) -> float | None:
-    from engine.analytic.engine import analytic_result
-    from engine.checks import check_project
-    from engine.simulate import make_plan
+    from tilewright.engine.analytic.engine import analytic_result
+    from tilewright.engine.checks import check_project
+    from tilewright.engine.simulate import make_plan
 
     if check_project(project):
         return None

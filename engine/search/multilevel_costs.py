@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.ir.mapping import Recompute
-from engine.ir.ops import Op
-from engine.perf.device import DeviceModel
-from engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
-from engine.plan.passes import PassContext, backward_pass, forward_pass
-from engine.search.fusion import FusedLayer, optimize_layer
-from engine.search.netdims import Dim
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.ops import Op
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
+from tilewright.engine.plan.passes import PassContext, backward_pass, forward_pass
+from tilewright.engine.search.fusion import FusedLayer, optimize_layer
+from tilewright.engine.search.netdims import Dim
 
 
 @dataclass

@@ -22,10 +22,9 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
-
-from engine.search.multilevel_costs import Part, TensorCosts, ring_time
-from engine.search.netdims import Dim
-from engine.search.space import divisors
+from tilewright.engine.search.multilevel_costs import Part, TensorCosts, ring_time
+from tilewright.engine.search.netdims import Dim
+from tilewright.engine.search.space import divisors
 
 PARS = ("tp", "pp", "dp")
 
@@ -238,7 +237,7 @@ def row_major_layout(pb: Problem, tp: int, pp: int, dp: int) -> Layout | None:
 def realize(layout: Layout, dims: list[Dim]) -> list[list[int]]:
     """Device indices per pipeline stage, replica-major (replica j's tensor group at [j·tp, (j+1)·tp)):
     within each dimension tp varies fastest, then dp, then pp."""
-    from engine.search.netdims import device_index
+    from tilewright.engine.search.netdims import device_index
 
     def digits(rank: int, k: int) -> list[int]:
         out = []

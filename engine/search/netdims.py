@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.errors import InputError, Problem
-from engine.hardware.graph import HardwareGraph
-from engine.ir.hardware import Component, Topology
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.hardware import Component, Topology
 
 GRID = (Topology.mesh, Topology.torus, Topology.ring)
 

@@ -20,15 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 
-from engine.errors import InputError, Problem
-from engine.hardware import elaborate
-from engine.ir.mapping import PlacementStrategy
-from engine.ir.project import EngineKind, Project
-from engine.results.result import Result
-from engine.search.candidate import Candidate
-from engine.search.estimate import Chunks, Estimator
-from engine.search.space import Space, recompute_options, tensor_options
-from engine.workloads import build_workload
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.engine.ir.project import EngineKind, Project
+from tilewright.engine.results.result import Result
+from tilewright.engine.search.candidate import Candidate
+from tilewright.engine.search.estimate import Chunks, Estimator
+from tilewright.engine.search.space import Space, recompute_options, tensor_options
+from tilewright.engine.workloads import build_workload
 
 Progress = Callable[[str], None]
 SOURCE = "command line"
@@ -257,7 +257,7 @@ def _fmt(best: _Best) -> str:
 
 
 def _resimulate(project: Project, result: SearchResult, top: int, say: Progress) -> None:
-    from engine.simulate import simulate
+    from tilewright.engine.simulate import simulate
 
     run = project.run.model_copy(update={"engine": EngineKind.event})
     for i, r in enumerate(result.ranked[:top]):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.search.parallelism import SearchResult
+from tilewright.engine.search.parallelism import SearchResult
 
 GIB = 2**30
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.ir.mapping import PlacementStrategy, Recompute
-from engine.ir.workload import LlamaSpec, TransformerDims, WorkloadSpec
+from tilewright.engine.ir.mapping import PlacementStrategy, Recompute
+from tilewright.engine.ir.workload import LlamaSpec, TransformerDims, WorkloadSpec
 
 
 def divisors(n: int) -> list[int]:

@@ -29,10 +29,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from engine.errors import InputError, Problem
-from engine.search.pareto import pareto_front
-from engine.search.sweep_point import COST_FIELDS, METRICS, run_point
-from engine.search.sweep_spec import SweepSpec, point_key, points
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.search.pareto import pareto_front
+from tilewright.engine.search.sweep_point import COST_FIELDS, METRICS, run_point
+from tilewright.engine.search.sweep_spec import SweepSpec, point_key, points
 
 Progress = Callable[[str], None]
 Task = tuple[str, dict[str, Any]]  # (key, overrides)
@@ -56,9 +56,9 @@ class SweepResult:
 
 def load_spec(path: str) -> tuple[SweepSpec, dict[str, Any], str]:
     """The spec, the base project's raw data and the name errors should cite for it."""
-    from engine.io.json_file import read_json, require_object, validate_as
-    from engine.io.migrate import migrate
-    from engine.presets import resolve
+    from tilewright.engine.io.json_file import read_json, require_object, validate_as
+    from tilewright.engine.io.migrate import migrate
+    from tilewright.engine.presets import resolve
 
     spec = validate_as(SweepSpec, require_object(read_json(path), path), path)
     if isinstance(spec.base, dict):
@@ -228,7 +228,7 @@ def _ray_tasks(
     connected = _ray_connect(ray, address, workers, say)
     pending: dict[Any, Task] = {}
     try:
-        task = ray.remote(run_point)  # by reference: workers import engine.search.sweep_point themselves
+        task = ray.remote(run_point)  # by reference: workers import tilewright.engine.search.sweep_point themselves
         base_ref = ray.put(base)  # stored once, not pickled into every task
         queue = iter(todo)
         limit = workers or len(todo)  # on a shared cluster --workers caps this sweep's share

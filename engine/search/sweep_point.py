@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from engine.errors import InputError
+from tilewright.engine.errors import InputError
 
 METRICS = (
     "iteration_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "peak_memory_bytes", "ttft_s", "tpot_s",
@@ -21,9 +21,9 @@ COST_FIELDS = ("area_mm2", "power_w", "cost_usd")
 
 def build_point_project(base: dict[str, Any], overrides: dict[str, Any], source: str):
     """The project of one point; raises ``InputError`` when the overrides make it invalid."""
-    from engine.checks import raise_for_problems
-    from engine.io.project_file import project_from_data
-    from engine.overrides import apply_overrides
+    from tilewright.engine.checks import raise_for_problems
+    from tilewright.engine.io.project_file import project_from_data
+    from tilewright.engine.overrides import apply_overrides
 
     data = copy.deepcopy(base)
     for path, value in overrides.items():
@@ -35,7 +35,7 @@ def build_point_project(base: dict[str, Any], overrides: dict[str, Any], source:
 
 def hardware_totals(project) -> dict[str, float]:
     """Area, power and cost of the system as the run uses it (growable levels grown to fit)."""
-    from engine.hardware import grow
+    from tilewright.engine.hardware import grow
 
     hw = grow(project.hardware, project.mapping.devices)
     return {f: hw.total(f) for f in COST_FIELDS}
@@ -43,7 +43,7 @@ def hardware_totals(project) -> dict[str, float]:
 
 def run_point(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
     """Simulate one point; returns ``status`` (ok | oom | invalid | error), metrics and totals."""
-    from engine.simulate import simulate
+    from tilewright.engine.simulate import simulate
 
     row: dict[str, Any] = {"status": "ok", "error": ""}
     try:

@@ -26,8 +26,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
-
-from engine.ir.common import StrictModel
+from tilewright.engine.ir.common import StrictModel
 
 
 class Parameter(StrictModel):

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-
-from engine.plan.plan import Plan
-from engine.results.result import MemoryTrack, Result, Series, memory_verdict, window_means
-from engine.sim.network import FlowNetwork
-from engine.sim.recorder import Recorder
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.results.result import MemoryTrack, Result, Series, memory_verdict, window_means
+from tilewright.engine.sim.network import FlowNetwork
+from tilewright.engine.sim.recorder import Recorder
 
 MAX_LINK_LANES = 64  # the busiest links get Gantt lanes
 MAX_LINK_SLICES = 50_000  # past this many utilisation changes, links keep their series but no Gantt slices

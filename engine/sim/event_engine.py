@@ -16,14 +16,13 @@ import gc
 from collections.abc import Callable, Generator
 
 import simpy
-
-from engine.perf.collectives import Collective
-from engine.plan.passes import ChunkPass, Segment
-from engine.plan.plan import Plan
-from engine.sim.compress import compress_patterns
-from engine.sim.network import FlowNetwork
-from engine.sim.recorder import Recorder, StageLedger
-from engine.sim.schedules import Step, forward_only_order, predecessor, stage_order
+from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.plan.passes import ChunkPass, Segment
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.sim.compress import compress_patterns
+from tilewright.engine.sim.network import FlowNetwork
+from tilewright.engine.sim.recorder import Recorder, StageLedger
+from tilewright.engine.sim.schedules import Step, forward_only_order, predecessor, stage_order
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
 CHECK_EVERY = 2000  # events between progress reports and cancel checks

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.analytic.engine import pass_parts
-from engine.perf.collectives import Collective
-from engine.plan.passes import ChunkPass
-from engine.plan.plan import Plan, scaled
-from engine.results.result import MemoryTrack, Result, memory_verdict
-from engine.results.timeline import Timeline
-from engine.sim.inference_phases import InferencePhases, inference_phases
+from tilewright.engine.analytic.engine import pass_parts
+from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.plan.passes import ChunkPass
+from tilewright.engine.plan.plan import Plan, scaled
+from tilewright.engine.results.result import MemoryTrack, Result, memory_verdict
+from tilewright.engine.results.timeline import Timeline
+from tilewright.engine.sim.inference_phases import InferencePhases, inference_phases
 
 
 @dataclass

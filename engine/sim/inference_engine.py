@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
-from engine.perf.collectives import Collective
-from engine.plan.plan import Plan
-from engine.results.result import MemoryTrack, Result
-from engine.sim.assemble import link_series
-from engine.sim.event_engine import SEGMENT_SLICE_LIMIT, EventEngine, Unit
-from engine.sim.inference import RequestTimes, inference_result, phase_pass, pipeline_send, workspace
-from engine.sim.inference_phases import InferencePhases, inference_phases
-from engine.sim.schedules import Step
+from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.results.result import MemoryTrack, Result
+from tilewright.engine.sim.assemble import link_series
+from tilewright.engine.sim.event_engine import SEGMENT_SLICE_LIMIT, EventEngine, Unit
+from tilewright.engine.sim.inference import RequestTimes, inference_result, phase_pass, pipeline_send, workspace
+from tilewright.engine.sim.inference_phases import InferencePhases, inference_phases
+from tilewright.engine.sim.schedules import Step
 
 
 class InferenceEngine(EventEngine):
@@ -120,7 +120,7 @@ def simulate_inference_events(plan: Plan, series: bool = True) -> Result:
         node = plan.hw.devices[st.groups[0][0]].node
         memory.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=ts, by_category=columns))
     links = link_series(plan, eng.net, times.end, rec) if series else []
-    from engine.simulate import _events
+    from tilewright.engine.simulate import _events
 
     return inference_result(
         plan, eng.phases, times, memory, engine="event", timeline=rec.timeline, links=links,

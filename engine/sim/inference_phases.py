@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from engine.ir.ops import Op, OpKind
-from engine.ir.workload import BertSpec, LlamaSpec, TransformerDims
-from engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
-from engine.plan.plan import Plan
-from engine.workloads import build_workload
+from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.ir.workload import BertSpec, LlamaSpec, TransformerDims
+from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.workloads import build_workload
 
 QUADRATIC = {OpKind.attention, OpKind.softmax}
 

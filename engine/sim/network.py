@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
-
-from engine.sim.maxmin import independent_rates, max_min_rates
+from tilewright.engine.sim.maxmin import independent_rates, max_min_rates
 
 SYNC_COMPONENT = 8  # components up to this many flows are re-solved at once, without a batching event
 

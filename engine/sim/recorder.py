@@ -6,9 +6,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from engine.results.result import MEMORY_CATEGORIES
-from engine.results.timeline import Timeline
+from tilewright.engine.results.result import MEMORY_CATEGORIES
+from tilewright.engine.results.timeline import Timeline
 
 
 @dataclass

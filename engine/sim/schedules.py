@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.ir.mapping import Schedule
+from tilewright.engine.ir.mapping import Schedule
 
 Pass = Literal["F", "B"]
 

@@ -6,12 +6,12 @@ Conventions shared by every builder are in ``engine.workloads.builder``.
 
 from __future__ import annotations
 
-from engine.ir.workload import BertSpec, CNNSpec, CustomSpec, GPTSpec, LlamaSpec, MLPSpec, WorkloadSpec
-from engine.workloads.cnn import build_cnn
-from engine.workloads.graph import LayerInfo, WorkloadGraph
-from engine.workloads.hf_import import ConfigError, import_hf_config
-from engine.workloads.mlp import build_custom, build_mlp
-from engine.workloads.transformer import build_bert, build_gpt, build_llama
+from tilewright.engine.ir.workload import BertSpec, CNNSpec, CustomSpec, GPTSpec, LlamaSpec, MLPSpec, WorkloadSpec
+from tilewright.engine.workloads.cnn import build_cnn
+from tilewright.engine.workloads.graph import LayerInfo, WorkloadGraph
+from tilewright.engine.workloads.hf_import import ConfigError, import_hf_config
+from tilewright.engine.workloads.mlp import build_custom, build_mlp
+from tilewright.engine.workloads.transformer import build_bert, build_gpt, build_llama
 
 __all__ = ["ConfigError", "LayerInfo", "WorkloadGraph", "build_workload", "import_hf_config"]
 

@@ -12,9 +12,9 @@ Conventions every builder follows (the simulator relies on them):
 
 from __future__ import annotations
 
-from engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
-from engine.ir.workload import TransformerDims, WorkloadSpec
-from engine.workloads.graph import LayerInfo, WorkloadGraph
+from tilewright.engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
+from tilewright.engine.ir.workload import TransformerDims, WorkloadSpec
+from tilewright.engine.workloads.graph import LayerInfo, WorkloadGraph
 
 
 class OpList:

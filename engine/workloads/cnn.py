@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.ir.ops import LayerKind, OpKind
-from engine.ir.workload import CNNSpec
-from engine.workloads.builder import OpList
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.ir.ops import LayerKind, OpKind
+from tilewright.engine.ir.workload import CNNSpec
+from tilewright.engine.workloads.builder import OpList
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ DEFAULT_IMAGE_SIZE = {"lenet": 32}  # every other arch: 224
 
 def build_cnn(spec: CNNSpec) -> WorkloadGraph:
     if spec.arch == "resnet50":
-        from engine.workloads.resnet import build_resnet50
+        from tilewright.engine.workloads.resnet import build_resnet50
 
         return build_resnet50(spec)
     size = spec.image_size or DEFAULT_IMAGE_SIZE.get(spec.arch, 224)

@@ -6,9 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import networkx as nx
-
-from engine.ir.ops import LayerKind, Op
-from engine.ir.workload import TransformerDims, WorkloadSpec
+from tilewright.engine.ir.ops import LayerKind, Op
+from tilewright.engine.ir.workload import TransformerDims, WorkloadSpec
 
 
 @dataclass(frozen=True)

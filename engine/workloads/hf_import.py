@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-
-from engine.ir.workload import BertSpec, GPTSpec, LlamaSpec, WorkloadSpec
+from tilewright.engine.ir.workload import BertSpec, GPTSpec, LlamaSpec, WorkloadSpec
 
 SUPPORTED_FAMILIES = ("llama", "mistral", "gpt2", "gpt_neox", "bert")
 MAX_SEQ_LEN = 4096

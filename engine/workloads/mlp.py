@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engine.ir.ops import LayerKind, OpKind
-from engine.ir.workload import CustomSpec, MLPSpec
-from engine.workloads.builder import OpList
-from engine.workloads.cnn import add_classifier
-from engine.workloads.graph import LayerInfo, WorkloadGraph
+from tilewright.engine.ir.ops import LayerKind, OpKind
+from tilewright.engine.ir.workload import CustomSpec, MLPSpec
+from tilewright.engine.workloads.builder import OpList
+from tilewright.engine.workloads.cnn import add_classifier
+from tilewright.engine.workloads.graph import LayerInfo, WorkloadGraph
 
 
 def build_mlp(spec: MLPSpec) -> WorkloadGraph:

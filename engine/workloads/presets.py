@@ -1,19 +1,19 @@
 """Model presets: the specs behind ``presets/models/*.json``, and loading them back.
 
-The JSON files are generated from ``model_preset_specs()`` (``python -m engine.workloads.presets``), so
+The JSON files are generated from ``model_preset_specs()`` (``python -m tilewright.engine.workloads.presets``), so
 each model's dimensions and source are written down once, here, with the source in the spec's comment.
 """
 
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
 from pydantic import TypeAdapter
+from tilewright.engine.ir.workload import BertSpec, CNNSpec, GPTSpec, LlamaSpec, MLPSpec, WorkloadSpec
 
-from engine.ir.workload import BertSpec, CNNSpec, GPTSpec, LlamaSpec, MLPSpec, WorkloadSpec
-
-MODEL_PRESETS_DIR = Path(__file__).resolve().parents[2] / "presets" / "models"
+MODEL_PRESETS_DIR = Path(str(files("tilewright.presets"))) / "models"  # the source tree's in an editable install
 _ADAPTER: TypeAdapter[WorkloadSpec] = TypeAdapter(WorkloadSpec)
 
 _MEGATRON = "Narayanan et al., SC'21 (arXiv 2104.04473), Table 1"

@@ -11,11 +11,11 @@ are buffers). That gives 25,557,032 parameters and ~4.1 G multiply-accumulates a
 
 from __future__ import annotations
 
-from engine.ir.ops import LayerKind, OpKind
-from engine.ir.workload import CNNSpec
-from engine.workloads.builder import OpList
-from engine.workloads.cnn import FeatureMap, add_activation, add_conv, add_fc, add_loss, add_pool
-from engine.workloads.graph import WorkloadGraph
+from tilewright.engine.ir.ops import LayerKind, OpKind
+from tilewright.engine.ir.workload import CNNSpec
+from tilewright.engine.workloads.builder import OpList
+from tilewright.engine.workloads.cnn import FeatureMap, add_activation, add_conv, add_fc, add_loss, add_pool
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # (bottleneck width, blocks, first stride)
 EXPANSION = 4

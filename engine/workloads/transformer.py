@@ -21,11 +21,11 @@ Choices worth knowing:
 
 from __future__ import annotations
 
-from engine.ir.ops import LayerKind, OpKind, TensorSplit
-from engine.ir.workload import BertSpec, GPTSpec, LlamaSpec, TransformerDims
-from engine.workloads.builder import OpList
-from engine.workloads.graph import WorkloadGraph
-from engine.workloads.transformer_block import REP, BlockShape, add_block, add_dropout, add_matmul, add_norm
+from tilewright.engine.ir.ops import LayerKind, OpKind, TensorSplit
+from tilewright.engine.ir.workload import BertSpec, GPTSpec, LlamaSpec, TransformerDims
+from tilewright.engine.workloads.builder import OpList
+from tilewright.engine.workloads.graph import WorkloadGraph
+from tilewright.engine.workloads.transformer_block import REP, BlockShape, add_block, add_dropout, add_matmul, add_norm
 
 VOCAB = TensorSplit.vocab
 BERT_TOKEN_TYPES = 2

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.ir.ops import OpKind, TensorSplit
-from engine.workloads.builder import OpList
+from tilewright.engine.ir.ops import OpKind, TensorSplit
+from tilewright.engine.workloads.builder import OpList
 
 COL, ROW, HEADS, REP = TensorSplit.column, TensorSplit.row, TensorSplit.heads, TensorSplit.replicated
 

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu, QStyle, QToolBar
-
-from studio.icons import icon
-from studio.ui.results.export_menu import ResultExports
+from tilewright.studio.icons import icon
+from tilewright.studio.ui.results.export_menu import ResultExports
 
 if TYPE_CHECKING:
-    from studio.ui.main_window import MainWindow
+    from tilewright.studio.ui.main_window import MainWindow
 
 Key = QKeySequence.StandardKey
 

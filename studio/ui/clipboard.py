@@ -11,9 +11,8 @@ import json
 
 from pydantic import ValidationError
 from PySide6.QtWidgets import QApplication
-
-from engine.ir.hardware import Component
-from studio.tree_edit import EditRefused
+from tilewright.engine.ir.hardware import Component
+from tilewright.studio.tree_edit import EditRefused
 
 MIME = "application/x-tilewright-components"
 

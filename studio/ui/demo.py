@@ -13,13 +13,12 @@ from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
-
-from studio.ui.canvas.heat import time_span
-from studio.ui.canvas.overlay_controller import Overlay, OverlayController
-from studio.units import SECONDS, format_value
+from tilewright.studio.ui.canvas.heat import time_span
+from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
+from tilewright.studio.units import SECONDS, format_value
 
 try:
-    from studio.ui.results.time_cursor import TimeCursor
+    from tilewright.studio.ui.results.time_cursor import TimeCursor
 except ImportError:  # the result views are not there yet: a private cursor of the same shape
     from PySide6.QtCore import QObject
 

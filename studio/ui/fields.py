@@ -12,8 +12,7 @@ from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QLineEdit, QVBoxLayout, QWidget
-
-from studio.units import Unit, UnitError, format_value, parse_value
+from tilewright.studio.units import Unit, UnitError, format_value, parse_value
 
 Check = Callable[[Any], str | None]  # None when the value is accepted, else the reason
 

@@ -9,12 +9,18 @@ panel's HyPar tab and ``tilewright hypar --project`` do), as ONE undo command. T
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QTreeWidgetItem, QWidget
-
-from engine.ir.mapping import Mapping
-from studio.document import ProjectDocument
-from studio.explore_commands import AdoptMapping
-from studio.hypar_choice import HyparChoice, hypar_choice, is_applied, mapped_choices, mapping_with, stores_levels
-from studio.units import BYTES, format_value
+from tilewright.engine.ir.mapping import Mapping
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.explore_commands import AdoptMapping
+from tilewright.studio.hypar_choice import (
+    HyparChoice,
+    hypar_choice,
+    is_applied,
+    mapped_choices,
+    mapping_with,
+    stores_levels,
+)
+from tilewright.studio.units import BYTES, format_value
 
 HYPAR_COLUMNS = ("HyPar", "Mapped")
 HYPAR_TIPS = (

@@ -21,15 +21,14 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from engine.ir.hardware import Component, ComponentKind, Topology
-from studio.commands import SetComponentField
-from studio.document import ProjectDocument
-from studio.summary import key_figures
-from studio.tree_edit import EditRefused, FieldPath, get_field, set_field
-from studio.ui.fields import ChoiceEditor, FlagEditor, ValueEditor, _Editor
-from studio.ui.selection import Selection
-from studio.units import (
+from tilewright.engine.ir.hardware import Component, ComponentKind, Topology
+from tilewright.studio.commands import SetComponentField
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.summary import key_figures
+from tilewright.studio.tree_edit import EditRefused, FieldPath, get_field, set_field
+from tilewright.studio.ui.fields import ChoiceEditor, FlagEditor, ValueEditor, _Editor
+from tilewright.studio.ui.selection import Selection
+from tilewright.studio.units import (
     AREA,
     BYTES,
     BYTES_PER_S,

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from PySide6.QtCore import QMimeData, QSize, Qt, Signal
 from PySide6.QtWidgets import QAbstractItemView, QListView, QListWidget, QListWidgetItem, QWidget
-
-from studio.commands import AddChild, AddMemory
-from studio.document import ProjectDocument
-from studio.icons import icon, kind_icon
-from studio.templates import TEMPLATES, build_component, hbm_memory, template
-from studio.tree_edit import EditRefused
-from studio.ui.selection import Selection
+from tilewright.studio.commands import AddChild, AddMemory
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.icons import icon, kind_icon
+from tilewright.studio.templates import TEMPLATES, build_component, hbm_memory, template
+from tilewright.studio.tree_edit import EditRefused
+from tilewright.studio.ui.selection import Selection
 
 KEY_ROLE = Qt.ItemDataRole.UserRole
 
@@ -39,7 +38,7 @@ class Library(QListWidget):
         self.setDragDropMode(QAbstractItemView.DragDropMode.DragOnly)
 
     def mimeData(self, items: list[QListWidgetItem]) -> QMimeData:  # noqa: N802 - Qt override
-        from studio.ui.canvas.drops import template_mime
+        from tilewright.studio.ui.canvas.drops import template_mime
 
         return template_mime(str(items[0].data(KEY_ROLE))) if items else QMimeData()
 

@@ -13,29 +13,28 @@ from typing import Any
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QCloseEvent, QFont
 from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
-
-from engine.errors import InputError
-from engine.io import dumps_stable, load_project, read_json, write_atomic
-from studio.commands import AddChild, RemoveChildren, ReplaceWorkload
-from studio.document import ProjectDocument
-from studio.icons import icon
-from studio.run_controller import RunController
-from studio.samples import new_project
-from studio.settings import add_recent_file, recent_files
-from studio.tree_edit import EditRefused
-from studio.ui.actions import build_actions
-from studio.ui.canvas import CanvasWidget
-from studio.ui.clipboard import copy_components, pasted_components
-from studio.ui.explore import ExplorePanel
-from studio.ui.inspector import Inspector
-from studio.ui.library import Library
-from studio.ui.outline import Outline
-from studio.ui.results.time_cursor import TimeCursor
-from studio.ui.results_panel import ResultsPanel
-from studio.ui.selection import Selection
-from studio.ui.settle import SettleGate
-from studio.ui.status import StatusBar
-from studio.ui.workload_panel import WorkloadPanel
+from tilewright.engine.errors import InputError
+from tilewright.engine.io import dumps_stable, load_project, read_json, write_atomic
+from tilewright.studio.commands import AddChild, RemoveChildren, ReplaceWorkload
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.icons import icon
+from tilewright.studio.run_controller import RunController
+from tilewright.studio.samples import new_project
+from tilewright.studio.settings import add_recent_file, recent_files
+from tilewright.studio.tree_edit import EditRefused
+from tilewright.studio.ui.actions import build_actions
+from tilewright.studio.ui.canvas import CanvasWidget
+from tilewright.studio.ui.clipboard import copy_components, pasted_components
+from tilewright.studio.ui.explore import ExplorePanel
+from tilewright.studio.ui.inspector import Inspector
+from tilewright.studio.ui.library import Library
+from tilewright.studio.ui.outline import Outline
+from tilewright.studio.ui.results.time_cursor import TimeCursor
+from tilewright.studio.ui.results_panel import ResultsPanel
+from tilewright.studio.ui.selection import Selection
+from tilewright.studio.ui.settle import SettleGate
+from tilewright.studio.ui.status import StatusBar
+from tilewright.studio.ui.workload_panel import WorkloadPanel
 
 LAYOUT_VERSION = 1
 PRESENTATION_SCALE = 1.3
@@ -222,7 +221,7 @@ class MainWindow(QMainWindow):
         if not path:
             return False
         try:
-            from engine.workloads import ConfigError, import_hf_config
+            from tilewright.engine.workloads import ConfigError, import_hf_config
         except ImportError:
             self.show_message("model import is not available yet (engine.workloads is being written)")
             return False
@@ -353,7 +352,7 @@ class MainWindow(QMainWindow):
             self._hidden_for_talk = []
 
     def about(self) -> None:
-        from engine import __version__
+        from tilewright.engine import __version__
 
         QMessageBox.about(
             self, "About Tilewright",

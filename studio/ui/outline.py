@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTreeWidget, QTreeWidgetItem, QWidget
-
-from engine.ir.hardware import Component
-from studio.document import ProjectDocument
-from studio.icons import kind_icon
-from studio.summary import one_line
-from studio.ui.selection import Selection
+from tilewright.engine.ir.hardware import Component
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.icons import kind_icon
+from tilewright.studio.summary import one_line
+from tilewright.studio.ui.selection import Selection
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
 

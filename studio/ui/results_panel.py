@@ -22,20 +22,19 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from studio.ui.results.breakdown_bar import BreakdownBar
-from studio.ui.results.compare_view import CompareView
-from studio.ui.results.gantt import GanttView
-from studio.ui.results.history import RunHistory
-from studio.ui.results.links_view import LinksView
-from studio.ui.results.memory_view import MemoryView
-from studio.ui.results.metrics import time_span
-from studio.ui.results.plot_style import elastic
-from studio.ui.results.progress import RunProgress
-from studio.ui.results.record import RunRecord
-from studio.ui.results.summary import format_metric, headline, in_columns, result_tables, table_html
-from studio.ui.results.time_cursor import TimeCursor
-from studio.units import SECONDS, format_value
+from tilewright.studio.ui.results.breakdown_bar import BreakdownBar
+from tilewright.studio.ui.results.compare_view import CompareView
+from tilewright.studio.ui.results.gantt import GanttView
+from tilewright.studio.ui.results.history import RunHistory
+from tilewright.studio.ui.results.links_view import LinksView
+from tilewright.studio.ui.results.memory_view import MemoryView
+from tilewright.studio.ui.results.metrics import time_span
+from tilewright.studio.ui.results.plot_style import elastic
+from tilewright.studio.ui.results.progress import RunProgress
+from tilewright.studio.ui.results.record import RunRecord
+from tilewright.studio.ui.results.summary import format_metric, headline, in_columns, result_tables, table_html
+from tilewright.studio.ui.results.time_cursor import TimeCursor
+from tilewright.studio.units import SECONDS, format_value
 
 __all__ = ["PLACEHOLDER", "ResultsPanel", "format_metric", "result_tables"]
 

@@ -8,9 +8,8 @@ way). It also follows renames and removals in the document, so no view holds a s
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
-
-from studio.document import ProjectDocument
-from studio.tree_edit import parent_path, renamed_path
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.tree_edit import parent_path, renamed_path
 
 
 class Selection(QObject):

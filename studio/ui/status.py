@@ -10,9 +10,8 @@ from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
-
-from studio.document import ProjectDocument
-from studio.workers import Job, Relay, check_job, start
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.workers import Job, Relay, check_job, start
 
 DEBOUNCE_MS = 250
 

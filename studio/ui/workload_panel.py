@@ -30,18 +30,17 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from engine.ir.mapping import PlacementStrategy
-from studio.document import ProjectDocument
-from studio.mapping import stage_layout
-from studio.mapping_commands import AutoMap
-from studio.mapping_layers import COLUMNS, NUMERIC_COLUMNS, STAGE_COLUMN, TIPS, layer_rows, totals
-from studio.tree_edit import EditRefused
-from studio.ui.canvas import style
-from studio.ui.canvas.drops import layers_mime
-from studio.ui.fields import ValueEditor
-from studio.ui.hypar_column import HYPAR_COLUMNS, HYPAR_TIPS, HyparSection
-from studio.units import COUNT
+from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.mapping import stage_layout
+from tilewright.studio.mapping_commands import AutoMap
+from tilewright.studio.mapping_layers import COLUMNS, NUMERIC_COLUMNS, STAGE_COLUMN, TIPS, layer_rows, totals
+from tilewright.studio.tree_edit import EditRefused
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.drops import layers_mime
+from tilewright.studio.ui.fields import ValueEditor
+from tilewright.studio.ui.hypar_column import HYPAR_COLUMNS, HYPAR_TIPS, HyparSection
+from tilewright.studio.units import COUNT
 
 MAPPING_FIELDS = [
     ("tp", "tp"), ("pp", "pp"), ("dp", "dp"),

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
-
-from studio.document import ProjectDocument
-from studio.icons import kind_icon
-from studio.ui.selection import Selection
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.icons import kind_icon
+from tilewright.studio.ui.selection import Selection
 
 
 class Breadcrumb(QWidget):

@@ -12,10 +12,9 @@ from collections import defaultdict
 
 from PySide6.QtCore import QLineF, QRectF, Qt
 from PySide6.QtGui import QPainter
-
-from studio.ui.canvas import style
-from studio.ui.canvas.layout import GridShape
-from studio.ui.canvas.overlay import CellColours
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.layout import GridShape
+from tilewright.studio.ui.canvas.overlay import CellColours
 
 RASTER_CELL_PX = 4.0  # pixels per device needed before the devices of a cell are drawn one by one
 STEP = style.CELL + style.GAP

@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from engine.hardware.model import Device, index_label
-from engine.ir.hardware import Component
+from tilewright.engine.hardware.model import Device, index_label
+from tilewright.engine.ir.hardware import Component
 
 MAX_RASTER = 16
 

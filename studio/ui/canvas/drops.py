@@ -14,17 +14,16 @@ import json
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QMimeData, QPointF
-
-from studio.commands import AddChildAt, AddMemory
-from studio.mapping import format_ranges, stage_layout
-from studio.mapping_commands import PlaceLayers
-from studio.mapping_edit import group_around
-from studio.templates import build_component, hbm_memory, template
-from studio.tree_edit import EditRefused
-from studio.ui.canvas.cells import instance_name
+from tilewright.studio.commands import AddChildAt, AddMemory
+from tilewright.studio.mapping import format_ranges, stage_layout
+from tilewright.studio.mapping_commands import PlaceLayers
+from tilewright.studio.mapping_edit import group_around
+from tilewright.studio.templates import build_component, hbm_memory, template
+from tilewright.studio.tree_edit import EditRefused
+from tilewright.studio.ui.canvas.cells import instance_name
 
 if TYPE_CHECKING:
-    from studio.ui.canvas.scene import LevelScene
+    from tilewright.studio.ui.canvas.scene import LevelScene
 
 MIME_TEMPLATE = "application/x-tilewright-template"
 MIME_LAYERS = "application/x-tilewright-layers"

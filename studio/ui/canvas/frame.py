@@ -6,11 +6,10 @@ from __future__ import annotations
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
-
-from engine.ir.hardware import Component, Edge, Memory
-from studio.summary import interconnect_caption, key_figures, memory_caption
-from studio.ui.canvas import style
-from studio.ui.canvas.label import Anchor, PixelLabel
+from tilewright.engine.ir.hardware import Component, Edge, Memory
+from tilewright.studio.summary import interconnect_caption, key_figures, memory_caption
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
 
 PORT_DEPTH_CELLS = 0.45  # port boxes are this many cells deep (or 4 % of a large level)
 

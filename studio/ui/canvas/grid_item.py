@@ -15,16 +15,15 @@ from collections.abc import Callable
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QFontMetricsF, QLinearGradient, QPainter
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
-
-from engine.ir.hardware import Component, Topology
-from studio.summary import block_caption, headline_dtype, key_figures, title
-from studio.ui.canvas import style
-from studio.ui.canvas.cell_paint import paint_block, paint_cells, paint_links
-from studio.ui.canvas.label import Anchor, PixelLabel
-from studio.ui.canvas.layout import GridShape
-from studio.ui.canvas.overlay import CellColours
-from studio.ui.canvas.text import draw_centred_text
-from studio.units import BYTES, FLOPS, format_value
+from tilewright.engine.ir.hardware import Component, Topology
+from tilewright.studio.summary import block_caption, headline_dtype, key_figures, title
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.cell_paint import paint_block, paint_cells, paint_links
+from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
+from tilewright.studio.ui.canvas.layout import GridShape
+from tilewright.studio.ui.canvas.overlay import CellColours
+from tilewright.studio.ui.canvas.text import draw_centred_text
+from tilewright.studio.units import BYTES, FLOPS, format_value
 
 MAX_DETAIL_CELLS = 600  # cells with their own text per paint; beyond this text would be unreadable anyway
 PREVIEW_CELL_PX = 110.0  # cells this large also show a miniature of their first child's grid

@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from studio.ui.canvas.cells import GridCells
+from tilewright.studio.ui.canvas.cells import GridCells
 
 LinkKey = tuple[str, str]
 
 try:
-    from studio.ui.results.metrics import (
+    from tilewright.studio.ui.results.metrics import (
         average_device_activity,
         average_link_utilisation,
         device_activity_at,
@@ -102,7 +101,7 @@ class HeatFrame:
 
 def heat_frame(result: Any, device_nodes: list[str], t: float | None) -> HeatFrame:
     """Busy share of every device and utilisation of every link, at ``t`` or averaged (``t`` None)."""
-    from studio.units import SECONDS, format_value
+    from tilewright.studio.units import SECONDS, format_value
 
     if t is None:
         activity, links = average_device_activity(result), average_link_utilisation(result)

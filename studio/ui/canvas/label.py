@@ -12,8 +12,7 @@ from enum import Enum
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
-
-from studio.ui.canvas import style
+from tilewright.studio.ui.canvas import style
 
 
 class Anchor(Enum):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from engine.ir.hardware import Component
-from studio.ui.canvas.style import CELL, GAP, ITEM_SPACING, PLANE_GAP
+from tilewright.engine.ir.hardware import Component
+from tilewright.studio.ui.canvas.style import CELL, GAP, ITEM_SPACING, PLANE_GAP
 
 Point = tuple[float, float]
 

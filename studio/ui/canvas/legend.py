@@ -7,9 +7,8 @@ import html
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
-
-from studio.ui.canvas import style
-from studio.ui.canvas.overlay_controller import Overlay, OverlayController
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 
 MAX_STAGE_ROWS = 12  # per column; two columns, then "… and N more"
 MARGIN = 10

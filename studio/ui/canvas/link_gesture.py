@@ -11,16 +11,15 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QLineF, QPointF, Qt
 from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsSceneMouseEvent
-
-from studio.commands import AddLink
-from studio.tree_edit import EditRefused
-from studio.ui.canvas import style
-from studio.ui.canvas.cells import instance_name
-from studio.ui.canvas.layout import auto_positions
+from tilewright.studio.commands import AddLink
+from tilewright.studio.tree_edit import EditRefused
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.cells import instance_name
+from tilewright.studio.ui.canvas.layout import auto_positions
 
 if TYPE_CHECKING:
-    from studio.ui.canvas.grid_item import GridItem
-    from studio.ui.canvas.scene import LevelScene
+    from tilewright.studio.ui.canvas.grid_item import GridItem
+    from tilewright.studio.ui.canvas.scene import LevelScene
 
 
 class LinkGesture:

@@ -11,11 +11,10 @@ from __future__ import annotations
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QPainter, QPainterPath
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
-
-from engine.ir.hardware import Interconnect, Topology
-from studio.ui.canvas import style
-from studio.ui.canvas.grid_item import GridItem
-from studio.ui.canvas.label import Anchor, PixelLabel
+from tilewright.engine.ir.hardware import Interconnect, Topology
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.grid_item import GridItem
+from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
 
 MAX_SPOKES = 128
 MAX_ARCS = 2000

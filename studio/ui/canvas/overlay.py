@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from PySide6.QtGui import QColor, QImage
-
-from studio.mapping import StageLayout, format_ranges, to_ranges
-from studio.ui.canvas import style
-from studio.ui.canvas.cells import GridCells
-from studio.ui.canvas.layout import GridShape
+from tilewright.studio.mapping import StageLayout, format_ranges, to_ranges
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.cells import GridCells
+from tilewright.studio.ui.canvas.layout import GridShape
 
 
 @dataclass

@@ -13,10 +13,9 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
-
-from studio.mapping import StageLayout, stage_layout
-from studio.ui.canvas.cells import GridCells, level_cells
-from studio.ui.canvas.heat import (
+from tilewright.studio.mapping import StageLayout, stage_layout
+from tilewright.studio.ui.canvas.cells import GridCells, level_cells
+from tilewright.studio.ui.canvas.heat import (
     HeatFrame,
     LinkPlaces,
     grid_link_values,
@@ -25,10 +24,10 @@ from studio.ui.canvas.heat import (
     port_values,
     spoke_values,
 )
-from studio.ui.canvas.overlay import CellColours, heat_colours, stage_colours
+from tilewright.studio.ui.canvas.overlay import CellColours, heat_colours, stage_colours
 
 if TYPE_CHECKING:
-    from studio.ui.canvas.scene import LevelScene
+    from tilewright.studio.ui.canvas.scene import LevelScene
 
 
 class Overlay(Enum):

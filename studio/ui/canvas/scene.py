@@ -12,20 +12,19 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QTransform
 from PySide6.QtWidgets import QGraphicsScene, QGraphicsSceneMouseEvent
-
-from engine.ir.hardware import Component
-from engine.ir.project import Project
-from studio.commands import MoveOnCanvas
-from studio.document import ProjectDocument
-from studio.mapping import display_hardware
-from studio.ui.canvas import style
-from studio.ui.canvas.cells import instance_name, level_instance
-from studio.ui.canvas.frame import FrameItem
-from studio.ui.canvas.grid_item import GridItem
-from studio.ui.canvas.layout import auto_positions, display_shape
-from studio.ui.canvas.links import LinksItem
-from studio.ui.canvas.stage_tags import StageTags
-from studio.ui.selection import Selection
+from tilewright.engine.ir.hardware import Component
+from tilewright.engine.ir.project import Project
+from tilewright.studio.commands import MoveOnCanvas
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.mapping import display_hardware
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.cells import instance_name, level_instance
+from tilewright.studio.ui.canvas.frame import FrameItem
+from tilewright.studio.ui.canvas.grid_item import GridItem
+from tilewright.studio.ui.canvas.layout import auto_positions, display_shape
+from tilewright.studio.ui.canvas.links import LinksItem
+from tilewright.studio.ui.canvas.stage_tags import StageTags
+from tilewright.studio.ui.selection import Selection
 
 
 class LevelScene(QGraphicsScene):
@@ -191,7 +190,7 @@ class LevelScene(QGraphicsScene):
 
     # -- gestures -----------------------------------------------------------------------------------
     def mousePressEvent(self, event: QGraphicsSceneMouseEvent) -> None:
-        from studio.ui.canvas.link_gesture import LinkGesture
+        from tilewright.studio.ui.canvas.link_gesture import LinkGesture
 
         if LinkGesture.starts(self, event):
             self.gesture = LinkGesture(self, event.scenePos())

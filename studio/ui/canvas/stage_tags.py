@@ -12,11 +12,10 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPainterPath
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
-
-from studio.mapping import StageLayout, format_ranges
-from studio.ui.canvas import style
-from studio.ui.canvas.grid_item import GridItem
-from studio.ui.canvas.overlay import CellColours
+from tilewright.studio.mapping import StageLayout, format_ranges
+from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas.grid_item import GridItem
+from tilewright.studio.ui.canvas.overlay import CellColours
 
 STEP = style.CELL + style.GAP
 PAD = 3.0

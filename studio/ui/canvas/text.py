@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QFont, QFontMetricsF, QPainter
-
-from studio.ui.canvas import style
+from tilewright.studio.ui.canvas import style
 
 
 def wrap_text(line: str, fm: QFontMetricsF, max_px: float) -> list[str]:

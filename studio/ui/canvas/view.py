@@ -17,9 +17,8 @@ from PySide6.QtGui import (
     QWheelEvent,
 )
 from PySide6.QtWidgets import QGraphicsView, QWidget
-
-from studio.ui.canvas import drops
-from studio.ui.canvas.scene import LevelScene
+from tilewright.studio.ui.canvas import drops
+from tilewright.studio.ui.canvas.scene import LevelScene
 
 MIN_SCALE = 1e-3
 MAX_SCALE = 40.0

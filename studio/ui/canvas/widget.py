@@ -12,15 +12,14 @@ from typing import Any
 
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QVBoxLayout, QWidget
-
-from studio.document import ProjectDocument
-from studio.ui.canvas.breadcrumb import Breadcrumb
-from studio.ui.canvas.legend import Legend
-from studio.ui.canvas.overlay_controller import OverlayController
-from studio.ui.canvas.scene import LevelScene
-from studio.ui.canvas.view import CanvasView
-from studio.ui.demo import DemoBar
-from studio.ui.selection import Selection
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.ui.canvas.breadcrumb import Breadcrumb
+from tilewright.studio.ui.canvas.legend import Legend
+from tilewright.studio.ui.canvas.overlay_controller import OverlayController
+from tilewright.studio.ui.canvas.scene import LevelScene
+from tilewright.studio.ui.canvas.view import CanvasView
+from tilewright.studio.ui.demo import DemoBar
+from tilewright.studio.ui.selection import Selection
 
 
 class CanvasWidget(QWidget):

@@ -1,5 +1,5 @@
 """The Explore panel: parallelism search, sweeps with Pareto fronts, and HyPar partitioning."""
 
-from studio.ui.explore.panel import ExplorePanel
+from tilewright.studio.ui.explore.panel import ExplorePanel
 
 __all__ = ["ExplorePanel"]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
-
-from studio.ui.explore.runner import ExploreRunner
+from tilewright.studio.ui.explore.runner import ExploreRunner
 
 
 class RunBar(QWidget):

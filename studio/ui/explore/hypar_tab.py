@@ -13,13 +13,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from engine.search.hypar import Partition, hypar, hypar_layers, uniform
-from engine.search.hypar_report import apply_partition
-from engine.workloads import build_workload
-from studio.document import ProjectDocument
-from studio.explore_commands import AdoptMapping
-from studio.ui.explore.controls import input_row
+from tilewright.engine.search.hypar import Partition, hypar, hypar_layers, uniform
+from tilewright.engine.search.hypar_report import apply_partition
+from tilewright.engine.workloads import build_workload
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.explore_commands import AdoptMapping
+from tilewright.studio.ui.explore.controls import input_row
 
 GB = 1e9
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from PySide6.QtWidgets import QTabWidget, QWidget
-
-from studio.document import ProjectDocument
-from studio.ui.explore.hypar_tab import HyparTab
-from studio.ui.explore.search_tab import SearchTab
-from studio.ui.explore.sweep_tab import SweepTab
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.ui.explore.hypar_tab import HyparTab
+from tilewright.studio.ui.explore.search_tab import SearchTab
+from tilewright.studio.ui.explore.sweep_tab import SweepTab
 
 
 class ExplorePanel(QTabWidget):

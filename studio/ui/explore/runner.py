@@ -10,9 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
-
-from engine.sim.event_engine import Cancelled
-from studio.workers import Job, Relay, start
+from tilewright.engine.sim.event_engine import Cancelled
+from tilewright.studio.workers import Job, Relay, start
 
 
 class ExploreRunner(QObject):

@@ -12,14 +12,13 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from engine.search.parallelism import SearchResult, search
-from engine.search.pareto import pareto_front
-from studio.document import ProjectDocument
-from studio.explore_commands import AdoptMapping
-from studio.ui.explore.controls import RunBar, input_row
-from studio.ui.explore.pareto_plot import ParetoPlot
-from studio.ui.explore.runner import ExploreRunner
+from tilewright.engine.search.parallelism import SearchResult, search
+from tilewright.engine.search.pareto import pareto_front
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.explore_commands import AdoptMapping
+from tilewright.studio.ui.explore.controls import RunBar, input_row
+from tilewright.studio.ui.explore.pareto_plot import ParetoPlot
+from tilewright.studio.ui.explore.runner import ExploreRunner
 
 COLUMNS = ["tp", "pp", "dp", "micro-batch", "chunks", "recompute", "SP", "ZeRO",
            "iteration (s)", "event (s)", "samples/s", "memory (GiB)"]

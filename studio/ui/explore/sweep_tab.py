@@ -17,17 +17,16 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from engine.errors import InputError
-from engine.presets import presets_dir
-from engine.search.pareto import pareto_front
-from engine.search.sweep import SweepResult, load_spec, read_rows, run_sweep
-from engine.search.sweep_point import build_point_project
-from studio.document import ProjectDocument
-from studio.explore_commands import OpenDesign
-from studio.ui.explore.controls import RunBar
-from studio.ui.explore.pareto_plot import ParetoPlot
-from studio.ui.explore.runner import ExploreRunner
+from tilewright.engine.errors import InputError
+from tilewright.engine.presets import presets_dir
+from tilewright.engine.search.pareto import pareto_front
+from tilewright.engine.search.sweep import SweepResult, load_spec, read_rows, run_sweep
+from tilewright.engine.search.sweep_point import build_point_project
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.explore_commands import OpenDesign
+from tilewright.studio.ui.explore.controls import RunBar
+from tilewright.studio.ui.explore.pareto_plot import ParetoPlot
+from tilewright.studio.ui.explore.runner import ExploreRunner
 
 # x-axis choices: (CSV column, label, unit, scale)
 AXES = {

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from studio.ui.results.summary import format_bytes, format_metric, label
-from studio.units import SECONDS, format_value
+from tilewright.studio.ui.results.summary import format_bytes, format_metric, label
+from tilewright.studio.units import SECONDS, format_value
 
 # (metric key, True when higher is better; None when neither is)
 KEY_METRICS: tuple[tuple[str, bool | None], ...] = (

@@ -17,10 +17,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from studio.ui.results.compare import compare_rows
-from studio.ui.results.history import RunHistory
-from studio.ui.results.project_diff import project_changes
+from tilewright.studio.ui.results.compare import compare_rows
+from tilewright.studio.ui.results.history import RunHistory
+from tilewright.studio.ui.results.project_diff import project_changes
 
 BETTER, WORSE = QColor("#1e8449"), QColor("#c0392b")
 HEADERS = ("metric", "run A", "run B", "B − A", "change")

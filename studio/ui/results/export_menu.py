@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu
-
-from studio import exporting
+from tilewright.studio import exporting
 
 if TYPE_CHECKING:
-    from studio.ui.main_window import MainWindow
+    from tilewright.studio.ui.main_window import MainWindow
 
 JSON_FILTER = "JSON (*.json);;All files (*)"
 

@@ -13,12 +13,11 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer
 from PySide6.QtGui import QCursor, QPainterPath
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QToolTip, QVBoxLayout, QWidget
-
-from studio.ui.results.gantt_data import GanttData
-from studio.ui.results.lane_axis import LaneAxis
-from studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, set_legend
-from studio.ui.results.time_cursor import CursorLine, TimeCursor
-from studio.units import SECONDS, format_value, plural
+from tilewright.studio.ui.results.gantt_data import GanttData
+from tilewright.studio.ui.results.lane_axis import LaneAxis
+from tilewright.studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, set_legend
+from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
+from tilewright.studio.units import SECONDS, format_value, plural
 
 BAR_HEIGHT = 0.72
 ROW_PX = 17  # a row's height on opening (a label fits); more rows are a scroll (shift+wheel or drag) away

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from engine.results import CATEGORIES
-from studio.ui.results.palette import STAGE_COLOURS, category_colour, stage_colour
-from studio.units import SECONDS, format_value
+from tilewright.engine.results import CATEGORIES
+from tilewright.studio.ui.results.palette import STAGE_COLOURS, category_colour, stage_colour
+from tilewright.studio.units import SECONDS, format_value
 
 GROUP_ORDER = ("compute", "links", "memory")
 GROUP_TITLES = {"compute": "compute", "links": "links", "memory": "memory ports"}

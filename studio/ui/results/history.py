@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
-
-from studio.ui.results.record import RunRecord
+from tilewright.studio.ui.results.record import RunRecord
 
 KEEP = 5
 

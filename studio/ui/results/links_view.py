@@ -23,13 +23,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from studio.ui.results.gantt_data import elide, link_name, root_prefix
-from studio.ui.results.metrics import link_data_note, series_value_at, time_span, window_average
-from studio.ui.results.palette import series_colour
-from studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, step_edges
-from studio.ui.results.time_cursor import CursorLine, TimeCursor
-from studio.units import SECONDS, format_percent, format_value
+from tilewright.studio.ui.results.gantt_data import elide, link_name, root_prefix
+from tilewright.studio.ui.results.metrics import link_data_note, series_value_at, time_span, window_average
+from tilewright.studio.ui.results.palette import series_colour
+from tilewright.studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, step_edges
+from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
+from tilewright.studio.units import SECONDS, format_percent, format_value
 
 SHOWN_AT_FIRST = 4
 LEGEND_CHARS = 40
@@ -109,7 +108,7 @@ class LinksView(QWidget):
 
     def set_result(self, result: Any, ranked: list[tuple[Any, float]] | None = None) -> None:
         """Show ``result``'s links; ``ranked`` (busiest first) may come precomputed from the worker."""
-        from studio.ui.results.metrics import busiest_links
+        from tilewright.studio.ui.results.metrics import busiest_links
 
         if result is None:
             self.ranked = []

@@ -13,15 +13,21 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
-
-from engine.results import MEMORY_CATEGORIES
-from studio.ui.results.gantt_data import root_prefix
-from studio.ui.results.metrics import fullest_first, time_span
-from studio.ui.results.palette import MEMORY_COLOURS
-from studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, set_legend, step_edges
-from studio.ui.results.summary import format_bytes as gib
-from studio.ui.results.time_cursor import CursorLine, TimeCursor
-from studio.units import SECONDS, format_percent, format_value
+from tilewright.engine.results import MEMORY_CATEGORIES
+from tilewright.studio.ui.results.gantt_data import root_prefix
+from tilewright.studio.ui.results.metrics import fullest_first, time_span
+from tilewright.studio.ui.results.palette import MEMORY_COLOURS
+from tilewright.studio.ui.results.plot_style import (
+    add_legend_row,
+    elastic,
+    make_plot,
+    release_plot,
+    set_legend,
+    step_edges,
+)
+from tilewright.studio.ui.results.summary import format_bytes as gib
+from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
+from tilewright.studio.units import SECONDS, format_percent, format_value
 
 GIB = 2.0**30
 OVERFLOW = "#c0392b"

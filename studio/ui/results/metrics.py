@@ -35,9 +35,8 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-
-from engine.results import CATEGORIES
-from engine.results.result import window_means
+from tilewright.engine.results import CATEGORIES
+from tilewright.engine.results.result import window_means
 
 LinkKey = tuple[str, str]
 DEFAULT_WINDOW_FRACTION = 0.01

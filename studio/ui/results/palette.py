@@ -3,7 +3,7 @@ stack agree (the same category is the same colour everywhere)."""
 
 from __future__ import annotations
 
-from engine.results import CATEGORIES, MEMORY_CATEGORIES
+from tilewright.engine.results import CATEGORIES, MEMORY_CATEGORIES
 
 # Timeline categories (engine.results.CATEGORIES) and time-breakdown keys share names where they mean the
 # same thing; "bubble" and "memory_stall" exist only in the breakdown.

@@ -11,8 +11,7 @@ import time
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
-
-from studio.units import SECONDS, format_value
+from tilewright.studio.units import SECONDS, format_value
 
 STEPS = 1000
 MIN_FRACTION = 0.02  # below this the estimate is noise

@@ -8,8 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from studio.ui.results import metrics
-from studio.ui.results.gantt_data import GanttData
+from tilewright.studio.ui.results import metrics
+from tilewright.studio.ui.results.gantt_data import GanttData
 
 
 @dataclass
@@ -31,7 +31,7 @@ class RunRecord:
     @property
     def title(self) -> str:
         """"#3 gpt3-dgx-a100 · 14:02:11 · 12.8 s/iteration"."""
-        from studio.ui.results.summary import format_metric
+        from tilewright.studio.ui.results.summary import format_metric
 
         clock = time.strftime("%H:%M:%S", time.localtime(self.finished_at))
         name = getattr(self.project, "name", "") or "project"

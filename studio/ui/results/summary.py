@@ -9,7 +9,15 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from studio.units import FLOP, SAMPLES_PER_S, SECONDS, TOKENS_PER_S, format_number, format_percent, format_value
+from tilewright.studio.units import (
+    FLOP,
+    SAMPLES_PER_S,
+    SECONDS,
+    TOKENS_PER_S,
+    format_number,
+    format_percent,
+    format_value,
+)
 
 Rows = list[tuple[str, str]]
 ROWS_PER_COLUMN = 6

@@ -5,8 +5,7 @@ tiny result with round numbers whose every derived figure can be worked out by h
 from __future__ import annotations
 
 import numpy as np
-
-from engine.results import CATEGORIES, Lane, MemoryTrack, OutOfMemory, Result, Series, Timeline
+from tilewright.engine.results import CATEGORIES, Lane, MemoryTrack, OutOfMemory, Result, Series, Timeline
 
 
 class SyntheticTimeline(Timeline):

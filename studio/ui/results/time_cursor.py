@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
-
-from studio.units import SECONDS, format_value
+from tilewright.studio.units import SECONDS, format_value
 
 CURSOR_COLOUR = "#c0392b"
 

@@ -1,0 +1,1 @@
+"""Exports of a Result: Chrome trace (Perfetto) and CSV."""

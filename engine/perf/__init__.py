@@ -1,0 +1,1 @@
+"""The cost model: op cost, tiling, collectives, device memory."""

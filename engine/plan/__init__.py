@@ -1,0 +1,1 @@
+"""What both engines and the search share: placement, per-pass costs, schedules, uncontended timing."""

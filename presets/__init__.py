@@ -1,0 +1,1 @@
+"""Preset systems, models, projects and sweeps shipped as package data (read with importlib.resources)."""
