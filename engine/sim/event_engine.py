@@ -16,6 +16,7 @@ import gc
 from collections.abc import Callable, Generator
 
 import simpy
+from tilewright.engine.jobs import Cancelled
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.plan import Plan
@@ -32,10 +33,6 @@ WHOLE_GROUP = -1  # the member index of an aggregated unit
 ProgressFn = Callable[[float], None]
 CancelFn = Callable[[], bool]
 Unit = tuple[int, int]  # (data-parallel replica, tensor-parallel member or WHOLE_GROUP)
-
-
-class Cancelled(Exception):
-    """The caller asked the simulation to stop."""
 
 
 class EventEngine:

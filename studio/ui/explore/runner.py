@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
-from tilewright.engine.sim.event_engine import Cancelled
+from tilewright.engine.jobs import Cancelled
 from tilewright.studio.workers import Job, Relay, start
 
 
