@@ -40,14 +40,14 @@ def whole_process(args: list[str]) -> tuple[float, dict]:
 
 
 def analytic_rate() -> float:
-    from tilewright.engine.analytic.engine import analytic_result
-    from tilewright.engine.presets import load_project_preset
+    from tilewright.engine.engines.analytic.engine import AnalyticEngine
+    from tilewright.engine.io.presets import load_project_preset
     from tilewright.engine.simulate import make_plan
 
     plan = make_plan(load_project_preset("megatron-18b-dgx-a100"))
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < 2.0:
-        analytic_result(plan, timeline=False)  # what search evaluates: no Gantt slices
+        AnalyticEngine(timeline=False).run(plan)  # what search evaluates: no Gantt slices
         n += 1
     return n / (time.perf_counter() - start)
 

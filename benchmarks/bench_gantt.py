@@ -32,8 +32,8 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
+    from tilewright.studio.model.gantt_data import GanttData
     from tilewright.studio.ui.results.gantt import GanttView
-    from tilewright.studio.ui.results.gantt_data import GanttData
     from tilewright.studio.ui.results.synthetic import synthetic_timeline
     from tilewright.studio.ui.results.time_cursor import TimeCursor
 

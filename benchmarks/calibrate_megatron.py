@@ -12,8 +12,8 @@ import csv
 import time
 from pathlib import Path
 
+from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
-from tilewright.engine.presets import load_system
 from tilewright.engine.simulate import simulate
 
 CSV = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "megatron_sc21_table1.csv"

@@ -11,9 +11,12 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilewright.engine.errors import EXIT_BAD_INPUT, InputError
+
+if TYPE_CHECKING:
+    from tilewright.studio.workers import SimulateFn
 
 RUN_WAIT_MS = 60_000  # a screenshot waits at most this long for a run
 CHECKS_WAIT_MS = 3_000
@@ -34,23 +37,24 @@ def load_initial_project(path: str | None) -> tuple[Any, Path | None, str]:
     falls back to a new project, since the user did not ask for it.
     """
     from tilewright.engine.io import load_project
-    from tilewright.engine.presets import default_project_path
+    from tilewright.engine.io.presets import default_project_path
     from tilewright.studio.samples import new_project
 
     if path:
-        return load_project(path, check=False), Path(path), f"opened {path}"
+        return load_project(path), Path(path), f"opened {path}"
     try:
         default = default_project_path()
     except InputError:
         return new_project(), None, "new project (no default preset found)"
     try:
-        return load_project(default, check=False), default, f"opened {default.name}"
+        return load_project(default), default, f"opened {default.name}"
     except InputError as exc:
         print(f"tilewright: the default project did not load, starting empty:\n{exc}", file=sys.stderr)
         return new_project(), None, "new project (the default preset did not load)"
 
 
-def main(args: Any) -> int:
+def main(args: Any, simulate: SimulateFn | None = None) -> int:
+    """Open the studio as ``args`` ask; ``simulate`` replaces the engine's (tests pass a double)."""
     screenshot = getattr(args, "screenshot", None)
     if screenshot and not os.environ.get("QT_QPA_PLATFORM"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -75,7 +79,7 @@ def main(args: Any) -> int:
     app.setApplicationName(APPLICATION)
     app.setWindowIcon(icon("app"))
     doc = ProjectDocument(project, file_path)
-    window = MainWindow(doc, make_settings(), persist=not screenshot)
+    window = MainWindow(doc, make_settings(), persist=not screenshot, simulate=simulate)
     if getattr(args, "presentation", False):
         window.set_presentation(True)
     window.resize(*size)

@@ -78,7 +78,7 @@ class ProjectDocument(QObject):
     def open(cls, path: str | Path, parent: QObject | None = None) -> ProjectDocument:
         """Load ``path``. Cross-part checks are the status bar's job, so a project that is inconsistent
         (tp larger than the machine, say) still opens and can be fixed here."""
-        return cls(load_project(path, check=False), Path(path), parent)
+        return cls(load_project(path), Path(path), parent)
 
     def replace(self, project: Project, file_path: Path | None = None) -> None:
         """Swap in another project (New, Open, Revert): history starts afresh."""

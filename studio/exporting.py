@@ -14,6 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QRectF, QSize
 from tilewright.engine.io import save_project
+from tilewright.engine.results.result import Result
 
 PLOT_SIZE = (1600, 900)
 
@@ -96,16 +97,16 @@ def write_plots(panel: Any, folder: str | Path, fmt: str) -> list[Path]:
     return written
 
 
-def write_result_csv(result: Any, folder: str | Path) -> list[Path]:
+def write_result_csv(result: Result, folder: str | Path) -> list[Path]:
     """metrics.csv (with units), timeline.csv, links.csv and memory.csv, by the engine's writer."""
-    from tilewright.engine.export.csv_export import write_csv
+    from tilewright.engine.results.csv_export import write_csv
 
     return write_csv(result, folder)
 
 
-def write_trace(result: Any, path: str | Path) -> Path:
+def write_trace(result: Result, path: str | Path) -> Path:
     """Chrome Trace Event JSON (``traceEvents``), readable by Perfetto and chrome://tracing."""
-    from tilewright.engine.export.chrome_trace import write_chrome_trace
+    from tilewright.engine.results.chrome_trace import write_chrome_trace
 
     target = Path(path) if Path(path).suffix else Path(f"{path}.json")
     write_chrome_trace(result, target)

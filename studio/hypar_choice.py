@@ -15,8 +15,8 @@ from typing import Any
 from tilewright.engine.errors import InputError
 from tilewright.engine.ir.mapping import LayerParallelism, Mapping
 from tilewright.engine.ir.project import Project
-from tilewright.engine.search.hypar import Partition, hypar, hypar_layers, uniform
-from tilewright.engine.search.hypar_report import apply_partition
+from tilewright.engine.search.hypar.partition import Partition, hypar, hypar_layers, uniform
+from tilewright.engine.search.hypar.report import apply_partition
 from tilewright.studio.mapping import workload_graph
 
 SEPARATOR = "·"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.project import Project
 from tilewright.studio.mapping import workload_graph
 from tilewright.studio.units import BYTES, FLOP, Unit, format_value
 
 PARAMS = Unit("", "7 G")  # a count with SI prefixes: "151 M"
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 COLUMNS = ("#", "Stage", "Layer", "Kind", "Params", "FLOP/sample", "Act./sample")
 TIPS = (
@@ -52,7 +52,7 @@ class LayerRow:
 
 def layer_rows(project: Project) -> list[LayerRow]:
     graph = workload_graph(project.workload)
-    elem = DTYPE_BYTES.get(project.run.dtype.value, 2)
+    elem = dtype_bytes(project.run.dtype)
     rows = []
     for li in graph.layers:
         ops = graph.layer_ops(li.index)

@@ -10,7 +10,7 @@ def main() -> int:
         import PySide6.QtGui  # noqa: F401
         import PySide6.QtWidgets  # noqa: F401
     except ImportError as exc:
-        from tilewright.engine.qt_check import explain_qt_import_error
+        from tilewright.engine.cli.qt_check import explain_qt_import_error
 
         print(explain_qt_import_error(exc), file=sys.stderr)
         return 1

@@ -4,6 +4,10 @@ The controller owns the current ``Job``, forwards its outcome as signals the win
 views connect to, and forgets a cancelled job's late answer. ``done`` fires after every outcome, so a
 script (``--run --screenshot``) can wait for "the run is over", whatever happened.
 
+The engine is injected: ``RunController(simulate=…)`` takes any function with the signature of
+``tilewright.engine.simulate.simulate`` (``simulate(project, *, progress, cancel) -> Result``, the job
+protocol of ``tilewright.engine.jobs``), and uses that one when none is given. Tests pass doubles.
+
 Cancel sets the job's flag, which the engine polls every couple of thousand events, so the worker
 thread really stops (it does not run on unseen); the controller does not wait for that and is ready
 for the next run at once.
@@ -26,36 +30,39 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
-from tilewright.studio.ui.results.record import RunRecord
+from tilewright.engine.ir.project import Project
+from tilewright.engine.results.result import Result
+from tilewright.engine.simulate import simulate as engine_simulate
+from tilewright.studio.model.run_record import RunRecord
 from tilewright.studio.units import SECONDS, format_value
-from tilewright.studio.workers import Job, Relay, simulation_job, start
+from tilewright.studio.workers import Job, Relay, SimulateFn, simulation_job, start
 
 RUN_SWITCH_INTERVAL_S = 0.0001
 
 
 class RunController(QObject):
     started = Signal()
-    finished = Signal(object, float)  # result, wall seconds
+    finished = Signal(object, float)  # the Result, wall seconds
     recorded = Signal(object)  # the RunRecord (result + prepared views), just before ``finished``
     failed = Signal(str)
-    unavailable = Signal(str)
     cancelled = Signal()
     progress = Signal(float, str)
     done = Signal()
     runningChanged = Signal(bool)
 
     def __init__(self, pool: QThreadPool | None = None, parent: QObject | None = None,
-                 gate: Callable[[Callable[[], None]], None] | None = None):
+                 gate: Callable[[Callable[[], None]], None] | None = None,
+                 simulate: SimulateFn | None = None):
         super().__init__(parent)
         self.pool = pool or QThreadPool.globalInstance()
+        self.simulate: SimulateFn = simulate or engine_simulate
         # Decides when a run's worker may start (the window holds it until it has painted; see
         # ``studio.ui.settle``); without one it starts at once.
         self.gate = gate or (lambda go: go())
         self.job: Job | None = None
-        self.last_result: Any = None
+        self.last_result: Result | None = None
         self.last_record: RunRecord | None = None
         self.last_message = "no run yet"
         self.started_at = 0.0
@@ -65,17 +72,16 @@ class RunController(QObject):
     def running(self) -> bool:
         return self.job is not None
 
-    def run(self, project: Any) -> bool:
+    def run(self, project: Project) -> bool:
         """Start simulating ``project`` (an immutable snapshot); refuses while a run is going."""
         if self.job is not None:
             return False
-        job = simulation_job(project)
+        job = simulation_job(project, self.simulate)
         Relay(
             self,
             job,
             finished=lambda r, s: self._finished(job, r, s),
             failed=lambda m: self._failed(job, m),
-            unavailable=lambda m: self._unavailable(job, m),
             progress=lambda f, t: self._progress(job, f, t),
         )
         self.job = job
@@ -108,25 +114,19 @@ class RunController(QObject):
     def _current(self, job: Job) -> bool:
         return job is self.job
 
-    def _finished(self, job: Job, outcome: Any, seconds: float) -> None:
+    def _finished(self, job: Job, record: RunRecord, seconds: float) -> None:
         if not self._current(job):
             return
         self.job = None
-        record = outcome if isinstance(outcome, RunRecord) else None
-        result = record.result if record is not None else outcome
+        result = record.result
         self.last_result = result
         self.last_record = record
-        per_iteration = getattr(result, "iteration_time_s", None)
-        if isinstance(per_iteration, int | float):
-            self.last_message = (
-                f"last run: {format_value(per_iteration, SECONDS)} per iteration ({seconds:.2f} s to simulate)"
-            )
-        else:
-            self.last_message = f"last run: finished in {seconds:.2f} s"
-        if getattr(result, "oom", None) is not None:
+        self.last_message = (
+            f"last run: {format_value(result.iteration_time_s, SECONDS)} per iteration ({seconds:.2f} s to simulate)"
+        )
+        if result.oom is not None:
             self.last_message += " · OUT OF MEMORY"
-        if record is not None:
-            self.recorded.emit(record)
+        self.recorded.emit(record)
         self.finished.emit(result, seconds)
         self._end()
 
@@ -136,14 +136,6 @@ class RunController(QObject):
         self.job = None
         self.last_message = f"last run failed: {message}"
         self.failed.emit(message)
-        self._end()
-
-    def _unavailable(self, job: Job, message: str) -> None:
-        if not self._current(job):
-            return
-        self.job = None
-        self.last_message = message
-        self.unavailable.emit(message)
         self._end()
 
     def _progress(self, job: Job, fraction: float, text: str) -> None:

@@ -1,40 +1,51 @@
 """Background work: anything that may take long runs on Qt's thread pool, never on the GUI thread.
 
-A ``Job`` wraps a plain function; its signals are delivered on the GUI thread (queued connections), and
-a job that was cancelled or superseded simply has its answer ignored. ``simulation_job`` is the entry
-the Run menu uses: it plans, simulates with a progress callback and a cancel flag the engine polls
-between batches of events, then prepares what the result views need — all on the worker thread. It
-looks the engine up lazily, so the studio still opens when ``engine.simulate`` cannot be imported.
+One worker abstraction for every long task (the idea of napari's ``create_worker``): a ``Job`` runs a
+function that follows the engine's job protocol (``tilewright.engine.jobs``) — it takes ``progress``
+(fraction 0–1, text) and ``cancel`` (true when the caller wants it to stop) as keyword arguments, and
+raises ``Cancelled`` when it stops early. The job passes its own throttled progress signal and its cancel
+flag; its signals are delivered on the GUI thread (queued connections). Simulation, search, sweep and the
+cross-part checks all run this way.
+
+``simulation_job`` is the entry the Run menu uses: it simulates with the injected engine function, then
+prepares the ``RunRecord`` the result views read (sorting, ranking) — all on the worker thread.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 from tilewright.engine.errors import InputError
+from tilewright.engine.ir.project import Project
+from tilewright.engine.jobs import CancelFn, Cancelled, ProgressFn
+from tilewright.engine.results.result import Result
 from tilewright.studio import gc_guard
+from tilewright.studio.model.run_record import RunRecord, prepare_record
 
 PROGRESS_EVERY_S = 0.05  # at most 20 progress signals a second: the GUI thread paints, it is not flooded
+PLANNING = "building the plan"
+SIMULATING = "simulating"
+PREPARING = "preparing the views"
 
 
-class EngineUnavailable(Exception):
-    """``engine.simulate`` cannot be imported; the studio says so and carries on."""
+class SimulateFn(Protocol):
+    """What the run controller calls to simulate: ``tilewright.engine.simulate.simulate`` or a test double."""
+
+    def __call__(self, project: Project, *, progress: ProgressFn | None = None,
+                 cancel: CancelFn | None = None) -> Result: ...
 
 
 class JobSignals(QObject):
-    finished = Signal(object, float)  # result, wall seconds
+    finished = Signal(object, float)  # the function's answer, wall seconds
     failed = Signal(str)
-    unavailable = Signal(str)
-    stopped = Signal()  # the function gave up because the job was cancelled
-    progress = Signal(float, str)  # fraction 0–1, phase ("building the plan", "simulating", …)
+    stopped = Signal()  # cancelled: the function stopped early (or never started)
+    progress = Signal(float, str)  # fraction 0–1, what it is doing ("building the plan", "simulating", …)
 
 
 def readable(exc: BaseException) -> str:
@@ -45,16 +56,32 @@ def readable(exc: BaseException) -> str:
     return traceback.format_exception_only(type(exc), exc)[-1].strip()
 
 
+class Throttle:
+    """The ``progress`` a job hands its function: forwards ``(fraction, text)`` to ``emit`` at most every
+    ``PROGRESS_EVERY_S`` (always the end, fraction 1). An empty text keeps the last one, so a function
+    reporting fractions only stays in the phase its caller named."""
+
+    def __init__(self, emit: Callable[[float, str], None]):
+        self.emit, self.text, self.last = emit, "", 0.0
+
+    def __call__(self, fraction: float, text: str = "") -> None:
+        self.text = text or self.text
+        now = time.monotonic()
+        if fraction >= 1.0 or now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.emit(float(fraction), self.text)
+
+
 class Job(QRunnable):
-    """Run ``fn(*args, **kwargs)`` on the pool; ``cancelled`` is an Event the function may poll."""
+    """Run ``fn(*args, progress=…, cancel=…, **kwargs)`` on the pool. ``cancel()`` sets the flag the
+    function polls; ``Cancelled`` (or any error once cancelled) ends the job with ``stopped``."""
 
     def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any):
         super().__init__()
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
+        self.fn, self.args, self.kwargs = fn, args, kwargs
         self.signals = JobSignals()
         self.cancelled = threading.Event()
+        self.progress = Throttle(self.signals.progress.emit)
         self.ended_at: float | None = None
         self.setAutoDelete(False)  # Python owns it; ``start`` keeps it alive until well after it ends
 
@@ -68,9 +95,11 @@ class Job(QRunnable):
     def _run(self) -> None:
         start = time.perf_counter()
         try:
-            result = self.fn(*self.args, **self.kwargs)
-        except EngineUnavailable as exc:
-            self.signals.unavailable.emit(str(exc))
+            if self.cancelled.is_set():
+                raise Cancelled("cancelled before it started")
+            result = self.fn(*self.args, progress=self.progress, cancel=self.cancelled.is_set, **self.kwargs)
+        except Cancelled:
+            self.signals.stopped.emit()
         except Exception as exc:  # a failed job must report, never kill the pool thread
             if self.cancelled.is_set():
                 self.signals.stopped.emit()
@@ -98,15 +127,14 @@ class Relay(QObject):
         job: Job,
         finished: Callable[[Any, float], None],
         failed: Callable[[str], None],
-        unavailable: Callable[[str], None],
         progress: Callable[[float, str], None] | None = None,
+        stopped: Callable[[], None] | None = None,
     ):
         super().__init__(parent)
-        self._finished, self._failed, self._unavailable, self._progress = finished, failed, unavailable, progress
+        self._finished, self._failed, self._progress, self._stopped = finished, failed, progress, stopped
         job.signals.finished.connect(self.on_finished)
         job.signals.failed.connect(self.on_failed)
-        job.signals.unavailable.connect(self.on_unavailable)
-        job.signals.stopped.connect(self.deleteLater)
+        job.signals.stopped.connect(self.on_stopped)
         job.signals.progress.connect(self.on_progress)
 
     def on_finished(self, result: Any, seconds: float) -> None:
@@ -117,8 +145,9 @@ class Relay(QObject):
         self._failed(message)
         self.deleteLater()
 
-    def on_unavailable(self, message: str) -> None:
-        self._unavailable(message)
+    def on_stopped(self) -> None:
+        if self._stopped is not None:
+            self._stopped()
         self.deleteLater()
 
     def on_progress(self, fraction: float, text: str) -> None:
@@ -142,68 +171,29 @@ def start(job: Job, pool: QThreadPool | None = None) -> Job:
     return job
 
 
-class Throttle:
-    """Forwards ``progress(fraction)`` as ``emit(fraction, phase)`` at most every ``PROGRESS_EVERY_S``."""
-
-    def __init__(self, emit: Callable[[float, str], None], phase: str = "simulating"):
-        self.emit, self.phase, self.last = emit, phase, 0.0
-
-    def __call__(self, fraction: float) -> None:
-        now = time.monotonic()
-        if fraction >= 1.0 or now - self.last >= PROGRESS_EVERY_S:
-            self.last = now
-            self.emit(float(fraction), self.phase)
-
-
-def simulate_project(project: Any, cancelled: threading.Event, progress: Callable[[float, str], None]) -> Any:
-    """Plan and simulate ``project`` with ``engine.simulate``, passing the cancel check and a throttled
-    progress callback when the engine's signature accepts them (test doubles may take only a project)."""
-    try:
-        sim = importlib.import_module("tilewright.engine.simulate")  # what sys.modules holds (tests swap in doubles)
-    except ImportError as exc:
-        raise EngineUnavailable("engine not available yet") from exc
-    params = inspect.signature(sim.simulate).parameters
-    args: list[Any] = [project]
-    if "plan" in params and callable(getattr(sim, "make_plan", None)):
-        progress(0.0, "building the plan")
-        args.append(sim.make_plan(project))
-    kwargs: dict[str, Any] = {}
-    if "cancel" in params:
-        kwargs["cancel"] = cancelled.is_set
-    if "progress" in params:
-        kwargs["progress"] = Throttle(progress)
-    if cancelled.is_set():
-        raise RuntimeError("cancelled before the simulation started")
-    progress(0.0, "simulating")
-    return sim.simulate(*args, **kwargs)
-
-
-def simulate_and_prepare(project: Any, cancelled: threading.Event, progress: Callable[[float, str], None]) -> Any:
-    """The simulation, then the ``RunRecord`` the result views read (sorted, ranked on this thread)."""
-    from tilewright.studio.ui.results.record import prepare_record
-
+def simulate_and_prepare(project: Project, simulate: SimulateFn, *, progress: ProgressFn,
+                         cancel: CancelFn) -> RunRecord:
+    """``simulate(project)`` with the job's progress and cancel, then the ``RunRecord`` the result views
+    read (sorted, ranked on this thread). Reports from the engine without a text count as simulating."""
     start = time.perf_counter()
-    result = simulate_project(project, cancelled, progress)
-    progress(1.0, "preparing the views")
+    progress(0.0, PLANNING)  # the engine plans first; its first report says it moved on
+    result = simulate(project, progress=lambda f, text="": progress(f, text or SIMULATING), cancel=cancel)
+    if cancel():
+        raise Cancelled("cancelled")
+    progress(1.0, PREPARING)
     return prepare_record(project, result, time.perf_counter() - start)
 
 
-def simulation_job(project: Any) -> Job:
-    job = Job(simulate_and_prepare, project)
-    # The cancel flag and progress signal belong to the job itself, so they are wired after creating it.
-    job.kwargs = {"cancelled": job.cancelled, "progress": job.signals.progress.emit}
-    return job
+def simulation_job(project: Project, simulate: SimulateFn) -> Job:
+    return Job(simulate_and_prepare, project, simulate)
 
 
-def check_job(project: Any) -> Job:
+def _check(project: Project, *, progress: ProgressFn, cancel: CancelFn) -> list[Any]:  # noqa: ARG001
+    from tilewright.engine.plan.checks import check_project
+
+    return check_project(project)
+
+
+def check_job(project: Project) -> Job:
     """Cross-part checks (they build the workload graph, which can take a while for large models)."""
-
-    def run_checks(p: Any) -> Any:
-        try:
-            from tilewright.engine.checks import check_project
-
-            return check_project(p)
-        except ImportError as exc:
-            raise EngineUnavailable("checks unavailable") from exc
-
-    return Job(run_checks, project)
+    return Job(_check, project)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, LlamaSpec, Mapping, Project, RunSettings
-from tilewright.engine.presets import load_system
 
 from tests.factories import cluster, wafer
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from tilewright.engine.hardware import elaborate
+from tilewright.engine.io.presets import load_system
 from tilewright.engine.perf.collectives import Collective, collective, ring_phase
-from tilewright.engine.presets import load_system
 
 from tests.factories import cluster
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 import simpy
-from tilewright.engine.sim.maxmin import max_min_rates
-from tilewright.engine.sim.network import FlowNetwork
+from tilewright.engine.engines.event.maxmin import max_min_rates
+from tilewright.engine.engines.event.network import FlowNetwork
 
 
 def _run(capacity, flows, contention=True):

@@ -4,13 +4,13 @@ multi-level mapper's chosen fusion is written into the mapping and confirmed by 
 from __future__ import annotations
 
 import pytest
-from tilewright.engine.checks import check_project
 from tilewright.engine.cli import main
+from tilewright.engine.io.presets import load_project_preset, load_system
 from tilewright.engine.ir import Mapping, Project, RunSettings
 from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.passes import fused_edges
-from tilewright.engine.presets import load_project_preset, load_system
-from tilewright.engine.search.multilevel import multilevel_map
+from tilewright.engine.search.multilevel.map import multilevel_map
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 

@@ -9,10 +9,17 @@ import pytest
 from tilewright.engine.cli import main
 from tilewright.engine.errors import InputError
 from tilewright.engine.ir import BertSpec, CNNSpec, GPTSpec
-from tilewright.engine.search import hw_model as hm
-from tilewright.engine.search.hardware import Evaluated, Stage, global_search, neighbours, search_hardware, tpu_like
-from tilewright.engine.search.hw_graph import Node, StageGraph, _critical, _list_schedule, stage_graph
-from tilewright.engine.search.hw_model import Design, area_mm2, tdp_w
+from tilewright.engine.search.hardware import model as hm
+from tilewright.engine.search.hardware.graph import Node, StageGraph, _critical, _list_schedule, stage_graph
+from tilewright.engine.search.hardware.model import Design, area_mm2, tdp_w
+from tilewright.engine.search.hardware.search import (
+    Evaluated,
+    Stage,
+    global_search,
+    neighbours,
+    search_hardware,
+    tpu_like,
+)
 from tilewright.engine.workloads import build_workload
 
 BERT = BertSpec(name="bert-mini", layers=4, hidden=512, heads=8, seq_len=256)

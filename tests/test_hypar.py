@@ -7,12 +7,12 @@ import json
 import random
 
 import pytest
-from tilewright.engine.checks import check_project
 from tilewright.engine.cli import main
 from tilewright.engine.errors import InputError
+from tilewright.engine.io.presets import load_project_preset
 from tilewright.engine.ir import CNNSpec, GPTSpec, MLPSpec
-from tilewright.engine.presets import load_project_preset
-from tilewright.engine.search.hypar import (
+from tilewright.engine.plan.checks import check_project
+from tilewright.engine.search.hypar.partition import (
     HyparLayer,
     best_level,
     hypar,
@@ -20,7 +20,7 @@ from tilewright.engine.search.hypar import (
     level_cost,
     uniform,
 )
-from tilewright.engine.search.hypar_report import apply_partition
+from tilewright.engine.search.hypar.report import apply_partition
 from tilewright.engine.workloads import build_workload
 
 # VGG-A (Simonyan & Zisserman, Table 1) weights with biases, by hand: 3·3·c_in·c_out + c_out per conv.

@@ -8,17 +8,18 @@ from collections.abc import Callable
 
 import pytest
 from tilewright.engine.cli import main
+from tilewright.engine.engines.event.simulation import Simulation
 from tilewright.engine.hardware import elaborate
+from tilewright.engine.io.presets import load_project_preset, load_system
 from tilewright.engine.io.project_file import project_from_data
 from tilewright.engine.ir.mapping import LayerParallelism
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collectives import Collective, pairwise_exchange
 from tilewright.engine.plan.plan import Plan
-from tilewright.engine.presets import load_project_preset, load_system
-from tilewright.engine.search.hypar import Partition, evaluate, hypar, hypar_layers
-from tilewright.engine.search.hypar_compare import COMM, comparison_projects
-from tilewright.engine.search.hypar_report import apply_partition
-from tilewright.engine.sim.event_engine import EventEngine
+from tilewright.engine.plan.program import program_for
+from tilewright.engine.search.hypar.compare import COMM, comparison_projects
+from tilewright.engine.search.hypar.partition import Partition, evaluate, hypar, hypar_layers
+from tilewright.engine.search.hypar.report import apply_partition
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 
@@ -89,9 +90,9 @@ def executed(plan: Plan, measure: Callable[[Collective], float]) -> float:
 
 def network_bytes(plan: Plan) -> dict[int, float]:
     """Bytes per link that the event engine's flow network carried in one step."""
-    eng = EventEngine(plan, contention=False, aggregate=True)
-    eng.run()
-    return eng.net.link_bytes()
+    sim = Simulation(program_for(plan), contention=False, aggregate=True)
+    sim.run()
+    return sim.net.link_bytes()
 
 
 def comm_s(project: Project) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tilewright.engine.ir.project import EngineKind
-from tilewright.engine.sim.inference_phases import inference_phases
+from tilewright.engine.plan.inference_phases import inference_phases
 from tilewright.engine.simulate import make_plan, simulate
 
 from tests.engine_cases import llama_inference
@@ -94,8 +94,8 @@ def test_one_sequence_decodes_no_slower_than_several():
 
 
 def test_an_encoder_answers_in_one_pass():
+    from tilewright.engine.io.presets import load_system
     from tilewright.engine.ir import BertSpec, Mapping, Project, RunSettings
-    from tilewright.engine.presets import load_system
 
     bert = BertSpec(name="bert-test", layers=4, hidden=512, heads=8, seq_len=256)
     project = Project(name="bert", hardware=load_system("dgx-a100"), workload=bert, mapping=Mapping(tp=2),

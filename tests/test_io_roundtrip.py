@@ -13,6 +13,6 @@ from tests.strategies import projects
 def test_save_load_round_trip(tmp_path, project):
     path = tmp_path / "p.json"
     save_project(project, path)
-    loaded = load_project(path, check=False)
+    loaded = load_project(path)
     assert loaded == project
     assert project_to_text(loaded) == path.read_text(encoding="utf-8")

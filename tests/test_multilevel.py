@@ -10,14 +10,14 @@ import pytest
 from tilewright.engine.cli import main
 from tilewright.engine.errors import InputError
 from tilewright.engine.hardware import elaborate
+from tilewright.engine.io.presets import load_project_preset, load_system
 from tilewright.engine.ir import Component, Compute, GPTSpec, Interconnect, Mapping, Memory, Op, Project, RunSettings
 from tilewright.engine.perf.device import device_model
 from tilewright.engine.plan.placement import stage_groups
-from tilewright.engine.presets import load_project_preset, load_system
-from tilewright.engine.search import multilevel_milp as ml
-from tilewright.engine.search.fusion import optimize_layer
-from tilewright.engine.search.multilevel import build_problem, multilevel_map
-from tilewright.engine.search.netdims import coordinates, device_index, network_dims
+from tilewright.engine.search.multilevel import milp as ml
+from tilewright.engine.search.multilevel.fusion import optimize_layer
+from tilewright.engine.search.multilevel.map import build_problem, multilevel_map
+from tilewright.engine.search.multilevel.netdims import coordinates, device_index, network_dims
 
 from tests.factories import cluster, small_gpt
 
@@ -166,7 +166,7 @@ def test_optimum_beats_or_matches_the_default_mapping(preset: str):
 
 def test_mapped_project_is_valid_and_places_every_device_once():
     r = multilevel_map(load_project_preset("tpu-v4-llama2-7b"), check=False)
-    from tilewright.engine.checks import check_project
+    from tilewright.engine.plan.checks import check_project
 
     assert check_project(r.project) == []
     devices = [d for st in r.project.mapping.stages for d in st.devices]

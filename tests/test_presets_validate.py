@@ -6,7 +6,7 @@ import json
 
 import pytest
 from tilewright.engine.cli import main
-from tilewright.engine.presets import list_presets, preset_path
+from tilewright.engine.io.presets import list_presets, preset_path
 
 ALL = [(kind, name) for kind in ("systems", "models", "projects") for name in list_presets(kind)]
 

@@ -1,6 +1,6 @@
 """Where Qt's system libraries are missing, the message names the Debian packages to install."""
 
-from tilewright.engine.qt_check import QT_DEBIAN_PACKAGES, explain_qt_import_error
+from tilewright.engine.cli.qt_check import QT_DEBIAN_PACKAGES, explain_qt_import_error
 
 
 def test_missing_library_names_debian_packages():

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tilewright.engine.analytic.engine import analytic_result
-from tilewright.engine.sim.assemble import assemble
-from tilewright.engine.sim.event_engine import EventEngine
+from tilewright.engine.engines.analytic.engine import AnalyticEngine
+from tilewright.engine.engines.event.engine import EventEngine
+from tilewright.engine.engines.event.simulation import Simulation
+from tilewright.engine.engines.result_builder import build_result
+from tilewright.engine.plan.program import program_for
 from tilewright.engine.simulate import make_plan
 
 from tests.engine_cases import dgx, small_wafer
@@ -25,7 +27,7 @@ def _lane_rows(result, name: str) -> tuple[np.ndarray, np.ndarray]:
 def test_analytic_timeline_has_every_pass_per_stage_without_overlap():
     project = dgx(tp=2, pp=2, dp=1, recompute="full")
     plan = make_plan(project)
-    result = analytic_result(plan)
+    result = AnalyticEngine().run(plan)
     assert set(result.lane_devices) == {f"stage {r}" for r in range(plan.pp)}
     assert sorted(d for nodes in result.lane_devices.values() for d in nodes) == sorted(
         plan.hw.devices[d].node for st in plan.stages for g in st.groups for d in g
@@ -43,7 +45,7 @@ def test_analytic_timeline_has_every_pass_per_stage_without_overlap():
 def test_analytic_timeline_busy_time_matches_its_breakdown():
     project = dgx(tp=2, pp=1, dp=1)
     plan = make_plan(project)
-    result = analytic_result(plan)
+    result = AnalyticEngine().run(plan)
     busy = result.timeline.busy_time(0)
     b = result.time_breakdown_s
     accounted = b["compute"] + b["recompute"] + b["memory_stall"] + b["tp_comm"] + b["optimizer"] + b["dp_comm"]
@@ -52,7 +54,7 @@ def test_analytic_timeline_busy_time_matches_its_breakdown():
 
 def test_analytic_without_timeline_gives_the_same_numbers():
     plan = make_plan(dgx(tp=2, pp=2, dp=2))
-    full, bare = analytic_result(plan), analytic_result(plan, timeline=False)
+    full, bare = AnalyticEngine().run(plan), AnalyticEngine(timeline=False).run(plan)
     assert len(bare.timeline) == 0 and len(full.timeline) > 0
     assert full.iteration_time_s == bare.iteration_time_s
     assert full.time_breakdown_s == bare.time_breakdown_s
@@ -60,10 +62,10 @@ def test_analytic_without_timeline_gives_the_same_numbers():
 
 def test_every_link_that_carried_traffic_has_a_series():
     plan = make_plan(small_wafer())
-    eng = EventEngine(plan)
-    rec = eng.run()
-    result = assemble(plan, rec, eng.net, engine="event", events=0, wall=0.0)
-    carried = {lk for lk, b in eng.net.link_bytes().items() if b > 0}
+    sim = Simulation(program_for(plan))
+    sim.run()
+    result = build_result(sim.program, EventEngine().measure(sim))
+    carried = {lk for lk, b in sim.net.link_bytes().items() if b > 0}
     assert len(carried) > 64  # more than the Gantt lanes, so the test means something
     names = {s.name for s in result.link_utilisation}
     assert len(names) == len(carried)
@@ -72,8 +74,8 @@ def test_every_link_that_carried_traffic_has_a_series():
     # busiest first: the mean utilisation never rises down the list
     means = [s.mean(result.iteration_time_s) for s in result.link_utilisation]
     hw = plan.hw
-    by_bytes = [eng.net.link_bytes()[lk] / hw.links[lk].bandwidth for lk in sorted(
-        carried, key=lambda lk: -eng.net.link_bytes()[lk] / hw.links[lk].bandwidth)]
+    by_bytes = [sim.net.link_bytes()[lk] / hw.links[lk].bandwidth for lk in sorted(
+        carried, key=lambda lk: -sim.net.link_bytes()[lk] / hw.links[lk].bandwidth)]
     assert by_bytes == sorted(by_bytes, reverse=True)
     assert means[0] >= means[-1]
 
@@ -91,15 +93,15 @@ def test_window_means_keep_the_integral():
 
 
 def test_links_past_the_point_budget_get_coarse_series_with_the_same_mean(monkeypatch):
-    import tilewright.engine.sim.assemble as asm
+    import tilewright.engine.engines.event.links as asm
 
     plan = make_plan(small_wafer())
-    eng = EventEngine(plan)
-    rec = eng.run()
-    full = assemble(plan, rec, eng.net, engine="event", events=0, wall=0.0)
+    sim = Simulation(program_for(plan))
+    sim.run()
+    full = build_result(sim.program, EventEngine().measure(sim))
     monkeypatch.setattr(asm, "MAX_SERIES_POINTS", 0)
     monkeypatch.setattr(asm, "MAX_LINK_LANES", 2)
-    coarse = assemble(plan, rec, eng.net, engine="event", events=0, wall=0.0)
+    coarse = build_result(sim.program, EventEngine().measure(sim))
     assert [s.name for s in coarse.link_utilisation] == [s.name for s in full.link_utilisation]
     end = full.iteration_time_s
     for a, b in zip(full.link_utilisation[2:], coarse.link_utilisation[2:], strict=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from tilewright.engine.ir.mapping import Schedule
-from tilewright.engine.sim.schedules import predecessor, stage_order
+from tilewright.engine.plan.schedules import predecessor, stage_order
 
 CASES = [
     (Schedule.gpipe, 4, 8, 1),

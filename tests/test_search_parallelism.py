@@ -8,18 +8,18 @@ import random
 
 import numpy as np
 import pytest
-from tilewright.engine.analytic.engine import analytic_result
-from tilewright.engine.checks import check_project
 from tilewright.engine.cli import main
+from tilewright.engine.engines.analytic.engine import AnalyticEngine
 from tilewright.engine.errors import InputError
 from tilewright.engine.hardware import elaborate
 from tilewright.engine.ir import GPTSpec, Project, RunSettings
 from tilewright.engine.ir.mapping import PlacementStrategy, Recompute, Schedule
-from tilewright.engine.search.candidate import Candidate
-from tilewright.engine.search.estimate import Estimator
-from tilewright.engine.search.inflight import peak_activation
-from tilewright.engine.search.parallelism import search
-from tilewright.engine.sim.schedules import stage_order
+from tilewright.engine.plan.checks import check_project
+from tilewright.engine.plan.schedules import stage_order
+from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.estimate import Estimator
+from tilewright.engine.search.parallel.inflight import peak_activation
+from tilewright.engine.search.parallel.search import search
 from tilewright.engine.simulate import make_plan
 from tilewright.engine.workloads import build_workload
 
@@ -63,7 +63,7 @@ def test_fast_evaluator_agrees_with_the_analytic_engine(c: Candidate):
     ranked, refined, mem = _fast(project, 16, c, batch)
     p = project.model_copy(update={"mapping": c.mapping(batch)})
     assert check_project(p) == []
-    r = analytic_result(make_plan(p))
+    r = AnalyticEngine().run(make_plan(p))
     assert ranked == pytest.approx(r.iteration_time_s, rel=0.03)
     assert refined == pytest.approx(r.iteration_time_s, rel=1e-3)
     assert mem == pytest.approx(r.peak_memory_bytes, rel=1e-6)
@@ -75,7 +75,7 @@ def test_fast_evaluator_on_an_sram_only_wafer():
     for c in (Candidate(4, 2, 2, 1), Candidate(2, 2, 4, 1, placement=PlacementStrategy.snake),
               Candidate(4, 1, 4, 1, placement=PlacementStrategy.block)):
         ranked, refined, mem = _fast(project, 64, c, 16)
-        r = analytic_result(make_plan(project.model_copy(update={"mapping": c.mapping(16)})))
+        r = AnalyticEngine().run(make_plan(project.model_copy(update={"mapping": c.mapping(16)})))
         assert ranked == pytest.approx(r.iteration_time_s, rel=0.03), c.label()
         assert refined == pytest.approx(r.iteration_time_s, rel=0.01), c.label()
         assert mem == pytest.approx(r.peak_memory_bytes, rel=1e-6)
@@ -130,7 +130,7 @@ def test_search_finds_the_brute_force_optimum_of_a_small_space():
         p = project.model_copy(update={"mapping": c.mapping(batch)})
         if check_project(p):
             continue
-        r = analytic_result(make_plan(p))
+        r = AnalyticEngine().run(make_plan(p))
         if r.oom is None:
             best_time = min(best_time, r.iteration_time_s)
     result = search(project, devices, batch, top=0, resimulate=False)
@@ -148,7 +148,7 @@ def test_memory_pruning_keeps_exactly_what_fits():
     assert result.ranked and result.feasible < result.evaluated
     for r in result.ranked:
         p = project.model_copy(update={"mapping": r.candidate.mapping(16)})
-        a = analytic_result(make_plan(p))
+        a = AnalyticEngine().run(make_plan(p))
         assert a.oom is None
         assert r.peak_memory_bytes == pytest.approx(a.peak_memory_bytes, rel=1e-6)
         assert r.candidate.tp * r.candidate.pp > 1  # 6.9 B params × 16 B do not fit one 80 GB device

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
-import types
 from argparse import Namespace
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -20,6 +18,8 @@ from tilewright.studio.document import ProjectDocument  # noqa: E402
 from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
 from tilewright.studio.ui.main_window import MainWindow  # noqa: E402
 
+from tests.studio_engine_double import FakeEngine  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def private_settings(tmp_path, monkeypatch):
@@ -32,31 +32,10 @@ def args(**kw):
     return Namespace(**base)
 
 
-class FakeResult:
-    iteration_time_s = 0.25
-    oom = None
-
-    def metrics_json(self):
-        return {"iteration_time_s": 0.25, "tokens_per_s": 131072.0, "mfu": 0.42, "devices": 16,
-                "peak_memory_bytes": 5.5e9, "time_breakdown_s": {"compute": 0.2, "bubble": 0.05},
-                "memory_breakdown_bytes": {"weights": 1e9}}
-
-
 @pytest.fixture
-def fake_engine(monkeypatch):
-    """An ``engine.simulate`` that records the thread it ran on, so tests neither wait for nor depend on
-    the real engine (which other work is changing)."""
-    seen: dict[str, object] = {}
-
-    def simulate(project):
-        seen["thread"] = threading.current_thread()
-        seen["project"] = project.name
-        return FakeResult()
-
-    module = types.ModuleType("tilewright.engine.simulate")
-    module.simulate = simulate
-    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", module)
-    return seen
+def engine():
+    """The engine the windows here run: a double, so tests neither wait for nor depend on the real one."""
+    return FakeEngine()
 
 
 def test_screenshot_writes_png_of_requested_size(qapp, tmp_path):
@@ -70,13 +49,14 @@ def test_screenshot_writes_png_of_requested_size(qapp, tmp_path):
     assert len({image.pixel(x, y) for x in range(0, 900, 37) for y in range(0, 640, 29)}) > 10  # not blank
 
 
-def test_screenshot_with_run_waits_for_result(qapp, tmp_path, fake_engine):
+def test_screenshot_with_run_waits_for_result(qapp, tmp_path, engine):
     project = tmp_path / "dgx.json"
     save_project(dgx_project(), project)
     png = tmp_path / "dgx.png"
-    assert app.main(args(project=str(project), screenshot=str(png), run=True, size="1000x700")) == 0
-    assert fake_engine["project"] == "gpt-1.3b on 2 × DGX"
-    assert fake_engine["thread"] is not threading.main_thread()
+    engine.steps = 20  # 0.2 s: the screenshot must wait for it
+    assert app.main(args(project=str(project), screenshot=str(png), run=True, size="1000x700"), simulate=engine) == 0
+    assert [c["project"] for c in engine.calls] == ["gpt-1.3b on 2 × DGX"]
+    assert engine.calls[0]["thread"] is not threading.main_thread()
     assert QImage(str(png)).size().width() == 1000
 
 
@@ -100,54 +80,45 @@ def test_no_project_opens_default_or_new(qapp, monkeypatch):
     def missing():
         raise InputError("gpt3-dgx-a100", "no project preset of that name")
 
-    monkeypatch.setattr("tilewright.engine.presets.default_project_path", missing)
+    monkeypatch.setattr("tilewright.engine.io.presets.default_project_path", missing)
     project, path, note = app.load_initial_project(None)
     assert path is None and project.hardware.name == "system" and "new project" in note
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(ProjectDocument(dgx_project()), QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+def window(qtbot, tmp_path, engine):
+    w = MainWindow(ProjectDocument(dgx_project()), QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat),
+                   simulate=engine)
     w.ask_save_changes = lambda: QMessageBox.StandardButton.Discard
     qtbot.addWidget(w)
     w.show()
     return w
 
 
-def test_run_without_engine_says_so_and_carries_on(window, qtbot, monkeypatch):
-    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", None)  # importing it now raises ImportError
-    with qtbot.waitSignal(window.runner.done, timeout=5000):
-        assert window.run_simulation()
-    assert window.status.run_state.text() == "engine not available yet"
-    assert window.actions_.run.isEnabled() and not window.actions_.cancel.isEnabled()
-
-
-def test_run_reports_result_with_units(window, qtbot, fake_engine):
+def test_run_reports_result_with_units(window, qtbot, engine):
     with qtbot.waitSignal(window.runner.done, timeout=5000):
         window.run_simulation()
         assert window.actions_.cancel.isEnabled()
-    assert fake_engine["thread"] is not threading.main_thread()
+    assert engine.calls[0]["thread"] is not threading.main_thread()
     text = window.results.text()
     for expected in ("250 ms", "131 ktokens/s", "42.0 %", "5.12 GiB", "200 ms", "16 devices"):
         assert expected in text
     assert window.status.run_state.text().startswith("last run: 250 ms per iteration")
+    assert window.runner.last_result is engine.result and window.runner.last_record.result is engine.result
 
 
-def test_cancel_forgets_a_slow_run(window, qtbot, monkeypatch):
-    release = threading.Event()
-
-    def slow(project):
-        release.wait(5)
-        return FakeResult()
-
-    module = types.ModuleType("tilewright.engine.simulate")
-    module.simulate = slow
-    monkeypatch.setitem(sys.modules, "tilewright.engine.simulate", module)
+def test_cancel_forgets_a_slow_run(window, qtbot, engine):
+    engine.release = threading.Event()  # the engine answers only when released, cancelled or not
     window.run_simulation()
     assert not window.run_simulation()  # one run at a time
+    qtbot.waitUntil(lambda: bool(engine.calls), timeout=5000)
+    job = window.runner.job
     window.cancel_run()
     assert window.status.run_state.text() == "run cancelled"
-    release.set()
-    qtbot.wait(200)
+    assert window.actions_.run.isEnabled()
+    engine.release.set()
+    qtbot.waitUntil(lambda: job.ended_at is not None, timeout=5000)
+    qtbot.wait(100)
     assert window.runner.last_result is None  # the late answer of a cancelled run is ignored
+    assert window.status.run_state.text() == "run cancelled"
     window.runner.pool.waitForDone(2000)

@@ -96,7 +96,7 @@ def test_heat_averaged_and_at_cursor_colour_cells_links_and_ports(make_canvas, w
 def test_links_between_chiplets_glow(make_canvas):
     from tilewright.engine.io import load_project
 
-    project = load_project("presets/projects/chiplet-bert-large.json", check=False)
+    project = load_project("presets/projects/chiplet-bert-large.json")
     w = make_canvas(project)
     w.show_result(simulate(project))
     w.demo.set_mode(Overlay.average)
@@ -141,10 +141,10 @@ def _analytic(project):
 
 def test_analytic_heat_colours_devices_from_stage_lanes_and_says_links_are_missing(make_canvas):
     from tilewright.engine.io import load_project
+    from tilewright.studio.model.metrics import average_device_activity
     from tilewright.studio.ui.canvas.heat import heat_frame
-    from tilewright.studio.ui.results.metrics import average_device_activity
 
-    project = _analytic(load_project("presets/projects/chiplet-bert-large.json", check=False))
+    project = _analytic(load_project("presets/projects/chiplet-bert-large.json"))
     result = simulate(project)
     assert not result.link_utilisation  # what the analytic engine does not record
     w = make_canvas(project)
@@ -177,12 +177,10 @@ def test_an_event_run_with_link_series_has_no_notes(make_canvas, wafer_run):
 
 
 def test_a_result_without_lanes_on_devices_says_so():
-    from types import SimpleNamespace
-
     from tilewright.studio.ui.canvas.heat import heat_frame
+    from tilewright.studio.ui.results.synthetic import metrics_only_result
 
-    bare = SimpleNamespace(engine="analytic", iteration_time_s=2.0, timeline=None, lane_devices={},
-                           link_utilisation=[])
+    bare = metrics_only_result(engine="analytic", iteration_time_s=2.0)
     frame = heat_frame(bare, ["a", "b"], None)
     assert np.isnan(frame.devices).all() and frame.links == {}
     assert frame.notes == ["no device activity: this analytic run has no timeline lanes on devices",

@@ -91,7 +91,7 @@ def test_save_and_load_round_trip(doc, tmp_path, qtbot):
     assert not doc.is_dirty and doc.file_path == path
     reopened = ProjectDocument.open(path)
     assert reopened.project == doc.project
-    assert load_project(path, check=False).hardware.find("wafer/die/tile").rows == 8
+    assert load_project(path).hardware.find("wafer/die/tile").rows == 8
 
 
 def test_replace_starts_history_afresh(doc, qtbot):

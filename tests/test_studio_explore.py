@@ -7,7 +7,7 @@ import json
 
 import pytest
 from tilewright.engine.io import load_project
-from tilewright.engine.presets import preset_path
+from tilewright.engine.io.presets import preset_path
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.ui.explore import ExplorePanel
 
@@ -45,11 +45,13 @@ def test_search_cancel_stops_the_worker(qtbot, panel):
     tab = widget.search
     tab.devices.setValue(4096)
     tab.batch.setValue(4096)
-    with qtbot.waitSignal(tab.runner.runningChanged, timeout=10_000):
+    with qtbot.waitSignal(tab.runner.progress, timeout=30_000, check_params_cb=lambda f, _text: f >= 0.01):
         tab.start()
-    tab.runner.cancel()
-    qtbot.waitUntil(lambda: not tab.runner.running, timeout=60_000)
-    assert tab.result is None
+    assert not tab.bar.bar.isHidden() and tab.bar.bar.value() > 0  # a real fraction, not a busy bar
+    with qtbot.waitSignal(tab.runner.stopped, timeout=10_000):  # the search polled the flag and stopped
+        tab.bar.cancel_button.click()
+    assert not tab.runner.running and tab.result is None
+    assert tab.bar.status.text() == "cancelled" and tab.bar.bar.isHidden()
 
 
 def test_sweep_plots_a_front_and_opens_a_design(qtbot, panel, tmp_path):

@@ -10,8 +10,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from tilewright.engine.io import load_project  # noqa: E402
 from tilewright.engine.ir.mapping import LayerParallelism, Mapping  # noqa: E402
-from tilewright.engine.search.hypar import hypar, hypar_layers  # noqa: E402
-from tilewright.engine.search.hypar_report import apply_partition  # noqa: E402
+from tilewright.engine.search.hypar.partition import hypar, hypar_layers  # noqa: E402
+from tilewright.engine.search.hypar.report import apply_partition  # noqa: E402
 from tilewright.engine.workloads import build_workload  # noqa: E402
 from tilewright.studio.hypar_choice import accelerators_for, mapped_choices  # noqa: E402
 from tilewright.studio.mapping_layers import COLUMNS  # noqa: E402
@@ -26,7 +26,7 @@ def _column(table, col: int) -> dict[int, str]:
 
 
 def test_hypar_column_shows_every_weighted_layer_and_apply_is_one_undo_step(make_window):
-    project = load_project(VGG, check=False)
+    project = load_project(VGG)
     w = make_window(project)
     panel, table, stack = w.workload, w.workload.table, w.doc.undo_stack
     layers = hypar_layers(build_workload(project.workload))
@@ -60,13 +60,13 @@ def test_hypar_column_shows_every_weighted_layer_and_apply_is_one_undo_step(make
 
 
 def test_no_hypar_column_for_a_transformer(make_window):
-    w = make_window(load_project("presets/projects/chiplet-bert-large.json", check=False))
+    w = make_window(load_project("presets/projects/chiplet-bert-large.json"))
     assert w.workload.table.isColumnHidden(HYPAR) and w.workload.table.isColumnHidden(MAPPED)
     assert not w.workload.hypar.isVisibleTo(w.workload)
 
 
 def test_a_batch_hypar_cannot_split_says_why_and_offers_no_apply(make_window):
-    project = load_project(VGG, check=False)
+    project = load_project(VGG)
     data = project.mapping.model_dump() | {"tp": 16, "dp": 1, "micro_batch": 5, "global_batch": 100}
     w = make_window(project.model_copy(update={"mapping": Mapping.model_validate(data)}))
     section = w.workload.hypar

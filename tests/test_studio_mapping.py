@@ -8,9 +8,9 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
-from tilewright.engine.checks import check_project  # noqa: E402
 from tilewright.engine.io import load_project  # noqa: E402
 from tilewright.engine.ir.mapping import Mapping, StagePlacement  # noqa: E402
+from tilewright.engine.plan.checks import check_project  # noqa: E402
 from tilewright.engine.simulate import make_plan  # noqa: E402
 from tilewright.studio.document import ProjectDocument  # noqa: E402
 from tilewright.studio.mapping import format_ranges, stage_layout, to_ranges  # noqa: E402
@@ -24,14 +24,14 @@ PRESETS = ["palm-wafer-t18b", "gpt3-dgx-a100", "chiplet-bert-large", "hypar-vgg-
 
 
 def chiplet():
-    return load_project("presets/projects/chiplet-bert-large.json", check=False)
+    return load_project("presets/projects/chiplet-bert-large.json")
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_layout_matches_the_engines_plan(name):
     """The canvas must colour what the simulator runs: same devices and layers per stage as the plan
     (interleaved GPT-3 included, whose stages hold three separate layer ranges)."""
-    project = load_project(f"presets/projects/{name}.json", check=False)
+    project = load_project(f"presets/projects/{name}.json")
     layout = stage_layout(project)
     plan = make_plan(project)
     assert layout.stages == len(plan.stages) and not layout.problem
@@ -45,7 +45,7 @@ def test_ranges_read_like_the_canvas_labels():
     assert to_ranges([5, 1, 2, 3, 9]) == [(1, 4), (5, 6), (9, 10)]
     assert format_ranges([(12, 24)]) == "L12–23"
     assert format_ranges([(0, 1), (16, 20)]) == "L0, L16–19"
-    layout = stage_layout(load_project("presets/projects/gpt3-dgx-a100.json", check=False))
+    layout = stage_layout(load_project("presets/projects/gpt3-dgx-a100.json"))
     assert layout.label(0) == "L0–4, L33–36, L65–68"  # interleave 3: three chunks on stage 0
 
 

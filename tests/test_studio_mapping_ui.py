@@ -21,7 +21,7 @@ HF = Path(__file__).parent / "data" / "hf"
 
 
 def chiplet():
-    return load_project("presets/projects/chiplet-bert-large.json", check=False)
+    return load_project("presets/projects/chiplet-bert-large.json")
 
 
 def cell_point(w, path, cell):
@@ -134,7 +134,7 @@ def test_refused_drop_changes_nothing_and_says_why(make_window, qtbot):
 
 
 def test_drilled_level_shows_the_instance_clicked(make_window, qtbot):
-    w = make_window(load_project("presets/projects/palm-wafer-t18b.json", check=False))
+    w = make_window(load_project("presets/projects/palm-wafer-t18b.json"))
     qtbot.mouseDClick(w.canvas.view.viewport(), Qt.MouseButton.LeftButton,
                       pos=cell_point(w, "palm-wafer/die", 5))  # die[1,1]
     qtbot.waitUntil(lambda: w.selection.level == "palm-wafer/die")
@@ -148,7 +148,7 @@ def test_drilled_level_shows_the_instance_clicked(make_window, qtbot):
 
 
 def test_wafer_top_level_tags_stages_with_their_layers(make_window, qtbot):
-    w = make_window(load_project("presets/projects/palm-wafer-t18b.json", check=False))
+    w = make_window(load_project("presets/projects/palm-wafer-t18b.json"))
     tags = w.canvas.scene.tags
     assert len(tags.tags) == 20 and tags.tags[0][2] == "L0–2"
     qtbot.waitUntil(lambda: tags.drawn > 0)

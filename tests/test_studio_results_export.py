@@ -20,7 +20,7 @@ PRESET = "presets/projects/chiplet-bert-large.json"
 
 @pytest.fixture
 def window(make_window):
-    return make_window(load_project(PRESET, check=False), size=(1600, 1000), persist=False)
+    return make_window(load_project(PRESET), size=(1600, 1000), persist=False)
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_project_json_round_trips_without_touching_the_document(window, tmp_path
     target = tmp_path / "copy"
     written = window.actions_.exports.export_project(target)
     assert written == tmp_path / "copy.json"
-    again = load_project(written, check=False)
+    again = load_project(written)
     assert again.model_dump() == window.doc.project.model_dump()
     assert window.doc.file_path is None and not window.doc.is_dirty  # a copy, not a Save As
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tilewright.engine.results import CATEGORIES
+from tilewright.studio.model.gantt_data import GanttData, link_name, time_digits
 from tilewright.studio.ui.results.compare import compare_rows, signed_delta
-from tilewright.studio.ui.results.gantt_data import GanttData, link_name, time_digits
 from tilewright.studio.ui.results.progress import eta_text, human_duration
 from tilewright.studio.ui.results.project_diff import project_changes
 from tilewright.studio.ui.results.summary import format_bytes, format_metric, headline, result_tables

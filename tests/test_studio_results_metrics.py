@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tilewright.engine.results import Series
-from tilewright.studio.ui.results import metrics
-from tilewright.studio.ui.results.synthetic import GIB, tiny_result
+from tilewright.studio.model import metrics
+from tilewright.studio.ui.results.synthetic import GIB, metrics_only_result, tiny_result
 
 A = ("sys/node[0]/gpu[0]", "sys/switch")
 B = ("sys/switch", "sys/node[1]/gpu[0]")
@@ -62,12 +62,11 @@ def test_window_average_is_exact_time_weighted_mean():
 
 
 def test_results_without_series_give_empty_answers():
-    class Bare:
-        iteration_time_s = 1.0
-
-    assert metrics.link_utilisation_at(Bare(), 0.5) == {}
-    assert metrics.average_device_activity(Bare()) == {}
-    assert metrics.memory_occupancy_at(Bare(), 0.5) == {}
+    bare = metrics_only_result()
+    assert metrics.link_utilisation_at(bare, 0.5) == {}
+    assert metrics.average_device_activity(bare) == {}
+    assert metrics.memory_occupancy_at(bare, 0.5) == {}
+    assert metrics.time_span(bare) == 1.0 and metrics.busiest_links(bare) == []
 
 
 def test_real_run_satisfies_physics():
@@ -75,7 +74,7 @@ def test_real_run_satisfies_physics():
     from tilewright.engine.io import load_project
     from tilewright.engine.simulate import simulate
 
-    result = simulate(load_project("presets/projects/chiplet-bert-large.json", check=False))
+    result = simulate(load_project("presets/projects/chiplet-bert-large.json"))
     avg = metrics.average_link_utilisation(result)
     assert avg and all(0.0 <= v <= 1.0 + 1e-9 for v in avg.values())
     t = result.iteration_time_s / 2

@@ -11,11 +11,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtGui import QColor, QImage  # noqa: E402
 from tilewright.engine.results import CATEGORIES  # noqa: E402
+from tilewright.studio.model.gantt_data import GanttData  # noqa: E402
+from tilewright.studio.model.palette import CATEGORY_COLOURS  # noqa: E402
+from tilewright.studio.model.run_record import prepare_record  # noqa: E402
 from tilewright.studio.samples import dgx_project  # noqa: E402
 from tilewright.studio.ui.results.gantt import GanttView  # noqa: E402
-from tilewright.studio.ui.results.gantt_data import GanttData  # noqa: E402
-from tilewright.studio.ui.results.palette import CATEGORY_COLOURS  # noqa: E402
-from tilewright.studio.ui.results.record import prepare_record  # noqa: E402
 from tilewright.studio.ui.results.synthetic import synthetic_timeline, tiny_result  # noqa: E402
 from tilewright.studio.ui.results.time_cursor import TimeCursor  # noqa: E402
 from tilewright.studio.ui.results_panel import ResultsPanel  # noqa: E402

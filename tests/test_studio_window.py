@@ -183,7 +183,7 @@ def test_save_as_and_reopen_through_window(make_window, tmp_path):
     w.ask_save_path = lambda *a, **k: str(target)
     assert w.save()  # no file yet: Save falls through to Save As
     saved = tmp_path / "out" / "wafer.json"
-    assert load_project(saved, check=False).hardware.find("wafer/die").cols == 3
+    assert load_project(saved).hardware.find("wafer/die").cols == 3
     assert not w.isWindowModified() and "wafer.json" in w.windowTitle()
     assert str(saved.resolve()) in w.settings.value("recentFiles")
 
@@ -211,12 +211,12 @@ def test_unsaved_changes_guard(make_window, tmp_path):
 def test_guard_save_choice_saves_before_leaving(make_window, tmp_path):
     path = tmp_path / "wafer.json"
     save_project(wafer_project(), path)
-    w = make_window(load_project(path, check=False), path)
+    w = make_window(load_project(path), path)
     w.selection.reveal("wafer/die")
     w.inspector.editor("rows").type_and_commit("3")
     w.ask_save_changes = lambda: Decision.Save
     assert w.new_project()
-    assert load_project(path, check=False).hardware.find("wafer/die").rows == 3
+    assert load_project(path).hardware.find("wafer/die").rows == 3
 
 
 def test_open_bad_file_reports_and_keeps_project(make_window, tmp_path):
@@ -320,7 +320,7 @@ def test_import_model_config_replaces_workload_undoably(make_window, tmp_path):
 
 def test_export_canvas_png_and_system_json(make_window, tmp_path):
     from PySide6.QtGui import QImage
-    from tilewright.engine.presets import load_system
+    from tilewright.engine.io.presets import load_system
 
     w = make_window(wafer_project())
     assert w.export(tmp_path / "canvas.png")

@@ -12,9 +12,9 @@ import pytest
 from tilewright.engine.cli import main
 from tilewright.engine.errors import InputError
 from tilewright.engine.io import save_project
-from tilewright.engine.search import sweep as sweep_mod
-from tilewright.engine.search.sweep import load_spec, run_sweep
-from tilewright.engine.search.sweep_spec import SweepSpec, point_key, points
+from tilewright.engine.search.sweep import executors as sweep_mod
+from tilewright.engine.search.sweep.run import load_spec, run_sweep
+from tilewright.engine.search.sweep.spec import SweepSpec, point_key, points
 
 from tests.factories import small_project
 
@@ -120,11 +120,11 @@ def test_interrupted_sweep_resumes_without_redoing_points(tmp_path: Path, monkey
     real = sweep_mod.run_point
     calls: list[dict] = []
 
-    def flaky(b, overrides, s):
+    def flaky(b, overrides, s, **kw):
         if len(calls) == 2:
             raise KeyboardInterrupt  # the user pressed Ctrl-C during the third point
         calls.append(overrides)
-        return real(b, overrides, s)
+        return real(b, overrides, s, **kw)
 
     monkeypatch.setattr(sweep_mod, "run_point", flaky)
     with pytest.raises(KeyboardInterrupt):
@@ -132,7 +132,7 @@ def test_interrupted_sweep_resumes_without_redoing_points(tmp_path: Path, monkey
     assert len(_rows(out)) == 2  # both finished points reached the disk
 
     counted: list[dict] = []
-    monkeypatch.setattr(sweep_mod, "run_point", lambda b, o, s: counted.append(o) or real(b, o, s))
+    monkeypatch.setattr(sweep_mod, "run_point", lambda b, o, s, **kw: counted.append(o) or real(b, o, s, **kw))
     result = run_sweep(spec, base, source, str(out), workers=1)
     assert (result.skipped, result.ran) == (2, 4)
     assert all(o not in calls for o in counted)

@@ -23,15 +23,19 @@ from pathlib import Path
 
 import pytest
 from tilewright.engine.io import save_project
-from tilewright.engine.search import sweep as sweep_mod
-from tilewright.engine.search.sweep import RAY_LOOPBACK_SWITCH, load_spec, run_sweep
-from tilewright.engine.search.sweep_point import COST_FIELDS, METRICS
-from tilewright.engine.search.sweep_spec import point_key
+from tilewright.engine.jobs import Cancelled
+from tilewright.engine.search.sweep import executors as sweep_mod
+from tilewright.engine.search.sweep.executors import RAY_LOOPBACK_SWITCH
+from tilewright.engine.search.sweep.point import COST_FIELDS, METRICS
+from tilewright.engine.search.sweep.run import load_spec, run_sweep
+from tilewright.engine.search.sweep.spec import point_key
 
 from tests.factories import small_project
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed: pip install -e '.[test]'", allow_module_level=True)
+
+pytestmark = pytest.mark.slow  # a local Ray cluster: seconds to start on two cores
 
 MARK = "TILEWRIGHT_RAY_TEST_MARK"
 REPO = Path(__file__).resolve().parent.parent
@@ -176,7 +180,7 @@ def test_ray_sweep_streams_the_same_rows_and_front_as_the_process_pool(ray_clust
     on_disk: list[tuple[int, int]] = []
     said: list[str] = []
 
-    def progress(message: str) -> None:
+    def progress(_fraction: float, message: str) -> None:
         said.append(message)
         if message.startswith("sweep: ") and "/" in message.split()[1]:  # "sweep: 3/4 ok <key>"
             on_disk.append((int(message.split()[1].split("/")[0]), len(_rows(out))))
@@ -196,12 +200,14 @@ def test_interrupted_ray_sweep_resumes_without_rerunning_finished_points(
     spec, base, source = load_spec(str(spec_file))
     out = tmp_path / "ray.csv"
 
-    def stop_after_two(message: str) -> None:
-        if message.startswith("sweep: 2/"):
-            raise KeyboardInterrupt  # Ctrl-C, or the studio's cancel, once two points are written
+    said: list[str] = []
 
-    with pytest.raises(KeyboardInterrupt):
-        run_sweep(spec, base, source, str(out), executor="ray", progress=stop_after_two)
+    def stop_after_two() -> bool:  # the studio's cancel, once two points are written
+        return any(m.startswith("sweep: 2/") for m in said)
+
+    with pytest.raises(Cancelled):
+        run_sweep(spec, base, source, str(out), executor="ray", progress=lambda _f, m: said.append(m),
+                  cancel=stop_after_two)
     first = _rows(out)
     assert len(first) == 2
 
@@ -224,8 +230,8 @@ def test_interrupted_ray_sweep_resumes_without_rerunning_finished_points(
     _assert_same_rows(rows, local_run[1])
     _assert_same_front(result.pareto, local_run[0].pareto)
 
-    said: list[str] = []
-    again = run_sweep(spec, base, source, str(out), executor="ray", progress=said.append)
+    said.clear()
+    again = run_sweep(spec, base, source, str(out), executor="ray", progress=lambda _f, m: said.append(m))
     assert (again.skipped, again.ran) == (4, 0)
     assert not any("Ray" in m for m in said)  # nothing to run: no cluster joined (nor, from the CLI, started)
 

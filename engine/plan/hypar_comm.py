@@ -77,7 +77,7 @@ class HyparComm:
 
 
 def layer_tensors(workload: WorkloadGraph) -> list[HyparLayerTensors]:
-    """The workload's layers in order, with the sizes HyPar counts (``engine.checks`` made sure they are
+    """The workload's layers in order, with the sizes HyPar counts (``engine.plan.checks`` made sure they are
     all conv or fc)."""
     out = []
     for info in workload.layers:

@@ -6,7 +6,7 @@ where it chose mp, split along the input channels as HyPar's mp does): FLOPs per
 FLOPs / N either way, while weights, their gradient and optimizer state, and the weight traffic of each
 op follow the weight share, and the stored activations follow the batch share.
 
-How this fits the plan's interfaces, so ``engine.sim.event_engine`` needs no change:
+How this fits the plan's interfaces, so ``engine.engines.event`` needs no change:
 
 - the array is the stage's one "tensor group" (``tp`` = N, ``dp`` = 1): the engine then meets every device
   at each exchange (per-device mode) or runs the exchange once over all members' routes (aggregated);

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Recompute, Schedule
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
@@ -208,7 +209,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         from tilewright.engine.plan.hypar_plan import build_hypar_plan  # imports this module
 
         return build_hypar_plan(project, hw, workload)
-    elem = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}[run.dtype.value]
+    elem = dtype_bytes(run.dtype)
     v = m.interleave if m.schedule is Schedule.interleaved else 1
     groups = stage_groups(hw.devices, m)
     blocks = workload.block_layers

@@ -1,4 +1,4 @@
-"""Simulation results: metrics, timeline, link and memory series."""
+"""Simulation results: metrics, timeline, link and memory series; their exports (``chrome_trace``, ``csv_export``)."""
 
 from tilewright.engine.results.result import (
     MEMORY_CATEGORIES,

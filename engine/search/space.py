@@ -1,6 +1,6 @@
 """The parallelism search space: which values of each knob are legal for a model, system and batch.
 
-The rules are the ones ``engine.checks`` enforces on a project (Megatron-LM's constraints: tp divides
+The rules are the ones ``engine.plan.checks`` enforces on a project (Megatron-LM's constraints: tp divides
 heads and the FFN width, sequence parallelism needs tp | seq_len, interleaving needs pp·v | layers and
 pp | micro-batches), so every candidate the search emits is a project the engine accepts. dp must
 divide the global batch; fewer devices than offered may be used (5,128 = 8·641 has almost no useful
@@ -10,14 +10,17 @@ factorisation, so insisting on all of them would leave nothing to search).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 from tilewright.engine.ir.mapping import PlacementStrategy, Recompute
 from tilewright.engine.ir.workload import LlamaSpec, TransformerDims, WorkloadSpec
 
 
-def divisors(n: int) -> list[int]:
+@cache
+def divisors(n: int) -> tuple[int, ...]:
+    """Ascending; cached, since the walk asks for the same few numbers tens of thousands of times."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Space:
     zeros: list[int] = field(default_factory=lambda: [0, 1])
     seq_len: int | None = None
     max_interleave: int = 8
+    _counts: dict[tuple[int, int], int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def pps(self, tp: int) -> list[int]:
         return [p for p in range(1, min(self.blocks, self.devices // tp) + 1)]
@@ -41,7 +45,7 @@ class Space:
     def dps(self, tp: int, pp: int) -> list[int]:
         return [d for d in divisors(self.global_batch) if tp * pp * d <= self.devices]
 
-    def micro_batches(self, dp: int) -> list[int]:
+    def micro_batches(self, dp: int) -> tuple[int, ...]:
         return divisors(self.global_batch // dp)
 
     def interleaves(self, pp: int, m: int) -> list[int]:
@@ -58,17 +62,30 @@ class Space:
 
     def size(self) -> int:
         """Candidates before any pruning (for the report); counts the loops without evaluating them."""
-        total = 0
-        for tp in self.tps:
-            per_tp = len(self.sequence_parallel(tp)) * len(self.recomputes)
-            for pp in self.pps(tp):
-                for dp in self.dps(tp, pp):
-                    layouts = len(self.placements) * (len(self.rank_orders) if pp > 1 and dp > 1 else 1)
-                    zeros = len(self.zeros) if dp > 1 else 1
-                    for mb in self.micro_batches(dp):
-                        m = self.global_batch // (dp * mb)
-                        total += per_tp * layouts * zeros * len(self.interleaves(pp, m))
-        return total
+        counts = self.counts()
+        return sum(
+            len(self.sequence_parallel(tp)) * len(self.recomputes) * counts[(tp, pp)]
+            for tp in self.tps
+            for pp in self.pps(tp)
+        )
+
+    def counts(self) -> dict[tuple[int, int], int]:
+        """Candidates per (tp, pp) for one sequence-parallel and recompute setting: the walk's weights,
+        so its progress fraction follows the space rather than the loop counters."""
+        if self._counts is None:
+            out: dict[tuple[int, int], int] = {}
+            for tp in self.tps:
+                for pp in self.pps(tp):
+                    n = 0
+                    for dp in self.dps(tp, pp):
+                        layouts = len(self.placements) * (len(self.rank_orders) if pp > 1 and dp > 1 else 1)
+                        zeros = len(self.zeros) if dp > 1 else 1
+                        for mb in self.micro_batches(dp):
+                            m = self.global_batch // (dp * mb)
+                            n += layouts * zeros * len(self.interleaves(pp, m))
+                    out[(tp, pp)] = n
+            self._counts = out
+        return self._counts
 
 
 def tensor_options(spec: WorkloadSpec, devices: int) -> list[int]:

@@ -9,37 +9,13 @@ The overlay choice (stages, heat at the cursor, heat averaged) sits here too, ne
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
-from tilewright.studio.ui.canvas.heat import time_span
+from tilewright.engine.results.result import Result
+from tilewright.studio.model.metrics import time_span
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
+from tilewright.studio.ui.results.time_cursor import TimeCursor
 from tilewright.studio.units import SECONDS, format_value
-
-try:
-    from tilewright.studio.ui.results.time_cursor import TimeCursor
-except ImportError:  # the result views are not there yet: a private cursor of the same shape
-    from PySide6.QtCore import QObject
-
-    class TimeCursor(QObject):  # type: ignore[no-redef]
-        moved = Signal(float)
-        spanChanged = Signal(float)
-
-        def __init__(self, parent: QObject | None = None):
-            super().__init__(parent)
-            self.position, self.span = 0.0, 0.0
-
-        def set_span(self, seconds: float) -> None:
-            self.span = max(0.0, seconds)
-            self.spanChanged.emit(self.span)
-
-        def move_to(self, seconds: float) -> None:
-            t = min(max(0.0, seconds), self.span) if self.span > 0 else max(0.0, seconds)
-            if t != self.position:
-                self.position = t
-                self.moved.emit(t)
-
 
 FPS = 30
 LOOP_SECONDS = 12.0  # one iteration plays in this many wall seconds, whatever its simulated length
@@ -54,7 +30,7 @@ class DemoBar(QWidget):
     def __init__(self, overlay: OverlayController, parent: QWidget | None = None):
         super().__init__(parent)
         self.overlay = overlay
-        self.cursor: Any = TimeCursor(self)
+        self.cursor = TimeCursor(self)
         self.timer = QTimer(self)
         self.timer.setInterval(1000 // FPS)
         self.timer.timeout.connect(self.step)
@@ -86,7 +62,7 @@ class DemoBar(QWidget):
         self._update_enabled()
 
     # -- wiring -------------------------------------------------------------------------------------
-    def set_time_cursor(self, cursor: Any) -> None:
+    def set_time_cursor(self, cursor: TimeCursor) -> None:
         """Follow ``cursor`` (the main window's, shared with the plots) instead of a private one."""
         if cursor is not self.cursor:
             self.cursor.moved.disconnect(self._cursor_moved)
@@ -94,7 +70,7 @@ class DemoBar(QWidget):
         cursor.moved.connect(self._cursor_moved)
         self._cursor_moved(cursor.position)
 
-    def show_result(self, result: Any) -> None:
+    def show_result(self, result: Result | None) -> None:
         """A run finished: heat becomes available, the cursor spans the iteration."""
         self.set_playing(False)
         if result is not None and time_span(result) > 0 and self.cursor.span != time_span(result):

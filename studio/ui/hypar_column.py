@@ -1,7 +1,7 @@
 """The workload panel's HyPar part: per layer, HyPar's data/model-parallel choice and the one the mapping
 holds (two columns of the layer table), and above the table what HyPar saves, with one-click Apply.
 
-Apply writes the mapping the way ``engine.search.hypar_report.apply_partition`` does (as the Explore
+Apply writes the mapping the way ``engine.search.hypar.report.apply_partition`` does (as the Explore
 panel's HyPar tab and ``tilewright hypar --project`` do), as ONE undo command. The numbers come from
 ``studio.hypar_choice``; this module only shows them.
 """

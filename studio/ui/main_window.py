@@ -15,6 +15,7 @@ from PySide6.QtGui import QCloseEvent, QFont
 from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
 from tilewright.engine.errors import InputError
 from tilewright.engine.io import dumps_stable, load_project, read_json, write_atomic
+from tilewright.engine.workloads import ConfigError, import_hf_config
 from tilewright.studio.commands import AddChild, RemoveChildren, ReplaceWorkload
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.icons import icon
@@ -35,6 +36,7 @@ from tilewright.studio.ui.selection import Selection
 from tilewright.studio.ui.settle import SettleGate
 from tilewright.studio.ui.status import StatusBar
 from tilewright.studio.ui.workload_panel import WorkloadPanel
+from tilewright.studio.workers import SimulateFn
 
 LAYOUT_VERSION = 1
 PRESENTATION_SCALE = 1.3
@@ -50,14 +52,14 @@ def _model_name(path: Path) -> str | None:
 
 class MainWindow(QMainWindow):
     def __init__(self, doc: ProjectDocument, settings: QSettings, persist: bool = True,
-                 parent: QWidget | None = None):
+                 parent: QWidget | None = None, simulate: SimulateFn | None = None):
         super().__init__(parent)
         self.doc = doc
         self.settings = settings
         self.persist = persist  # False for scripted screenshots: never save their layout
         self.presenting = False
         self.selection = Selection(doc, self)
-        self.runner = RunController(parent=self, gate=SettleGate(self).call)
+        self.runner = RunController(parent=self, gate=SettleGate(self).call, simulate=simulate)
         self.time_cursor = TimeCursor(self)  # shared by the result views and the canvas
         self.setWindowIcon(icon("app"))
         self.canvas = CanvasWidget(doc, self.selection, self)
@@ -113,8 +115,6 @@ class MainWindow(QMainWindow):
         self.runner.started.connect(self.results.show_running)
         self.runner.finished.connect(self.results.show_result)
         self.runner.failed.connect(lambda m: self.results.show_message(f"The run failed: {m}"))
-        self.runner.unavailable.connect(self.show_message)
-        self.runner.unavailable.connect(lambda m: self.results.show_message(f"No result: {m}."))
         self.runner.done.connect(lambda: self.status.set_run_state(self.runner.last_message))
         self.results.follow(self.runner)
         self.canvas.set_time_cursor(self.time_cursor)  # the canvas heat map and demo follow the same cursor
@@ -175,7 +175,7 @@ class MainWindow(QMainWindow):
         if guard and not self.maybe_save():
             return False
         try:
-            project = load_project(path, check=False)  # inconsistencies are shown, not refused
+            project = load_project(path)  # inconsistencies are shown, not refused
         except InputError as exc:
             self.show_error("Cannot open project", str(exc))
             return False
@@ -219,11 +219,6 @@ class MainWindow(QMainWindow):
         """A Hugging Face ``config.json`` becomes the workload (one undoable step)."""
         path = path or self.ask_open_path("Import model config", "Model configs (*.json);;All files (*)")
         if not path:
-            return False
-        try:
-            from tilewright.engine.workloads import ConfigError, import_hf_config
-        except ImportError:
-            self.show_message("model import is not available yet (engine.workloads is being written)")
             return False
         try:
             spec = import_hf_config(read_json(path), source_name=_model_name(Path(path)))

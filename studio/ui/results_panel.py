@@ -8,6 +8,7 @@ the main window owns so the canvas can follow it too.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
@@ -22,16 +23,17 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tilewright.engine.results.result import Result
+from tilewright.studio.model.metrics import time_span
+from tilewright.studio.model.run_record import RunRecord
 from tilewright.studio.ui.results.breakdown_bar import BreakdownBar
 from tilewright.studio.ui.results.compare_view import CompareView
 from tilewright.studio.ui.results.gantt import GanttView
 from tilewright.studio.ui.results.history import RunHistory
 from tilewright.studio.ui.results.links_view import LinksView
 from tilewright.studio.ui.results.memory_view import MemoryView
-from tilewright.studio.ui.results.metrics import time_span
 from tilewright.studio.ui.results.plot_style import elastic
 from tilewright.studio.ui.results.progress import RunProgress
-from tilewright.studio.ui.results.record import RunRecord
 from tilewright.studio.ui.results.summary import format_metric, headline, in_columns, result_tables, table_html
 from tilewright.studio.ui.results.time_cursor import TimeCursor
 from tilewright.studio.units import SECONDS, format_value
@@ -50,7 +52,7 @@ class ResultsPanel(QWidget):
         self.history = RunHistory(parent=self)
         self.record: RunRecord | None = None
         self.released = False
-        self._pending: list[Any] = []
+        self._pending: list[Callable[[], None]] = []
         self._seen_result = False
         self.headline = elastic(QLabel())
         self.headline.setTextFormat(Qt.TextFormat.RichText)
@@ -163,18 +165,15 @@ class ResultsPanel(QWidget):
         self.header.setCurrentWidget(self.progress)
         self.progress.update_progress(fraction, phase)
 
-    def show_result(self, result: Any, seconds: float) -> None:
+    def show_result(self, result: Result, seconds: float) -> None:
         tables = result_tables(result)
         tables[0][1].append(("run took (studio)", format_value(seconds, SECONDS)))
         self._set_columns([table_html(title, rows) for title, rows in in_columns(tables)])
-        metrics = getattr(result, "metrics_json", None)
-        self.breakdown.set_breakdown(metrics().get("time_breakdown_s") if callable(metrics) else None)
+        self.breakdown.set_breakdown(result.metrics_json()["time_breakdown_s"])  # in the categories' order
         self.headline.setText(headline(result))
-        name = getattr(result, "project", "") or ""
-        per_iteration = getattr(result, "iteration_time_s", None)
-        self.breakdown.title = (f"{name} — " if name else "") + "Time per iteration" + (
-            f" ({format_value(per_iteration, SECONDS)})" if isinstance(per_iteration, int | float) else "") + \
-            ", by category"
+        name = result.project
+        self.breakdown.title = (f"{name} — " if name else "") + "Time per iteration" + \
+            f" ({format_value(result.iteration_time_s, SECONDS)}), by category"
         self.headline.setToolTip(self.headline.text().replace("<b>", "").replace("</b>", ""))
 
     def show_record(self, record: RunRecord) -> None:

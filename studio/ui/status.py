@@ -48,7 +48,6 @@ class StatusBar(QStatusBar):
             job,
             finished=lambda problems, _s: self._checked(generation, problems),
             failed=lambda msg: self._show(generation, f"checks failed: {msg}", "#c0392b"),
-            unavailable=lambda msg: self._show(generation, msg, "#7f8c8d"),
         )
         self._job = job
         start(job)

@@ -1,7 +1,7 @@
 """The heat map's numbers for the level on screen: device busy shares and link utilisation of a run,
 at the shared time cursor or averaged over the iteration, placed on the canvas's cells and links.
 
-The numbers themselves come from ``studio.ui.results.metrics`` (the same ones the result views plot),
+The numbers themselves come from ``studio.model.metrics`` (the same ones the result views plot),
 devices from whatever timeline lanes the run maps to them (per device for the event engine, per pipeline
 stage for the analytic one); what a run does not report (the analytic engine has no link series) comes
 back as ``HeatFrame.notes`` for the legend to say, rather than a map that is silently blank. This
@@ -16,42 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tilewright.engine.results.result import Result
+from tilewright.studio.model.metrics import (
+    average_device_activity,
+    average_link_utilisation,
+    device_activity_at,
+    link_utilisation_at,
+    missing_data_notes,
+    time_span,
+)
 from tilewright.studio.ui.canvas.cells import GridCells
 
 LinkKey = tuple[str, str]
-
-try:
-    from tilewright.studio.ui.results.metrics import (
-        average_device_activity,
-        average_link_utilisation,
-        device_activity_at,
-        link_utilisation_at,
-        missing_data_notes,
-        time_span,
-    )
-except ImportError:  # the result views are not there: a heat map still shows, from the raw series
-    def time_span(result: Any) -> float:
-        return float(getattr(result, "iteration_time_s", 0.0) or 0.0)
-
-    def link_utilisation_at(result: Any, t: float) -> dict[LinkKey, float]:
-        out: dict[LinkKey, float] = {}
-        for s in getattr(result, "link_utilisation", []) or []:
-            k = int(np.searchsorted(np.asarray(s.times, float), t, side="right")) - 1
-            out[(s.src, s.dst)] = max(out.get((s.src, s.dst), 0.0), float(s.values[k]) if k >= 0 else 0.0)
-        return out
-
-    def average_link_utilisation(result: Any) -> dict[LinkKey, float]:
-        end = time_span(result)
-        return {(s.src, s.dst): s.mean(end) for s in getattr(result, "link_utilisation", []) or []}
-
-    def device_activity_at(result: Any, t: float, window_s: float | None = None) -> dict[str, float]:
-        return {}
-
-    def average_device_activity(result: Any) -> dict[str, float]:
-        return {}
-
-    def missing_data_notes(result: Any) -> list[str]:
-        return [] if getattr(result, "link_utilisation", None) else ["no link data in this run"]
 
 
 @dataclass
@@ -99,7 +75,7 @@ class HeatFrame:
     notes: list[str] = field(default_factory=list)  # what the run does not report ("no link data …")
 
 
-def heat_frame(result: Any, device_nodes: list[str], t: float | None) -> HeatFrame:
+def heat_frame(result: Result, device_nodes: list[str], t: float | None) -> HeatFrame:
     """Busy share of every device and utilisation of every link, at ``t`` or averaged (``t`` None)."""
     from tilewright.studio.units import SECONDS, format_value
 

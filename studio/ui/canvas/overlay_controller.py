@@ -10,9 +10,10 @@ the level did) and hands each grid item its ``CellColours``; the legend follows 
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
+from tilewright.engine.results.result import Result
 from tilewright.studio.mapping import StageLayout, stage_layout
 from tilewright.studio.ui.canvas.cells import GridCells, level_cells
 from tilewright.studio.ui.canvas.heat import (
@@ -46,7 +47,7 @@ class OverlayController(QObject):
         self.scene = scene
         self.doc = scene.doc
         self.mode = Overlay.stages
-        self.result: Any = None
+        self.result: Result | None = None
         self.time = 0.0
         self.layout = StageLayout()
         self.cells: dict[str, GridCells] = {}
@@ -67,7 +68,7 @@ class OverlayController(QObject):
             self.mode = mode
             self.refresh()
 
-    def set_result(self, result: Any) -> None:
+    def set_result(self, result: Result | None) -> None:
         """A run finished (or None): heat becomes available; the mode is the caller's choice."""
         self.result = result
         self._places = None
@@ -101,7 +102,7 @@ class OverlayController(QObject):
             self._stage_colours = {}
 
     def places(self) -> LinkPlaces:
-        keys = [(s.src, s.dst) for s in getattr(self.result, "link_utilisation", []) or []]
+        keys = [(s.src, s.dst) for s in self.result.link_utilisation] if self.result is not None else []
         if self._places is None or self._places[0] != self._cells_of:
             self._places = (self._cells_of, place_links(keys, self.cells, self.scene.level_node))
         return self._places[1]

@@ -8,10 +8,9 @@ main window never wires canvas internals.
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QVBoxLayout, QWidget
+from tilewright.engine.results.result import Result
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.ui.canvas.breadcrumb import Breadcrumb
 from tilewright.studio.ui.canvas.legend import Legend
@@ -19,6 +18,7 @@ from tilewright.studio.ui.canvas.overlay_controller import OverlayController
 from tilewright.studio.ui.canvas.scene import LevelScene
 from tilewright.studio.ui.canvas.view import CanvasView
 from tilewright.studio.ui.demo import DemoBar
+from tilewright.studio.ui.results.time_cursor import TimeCursor
 from tilewright.studio.ui.selection import Selection
 
 
@@ -56,10 +56,10 @@ class CanvasWidget(QWidget):
     def zoom_to_fit(self) -> None:
         self.view.zoom_to_fit()
 
-    def show_result(self, result: Any) -> None:
+    def show_result(self, result: Result | None) -> None:
         self.demo.show_result(result)
 
-    def set_time_cursor(self, cursor: Any) -> None:
+    def set_time_cursor(self, cursor: TimeCursor) -> None:
         self.demo.set_time_cursor(cursor)
 
     def set_snap(self, on: bool) -> None:

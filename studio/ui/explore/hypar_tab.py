@@ -13,8 +13,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tilewright.engine.search.hypar import Partition, hypar, hypar_layers, uniform
-from tilewright.engine.search.hypar_report import apply_partition
+from tilewright.engine.search.hypar.partition import Partition, hypar, hypar_layers, uniform
+from tilewright.engine.search.hypar.report import apply_partition
 from tilewright.engine.workloads import build_workload
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.explore_commands import AdoptMapping

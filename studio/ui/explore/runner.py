@@ -1,7 +1,8 @@
-"""Run an exploration function on the thread pool with progress text and a cancel that really stops it.
+"""Run an exploration (search, sweep) on the thread pool, with progress and a cancel that really stops it.
 
-Search and sweep report progress as text through a callback; raising from that callback is how a
-cancel reaches them between candidates or points (they need no cancel parameter of their own).
+The exploration follows the job protocol every long task does (``tilewright.engine.jobs``): the ``Job``
+passes it ``progress(fraction, text)`` and ``cancel() -> bool`` as keyword arguments, and it raises
+``Cancelled`` between candidates or points once cancelled — as the simulation does between events.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
-from tilewright.engine.jobs import Cancelled
 from tilewright.studio.workers import Job, Relay, start
 
 
 class ExploreRunner(QObject):
-    progress = Signal(str)
+    progress = Signal(float, str)  # fraction 0–1, what it is doing
     finished = Signal(object, float)
     failed = Signal(str)
+    stopped = Signal()  # cancelled, and the worker has stopped
     runningChanged = Signal(bool)
 
     def __init__(self, parent: QObject | None = None):
@@ -28,23 +29,12 @@ class ExploreRunner(QObject):
     def running(self) -> bool:
         return self.job is not None
 
-    def run(self, fn: Callable[[Callable[[str], None]], Any]) -> None:
-        """``fn(say)`` runs on a worker; ``say(text)`` reports progress (and stops it when cancelled)."""
+    def run(self, fn: Callable[..., Any]) -> None:
+        """``fn(progress=…, cancel=…)`` runs on a worker (bind its other arguments with ``functools.partial``)."""
         if self.job is not None:
             return
-        holder: dict[str, Job] = {}
-
-        def say(text: str) -> None:
-            job = holder["job"]
-            if job.cancelled.is_set():
-                raise Cancelled("exploration cancelled")
-            job.signals.progress.emit(0.0, text)
-
-        job = Job(lambda: fn(say))
-        holder["job"] = job
-        self.job = job
-        Relay(self, job, self._done, self._failed, self._failed, lambda _f, text: self.progress.emit(text))
-        job.signals.stopped.connect(self._stopped)
+        job = self.job = Job(fn)
+        Relay(self, job, self._done, self._failed, self.progress.emit, self._stopped)
         self.runningChanged.emit(True)
         start(job)
 
@@ -65,4 +55,4 @@ class ExploreRunner(QObject):
     def _stopped(self) -> None:
         self.job = None
         self.runningChanged.emit(False)
-        self.progress.emit("cancelled")
+        self.stopped.emit()

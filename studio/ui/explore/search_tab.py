@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -12,7 +14,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tilewright.engine.search.parallelism import SearchResult, search
+from tilewright.engine.search.parallel.search import SearchResult, search
 from tilewright.engine.search.pareto import pareto_front
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.explore_commands import AdoptMapping
@@ -71,7 +73,7 @@ class SearchTab(QWidget):
         project = self.doc.project.model_copy(deep=True)
         devices, batch, top = self.devices.value(), self.batch.value(), self.top.value()
         again = self.resimulate.isChecked()
-        self.runner.run(lambda say: search(project, devices, batch, top=top, progress=say, resimulate=again))
+        self.runner.run(partial(search, project, devices, batch, top=top, resimulate=again))
 
     def show_result(self, result: SearchResult, seconds: float) -> None:
         self.result = result

@@ -4,6 +4,7 @@ open any point's design on the canvas with one click (an undoable replacement of
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tilewright.engine.errors import InputError
-from tilewright.engine.presets import presets_dir
+from tilewright.engine.io.presets import presets_dir
 from tilewright.engine.search.pareto import pareto_front
-from tilewright.engine.search.sweep import SweepResult, load_spec, read_rows, run_sweep
-from tilewright.engine.search.sweep_point import build_point_project
+from tilewright.engine.search.sweep.point import build_point_project
+from tilewright.engine.search.sweep.run import SweepResult, load_spec, read_rows, run_sweep
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.explore_commands import OpenDesign
 from tilewright.studio.ui.explore.controls import RunBar
@@ -89,7 +90,7 @@ class SweepTab(QWidget):
             self.bar.status.setText(str(exc))
             return
         self._spec, self._base, self._source = spec, base, source
-        self.runner.run(lambda say: run_sweep(spec, base, source, out, progress=say))
+        self.runner.run(partial(run_sweep, spec, base, source, out))
 
     def show_result(self, result: SweepResult, seconds: float) -> None:
         self.rows = read_rows(Path(result.csv_path))

@@ -1,6 +1,6 @@
 """Result views: Gantt, link utilisation, memory occupancy, run comparison, and the time cursor they share.
 
-Modules without Qt (``metrics``, ``gantt_data``, ``palette``, ``record``, ``compare``, ``summary``) hold the
-arithmetic, so it is testable without a display and reusable by the canvas heat overlay; the widgets only
-draw what those modules computed.
+The arithmetic lives without Qt in ``studio.model`` (``metrics``, ``gantt_data``, ``palette``,
+``run_record``), where the worker threads and the canvas heat overlay use it too; ``compare`` and ``summary``
+here turn it into text. The widgets only draw what those modules computed.
 """

@@ -12,7 +12,7 @@ from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPaintEvent
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QSizePolicy, QWidget
-from tilewright.studio.ui.results.palette import CATEGORY_COLOURS
+from tilewright.studio.model.palette import CATEGORY_COLOURS
 from tilewright.studio.units import SECONDS, format_percent, format_value
 
 BAR_H = 22

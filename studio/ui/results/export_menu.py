@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu
+from tilewright.engine.results.result import Result
 from tilewright.studio import exporting
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class ResultExports(QObject):
     def ask_folder(self, title: str) -> str | None:
         return QFileDialog.getExistingDirectory(self.window, title, self.window._dialog_dir()) or None
 
-    def _result(self) -> Any:
+    def _result(self) -> Result | None:
         record = self.window.results.record
         if record is None:
             self.window.show_message("nothing to export yet: run the project first (F5)")

@@ -13,7 +13,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer
 from PySide6.QtGui import QCursor, QPainterPath
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QToolTip, QVBoxLayout, QWidget
-from tilewright.studio.ui.results.gantt_data import GanttData
+from tilewright.studio.model.gantt_data import GanttData
 from tilewright.studio.ui.results.lane_axis import LaneAxis
 from tilewright.studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, set_legend
 from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor

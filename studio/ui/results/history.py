@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
-from tilewright.studio.ui.results.record import RunRecord
+from tilewright.studio.model.run_record import RunRecord
 
 KEEP = 5
 

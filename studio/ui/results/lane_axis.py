@@ -9,7 +9,7 @@ import math
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFontMetrics
-from tilewright.studio.ui.results.gantt_data import Row
+from tilewright.studio.model.gantt_data import Row
 
 LINE_PX = 15  # height a label needs
 TEXT_MARGIN_PX = 16  # tick length and padding beside a label

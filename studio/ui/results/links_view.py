@@ -6,8 +6,6 @@ architect brings is "which links are hot, and when"; the four busiest are shown 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -23,9 +21,16 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tilewright.studio.ui.results.gantt_data import elide, link_name, root_prefix
-from tilewright.studio.ui.results.metrics import link_data_note, series_value_at, time_span, window_average
-from tilewright.studio.ui.results.palette import series_colour
+from tilewright.engine.results.result import Result, Series
+from tilewright.studio.model.gantt_data import elide, link_name, root_prefix
+from tilewright.studio.model.metrics import (
+    busiest_links,
+    link_data_note,
+    series_value_at,
+    time_span,
+    window_average,
+)
+from tilewright.studio.model.palette import series_colour
 from tilewright.studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, step_edges
 from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
 from tilewright.studio.units import SECONDS, format_percent, format_value
@@ -45,7 +50,7 @@ class LinksView(QWidget):
     def __init__(self, cursor: TimeCursor, parent: QWidget | None = None):
         super().__init__(parent)
         self.cursor = cursor
-        self.ranked: list[tuple[Any, float]] = []
+        self.ranked: list[tuple[Series, float]] = []
         self.span = 0.0
         self.root = ""
         self.curves: list[pg.PlotDataItem] = []
@@ -106,10 +111,8 @@ class LinksView(QWidget):
         shape = f"averaged over {self.window_note.text()[5:]}" if self.averaged else "exact"
         return f"Link utilisation ({shape}) of the {len(self.selected())} selected of {len(self.ranked)} links"
 
-    def set_result(self, result: Any, ranked: list[tuple[Any, float]] | None = None) -> None:
+    def set_result(self, result: Result | None, ranked: list[tuple[Series, float]] | None = None) -> None:
         """Show ``result``'s links; ``ranked`` (busiest first) may come precomputed from the worker."""
-        from tilewright.studio.ui.results.metrics import busiest_links
-
         if result is None:
             self.ranked = []
         else:
@@ -144,7 +147,7 @@ class LinksView(QWidget):
     def averaged(self) -> bool:
         return self.shape.currentIndex() == 0
 
-    def curve_data(self, series: Any) -> tuple[Any, Any]:
+    def curve_data(self, series: Series) -> tuple[np.ndarray, np.ndarray | list[float]]:
         """Bin edges and values in % of one link, averaged or exact as chosen."""
         if self.averaged and self.span > 0:
             edges, means = window_average(series, self.span, WINDOWS)
@@ -178,7 +181,7 @@ class LinksView(QWidget):
         self.window_note.setText(f"over {window} windows" if self.averaged and window else "")
         self._update_readout(self.cursor.position)
 
-    def value_at(self, series: Any, t: float) -> float:
+    def value_at(self, series: Series, t: float) -> float:
         """What the curve shows at ``t``: the window's mean, or the exact value (a fraction)."""
         if self.averaged and self.span > 0:
             edges, means = window_average(series, self.span, WINDOWS)

@@ -7,16 +7,15 @@ closest, opens first. Sizes are shown in GiB: capacities are binary (80 GiB HBM 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 from tilewright.engine.results import MEMORY_CATEGORIES
-from tilewright.studio.ui.results.gantt_data import root_prefix
-from tilewright.studio.ui.results.metrics import fullest_first, time_span
-from tilewright.studio.ui.results.palette import MEMORY_COLOURS
+from tilewright.engine.results.result import MemoryTrack, Result
+from tilewright.studio.model.gantt_data import root_prefix
+from tilewright.studio.model.metrics import fullest_first, time_span
+from tilewright.studio.model.palette import MEMORY_COLOURS
 from tilewright.studio.ui.results.plot_style import (
     add_legend_row,
     elastic,
@@ -41,7 +40,7 @@ def share_of_capacity(used: float, capacity: float) -> str:
     return f"{share:.3g}× capacity" if share >= 2 else f"{format_percent(share)} of capacity"
 
 
-def stacked(track: Any) -> list[tuple[str, np.ndarray]]:
+def stacked(track: MemoryTrack) -> list[tuple[str, np.ndarray]]:
     """Cumulative occupancy (bytes) per category, bottom to top, categories that stay empty left out."""
     total = np.zeros(len(track.times))
     out = []
@@ -58,9 +57,9 @@ class MemoryView(QWidget):
     def __init__(self, cursor: TimeCursor, parent: QWidget | None = None):
         super().__init__(parent)
         self.cursor = cursor
-        self.tracks: list[Any] = []
+        self.tracks: list[MemoryTrack] = []
         self.peaks: dict[int, float] = {}
-        self.track: Any = None
+        self.track: MemoryTrack | None = None
         self.span = 0.0
         self.root = ""
         self.items: list[pg.GraphicsObject] = []
@@ -104,10 +103,10 @@ class MemoryView(QWidget):
             return "Memory occupancy"
         return f"Memory occupancy of {self.track.device} — {self.heading.text().split(' — ')[0]}"
 
-    def set_result(self, result: Any, order: list[tuple[Any, float]] | None = None) -> None:
+    def set_result(self, result: Result | None, order: list[tuple[MemoryTrack, float]] | None = None) -> None:
         """Show ``result``'s memory tracks; ``order`` ((track, peak), fullest first) may come from the worker."""
         if order is None:
-            order = fullest_first(list(getattr(result, "memory", []) or [])) if result is not None else []
+            order = fullest_first(list(result.memory)) if result is not None else []
         self.tracks = [tr for tr, _ in order]
         self.peaks = {id(tr): peak for tr, peak in order}
         self.span = time_span(result) if result is not None else 0.0

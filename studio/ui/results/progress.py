@@ -1,8 +1,9 @@
 """The running run: a progress bar, what the worker is doing, an estimate of the time left, and Cancel.
 
-The estimate extrapolates the simulation phase only (elapsed × (1 − f) / f), since the engine's
-fraction counts pipeline steps of the event loop; planning before it and preparing the views after it
-show as phases of their own.
+The estimate extrapolates the engine's phase only (elapsed × (1 − f) / f), since the engine's fraction
+counts pipeline steps of the event loop; planning before it and preparing the views after it show as
+phases of their own, with a busy bar. Whatever the engine calls its phase ("simulating" unless it says)
+shows with its fraction.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ import time
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 from tilewright.studio.units import SECONDS, format_value
+from tilewright.studio.workers import PLANNING, PREPARING
 
 STEPS = 1000
 MIN_FRACTION = 0.02  # below this the estimate is noise
 MIN_ELAPSED_S = 0.3
-SIMULATING = "simulating"
 
 
 def human_duration(seconds: float) -> str:
@@ -71,7 +72,7 @@ class RunProgress(QWidget):
 
     def update_progress(self, fraction: float, phase: str) -> None:
         now = time.monotonic()
-        if phase == SIMULATING:
+        if phase not in (PLANNING, PREPARING):
             if not self.sim_started_at:
                 self.sim_started_at = now
             self.bar.setRange(0, STEPS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from tilewright.engine.results.result import Result
 from tilewright.studio.units import (
     FLOP,
     SAMPLES_PER_S,
@@ -74,39 +75,22 @@ def label(key: str) -> str:
     return key.replace("_", " ").replace("mfu", "MFU").replace("hfu", "HFU")
 
 
-def _metrics(result: Any) -> dict[str, Any] | None:
-    fn = getattr(result, "metrics_json", None)
-    return fn() if callable(fn) else None
-
-
-def result_tables(result: Any) -> list[tuple[str, Rows]]:
-    """Headline metrics, time breakdown and memory breakdown, each a list of (label, value with unit).
-
-    Uses ``metrics_json()`` when the result has it; otherwise its ``summary_text()``/``summary()`` as
-    one line per row, so an engine version the studio does not know yet still shows something.
-    """
-    m = _metrics(result)
-    if m is not None:
-        head = [(label(k), format_metric(k, v)) for k, v in m.items() if not isinstance(v, dict)]
-        tables = [("Run", head)]
-        breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
-        for key, title in breakdowns:
-            part = m.get(key) or {}
-            unit_key = "x_s" if key.endswith("_s") else "x_bytes"
-            rows = [(k.replace("_", " "), format_metric(unit_key, v)) for k, v in part.items() if v]
-            if rows:
-                tables.append((title, rows))
-        if isinstance(m.get("oom"), dict):
-            oom = m["oom"]
-            need = format_metric("x_bytes", oom.get("need_bytes", 0))
-            have = format_metric("x_bytes", oom.get("capacity_bytes", 0))
-            tables.insert(0, ("OUT OF MEMORY", [(str(oom.get("device")), f"needs {need}, has {have}")]))
-        return tables
-    for name in ("summary_text", "summary"):
-        fn = getattr(result, name, None)
-        if callable(fn):
-            return [("Run", [(line, "") for line in str(fn()).splitlines()])]
-    return [("Run", [(repr(result)[:500], "")])]
+def result_tables(result: Result) -> list[tuple[str, Rows]]:
+    """Headline metrics, time breakdown and memory breakdown, each a list of (label, value with unit)."""
+    m = result.metrics_json()
+    head = [(label(k), format_metric(k, v)) for k, v in m.items() if not isinstance(v, dict)]
+    tables = [("Run", head)]
+    breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
+    for key, title in breakdowns:
+        unit_key = "x_s" if key.endswith("_s") else "x_bytes"
+        rows = [(k.replace("_", " "), format_metric(unit_key, v)) for k, v in m[key].items() if v]
+        if rows:
+            tables.append((title, rows))
+    if result.oom is not None:
+        need = format_metric("x_bytes", result.oom.need_bytes)
+        have = format_metric("x_bytes", result.oom.capacity_bytes)
+        tables.insert(0, ("OUT OF MEMORY", [(result.oom.device, f"needs {need}, has {have}")]))
+    return tables
 
 
 def in_columns(tables: list[tuple[str, Rows]], rows: int = ROWS_PER_COLUMN) -> list[tuple[str, Rows]]:
@@ -127,12 +111,10 @@ def table_html(title: str, rows: Rows) -> str:
     return f"<b>{html.escape(title) or '&nbsp;'}</b><table cellspacing='0' cellpadding='1'>{body}</table>"
 
 
-def headline(result: Any) -> str:
+def headline(result: Result) -> str:
     """One line of HTML with what an architect checks first; an out-of-memory leads, in red."""
-    m = _metrics(result)
-    if m is None:
-        return ""
-    name = html.escape(str(getattr(result, "project", "") or ""))
+    m = result.metrics_json()
+    name = html.escape(result.project)
     where = " · ".join(p for p in (name and f"<b>{name}</b>", m.get("mode"), m.get("engine") and
                                    f"{m['engine']} engine", format_metric("devices", m.get("devices"))
                                    if m.get("devices") else "") if p)
@@ -145,9 +127,8 @@ def headline(result: Any) -> str:
     if facts and "iteration_time_s" in m:
         facts[0] = f"<b>{html.escape(format_metric('iteration_time_s', m['iteration_time_s']))}</b> per iteration"
     text = (f"{where} — " if where else "") + " · ".join(html.escape(f) if "<b>" not in f else f for f in facts)
-    oom = m.get("oom")
-    if isinstance(oom, dict):
-        text = (f"<span style='color:#c0392b'><b>OUT OF MEMORY</b> on {html.escape(str(oom.get('device')))}: "
-                f"needs {format_bytes(oom.get('need_bytes', 0))}, has {format_bytes(oom.get('capacity_bytes', 0))}"
-                f"</span> · " + text)
+    oom = result.oom
+    if oom is not None:
+        text = (f"<span style='color:#c0392b'><b>OUT OF MEMORY</b> on {html.escape(oom.device)}: "
+                f"needs {format_bytes(oom.need_bytes)}, has {format_bytes(oom.capacity_bytes)}</span> · " + text)
     return text

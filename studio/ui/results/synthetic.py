@@ -1,6 +1,7 @@
 """Made-up results: a large timeline built with numpy (for the Gantt benchmark and its test: appending a
 million slices one by one through ``Timeline.add`` would measure the appending, not the drawing), and a
-tiny result with round numbers whose every derived figure can be worked out by hand (for tests)."""
+tiny result with round numbers whose every derived figure can be worked out by hand, and a metrics-only
+one (for tests)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,15 @@ def tiny_result() -> Result:
         link_utilisation=links, memory=memory, oom=OutOfMemory("sys/node[1]/gpu[0]", 22 * GIB, 16 * GIB),
         lane_devices={"stage 0": ["sys/node[0]/gpu[0]", "sys/node[0]/gpu[1]"], "stage 1": ["sys/node[1]/gpu[0]"]},
     )
+
+
+def metrics_only_result(**fields: object) -> Result:
+    """A result with metrics and nothing over time (no timeline, links or memory tracks: what a
+    metrics-only run or a test double's engine hands back); ``fields`` override the defaults."""
+    values: dict[str, object] = dict(
+        project="bare", mode="train", engine="analytic", iteration_time_s=1.0, samples_per_iteration=1.0,
+        tokens_per_sample=1, model_flops_per_iteration=0.0, hardware_flops_per_iteration=0.0, devices=1,
+        peak_flops_per_device=1e12, memory_breakdown_bytes={}, time_breakdown_s={},
+    )
+    values.update(fields)
+    return Result(**values)  # type: ignore[arg-type]

@@ -1,1 +1,0 @@
-"""Closed-form engine: the event engine's quantities without a timeline, fast enough for search."""

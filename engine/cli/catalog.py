@@ -1,0 +1,52 @@
+"""``tilewright presets``: what ships in presets/, with a one-line description of each."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+KINDS = ("systems", "models", "projects")
+
+
+def _describe(data: dict[str, Any]) -> str:
+    text = data.get("description") or data.get("comment") or ""
+    first = text.split(". ")[0].strip().rstrip(".")
+    return first[:100]
+
+
+def catalog() -> dict[str, list[dict[str, str]]]:
+    from tilewright.engine.io.json_file import read_json
+    from tilewright.engine.io.presets import list_presets, preset_path
+
+    out: dict[str, list[dict[str, str]]] = {}
+    for kind in KINDS:
+        rows = []
+        for name in list_presets(kind):
+            data = read_json(preset_path(kind, name))
+            rows.append({"name": name, "description": _describe(data if isinstance(data, dict) else {})})
+        out[kind] = rows
+    return out
+
+
+def format_catalog(entries: dict[str, list[dict[str, str]]]) -> str:
+    lines: list[str] = []
+    for kind, rows in entries.items():
+        lines.append(f"{kind}:")
+        width = max((len(r["name"]) for r in rows), default=0)
+        for r in rows:
+            lines.append(f"  {r['name']:<{width}}  {r['description']}".rstrip())
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    entries = catalog()
+    print(json.dumps(entries, indent=2, sort_keys=True) if args.json else format_catalog(entries))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("presets", help="list the preset systems, models and projects")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_presets)

@@ -1,0 +1,179 @@
+"""``tilewright run``: assemble a project from a file and/or flags, simulate it, report it."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+from typing import Any
+
+from tilewright.engine.cli.common import COMMAND_LINE
+from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
+
+DIM_FLAGS = ("layers", "hidden", "heads", "ffn", "seq_len", "vocab")
+MAPPING_FLAGS = (
+    "tp",
+    "pp",
+    "dp",
+    "global_batch",
+    "micro_batch",
+    "interleave",
+    "recompute",
+    "zero",
+    "schedule",
+)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("project", nargs="?", metavar="PROJECT.json")
+    p.add_argument("--system", metavar="NAME|FILE")
+    p.add_argument("--model", metavar="NAME|FILE", help="a preset, a file, or 'gpt' built from the dims")
+    for dim in DIM_FLAGS:
+        p.add_argument(f"--{dim.replace('_', '-')}", dest=dim, type=int, metavar="N")
+    p.add_argument("--devices", type=int, metavar="N")
+    for flag in ("tp", "pp", "dp", "global-batch", "micro-batch", "interleave"):
+        p.add_argument(f"--{flag}", type=int, metavar="N")
+    p.add_argument("--recompute", choices=["none", "selective", "full"])
+    p.add_argument("--sequence-parallel", action="store_true", default=None)
+    p.add_argument("--zero", type=int, choices=[0, 1])
+    p.add_argument("--schedule", choices=["gpipe", "1f1b"])
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
+    p.add_argument("--mode", choices=["train", "infer"])
+    p.add_argument("--engine", choices=["event", "analytic"])
+    p.add_argument("--no-aggregate", action="store_true", help="simulate every device, not one per symmetric group")
+    p.add_argument("--set", action="append", default=[], metavar="DOTTED.PATH=VALUE")
+    p.add_argument("--json", action="store_true", help="print one JSON object of metrics on stdout")
+    p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
+    p.add_argument("--csv", metavar="DIR", help="write metrics and timelines as CSV files")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
+
+
+def model_data(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, Any]:
+    """The raw workload of ``--model`` (a preset, a file, or ``gpt``) with the dimension flags applied."""
+    from tilewright.engine.io.presets import load_model
+
+    dims = {d: getattr(args, d) for d in DIM_FLAGS if getattr(args, d) is not None}
+    if args.model == "gpt" or (args.model is None and base is None):
+        missing = [d for d in ("layers", "hidden", "heads") if d not in dims]
+        if missing:
+            raise InputError(COMMAND_LINE, Problem("--model gpt", f"needs --{', --'.join(missing)}"))
+        return {"kind": "gpt", "name": "gpt", **dims}
+    data = load_model(args.model).model_dump(mode="json") if args.model else dict(base or {})
+    if dims and data.get("kind") not in ("gpt", "llama", "bert"):
+        raise InputError(COMMAND_LINE, Problem("--layers/--hidden/…", f"a {data.get('kind')} model has no such dims"))
+    data.update(dims)
+    return data
+
+
+def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int | None) -> dict[str, Any]:
+    m = dict(base)
+    for name in MAPPING_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            m[name] = value
+    if args.sequence_parallel:
+        m["sequence_parallel"] = True
+    if args.interleave and args.interleave > 1 and m.get("schedule", "1f1b") == "1f1b":
+        m["schedule"] = "interleaved-1f1b"
+    tp, pp = m.get("tp", 1), m.get("pp", 1)
+    if args.dp is None:
+        devices = args.devices or (capacity if "dp" not in base and capacity else None)
+        if devices:
+            if devices % (tp * pp):
+                raise InputError(
+                    COMMAND_LINE, Problem("--devices", f"{devices} is not a multiple of tp × pp ({tp * pp})")
+                )
+            m["dp"] = devices // (tp * pp)
+    elif args.devices is not None and args.devices != tp * pp * args.dp:
+        raise InputError(COMMAND_LINE, Problem("--devices", f"{args.devices} ≠ tp·pp·dp = {tp * pp * args.dp}"))
+    if "global_batch" not in m:
+        m["global_batch"] = m.get("micro_batch", 1) * m.get("dp", 1) * max(pp, 1)
+    return m
+
+
+def assemble_project(args: argparse.Namespace):
+    """The project a run simulates: the file (if any), then flags, then ``--set`` overrides."""
+    from tilewright.engine.io.json_file import read_json, require_object
+    from tilewright.engine.io.migrate import migrate
+    from tilewright.engine.io.overrides import apply_overrides, parse_set_option
+    from tilewright.engine.io.presets import load_system
+    from tilewright.engine.io.project_file import project_from_data
+    from tilewright.engine.plan.checks import raise_for_problems
+
+    source = args.project or COMMAND_LINE
+    base: dict[str, Any] = {}
+    if args.project:
+        base = migrate(require_object(read_json(args.project), source), source)
+    data: dict[str, Any] = dict(base)
+    data.setdefault("name", "command-line run")
+    if args.system or "hardware" not in data:
+        data["hardware"] = load_system(args.system or "dgx-a100").model_dump(mode="json")
+    data["workload"] = (
+        model_data(args, base.get("workload")) if (args.model or args.layers or not base) else base["workload"]
+    )
+    capacity = None if _growable(data["hardware"]) else _device_count(data["hardware"])
+    data["mapping"] = _mapping_data(args, dict(base.get("mapping") or {}), capacity)
+    run = dict(data.get("run") or {})
+    for key in ("dtype", "mode", "engine"):
+        if getattr(args, key):
+            run[key] = getattr(args, key)
+    if args.no_aggregate:
+        run["aggregate"] = False
+    data["run"] = run
+    for option in args.set:
+        path, value = parse_set_option(option)
+        apply_overrides(data, path, value, COMMAND_LINE)
+    project = project_from_data(data, source)
+    raise_for_problems(project, source)
+    return project
+
+
+def _growable(hw: dict[str, Any]) -> bool:
+    return bool(hw.get("growable")) or any(_growable(c) for c in hw.get("children", []))
+
+
+def _device_count(hw: dict[str, Any]) -> int:
+    from tilewright.engine.ir.hardware import Component
+
+    return Component.model_validate(hw).device_count()
+
+
+def run_command(args: argparse.Namespace) -> int:
+    # One short-lived run: the cyclic collector would only rescan the plan and the timeline (~10 % of
+    # the wall time of a large run) and finds no garbage worth it; it is switched back on afterwards.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run(args: argparse.Namespace) -> int:
+    project = assemble_project(args)
+    from tilewright.engine.cli.progress import ProgressPrinter
+    from tilewright.engine.simulate import simulate
+
+    series = bool(args.trace or args.csv)  # link series only go to files
+    with ProgressPrinter(not args.quiet, lines=False) as printer:  # a bar on a terminal, silent into a file
+        result = simulate(project, series=series, progress=printer if printer.enabled else None)
+    if args.trace:
+        from tilewright.engine.results.chrome_trace import write_chrome_trace
+
+        write_chrome_trace(result, args.trace)
+    if args.csv:
+        from tilewright.engine.results.csv_export import write_csv
+
+        write_csv(result, args.csv)
+    if args.json:
+        print(json.dumps(result.metrics_json(), sort_keys=True))
+    else:
+        print(result.summary_text())
+    return EXIT_OUT_OF_MEMORY if result.oom else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="simulate one training iteration or an inference request")
+    add_run_arguments(p)
+    p.set_defaults(handler=run_command)

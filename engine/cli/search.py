@@ -1,0 +1,91 @@
+"""``tilewright search``: the fastest tp/pp/dp/micro-batch/… mapping of a model on a system."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from tilewright.engine.cli.common import COMMAND_LINE, print_result, require_positive
+from tilewright.engine.cli.run import DIM_FLAGS
+from tilewright.engine.errors import InputError, Problem
+
+
+def search_template(args: argparse.Namespace):
+    """The project whose hardware, workload and run settings the search maps (its mapping is ignored),
+    the devices available and the global batch."""
+    from tilewright.engine.cli.run import model_data
+    from tilewright.engine.io.json_file import read_json, require_object
+    from tilewright.engine.io.migrate import migrate
+    from tilewright.engine.io.presets import load_system, resolve
+    from tilewright.engine.io.project_file import project_from_data
+
+    source = args.project or COMMAND_LINE
+    base: dict[str, Any] = {}
+    if args.project:
+        path = str(resolve("projects", args.project))
+        base = migrate(require_object(read_json(path), path), path)
+        source = path
+    data: dict[str, Any] = dict(base)
+    data.setdefault("name", "search")
+    if args.system or "hardware" not in data:
+        data["hardware"] = load_system(args.system or "dgx-a100").model_dump(mode="json")
+    dims = any(getattr(args, d) is not None for d in DIM_FLAGS)
+    if args.model or dims or "workload" not in data:
+        if not args.model and not dims:
+            raise InputError(COMMAND_LINE, Problem("--model", "required (a preset, a file, or 'gpt' with --layers …)"))
+        data["workload"] = model_data(args, base.get("workload"))
+    run = dict(data.get("run") or {})
+    if args.dtype:
+        run["dtype"] = args.dtype
+    data["run"] = run
+    data["mapping"] = {}
+    project = project_from_data(data, source)
+    base_mapping = project_from_data(base, source).mapping if base else None
+    devices = args.devices if args.devices is not None else (base_mapping.devices if base_mapping else None)
+    batch = args.global_batch
+    if batch is None and base_mapping is not None:
+        batch = base_mapping.global_batch
+    if devices is None:
+        raise InputError(COMMAND_LINE, Problem("--devices", "required (devices available to the search)"))
+    if batch is None:
+        raise InputError(COMMAND_LINE, Problem("--global-batch", "required"))
+    return project, devices, batch
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from tilewright.engine.cli.progress import ProgressPrinter
+    from tilewright.engine.errors import EXIT_OUT_OF_MEMORY
+    from tilewright.engine.search.parallel.report import search_text
+    from tilewright.engine.search.parallel.search import result_json, search
+
+    project, devices, batch = search_template(args)
+    require_positive("--top", args.top)
+    with ProgressPrinter(not args.quiet) as progress:
+        result = search(
+            project, devices, batch, top=args.top, keep=max(args.list, args.top),
+            resimulate=args.top > 0 and not args.no_simulate, progress=progress,
+        )
+    print_result(result_json(result), args.json, search_text(result))
+    if not result.ranked:
+        print("tilewright search: no mapping fits in memory", file=sys.stderr)
+        return EXIT_OUT_OF_MEMORY
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("search", help="find the fastest tp/pp/dp/micro-batch/… mapping of a model on a system")
+    p.add_argument("project", nargs="?", metavar="PROJECT.json", help="take system, model and run settings from here")
+    p.add_argument("--system", metavar="NAME|FILE")
+    p.add_argument("--model", metavar="NAME|FILE", help="a preset, a file, or 'gpt' built from the dims")
+    for dim in DIM_FLAGS:
+        p.add_argument(f"--{dim.replace('_', '-')}", dest=dim, type=int, metavar="N")
+    p.add_argument("--devices", type=int, metavar="N", help="devices available (a mapping may use fewer)")
+    p.add_argument("--global-batch", type=int, metavar="B")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
+    p.add_argument("--top", type=int, default=3, metavar="K", help="re-simulate the best K on the event engine")
+    p.add_argument("--list", type=int, default=10, metavar="N", help="candidates to print (default 10)")
+    p.add_argument("--no-simulate", action="store_true", help="rank with the fast evaluator only")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_search)

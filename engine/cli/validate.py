@@ -1,0 +1,79 @@
+"""``tilewright validate`` (check a project, system or model file and summarise it) and ``tilewright schema``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tilewright.engine.errors import InputError
+
+
+def detect_kind(data: dict[str, Any]) -> str:
+    from tilewright.engine.ir.hardware import ComponentKind
+
+    if "hardware" in data or "system" in data or "schema_version" in data:
+        return "project"
+    if data.get("kind") in {k.value for k in ComponentKind}:
+        return "system"
+    return "model"
+
+
+def validate_file(path: str, kind: str = "auto") -> str:
+    """Return a one-line summary; raise ``InputError`` naming each problem."""
+    from tilewright.engine.io.json_file import read_json, require_object, validate_as
+    from tilewright.engine.ir.hardware import Component
+    from tilewright.engine.ir.workload import WorkloadSpec
+
+    data = require_object(read_json(path), path)
+    kind = detect_kind(data) if kind == "auto" else kind
+    if kind == "project":
+        from tilewright.engine.io.project_file import project_from_data
+        from tilewright.engine.plan.checks import device_capacity, raise_for_problems
+
+        project = project_from_data(data, path)
+        raise_for_problems(project, path)
+        m = project.mapping
+        cap = device_capacity(project)
+        size = f"{project.hardware.device_count()} devices" if cap is not None else f"grows to {m.devices} devices"
+        return (
+            f"{path}: valid project '{project.name}' — {project.hardware.name} "
+            f"({size}), model {project.workload.kind}, "
+            f"tp {m.tp} × pp {m.pp} × dp {m.dp}, {project.run.mode.value}, {project.run.dtype.value}"
+        )
+    if kind == "system":
+        comp: Component = validate_as(Component, data, path)
+        return f"{path}: valid system '{comp.name}' — {comp.device_count()} devices"
+    if kind == "model":
+        from tilewright.engine.workloads import build_workload
+
+        spec = validate_as(WorkloadSpec, data, path)
+        graph = build_workload(spec)
+        return f"{path}: valid model '{graph.name}' — {len(graph.layers)} layers, {graph.params / 1e9:.3f} B parameters"
+    raise InputError(path, f"unknown kind '{kind}'")
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    print(validate_file(args.file, kind=args.kind))
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from pydantic import TypeAdapter
+    from tilewright.engine.ir import Component, Project, WorkloadSpec
+
+    kinds = {"project": Project, "system": Component, "model": WorkloadSpec}
+    schema = TypeAdapter(kinds[args.kind]).json_schema()
+    print(json.dumps(schema, indent=2, sort_keys=True))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="check a project, system or model file")
+    p.add_argument("file")
+    p.add_argument("--kind", choices=["auto", "project", "system", "model"], default="auto")
+    p.set_defaults(handler=_cmd_validate)
+
+    p = sub.add_parser("schema", help="print the JSON Schema of project files")
+    p.add_argument("--kind", choices=["project", "system", "model"], default="project")
+    p.set_defaults(handler=_cmd_schema)

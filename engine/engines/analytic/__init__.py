@@ -1,0 +1,1 @@
+"""The analytic engine: the uncontended recurrence, no event queue (``AnalyticEngine``)."""

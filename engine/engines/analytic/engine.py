@@ -1,0 +1,157 @@
+"""The analytic engine: the event engine's quantities from the same plan, without an event queue.
+
+Every pass is timed uncontended (``engine.plan.timing.pass_parts``) and the program's step table is
+resolved by the one recurrence (``engine.plan.recurrence``). Training then waits, per stage, for its
+chunks' data-parallel reductions (started at each chunk's last backward), steps the optimizer and, with
+ZeRO, gathers the weights. With contention switched off this is the event engine's answer (the agreement
+tests measure it), and it is what search evaluates. It simulates no flows, so it has no link series.
+"""
+
+from __future__ import annotations
+
+from tilewright.engine.engines.analytic.timeline import inference_timeline, stage_lanes, training_timeline
+from tilewright.engine.engines.result_builder import Measurement, build_result, close_breakdown, constant_memory
+from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.plan.program import InferenceProgram, TrainingProgram, program_for
+from tilewright.engine.plan.recurrence import StageTimes, run_table
+from tilewright.engine.plan.steps import StepRow
+from tilewright.engine.plan.timing import pass_parts
+from tilewright.engine.results.result import Result
+from tilewright.engine.results.timeline import Timeline
+
+PASS_CATEGORIES = ("compute", "recompute", "tp_comm", "memory_stall")
+Parts = tuple[float, float, float, float]  # duration, compute, memory stall, tp comm
+Log = list[tuple[int, StepRow, float, float]]
+
+
+class AnalyticEngine:
+    """``timeline=False`` skips the per-pass slices (what search and benchmarks evaluate)."""
+
+    name = "analytic"
+
+    def __init__(self, *, timeline: bool = True) -> None:
+        self.timeline = timeline
+
+    def run(self, plan: Plan, *, progress: ProgressFn | None = None, cancel: CancelFn | None = None) -> Result:
+        report = Reporter(progress, cancel)
+        if not report.silent:
+            report(0.0, "timing the passes")
+        program = program_for(plan)
+        if isinstance(program, TrainingProgram):
+            measured = self._training(program, report)
+        else:
+            measured = self._inference(program, report)
+        if not report.silent:
+            report(1.0, "timed")
+        return build_result(program, measured)
+
+    def _training(self, program: TrainingProgram, report: Reporter) -> Measurement:
+        plan = program.plan
+        hw, m, pp = plan.hw, plan.micro_batches, plan.pp
+        parts: dict[tuple, Parts] = {}
+        per_stage = []
+        for r, st in enumerate(plan.stages):
+            report.check()
+            f = b = 0.0
+            sums = dict.fromkeys(PASS_CATEGORIES, 0.0)
+            for c in st.chunk_layers:
+                for kind in ("F", "R", "B"):
+                    dur, comp, stall, comm = parts[(r, c, kind)] = pass_parts(plan, r, st.passes.get((c, kind)))
+                    if kind == "F":
+                        f += dur
+                    else:
+                        b += dur
+                    sums["recompute" if kind == "R" else "compute"] += comp
+                    sums["memory_stall"] += stall
+                    sums["tp_comm"] += comm
+            per_stage.append((f, b, sums))
+        duration = {}
+        for r, st in enumerate(plan.stages):
+            for c in st.chunk_layers:
+                duration[(r, c, "F")] = parts[(r, c, "F")][0]
+                duration[(r, c, "B")] = parts[(r, c, "R")][0] + parts[(r, c, "B")][0]
+        log: Log | None = [] if self.timeline else None
+        stages = run_table(program.table, duration, program.send_times(), log)
+        finishes, reduced_at = [], []
+        for r, st in enumerate(plan.stages):
+            reduced = stages[r].finish
+            for c in st.chunk_layers:
+                early, late = plan.dp_buckets(r, c)
+                reduced = max(
+                    reduced,
+                    stages[r].last_backward_start[c] + early.time(hw),
+                    stages[r].last_backward[c] + late.time(hw),
+                )
+            reduced_at.append(reduced)
+            finishes.append(reduced + st.optimizer_s + plan.zero_gather(r).time(hw))
+        tail = program.reported_stage(finishes)
+        total = finishes[tail]
+        slowest = max(range(pp), key=lambda r: per_stage[r][0] + per_stage[r][1])
+        breakdown = {k: m * per_stage[tail][2][k] for k in PASS_CATEGORIES}
+        breakdown["pp_comm"] = stages[tail].waits["pp_comm"]
+        breakdown["dp_comm"] = reduced_at[tail] - stages[tail].finish + plan.zero_gather(tail).time(hw)
+        breakdown["optimizer"] = plan.stages[tail].optimizer_s
+        close_breakdown(breakdown, total, sum(breakdown.values()))
+        memory = [constant_memory(program, r, {"activations": _peak_activations(program, r)}, [0.0])
+                  for r in range(pp)]
+        tl, lane_devices = Timeline(), {}
+        if log is not None:
+            lanes, lane_devices = stage_lanes(tl, plan)
+            training_timeline(tl, lanes, plan, parts, log, reduced_at, finishes)
+        return Measurement(
+            engine=self.name, end=total, breakdown=breakdown, memory=memory, timeline=tl,
+            lane_devices=lane_devices, critical=[(f"stage {slowest} sets the pace", 0.0, total)],
+        )
+
+    def _inference(self, program: InferenceProgram, report: Reporter) -> Measurement:
+        plan, ph = program.plan, program.phases
+        pp, last, n = plan.pp, plan.pp - 1, ph.decode_steps
+        parts: dict[tuple, Parts] = {}
+        for p in range(1 + n):
+            report.check()
+            for r in range(pp):
+                parts[(r, p)] = pass_parts(plan, r, ph.pass_for(r, p))
+        duration = {key: part[0] for key, part in parts.items()}
+        log: Log | None = [] if self.timeline else None
+        ends: dict[tuple, float] = {}
+        stages: list[StageTimes] = run_table(program.table, duration, program.send_times(), log, ends)
+        end = stages[last].finish
+        breakdown = {k: 0.0 for k in ("compute", "memory_stall", "tp_comm", "pp_comm", "bubble")}
+        for row in program.table[last]:
+            _dur, comp, stall, comm = parts[row.dkey]
+            breakdown["compute"] += comp
+            breakdown["memory_stall"] += stall
+            breakdown["tp_comm"] += comm
+        waits = stages[last].waits
+        breakdown["pp_comm"] += waits.get("pp_comm", 0.0)
+        breakdown["bubble"] += waits.get("bubble", 0.0)
+        close_breakdown(breakdown, end, sum(breakdown.values()))
+        memory = []
+        for r in range(pp):
+            kv = ph.kv_bytes_per_token[r] * ph.micro_batches * (ph.prompt + n)  # the whole request's cache
+            memory.append(constant_memory(program, r, {"kv_cache": kv}, [0.0, end]))
+        tl, lane_devices = Timeline(), {}
+        if log is not None:
+            lanes, lane_devices = stage_lanes(tl, plan)
+            inference_timeline(tl, lanes, duration, log)
+        return Measurement(
+            engine=self.name, end=end, breakdown=breakdown, memory=memory, timeline=tl,
+            lane_devices=lane_devices, critical=[("request", 0.0, end)],
+            phase_ends={name: ends.get(key, 0.0) for name, key in program.phase_ends.items()},
+        )
+
+
+def _peak_activations(program: TrainingProgram, r: int) -> float:
+    """Walk the stage's steps: +activations at each forward, − at each backward."""
+    st = program.plan.stages[r]
+    live = peak = 0.0
+    recompute = any(k[1] == "R" for k in st.passes)
+    for row in program.table[r]:
+        if row.kind == "F":
+            live += st.act_bytes[row.chunk]
+            peak = max(peak, live)
+        else:
+            peak = max(peak, live + (st.transient_bytes if recompute else 0.0))
+            live -= st.act_bytes[row.chunk]
+    return peak

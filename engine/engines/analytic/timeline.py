@@ -1,0 +1,67 @@
+"""The analytic engine's Gantt: one lane per stage, one slice per step of the recurrence's log, so the
+Gantt and the canvas activity work without an event queue (no per-segment slices, no link lanes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tilewright.engine.plan.passes import ChunkPass
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.plan.steps import StepRow, phase_name
+from tilewright.engine.results.timeline import Timeline
+
+Log = list[tuple[int, StepRow, float, float]]
+
+
+def stage_lanes(tl: Timeline, plan: Plan) -> tuple[list[int], dict[str, list[str]]]:
+    """A compute lane per stage, and the devices each stands for."""
+    devices = plan.hw.devices
+    lanes, lane_devices = [], {}
+    for r, st in enumerate(plan.stages):
+        nodes = [devices[d].node for g in st.groups for d in g]
+        lanes.append(tl.lane(f"stage {r}", "compute", detail=f"{len(nodes)} devices"))
+        lane_devices[f"stage {r}"] = nodes
+    return lanes, lane_devices
+
+
+def _pass_label(ps: ChunkPass | None, kind: str) -> str:
+    segs = ps.segments if ps is not None else []
+    return f"{segs[0].label}…{segs[-1].label} {kind}" if segs else kind
+
+
+def training_timeline(
+    tl: Timeline, lanes: list[int], plan: Plan, parts: Mapping[tuple, tuple[float, ...]], log: Log,
+    reduced_at: list[float], ends: list[float],
+) -> None:
+    """Each pass as a slice (a backward split into its recompute and backward parts), then the wait for
+    the gradient reduction, the optimizer step and the ZeRO weight gather."""
+    labels: dict[tuple[int, int, str], tuple[str, float]] = {}
+    for r, st in enumerate(plan.stages):
+        for c in st.chunk_layers:
+            for kind in ("F", "R", "B"):
+                labels[(r, c, kind)] = (_pass_label(st.passes.get((c, kind)), kind), parts[(r, c, kind)][0])
+    last = [0.0] * len(plan.stages)
+    for r, row, start, end in log:
+        last[r] = max(last[r], end)
+        if row.kind == "F":
+            tl.add(lanes[r], start, end - start, "compute", labels[(r, row.chunk, "F")][0], r, row.micro_batch, -1)
+            continue
+        label_r, dur_r = labels[(r, row.chunk, "R")]
+        if dur_r > 0:
+            tl.add(lanes[r], start, dur_r, "recompute", label_r, r, row.micro_batch, -1)
+        tl.add(lanes[r], start + dur_r, end - start - dur_r, "compute", labels[(r, row.chunk, "B")][0], r,
+               row.micro_batch, -1)
+    for r, st in enumerate(plan.stages):
+        if reduced_at[r] > last[r]:
+            tl.add(lanes[r], last[r], reduced_at[r] - last[r], "dp_comm", "gradient reduction", r, -1, -1)
+        if st.optimizer_s > 0:
+            tl.add(lanes[r], reduced_at[r], st.optimizer_s, "optimizer", "optimizer step", r, -1, -1)
+        gather = ends[r] - reduced_at[r] - st.optimizer_s
+        if gather > 0:
+            tl.add(lanes[r], reduced_at[r] + st.optimizer_s, gather, "dp_comm", "ZeRO weight gather", r, -1, -1)
+
+
+def inference_timeline(tl: Timeline, lanes: list[int], duration: Mapping[tuple, float], log: Log) -> None:
+    """Each prefill and decode step of each micro-batch as a slice."""
+    for r, row, start, _end in log:
+        tl.add(lanes[r], start, duration[row.dkey], "compute", phase_name(row.phase), r, row.micro_batch, -1)

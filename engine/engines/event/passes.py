@@ -1,0 +1,160 @@
+"""Passes and collectives on the flow network: the event engine's timing of one step's work.
+
+A pass runs segment by segment (compute, DRAM stream, tensor-parallel collective) as simpy timeouts and
+flows — the slow path. A pass that needs no flows (its tensor group's links are private, or tp is 1, and
+it streams nothing from DRAM) is accounted at once and waited out as one timeout — the fast path, exact,
+and far fewer events. Collectives that several units reach meet: the last to arrive starts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Protocol
+
+import simpy
+from tilewright.engine.engines.event.network import FlowNetwork
+from tilewright.engine.engines.event.recorder import Recorder, StageLedger
+from tilewright.engine.engines.event.traffic import WHOLE_GROUP, Unit, dram_usage
+from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.plan.passes import ChunkPass, Segment
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.plan.timing import pass_times
+
+CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
+
+
+class Step(Protocol):
+    micro_batch: int
+
+
+class PassRunner:
+    """The part of a simulation that runs passes and collectives (see ``Simulation``)."""
+
+    plan: Plan
+    env: simpy.Environment
+    net: FlowNetwork
+    rec: Recorder
+    lanes: dict[tuple[int, Unit], int]
+    private_tp: set[tuple[int, int]]
+    segment_slices: bool
+
+    def _init_passes(self) -> None:
+        self._owed: dict[tuple[int, Unit], float] = {}  # fast-path time accounted, not yet waited
+        self._totals: dict[tuple, tuple[float, float, float, str]] = {}
+        self._arrived: dict[tuple, int] = {}
+        self._barriers: dict[tuple, simpy.Event] = {}
+        self._collective_seq: dict[tuple[int, Unit], int] = {}
+
+    # --- collectives and meetings --------------------------------------------------------------------
+    def _collective(self, coll: Collective) -> Generator:
+        for ph in coll.phases:
+            yield self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s)
+
+    def _start(self, coll: Collective) -> simpy.Event:
+        done = self.env.event()
+
+        def proc():
+            yield from self._collective(coll)
+            done.succeed()
+
+        self.env.process(proc())
+        return done
+
+    def _meet(self, key: tuple, expected: int, coll: Collective) -> simpy.Event:
+        """``expected`` units reach the same collective: the last to arrive starts it; all get its end."""
+        arrived = self._arrived.get(key, 0) + 1
+        self._arrived[key] = arrived
+        done = self._barriers.get(key)
+        if done is None:
+            done = self._barriers[key] = self.env.event()
+        if arrived == expected:
+            self._start(coll).callbacks.append(lambda _e: done.succeed())
+        return done
+
+    def _tensor_collective(self, r: int, u: Unit, coll: Collective) -> Generator:
+        if u[1] == WHOLE_GROUP:
+            yield from self._collective(coll)
+            return
+        seq = self._collective_seq.get((r, u), 0)
+        self._collective_seq[(r, u)] = seq + 1
+        yield self._meet(("tp", r, u[0], seq), self.plan.tp, coll)
+
+    # --- passes --------------------------------------------------------------------------------------
+    def _run_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger) -> Generator:
+        """Run one pass segment by segment on the network (compute, DRAM stream, collective): the slow
+        path, for passes ``_fast_pass`` cannot account. First waits out any fast-path time still owed."""
+        plan, env, lane = self.plan, self.env, self.lanes[(r, u)]
+        cat = CATEGORY_OF_PASS[ps.kind]
+        tag = getattr(ps, "name", "") or ps.kind  # inference passes are named ("prefill", "decode token 3")
+        owed = self._owed.pop((r, u), 0.0)
+        if owed:
+            yield env.timeout(owed)
+        for seg in ps.segments:
+            start = env.now
+            if seg.dram_bytes > 0:
+                dram = self.net.transfer(dram_usage(plan, r, u), seg.dram_bytes)
+                yield env.all_of([env.timeout(seg.busy_s), dram])
+            else:
+                yield env.timeout(seg.busy_s)
+            took = env.now - start
+            ledger.times[cat] += min(seg.compute_s, took)
+            ledger.times["memory_stall"] += max(0.0, took - seg.compute_s)
+            self.rec.slice(lane, start, took, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+            if seg.comm:
+                start = env.now
+                yield from self._tensor_collective(r, u, plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1]))
+                ledger.times["tp_comm"] += env.now - start
+                label = f"{seg.comm[0]} {seg.label}"
+                self.rec.slice(lane, start, env.now - start, "tp_comm", label, r, step.micro_batch, seg.layer)
+
+    def _fast_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger, defer: bool) -> float | None:
+        """Account a pass that needs no flows (private or no tensor-parallel links, no DRAM streams) and
+        return how long to wait, or None when it must run segment by segment on the network."""
+        if ps.has_dram or not (self.plan.tp == 1 or (r, u[0]) in self.private_tp):
+            return None
+        now = self.env.now
+        t0 = now + self._owed.get((r, u), 0.0)
+        cat = CATEGORY_OF_PASS[ps.kind]
+        if self.segment_slices:
+            t = t0
+            tag = getattr(ps, "name", "") or ps.kind
+            for seg in ps.segments:
+                t = self._account(r, u, seg, t, cat, tag, step, ledger)
+        else:
+            busy, compute, comm, label = self._pass_totals(r, u[0], ps)
+            times = ledger.times
+            times[cat] += compute
+            times["memory_stall"] += busy - compute
+            times["tp_comm"] += comm
+            t = t0 + busy + comm
+            self.rec.timeline.add(self.lanes[(r, u)], t0, t - t0, cat, label, r, step.micro_batch, -1)
+        if defer:
+            self._owed[(r, u)] = t - now
+            return 0.0
+        self._owed[(r, u)] = 0.0
+        return t - now
+
+    def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> tuple[float, float, float, str]:
+        """(busy, compute, tensor-parallel comm seconds, slice label) of a fast-path pass, once."""
+        key = (r, j, getattr(ps, "cache_key", ()) or id(ps))
+        hit = self._totals.get(key)
+        if hit is None:
+            busy, compute, comm = pass_times(self.plan, r, ps, j)  # no DRAM stream on the fast path
+            segs = ps.segments
+            label = getattr(ps, "name", "") or (f"{segs[0].label}…{segs[-1].label} {ps.kind}" if segs else ps.kind)
+            hit = self._totals[key] = (busy, compute, comm, label)
+        return hit
+
+    def _account(self, r, u, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:
+        lane = self.lanes[(r, u)]
+        times = ledger.times
+        times[cat] += seg.compute_s
+        times["memory_stall"] += seg.busy_s - seg.compute_s
+        self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+        t += seg.busy_s
+        if seg.comm:
+            dur = self.plan.tp_time(r, u[0], seg.comm[0], seg.comm[1])
+            times["tp_comm"] += dur
+            self.rec.slice(lane, t, dur, "tp_comm", f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
+            t += dur
+        return t

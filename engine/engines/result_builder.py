@@ -1,0 +1,100 @@
+"""The one place a ``Result`` is built, from what an engine measured on a plan.
+
+Engines differ in timing semantics only; everything else a result carries is decided here, once: the
+memory tracks of every stage, the out-of-memory verdict, the bubble that closes a breakdown, and the
+metadata (mode, samples, tokens, FLOPs, devices, time to first token, notes) for training and inference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tilewright.engine.plan.program import InferenceProgram, Program
+from tilewright.engine.results.result import MEMORY_CATEGORIES, MemoryTrack, Result, Series, memory_verdict
+from tilewright.engine.results.timeline import Timeline
+
+Columns = tuple[list[float], dict[str, list[float]]]  # times, occupancy by memory category after each
+
+
+@dataclass
+class Measurement:
+    """What an engine measured: the end, the reported stage's time breakdown, each stage's memory."""
+
+    engine: str
+    end: float
+    breakdown: dict[str, float]
+    memory: list[Columns]  # per stage
+    timeline: Timeline = field(default_factory=Timeline)
+    lane_devices: dict[str, list[str]] = field(default_factory=dict)  # compute lane → device node ids
+    links: list[Series] = field(default_factory=list)
+    critical: list[tuple[str, float, float]] = field(default_factory=list)
+    events: int = 0
+    phase_ends: dict[str, float] = field(default_factory=dict)  # inference: "prefill", "first_token" → s
+    notes: list[str] = field(default_factory=list)
+
+
+def close_breakdown(breakdown: dict[str, float], end: float, busy: float) -> dict[str, float]:
+    """What the reported stage does not account for until ``end`` (it accounted for ``busy``) is bubble."""
+    breakdown["bubble"] = breakdown.get("bubble", 0.0) + max(0.0, end - busy)
+    return breakdown
+
+
+def constant_memory(program: Program, r: int, held: dict[str, float], times: list[float]) -> Columns:
+    """Stage ``r``'s memory as one level over ``times``: what it holds from the start plus ``held``."""
+    row = program.initial_memory(r) | held
+    return times, {c: [row.get(c, 0.0)] * len(times) for c in MEMORY_CATEGORIES}
+
+
+def build_result(program: Program, m: Measurement) -> Result:
+    plan = program.plan
+    project = plan.project
+    mapping = project.mapping
+    tracks = []
+    for r, (times, columns) in enumerate(m.memory):
+        st = plan.stages[r]
+        node = plan.hw.devices[st.groups[0][0]].node
+        tracks.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=times, by_category=columns))
+    peak_row, oom = memory_verdict(tracks)
+    if not isinstance(program, InferenceProgram):
+        meta = {
+            "mode": "train",
+            "samples_per_iteration": mapping.global_batch,
+            "tokens_per_sample": plan.workload.tokens_per_sample,
+            "model_flops_per_iteration": plan.model_flops,
+            "hardware_flops_per_iteration": plan.hardware_flops,
+            "devices": mapping.tp * mapping.pp * mapping.dp,
+            "notes": list(plan.notes) + m.notes,
+        }
+    else:
+        ph = program.phases
+        new = ph.decode_steps
+        flops = ph.request_flops() * mapping.tp
+        prefill_end = m.phase_ends.get("prefill", 0.0)
+        in_flight = f"inference: {ph.micro_batches} micro-batch(es) of {ph.micro_batch} sequence(s) in flight"
+        meta = {
+            "mode": "infer",
+            "samples_per_iteration": ph.batch,
+            "tokens_per_sample": max(new, 1),
+            "model_flops_per_iteration": flops,
+            "hardware_flops_per_iteration": flops,
+            "devices": mapping.tp * mapping.pp,
+            "ttft_s": m.phase_ends.get("first_token", 0.0) if new else prefill_end,
+            "tpot_s": (m.end - prefill_end) / new if new else 0.0,
+            "notes": list(plan.notes) + [in_flight] + m.notes,
+        }
+    return Result(
+        project=project.name,
+        engine=m.engine,
+        iteration_time_s=m.end,
+        peak_flops_per_device=plan.stages[0].dev.peak_flops,
+        memory_breakdown_bytes=peak_row,
+        time_breakdown_s=m.breakdown,
+        events=m.events,
+        oom=oom,
+        timeline=m.timeline,
+        link_utilisation=m.links,
+        memory=tracks,
+        critical_path=m.critical,
+        lane_devices=m.lane_devices,
+        **meta,
+    )

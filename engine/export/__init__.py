@@ -1,1 +1,0 @@
-"""Exports of a Result: Chrome trace (Perfetto) and CSV."""

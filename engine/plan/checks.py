@@ -1,0 +1,202 @@
+"""Consistency checks across the parts of a project (hardware × workload × mapping).
+
+Field-level validity is pydantic's job; these checks need two parts at once, e.g. whether tensor
+parallelism divides the model's heads, or whether tp·pp·dp devices exist. They ask whether a project can
+be planned, so they live with the plan: they build the workload graph and use the plan's own rules for
+fused chains (``engine.plan.passes``), but need no elaborated hardware. Files (``engine.io``) do not run
+them; a caller that wants a file vetted on load passes ``raise_for_problems`` as the loader's ``check``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.ir.mapping import Mapping, Recompute, Schedule
+from tilewright.engine.ir.ops import LayerKind
+from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.workload import LlamaSpec, TransformerDims
+
+if TYPE_CHECKING:
+    from tilewright.engine.workloads.graph import WorkloadGraph
+
+
+def device_capacity(project: Project) -> int | None:
+    """Devices the hardware offers; ``None`` when a growable level grows to fit any run."""
+    if any(c.growable for _, c in project.hardware.walk()):
+        return None
+    return project.hardware.device_count()
+
+
+def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
+    out: list[Problem] = []
+    if dims.heads % m.tp:
+        out.append(Problem("mapping.tp", f"{m.tp} does not divide heads ({dims.heads})"))
+    if isinstance(dims, LlamaSpec):
+        kv = dims.kv_heads_n
+        if m.tp > kv and m.tp % kv:
+            out.append(Problem("mapping.tp", f"{m.tp} is neither a divisor nor a multiple of kv_heads ({kv})"))
+    if dims.ffn_dim % m.tp:
+        out.append(Problem("mapping.tp", f"{m.tp} does not divide ffn ({dims.ffn_dim})"))
+    if m.sequence_parallel and dims.seq_len % m.tp:
+        out.append(Problem("mapping.sequence_parallel", f"tp ({m.tp}) does not divide seq_len ({dims.seq_len})"))
+    return out
+
+
+def _pipeline_checks(blocks: int, m: Mapping) -> list[Problem]:
+    out: list[Problem] = []
+    chunks = m.pp * m.interleave
+    if m.stages:
+        return out
+    if chunks > blocks:
+        out.append(Problem("mapping.pp", f"pp × interleave = {chunks} exceeds the model's layers ({blocks})"))
+    elif m.interleave > 1 and blocks % chunks:
+        out.append(Problem("mapping.interleave", f"pp × interleave = {chunks} does not divide layers ({blocks})"))
+    if m.schedule is Schedule.interleaved and m.micro_batches % m.pp:
+        out.append(
+            Problem(
+                "mapping.global_batch",
+                f"interleaved 1F1B needs micro-batches per pipeline ({m.micro_batches}) "
+                f"to be a multiple of pp ({m.pp})",
+            )
+        )
+    return out
+
+
+def _stage_checks(project: Project, n_layers: int, capacity: int | None) -> list[Problem]:
+    m = project.mapping
+    out: list[Problem] = []
+    if not m.stages:
+        return out
+    if len(m.stages) != m.pp:
+        out.append(Problem("mapping.stages", f"{len(m.stages)} stages listed, pp is {m.pp}"))
+    ordered = sorted(m.stages, key=lambda s: s.stage)
+    expect = 0
+    for i, st in enumerate(ordered):
+        first, last = st.layers
+        if first != expect:
+            out.append(Problem(f"mapping.stages.{i}.layers", f"starts at {first}, expected {expect} (gap or overlap)"))
+        if last > n_layers:
+            out.append(Problem(f"mapping.stages.{i}.layers", f"ends at {last}, the model has {n_layers} layers"))
+        expect = last
+        if st.devices and len(st.devices) != m.tp * m.dp:
+            out.append(
+                Problem(
+                    f"mapping.stages.{i}.devices", f"{len(st.devices)} devices, a stage needs tp × dp = {m.tp * m.dp}"
+                )
+            )
+        if capacity is not None:
+            bad = [d for d in st.devices if d >= capacity]
+            if bad:
+                out.append(
+                    Problem(f"mapping.stages.{i}.devices", f"device {bad[0]} does not exist ({capacity} devices)")
+                )
+    if ordered and expect != n_layers:
+        out.append(Problem("mapping.stages", f"stages cover layers up to {expect}, the model has {n_layers}"))
+    return out
+
+
+def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
+    """``layer_parallelism`` is simulated as a HyPar partition: the dp devices form the array (so no tp,
+    pp or ZeRO sharding besides it), halved log2(dp) times, over a chain of conv and fc layers."""
+    if not m.layer_parallelism:
+        return []
+    out: list[Problem] = []
+    where = "mapping.layer_parallelism"
+    for name, value in (("tp", m.tp), ("pp", m.pp), ("interleave", m.interleave)):
+        if value != 1:
+            out.append(Problem(f"mapping.{name}", f"{value}; a HyPar partition ({where}) needs {name} = 1"))
+    if m.zero:
+        out.append(Problem("mapping.zero", f"{m.zero}; a HyPar partition ({where}) does not shard over ZeRO"))
+    if m.recompute is not Recompute.none:
+        out.append(Problem("mapping.recompute", f"'{m.recompute.value}'; a HyPar partition ({where}) needs 'none'"))
+    levels = None
+    if m.dp & (m.dp - 1):
+        out.append(Problem("mapping.dp", f"{m.dp} is not a power of two; HyPar halves the array level by level"))
+    else:
+        levels = m.dp.bit_length() - 1
+    other = [li for li in graph.layers if li.kind not in (LayerKind.conv, LayerKind.fc)]
+    if other:
+        out.append(
+            Problem(where, f"layer {other[0].index} ({other[0].name}) is a {other[0].kind.value} layer; HyPar "
+                           "partitions chains of conv and fc layers")
+        )
+        return out
+    weighted = {li.index for li in graph.layers if li.kind in (LayerKind.conv, LayerKind.fc)}
+    seen: set[int] = set()
+    for i, lp in enumerate(m.layer_parallelism):
+        if lp.layer not in weighted:
+            out.append(Problem(f"{where}.{i}.layer", f"{lp.layer} is not a weighted layer"))
+        elif lp.layer in seen:
+            out.append(Problem(f"{where}.{i}.layer", f"layer {lp.layer} is listed twice"))
+        seen.add(lp.layer)
+        if levels is not None and lp.levels and len(lp.levels) != levels:
+            out.append(
+                Problem(
+                    f"{where}.{i}.levels",
+                    f"{len(lp.levels)} choices; dp = {m.dp} devices are halved in log2({m.dp}) = {levels} levels",
+                )
+            )
+    return out
+
+
+def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
+    """Each ``mapping.fusion`` chain must be consecutive ops of some layer, each consuming the one before,
+    with no tensor-parallel collective between them (the tensor would leave the chip there)."""
+    from tilewright.engine.plan.passes import collective_between, local_name
+
+    out: list[Problem] = []
+    layers = [graph.layer_ops(li.index) for li in graph.layers]
+    for i, chain in enumerate(m.fusion):
+        where = f"mapping.fusion.{i}"
+        found = None
+        for ops in layers:
+            names = [local_name(op) for op in ops]
+            for start in range(len(names) - len(chain) + 1):
+                if names[start : start + len(chain)] == chain:
+                    found = ops[start : start + len(chain)]
+                    break
+            if found:
+                break
+        if found is None:
+            out.append(Problem(where, f"{chain} are not consecutive ops of any layer of the workload"))
+            continue
+        for a, b in zip(found, found[1:], strict=False):
+            if b.inputs and a.name not in b.inputs:
+                out.append(Problem(where, f"{local_name(b)} does not consume {local_name(a)}"))
+            elif collective_between(a, b, m.tp):
+                out.append(Problem(where, f"a tensor-parallel collective separates {local_name(a)} and {local_name(b)} "
+                                   f"at tp {m.tp}: that tensor leaves the chip"))
+    return out
+
+
+def check_project(project: Project) -> list[Problem]:
+    """Every cross-part problem of ``project``; empty when it is consistent."""
+    from tilewright.engine.workloads import build_workload
+
+    m = project.mapping
+    out: list[Problem] = []
+    capacity = device_capacity(project)
+    if capacity is not None and m.devices > capacity:
+        out.append(
+            Problem("mapping", f"tp·pp·dp = {m.tp}·{m.pp}·{m.dp} = {m.devices} devices, the hardware has {capacity}")
+        )
+    if isinstance(project.workload, TransformerDims):
+        out += _transformer_checks(project.workload, m)
+    graph = build_workload(project.workload)
+    out += _pipeline_checks(len(graph.block_layers), m)
+    out += _stage_checks(project, len(graph.layers), capacity)
+    out += _hypar_checks(m, graph)
+    out += _fusion_checks(m, graph)
+    memories = {mem.name for mem in project.hardware.all_memories()}
+    for category, name in m.memory_levels.items():
+        if name not in memories:
+            known = ", ".join(sorted(memories)) or "none"
+            out.append(Problem(f"mapping.memory_levels.{category}", f"no memory named '{name}' (have: {known})"))
+    return out
+
+
+def raise_for_problems(project: Project, source: str) -> None:
+    problems = check_project(project)
+    if problems:
+        raise InputError(source, problems)

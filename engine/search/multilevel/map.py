@@ -1,0 +1,251 @@
+"""Multi-level mapping (DFModel, Ko et al., "DFModel: Design Space Optimization of Large-Scale Systems
+Exploiting Dataflow Mappings", 2024): optimise a project's mapping at both levels at once —
+
+- across chips, which network dimension (torus axis, NVSwitch vs InfiniBand tier, dragonfly tier) carries
+  how much of tp, pp and dp (``milp``);
+- inside each chip, which operators run fused and with what tiles against SRAM and HBM (``fusion``),
+  whose optimum per tensor degree is the chip time the inter-chip programme sees.
+
+The answer is compared with the project's own mapping placed the engine's default way (row-major, tp
+fastest) and run unfused. Both are also run through the analytic engine with their device placement
+(written as explicit stage device lists), which checks the inter-chip half on the real topology. The
+chosen fusion is written into ``mapping.fusion``, which the engine models as the DRAM round trips it
+removes (the programme's tile sizes and weight re-reads are its own refinement), so the engine also
+reports the optimized mapping's time without fusion: the intra-chip gain it confirms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.hardware import elaborate, grow
+from tilewright.engine.ir.common import dtype_bytes
+from tilewright.engine.ir.mapping import Schedule, StagePlacement
+from tilewright.engine.ir.project import Project
+from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
+from tilewright.engine.perf.memory import bytes_per_param
+from tilewright.engine.plan.placement import split_layers
+from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
+from tilewright.engine.search.multilevel import milp as ml
+from tilewright.engine.search.multilevel.costs import params_per_tensor_rank, tensor_costs
+from tilewright.engine.search.multilevel.netdims import Dim, network_dims
+from tilewright.engine.search.space import tensor_options
+from tilewright.engine.workloads import build_workload
+
+DEFAULT_SRAM_MB = 40.0  # A100's L2 (NVIDIA A100 whitepaper), used when the device lists no SRAM
+
+
+@dataclass
+class MapResult:
+    dims: list[Dim]
+    default: ml.Layout | None  # the project's mapping, row-major, unfused
+    optimized: ml.Layout  # both levels
+    inter_only: ml.Layout  # the optimized layout with unfused chips: the inter-chip share of the gain
+    project: Project  # the optimized mapping, placed explicitly
+    engine_default_s: float | None
+    engine_optimized_s: float | None
+    engine_unfused_s: float | None  # the optimized mapping without its fusion
+    fused_groups: list[list[str]]
+    sram_bytes: float
+    notes: list[str]
+
+    @property
+    def gain(self) -> float | None:
+        return self.default.time_s / self.optimized.time_s if self.default else None
+
+
+def _stages(project: Project, layout: ml.Layout, dims: list[Dim], n_layers: int, blocks: list[int]) -> list:
+    pp = layout.degrees["pp"]
+    parts = split_layers(blocks, pp)
+    devices = ml.realize(layout, dims)
+    out, start = [], 0
+    for r, part in enumerate(parts):
+        end = n_layers if r == pp - 1 else part[-1] + 1
+        out.append(StagePlacement(stage=r, layers=(start, end), devices=devices[r]))
+        start = end
+    return out
+
+
+def mapped_project(project: Project, layout: ml.Layout, dims: list[Dim]) -> Project:
+    workload = build_workload(project.workload)
+    m = project.mapping
+    mapping = m.model_copy(update={
+        "tp": layout.degrees["tp"], "pp": layout.degrees["pp"], "dp": layout.degrees["dp"], "interleave": 1,
+        "schedule": Schedule.one_f_one_b if m.schedule is Schedule.interleaved else m.schedule,
+        "stages": _stages(project, layout, dims, len(workload.layers), workload.block_layers),
+    })
+    return project.model_copy(update={"mapping": type(m).model_validate(mapping.model_dump())})
+
+
+def build_problem(
+    project: Project, sram_mb: float | None, notes: list[str], report: Reporter | None = None
+) -> tuple[ml.Problem, list[Dim], Any]:
+    """The inter-chip programme of ``project``: its network dimensions, degree options and per-chip costs
+    (fusion optimised per tensor degree, which ``report`` follows)."""
+    m, run = project.mapping, project.run
+    n = m.devices
+    root = grow(project.hardware, n)
+    if root.device_count() != n:
+        raise InputError(project.name, Problem(
+            "mapping", f"tp·pp·dp = {n} devices, the system has {root.device_count()}: the multi-level mapping "
+                       "lays out every device of the system"))
+    hw = elaborate(root)
+    dims = network_dims(root, hw)
+    workload = build_workload(project.workload)
+    elem = dtype_bytes(run.dtype)
+    first = hw.devices[0]
+    dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
+    fusion_dev = dev
+    if sram_mb is not None or dev.sram_bytes <= 0:
+        mb_ = DEFAULT_SRAM_MB if sram_mb is None else sram_mb
+        if sram_mb is None:
+            notes.append(f"the device lists no SRAM; fusion assumes {mb_:g} MB on chip (A100's L2); set --sram-mb")
+        fusion_dev = dataclasses.replace(dev, sram_bytes=mb_ * 1e6)
+    layers = [workload.layer_ops(li.index) for li in workload.layers]
+    degrees = ml.degree_options(n, m.global_batch, m.micro_batch, len(workload.block_layers),
+                                tensor_options(project.workload, n))
+    if m.sequence_parallel:
+        seq = getattr(project.workload, "seq_len", 1)
+        degrees["tp"] = [t for t in degrees["tp"] if seq % t == 0]
+    costs = tensor_costs(layers, workload.block_layers, dev, fusion_dev, degrees["tp"], m.micro_batch,
+                         m.sequence_parallel, m.recompute, elem, report)
+    per_param = bytes_per_param(elem, run.master_weights_fp32, run.optimizer)
+    last_block = workload.layer_ops(workload.block_layers[0])
+    pb = ml.Problem(
+        dims=dims, devices=n, global_batch=m.global_batch, micro_batch=m.micro_batch,
+        layers=len(workload.block_layers), params=params_per_tensor_rank(layers, 1),
+        state_per_param=(per_param.weights, per_param.gradients, per_param.optimizer), zero=min(m.zero, 1),
+        capacity=device_capacity(hw, 0, dev), grad_bytes_per_param=per_param.gradients,
+        optimizer_bytes_per_param=ADAM_BYTES_MIXED if per_param.optimizer > 8 else ADAM_BYTES_FP32,
+        hbm_bandwidth=dev.dram_bandwidth,
+        hop_bytes=last_block[-1].out_elems * m.micro_batch * elem if last_block else 0,
+        degrees=degrees, costs=costs,
+    )
+    return pb, dims, workload
+
+
+def _engine_time(project: Project) -> float | None:
+    from tilewright.engine.engines.analytic.engine import AnalyticEngine
+    from tilewright.engine.plan.checks import check_project
+    from tilewright.engine.simulate import make_plan
+
+    if check_project(project):
+        return None
+    return AnalyticEngine().run(make_plan(project)).iteration_time_s
+
+
+def multilevel_map(
+    project: Project, sram_mb: float | None = None, check: bool = True, *, progress: ProgressFn | None = None,
+    cancel: CancelFn | None = None,
+) -> MapResult:
+    """Both levels of ``project``'s mapping optimised; with ``check``, both mappings also run on the analytic
+    engine. ``progress(fraction, text)`` follows the phases (per-chip costs, the MILP, the engine runs);
+    ``cancel()`` is checked between them and per tensor degree, and stops the mapping with ``Cancelled``."""
+    if project.run.mode.value != "train":
+        raise InputError(project.name, Problem("run.mode", "multi-level mapping optimises training, not inference"))
+    report = Reporter(progress, cancel)
+    notes: list[str] = []
+    costs = report.part(0.0, 0.5 if check else 0.8)
+    costs(0.0, "map: per-chip costs and operator fusion per tensor degree")
+    pb, dims, _ = build_problem(project, sram_mb, notes, costs)
+    report(0.5 if check else 0.8, "map: solving the inter-chip programme (MILP)")
+    best = ml.solve(pb, fused=True)
+    if best is None:
+        raise InputError(project.name, Problem(
+            "mapping", "no tp/pp/dp layout fits the devices' memory (state shrinks with tp·pp; stage 0 holds up to "
+                       "one micro-batch of every layer's activations)"))
+    m = project.mapping
+    default = ml.row_major_layout(pb, m.tp, m.pp, m.dp)
+    if default is not None and all(default.degrees[k] in pb.degrees[k] for k in ml.PARS):
+        default = ml.evaluate(pb, default, fused=False)
+    else:
+        notes.append("the project's mapping does not align with the network dimensions; no default to compare")
+        default = None
+    inter = ml.evaluate(pb, ml.Layout(dict(best.degrees), list(best.splits)), fused=False)
+    t = best.degrees["tp"]
+    groups = [g for layer in pb.costs.fused[t] for g in layer.groups if len(g) > 1]
+    unfused = mapped_project(project, best, dims)
+    mapped = with_fusion(unfused, groups)
+    engine_default = engine_opt = engine_unfused = None
+    if check:
+        base = project.model_copy(update={"mapping": project.mapping.model_copy(update={"interleave": 1})})
+        if project.mapping.schedule is Schedule.interleaved:
+            base = mapped_project(project, default, dims) if default else base
+        report(0.6, "map: the default mapping on the analytic engine")
+        engine_default = _engine_time(base) if default else None
+        report(0.73, "map: the optimized mapping on the analytic engine")
+        engine_opt = _engine_time(mapped)
+        report(0.86, "map: the optimized mapping without fusion on the analytic engine")
+        engine_unfused = _engine_time(unfused)
+    report(1.0, "map: done")
+    sram = DEFAULT_SRAM_MB * 1e6 if sram_mb is None else sram_mb * 1e6
+    return MapResult(dims, default, best, inter, mapped, engine_default, engine_opt, engine_unfused, groups, sram,
+                     notes)
+
+
+def with_fusion(project: Project, groups: list[list[str]]) -> Project:
+    """``project`` with ``mapping.fusion`` holding the fused chains, by op name within the layer (the
+    programme fuses the same chains in every layer of a kind)."""
+    chains: list[list[str]] = []
+    for g in groups:
+        chain = [name.split(".", 1)[-1] for name in g]  # names within the layer, as passes.local_name
+        if chain not in chains:
+            chains.append(chain)
+    m = project.mapping
+    mapping = type(m).model_validate(m.model_copy(update={"fusion": chains}).model_dump())
+    return project.model_copy(update={"mapping": mapping})
+
+
+def _layout_json(dims: list[Dim], lay: ml.Layout | None) -> dict | None:
+    if lay is None:
+        return None
+    return {
+        **lay.degrees,
+        "dimensions": [
+            {"name": d.name, "size": d.size, "tp": s[0], "pp": s[1], "dp": s[2]}
+            for d, s in zip(dims, lay.splits, strict=True)
+        ],
+        "predicted_time_s": lay.time_s,
+        "predicted_breakdown_s": lay.terms,
+    }
+
+
+def map_json(r: MapResult) -> dict:
+    return {
+        "dimensions": [{"name": d.name, "size": d.size, "bandwidth_bytes_per_s": d.bandwidth} for d in r.dims],
+        "default": _layout_json(r.dims, r.default),
+        "optimized": _layout_json(r.dims, r.optimized),
+        "predicted_gain": r.gain,
+        "predicted_gain_inter_chip": r.default.time_s / r.inter_only.time_s if r.default else None,
+        "fused_groups": r.fused_groups,
+        "engine_default_time_s": r.engine_default_s,
+        "engine_optimized_time_s": r.engine_optimized_s,
+        "engine_optimized_unfused_time_s": r.engine_unfused_s,
+        "notes": r.notes,
+    }
+
+
+def map_text(r: MapResult) -> str:
+    def line(name: str, lay: ml.Layout | None) -> str:
+        if lay is None:
+            return f"  {name:<10} -"
+        dims = ", ".join(f"{d.name}[{d.size}]={s[0]}/{s[1]}/{s[2]}" for d, s in zip(r.dims, lay.splits, strict=True))
+        deg = lay.degrees
+        return f"  {name:<10} tp {deg['tp']} pp {deg['pp']} dp {deg['dp']}  ({dims})  predicted {lay.time_s:.4g} s"
+
+    lines = ["multi-level mapping (per dimension: tp/pp/dp)", line("default", r.default),
+             line("optimized", r.optimized)]
+    if r.gain:
+        lines.append(f"  predicted gain ×{r.gain:.3f} (inter-chip alone ×{r.default.time_s / r.inter_only.time_s:.3f})")
+    if r.fused_groups:
+        lines.append("  fused: " + "; ".join(" + ".join(n.split(".", 1)[-1] for n in g) for g in r.fused_groups))
+    if r.engine_optimized_s:
+        base = f"{r.engine_default_s:.4g} s → " if r.engine_default_s else ""
+        unfused = f" ({r.engine_unfused_s:.4g} s without fusion)" if r.engine_unfused_s else ""
+        lines.append(f"  analytic engine: {base}{r.engine_optimized_s:.4g} s{unfused}")
+    lines += [f"  note: {n}" for n in r.notes]
+    return "\n".join(lines)

@@ -1,0 +1,267 @@
+"""The fast evaluator of the parallelism search: the analytic engine's answer without building a plan.
+
+Per candidate it needs stage sums of cached layer costs (``layer_table``), three cached collectives
+(tensor group, data-parallel groups, one pipeline hop; ``comm``), the closed-form pipeline time of
+``engine.plan.timing.closed_form`` and the closed-form activation peak of ``inflight``:
+
+    T = closed_form(F_r + B_r, m, v, sends) + exposed data-parallel reduction + optimizer step (+ ZeRO gather)
+
+The reduction of a chunk starts at that chunk's last backward, as in the analytic engine; stage 0 ends
+the pipeline, stage pp−1 ends earlier by the backward wave's trip back to stage 0 but may hold more
+parameters (a head), so both are checked. Memory is evaluated first (``memory``), because most of a
+large search space does not fit and costs nothing more to reject.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.common import dtype_bytes
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
+from tilewright.engine.perf.memory import bytes_per_param
+from tilewright.engine.plan.memo import memo_method
+from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
+from tilewright.engine.plan.recurrence import run_pipeline
+from tilewright.engine.plan.timing import closed_form
+from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.comm import CommModel, Layout
+from tilewright.engine.search.parallel.inflight import peak_activation
+from tilewright.engine.search.parallel.layer_table import LayerCosts, LayerTable
+from tilewright.engine.workloads.graph import WorkloadGraph
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Per (virtual stage = chunk·pp + rank) sums of one layer table, shaped (v, pp)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    act: np.ndarray
+    transient: np.ndarray  # per stage (max over its chunks)
+    workspace: np.ndarray  # per stage
+    fb: list[float]  # per stage: forward + backward of one micro-batch over all its chunks
+    act_stage: list[float]  # per stage: one micro-batch's stored activations over all its chunks
+
+
+class Estimator:
+    """Memory and iteration time of candidates for one (project template, elaborated system) pair."""
+
+    def __init__(self, project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> None:
+        run = project.run
+        self.project = project
+        self.hw = hw
+        self.workload = workload
+        self.elem = dtype_bytes(run.dtype)
+        first = hw.devices[0]
+        self.dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
+        self.capacity = device_capacity(hw, 0, self.dev)
+        self.per_param = bytes_per_param(self.elem, run.master_weights_fp32, run.optimizer)
+        self.opt_bytes = ADAM_BYTES_MIXED if self.per_param.optimizer > 8 else ADAM_BYTES_FP32
+        self.comm = CommModel(hw)
+        self.costs = LayerCosts(workload, self.dev, self.elem, self.comm)
+        blocks = workload.block_layers
+        self.blocks = np.array(blocks)
+        extras = [li.index for li in workload.layers if li.index not in blocks]
+        self.first_extra = np.array([i for i in extras if i < blocks[0]], dtype=int)  # the plan's rule
+        self.last_extra = np.array([i for i in extras if i > blocks[0]], dtype=int)
+        self.uniform = self.costs.uniform_blocks
+        self._chunks: dict[tuple, Chunks] = {}
+        self._params: dict[tuple[int, int, int], np.ndarray] = {}
+        self._prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}  # keyed by id, holds the array
+        self.out_elems = [ops[-1].out_elems if ops else 0.0 for ops in self.costs.ops]
+
+    # --- layer → stage --------------------------------------------------------------------------------
+
+    @memo_method
+    def _ranges(self, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+        """Block-order [start, end) of each virtual stage, the earlier ones one larger (``split_layers``)."""
+        parts = pp * v
+        base, extra = divmod(len(self.blocks), parts)
+        idx = np.arange(parts)
+        starts = idx * base + np.minimum(idx, extra)
+        return starts, starts + base + (idx < extra)
+
+    def _prefix(self, values: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """Prefix sums over the blocks, and the sums of the layers before and after them."""
+        k = id(values)
+        hit = self._prefixes.get(k)
+        if hit is None or hit[0] is not values:
+            pre = np.concatenate(([0.0], np.cumsum(values[self.blocks])))
+            first = float(values[self.first_extra].sum()) if self.first_extra.size else 0.0
+            last = float(values[self.last_extra].sum()) if self.last_extra.size else 0.0
+            hit = self._prefixes[k] = (values, pre, first, last)
+        return hit[1], hit[2], hit[3]
+
+    def _sum(self, values: np.ndarray, pp: int, v: int) -> np.ndarray:
+        starts, ends = self._ranges(pp, v)
+        pre, first, last = self._prefix(values)
+        out = pre[ends] - pre[starts]
+        out[0] += first
+        out[-1] += last
+        return out.reshape(v, pp)
+
+    def _max(self, values: np.ndarray, pp: int, v: int) -> np.ndarray:
+        starts, _ = self._ranges(pp, v)
+        out = np.maximum.reduceat(values[self.blocks], starts)
+        if self.first_extra.size:
+            out[0] = max(out[0], values[self.first_extra].max())
+        if self.last_extra.size:
+            out[-1] = max(out[-1], values[self.last_extra].max())
+        return out.reshape(v, pp).max(axis=0)
+
+    def chunks(self, table: LayerTable, key: tuple, pp: int, v: int) -> Chunks:
+        k = (key, pp, v)
+        ch = self._chunks.get(k)
+        if ch is None:
+            fwd, bwd, act = self._sum(table.fwd, pp, v), self._sum(table.bwd, pp, v), self._sum(table.act, pp, v)
+            ch = self._chunks[k] = Chunks(
+                fwd,
+                bwd,
+                act,
+                self._max(table.transient, pp, v),
+                self._max(table.workspace, pp, v),
+                (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist(),
+                act.sum(axis=0).tolist(),
+            )
+        return ch
+
+    def params(self, tp: int, pp: int, v: int) -> np.ndarray:
+        """Parameters per device of each chunk, shaped (v, pp)."""
+        k = (tp, pp, v)
+        p = self._params.get(k)
+        if p is None:
+            p = self._params[k] = self._sum(self.costs.params(tp), pp, v)
+        return p
+
+    def layer_table(self, c: Candidate) -> tuple[LayerTable, tuple]:
+        group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
+        key = (c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group)
+        return self.costs.table(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group), key
+
+    # --- memory ---------------------------------------------------------------------------------------
+
+    def stages_to_check(self, pp: int) -> list[int]:
+        """Stage 0 holds the most in-flight micro-batches and the most blocks, so with identical blocks
+        only it and the last stage (the head) can be the largest."""
+        return sorted({0, pp - 1}) if self.uniform else list(range(pp))
+
+    def memory_parts(self, c: Candidate, m: int, chunks: Chunks) -> list[tuple[float, float]]:
+        """Per stage that can be the fullest: (parameters, activation peak + workspace) in bytes/params."""
+        params = self.stage_params(c.tp, c.pp, c.interleave)
+        out = []
+        for r in self.stages_to_check(c.pp):
+            recompute = float(chunks.transient[r]) if c.recompute is Recompute.full else 0.0
+            if c.interleave == 1:
+                live = min(c.pp - r, m)  # 1F1B (Narayanan et al. §2.2); see ``inflight``
+                act = live * chunks.act_stage[r] + recompute
+            else:
+                act = peak_activation(c.schedule, c.pp, m, c.interleave, r, chunks.act[:, r], recompute)
+            out.append((params[r], act + float(chunks.workspace[r])))
+        return out
+
+    def state_bytes_per_param(self, zero: int, dp: int) -> float:
+        p = self.per_param
+        return p.weights + p.gradients + p.optimizer / (dp if zero >= 1 else 1)
+
+    def memory(self, c: Candidate, m: int, chunks: Chunks) -> float:
+        """Peak bytes of the fullest device (weights, gradients, optimizer, activations, workspace)."""
+        per = self.state_bytes_per_param(c.zero, c.dp)
+        return max(p * per + rest for p, rest in self.memory_parts(c, m, chunks))
+
+    def stage_params(self, tp: int, pp: int, v: int) -> list[float]:
+        return self._stage_params(tp, pp, v)
+
+    @memo_method
+    def _stage_params(self, tp: int, pp: int, v: int) -> list[float]:
+        return self.params(tp, pp, v).sum(axis=0).tolist()
+
+    # --- time -----------------------------------------------------------------------------------------
+
+    def hops(self, c: Candidate) -> list[float]:
+        """Pipeline hop times: ``hops[r]`` from stage r to r+1, ``hops[pp-1]`` from the last stage back to
+        stage 0 (the next chunk, interleaved only). Hops differ where stages straddle a node boundary."""
+        if c.pp == 1:
+            return [0.0]
+        layout = Layout(c.placement, c.rank_order)
+        starts, ends = self._ranges(c.pp, c.interleave)
+        nbytes = self.out_elems[int(self.blocks[ends[0] - 1])] * c.micro_batch * self.elem / c.tp
+        groups = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in range(c.pp)]
+        out = [self.comm.p2p_time(groups[r], groups[r + 1], nbytes) for r in range(c.pp - 1)]
+        out.append(self.comm.p2p_time(groups[-1], groups[0], nbytes) if c.interleave > 1 else 0.0)
+        return out
+
+    def pipeline_time(self, c: Candidate, m: int, chunks: Chunks) -> tuple[float, list[float]]:
+        """(closed-form pipeline time, hop times)."""
+        hops = self.hops(c)
+        sends = [hops[vs % c.pp] for vs in range(c.pp * c.interleave - 1)]
+        return closed_form(chunks.fb, m, c.interleave, sends), hops
+
+    def lower_bound(self, c: Candidate, m: int, chunks: Chunks) -> float:
+        """The pipeline without any communication: no candidate sharing these chunks can be faster."""
+        return closed_form(chunks.fb, m, c.interleave, [])
+
+    def iteration_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
+        t_pipe, hops = self.pipeline_time(c, m, chunks)
+        return t_pipe + self.tail(c, chunks, t_pipe, hops)
+
+    def tail(self, c: Candidate, chunks: Chunks, t_pipe: float, hops: list[float]) -> float:
+        """What follows the pipeline on the stage that finishes last: exposed dp reduction, optimizer, gather.
+
+        Stage r ends the backward wave earlier than stage 0 by the wave's trip back, and chunk c ends
+        pp backward steps of each later chunk before the stage's end (interleaved 1F1B's cool-down)."""
+        v, pp = c.interleave, c.pp
+        stage_params = self.stage_params(c.tp, pp, v)
+        # the last stage can only finish after stage 0 with more parameters to reduce and update
+        stages = [0, pp - 1] if pp > 1 and stage_params[pp - 1] > stage_params[0] else [0]
+        end = 0.0
+        for r in stages:
+            finish = t_pipe - sum(chunks.bwd[0, q] + hops[q] for q in range(r))
+            last_backward, offset = [], 0.0
+            for ch in range(v):
+                last_backward.append(finish - offset)
+                offset += pp * chunks.bwd[ch, r]
+            end = max(end, self._stage_end(c, r, finish, last_backward))
+        return end - t_pipe
+
+    def _stage_end(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
+        """As the analytic engine: each chunk's reduction starts at its last backward; then the optimizer
+        step and, with ZeRO, the weight all-gather."""
+        params = self.params(c.tp, c.pp, c.interleave)
+        stage_params = self.stage_params(c.tp, c.pp, c.interleave)
+        layout = Layout(c.placement, c.rank_order)
+        kind = "reduce-scatter" if c.zero >= 1 else "all-reduce"
+        name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
+        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
+        reduced = finish
+        for ch, t in enumerate(last_backward):
+            nbytes = params[ch, r] * self.per_param.gradients
+            reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
+        local = stage_params[r] / (c.dp if c.zero >= 1 else 1)
+        opt = local * self.opt_bytes / self.dev.dram_bandwidth
+        gather = 0.0
+        if c.zero >= 1 and groups:
+            gather = self.comm.concurrent_time("all-gather", groups, stage_params[r] * self.elem, name)
+        return reduced + opt + gather
+
+    def exact_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
+        """The pipeline by the analytic engine's recurrence (``run_pipeline``) instead of the closed form:
+        O(pp·m·v) steps, used to refine the few candidates a search keeps."""
+        pp, v = c.pp, c.interleave
+        duration = {}
+        for r in range(pp):
+            for ch in range(v):
+                duration[(r, ch, "F")] = float(chunks.fwd[ch, r])
+                duration[(r, ch, "B")] = float(chunks.bwd[ch, r])
+        hops = self.hops(c)
+        send = {}
+        for vs in range(pp * v - 1):
+            send[(vs, False)] = send[(vs, True)] = hops[vs % pp]
+        stages = run_pipeline(c.schedule, pp, m, v, duration, send)
+        return max(
+            self._stage_end(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)])
+            for r, st in enumerate(stages)
+        )

@@ -1,0 +1,119 @@
+"""Per-layer costs for search, cached per (tp, micro-batch, sequence parallelism, recompute, tp group).
+
+A plan costs every op of every stage with ``op_time`` and decomposes every collective; a search over
+thousands of mappings would repeat that work endlessly, since a transformer's blocks are identical and
+the costs depend on only four mapping knobs. This table runs the engine's own pass builders
+(``engine.plan.passes``) once per distinct layer and knob setting, so forward/backward/recompute times,
+tensor-parallel collective times, stored activations and workspace are the plan's numbers, and stage
+costs are sums (or maxima) over contiguous layer ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.ops import Op
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
+from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass
+from tilewright.engine.search.parallel.comm import CommModel
+from tilewright.engine.workloads.graph import WorkloadGraph
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """Arrays indexed by workload layer: seconds per micro-batch and bytes per micro-batch."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray  # backward plus recompute
+    act: np.ndarray  # stored activations
+    transient: np.ndarray  # a fully recomputed layer's activations, live during its backward
+    workspace: np.ndarray
+
+
+def _signature(ops: list[Op]) -> tuple:
+    """Layers with equal signatures cost the same (names and positions aside)."""
+    return tuple(op.model_dump(exclude={"name", "layer", "inputs"}).__repr__() for op in ops)
+
+
+class LayerCosts:
+    def __init__(self, workload: WorkloadGraph, dev: DeviceModel, elem_bytes: int, comm: CommModel) -> None:
+        self.workload = workload
+        self.dev = dev
+        self.elem = elem_bytes
+        self.comm = comm
+        self.ops = [workload.layer_ops(li.index) for li in workload.layers]
+        sigs: dict[tuple, int] = {}
+        self.klass = np.array([sigs.setdefault(_signature(ops), len(sigs)) for ops in self.ops])
+        self.representative = {k: int(np.argmax(self.klass == k)) for k in range(len(sigs))}
+        self._tables: dict[tuple, LayerTable] = {}
+        self._params: dict[int, np.ndarray] = {}
+        self._dram_spb: dict[tuple[int, ...], float] = {}
+        self.evaluated_layers = 0
+
+    @property
+    def uniform_blocks(self) -> bool:
+        """True when every pipeline block is the same layer (transformers), so stage 0 dominates."""
+        return len({int(self.klass[i]) for i in self.workload.block_layers}) <= 1
+
+    def params(self, tp: int) -> np.ndarray:
+        """Parameters per device of each layer."""
+        p = self._params.get(tp)
+        if p is None:
+            p = self._params[tp] = np.array([params_on_device(ops, tp) for ops in self.ops], dtype=float)
+        return p
+
+    def table(self, tp: int, mb: int, sp: bool, recompute: Recompute, group: tuple[int, ...]) -> LayerTable:
+        key = (tp, mb, sp, recompute, group)
+        t = self._tables.get(key)
+        if t is None:
+            t = self._tables[key] = self._build(tp, mb, sp, recompute, group)
+        return t
+
+    def _build(self, tp: int, mb: int, sp: bool, rc: Recompute, group: tuple[int, ...]) -> LayerTable:
+        ctx = PassContext(self.dev, mb, tp, sp, self.elem)
+        per_class: dict[int, tuple[float, float, float, float, float]] = {}
+        for k, i in self.representative.items():
+            layer = [self.ops[i]]
+            fwd = self._duration(forward_pass(layer, ctx), group)
+            bwd = self._duration(backward_pass(layer, ctx), group)
+            if rc is Recompute.full:
+                bwd += self._duration(forward_pass(layer, ctx, "R"), group)
+            elif rc is Recompute.selective:
+                bwd += self._duration(forward_pass(layer, ctx, "R", only_selective=True), group)
+            act = activation_bytes(layer, mb, tp, sp, rc, self.elem)
+            transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem) if rc is Recompute.full else 0
+            ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem)
+            per_class[k] = (fwd, bwd, act, transient, ws)
+            self.evaluated_layers += 1
+        cols = np.array([per_class[int(k)] for k in self.klass], dtype=float).reshape(len(self.klass), 5)
+        return LayerTable(*(cols[:, j].copy() for j in range(5)))
+
+    def _duration(self, ps: ChunkPass, group: tuple[int, ...]) -> float:
+        """As ``engine.plan.timing.pass_parts``: busy (or DRAM-stream) time plus tensor-parallel collectives."""
+        comm = sum(self.comm.collective_time(seg.comm[0], group, seg.comm[1]) for seg in ps.segments if seg.comm)
+        if ps.has_dram:
+            spb = self.dram_seconds_per_byte(group)
+            busy = sum(
+                max(seg.busy_s, seg.dram_bytes * spb) if seg.dram_bytes > 0 else seg.busy_s for seg in ps.segments
+            )
+        else:
+            busy = ps.busy_s
+        return busy + comm
+
+    def dram_seconds_per_byte(self, group: tuple[int, ...]) -> float:
+        """SRAM-only devices: the tightest link when every member streams from its nearest DRAM port."""
+        spb = self._dram_spb.get(group)
+        if spb is None:
+            mem = self.dev.remote_dram
+            usage: dict[int, float] = {}
+            if mem is not None:
+                for d in group:
+                    _, route = self.comm.hw.memory_route(d, mem.name)
+                    for lk in route:
+                        usage[lk] = usage.get(lk, 0.0) + 1.0
+            hw = self.comm.hw
+            spb = self._dram_spb[group] = max((u / hw.links[lk].bandwidth for lk, u in usage.items()), default=0.0)
+        return spb

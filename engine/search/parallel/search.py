@@ -1,0 +1,326 @@
+"""Parallelism search: the fastest tp × pp × dp × micro-batch × interleave × recompute × sequence
+parallelism × ZeRO-1 × placement for a model, system, device budget and global batch.
+
+Calculon (Isaev et al., SC'23) evaluates every point of this space with its analytic model; this search
+walks the same space but (1) rejects by memory before timing — closed-form state and activation bytes
+(``estimate.Estimator.memory``), with the micro-batch loop stopping at the first size that fits nowhere,
+since activations grow with it; (2) times the survivors from cached per-layer costs and linear
+collective models instead of planning each one (``estimate``); (3) skips a candidate whose
+communication-free pipeline time already exceeds the worst of the current best list (branch and
+bound); and (4) re-simulates only the top k with the event engine, so the ranking the user sees is
+checked by the simulator with contention.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+from itertools import count
+
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.engine.ir.project import EngineKind, Project
+from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.results.result import Result
+from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.estimate import Chunks, Estimator
+from tilewright.engine.search.space import Space, recompute_options, tensor_options
+from tilewright.engine.workloads import build_workload
+
+SOURCE = "command line"
+REPORT_EVERY_S = 0.5
+
+
+@dataclass
+class Ranked:
+    candidate: Candidate
+    iteration_time_s: float  # fast estimate (the analytic engine's model)
+    peak_memory_bytes: float
+    event: Result | None = None
+
+
+@dataclass
+class SearchResult:
+    ranked: list[Ranked]
+    global_batch: int
+    devices: int
+    space: int = 0  # candidates before pruning
+    evaluated: int = 0  # memory computed
+    feasible: int = 0  # fit in memory
+    timed: int = 0  # iteration time estimated (the rest were bounded out)
+    wall_time_s: float = 0.0
+    search_time_s: float = 0.0  # enumeration and ranking, before re-simulation
+    notes: list[str] = field(default_factory=list)
+
+
+def build_space(project: Project, devices: int, global_batch: int, blocks: int, est: Estimator) -> Space:
+    spec = project.workload
+    space = Space(
+        devices=devices,
+        global_batch=global_batch,
+        blocks=blocks,
+        tps=tensor_options(spec, devices),
+        recomputes=recompute_options(spec),
+        seq_len=getattr(spec, "seq_len", None),
+    )
+    # Search the tensor degrees nearest the innermost domain (a DGX node, a die) first: the best mappings
+    # are usually there, and finding them early tightens the bound that skips the rest.
+    first = est.hw.devices[0].node.rsplit("/", 1)[0]
+    domain = sum(1 for d in est.hw.devices if d.node.rsplit("/", 1)[0] == first)
+    space.tps.sort(key=lambda t: (abs(math.log2(t / domain)), t))
+    # Placement strategies only differ on grids (``engine.plan.placement``); elsewhere row-major is all.
+    if not any(d.coord for d in est.hw.devices):
+        space.placements = [PlacementStrategy.row_major]
+    else:
+        space.placements = list(PlacementStrategy)
+    return space
+
+
+def _validate(project: Project, devices: int, global_batch: int) -> None:
+    if devices < 1:
+        raise InputError(SOURCE, Problem("--devices", f"{devices} must be at least 1"))
+    if global_batch < 1:
+        raise InputError(SOURCE, Problem("--global-batch", f"{global_batch} must be at least 1"))
+
+
+class _Best:
+    """The ``keep`` fastest candidates so far; its worst time is the bound others must beat."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.heap: list[tuple[float, int, Ranked]] = []
+        self._n = count()
+
+    @property
+    def bound(self) -> float:
+        return -self.heap[0][0] if len(self.heap) >= self.keep else float("inf")
+
+    def offer(self, r: Ranked) -> None:
+        item = (-r.iteration_time_s, next(self._n), r)
+        if len(self.heap) < self.keep:
+            heapq.heappush(self.heap, item)
+        elif r.iteration_time_s < -self.heap[0][0]:
+            heapq.heapreplace(self.heap, item)
+
+    def sorted(self) -> list[Ranked]:
+        return [r for _, _, r in sorted(self.heap, key=lambda t: (-t[0], t[1]))]
+
+
+def search(
+    project: Project,
+    devices: int,
+    global_batch: int,
+    *,
+    top: int = 3,
+    keep: int = 20,
+    resimulate: bool = True,
+    progress: ProgressFn | None = None,
+    cancel: CancelFn | None = None,
+) -> SearchResult:
+    """Rank every legal mapping of ``project``'s model on ``devices`` devices (at most) of its system, then
+    re-simulate the best ``top`` on the event engine (``resimulate``).
+
+    ``progress(fraction, text)``: the walk over the space takes one share of the bar and each re-simulation
+    one more. ``cancel()`` is checked between (tp, pp) groups of candidates and inside each re-simulation;
+    it stops the search with ``Cancelled``."""
+    _validate(project, devices, global_batch)
+    start = time.perf_counter()
+    report = Reporter(progress, cancel)
+    sims = top if resimulate else 0
+    walk = report.part(0.0, 1.0 / (1 + sims))
+    try:
+        hw = elaborate(project.hardware, devices_needed=devices)
+    except ValueError as exc:
+        raise InputError(SOURCE, Problem("--devices", str(exc))) from None
+    workload = build_workload(project.workload)
+    est = Estimator(project, hw, workload)
+    space = build_space(project, devices, global_batch, len(workload.block_layers), est)
+    result = SearchResult([], global_batch, devices, space=space.size())
+    walk(0.0, f"search: {result.space:,} candidates in the space, {len(hw.devices):,} devices elaborated")
+    best = _Best(max(keep, top))
+    _walk(space, est, best, result, walk, start)
+    result.ranked = _refine(best.sorted(), est, global_batch)
+    result.search_time_s = time.perf_counter() - start
+    walk(
+        1.0,
+        f"search: {result.evaluated:,} evaluated, {result.feasible:,} fit in memory, {result.timed:,} timed "
+        f"in {result.search_time_s:.1f} s",
+    )
+    if resimulate:
+        _resimulate(project, result, top, report.part(1.0 / (1 + sims), 1.0))
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, report: Reporter, start: float) -> None:
+    gb = space.global_batch
+    capacity = est.capacity
+    last_report = start
+    counts = space.counts()
+    total = max(result.space, 1)
+    walked = 0  # candidates of the (tp, sp, rc, pp) groups done so far, for the fraction
+    for ti, tp in enumerate(space.tps):
+        for sp in space.sequence_parallel(tp):
+            for rc in space.recomputes:
+                tables: dict[int, tuple] = {}  # micro-batch → layer table: the row-major tensor group is fixed
+                for pp in space.pps(tp):
+                    report.check()
+                    now = time.perf_counter()
+                    if now - last_report > REPORT_EVERY_S:
+                        last_report = now
+                        report(
+                            walked / total,
+                            f"search: tp {tp} ({ti + 1}/{len(space.tps)}), pp {pp}: {result.evaluated:,} evaluated, "
+                            f"{result.feasible:,} fit, best {_fmt(best)} [{now - start:.1f} s]",
+                        )
+                    walked += counts[(tp, pp)]
+                    for dp in space.dps(tp, pp):
+                        orders = space.rank_orders if pp > 1 and dp > 1 else space.rank_orders[:1]
+                        zeros = space.zeros if dp > 1 else [0]
+                        for mb in space.micro_batches(dp):
+                            m = gb // (dp * mb)
+                            fits = False
+                            for v in space.interleaves(pp, m):
+                                c0 = Candidate(tp, pp, dp, mb, v, rc, sp, 0)
+                                if mb not in tables:
+                                    tables[mb] = est.layer_table(c0)
+                                table, key = tables[mb]
+                                chunks = est.chunks(table, key, pp, v)
+                                layouts = len(orders) * len(space.placements)
+                                fitting = _fitting(c0, m, zeros, est, chunks, capacity, result, layouts)
+                                if not fitting:
+                                    continue
+                                fits = True
+                                # without any communication: if that is already slower than the worst
+                                # kept, no ZeRO setting or rank order of this candidate can enter the list
+                                bound = est.lower_bound(c0, m, chunks)
+                                if bound >= best.bound and len(space.placements) == 1:
+                                    continue
+                                for zero, need in fitting:
+                                    _time_layouts(c0, chunks, bound, m, zero, need, space, orders, est, best, result)
+                            if not fits:
+                                break  # activations grow with the micro-batch: larger ones fit nowhere either
+
+
+def _fitting(
+    c0: Candidate, m: int, zeros: list[int], est: Estimator, chunks: Chunks, capacity: float, result: SearchResult,
+    layouts: int,
+) -> list[tuple[int, float]]:
+    """(zero, bytes) of the ZeRO settings under which ``c0`` fits. Memory does not depend on placement,
+    so one evaluation covers every layout of the candidate (counted as such)."""
+    parts = est.memory_parts(c0, m, chunks)
+    result.evaluated += len(zeros) * layouts
+    out = []
+    for zero in zeros:
+        per = est.state_bytes_per_param(zero, c0.dp)
+        need = max(p * per + rest for p, rest in parts)
+        if need <= capacity:
+            out.append((zero, need))
+    result.feasible += len(out) * layouts
+    return out
+
+
+def _time_layouts(
+    c0: Candidate, chunks0: Chunks, bound0: float, m: int, zero: int, need: float, space: Space, orders: list[str],
+    est: Estimator, best: _Best, result: SearchResult,
+) -> None:
+    """Time ``c0`` with ``zero`` under each placement; an alternative placement is kept only if it is
+    strictly faster than the default (on a switched cluster most are exact ties)."""
+    reference = None
+    for strategy in space.placements:
+        if not est.comm.distinct(strategy, c0.tp * c0.dp):
+            continue
+        for order in orders:
+            c = Candidate(c0.tp, c0.pp, c0.dp, c0.micro_batch, c0.interleave, c0.recompute, c0.sequence_parallel,
+                          zero, strategy, order)
+            chunks, bound = chunks0, bound0
+            if strategy is not PlacementStrategy.row_major:  # the tensor group may sit elsewhere
+                table, key = est.layer_table(c)
+                chunks = est.chunks(table, key, c.pp, c.interleave)
+                bound = est.lower_bound(c, m, chunks)
+            if bound >= best.bound:
+                continue
+            t_pipe, hops = est.pipeline_time(c, m, chunks)
+            t = t_pipe + est.tail(c, chunks, t_pipe, hops)
+            result.timed += 1
+            if reference is None:
+                reference = t
+            elif t >= reference * (1 - 1e-9):
+                continue
+            best.offer(Ranked(c, t, need))
+
+
+def _refine(ranked: list[Ranked], est: Estimator, global_batch: int) -> list[Ranked]:
+    """Re-time the kept candidates with the analytic engine's pipeline recurrence instead of the closed
+    form (exact for unbalanced stages too), and re-sort."""
+    for r in ranked:
+        c = r.candidate
+        table, key = est.layer_table(c)
+        chunks = est.chunks(table, key, c.pp, c.interleave)
+        r.iteration_time_s = est.exact_time(c, c.micro_batches(global_batch), chunks)
+    return sorted(ranked, key=lambda r: r.iteration_time_s)
+
+
+def _fmt(best: _Best) -> str:
+    if not best.heap:
+        return "none yet"
+    r = max(best.heap, key=lambda item: item[0])[2]
+    return f"{r.iteration_time_s:.3f} s ({r.candidate.label()})"
+
+
+def _resimulate(project: Project, result: SearchResult, top: int, report: Reporter) -> None:
+    from tilewright.engine.simulate import simulate
+
+    run = project.run.model_copy(update={"engine": EngineKind.event})
+    n = min(top, len(result.ranked))
+    for i, r in enumerate(result.ranked[:top]):
+        text = f"search: event engine {i + 1}/{n}: {r.candidate.label()}"
+        part = report.part(i / n, (i + 1) / n)
+        part(0.0, text)
+        mapping = r.candidate.mapping(result.global_batch, project.mapping)
+        p = project.model_copy(update={"mapping": mapping, "run": run})
+        r.event = simulate(p, progress=None if report.silent else _keep_text(part, text), cancel=report.cancelled)
+    head = result.ranked[:top]
+    head.sort(key=lambda r: r.event.iteration_time_s if r.event else r.iteration_time_s)
+    result.ranked[:top] = head
+
+
+def _keep_text(report: Reporter, text: str) -> ProgressFn:
+    """The simulation's fractions under the search's own text (which candidate is being confirmed)."""
+
+    def progress(fraction: float, _text: str = "") -> None:
+        report(fraction, text)
+
+    return progress
+
+
+def result_json(result: SearchResult) -> dict:
+    rows = []
+    for r in result.ranked:
+        row = r.candidate.as_json()
+        row.update(
+            iteration_time_s=r.iteration_time_s,
+            samples_per_s=result.global_batch / r.iteration_time_s if r.iteration_time_s > 0 else 0.0,
+            peak_memory_bytes=r.peak_memory_bytes,
+        )
+        if r.event is not None:
+            row["event_iteration_time_s"] = r.event.iteration_time_s
+            row["event_samples_per_s"] = result.global_batch / r.event.iteration_time_s
+            row["event_peak_memory_bytes"] = r.event.peak_memory_bytes
+            row["event_oom"] = r.event.oom is not None
+        rows.append(row)
+    return {
+        "candidates": rows,
+        "devices": result.devices,
+        "global_batch": result.global_batch,
+        "space": result.space,
+        "evaluated": result.evaluated,
+        "feasible": result.feasible,
+        "timed": result.timed,
+        "search_time_s": result.search_time_s,
+        "wall_time_s": result.wall_time_s,
+        "notes": result.notes,
+    }

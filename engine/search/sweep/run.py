@@ -1,0 +1,181 @@
+"""Sweeps: run a spec's points (``executors``: this process, a local process pool, or Ray), stream each
+finished point to a CSV, resume without redoing finished points, and compute the Pareto front.
+
+The CSV is the sweep's state: one row per finished point, keyed by the hash of its overrides, appended
+and flushed as each result arrives (a crash or a cancel loses at most the points in flight). Restarting
+reads the keys already there and submits only the rest. Ray is optional (``pip install 'tilewright[ray]'``)
+and imported only when asked for, so the engine imports fast and works without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.search.pareto import pareto_front
+from tilewright.engine.search.sweep.executors import Task, run_local, run_ray
+from tilewright.engine.search.sweep.point import COST_FIELDS, METRICS
+from tilewright.engine.search.sweep.spec import SweepSpec, point_key, points
+
+
+@dataclass
+class SweepResult:
+    csv_path: str
+    total: int
+    ran: int = 0
+    skipped: int = 0  # finished in an earlier run
+    counts: dict[str, int] = field(default_factory=dict)  # by status, over the whole CSV
+    pareto: list[dict[str, Any]] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+
+def load_spec(path: str) -> tuple[SweepSpec, dict[str, Any], str]:
+    """The spec, the base project's raw data and the name errors should cite for it."""
+    from tilewright.engine.io.json_file import read_json, require_object, validate_as
+    from tilewright.engine.io.migrate import migrate
+    from tilewright.engine.io.presets import resolve
+
+    spec = validate_as(SweepSpec, require_object(read_json(path), path), path)
+    if isinstance(spec.base, dict):
+        return spec, migrate(dict(spec.base), f"{path}: base"), f"{path}: base"
+    base_path = Path(spec.base)
+    if not base_path.is_absolute() and (Path(path).parent / base_path).is_file():
+        base_path = Path(path).parent / base_path  # relative to the spec
+    source = str(resolve("projects", str(base_path) if base_path.is_file() else spec.base))
+    return spec, migrate(require_object(read_json(source), source), source), source
+
+
+def columns(spec: SweepSpec) -> list[str]:
+    return ["key", "status", *(p.path for p in spec.parameters), *METRICS, *COST_FIELDS, "error"]
+
+
+def finished_keys(path: Path) -> set[str]:
+    if not path.is_file():
+        return set()
+    with path.open(newline="", encoding="utf-8") as fh:
+        return {row["key"] for row in csv.DictReader(fh) if row.get("key")}
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def run_sweep(
+    spec: SweepSpec, base: dict[str, Any], source: str, out: str, *, executor: str = "local",
+    workers: int | None = None, ray_address: str | None = None, progress: ProgressFn | None = None,
+    cancel: CancelFn | None = None,
+) -> SweepResult:
+    """Run the points not yet in ``out``, appending each to it as it finishes, then read the whole CSV back
+    for the counts and the Pareto front. ``workers`` caps the points in flight (default: one per core, or
+    the whole Ray cluster); ``ray_address`` is a Ray cluster to connect to (``executors.run_ray``).
+
+    ``progress(fraction, text)`` follows the points finished; ``cancel()`` stops the sweep within a fraction
+    of a second with ``Cancelled``, its workers stopped and every finished point in ``out``, so running the
+    same sweep again resumes it."""
+    start = time.perf_counter()
+    todo_all = [(point_key(p), p) for p in points(spec)]
+    path = Path(out)
+    cols = columns(spec)
+    _check_header(path, cols)
+    done = finished_keys(path)
+    seen: set[str] = set()
+    todo: list[Task] = []
+    for key, p in todo_all:
+        if key not in done and key not in seen:
+            seen.add(key)
+            todo.append((key, p))
+    result = SweepResult(str(path), len(todo_all), skipped=len(todo_all) - len(todo))
+    report = Reporter(progress, cancel)
+    report(0.0, f"sweep: {len(todo_all)} points, {result.skipped} already in {path}, {len(todo)} to run")
+
+    def say(text: str) -> None:  # news that must not raise (it may come while stopping)
+        if progress is not None:
+            progress(result.ran / max(len(todo), 1), text)
+
+    constants = dict(spec.set)
+    if executor == "ray":
+        runner = partial(run_ray, address=ray_address, say=say)
+    else:
+        runner = partial(run_local, cancel=cancel)
+    # a missing Ray is reported before the CSV is touched
+    finished = runner(todo, base, constants, source, workers, report.check)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not path.is_file() or path.stat().st_size == 0
+    try:
+        with path.open("a", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+            if new_file:
+                writer.writeheader()
+                fh.flush()
+            for key, overrides, row in finished:
+                writer.writerow({"key": key, **overrides, **row})
+                fh.flush()  # each finished point is on disk before the next is awaited
+                result.ran += 1
+                report(result.ran / len(todo), f"sweep: {result.ran}/{len(todo)} {row['status']} {key}")
+    finally:
+        # Stopped here (a cancel, Ctrl-C, a full disk), the runner would otherwise keep its pool or
+        # cluster busy until garbage collection; closing it stops what is in flight now.
+        finished.close()
+    rows = read_rows(path)
+    for row in rows:
+        result.counts[row["status"]] = result.counts.get(row["status"], 0) + 1
+    ok = [_numeric(r) for r in rows if r["status"] == "ok"]
+    objectives = [(o.metric, o.sense) for o in spec.objectives]
+    result.pareto = [ok[i] for i in pareto_front(ok, objectives)]
+    result.wall_time_s = time.perf_counter() - start
+    return result
+
+
+def _check_header(path: Path, cols: list[str]) -> None:
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open(newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), [])
+    if header != cols:
+        raise InputError(str(path), Problem("", "holds another sweep's columns; use a new --out to start afresh"))
+
+
+def _numeric(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        try:
+            out[k] = float(v) if v not in ("", None) and k not in ("key", "status", "error") else v
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def sweep_json(result: SweepResult) -> dict[str, Any]:
+    return {
+        "csv": result.csv_path,
+        "points": result.total,
+        "ran": result.ran,
+        "skipped": result.skipped,
+        "counts": result.counts,
+        "pareto": result.pareto,
+        "wall_time_s": result.wall_time_s,
+    }
+
+
+def sweep_text(result: SweepResult, spec: SweepSpec) -> str:
+    lines = [
+        f"sweep: {result.total} points, {result.ran} run now, {result.skipped} from earlier; "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(result.counts.items()))}; {result.wall_time_s:.1f} s",
+        f"  results: {result.csv_path}",
+        f"  Pareto front ({', '.join(f'{o.sense} {o.metric}' for o in spec.objectives)}): {len(result.pareto)} points",
+    ]
+    keys = [p.path for p in spec.parameters] + [o.metric for o in spec.objectives]
+    for row in result.pareto:
+        lines.append("    " + ", ".join(f"{k}={_fmt(row.get(k))}" for k in keys))
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

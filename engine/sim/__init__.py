@@ -1,1 +1,0 @@
-"""The event-driven engine: simpy processes per pipeline stage, flows sharing links max-min fairly."""
