@@ -37,11 +37,12 @@ def load_initial_project(path: str | None) -> tuple[Any, Path | None, str]:
     falls back to a new project, since the user did not ask for it.
     """
     from tilewright.engine.io import load_project
-    from tilewright.engine.io.presets import default_project_path
+    from tilewright.engine.io.presets import default_project_path, resolve
     from tilewright.studio.samples import new_project
 
     if path:
-        return load_project(path), Path(path), f"opened {path}"
+        file = resolve("projects", path)  # a file, or a preset's name as `tilewright presets` lists it
+        return load_project(file), file, f"opened {file}"
     try:
         default = default_project_path()
     except InputError:

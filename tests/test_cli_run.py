@@ -124,3 +124,16 @@ def test_console_script_runs_a_preset():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["devices"] == 16
+
+
+def test_a_preset_name_runs_like_its_file(capsys, tmp_path, monkeypatch):
+    """`tilewright presets` lists names; `run NAME` from any directory runs that preset's file."""
+    monkeypatch.chdir(tmp_path)
+    code, by_name, _ = _run(["hypar-vgg-a", "--engine", "analytic", "--json"], capsys)
+    assert code == 0
+    from tilewright.engine.io.presets import preset_path
+
+    code, by_file, _ = _run([str(preset_path("projects", "hypar-vgg-a")), "--engine", "analytic", "--json"], capsys)
+    assert code == 0
+    a, b = json.loads(by_name), json.loads(by_file)
+    assert a["iteration_time_s"] == b["iteration_time_s"] > 0

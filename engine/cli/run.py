@@ -25,7 +25,9 @@ MAPPING_FLAGS = (
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("project", nargs="?", metavar="PROJECT.json")
+    p.add_argument(
+        "project", nargs="?", metavar="PROJECT", help="a project file, or a preset project's name (tilewright presets)"
+    )
     p.add_argument("--system", metavar="NAME|FILE")
     p.add_argument("--model", metavar="NAME|FILE", help="a preset, a file, or 'gpt' built from the dims")
     for dim in DIM_FLAGS:
@@ -96,14 +98,15 @@ def assemble_project(args: argparse.Namespace):
     from tilewright.engine.io.json_file import read_json, require_object
     from tilewright.engine.io.migrate import migrate
     from tilewright.engine.io.overrides import apply_overrides, parse_set_option
-    from tilewright.engine.io.presets import load_system
+    from tilewright.engine.io.presets import load_system, resolve
     from tilewright.engine.io.project_file import project_from_data
     from tilewright.engine.plan.checks import raise_for_problems
 
-    source = args.project or COMMAND_LINE
+    path = resolve("projects", args.project) if args.project else None  # a file, or a preset's name
+    source = str(path) if path else COMMAND_LINE
     base: dict[str, Any] = {}
-    if args.project:
-        base = migrate(require_object(read_json(args.project), source), source)
+    if path:
+        base = migrate(require_object(read_json(path), source), source)
     data: dict[str, Any] = dict(base)
     data.setdefault("name", "command-line run")
     if args.system or "hardware" not in data:

@@ -19,7 +19,7 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("studio", help="open the design studio")
-    p.add_argument("project", nargs="?")
+    p.add_argument("project", nargs="?", metavar="PROJECT", help="a project file, or a preset project's name")
     p.add_argument("--run", action="store_true", help="run the simulation after opening")
     p.add_argument("--screenshot", metavar="FILE.png", help="render offscreen, save a PNG and exit")
     p.add_argument("--size", default="1600x1000", metavar="WxH")
