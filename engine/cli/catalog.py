@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
+
+from tilewright.engine.io.json_file import dumps_strict
 
 KINDS = ("systems", "models", "projects")
 
@@ -42,7 +43,7 @@ def format_catalog(entries: dict[str, list[dict[str, str]]]) -> str:
 
 def _cmd_presets(args: argparse.Namespace) -> int:
     entries = catalog()
-    print(json.dumps(entries, indent=2, sort_keys=True) if args.json else format_catalog(entries))
+    print(dumps_strict(entries, indent=2, sort_keys=True) if args.json else format_catalog(entries))
     return 0
 
 

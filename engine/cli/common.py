@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.io.json_file import dumps_strict
 
 COMMAND_LINE = "command line"
 
 
 def print_result(data: dict[str, Any], as_json: bool, text: str) -> None:
     """One JSON object on stdout with ``--json`` (sorted keys, so outputs diff cleanly), else the text."""
-    print(json.dumps(data, sort_keys=True) if as_json else text)
+    print(dumps_strict(data, sort_keys=True) if as_json else text)
 
 
 def require_positive(flag: str, value: int | float | None) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
+import os
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
+from tilewright.engine.io.json_file import dumps_strict
 
 DIM_FLAGS = ("layers", "hidden", "heads", "ffn", "seq_len", "vocab")
 MAPPING_FLAGS = (
@@ -109,6 +110,11 @@ def assemble_project(args: argparse.Namespace):
         base = migrate(require_object(read_json(path), source), source)
     data: dict[str, Any] = dict(base)
     data.setdefault("name", "command-line run")
+    if path and "hardware" not in data and not args.system:  # no silent default for a file's missing part
+        raise InputError(source, Problem("hardware", "missing: a project names its hardware (or pass --system NAME)"))
+    for part in ("hardware", "mapping", "run", "workload"):
+        if part in base and not isinstance(base[part], dict):
+            raise InputError(source, Problem(part, f"must be a JSON object, not {type(base[part]).__name__}"))
     if args.system or "hardware" not in data:
         data["hardware"] = load_system(args.system or "dgx-a100").model_dump(mode="json")
     data["workload"] = (
@@ -153,7 +159,20 @@ def run_command(args: argparse.Namespace) -> int:
             gc.enable()
 
 
+def _refuse_overwriting_inputs(args: argparse.Namespace) -> None:
+    """``--trace p.json`` with ``p.json`` the project would replace the design with a trace: refused."""
+    if not args.project:
+        return
+    from tilewright.engine.io.presets import resolve
+
+    source = os.path.realpath(resolve("projects", args.project))
+    for flag, out in (("--trace", args.trace), ("--csv", args.csv)):
+        if out and os.path.realpath(out) == source:
+            raise InputError(COMMAND_LINE, Problem(flag, f"{out} is the project file itself; choose another path"))
+
+
 def _run(args: argparse.Namespace) -> int:
+    _refuse_overwriting_inputs(args)
     project = assemble_project(args)
     from tilewright.engine.cli.progress import ProgressPrinter
     from tilewright.engine.simulate import simulate
@@ -170,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
 
         write_csv(result, args.csv)
     if args.json:
-        print(json.dumps(result.metrics_json(), sort_keys=True))
+        print(dumps_strict(result.metrics_json(), sort_keys=True))
     else:
         print(result.summary_text())
     return EXIT_OUT_OF_MEMORY if result.oom else 0

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from tilewright.engine.errors import InputError
+from tilewright.engine.io.json_file import dumps_strict
 
 
 def detect_kind(data: dict[str, Any]) -> str:
@@ -64,7 +64,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     kinds = {"project": Project, "system": Component, "model": WorkloadSpec}
     schema = TypeAdapter(kinds[args.kind]).json_schema()
-    print(json.dumps(schema, indent=2, sort_keys=True))
+    print(dumps_strict(schema, indent=2, sort_keys=True))
     return 0
 
 
