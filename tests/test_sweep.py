@@ -203,3 +203,51 @@ def test_cli_json(tmp_path: Path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["points"] == 2 and data["ran"] == 2 and data["csv"].endswith("spec.csv")
     assert data["pareto"]
+
+
+def test_a_disk_full_mid_row_resumes_to_the_uninterrupted_result(tmp_path: Path, monkeypatch):
+    """A write cut short leaves half a row; the next run drops it and re-runs that point, so the CSV ends
+    up with exactly the rows of an uninterrupted sweep (no glued rows, no lost points)."""
+    path = _spec_file(tmp_path, parameters=[{"path": "mapping.micro_batch", "values": [1, 2, 4]},
+                                            {"path": "mapping.recompute", "values": ["none", "full"]}])
+    spec, base, source = load_spec(str(path))
+    clean = tmp_path / "clean.csv"
+    run_sweep(spec, base, source, str(clean), workers=1)
+
+    out = tmp_path / "r.csv"
+    import os as os_mod
+
+    real_write = os_mod.write
+    writes: list[int] = []
+
+    def full_disk(fd, data):
+        writes.append(len(data))
+        if len(writes) == 4:  # header, two rows, then the disk fills half-way through the third row
+            real_write(fd, data[: len(data) // 2])
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os_mod, "write", full_disk)
+    with pytest.raises(InputError, match="No space left on device"):
+        run_sweep(spec, base, source, str(out), workers=1)
+    monkeypatch.setattr(os_mod, "write", real_write)
+    assert not out.read_bytes().endswith(b"\n")  # the half row is there
+    result = run_sweep(spec, base, source, str(out), workers=1)
+    assert (result.skipped, result.ran) == (2, 4)
+
+    def comparable(p: Path) -> list[dict]:
+        return sorted(({k: v for k, v in r.items() if k != "wall_time_s"} for r in _rows(p)),
+                      key=lambda r: r["key"])
+
+    assert comparable(out) == comparable(clean)
+
+
+def test_a_multi_line_error_stays_one_csv_line(tmp_path: Path):
+    from tilewright.engine.search.sweep.run import RowAppender
+
+    out = tmp_path / "r.csv"
+    with RowAppender(out, ["key", "error"]) as rows:
+        rows.header()
+        rows.append({"key": "a", "error": "first line\nsecond line"})
+    assert out.read_text().count("\n") == 2
+    assert _rows(out)[0]["error"] == "first line | second line"

@@ -10,6 +10,9 @@ and imported only when asked for, so the engine imports fast and works without i
 from __future__ import annotations
 
 import csv
+import errno
+import io
+import os
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -83,6 +86,7 @@ def run_sweep(
     todo_all = [(point_key(p), p) for p in points(spec)]
     path = Path(out)
     cols = columns(spec)
+    drop_partial_row(path)
     _check_header(path, cols)
     done = finished_keys(path)
     seen: set[str] = set()
@@ -109,14 +113,11 @@ def run_sweep(
     path.parent.mkdir(parents=True, exist_ok=True)
     new_file = not path.is_file() or path.stat().st_size == 0
     try:
-        with path.open("a", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        with RowAppender(path, cols) as rows_out:
             if new_file:
-                writer.writeheader()
-                fh.flush()
+                rows_out.header()
             for key, overrides, row in finished:
-                writer.writerow({"key": key, **overrides, **row})
-                fh.flush()  # each finished point is on disk before the next is awaited
+                rows_out.append({"key": key, **overrides, **row})  # on disk before the next is awaited
                 result.ran += 1
                 report(result.ran / len(todo), f"sweep: {result.ran}/{len(todo)} {row['status']} {key}")
     finally:
@@ -131,6 +132,64 @@ def run_sweep(
     result.pareto = [ok[i] for i in pareto_front(ok, objectives)]
     result.wall_time_s = time.perf_counter() - start
     return result
+
+
+class RowAppender:
+    """Appends whole CSV rows: each row is one line (newlines inside values are folded) written with one
+    ``write`` on an append-only descriptor and fsynced. A write cut short (a full disk, a kill) can only
+    leave a last line without its newline, which ``drop_partial_row`` removes before the next run — so a
+    resumed sweep equals an uninterrupted one. OS errors name the file (exit 2), never a traceback."""
+
+    def __init__(self, path: Path, cols: list[str]) -> None:
+        self.path, self.cols = path, cols
+        self.fd = -1
+
+    def __enter__(self) -> RowAppender:
+        try:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise InputError(str(self.path), f"cannot write the results: {exc.strerror}") from None
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        os.close(self.fd)
+
+    def header(self) -> None:
+        self._write(self.cols)
+
+    def append(self, row: dict[str, Any]) -> None:
+        self._write([row.get(c, "") for c in self.cols])
+
+    def _write(self, values: list[Any]) -> None:
+        buf = io.StringIO()
+        folded = [" | ".join(str(v).splitlines()) if isinstance(v, str) else v for v in values]
+        csv.writer(buf, lineterminator="\n").writerow(folded)
+        data = buf.getvalue().encode("utf-8")
+        try:
+            written = os.write(self.fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, "short write (disk full?)")
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise InputError(str(self.path), f"cannot write the results: {exc.strerror}") from None
+
+
+def drop_partial_row(path: Path) -> None:
+    """Cut a last line that lacks its newline (a row whose write was interrupted): that point runs again."""
+    if not path.is_file():
+        return
+    with path.open("rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return
+        back = min(size, 1 << 20)
+        fh.seek(size - back)
+        tail = fh.read(back)
+        cut = tail.rfind(b"\n")
+        fh.truncate(size - back + cut + 1 if cut >= 0 else 0)
 
 
 def _check_header(path: Path, cols: list[str]) -> None:
