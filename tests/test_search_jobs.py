@@ -140,3 +140,58 @@ def test_cancelled_pool_sweep_kills_its_workers_and_leaves_a_resumable_csv(tmp_p
     result = run_sweep(spec, base, source, str(out), workers=2)
     assert (result.skipped, result.ran) == (1, 2)
     assert sorted(r["mapping.micro_batch"] for r in _rows(out)) == ["1", "2", "4"]
+
+
+def test_pool_workers_die_with_a_sweep_killed_outright(tmp_path):
+    """kill -9 of the sweep cannot stop its pool; its workers notice the orphaning and exit."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        from concurrent.futures import ProcessPoolExecutor
+        from tilewright.engine.search.sweep import executors
+
+        def slow(base, overrides, source):
+            time.sleep(60)
+
+        if __name__ == "__main__":
+            pool = ProcessPoolExecutor(2, initializer=executors._pool_init,
+                                       initargs=({}, {}, "x", slow, os.getpid()))
+            futs = [pool.submit(executors._pool_task, ("k", {})) for _ in range(2)]
+            time.sleep(1.5)
+            print(" ".join(str(p) for p in pool._processes), flush=True)
+            time.sleep(60)
+        """
+    )
+    path = tmp_path / "sweep_like.py"
+    path.write_text(script)
+    proc = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, text=True)
+    workers = [int(p) for p in proc.stdout.readline().split()]
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 15
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in alive if _running(p)]
+    assert not alive, f"workers still running: {alive}"
+
+
+def _running(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by init) counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

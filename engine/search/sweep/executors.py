@@ -17,6 +17,8 @@ import itertools
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
@@ -49,7 +51,9 @@ def run_local(
             check()
             yield key, overrides, run_point(base, {**constants, **overrides}, source, cancel=cancel)
         return
-    pool = ProcessPoolExecutor(min(n, len(todo)), initializer=_pool_init, initargs=(base, constants, source, run_point))
+    pool = ProcessPoolExecutor(
+        min(n, len(todo)), initializer=_pool_init, initargs=(base, constants, source, run_point, os.getpid())
+    )
     pending = {pool.submit(_pool_task, task) for task in todo}
     try:
         while pending:
@@ -77,9 +81,21 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 _WORKER: dict[str, Any] = {}
 
 
-def _pool_init(base: dict, constants: dict, source: str, fn: Callable[..., dict[str, Any]]) -> None:
-    """Each pool worker receives the base project once, not with every point."""
+ORPHAN_CHECK_S = 1.0
+
+
+def _pool_init(base: dict, constants: dict, source: str, fn: Callable[..., dict[str, Any]], parent: int) -> None:
+    """Each pool worker receives the base project once, not with every point, and dies with its sweep: a
+    sweep killed outright (kill -9, a closed terminal) cannot stop its pool, so each worker watches for
+    its parent to go and exits then, instead of computing points nobody will record."""
     _WORKER.update(base=base, constants=constants, source=source, fn=fn)
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True, name="orphan-watch").start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_CHECK_S)
+    os._exit(1)
 
 
 def _pool_task(task: Task) -> tuple[str, dict[str, Any], dict[str, Any]]:
