@@ -20,14 +20,17 @@ if TYPE_CHECKING:
 
 RUN_WAIT_MS = 60_000  # a screenshot waits at most this long for a run
 CHECKS_WAIT_MS = 3_000
+MAX_SIDE = 8192  # a window (and its screenshot) past this is past Qt's raster limits: it crashed, not failed
 
 
 def parse_size(text: str | None) -> tuple[int, int]:
     """"1600x1000" → (1600, 1000); raises ``InputError`` for anything else."""
-    match = re.fullmatch(r"\s*(\d+)\s*[xX×]\s*(\d+)\s*", text or "1600x1000")
-    if not match or int(match.group(1)) < 200 or int(match.group(2)) < 150:
-        raise InputError("--size", f"expected WIDTHxHEIGHT of at least 200x150, e.g. 1600x1000 (got {text!r})")
-    return int(match.group(1)), int(match.group(2))
+    match = re.fullmatch(r"\s*(\d{1,9})\s*[xX×]\s*(\d{1,9})\s*", text or "1600x1000")
+    w, h = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if not 200 <= w <= MAX_SIDE or not 150 <= h <= MAX_SIDE:
+        raise InputError("--size", f"expected WIDTHxHEIGHT from 200x150 to {MAX_SIDE}x{MAX_SIDE}, e.g. 1600x1000 "
+                                   f"(got {text!r})")
+    return w, h
 
 
 def load_initial_project(path: str | None) -> tuple[Any, Path | None, str]:

@@ -18,6 +18,7 @@ from tilewright.engine.hardware.model import Device
 from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.mapping import Mapping, Schedule
 from tilewright.engine.ir.project import Project
+from tilewright.engine.plan.budget import estimate
 from tilewright.engine.plan.placement import split_layers, stage_groups
 from tilewright.engine.workloads import WorkloadGraph, build_workload
 
@@ -121,6 +122,9 @@ class StageLayout:
 def stage_layout(project: Project, chunks: int | None = None) -> StageLayout:
     """The layout of ``project``'s mapping (``chunks`` overrides the model chunks per device)."""
     m = project.mapping
+    too_large = estimate(project).problems()
+    if too_large:  # elaborating it here, on the GUI thread, would hang the window
+        return StageLayout(problem="; ".join(str(p) for p in too_large))
     try:
         workload = workload_graph(project.workload)
         graph = elaborated(project.hardware, m.devices)

@@ -24,6 +24,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 from tilewright.engine.errors import InputError
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, Cancelled, ProgressFn
+from tilewright.engine.plan.budget import check_budget
 from tilewright.engine.results.result import Result
 from tilewright.studio import gc_guard
 from tilewright.studio.model.run_record import RunRecord, prepare_record
@@ -176,6 +177,7 @@ def simulate_and_prepare(project: Project, simulate: SimulateFn, *, progress: Pr
     """``simulate(project)`` with the job's progress and cancel, then the ``RunRecord`` the result views
     read (sorted, ranked on this thread). Reports from the engine without a text count as simulating."""
     start = time.perf_counter()
+    check_budget(project, project.name)  # a run past the size limits is refused, not left to exhaust memory
     progress(0.0, PLANNING)  # the engine plans first; its first report says it moved on
     result = simulate(project, progress=lambda f, text="": progress(f, text or SIMULATING), cancel=cancel)
     if cancel():

@@ -31,6 +31,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--system", metavar="NAME|FILE")
     p.add_argument("--model", metavar="NAME|FILE", help="a preset, a file, or 'gpt' built from the dims")
+    p.add_argument("--allow-large", action="store_true",
+                   help="simulate even past the size limits (devices, layers, pipeline steps) the estimate sets")
     for dim in DIM_FLAGS:
         p.add_argument(f"--{dim.replace('_', '-')}", dest=dim, type=int, metavar="N")
     p.add_argument("--devices", type=int, metavar="N")
@@ -101,6 +103,7 @@ def assemble_project(args: argparse.Namespace):
     from tilewright.engine.io.overrides import apply_overrides, parse_set_option
     from tilewright.engine.io.presets import load_system, resolve
     from tilewright.engine.io.project_file import project_from_data
+    from tilewright.engine.plan.budget import check_budget
     from tilewright.engine.plan.checks import raise_for_problems
 
     path = resolve("projects", args.project) if args.project else None  # a file, or a preset's name
@@ -133,7 +136,8 @@ def assemble_project(args: argparse.Namespace):
         path, value = parse_set_option(option)
         apply_overrides(data, path, value, COMMAND_LINE)
     project = project_from_data(data, source)
-    raise_for_problems(project, source)
+    check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
+    raise_for_problems(project, source, allow_large=args.allow_large)
     return project
 
 

@@ -19,7 +19,7 @@ def detect_kind(data: dict[str, Any]) -> str:
     return "model"
 
 
-def validate_file(path: str, kind: str = "auto") -> str:
+def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -> str:
     """Return a one-line summary; raise ``InputError`` naming each problem."""
     from tilewright.engine.io.json_file import read_json, require_object, validate_as
     from tilewright.engine.ir.hardware import Component
@@ -29,10 +29,12 @@ def validate_file(path: str, kind: str = "auto") -> str:
     kind = detect_kind(data) if kind == "auto" else kind
     if kind == "project":
         from tilewright.engine.io.project_file import project_from_data
+        from tilewright.engine.plan.budget import check_budget
         from tilewright.engine.plan.checks import device_capacity, raise_for_problems
 
         project = project_from_data(data, path)
-        raise_for_problems(project, path)
+        check_budget(project, path, allow_large=allow_large)
+        raise_for_problems(project, path, allow_large=allow_large)
         m = project.mapping
         cap = device_capacity(project)
         size = f"{project.hardware.device_count()} devices" if cap is not None else f"grows to {m.devices} devices"
@@ -45,16 +47,20 @@ def validate_file(path: str, kind: str = "auto") -> str:
         comp: Component = validate_as(Component, data, path)
         return f"{path}: valid system '{comp.name}' — {comp.device_count()} devices"
     if kind == "model":
+        from tilewright.engine.plan.budget import MAX_LAYERS, layer_count
         from tilewright.engine.workloads import build_workload
 
         spec = validate_as(WorkloadSpec, data, path)
+        if layer_count(spec) > MAX_LAYERS and not allow_large:
+            limit = f"{layer_count(spec):,} layers (limit {MAX_LAYERS:,}); pass --allow-large to try anyway"
+            raise InputError(path, limit)
         graph = build_workload(spec)
         return f"{path}: valid model '{graph.name}' — {len(graph.layers)} layers, {graph.params / 1e9:.3f} B parameters"
     raise InputError(path, f"unknown kind '{kind}'")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    print(validate_file(args.file, kind=args.kind))
+    print(validate_file(args.file, kind=args.kind, allow_large=args.allow_large))
     return 0
 
 
@@ -72,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a project, system or model file")
     p.add_argument("file")
     p.add_argument("--kind", choices=["auto", "project", "system", "model"], default="auto")
+    p.add_argument("--allow-large", action="store_true", help="check even past the size limits")
     p.set_defaults(handler=_cmd_validate)
 
     p = sub.add_parser("schema", help="print the JSON Schema of project files")

@@ -170,10 +170,15 @@ def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     return out
 
 
-def check_project(project: Project) -> list[Problem]:
-    """Every cross-part problem of ``project``; empty when it is consistent."""
+def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
+    """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
+    (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
+    from tilewright.engine.plan.budget import estimate
     from tilewright.engine.workloads import build_workload
 
+    too_large = [] if allow_large else estimate(project).problems()
+    if too_large:  # building the graph of a run past the limits is what would hang or exhaust memory
+        return too_large
     m = project.mapping
     out: list[Problem] = []
     capacity = device_capacity(project)
@@ -196,7 +201,7 @@ def check_project(project: Project) -> list[Problem]:
     return out
 
 
-def raise_for_problems(project: Project, source: str) -> None:
-    problems = check_project(project)
+def raise_for_problems(project: Project, source: str, *, allow_large: bool = False) -> None:
+    problems = check_project(project, allow_large=allow_large)
     if problems:
         raise InputError(source, problems)
