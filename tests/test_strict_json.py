@@ -65,3 +65,24 @@ def test_an_output_path_equal_to_the_project_is_refused(tmp_path, capsys, flag):
     assert main(["run", str(path), flag, str(path)]) == 2
     assert "is the project file itself" in capsys.readouterr().err
     assert path.read_bytes() == before
+
+
+def test_output_paths_that_cannot_work_exit_2_before_the_run(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["run", "hypar-vgg-a", "--trace", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert main(["run", "hypar-vgg-a", "--csv", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_an_os_error_on_a_users_path_is_exit_2_naming_it(tmp_path, capsys, monkeypatch):
+    import tilewright.engine.results.chrome_trace as trace
+
+    def full(*_a, **_k):
+        raise OSError(28, "No space left on device", str(tmp_path / "t.json"))
+
+    monkeypatch.setattr(trace, "write_chrome_trace", full)
+    assert main(["run", "hypar-vgg-a", "--trace", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert "t.json" in err and "No space left on device" in err and "internal error" not in err

@@ -60,6 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a user's path: read-only, full disk, a directory, missing — their input, not our fault
+        where = exc.filename if exc.filename is not None else "tilewright"
+        print(f"{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except MemoryError:
+        print("tilewright: ran out of memory; the run is too large for this machine", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except Exception as exc:  # an internal fault: say so briefly; the traceback only on request
         if os.environ.get("TILEWRIGHT_DEBUG"):
             raise

@@ -163,20 +163,25 @@ def run_command(args: argparse.Namespace) -> int:
             gc.enable()
 
 
-def _refuse_overwriting_inputs(args: argparse.Namespace) -> None:
-    """``--trace p.json`` with ``p.json`` the project would replace the design with a trace: refused."""
-    if not args.project:
-        return
-    from tilewright.engine.io.presets import resolve
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Output paths that cannot work are refused before the run, not after it: ``--trace p.json`` with
+    ``p.json`` the project would replace the design with a trace; a trace cannot be written over a folder,
+    nor CSV files into a file."""
+    if args.project:
+        from tilewright.engine.io.presets import resolve
 
-    source = os.path.realpath(resolve("projects", args.project))
-    for flag, out in (("--trace", args.trace), ("--csv", args.csv)):
-        if out and os.path.realpath(out) == source:
-            raise InputError(COMMAND_LINE, Problem(flag, f"{out} is the project file itself; choose another path"))
+        source = os.path.realpath(resolve("projects", args.project))
+        for flag, out in (("--trace", args.trace), ("--csv", args.csv)):
+            if out and os.path.realpath(out) == source:
+                raise InputError(COMMAND_LINE, Problem(flag, f"{out} is the project file itself; choose another path"))
+    if args.trace and os.path.isdir(args.trace):
+        raise InputError(COMMAND_LINE, Problem("--trace", f"{args.trace} is a folder; name a file"))
+    if args.csv and os.path.exists(args.csv) and not os.path.isdir(args.csv):
+        raise InputError(COMMAND_LINE, Problem("--csv", f"{args.csv} is a file; name a folder for the CSV files"))
 
 
 def _run(args: argparse.Namespace) -> int:
-    _refuse_overwriting_inputs(args)
+    _check_outputs(args)
     project = assemble_project(args)
     from tilewright.engine.cli.progress import ProgressPrinter
     from tilewright.engine.simulate import simulate
