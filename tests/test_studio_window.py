@@ -341,3 +341,33 @@ def test_open_recent_lists_saved_files(make_window, tmp_path):
     assert names == ["b.json", "a.json"]
     w.actions_.recent_menu.actions()[1].trigger()
     assert w.doc.file_path.resolve() == (tmp_path / "a.json").resolve()
+
+
+def test_a_failed_save_shows_why_and_keeps_the_window_and_its_edits(make_window, tmp_path):
+    """A name with a lone surrogate cannot be written as UTF-8: choosing Save on close shows the reason
+    and leaves the window open with the edits (nothing is lost)."""
+    path = tmp_path / "wafer.json"
+    save_project(wafer_project(), path)
+    before = path.read_bytes()
+    w = make_window(load_project(path), path)
+    w.doc.replace(w.doc.project.model_copy(update={"name": "bad\ud800name"}), path)
+    w.selection.reveal("wafer/die")
+    w.inspector.editor("rows").type_and_commit("3")
+    errors = []
+    w.show_error = lambda title, text: errors.append(text)
+    w.ask_save_changes = lambda: Decision.Save
+    assert not w.close()
+    assert w.isVisible() and w.doc.is_dirty
+    assert errors and "wafer.json" in errors[0] and "surrogate" in errors[0]
+    assert path.read_bytes() == before
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_file_with_a_lone_surrogate_is_refused_on_open(make_window, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "a\\ud800b"}')  # a JSON escape: the only way to write a lone surrogate
+    w = make_window(wafer_project())
+    errors = []
+    w.show_error = lambda title, text: errors.append(text)
+    assert not w.open_path(bad)
+    assert errors and "lone UTF-16 surrogate" in errors[0]

@@ -56,13 +56,19 @@ def _refuse_constant(name: str) -> Any:
 def loads_strict(text: str, source: str) -> Any:
     """Parse JSON text, refusing duplicate keys and NaN/Infinity; errors name ``source``."""
     try:
-        return json.loads(text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant)
+        data = json.loads(text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant)
+        if "\\u" in text.lower():  # only an escape can make a lone surrogate, which no file can hold again
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        return data
     except json.JSONDecodeError as exc:
         raise InputError(source, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except _NotJson as exc:
         raise InputError(source, f"not valid JSON: {exc}") from None
     except RecursionError:
         raise InputError(source, "not valid JSON: nested too deeply") from None
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise InputError(source, f"not valid text: {bad} is a lone UTF-16 surrogate, not a character") from None
 
 
 def json_safe(data: Any) -> Any:

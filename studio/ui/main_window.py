@@ -199,8 +199,9 @@ class MainWindow(QMainWindow):
     def _save_to(self, path: Path) -> bool:
         try:
             self.doc.save(path)
-        except OSError as exc:
-            self.show_error("Cannot save project", f"{path}: {exc}")
+        except (OSError, ValueError, InputError) as exc:  # the window stays open with the edits: nothing lost
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            self.show_error("Cannot save project", f"{path}: {reason}")
             return False
         add_recent_file(self.settings, path)
         self.show_message(f"saved {path}")
