@@ -4,16 +4,25 @@ CSV, and a Chrome trace for Perfetto / chrome://tracing.
 Result files come from the engine's own writers (``write_csv``, ``write_chrome_trace``), so the studio
 and ``tilewright run`` export the same bytes; plots are drawn at a fixed size whatever their tab's size
 (or whether the results dock is open at all), so exported figures are reproducible.
+
+A plot laid out at the export size must also have its view boxes' data-to-pixel matrices updated before
+it is drawn. pyqtgraph updates them lazily, when the scene is about to paint: the PNG exporter renders the
+scene (so it happens), the SVG exporter paints item by item (so it did not), and SVGs came out with the
+data drawn at the on-screen tab's scale — memory areas shrunk into a corner, link curves collapsed to
+nothing — while the axes were right. ``_AtSize`` asks the scene to prepare for painting, like a render.
+SVGs also get an explicit width and height (pyqtgraph writes only a viewBox, which resvg refuses).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QRectF, QSize
 from tilewright.engine.io import save_project
+from tilewright.engine.io.atomic import write_atomic
 from tilewright.engine.results.result import Result
 
 PLOT_SIZE = (1600, 900)
@@ -41,9 +50,17 @@ class _AtSize:
             self.item.setTitle(self.title, color="#3d4852", size="11pt")
         self.item.setGeometry(QRectF(0, 0, *self.size))
         self.item.layout.activate()
+        self._prepare_paint()
         if self.prepare is not None:
             self.prepare()  # e.g. the Gantt's level of detail for the export's pixel width
+            self._prepare_paint()
         return self.item
+
+    def _prepare_paint(self) -> None:
+        """What a scene render does first: view boxes update their matrices for the new geometry."""
+        scene = self.item.scene()
+        if scene is not None and hasattr(scene, "prepareForPaint"):
+            scene.prepareForPaint()
 
     def __exit__(self, *_exc: object) -> None:
         if self.title:
@@ -69,8 +86,34 @@ def write_plot_svg(plot_widget: Any, path: str | Path, size: tuple[int, int] = P
     from pyqtgraph.exporters import SVGExporter
 
     with _AtSize(plot_widget, size, prepare, title) as item:
-        SVGExporter(item).export(str(path))
+        exporter = SVGExporter(item)
+        exporter.parameters()["width"] = size[0]
+        exporter.parameters().param("height").setValue(size[1], blockSignal=exporter.heightChanged)
+        text = exporter.export(toBytes=True).decode("utf-8")
+    write_atomic(path, with_generic_fonts(svg_with_size(text, *size)))
     return Path(path)
+
+
+def svg_with_size(text: str, width: int, height: int) -> str:
+    """The root ``<svg>`` with an explicit width and height (pyqtgraph writes only ``viewBox``)."""
+    return re.sub(r"<svg\b([^>]*?)\s*viewBox\s*=\s*", rf'<svg\1 width="{width}" height="{height}" viewBox=', text,
+                  count=1)
+
+
+GENERIC_FAMILIES = {"serif", "sans-serif", "monospace", "cursive", "fantasy", "system-ui"}
+
+
+def with_generic_fonts(text: str) -> str:
+    """Every ``font-family`` ends with a generic family: Qt writes the widget font's alias alone ("Sans
+    Serif"), which fontconfig knows but renderers without it (resvg) do not, and they drew no text."""
+
+    def fix(match: re.Match[str]) -> str:
+        families = [f.strip().strip('"').replace("&quot;", "").strip() for f in match.group(1).split(",")]
+        if any(f.lower() in GENERIC_FAMILIES for f in families):
+            return match.group(0)
+        return f'font-family="{match.group(1)}, sans-serif"'
+
+    return re.sub(r'font-family="([^"]*)"', fix, text)
 
 
 def write_plots(panel: Any, folder: str | Path, fmt: str) -> list[Path]:

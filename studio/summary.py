@@ -4,6 +4,9 @@ the outline's tooltips and (later) reports: "gpu · chip · 312 TFLOP/s bf16 · 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+from tilewright.engine.hardware import elaborate
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.hardware import Component, Interconnect, Memory
 from tilewright.studio.units import BYTES, BYTES_PER_S, FLOPS, SECONDS, format_value, plural
@@ -28,14 +31,48 @@ def _instance_peak(component: Component, dtype: DType) -> float:
     return own + sum(c.count * _instance_peak(c, dtype) for c in component.children)
 
 
-def _instance_memory(component: Component) -> dict[str, float]:
-    """Bytes of memory per instance, by memory kind. An edge-attached memory counts its capacity once,
-    however many ports reach it: claiming less than is there is the safer error on a label."""
+def instance_memory(component: Component) -> dict[str, float]:
+    """Bytes of memory in ONE instance of ``component``, by memory kind, as the engine counts them: the
+    capacities of the memory ports of its elaborated hardware graph — what ``engine.perf.device.
+    device_capacity`` shares out among the devices — so a caption and a run never disagree (an edge
+    memory has a port per edge segment, each holding ``capacity_bytes``). Cached per design: elaborating
+    a 4,096-tile wafer takes a fifth of a second."""
+    return dict(_ports(_one_instance(component))[0])
+
+
+def own_ports(component: Component, memory: Memory) -> int:
+    """How many ports the engine gives ``memory`` of ONE instance of ``component`` (1 when it cannot
+    elaborate the component)."""
+    return dict(_ports(_one_instance(component))[1]).get(memory.name, 1)
+
+
+def _one_instance(component: Component) -> str:
+    return component.model_copy(update={"rows": 1, "cols": 1, "growable": False}).model_dump_json()
+
+
+@lru_cache(maxsize=128)
+def _ports(component_json: str) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, int], ...]]:
+    """(bytes by memory kind, ports of the root's own memories by name) of one elaborated instance."""
+    component = Component.model_validate_json(component_json)
+    try:
+        ports = elaborate(component).memory_ports
+    except ValueError:  # not a system the engine can build (yet): the memories as declared
+        return tuple(_declared_memory(component).items()), ()
+    by_kind: dict[str, float] = {}
+    own: dict[str, int] = {}
+    for port in ports:
+        by_kind[port.memory.kind.value] = by_kind.get(port.memory.kind.value, 0.0) + port.capacity_bytes
+        if port.owner == component.name:
+            own[port.memory.name] = own.get(port.memory.name, 0) + 1
+    return tuple(by_kind.items()), tuple(own.items())
+
+
+def _declared_memory(component: Component) -> dict[str, float]:
     out: dict[str, float] = {}
     for m in component.memories:
         out[m.kind.value] = out.get(m.kind.value, 0.0) + m.capacity_bytes
     for child in component.children:
-        for kind, size in _instance_memory(child).items():
+        for kind, size in _declared_memory(child).items():
             out[kind] = out.get(kind, 0.0) + child.count * size
     return out
 
@@ -46,7 +83,7 @@ def key_figures(component: Component) -> list[str]:
     dtype = headline_dtype(component) or _first_dtype(component)
     if dtype is not None:
         figures.append(f"{format_value(_instance_peak(component, dtype), FLOPS)} {dtype.value}")
-    for kind, size in sorted(_instance_memory(component).items(), key=lambda kv: -kv[1]):
+    for kind, size in sorted(instance_memory(component).items(), key=lambda kv: -kv[1]):
         figures.append(f"{format_value(size, BYTES)} {kind.upper()}")
     devices = component.devices_per_instance()
     if component.children and devices:
@@ -86,9 +123,11 @@ def interconnect_caption(ic: Interconnect) -> str:
     return " · ".join(parts)
 
 
-def memory_caption(m: Memory) -> str:
-    ports = f" · {m.ports_per_edge} {plural('port', m.ports_per_edge)}/edge" if m.attach else ""
-    return (
-        f"{m.name} · {m.kind.value.upper()} · {format_value(m.capacity_bytes, BYTES)} · "
-        f"{format_value(m.bandwidth_bytes_per_s, BYTES_PER_S)}{ports}"
-    )
+def memory_caption(m: Memory, ports: int = 1) -> str:
+    """"dram · HBM · 16 ports × 16 GiB = 256 GiB · 410 GB/s per port": an edge memory's ``capacity_bytes``
+    and bandwidth are per port, and the engine gives it ``ports`` ports (``own_ports``)."""
+    size = format_value(m.capacity_bytes, BYTES)
+    if m.attach and ports > 1:
+        size = f"{ports} {plural('port', ports)} × {size} = {format_value(ports * m.capacity_bytes, BYTES)}"
+    per = " per port" if m.attach else ""
+    return f"{m.name} · {m.kind.value.upper()} · {size} · {format_value(m.bandwidth_bytes_per_s, BYTES_PER_S)}{per}"

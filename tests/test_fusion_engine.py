@@ -63,12 +63,15 @@ def test_fusing_the_mlp_shortens_the_run_and_only_its_memory_stall():
     assert event.iteration_time_s == pytest.approx(fused.iteration_time_s, rel=5e-3)
 
 
-def test_fusion_does_not_apply_on_sram_only_tiles():
-    """The wafer's tiles have no local DRAM: their traffic is the SRAM tiling model's, fusion changes nothing."""
+def test_fusion_keeps_the_intermediate_off_the_dram_ports_of_sram_only_tiles():
+    """The wafer's tiles have no local DRAM: a fused intermediate stays in their SRAM (it still passes through
+    it, so the SRAM-bound busy time is unchanged) and never crosses the NoC to a DRAM port."""
     plain = make_plan(small_wafer())
     fused = make_plan(small_wafer(fusion=[MLP]))
     busy = [[ps.busy_s for ps in plan.stages[0].passes.values()] for plan in (plain, fused)]
+    dram = [sum(s.dram_bytes for ps in plan.stages[0].passes.values() for s in ps.segments) for plan in (plain, fused)]
     assert busy[0] == busy[1]
+    assert dram[1] < dram[0]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,11 @@ from tilewright.engine.hardware import elaborate
 from tilewright.engine.ir.hardware import Component
 
 PRESETS = Path(__file__).resolve().parents[1] / "presets" / "systems"
-NAMES = ["dgx-a100", "dgx-h100", "palm-wafer", "hypar-array-16", "tpu-v4-torus", "chiplet-mesh", "wafer-64x64"]
+NAMES = [
+    "dgx-a100", "dgx-h100", "palm-wafer", "hypar-array-16", "tpu-v4-torus", "chiplet-mesh", "wafer-64x64",
+    "wormhole-n150", "blackhole-p150",
+]
+NAMES += ["wormhole-n300", "wormhole-t3000", "blackhole-galaxy"]  # multi-chip Tenstorrent meshes
 GB = 1e9
 
 

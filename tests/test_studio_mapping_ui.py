@@ -13,6 +13,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 from tilewright.engine.io import load_project  # noqa: E402
+from tilewright.engine.ir.mapping import PlacementStrategy  # noqa: E402
 from tilewright.studio.samples import wafer_project  # noqa: E402
 from tilewright.studio.ui.canvas import style  # noqa: E402
 from tilewright.studio.ui.canvas.drops import MIME_LAYERS, layers_mime  # noqa: E402
@@ -142,13 +143,17 @@ def test_drilled_level_shows_the_instance_clicked(make_window, qtbot):
     assert scene.level_node == "palm-wafer/die[1,1]"
     assert scene.frame.title.lines[0] == "die[1,1] · die · one of 20"
     tiles = scene.grids["palm-wafer/die/tile"]
-    # Snake placement, tp 16: die row 1 holds stages 4–7, one tile row each.
-    assert tiles.colours.cells.tolist()[::4] == [4, 5, 6, 7]
-    assert tiles.colours.labels[0] == "L9–10\nstage 4"
+    # Block placement, tp 16: one die per stage as PALM maps it, so die[1,1] (the sixth die) is stage 5.
+    assert tiles.colours.cells.tolist() == [5] * 16
+    assert tiles.colours.labels[0] == "L11–12\nstage 5"
 
 
 def test_wafer_top_level_tags_stages_with_their_layers(make_window, qtbot):
-    w = make_window(load_project("presets/projects/palm-wafer-t18b.json"))
+    project = load_project("presets/projects/palm-wafer-t18b.json")
+    # snake placement: every stage a strip across four dies, so at this zoom their tags would overlap
+    snake = project.mapping.model_copy(update={"placement": PlacementStrategy.snake})
+    project = project.model_copy(update={"mapping": snake})
+    w = make_window(project)
     tags = w.canvas.scene.tags
     assert len(tags.tags) == 20 and tags.tags[0][2] == "L0–2"
     qtbot.waitUntil(lambda: tags.drawn > 0)

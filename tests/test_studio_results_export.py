@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 from tilewright.engine.io import load_project  # noqa: E402
@@ -73,9 +74,50 @@ def test_plots_as_svg_parse_as_xml(ran, tmp_path):
         root = ET.parse(f).getroot()
         assert root.tag.endswith("svg")
         assert len(list(root.iter())) > 20, f"{f.name} is nearly empty"
+        assert root.get("width") and root.get("height") and root.get("viewBox")  # a size renderers accept
     timeline = ET.parse(files[0]).getroot()
     texts = " ".join(t.text or "" for t in timeline.iter() if t.tag.endswith("text"))
     assert "stage 0" in texts and "time" in texts  # lane labels and the axis title survive
+
+
+def _rgb(png: bytes) -> np.ndarray:
+    image = QImage.fromData(png).convertToFormat(QImage.Format.Format_RGB888)
+    w, h = image.width(), image.height()
+    rows = np.frombuffer(image.constBits(), np.uint8, count=image.bytesPerLine() * h).reshape(h, -1)
+    return rows[:, : w * 3].reshape(h, w, 3).astype(int)
+
+
+def _coloured(rgb: np.ndarray) -> np.ndarray:
+    """Pixels of the data (saturated colours), not of text, axes or grid (greys)."""
+    return (rgb.max(axis=2) - rgb.min(axis=2)) > 60
+
+
+def test_svgs_render_like_the_pngs(ran, tmp_path):
+    """Rendered by a real SVG renderer (resvg), each SVG shows what its PNG shows: the data's coloured
+    pixels cover the same box, the same share of the picture, in the same places (a 16 × 9 grid). The
+    SVGs are written first, before any PNG export has painted the plots at the export size: that is
+    when pyqtgraph's SVG exporter drew the data at the on-screen tab's scale."""
+    import resvg_py
+
+    svgs = ran.actions_.exports.export_plots("svg", tmp_path / "svg")
+    pngs = ran.actions_.exports.export_plots("png", tmp_path / "png")
+    for svg, png in zip(svgs, pngs, strict=True):
+        want = _rgb(png.read_bytes())
+        h, w = want.shape[:2]
+        got = _rgb(bytes(resvg_py.svg_to_bytes(svg_path=str(svg), background="#ffffff", width=w, height=h,
+                                               dpi=96)))
+        assert got.shape == want.shape, svg.name
+        a, b = _coloured(want), _coloured(got)
+        assert a.mean() > 0.005, f"{png.name} shows no data"
+        assert abs(b.mean() - a.mean()) <= 0.1 * a.mean() + 0.002, (svg.name, a.mean(), b.mean())
+        for axis, size in ((1, w), (0, h)):
+            span_a, span_b = np.flatnonzero(a.any(axis=1 - axis)), np.flatnonzero(b.any(axis=1 - axis))
+            assert abs(span_a[0] - span_b[0]) <= 0.015 * size and abs(span_a[-1] - span_b[-1]) <= 0.015 * size, (
+                svg.name, axis, (span_a[0], span_a[-1]), (span_b[0], span_b[-1]))
+        cells = (9, 16) if h >= 90 else (1, 16)
+        grid = [m[: h // cells[0] * cells[0], : w // cells[1] * cells[1]]
+                .reshape(cells[0], h // cells[0], cells[1], w // cells[1]).mean(axis=(1, 3)) for m in (a, b)]
+        assert np.abs(grid[0] - grid[1]).mean() < 0.02, svg.name
 
 
 def test_csv_of_metrics_and_timelines(ran, tmp_path):

@@ -40,13 +40,13 @@ PROJECTS: dict[str, dict[str, Any]] = {
     "palm-wafer-t18b": {
         "description": (
             "PALM's wafer case: T-18B (40 layers, hidden 6144) on a 5 × 4-die wafer of 4 × 4-tile dies, "
-            "20 pipeline stages of 16 tensor-parallel tiles, 21 micro-batches of 51, fp16, full "
-            "recomputation, with NoC and DRAM-port contention."
+            "20 pipeline stages of 16 tensor-parallel tiles, one die per stage as PALM maps it, 21 "
+            "micro-batches of 51, fp16, full recomputation, with NoC and DRAM-port contention."
         ),
         "system": "palm-wafer",
         "model": "t-18b",
         "mapping": {"tp": 16, "pp": 20, "dp": 1, "micro_batch": 51, "global_batch": 1071, "recompute": "full",
-                    "placement": "snake"},
+                    "placement": "block"},
         "run": {"dtype": "fp16"},
     },
     "llama2-70b-h100-inference": {
@@ -93,6 +93,20 @@ PROJECTS: dict[str, dict[str, Any]] = {
                     "recompute": "selective"},
         "run": {"dtype": "bf16"},
     },
+    "cerebras-wse2-llama2-7b-inference": {
+        "description": (
+            "LLaMA-2 7B serving on a Cerebras WSE-2 (SRAM-only wafer, 32 × 32 blocks of 830 PEs): tensor "
+            "parallel 32 across each row of blocks, one layer per pipeline stage, weights and KV cache held "
+            "in the blocks' SRAM (memory_levels), batch 1, 512-token prompt, 128 generated tokens — the "
+            "WaferLLM (OSDI'25) setting."
+        ),
+        "system": "cerebras-wse2",
+        "model": "llama2-7b",
+        "mapping": {"tp": 32, "pp": 32, "dp": 1, "micro_batch": 1, "global_batch": 1,
+                    "memory_levels": {"weights": "sram", "kv_cache": "sram", "activations": "sram"}},
+        "run": {"mode": "infer", "dtype": "fp16",
+                "inference": {"prompt_tokens": 512, "output_tokens": 128, "batch": 1}},
+    },
     "chiplet-bert-large": {
         "description": (
             "BERT-large on a 4 × 4 chiplet package (interposer mesh): 4 pipeline stages of 4 chiplets, "
@@ -103,6 +117,19 @@ PROJECTS: dict[str, dict[str, Any]] = {
         "mapping": {"tp": 4, "pp": 4, "dp": 1, "micro_batch": 4, "global_batch": 64, "placement": "block",
                     "recompute": "full"},
         "run": {"dtype": "fp16"},
+    },
+    "wormhole-n150-llama2-7b-inference": {
+        "description": (
+            "LLaMA-2 7B serving on one Tenstorrent Wormhole n150 (8 × 8 Tensix cores): bfp8 weights and KV "
+            "cache, bf16 activations, batch 8, 512-token prompts, 128 generated tokens; every op is split over "
+            "the cores by the cost model (see the notes for the chosen splits)."
+        ),
+        "system": "wormhole-n150",
+        "model": "llama2-7b",
+        "mapping": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
+                    "formats": {"weights": "bfp8", "activations": "bf16", "kv_cache": "bfp8"}},
+        "run": {"mode": "infer", "dtype": "bf16",
+                "inference": {"prompt_tokens": 512, "output_tokens": 128, "batch": 8}},
     },
 }
 

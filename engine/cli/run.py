@@ -46,11 +46,55 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=["train", "infer"])
     p.add_argument("--engine", choices=["event", "analytic"])
     p.add_argument("--no-aggregate", action="store_true", help="simulate every device, not one per symmetric group")
+    add_inference_arguments(p)
     p.add_argument("--set", action="append", default=[], metavar="DOTTED.PATH=VALUE")
     p.add_argument("--json", action="store_true", help="print one JSON object of metrics on stdout")
     p.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
     p.add_argument("--csv", metavar="DIR", help="write metrics and timelines as CSV files")
     p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
+
+
+# run.inference settings set by flags of the same name (with --mode infer)
+INFERENCE_FLAGS = ("prompt_tokens", "output_tokens", "batch", "attention", "kv_block_tokens")
+
+
+def add_inference_arguments(p: argparse.ArgumentParser) -> None:
+    from tilewright.engine.ir.common import DType
+
+    g = p.add_argument_group("inference (with --mode infer; the batch arrives at once)")
+    g.add_argument("--prompt-tokens", type=int, metavar="N", help="prompt length per sequence")
+    g.add_argument("--output-tokens", type=int, metavar="N",
+                   help="tokens generated per sequence: the prefill makes the first, then N − 1 decode steps")
+    g.add_argument("--batch", type=int, metavar="N", help="sequences served together")
+    g.add_argument("--attention", choices=["fused", "materialised"],
+                   help="fused: flash-style, causal FLOPs, scores on chip (default); materialised: s² scores "
+                        "stored and moved")
+    g.add_argument("--kv-dtype", choices=[d.value for d in DType], metavar="DTYPE",
+                   help="KV-cache format (mapping.formats.kv_cache; default: the activations'): "
+                        + ", ".join(d.value for d in DType))
+    g.add_argument("--kv-block-tokens", type=int, metavar="N", help="tokens per KV-cache page (default 16)")
+
+
+def _inference_flags(args: argparse.Namespace, run: dict[str, Any], mapping: dict[str, Any]) -> list[str]:
+    """Put the inference flags into the raw ``run`` and ``mapping``; the flags that were given. Without
+    flags nothing is touched (a malformed ``run.inference`` is then reported by validation)."""
+    given = {name: getattr(args, name) for name in INFERENCE_FLAGS if getattr(args, name, None) is not None}
+    if given:
+        run["inference"] = _object(run.get("inference"), "run.inference") | given
+    flags = ["--" + name.replace("_", "-") for name in given]
+    if getattr(args, "kv_dtype", None):
+        mapping["formats"] = _object(mapping.get("formats"), "mapping.formats") | {"kv_cache": args.kv_dtype}
+        flags.append("--kv-dtype")
+    return flags
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        what = type(value).__name__
+        raise InputError(COMMAND_LINE, Problem(path, f"must be a JSON object to take the flags, not {what}"))
+    return dict(value)
 
 
 def model_data(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[str, Any]:
@@ -115,6 +159,8 @@ def assemble_project(args: argparse.Namespace):
     data.setdefault("name", "command-line run")
     if path and "hardware" not in data and not args.system:  # no silent default for a file's missing part
         raise InputError(source, Problem("hardware", "missing: a project names its hardware (or pass --system NAME)"))
+    if path and "workload" not in data and not (args.model or args.layers):
+        raise InputError(source, Problem("workload", "missing: a project names its model (or pass --model NAME)"))
     for part in ("hardware", "mapping", "run", "workload"):
         if part in base and not isinstance(base[part], dict):
             raise InputError(source, Problem(part, f"must be a JSON object, not {type(base[part]).__name__}"))
@@ -123,7 +169,7 @@ def assemble_project(args: argparse.Namespace):
     data["workload"] = (
         model_data(args, base.get("workload")) if (args.model or args.layers or not base) else base["workload"]
     )
-    capacity = None if _growable(data["hardware"]) else _device_count(data["hardware"])
+    capacity = _capacity(data["hardware"], source)
     data["mapping"] = _mapping_data(args, dict(base.get("mapping") or {}), capacity)
     run = dict(data.get("run") or {})
     for key in ("dtype", "mode", "engine"):
@@ -131,24 +177,31 @@ def assemble_project(args: argparse.Namespace):
             run[key] = getattr(args, key)
     if args.no_aggregate:
         run["aggregate"] = False
+    inference_flags = _inference_flags(args, run, data["mapping"])
     data["run"] = run
     for option in args.set:
         path, value = parse_set_option(option)
         apply_overrides(data, path, value, COMMAND_LINE)
     project = project_from_data(data, source)
+    if inference_flags and project.run.mode != "infer":
+        raise InputError(COMMAND_LINE, Problem(", ".join(inference_flags), "set an inference run: add --mode infer"))
     check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
     raise_for_problems(project, source, allow_large=args.allow_large)
     return project
 
 
-def _growable(hw: dict[str, Any]) -> bool:
-    return bool(hw.get("growable")) or any(_growable(c) for c in hw.get("children", []))
-
-
-def _device_count(hw: dict[str, Any]) -> int:
+def _capacity(hw: Any, source: str) -> int | None:
+    """Devices the hardware holds (None when it grows to fit): the hardware is validated first, so a bad
+    part is reported with its field like every other input error."""
+    from tilewright.engine.io.json_file import validate_as
     from tilewright.engine.ir.hardware import Component
 
-    return Component.model_validate(hw).device_count()
+    component: Component = validate_as(Component, hw, source, prefix="hardware")
+    return None if _growable(component) else component.device_count()
+
+
+def _growable(component) -> bool:
+    return component.growable or any(_growable(c) for c in component.children)
 
 
 def run_command(args: argparse.Namespace) -> int:

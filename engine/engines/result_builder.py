@@ -2,14 +2,17 @@
 
 Engines differ in timing semantics only; everything else a result carries is decided here, once: the
 memory tracks of every stage, the out-of-memory verdict, the bubble that closes a breakdown, and the
-metadata (mode, samples, tokens, FLOPs, devices, time to first token, notes) for training and inference.
+metadata (mode, samples, tokens, FLOPs, devices, time to first token, notes) for training and inference,
+and the energy of the iteration or request (``engines.energy``, from the plan: the same for both engines).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tilewright.engine.engines.energy import iteration_energy
 from tilewright.engine.plan.program import InferenceProgram, Program
+from tilewright.engine.plan.residency import level_tracks
 from tilewright.engine.results.result import MEMORY_CATEGORIES, MemoryTrack, Result, Series, memory_verdict
 from tilewright.engine.results.timeline import Timeline
 
@@ -45,6 +48,19 @@ def constant_memory(program: Program, r: int, held: dict[str, float], times: lis
     return times, {c: [row.get(c, 0.0)] * len(times) for c in MEMORY_CATEGORIES}
 
 
+def inference_notes(program: InferenceProgram) -> list[str]:
+    ph = program.phases
+    inf = program.plan.project.run.inference
+    out = [f"inference: {ph.micro_batches} micro-batch(es) of {ph.micro_batch} sequence(s) in flight"]
+    if ph.decoder:
+        out.append(f"{inf.attention} attention; KV cache {ph.kv_elem_bytes:g} B per element in pages of "
+                   f"{ph.block_tokens} tokens; {ph.decode_steps} decode step(s) after the prefill")
+        context = ph.prompt + ph.decode_steps
+        if context > ph.dims.seq_len:
+            out.append(f"the context reaches {context} tokens, past the model's {ph.dims.seq_len} (seq_len)")
+    return out
+
+
 def build_result(program: Program, m: Measurement) -> Result:
     plan = program.plan
     project = plan.project
@@ -53,7 +69,13 @@ def build_result(program: Program, m: Measurement) -> Result:
     for r, (times, columns) in enumerate(m.memory):
         st = plan.stages[r]
         node = plan.hw.devices[st.groups[0][0]].node
-        tracks.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=times, by_category=columns))
+        if st.residency is None:
+            tracks.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=times, by_category=columns))
+            continue
+        for memory, capacity, cats in level_tracks(st.residency):  # memory_levels: one track per level
+            held = {c: (v if c in cats else [0.0] * len(v)) for c, v in columns.items()}
+            tracks.append(MemoryTrack(device=f"{node}/{memory}", capacity_bytes=capacity, times=times,
+                                      by_category=held))
     peak_row, oom = memory_verdict(tracks)
     if not isinstance(program, InferenceProgram):
         meta = {
@@ -64,23 +86,27 @@ def build_result(program: Program, m: Measurement) -> Result:
             "hardware_flops_per_iteration": plan.hardware_flops,
             "devices": mapping.tp * mapping.pp * mapping.dp,
             "notes": list(plan.notes) + m.notes,
+            "spatial_splits": plan.spatial_splits(),
         }
     else:
+        # TTFT: the prefill of the batch's last sequence ends (it produces the first output token);
+        # TPOT: the rest of the request over its output_tokens − 1 decode steps (None without any).
         ph = program.phases
-        new = ph.decode_steps
+        steps = ph.decode_steps
         flops = ph.request_flops() * mapping.tp
         prefill_end = m.phase_ends.get("prefill", 0.0)
-        in_flight = f"inference: {ph.micro_batches} micro-batch(es) of {ph.micro_batch} sequence(s) in flight"
         meta = {
             "mode": "infer",
             "samples_per_iteration": ph.batch,
-            "tokens_per_sample": max(new, 1),
+            "tokens_per_sample": ph.generated_tokens,
             "model_flops_per_iteration": flops,
             "hardware_flops_per_iteration": flops,
             "devices": mapping.tp * mapping.pp,
-            "ttft_s": m.phase_ends.get("first_token", 0.0) if new else prefill_end,
-            "tpot_s": (m.end - prefill_end) / new if new else 0.0,
-            "notes": list(plan.notes) + [in_flight] + m.notes,
+            "ttft_s": prefill_end,
+            "prefill_s": prefill_end,
+            "tpot_s": (m.end - prefill_end) / steps if steps else None,
+            "notes": list(plan.notes) + inference_notes(program) + m.notes,
+            "spatial_splits": ph.spatial_splits(),
         }
     return Result(
         project=project.name,
@@ -96,5 +122,6 @@ def build_result(program: Program, m: Measurement) -> Result:
         memory=tracks,
         critical_path=m.critical,
         lane_devices=m.lane_devices,
+        energy=iteration_energy(program),
         **meta,
     )

@@ -8,6 +8,7 @@ children's grids first). Links are collected as plain tuples and handed to netwo
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -72,27 +73,30 @@ class Builder:
 
     def add_pairs(
         self, a: list[str], b: list[str], *, bw: float, peak: float, lat: float, energy: float,
-        level: str, kind: str,
+        level: str, kind: str, lanes: float = 1.0,
     ) -> None:
         """Both directions of every pair (a[i], b[i])."""
         links = self.links
         n = len(links)
         for i, (u, v) in enumerate(zip(a, b, strict=True)):
             k = n + 2 * i
-            links.append(Link(k, u, v, bw, lat, energy, level, kind, peak))
-            links.append(Link(k + 1, v, u, bw, lat, energy, level, kind, peak))
+            links.append(Link(k, u, v, bw, lat, energy, level, kind, peak, lanes))
+            links.append(Link(k + 1, v, u, bw, lat, energy, level, kind, peak, lanes))
 
     def add_ic_pairs(
         self, a: list[str], b: list[str], ic: Interconnect, level: str, kind: str,
-        bandwidth: float | None = None, divide: float = 1.0,
+        bandwidth: float | None = None, divide: float = 1.0, lanes: float | None = None,
+        latency: float | None = None,
     ) -> None:
         """Links of an interconnect: peak = link bandwidth × parallel links (÷ taper); the large-message
-        bandwidth applies the efficiency, or the largest-message point of the efficiency curve."""
-        peak = (bandwidth or ic.link_bandwidth_bytes_per_s) * ic.links / divide
-        eff = ic.efficiency_curve.points[-1][1] if ic.efficiency_curve else ic.efficiency
+        bandwidth applies the efficiency (or the largest-message point of the efficiency curve) and the
+        packet framing. Grids pass their per-axis ``bandwidth`` and ``lanes`` (parallel links)."""
+        lanes = ic.links if lanes is None else lanes
+        peak = (bandwidth or ic.link_bandwidth_bytes_per_s) * lanes / divide
         self.add_pairs(
-            a, b, bw=peak * eff, peak=peak, lat=ic.link_latency_s, energy=ic.energy_pj_per_bit,
-            level=level, kind=kind,
+            a, b, bw=peak * ic.large_message_efficiency(), peak=peak,
+            lat=ic.link_latency_s if latency is None else latency, energy=ic.energy_pj_per_bit,
+            level=level, kind=kind, lanes=lanes,
         )
 
     # --- the walk ---------------------------------------------------------------------------------------
@@ -103,7 +107,7 @@ class Builder:
         inst.first = len(self.device_rows)
         if comp.compute is not None:
             idx = len(self.device_rows)
-            local = tuple(m for m in comp.memories if not m.attach)
+            local = tuple(m for m in comp.memories if not m.ported)
             self.device_rows.append((path, comp_path, comp.compute, local))
             self.device_inst.append(inst)
             self.add_node(path, "device", index=idx)
@@ -160,17 +164,7 @@ class Builder:
 
     def _grid(self, inst: Instance, ic: Interconnect, kind: str) -> None:
         kids = inst.children
-        n = len(kids)
-        if ic.topology is Topology.ring:
-            dims: tuple[int, ...] = (n,)
-        elif ic.dims:
-            dims = tuple(ic.dims)
-        elif len(inst.comp.children) == 1:
-            child = inst.comp.children[0]
-            dims = (child.rows, child.cols)
-        else:
-            dims = (n,)
-        torus = ic.topology is not Topology.mesh
+        dims = inst.comp.grid_shape()
         grids = [k.grid for k in kids]
         shapes = {None if g is None else g.shape for g in grids}
         mergeable = len(shapes) == 1 and None not in shapes
@@ -185,12 +179,31 @@ class Builder:
             nodes = np.array([k.gateway for k in kids], dtype=object).reshape(dims)
             block = (1,) * len(dims)
             mergeable = False
-        for _, a, b in boundary_pairs(nodes, block, torus):
-            self.add_ic_pairs(a, b, ic, inst.comp_path, kind)
-        wraps = torus_wraps(nodes.shape, torus)
+        wraps = torus_wraps(nodes.shape, ic.wraps(len(dims)))
+        for axis, a, b in boundary_pairs(nodes, block, wraps):
+            self._axis_links(a, b, ic, axis, block, inst.comp_path, kind)
         inst.fabric = fab.GridFabric(GridDomain(nodes, wraps, covers_devices=mergeable))
         if mergeable and inst.node is None and not any(wraps):
             inst.grid = nodes  # only wrap-free device grids may merge further up
+
+    def _axis_links(
+        self, a: list[str], b: list[str], ic: Interconnect, axis: int, block: tuple[int, ...], level: str,
+        kind: str,
+    ) -> None:
+        """Links of a grid along ``axis``: that axis's bandwidth and parallel links; between merged child
+        grids the ``boundary`` figures, its physical links shared by the tile pairs of a facing edge."""
+        bw, lanes, lat = ic.axis_bandwidth(axis), float(ic.axis_link_count(axis)), None
+        bd = ic.boundary
+        if bd is not None:
+            bw = bd.bandwidth_bytes_per_s or bw
+            lat = bd.latency_s
+            per_edge = bd.links_on(axis)
+            if per_edge is not None:
+                pairs_per_edge = math.prod(s for d, s in enumerate(block) if d != axis)
+                lanes = per_edge / pairs_per_edge
+        if lanes == int(lanes):
+            lanes = int(lanes)  # the same float products as before per-axis figures existed
+        self.add_ic_pairs(a, b, ic, level, kind, bandwidth=bw, lanes=lanes, latency=lat)
 
     # --- switch / fat tree ----------------------------------------------------------------------------
 

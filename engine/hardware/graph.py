@@ -108,14 +108,7 @@ class HardwareGraph:
         hit = self._mem_routes.get(key)
         if hit is None:
             node = self.devices[device].node
-            inst: Instance | None = self._device_inst[device]
-            ports: list[MemoryPort] = []
-            while inst is not None and not ports:
-                ports = self._ports_by_owner.get((inst.path, memory_name), [])
-                inst = inst.parent
-            if not ports:
-                raise KeyError(f"no memory {memory_name!r} reachable from device {node}")
-            port, via = self._nearest.find(node, ports)
+            port, via = self._nearest.find(node, self.ports_of(device, memory_name))
             if via is None:
                 r = self.route(port.node, node) if read else self.route(node, port.node)
             else:
@@ -128,6 +121,16 @@ class HardwareGraph:
             hit = (port, tuple(r))
             self._mem_routes[key] = hit
         return hit[0], list(hit[1])
+
+    def ports_of(self, device: int, memory_name: str) -> list[MemoryPort]:
+        """Every port of the memory called ``memory_name`` owned by the device or its closest ancestor."""
+        inst: Instance | None = self._device_inst[device]
+        while inst is not None:
+            ports = self._ports_by_owner.get((inst.path, memory_name))
+            if ports:
+                return ports
+            inst = inst.parent
+        raise KeyError(f"no memory {memory_name!r} reachable from device {self.devices[device].node}")
 
     # --- internals ----------------------------------------------------------------------------------------
 

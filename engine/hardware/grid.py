@@ -81,10 +81,10 @@ def merge_blocks(blocks: list[np.ndarray], dims: tuple[int, ...]) -> np.ndarray:
 
 
 def boundary_pairs(
-    nodes: np.ndarray, block: tuple[int, ...], torus: bool
+    nodes: np.ndarray, block: tuple[int, ...], wrap: tuple[bool, ...]
 ) -> Iterator[tuple[int, list[str], list[str]]]:
     """Neighbour pairs (axis, lows, highs) that cross block boundaries of size ``block``, plus the
-    wrap-around pairs on a torus (only where the wrap is a new pair, i.e. the axis is longer than 2)."""
+    wrap-around pairs of the axes that wrap (``torus_wraps``: only where the wrap is a new pair)."""
     for d, size in enumerate(nodes.shape):
         s = block[d]
         lo = np.arange(s - 1, size - 1, s)
@@ -92,14 +92,16 @@ def boundary_pairs(
             a = np.take(nodes, lo, axis=d).ravel().tolist()
             b = np.take(nodes, lo + 1, axis=d).ravel().tolist()
             yield d, a, b
-        if torus and size > 2:
+        if wrap[d]:
             a = np.take(nodes, [size - 1], axis=d).ravel().tolist()
             b = np.take(nodes, [0], axis=d).ravel().tolist()
             yield d, a, b
 
 
-def torus_wraps(shape: tuple[int, ...], torus: bool) -> tuple[bool, ...]:
-    return tuple(torus and n > 2 for n in shape)
+def torus_wraps(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> tuple[bool, ...]:
+    """Axes with wrap-around links: those asked to wrap that are longer than 2 (on 2 the wrap would
+    duplicate the one neighbour link)."""
+    return tuple(w and n > 2 for w, n in zip(wrap, shape, strict=True))
 
 
 def edge_line(nodes: np.ndarray, edge: Edge) -> list[str]:

@@ -3,14 +3,18 @@
 - Local memory (``attach`` empty): one port node per owning instance, ``<owner>/<memory>``, joined to the
   device by a channel link pair of the memory's effective bandwidth. A local memory of an instance that
   does not compute itself (a node's host memory, say) hangs off its switch, or else its gateway device.
-- Edge memory: ``ports_per_edge`` ports on each listed edge of the owner's child grid, spread evenly:
-  the edge's devices (or child gateways) are split into that many contiguous segments. Each port is a
-  memory node ``<owner>/<memory>@<edge>[k]`` behind a controller node ``.../ctrl``; the channel pair
-  (controller ↔ memory, effective bandwidth) is shared by every user of the port, and attach wires at the
-  memory's raw bandwidth join the controller to each device of its segment.
+- Ported memory: ``ports_per_edge`` ports on each listed edge of the owner's child grid, and on each
+  column or row its ``placement`` lists (an interior DRAM column, as Wormhole has), spread evenly: the
+  line's devices (or child gateways) are split into that many contiguous segments; a listed cell is one
+  port on that grid node. Each port is a memory node ``<owner>/<memory>@<where>[k]`` (``@west[0]``,
+  ``@col5[1]``, ``@row0[0]``, ``@cell[2,3]``) behind a controller node ``.../ctrl``; the channel pair
+  (controller ↔ memory) is shared by every user of the port, and attach wires at the memory's raw
+  bandwidth join the controller to each device of its segment.
 
-Both directions of a channel are separate links, so a port reads and writes concurrently at full
-bandwidth each (full duplex); real DRAM buses turn around, a simplification the efficiency absorbs.
+Both directions of a channel are separate links, so a port reads and writes concurrently (full duplex;
+real DRAM buses turn around, a simplification the efficiency absorbs). Each direction gets the achievable
+fraction of its kind of access: interleaved pages read or written by arbitrary devices
+(``efficiency_interleaved_read`` / ``_write``), bank-local access ``efficiency``.
 """
 
 from __future__ import annotations
@@ -19,28 +23,28 @@ import numpy as np
 from tilewright.engine.hardware import fabrics as fab
 from tilewright.engine.hardware.builder import Builder, Instance
 from tilewright.engine.hardware.grid import edge_line, segments
-from tilewright.engine.hardware.model import MemoryPort
-from tilewright.engine.ir.hardware import Memory
+from tilewright.engine.hardware.model import Link, MemoryPort
+from tilewright.engine.ir.hardware import Edge, Memory
 
 
 def add_memory_ports(b: Builder) -> list[MemoryPort]:
     ports: list[MemoryPort] = []
     for inst in b.instances:
         for m in inst.comp.memories:
-            if m.attach:
-                _edge_ports(b, inst, m, ports)
+            if m.ported:
+                _grid_ports(b, inst, m, ports)
             else:
                 _local_port(b, inst, m, ports)
     return ports
 
 
 def _channel(b: Builder, a: str, port: str, m: Memory, level: str) -> tuple[int, int]:
+    """The channel pair: (towards the memory = writes, from the memory = reads)."""
     first = len(b.links)
-    b.add_pairs(
-        [a], [port], bw=m.effective_bandwidth, peak=m.bandwidth_bytes_per_s, lat=m.latency_s,
-        energy=m.energy_pj_per_byte / 8.0, level=level, kind="memory",
-    )
-    return first, first + 1  # (towards the memory, from the memory)
+    peak, lat, energy = m.bandwidth_bytes_per_s, m.latency_s, m.energy_pj_per_byte / 8.0
+    b.links.append(Link(first, a, port, peak * m.channel_efficiency(read=False), lat, energy, level, "memory", peak))
+    b.links.append(Link(first + 1, port, a, peak * m.channel_efficiency(read=True), lat, energy, level, "memory", peak))
+    return first, first + 1
 
 
 def _local_port(b: Builder, inst: Instance, m: Memory, ports: list[MemoryPort]) -> None:
@@ -68,12 +72,36 @@ def _child_array(inst: Instance) -> np.ndarray:
     return gws.reshape(1, len(gws))
 
 
-def _edge_ports(b: Builder, inst: Instance, m: Memory, ports: list[MemoryPort]) -> None:
-    arr = _child_array(inst)
-    for edge in m.attach:
-        line = edge_line(arr, edge)
-        for k, seg in enumerate(segments(len(line), m.ports_per_edge)):
-            node = f"{inst.path}/{m.name}@{edge.value}[{k}]"
+def _lines(arr: np.ndarray, m: Memory) -> list[tuple[str, list[str], Edge | None, bool]]:
+    """(label, grid nodes, edge, split into ports_per_edge segments?) for every place the memory's ports sit."""
+    out: list[tuple[str, list[str], Edge | None, bool]] = [(e.value, edge_line(arr, e), e, True) for e in m.attach]
+    pl = m.placement
+    if pl is None or pl.empty:
+        return out
+    grid = arr.reshape(1, -1) if arr.ndim == 1 else arr
+    if grid.ndim != 2:
+        raise ValueError(f"memories.{m.name}.placement: needs a 2-D child grid, this one is {grid.ndim}-D")
+    rows, cols = grid.shape
+    for c in pl.columns:
+        if c >= cols:
+            raise ValueError(f"memories.{m.name}.placement.columns: {c} is outside the {rows} x {cols} grid")
+        out.append((f"col{c}", grid[:, c].tolist(), None, True))
+    for r in pl.rows:
+        if r >= rows:
+            raise ValueError(f"memories.{m.name}.placement.rows: {r} is outside the {rows} x {cols} grid")
+        out.append((f"row{r}", grid[r, :].tolist(), None, True))
+    for r, c in pl.cells:
+        if r >= rows or c >= cols:
+            raise ValueError(f"memories.{m.name}.placement.cells: ({r}, {c}) is outside the {rows} x {cols} grid")
+        out.append((f"cell[{r},{c}]", [grid[r, c]], None, False))
+    return out
+
+
+def _grid_ports(b: Builder, inst: Instance, m: Memory, ports: list[MemoryPort]) -> None:
+    for label, line, edge, split in _lines(_child_array(inst), m):
+        parts = segments(len(line), m.ports_per_edge) if split else [range(1)]
+        for k, seg in enumerate(parts):
+            node = f"{inst.path}/{m.name}@{label}" + (f"[{k}]" if split else "")
             ctrl = f"{node}/ctrl"
             b.add_node(node, "memory", port=len(ports))
             b.add_node(ctrl, "memctrl")

@@ -37,8 +37,10 @@ class Link:
 
     ``bandwidth`` is what large transfers achieve (link bandwidth × parallel links × efficiency);
     ``peak_bandwidth`` is the same without the efficiency, so a message-size curve can be applied to it
-    (see ``HardwareGraph.link_bandwidth``). ``level`` is the path of the component whose interconnect or
-    memory made the link, e.g. ``palm-wafer/die`` for a NoC link and ``palm-wafer`` for a die-to-die one.
+    (see ``HardwareGraph.link_bandwidth``); ``lanes`` is how many physical links that bandwidth spans (a
+    reduce-scatter's neighbour handshakes run per physical link). ``level`` is the path of the component
+    whose interconnect or memory made the link, e.g. ``palm-wafer/die`` for a NoC link and ``palm-wafer``
+    for a die-to-die one.
     """
 
     id: int
@@ -50,6 +52,7 @@ class Link:
     level: str
     kind: str
     peak_bandwidth: float
+    lanes: float = 1.0  # physical links this one stands for (parallel links; a share of one on a boundary)
 
 
 @dataclass(frozen=True, slots=True)

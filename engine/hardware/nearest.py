@@ -67,7 +67,7 @@ class NearestPort:
         if any(not hg.is_device(a) for _, a in rows):
             self._groups[key] = None
             return None
-        inst = _wrap_free_grid(hg, [a for _, a in rows])
+        inst = wrap_free_grid(hg, [a for _, a in rows])
         coords = None
         if inst is not None:
             domain = inst.fabric.domain
@@ -77,7 +77,7 @@ class NearestPort:
         return group
 
 
-def _wrap_free_grid(hg: HardwareGraph, nodes: list[str]) -> Instance | None:
+def wrap_free_grid(hg: HardwareGraph, nodes: list[str]) -> Instance | None:
     """The outermost instance whose fabric is a wrap-free grid of all its devices and holds ``nodes``."""
     insts = [hg.instance_of(n) for n in nodes]
     top = insts[0]

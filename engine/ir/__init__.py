@@ -1,6 +1,13 @@
 """Data model (pydantic 2, no Qt, no simpy): hardware, operators, workloads, mappings and projects."""
 
-from tilewright.engine.ir.common import BYTES_PER_ELEMENT, DType, StrictModel, dtype_bytes
+from tilewright.engine.ir.common import (
+    BYTES_PER_ELEMENT,
+    DEFAULT_FIDELITY,
+    DType,
+    MathFidelity,
+    StrictModel,
+    dtype_bytes,
+)
 from tilewright.engine.ir.hardware import (
     Component,
     ComponentKind,
@@ -13,13 +20,17 @@ from tilewright.engine.ir.hardware import (
     SwitchAttach,
     Topology,
 )
+from tilewright.engine.ir.links import BoundaryLinks, CollectiveCosts, Framing
 from tilewright.engine.ir.mapping import (
     LayerParallelism,
     Mapping,
     PlacementStrategy,
     Recompute,
     Schedule,
+    SpatialPolicy,
+    SpatialSplit,
     StagePlacement,
+    TensorFormats,
 )
 from tilewright.engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
 from tilewright.engine.ir.project import (
@@ -32,6 +43,7 @@ from tilewright.engine.ir.project import (
     Project,
     RunSettings,
 )
+from tilewright.engine.ir.tile_grid import CoreDataMovement, TileGrid
 from tilewright.engine.ir.workload import (
     BertSpec,
     CNNSpec,
@@ -44,8 +56,13 @@ from tilewright.engine.ir.workload import (
 )
 
 __all__ = [
+    "BoundaryLinks",
+    "CollectiveCosts",
+    "Framing",
     "BYTES_PER_ELEMENT",
+    "DEFAULT_FIDELITY",
     "DType",
+    "MathFidelity",
     "StrictModel",
     "dtype_bytes",
     "Component",
@@ -63,7 +80,12 @@ __all__ = [
     "PlacementStrategy",
     "Recompute",
     "Schedule",
+    "SpatialPolicy",
+    "SpatialSplit",
     "StagePlacement",
+    "TensorFormats",
+    "CoreDataMovement",
+    "TileGrid",
     "LayerKind",
     "Op",
     "OpKind",

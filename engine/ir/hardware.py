@@ -17,18 +17,23 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field, field_validator, model_validator
 from tilewright.engine.ir.common import (
+    DEFAULT_FIDELITY,
     BytesPerSecond,
     Dollars,
     DType,
     Fraction,
+    MathFidelity,
     PicojoulesPerBit,
     PicojoulesPerByte,
     PositiveBytes,
+    QuietDefaultsModel,
     Seconds,
     SquareMillimetres,
     StrictModel,
     Watts,
 )
+from tilewright.engine.ir.links import BoundaryLinks, CollectiveCosts, Framing
+from tilewright.engine.ir.tile_grid import TileGrid
 
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
@@ -76,11 +81,17 @@ class EfficiencyCurve(StrictModel):
         return np.interp(np.log10(np.maximum(size, 1e-30)), xs, ys)
 
 
-class Compute(StrictModel):
-    """Arithmetic of one device instance."""
+class Compute(QuietDefaultsModel):
+    """Arithmetic of one device instance.
+
+    A device that is a grid of cores (a Tenstorrent chip) carries the grid in ``grid``; its peak FLOP/s per
+    format are then derived from the grid (cores × FLOP/cycle at the format's default fidelity × clock) and
+    the cost model spreads every op over the cores itself (``perf.spatial``)."""
+
+    _quiet = ("grid", "fixed_op_s")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
-        description="peak matrix FLOP/s per data type", min_length=1
+        default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
     )
     vector_flops: Annotated[float, Field(gt=0)] | None = Field(
         None, description="FLOP/s of the vector/elementwise units; default peak/16 of the widest type"
@@ -102,17 +113,35 @@ class Compute(StrictModel):
     overlap_compute_memory: bool = Field(
         True, description="roofline overlap of compute and memory time (max) instead of their sum"
     )
+    grid: TileGrid | None = Field(None, description="the device's grid of cores; None: one opaque unit")
+    fixed_op_s: Seconds = Field(0.0, description="fixed cost of every op (dispatch, launch, synchronisation)")
     comment: str = ""
 
-    def peak(self, dtype: DType | str) -> float:
+    @model_validator(mode="after")
+    def _peaks(self) -> Compute:
+        if self.grid is not None:
+            derived = {
+                fmt: self.grid.peak(fmt, DEFAULT_FIDELITY[fmt]) for fmt in self.grid.matrix_flops_per_cycle
+            }
+            object.__setattr__(self, "peak_flops", derived)
+        elif not self.peak_flops:
+            raise ValueError("peak_flops: give the peak FLOP/s of at least one data type (or a grid)")
+        return self
+
+    def peak(self, dtype: DType | str, fidelity: MathFidelity | str | None = None) -> float:
         """Peak FLOP/s for ``dtype``, falling back to the nearest wider floating-point type the device has
-        (fp8 without fp8 units runs as fp16, not on integer units)."""
-        order = [DType.fp8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
+        (fp8 without fp8 units runs as fp16, not on integer units; block floats run as bf16). On a grid,
+        ``fidelity`` (default: the format's, ``DEFAULT_FIDELITY``) picks the matrix engine's rate."""
         d = DType(dtype)
+        if self.grid is not None:
+            return self.grid.peak(d, fidelity or DEFAULT_FIDELITY[d])
+        order = [DType.fp8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
         if d in self.peak_flops:
             return self.peak_flops[d]
         if d is DType.int8:
             order = [DType.int8, *order[1:]]
+        elif d in (DType.bfp8, DType.bfp4):
+            order = order[2:]
         for cand in order[order.index(d) :] if d in order else order:
             if cand in self.peak_flops:
                 return self.peak_flops[cand]
@@ -138,7 +167,11 @@ class Compute(StrictModel):
         return (m * n) / (rows * tm * cols * tn) * tiles / (waves * units)
 
     def vector_peak(self) -> float:
-        return self.vector_flops if self.vector_flops else max(self.peak_flops.values()) / 16.0
+        if self.vector_flops:
+            return self.vector_flops
+        if self.grid is not None:
+            return self.grid.vector_peak()
+        return max(self.peak_flops.values()) / 16.0
 
 
 class MemoryKind(StrEnum):
@@ -156,10 +189,46 @@ class Edge(StrEnum):
     south = "south"
 
 
-class Memory(StrictModel):
+class Interleave(StrEnum):
+    """How a device's bytes are spread over the ports of a ported memory."""
+
+    interleaved = "interleaved"  # pages round-robin over every port: each device sees all of them
+    nearest = "nearest"  # each device's tensors sit behind its nearest port (bank-local placement)
+
+
+Cell = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
+
+
+class PortPlacement(StrictModel):
+    """Where ports sit inside the owner's child grid, beyond its edges: whole columns or rows (a chip's
+    interior DRAM column, as on Tenstorrent Wormhole, column 5 of its 10-column grid) or single cells.
+    Indices are 0-based in the child grid; each listed column or row carries ``ports_per_edge`` ports
+    spread along it, each listed cell one port."""
+
+    columns: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    rows: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    cells: list[Cell] = Field(default_factory=list, description="(row, column) of a port each")
+    comment: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.columns or self.rows or self.cells)
+
+
+class Memory(QuietDefaultsModel):
     """A memory level. ``attach`` empty: private to each instance of the owning component (which must
     compute or contain devices); otherwise ports on those edges of the owner's child grid, each port
-    reached over the interconnect — so DRAM traffic of an SRAM-only tile crosses the NoC."""
+    reached over the interconnect — so DRAM traffic of an SRAM-only tile crosses the NoC.
+
+    ``efficiency`` is what well-placed readers achieve (each bank read by the core next to it). Tensors
+    interleaved page by page over every bank and read by arbitrary cores achieve less — NoC paths to the
+    banks collide (Tenstorrent's DRAM microbenchmarks: ~0.69 of peak for reads, ~0.5 for writes on
+    Wormhole); ``efficiency_interleaved_read/write`` say how much (None: the same as ``efficiency``)."""
+
+    _quiet = (
+        "efficiency_interleaved_read", "efficiency_interleaved_write", "placement", "interleave",
+        "host_link_bandwidth_bytes_per_s",
+    )
 
     name: Name
     kind: MemoryKind
@@ -168,13 +237,48 @@ class Memory(StrictModel):
     latency_s: Seconds = 0.0
     energy_pj_per_byte: PicojoulesPerByte = 0.0
     efficiency: Fraction = Field(1.0, description="achievable fraction of the bandwidth")
+    efficiency_interleaved_read: Fraction | None = Field(
+        None, description="achievable fraction for interleaved pages read by arbitrary cores"
+    )
+    efficiency_interleaved_write: Fraction | None = Field(
+        None, description="achievable fraction for interleaved pages written by arbitrary cores"
+    )
     attach: list[Edge] = Field(default_factory=list, description="edges carrying ports; empty = local")
-    ports_per_edge: Annotated[int, Field(ge=1)] = 1
+    ports_per_edge: Annotated[int, Field(ge=1)] = Field(1, description="ports per listed edge, column or row")
+    placement: PortPlacement | None = Field(
+        None, description="ports at columns, rows or cells of the child grid (with or instead of edges)"
+    )
+    interleave: Interleave = Field(
+        Interleave.interleaved,
+        description="ported memories: a device's bytes spread over every port (runtimes' default), or each "
+        "device served by its nearest port",
+    )
+    host_link_bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        None,
+        description="a memory of a component above the devices (host DDR): each device's own link to it "
+        "(PCIe), per direction; the memory's bandwidth shared by the devices below it caps it too. Needed to "
+        "hold state there (mapping.memory_levels)",
+    )
     comment: str = ""
 
     @property
     def effective_bandwidth(self) -> float:
         return self.bandwidth_bytes_per_s * self.efficiency
+
+    @property
+    def ported(self) -> bool:
+        """Reached through ports on the owner's child grid (edges, columns, rows, cells), not private to
+        each instance of its owner."""
+        return bool(self.attach) or (self.placement is not None and not self.placement.empty)
+
+    def channel_efficiency(self, read: bool) -> float:
+        """Achievable fraction of a port's bandwidth in one direction: interleaved pages read or written by
+        arbitrary devices achieve ``efficiency_interleaved_*`` (when given), bank-local access ``efficiency``."""
+        if self.ported and self.interleave is Interleave.interleaved:
+            eff = self.efficiency_interleaved_read if read else self.efficiency_interleaved_write
+            if eff is not None:
+                return eff
+        return self.efficiency
 
 
 class Topology(StrEnum):
@@ -194,8 +298,19 @@ class SwitchAttach(StrEnum):
     one_per_child = "one-per-child"
 
 
-class Interconnect(StrictModel):
-    """How the instances of a component's children are joined. Bandwidth is per link, per direction."""
+GRID_TOPOLOGIES = (Topology.mesh, Topology.torus, Topology.ring)
+
+
+class Interconnect(QuietDefaultsModel):
+    """How the instances of a component's children are joined. Bandwidth is per link, per direction.
+
+    Grids (mesh, torus, ring) may differ per axis — a Galaxy-style 4 × 8 mesh of chips has 3 Ethernet links
+    between neighbours along one axis and 4 along the other — may wrap on some axes only, and may give the
+    links between merged child grids their own figures (``boundary``). ``framing`` and ``collective`` hold
+    what packets and collective operations cost on the fabric. All of these default to off, so a file that
+    does not name them elaborates exactly as before (and is saved without them)."""
+
+    _quiet = ("axis_bandwidth_bytes_per_s", "axis_links", "axis_wrap", "boundary", "framing", "collective")
 
     topology: Topology
     link_bandwidth_bytes_per_s: BytesPerSecond
@@ -220,6 +335,22 @@ class Interconnect(StrictModel):
     edge_list: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] | None = Field(
         None, description="topology 'edges': pairs of child-instance indices (row-major), both directions"
     )
+    axis_bandwidth_bytes_per_s: list[BytesPerSecond] | None = Field(
+        None, description="grids: bandwidth per link per direction along each axis (rows axis first)"
+    )
+    axis_links: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="grids: parallel links between neighbours along each axis (rows axis first)"
+    )
+    axis_wrap: list[bool] | None = Field(
+        None, description="torus: which axes have wrap-around links (default all)"
+    )
+    boundary: BoundaryLinks | None = Field(
+        None, description="grids: the links between neighbouring children when their grids are merged"
+    )
+    framing: Framing | None = Field(None, description="packet framing: scales every link's payload bandwidth")
+    collective: CollectiveCosts | None = Field(
+        None, description="fixed costs of a collective operation on this fabric (default: steps x hop latency)"
+    )
     comment: str = ""
 
     @model_validator(mode="after")
@@ -228,12 +359,74 @@ class Interconnect(StrictModel):
             raise ValueError("dims: 1 to 3 dimensions")
         if self.topology is Topology.edges and not self.edge_list:
             raise ValueError("edge_list: required when topology is 'edges'")
+        per_axis = {
+            "axis_bandwidth_bytes_per_s": self.axis_bandwidth_bytes_per_s,
+            "axis_links": self.axis_links,
+            "axis_wrap": self.axis_wrap,
+        }
+        if isinstance(self.boundary, BoundaryLinks) and isinstance(self.boundary.links, list):
+            per_axis["boundary.links"] = self.boundary.links
+        given = {k: len(v) for k, v in per_axis.items() if v is not None}
+        if (given or self.boundary is not None) and self.topology not in GRID_TOPOLOGIES:
+            names = ", ".join([*given, *(["boundary"] if self.boundary is not None else [])])
+            raise ValueError(f"{names}: only for mesh, torus or ring interconnects, not {self.topology.value}")
+        if self.axis_wrap is not None and self.topology is not Topology.torus:
+            raise ValueError("axis_wrap: only for a torus (a mesh has no wrap links, a ring always wraps)")
+        expected = len(self.dims) if self.dims else (1 if self.topology is Topology.ring else None)
+        for name, n in given.items():
+            if expected is not None and n != expected:
+                raise ValueError(f"{name}: {n} values for {expected} grid axes")
+        if len(set(given.values())) > 1:
+            raise ValueError(f"per-axis lists disagree on the number of axes: {given}")
+        c = self.collective
+        if c is not None and self.topology not in GRID_TOPOLOGIES:
+            raise ValueError(f"collective: costs apply to mesh, torus or ring fabrics, not {self.topology.value}")
+        if c is not None and c.reduce_sync_packets is not None and self.framing is None:
+            raise ValueError("collective.reduce_sync_packets: needs framing.payload_bytes (the packet size)")
         return self
+
+    def check_axes(self, n_axes: int) -> None:
+        """Per-axis lists must have one value per axis of the grid this interconnect builds."""
+        lists = {
+            "axis_bandwidth_bytes_per_s": self.axis_bandwidth_bytes_per_s,
+            "axis_links": self.axis_links,
+            "axis_wrap": self.axis_wrap,
+            "boundary.links": self.boundary.links if self.boundary and isinstance(self.boundary.links, list) else None,
+        }
+        for name, v in lists.items():
+            if v is not None and len(v) != n_axes:
+                raise ValueError(f"interconnect.{name}: {len(v)} values, but the grid has {n_axes} axes")
+
+    def axis_bandwidth(self, axis: int) -> float:
+        """Bandwidth per link per direction along ``axis`` (the interconnect's own when not per axis)."""
+        v = self.axis_bandwidth_bytes_per_s
+        return v[axis] if v is not None else self.link_bandwidth_bytes_per_s
+
+    def axis_link_count(self, axis: int) -> int:
+        return self.axis_links[axis] if self.axis_links is not None else self.links
+
+    def wraps(self, n_axes: int) -> tuple[bool, ...]:
+        """Which axes wrap around: every axis of a torus or ring unless ``axis_wrap`` says otherwise."""
+        if self.topology is Topology.mesh:
+            return (False,) * n_axes
+        if self.axis_wrap is not None:
+            return tuple(self.axis_wrap)
+        return (True,) * n_axes
+
+    @property
+    def payload_efficiency(self) -> float:
+        """Framing efficiency (1.0 without framing)."""
+        return self.framing.efficiency() if self.framing is not None else 1.0
 
     def efficiency_at(self, message_bytes: float) -> float:
         if self.efficiency_curve is not None:
-            return float(self.efficiency_curve.at(message_bytes))
-        return self.efficiency
+            return float(self.efficiency_curve.at(message_bytes)) * self.payload_efficiency
+        return self.efficiency * self.payload_efficiency
+
+    def large_message_efficiency(self) -> float:
+        """What large transfers achieve: the efficiency (or the curve's largest-message point) × framing."""
+        eff = self.efficiency_curve.points[-1][1] if self.efficiency_curve else self.efficiency
+        return eff * self.payload_efficiency
 
 
 class Component(StrictModel):
@@ -272,19 +465,35 @@ class Component(StrictModel):
                 f"interconnect.dims: {ic.dims} hold {math.prod(ic.dims)} instances, "
                 f"children have {self.instances_of_children()}"
             )
+        if ic is not None and ic.topology in GRID_TOPOLOGIES and self.children:
+            ic.check_axes(len(self.grid_shape()))
         if ic is not None and ic.edge_list:
             n = self.instances_of_children()
             for a, b in ic.edge_list:
                 if a >= n or b >= n or a == b:
                     raise ValueError(f"interconnect.edge_list: link ({a}, {b}) joins no existing pair of {n}")
         for m in self.memories:
-            if m.attach and not self.children:
-                raise ValueError(f"memories.{m.name}.attach: edge ports need children to sit between")
+            if m.ported and not self.children:
+                where = "attach" if m.attach else "placement"
+                raise ValueError(f"memories.{m.name}.{where}: ports need children to sit between")
         return self
 
     @property
     def count(self) -> int:
         return self.rows * self.cols
+
+    def grid_shape(self) -> tuple[int, ...]:
+        """Shape of the grid a mesh/torus/ring interconnect lays the child instances on: ``dims`` if given,
+        a ring's one axis, the rows × cols of a single child component, else one line of all instances."""
+        n = self.instances_of_children()
+        ic = self.interconnect
+        if ic is not None and ic.topology is Topology.ring:
+            return (n,)
+        if ic is not None and ic.dims:
+            return tuple(ic.dims)
+        if len(self.children) == 1:
+            return (self.children[0].rows, self.children[0].cols)
+        return (n,)
 
     def instances_of_children(self) -> int:
         return sum(c.count for c in self.children)

@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
-from tilewright.engine.ir.common import StrictModel
+from tilewright.engine.ir.common import DType, MathFidelity, QuietDefaultsModel, StrictModel
 
 PosInt = Annotated[int, Field(ge=1)]
 
@@ -94,7 +94,36 @@ class StagePlacement(StrictModel):
 MemoryCategory = Literal["weights", "gradients", "optimizer", "activations", "kv_cache"]
 
 
-class Mapping(StrictModel):
+class TensorFormats(StrictModel):
+    """Storage format of each kind of tensor; None = the run's data type. Real deployments mix them
+    (bfp8 attention weights, bfp4 MLP weights, bf16 activations, bfp8 KV cache); every byte count of the
+    plan (weight streams, activations, the KV cache) uses the format of the tensor it moves."""
+
+    weights: DType | None = None
+    activations: DType | None = None
+    kv_cache: DType | None = None
+
+
+class SpatialPolicy(StrEnum):
+    """How an op is spread over the cores inside one device that has a grid (``Compute.grid``)."""
+
+    auto = "auto"  # the cheapest of the 2-D and 1-D splits (with K-split), by the cost model
+    two_d = "2d"  # output blocks over rows × cols, A multicast along rows, B along columns
+    one_d = "1d"  # one line of cores: one operand multicast to every core, the other split
+    runtime_default = "runtime-default"  # what the vendor runtime picks with no program config (ttnn)
+
+
+class SpatialSplit(StrictModel):
+    """The split inside each device (nested mapping: tp/pp/dp count devices, this splits each op over the
+    device's cores). ``grid``: use only ``rows × cols`` of the device's cores (default: all of them)."""
+
+    policy: SpatialPolicy = SpatialPolicy.auto
+    grid: tuple[PosInt, PosInt] | None = None
+
+
+class Mapping(QuietDefaultsModel):
+    _quiet = ("formats", "fidelity", "spatial")
+
     tp: PosInt = 1
     pp: PosInt = 1
     dp: PosInt = 1
@@ -120,7 +149,18 @@ class Mapping(StrictModel):
         "(e.g. ['mlp_up', 'activation', 'mlp_down']): the intermediates never round-trip to DRAM",
     )
     memory_levels: dict[MemoryCategory, str] = Field(
-        default_factory=dict, description="memory name holding each category; empty = the device's own"
+        default_factory=dict,
+        description="memory name holding each category (an SRAM, the DRAM, a host memory), or 'auto' for the "
+        "fastest that fits; categories not named stay in the device's own memory",
+    )
+    formats: TensorFormats = Field(
+        default_factory=TensorFormats, description="storage format per tensor kind; unset = run.dtype"
+    )
+    fidelity: MathFidelity | None = Field(
+        None, description="matrix-engine math fidelity on grid devices; None = by the weights' format"
+    )
+    spatial: SpatialSplit = Field(
+        default_factory=SpatialSplit, description="split of each op over the cores of a grid device"
     )
 
     @model_validator(mode="after")

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field
-from tilewright.engine.ir.common import StrictModel
+from tilewright.engine.ir.common import QuietDefaultsModel
 
 NonNeg = Annotated[float, Field(ge=0)]
 
@@ -50,7 +50,9 @@ class LayerKind(StrEnum):
     block = "block"  # a residual block of a CNN
 
 
-class Op(StrictModel):
+class Op(QuietDefaultsModel):
+    _quiet = ("cache_elems",)
+
     name: str = Field(min_length=1)
     kind: OpKind
     layer: Annotated[int, Field(ge=0)] = Field(description="index into the workload's layer list")
@@ -59,6 +61,9 @@ class Op(StrictModel):
     params: NonNeg = Field(0.0, description="parameters (elements)")
     in_elems: NonNeg = Field(0.0, description="input activation elements per sample")
     out_elems: NonNeg = Field(0.0, description="output activation elements per sample")
+    cache_elems: NonNeg = Field(
+        0.0, description="elements of in_elems read from the KV cache (decode), stored in its own format"
+    )
     saved_elems: NonNeg = Field(0.0, description="elements stored for the backward pass, per sample")
     saved_bytes_fixed: NonNeg = Field(0.0, description="stored bytes independent of dtype (masks), per sample")
     selective: bool = Field(False, description="dropped and recomputed under selective recomputation")

@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
-from tilewright.engine.ir.common import DType, StrictModel
+from tilewright.engine.ir.common import DType, QuietDefaultsModel, StrictModel
 from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.mapping import Mapping
 from tilewright.engine.ir.workload import WorkloadSpec
@@ -29,10 +29,29 @@ class Optimizer(StrEnum):
     sgd = "sgd"
 
 
-class InferenceSettings(StrictModel):
+class AttentionKind(StrEnum):
+    """How inference computes attention. ``fused``: one flash-style kernel — causal FLOPs in the prefill
+    (each token attends to the tokens before it), the scores stay on chip, the KV cache is read once per
+    decode step. ``materialised``: separate QKᵀ, softmax and AV — full s² FLOPs, the score tensor stored
+    and moved through memory (what the engine did before fused attention)."""
+
+    fused = "fused"
+    materialised = "materialised"
+
+
+class InferenceSettings(QuietDefaultsModel):
+    """One batch of requests served together (every sequence arrives at time 0). The KV cache's format is
+    ``mapping.formats.kv_cache`` (default: the activations' format)."""
+
+    _quiet = ("attention", "kv_block_tokens")
+
     prompt_tokens: Annotated[int, Field(ge=1)] = 512
     output_tokens: Annotated[int, Field(ge=1)] = 128
     batch: Annotated[int, Field(ge=1)] = 1
+    attention: AttentionKind = Field(AttentionKind.fused, description="fused (flash-style, causal) or materialised")
+    kv_block_tokens: Annotated[int, Field(ge=1)] = Field(
+        16, description="tokens per KV-cache page (vLLM's block size): each sequence's cache is whole pages"
+    )
 
 
 class RunSettings(StrictModel):

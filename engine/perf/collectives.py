@@ -1,5 +1,10 @@
 """Collectives decomposed by algorithm onto the real topology, as link-usage patterns.
 
+Groups on a grid of devices (meshes, tori, rings, meshes of meshes) get the algorithms of
+``collective_grid`` — bidirectional lines on open axes, rings only where the ring closes in one step,
+row-then-column on 2-D meshes and tori, hierarchical in-chip then cross-chip — chosen by cost. Groups
+behind switches or graphs (GPU nodes and clusters) keep the algorithms below.
+
 A collective over a group becomes one or more *phases*; in each phase every member sends the same
 number of bytes along its own route, at one common rate. A phase is therefore one flow entity whose
 ``usage[link]`` counts how many members' routes cross that link — the event engine shares links
@@ -11,8 +16,8 @@ NCCL's ring and tree; hierarchical as in Megatron/NCCL over DGX nodes):
   bidirectional (half the data each way round the ring), since links are full duplex.
 - hierarchical: reduce-scatter inside each domain (node, die), all-reduce of the 1/q shard across
   domains (q parallel rings, one per local rank — the "rails"), all-gather inside each domain.
-- torus / multi-dimensional mesh: a group filling a box of grid coordinates runs the ring algorithm
-  per dimension (bucket algorithm), data shrinking by each dimension's size.
+- torus / mesh (``collective_grid``): a group filling a box of grid coordinates runs per dimension
+  (bucket algorithm), data shrinking by each dimension's size — rings where the axis wraps, else lines.
 - tree: small messages (< 64 KiB): 2·log2(p) latency-bound steps of the whole message.
 - pairwise exchange (HyPar's halving levels): member i and member i XOR stride swap equal amounts, every
   pair at once, each direction over its own route.
@@ -22,41 +27,24 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass
-from typing import Literal
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.perf.collective_grid import (
+    REDUCTIONS,
+    SMALL_MESSAGE_BYTES,
+    grid_candidates,
+    grid_collective,
+    grid_of,
+)
+from tilewright.engine.perf.collective_grid import snake_order as _ring_order
+from tilewright.engine.perf.collective_phase import Collective, Kind, Phase
+from tilewright.engine.perf.collective_phase import merge_phases as _merge
+from tilewright.engine.perf.collective_phase import route_latency as _route_latency
 
-Kind = Literal["all-reduce", "reduce-scatter", "all-gather", "broadcast", "p2p", "exchange"]
-SMALL_MESSAGE_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Phase:
-    usage: dict[int, float]  # link id → members crossing it (per unit of per-member bytes)
-    bytes_per_member: float
-    latency_s: float  # all steps' latency, the α term
-
-    def time(self, hw: HardwareGraph) -> float:
-        """Duration without contention: the most loaded link over its bandwidth, plus latency."""
-        if not self.usage or self.bytes_per_member <= 0:
-            return self.latency_s
-        worst = max(u / hw.links[lk].bandwidth for lk, u in self.usage.items())
-        return self.bytes_per_member * worst + self.latency_s
-
-
-@dataclass(frozen=True)
-class Collective:
-    kind: Kind
-    algorithm: str
-    phases: tuple[Phase, ...]
-
-    def time(self, hw: HardwareGraph) -> float:
-        return sum(p.time(hw) for p in self.phases)
-
-
-def _route_latency(hw: HardwareGraph, route: list[int]) -> float:
-    return sum(hw.links[lk].latency_s for lk in route)
+__all__ = [
+    "SMALL_MESSAGE_BYTES", "Collective", "Kind", "Phase", "candidates", "collective", "pairwise_exchange",
+    "point_to_point", "ring_phase",
+]
 
 
 def _ring_usage(hw: HardwareGraph, ring: list[int]) -> tuple[Counter, float]:
@@ -67,21 +55,6 @@ def _ring_usage(hw: HardwareGraph, ring: list[int]) -> tuple[Counter, float]:
         usage.update(route)
         worst_latency = max(worst_latency, _route_latency(hw, route))
     return usage, worst_latency
-
-
-def _ring_order(hw: HardwareGraph, group: list[int]) -> list[int]:
-    """Snake order over grid coordinates keeps ring neighbours adjacent on meshes; else as given."""
-    coords = [hw.devices[d].coord for d in group]
-    if any(c is None or len(c) < 2 for c in coords):
-        return list(group)
-
-    def key(d: int) -> tuple[int, ...]:
-        c = hw.devices[d].coord
-        assert c is not None
-        row, col = c[0], c[1]
-        return (*c[2:], row, col if row % 2 == 0 else -col)
-
-    return sorted(group, key=key)
 
 
 def ring_phase(hw: HardwareGraph, group: list[int], steps_factor: float, volume: float) -> Phase:
@@ -96,41 +69,14 @@ def ring_phase(hw: HardwareGraph, group: list[int], steps_factor: float, volume:
     return Phase(dict(usage), volume, steps_factor * hop_latency)
 
 
-def _box_dims(hw: HardwareGraph, group: list[int]) -> list[list[list[int]]] | None:
-    """For a group filling a box of ≥ 2 grid dimensions: per dimension, the rings along it."""
-    coords = {d: hw.devices[d].coord for d in group}
-    if any(c is None or len(c) < 2 for c in coords.values()):
-        return None
-    ndim = len(next(iter(coords.values())))
-    values = [sorted({c[i] for c in coords.values()}) for i in range(ndim)]  # type: ignore[index]
-    sizes = [len(v) for v in values]
-    if math.prod(sizes) != len(group) or sum(1 for n in sizes if n > 1) < 2:
-        return None
-    per_dim = []
-    for i, n in enumerate(sizes):
-        if n == 1:
-            continue
-        lines: dict[tuple, list[int]] = defaultdict(list)
-        for d, c in sorted(coords.items(), key=lambda kv: kv[1]):
-            lines[tuple(c[:i]) + tuple(c[i + 1 :])].append(d)  # type: ignore[index]
-        per_dim.append(list(lines.values()))
-    return per_dim
-
-
-def _torus(hw: HardwareGraph, kind: Kind, dims: list[list[list[int]]], nbytes: float) -> Collective:
-    """Bucket algorithm: reduce-scatter along each dimension in turn (data shrinking by its size),
-    then all-gather back in reverse order; every ring of a dimension runs at once."""
-    scatter, gather = [], []
-    size = nbytes
-    for lines in dims:
-        n = len(lines[0])
-        vol = (n - 1) / n * size
-        scatter.append(_merge([ring_phase(hw, line, n - 1, vol) for line in lines]))
-        gather.insert(0, _merge([ring_phase(hw, line, n - 1, vol) for line in lines]))
-        size /= n
-    if kind == "all-reduce":
-        return Collective(kind, "torus", tuple(scatter + gather))
-    return Collective(kind, "torus", tuple(scatter if kind == "reduce-scatter" else gather))
+def candidates(hw: HardwareGraph, kind: Kind, group: list[int], nbytes: float) -> list[Collective]:
+    """Every algorithm ``collective`` chooses among for this group (one, where the topology offers no
+    choice); ``collective`` returns the cheapest. Search fits each as a line in the message size."""
+    if len(group) > 1 and nbytes > 0 and kind in REDUCTIONS:
+        grid = grid_of(hw, group)
+        if grid is not None:
+            return grid_candidates(grid, kind, group, nbytes)
+    return [collective(hw, kind, group, nbytes)]
 
 
 def _domains(hw: HardwareGraph, group: list[int]) -> dict[str, list[int]]:
@@ -140,11 +86,20 @@ def _domains(hw: HardwareGraph, group: list[int]) -> dict[str, list[int]]:
     return out
 
 
-def collective(hw: HardwareGraph, kind: Kind, group: list[int], nbytes: float) -> Collective:
-    """Decompose a collective of ``nbytes`` (the full tensor) over ``group`` into phases."""
+def collective(
+    hw: HardwareGraph, kind: Kind, group: list[int], nbytes: float, algorithm: str | None = None
+) -> Collective:
+    """Decompose a collective of ``nbytes`` (the full tensor) over ``group`` into phases. ``algorithm``
+    (grids only) restricts the choice to algorithms whose name starts with it, e.g. "ring" or "line"."""
     p = len(group)
     if p <= 1 or nbytes <= 0:
         return Collective(kind, "none", ())
+    if kind in REDUCTIONS:
+        grid = grid_of(hw, group)
+        if grid is not None:
+            return grid_collective(grid, kind, group, nbytes, algorithm)
+    if algorithm:
+        raise ValueError(f"algorithm {algorithm!r}: only groups on a grid choose among algorithms")
     if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and p > 2:
         ring = _ring_order(hw, group)
         _, hop = _ring_usage(hw, ring)
@@ -155,9 +110,6 @@ def collective(hw: HardwareGraph, kind: Kind, group: list[int], nbytes: float) -
             tree_usage.update(hw.device_route(ring[i], parent))
             tree_usage.update(hw.device_route(parent, ring[i]))
         return Collective(kind, "tree", (Phase(dict(tree_usage), nbytes, steps * hop),))
-    box = _box_dims(hw, group)
-    if box is not None and kind in ("all-reduce", "reduce-scatter", "all-gather"):
-        return _torus(hw, kind, box, nbytes)
     domains = _domains(hw, group)
     sizes = {len(v) for v in domains.values()}
     if len(domains) > 1 and len(sizes) == 1 and sizes.pop() > 1:
@@ -181,14 +133,6 @@ def _hierarchical(hw: HardwareGraph, kind: Kind, domains: dict[str, list[int]], 
         return Collective(kind, "hierarchical", (inner, cross, inner))
     cross = _merge([ring_phase(hw, r, n - 1, cross_f * shard) for r in rails])
     return Collective(kind, "hierarchical", (inner, cross) if kind == "reduce-scatter" else (cross, inner))
-
-
-def _merge(phases: list[Phase]) -> Phase:
-    """Concurrent identical-volume phases (one per domain or rail) act as one entity."""
-    usage: Counter = Counter()
-    for ph in phases:
-        usage.update(ph.usage)
-    return Phase(dict(usage), phases[0].bytes_per_member, max(ph.latency_s for ph in phases))
 
 
 def _sends(hw: HardwareGraph, pairs: list[tuple[int, int]], nbytes: float) -> Phase | None:

@@ -27,6 +27,8 @@ class DeviceModel:
 
     @property
     def dram_bandwidth(self) -> float:
+        """Local DRAM's achievable bandwidth; a remote memory's per-port figure (its flows are timed on the
+        network instead); inf without DRAM (SRAM bandwidth then bounds memory time, ``perf.residency``)."""
         mem = self.local_dram or self.remote_dram
         return mem.effective_bandwidth if mem else float("inf")
 
@@ -61,24 +63,47 @@ def device_model(
 
 
 def remote_memory(hw: HardwareGraph, device: int) -> Memory | None:
-    """The edge-attached memory (e.g. a die's DRAM ports) of the device's owning ancestor, if any."""
+    """The ported memory (a die's DRAM ports on its edges or in its grid) of the device's closest owning
+    ancestor, if any."""
     node = hw.devices[device].node
+    best: tuple[int, Memory] | None = None
     for port in hw.memory_ports:
-        if port.edge is not None and node.startswith(port.owner + "/"):
-            return port.memory
-    return None
+        if port.ctrl is not None and node.startswith(port.owner + "/"):
+            if best is None or len(port.owner) > best[0]:
+                best = (len(port.owner), port.memory)
+    return best[1] if best else None
+
+
+def shared_memory(hw: HardwareGraph, device: int, name: str) -> tuple[Memory, float] | None:
+    """A memory called ``name`` that the device reaches but does not own, with the device's share of its
+    capacity: ported DRAM (the closest owner's ports, split over the devices under that owner) or a
+    memory of an ancestor that does not compute (a node's host DDR, split over the node's devices)."""
+    node = hw.devices[device].node
+    owners = [p for p in hw.memory_ports if p.memory.name == name and node.startswith(p.owner + "/")]
+    if not owners:
+        return None
+    owner = max((p.owner for p in owners), key=len)
+    ports = [p for p in owners if p.owner == owner]
+    sharing = max(1, sum(1 for d in hw.devices if d.node.startswith(owner + "/")))
+    return ports[0].memory, sum(p.capacity_bytes for p in ports) / sharing
+
+
+def sharing_devices(hw: HardwareGraph, device: int, name: str) -> int:
+    """Devices under the closest owner of the memory ``name`` that ``device`` reaches (1 if it owns it)."""
+    node = hw.devices[device].node
+    owners = [p.owner for p in hw.memory_ports if p.memory.name == name and node.startswith(p.owner + "/")]
+    if not owners:
+        return 1
+    owner = max(owners, key=len)
+    return max(1, sum(1 for d in hw.devices if d.node.startswith(owner + "/")))
 
 
 def device_capacity(hw: HardwareGraph, device: int, dev: DeviceModel) -> float:
-    """Bytes a device can hold: its local DRAM, else its SRAM plus a fair share of the edge DRAM that the
-    devices under the same owner (e.g. the tiles of one die) share."""
+    """Bytes a device can hold: its local DRAM, else its SRAM plus a fair share of the ported DRAM that
+    the devices under the same owner (e.g. the tiles of one die) share."""
     if dev.local_dram is not None:
         return dev.local_dram.capacity_bytes
-    node = hw.devices[device].node
-    owners = {p.owner for p in hw.memory_ports if p.edge is not None and node.startswith(p.owner + "/")}
-    if not owners:
+    if dev.remote_dram is None:
         return dev.sram_bytes
-    owner = max(owners, key=len)
-    ports = [p for p in hw.memory_ports if p.owner == owner and p.edge is not None]
-    sharing = sum(1 for d in hw.devices if d.node.startswith(owner + "/"))
-    return dev.sram_bytes + sum(p.capacity_bytes for p in ports) / max(sharing, 1)
+    share = shared_memory(hw, device, dev.remote_dram.name)
+    return dev.sram_bytes + (share[1] if share else 0.0)

@@ -6,6 +6,9 @@ For C[M×N] = A[M×K] · B[K×N] with S elements of usable SRAM (half of it, the
 - input-stationary ("streaming") keeps m×K rows of A, streams B per row block: A + B·⌈M/m⌉ + C
 If everything fits, each operand moves once. This is the classic blocked-matmul traffic argument
 (Hong & Kung 1981; the dataflow taxonomy of Chen et al., Eyeriss, ISCA 2016), not a fitted constant.
+
+An operand already on chip (``resident``: weights held in SRAM, or a fused neighbour's output) is the
+stationary one: it never comes from DRAM, and the other operands stream past it exactly once.
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ class Tiling:
     dram_elems: float
 
 
-def matmul_traffic(m: float, n: float, k: float, sram_elems: float) -> Tiling:
-    """Minimum DRAM traffic (elements) over the three dataflows for an M×K by K×N product."""
+def matmul_traffic(m: float, n: float, k: float, sram_elems: float, resident: frozenset[str] = frozenset()) -> Tiling:
+    """Minimum DRAM traffic (elements) over the three dataflows for an M×K by K×N product; ``resident``
+    names the operands ("a", "b", "c") already held on chip."""
     a, b, c = m * k, k * n, m * n
+    if resident:
+        moved = {"a": a, "b": b, "c": c}
+        held = " + ".join(name for x, name in (("a", "input"), ("b", "weights"), ("c", "output")) if x in resident)
+        return Tiling(f"{held} on chip", sum(v for x, v in moved.items() if x not in resident))
     usable = max(sram_elems / 2.0, 1.0)
     if a + b + c <= usable:
         return Tiling("resident", a + b + c)

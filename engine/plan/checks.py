@@ -170,6 +170,21 @@ def _fusion_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     return out
 
 
+def _spatial_checks(project: Project) -> list[Problem]:
+    """``mapping.spatial.grid`` names cores of the devices' grid: it must exist and fit."""
+    m = project.mapping
+    if m.spatial.grid is None:
+        return []
+    compute = project.hardware.device_template()
+    grid = compute.grid if compute is not None else None
+    r, c = m.spatial.grid
+    if grid is None:
+        return [Problem("mapping.spatial.grid", f"{r}×{c}: the devices have no grid of cores (compute.grid)")]
+    if r > grid.rows or c > grid.cols:
+        return [Problem("mapping.spatial.grid", f"{r}×{c} does not fit the devices' {grid.rows}×{grid.cols} cores")]
+    return []
+
+
 def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
     (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
@@ -193,9 +208,10 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     out += _stage_checks(project, len(graph.layers), capacity)
     out += _hypar_checks(m, graph)
     out += _fusion_checks(m, graph)
+    out += _spatial_checks(project)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
-        if name not in memories:
+        if name != "auto" and name not in memories:
             known = ", ".join(sorted(memories)) or "none"
             out.append(Problem(f"mapping.memory_levels.{category}", f"no memory named '{name}' (have: {known})"))
     return out

@@ -1,32 +1,55 @@
-"""An inference request as phases through the pipeline: one prefill, then one decode step per output token.
+"""A batch of inference requests as phases through the pipeline: one prefill, then the decode steps.
 
 Shared by the analytic and the event engines (through ``engine.plan.program``) so both time the same passes.
-- The request batch is split into ``micro_batches`` that follow each other through the stages (``pp``
-  of them when the batch divides evenly, so every stage has work; one when ``pp`` is 1): the usual
-  pipelined serving schedule. Decode step k of a micro-batch starts on stage 0 once its step k − 1
-  left the last stage (autoregressive).
-- Prefill is a forward pass of ``prompt_tokens`` per sequence. A decode step runs every op for one new
-  token: matmuls shrink to one row per sequence (memory-bound on the weights), attention reads the whole
-  cached context (2·context·kv_dim elements per layer per sequence), and tensor-parallel collectives carry
-  one token's activations (latency-bound).
-- Decode cost is affine in the context except where the roofline switches sides, so passes are built
-  at three contexts (first, middle, last step) and each step's segments are interpolated between the
-  two nearest samples (segment by segment: the same ops and collectives, only durations move).
+
+Definitions (every sequence of the batch arrives at time 0):
+- the prefill runs the whole prompt and produces the first output token; time to first token (TTFT) is
+  the end of the prefill of the last sequence of the batch (its last micro-batch on the last stage);
+- then ``output_tokens − 1`` decode steps, each feeding the token sampled last and producing the next one
+  (decode step k, 0-based, attends over ``prompt + k + 1`` keys and produces output token k + 2); an
+  encoder (BERT) answers in its one pass and has no decode steps and no KV cache;
+- end to end (e2e) is the end of the last decode step; TPOT = (e2e − TTFT)/(output_tokens − 1), absent
+  (None) when ``output_tokens`` is 1.
+
+Passes (``engine.workloads.transformer_inference``): fused, causal attention unless
+``run.inference.attention`` is ``materialised``; logits of the last token only; embeddings gathered; no
+loss, no dropout. The batch is split into ``micro_batches`` that follow each other through the stages
+(``pp`` of them when the batch divides evenly, so every stage has work; one when ``pp`` is 1): the usual
+pipelined serving schedule. Decode step k of a micro-batch starts on stage 0 once its step k − 1 left the
+last stage (autoregressive). Tensor-parallel collectives of a decode step carry one token's activations.
+
+Memory: weights, the KV cache and a workspace. The KV cache holds 2 · attention layers · kv_heads ·
+head_dim elements per token (in ``mapping.formats.kv_cache``, default the activations' format), grows as
+tokens are written (the prompt at the prefill, one token per decode step) and is allocated in pages of
+``run.inference.kv_block_tokens`` tokens per sequence (vLLM's paged blocks; a sequence's last page is
+whole). The workspace is the largest transient of an op (input plus output) at the context actually run:
+the prefill's prompt or a decode step's token, never the model's training length; the KV cache an op
+reads is counted in the cache, not again in the workspace.
+
+Decode cost is affine in the context except where the roofline switches sides, so decode passes are built
+at three contexts (first, middle, last step) and each step's segments are interpolated between the two
+nearest samples (segment by segment: the same ops and collectives, only durations move).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tilewright.engine.ir.ops import Op, OpKind
-from tilewright.engine.ir.workload import BertSpec, LlamaSpec, TransformerDims
+from tilewright.engine.ir.common import DType, dtype_bytes
+from tilewright.engine.ir.ops import LayerKind, Op
+from tilewright.engine.ir.project import AttentionKind
+from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.perf.formats import OpFormats
+from tilewright.engine.perf.memory import workspace_bytes
 from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
-from tilewright.engine.plan.plan import Plan, scaled
+from tilewright.engine.plan.plan import Plan, scaled, split_rows
 from tilewright.engine.workloads import build_workload
-
-QUADRATIC = {OpKind.attention, OpKind.softmax}
+from tilewright.engine.workloads.graph import WorkloadGraph
+from tilewright.engine.workloads.transformer_inference import inference_graph, kv_cache_bytes
 
 
 @dataclass
@@ -36,28 +59,6 @@ class NamedPass(ChunkPass):
 
     name: str = ""
     cache_key: tuple = ()
-
-
-def kv_dim(dims: TransformerDims) -> int:
-    head = dims.hidden // dims.heads
-    kv_heads = dims.kv_heads_n if isinstance(dims, LlamaSpec) else dims.heads
-    return kv_heads * head
-
-
-def per_token(op: Op, seq: int, context: int, kv: int) -> Op:
-    """The op for one new token attending over ``context`` cached tokens."""
-    quadratic = op.kind in QUADRATIC or (op.selective and op.kind is OpKind.dropout)
-    scale = context / (seq * seq) if quadratic else 1.0 / seq
-    update = {
-        "flops": op.flops * scale,
-        "in_elems": op.in_elems * scale,
-        "out_elems": op.out_elems * scale,
-        "saved_elems": 0.0,
-        "gemm": (1, op.gemm[1], op.gemm[2]) if op.gemm else None,
-    }
-    if op.kind is OpKind.attention:
-        update["in_elems"] = op.in_elems / seq + 2.0 * context * kv  # this token's q,k,v + the KV cache
-    return op.model_copy(update=update)
 
 
 def _mix(a: ChunkPass, b: ChunkPass, w: float, name: str, key: tuple) -> NamedPass:
@@ -73,10 +74,30 @@ def _mix(a: ChunkPass, b: ChunkPass, w: float, name: str, key: tuple) -> NamedPa
             flops=sa.flops + w * (sb.flops - sa.flops),
             dram_bytes=sa.dram_bytes + w * (sb.dram_bytes - sa.dram_bytes),
             comm=sa.comm,
+            local_bytes=sa.local_bytes + w * (sb.local_bytes - sa.local_bytes),
         )
         for sa, sb in zip(a.segments, b.segments, strict=True)
     ]
     return NamedPass(a.kind, segs, a.dataflows, name=name, cache_key=key)
+
+
+def kv_dtype(plan: Plan) -> DType:
+    """The KV cache's format: ``mapping.formats.kv_cache``, else the activations' format."""
+    f = plan.project.mapping.formats.kv_cache
+    if f is not None:
+        return f
+    return plan.formats.activations if plan.formats is not None else plan.project.run.dtype
+
+
+def pages(tokens: int, block: int) -> int:
+    """Tokens of KV cache a sequence of ``tokens`` occupies: whole pages of ``block`` tokens."""
+    return math.ceil(tokens / block) * block if tokens > 0 else 0
+
+
+def _transient(ops: list[Op]) -> list[Op]:
+    """The ops as transient buffers: the KV cache an attention op reads lives in the cache."""
+    return [op.model_copy(update={"in_elems": op.in_elems - op.cache_elems}) if op.cache_elems else op
+            for op in ops]
 
 
 @dataclass
@@ -84,11 +105,14 @@ class InferencePhases:
     plan: Plan
     batch: int
     prompt: int
-    new_tokens: int
+    output_tokens: int
     micro_batches: int
     dims: TransformerDims | None
+    block_tokens: int = 16
+    kv_elem_bytes: float = 2.0
     prefill: list[NamedPass] = field(default_factory=list)  # per stage
     samples: dict[int, list[ChunkPass]] = field(default_factory=dict)  # context → per-stage decode pass
+    workspaces: list[float] = field(default_factory=list)  # per stage, per device
     _recent: dict[int, tuple[int, NamedPass]] = field(default_factory=dict)  # stage → (step, its pass)
     _flops: dict[tuple[int, int], float] = field(default_factory=dict)  # (stage, phase) → its pass's flops
 
@@ -97,21 +121,35 @@ class InferencePhases:
         return self.batch // self.micro_batches
 
     @property
+    def decoder(self) -> bool:
+        """A transformer that generates token by token (GPT, LLaMA); not an encoder, not a CNN."""
+        return self.dims is not None and not isinstance(self.dims, BertSpec)
+
+    @property
     def decode_steps(self) -> int:
-        """Output tokens generated one by one; none for an encoder (BERT answers in its one pass)."""
-        return self.new_tokens if self.dims is not None and not isinstance(self.dims, BertSpec) else 0
+        """``output_tokens − 1``: the prefill produces the first output token; none for an encoder."""
+        return self.output_tokens - 1 if self.decoder else 0
+
+    @property
+    def generated_tokens(self) -> int:
+        """Output tokens per sequence: ``output_tokens`` for a decoder, 1 answer for anything else."""
+        return self.output_tokens if self.decoder else 1
+
+    def context(self, k: int) -> int:
+        """Keys decode step ``k`` attends over: the prompt and the k + 1 tokens fed back so far."""
+        return self.prompt + k + 1
 
     def decode(self, r: int, k: int) -> NamedPass:
-        """Stage ``r``'s pass for decode step ``k`` (0-based: the token after prompt + k of context)."""
+        """Stage ``r``'s pass for decode step ``k`` (0-based), named by the output token it produces."""
         recent = self._recent.get(r)
         if recent is not None and recent[0] == k:  # micro-batches of one step share it
             return recent[1]
-        c = self.prompt + k
+        c = self.context(k)
         ctxs = sorted(self.samples)
         lo = max(s for s in ctxs if s <= c)
         hi = min((s for s in ctxs if s >= c), default=lo)
         w = 0.0 if hi == lo else (c - lo) / (hi - lo)
-        ps = _mix(self.samples[lo][r], self.samples[hi][r], w, f"decode token {k + 1}", ("decode", k))
+        ps = _mix(self.samples[lo][r], self.samples[hi][r], w, f"decode token {k + 2}", ("decode", k))
         self._recent[r] = (k, ps)  # the engines ask in step order: keep only the latest, memory stays flat
         return ps
 
@@ -124,7 +162,7 @@ class InferencePhases:
         return ps
 
     def request_flops(self) -> float:
-        """FLOPs per device of the whole request: every phase of every stage, for every micro-batch."""
+        """FLOPs per device of the whole batch: every phase of every stage, for every micro-batch."""
         total = 0.0
         for p in range(1 + self.decode_steps):
             total += self.micro_batches * sum(self._phase_flops(r, p) for r in range(self.plan.pp))
@@ -144,51 +182,97 @@ class InferencePhases:
         return scaled(self.plan.p2p(r, 0, False), self.p2p_scale(tokens))
 
     def workspace(self, r: int) -> float:
-        """The stage's largest op workspace, for one micro-batch of the request."""
-        return self.plan.stages[r].workspace * self.micro_batch / max(self.plan.micro_batch, 1)
+        """The stage's largest op transient (input + output) at the context run, for one micro-batch."""
+        return self.workspaces[r]
 
     @cached_property
     def kv_bytes_per_token(self) -> list[float]:
-        """Per stage, per device: the KV cache one micro-batch adds per token of context."""
-        if self.decode_steps == 0:  # no cache: nothing is generated after the one pass
+        """Per stage, per device: the KV cache one micro-batch adds per token of context (each of its
+        sequences one token), unpaged (``transformer_inference.kv_cache_bytes``)."""
+        if not self.decoder:  # an encoder keeps no cache
             return [0.0] * self.plan.pp
+        kinds = {li.index: li.kind for li in self.plan.workload.layers}
+        tp = self.plan.project.mapping.tp
         out = []
-        m = self.plan.project.mapping
         for st in self.plan.stages:
-            layers = sum(len(v) for v in st.chunk_layers.values())
-            out.append(2.0 * layers * kv_dim(self.dims) * self.micro_batch * self.plan.elem_bytes / m.tp)
+            layers = sum(kinds[i] is LayerKind.transformer for ids in st.chunk_layers.values() for i in ids)
+            out.append(kv_cache_bytes(self.dims, layers, tp, self.micro_batch, 1, self.kv_elem_bytes))
         return out
+
+    def kv_tokens(self, phase: int) -> int:
+        """Cache tokens per sequence (in whole pages) once phase ``phase`` has written its tokens."""
+        return pages(self.prompt + phase, self.block_tokens)
+
+    def kv_grow(self, r: int, phase: int) -> float:
+        """Bytes stage ``r`` (per device) allocates for one micro-batch at ``phase``: new pages only."""
+        before = self.kv_tokens(phase - 1) if phase > 0 else 0
+        return self.kv_bytes_per_token[r] * (self.kv_tokens(phase) - before)
+
+    def kv_cache_bytes(self, r: int) -> float:
+        """Stage ``r``'s whole KV cache (per device) at the end: every micro-batch, every phase written."""
+        return self.kv_bytes_per_token[r] * self.micro_batches * self.kv_tokens(self.decode_steps)
+
+    def spatial_splits(self) -> list[dict[str, object]]:
+        """On grid devices: how each matmul of the prefill and of the last decode step was split."""
+        out: list[dict[str, object]] = []
+        for r, st in enumerate(self.plan.stages):
+            if st.dev.compute.grid is None:
+                continue
+            out += split_rows(f"stage {r}, prefill", self.prefill[r].dataflows)
+            if self.samples:
+                out += split_rows(f"stage {r}, decode", self.samples[max(self.samples)][r].dataflows)
+        return out
+
+
+def _context(plan: Plan, r: int, mb: int, sp: bool, fmt: OpFormats | None) -> PassContext:
+    m = plan.project.mapping
+    st = plan.stages[r]
+    residency = st.residency.residency if st.residency is not None else None  # mapping.memory_levels
+    return PassContext(st.dev, mb, m.tp, sp, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial, residency)
+
+
+def _stage_layers(plan: Plan, graph: WorkloadGraph, r: int) -> list[list[Op]]:
+    st = plan.stages[r]
+    return [graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
 
 
 def inference_phases(plan: Plan) -> InferencePhases:
     project = plan.project
-    run, m = project.run, project.mapping
+    m, inf = project.mapping, project.run.inference
     dims = project.workload if isinstance(project.workload, TransformerDims) else None
-    inf = run.inference
     micro_batches = plan.pp if plan.pp > 1 and inf.batch % plan.pp == 0 else 1
-    ph = InferencePhases(plan, inf.batch, inf.prompt_tokens, inf.output_tokens, micro_batches, dims)
+    kv_type = kv_dtype(plan)
+    fmt = plan.formats
+    if fmt is not None and fmt.kv_cache != kv_type:  # the cache defaults to the activations' format
+        fmt = dataclasses.replace(fmt, kv_cache=kv_type)
+    ph = InferencePhases(plan, inf.batch, inf.prompt_tokens, inf.output_tokens, micro_batches, dims,
+                         inf.kv_block_tokens, dtype_bytes(kv_type))
     mb = ph.micro_batch
-    spec = dims.model_copy(update={"seq_len": inf.prompt_tokens}) if dims is not None else project.workload
-    prefill_graph = build_workload(spec)
-    fused = fused_edges(m.fusion)
-    for st in plan.stages:
-        ctx = PassContext(st.dev, mb, m.tp, m.sequence_parallel, plan.elem_bytes, fused)
-        layers = [prefill_graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
-        ps = forward_pass(layers, ctx)
-        ph.prefill.append(NamedPass(ps.kind, ps.segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
-    if ph.decode_steps == 0:
+    if dims is None:  # a CNN or an MLP: one forward pass of the batch
+        graph = build_workload(project.workload)
+        for r in range(plan.pp):
+            ps = forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, m.sequence_parallel, fmt))
+            ph.prefill.append(NamedPass(ps.kind, ps.segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
+            ph.workspaces.append(plan.stages[r].workspace * mb / max(plan.micro_batch, 1))
         return ph
-    kv = kv_dim(dims)
-    for context in sorted({inf.prompt_tokens, inf.prompt_tokens + inf.output_tokens // 2,
-                           inf.prompt_tokens + inf.output_tokens - 1}):
-        per_stage = []
-        for st in plan.stages:
-            ctx = PassContext(st.dev, mb, m.tp, False, plan.elem_bytes, fused)
-            layers = [
-                [per_token(op, dims.seq_len, context, kv) for op in plan.workload.layer_ops(i)]
-                for c in sorted(st.chunk_layers)
-                for i in st.chunk_layers[c]
-            ]
-            per_stage.append(forward_pass(layers, ctx))
-        ph.samples[context] = per_stage
+    fused = inf.attention == AttentionKind.fused
+    prefill = inference_graph(dims, inf.prompt_tokens, inf.prompt_tokens, mb, fused)
+    decode: dict[int, WorkloadGraph] = {}
+    if ph.decode_steps:
+        n = ph.decode_steps
+        for c in sorted({ph.context(0), ph.context((n - 1) // 2), ph.context(n - 1)}):
+            decode[c] = inference_graph(dims, 1, c, mb, fused)
+    for r in range(plan.pp):
+        layers = _stage_layers(plan, prefill, r)
+        ps = forward_pass(layers, _context(plan, r, mb, m.sequence_parallel, fmt))
+        ph.prefill.append(NamedPass(ps.kind, ps.segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
+        ops = [op for ls in layers for op in ls]
+        space = workspace_bytes(_transient(ops), mb, m.tp, m.sequence_parallel, plan.elem_bytes)
+        if decode:  # the longest context's step (materialised scores grow with it)
+            ops = [op for ls in _stage_layers(plan, decode[max(decode)], r) for op in ls]
+            space = max(space, workspace_bytes(_transient(ops), mb, m.tp, False, plan.elem_bytes))
+        ph.workspaces.append(space)
+    for c, graph in decode.items():
+        ph.samples[c] = [forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, False, fmt))
+                         for r in range(plan.pp)]
     return ph

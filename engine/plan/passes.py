@@ -14,9 +14,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from tilewright.engine.ir.mapping import SpatialSplit
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel
-from tilewright.engine.perf.op_cost import OpTime, op_time
+from tilewright.engine.perf.formats import OpFormats
+from tilewright.engine.perf.op_cost import OpTime, op_time, shard
+from tilewright.engine.perf.residency import Residency
 
 PassKind = str  # "F" | "B" | "R"
 
@@ -30,22 +33,27 @@ class Segment:
     flops: float
     dram_bytes: float
     comm: tuple[str, float] | None = None  # (collective kind, full-tensor bytes) after this segment
+    local_bytes: float = 0.0  # moved to/from the device's own memory (its DRAM, else its SRAM): energy
 
     def add(self, t: OpTime, dataflows: Counter) -> None:
-        """Accumulate one op's time; count the SRAM dataflow its tiling chose, if any."""
+        """Accumulate one op's time; count the SRAM dataflow its tiling chose, or the split of a grid
+        device, if any."""
         self.busy_s += t.busy_s
         self.compute_s += t.compute_s
         self.flops += t.flops
         self.dram_bytes += t.dram_bytes
+        self.local_bytes += t.local_bytes
         if t.dataflow:
             dataflows[t.dataflow] += 1
+        if t.split:
+            dataflows[t.split] += 1
 
 
 @dataclass
 class ChunkPass:
     kind: PassKind
     segments: list[Segment] = field(default_factory=list)
-    dataflows: Counter = field(default_factory=Counter)  # SRAM tiling choices of its matmuls
+    dataflows: Counter = field(default_factory=Counter)  # SRAM tiling choices / grid splits of its ops
 
     @property
     def busy_s(self) -> float:
@@ -70,8 +78,12 @@ class PassContext:
     micro_batch: int
     tp: int
     sequence_parallel: bool
-    elem_bytes: int
+    elem_bytes: float  # of activations (and every tensor when ``formats`` is None)
     fused: frozenset[tuple[str, str]] = frozenset()  # (producer, consumer) names within a layer, on chip
+    formats: OpFormats | None = None  # per tensor kind (mapping.formats) and math fidelity
+    spatial: SpatialSplit | None = None  # split policy over a grid device's cores (mapping.spatial)
+    residency: Residency | None = None  # memory level of each category (mapping.memory_levels)
+    rows_per_sample: int = 1  # token rows per sample: a fused chain streams its intermediate row block by block
 
 
 def fused_edges(chains: list[list[str]]) -> frozenset[tuple[str, str]]:
@@ -105,6 +117,23 @@ def _fusion_flags(ops: list[Op], fused: frozenset[tuple[str, str]]) -> list[tupl
     return flags
 
 
+def _on_chip(op: Op, fused: tuple[bool, bool], c: PassContext) -> tuple[bool, bool]:
+    """A fused chain streams its intermediate through SRAM one block of token rows at a time (as fused
+    kernels and FlashAttention do), so it stays on chip when one row of it, double-buffered, fits half the
+    device's SRAM; on an SRAM-only tile that is checked, on a device whose SRAM is not modelled (a GPU's
+    HBM-only preset) it is taken for granted, as it always was."""
+    dev = c.dev
+    if dev.local_dram is not None or dev.sram_bytes <= 0:
+        return fused
+    k = shard(op, c.tp, c.sequence_parallel)
+    budget = dev.sram_bytes / 2
+
+    def fits(elems: float) -> bool:
+        return 2.0 * elems / k / max(c.rows_per_sample, 1) * c.elem_bytes <= budget
+
+    return fused[0] and fits(op.in_elems), fused[1] and fits(op.out_elems)
+
+
 class _Builder:
     def __init__(self, ctx: PassContext, kind: PassKind):
         self.ctx = ctx
@@ -113,7 +142,12 @@ class _Builder:
 
     def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False)) -> None:
         c = self.ctx
-        t = op_time(op, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused)
+        if fused != (False, False):
+            fused = _on_chip(op, fused, c)
+        t = op_time(
+            op, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused, c.formats, c.spatial,
+            c.residency,
+        )
         seg = self._open
         if seg is None:
             seg = self._open = Segment(

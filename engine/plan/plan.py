@@ -10,12 +10,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.hardware.interleave import stream_usage
 from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Recompute, Schedule
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, Phase, collective, point_to_point
 from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
+from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.memory import (
     StateBytes,
     activation_bytes,
@@ -27,6 +29,8 @@ from tilewright.engine.perf.memory import (
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.plan.placement import split_layers, stage_groups
+from tilewright.engine.plan.residency import StageResidency, optimizer_seconds, stage_residency
+from tilewright.engine.plan.residency import notes as residency_notes
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 # Adam step traffic per parameter (bytes): read fp32 master, m, v and the fp32 gradient, write master,
@@ -51,6 +55,7 @@ class StagePlan:
     grad_bytes: dict[int, float]  # per chunk, per device
     optimizer_s: float
     label: str = ""
+    residency: StageResidency | None = None  # mapping.memory_levels resolved for this stage; None: not set
 
 
 @dataclass(eq=False)  # hashed by identity, so its methods can cache per plan
@@ -71,6 +76,24 @@ class Plan:
     model_flops: float
     hardware_flops: float
     notes: list[str] = field(default_factory=list)
+    formats: OpFormats | None = None  # per tensor kind; None: every tensor elem_bytes per element
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes per weight element (``mapping.formats.weights``, else the run's data type)."""
+        return self.formats.weight_bytes if self.formats is not None else self.elem_bytes
+
+    def spatial_splits(self) -> list[dict[str, object]]:
+        """On grid devices: how each forward matmul of a micro-batch was split over the cores, per stage."""
+        out = []
+        for st in self.stages:
+            forward: Counter = Counter()
+            for (_c, kind), ps in st.passes.items():
+                if kind == "F":
+                    forward.update(ps.dataflows)
+            if st.dev.compute.grid is not None:
+                out += split_rows(f"stage {st.rank}, forward", forward)
+        return out
 
     def stage_of(self, virtual_stage: int) -> tuple[int, int]:
         """(rank, chunk) of a virtual stage."""
@@ -99,30 +122,28 @@ class Plan:
 
     @memo_method
     def dram_usage(self, rank: int, replica: int) -> dict[int, float]:
-        """Links crossed when every member of a tensor group streams from its nearest remote DRAM port."""
+        """Links crossed when every member of a tensor group streams one byte from its remote DRAM: spread
+        over all the memory's ports (interleaved, the default) or from each member's nearest port."""
         st = self.stages[rank]
         mem = st.dev.remote_dram
-        usage: dict[int, float] = {}
-        if mem is None:
-            return usage
-        for d in st.groups[replica]:
-            _, route = self.hw.memory_route(d, mem.name)
-            for lk in route:
-                usage[lk] = usage.get(lk, 0.0) + 1.0
-        return usage
+        return stream_usage(self.hw, st.groups[replica], mem) if mem is not None else {}
+
+    @memo_method
+    def dram_usage_replicas(self, rank: int) -> dict[int, float]:
+        """Every data-parallel replica's tensor group streaming at once (they run in lockstep): the usage of
+        an event-engine unit that stands for all of them when links are shared (contention on)."""
+        st = self.stages[rank]
+        if len(st.groups) == 1:
+            return self.dram_usage(rank, 0)
+        mem = st.dev.remote_dram
+        return stream_usage(self.hw, [d for g in st.groups for d in g], mem) if mem is not None else {}
 
     @memo_method
     def dram_usage_member(self, rank: int, replica: int, member: int) -> dict[int, float]:
-        """One device's route to its nearest remote DRAM port (per-device simulation)."""
+        """One device's DRAM stream (per-device simulation)."""
         st = self.stages[rank]
         mem = st.dev.remote_dram
-        if mem is None:
-            return {}
-        _, route = self.hw.memory_route(st.groups[replica][member], mem.name)
-        usage: dict[int, float] = {}
-        for lk in route:
-            usage[lk] = usage.get(lk, 0.0) + 1.0
-        return usage
+        return stream_usage(self.hw, [st.groups[replica][member]], mem) if mem is not None else {}
 
     @memo_method
     def p2p_member(self, virtual_stage: int, replica: int, backward: bool, member: int) -> Collective:
@@ -134,7 +155,11 @@ class Plan:
 
     @memo_method
     def dram_seconds_per_byte(self, rank: int) -> float:
-        """Uncontended seconds per streamed byte (per member) on the DRAM route's tightest link."""
+        """Seconds per streamed byte (per member) on the tightest link of the tensor group's DRAM streams —
+        its ports' channels among them, so a pass never beats its own DRAM bytes over its ports' bandwidth.
+        Uncontended, as every transfer the analytic engine times: other replicas' and other stages' streams
+        on shared ports bound the whole iteration instead (``timing.dram_floor``), and share the links in
+        the event engine with contention on."""
         usage = self.dram_usage(rank, 0)
         return max((u / self.hw.links[lk].bandwidth for lk, u in usage.items()), default=0.0)
 
@@ -172,7 +197,7 @@ class Plan:
         st = self.stages[rank]
         if self.dp <= 1 or self.project.mapping.zero < 1:
             return Collective("all-gather", "none", ())
-        nbytes = st.params * self.elem_bytes
+        nbytes = st.params * self.weight_bytes
         parts = [collective(self.hw, "all-gather", [g[i] for g in st.groups], nbytes) for i in range(self.tp)]
         return merge_concurrent(parts)
 
@@ -198,6 +223,14 @@ def merge_concurrent(parts: list[Collective]) -> Collective:
     return Collective(parts[0].kind, parts[0].algorithm, tuple(phases))
 
 
+def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float, opt_bytes: int) -> float:
+    """The optimizer step's memory stream: at the device's DRAM bandwidth as always, or level by level when
+    ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step)."""
+    if placed is None and (dev.local_dram is not None or dev.remote_dram is not None):
+        return params * opt_bytes / dev.dram_bandwidth
+    return optimizer_seconds(dev, placed, params, opt_bytes == ADAM_BYTES_MIXED)
+
+
 def _layers(workload: WorkloadGraph, indices: list[int]) -> list[list[Op]]:
     return [workload.layer_ops(i) for i in indices]
 
@@ -209,7 +242,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         from tilewright.engine.plan.hypar_plan import build_hypar_plan  # imports this module
 
         return build_hypar_plan(project, hw, workload)
-    elem = dtype_bytes(run.dtype)
+    formats = resolve_formats(run.dtype, m.formats, m.fidelity)
+    elem = dtype_bytes(formats.activations)
     v = m.interleave if m.schedule is Schedule.interleaved else 1
     groups = stage_groups(hw.devices, m)
     blocks = workload.block_layers
@@ -224,15 +258,24 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             target.append(idx)
         for lst in per_virtual:
             lst.sort()
-    state_per_param = bytes_per_param(elem, run.master_weights_fp32, run.optimizer)
+    state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
+    notes_residency: list[tuple[int, StageResidency, dict[str, float]]] = []
     for r in range(m.pp):
         first = groups[r][0][0]
         d = hw.devices[first]
         dev = device_model(d.compute, d.memories, remote_memory(hw, first), run.dtype)
-        ctx = PassContext(dev, m.micro_batch, m.tp, m.sequence_parallel, elem, fused_edges(m.fusion))
+        ctx = PassContext(
+            dev, m.micro_batch, m.tp, m.sequence_parallel, elem, fused_edges(m.fusion), formats, m.spatial
+        )
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
+        ctx.rows_per_sample = workload.tokens_per_sample
+        placed = stage_residency(project, hw, first, dev, [ls for idx in chunk_layers.values()
+                                                             for ls in _layers(workload, idx)], state_per_param, elem)
+        if placed is not None:
+            ctx.residency = placed[0].residency
+            notes_residency.append((r, *placed))
         passes: dict[tuple[int, str], ChunkPass] = {}
         act: dict[int, float] = {}
         grad: dict[int, float] = {}
@@ -280,8 +323,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 capacity=device_capacity(hw, first, dev),
                 params=params,
                 grad_bytes=grad,
-                optimizer_s=local_params * opt_bytes / dev.dram_bandwidth if run.mode is Mode.train else 0.0,
+                optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, opt_bytes)
+                if run.mode is Mode.train else 0.0,
                 label=f"stage {r}",
+                residency=placed[0] if placed else None,
             )
         )
     p2p: dict[int, float] = {}
@@ -301,15 +346,16 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         hardware_flops = model_flops + recompute * m.global_batch
     else:
         model_flops = hardware_flops = fwd_sample * run.inference.batch
-    notes = []
+    notes = format_notes(project, stages[0].dev, formats)
     for st in stages:
         forward = Counter()
         for (_c, kind), ps in st.passes.items():
             if kind == "F":
                 forward.update(ps.dataflows)
-        if forward:
+        if forward and st.dev.compute.grid is None:  # a grid device reports its splits (Plan.split_notes)
             chosen = ", ".join(f"{n} × {flow}" for flow, n in forward.most_common())
             notes.append(f"stage {st.rank}: SRAM tiling of forward matmuls per micro-batch: {chosen}")
+    notes += residency_notes(notes_residency)
     if m.layer_parallelism:
         notes.append("mapping.layer_parallelism (HyPar) partitions training; this inference run ignores it")
     compute = stages[0].dev.compute
@@ -317,6 +363,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         notes.append(f"the device has no {run.dtype.value} peak: its matmuls run at the nearest wider type's "
                      f"({stages[0].dev.peak_flops / 1e12:.0f} TFLOP/s), storage stays {run.dtype.value}")
     return Plan(
+        formats=formats,
         notes=notes,
         project=project,
         hw=hw,
@@ -334,3 +381,31 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         model_flops=model_flops,
         hardware_flops=hardware_flops,
     )
+
+
+def split_rows(where: str, splits: Counter) -> list[dict[str, object]]:
+    """One row per distinct split a pass's matmuls took on a grid device (``OpTime.split`` is "op: how"):
+    where (stage and phase), the op's name in its layer, how many such ops, and the split."""
+    rows: list[dict[str, object]] = []
+    for key, n in splits.most_common():
+        op, _, how = key.partition(": ")
+        rows.append({"where": where, "op": op, "count": n, "split": how})
+    return rows
+
+
+def format_notes(project: Project, dev: DeviceModel, formats: OpFormats) -> list[str]:
+    """What the run's formats and spatial settings mean on this device, or that they are ignored."""
+    m = project.mapping
+    grid = dev.compute.grid
+    notes = []
+    if not formats.uniform:
+        notes.append(f"formats: weights {formats.weights.value}, activations {formats.activations.value}, "
+                     f"KV cache {formats.kv_cache.value}")
+    if grid is not None:
+        r, c = m.spatial.grid or (grid.rows, grid.cols)
+        notes.append(f"each device splits its ops over {min(r, grid.rows)}×{min(c, grid.cols)} cores "
+                     f"({m.spatial.policy.value} split), matrix engine at {formats.fidelity.value}")
+    elif m.fidelity is not None or "spatial" in m.model_fields_set:
+        notes.append("mapping.fidelity and mapping.spatial apply to devices with a grid of cores; "
+                     "this device has none, so they are ignored")
+    return notes

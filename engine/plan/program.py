@@ -89,8 +89,9 @@ class TrainingProgram:
 
 
 class InferenceProgram:
-    """One inference request (``run.inference``): a prefill, then a decode step per output token, for
-    each micro-batch in flight. Runs one tensor group per stage (its members are symmetric)."""
+    """One batch of inference requests (``run.inference``): a prefill (it produces the first output
+    token), then ``output_tokens − 1`` decode steps, for each micro-batch in flight (definitions in
+    ``engine.plan.inference_phases``). Runs one tensor group per stage (its members are symmetric)."""
 
     train = False
 
@@ -108,26 +109,24 @@ class InferenceProgram:
 
     @cached_property
     def phase_ends(self) -> dict[str, tuple]:
-        """Keys of the steps that end the prefill and the first decode step (the last micro-batch on
-        the last stage): what time to first token is measured by."""
+        """Key of the step that ends the prefill of the last micro-batch on the last stage: the batch's
+        first output tokens exist then (time to first token)."""
         ph, last = self.phases, self.plan.pp - 1
-        out = {"prefill": (INFERENCE, 0, ph.micro_batches - 1, last)}
-        if ph.decode_steps:
-            out["first_token"] = (INFERENCE, 1, ph.micro_batches - 1, last)
-        return out
+        return {"prefill": (INFERENCE, 0, ph.micro_batches - 1, last)}
 
     def initial_memory(self, r: int) -> dict[str, float]:
         return {"weights": self.plan.stages[r].state.weights, "gradients": 0.0, "optimizer": 0.0,
                 "workspace": self.phases.workspace(r)}
 
     def work(self, r: int) -> Iterator[StepWork]:
-        """Per row of ``table[r]``, made as the stage gets there: each step's pass, and the KV cache its
-        tokens add (the whole prompt at the prefill, one token per decode step)."""
+        """Per row of ``table[r]``, made as the stage gets there: each step's pass, and the KV-cache pages
+        its tokens add (the whole prompt at the prefill, one token per decode step: a page when the
+        sequences cross into a new one)."""
         ph = self.phases
-        kv = ph.kv_bytes_per_token[r]
         for p in range(1 + ph.decode_steps):
             ps = ph.pass_for(r, p)
-            grow = ("kv_cache", kv * (ph.prompt if p == 0 else 1)) if kv else None
+            kv = ph.kv_grow(r, p)
+            grow = ("kv_cache", kv) if kv else None
             for _mb in range(ph.micro_batches):
                 yield None, ps, grow, None
 

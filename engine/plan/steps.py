@@ -1,8 +1,8 @@
 """Step tables: what each pipeline stage runs, in which order, what each step waits for and what it sends.
 
 A training iteration (a schedule of forwards and backwards per model chunk) and an inference request
-(a prefill, then one decode step per output token, for each micro-batch) are both tables of ``StepRow``s,
-one tuple of rows per stage. The event engine's stage process and the uncontended recurrence
+(a prefill, then one decode step per output token after the first, for each micro-batch) are both tables
+of ``StepRow``s, one tuple of rows per stage. The event engine's stage process and the uncontended recurrence
 (``engine.plan.recurrence``) iterate the same table, so the two engines cannot disagree on the order.
 
 Keys are plain tuples: ``(kind, micro_batch, chunk, rank)`` for training, ``("I", phase, micro_batch,
@@ -89,7 +89,8 @@ def inference_table(pp: int, micro_batches: int, phases: int, prompt: int) -> Ta
 
 
 def phase_name(phase: int) -> str:
-    return "prefill" if phase == 0 else f"decode token {phase}"
+    """Phase 0 is the prefill (it produces output token 1); decode step p − 1 produces token p + 1."""
+    return "prefill" if phase == 0 else f"decode token {phase + 1}"
 
 
 def step_name(key: tuple) -> str:

@@ -1,4 +1,10 @@
-"""Uncontended timing both engines and search share: one pass's times, and search's closed form.
+"""Uncontended timing both engines and search share: one pass's times, the DRAM floor, search's closed form.
+
+``dram_floor``: a training iteration can never end before its busiest DRAM link — a port's channel, or a
+NoC link on the way to the ports — has carried every byte all stages stream across it. Passes timed one
+by one see only their own group on a link; stages whose streams share ports (a wafer's edge DRAM, dies
+whose ports several stages use) are then bounded by this floor, which both engines apply (the event
+engine with contention off; with contention on its flows respect it by construction).
 
 ``closed_form`` is the cheaper estimate search uses to rank thousands of candidates:
     T = m·P + (Σ_r (F_r + B_r) − P)/v + 2·Σ d,   P = max_r (F_r + B_r)
@@ -31,3 +37,48 @@ def pass_parts(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, 
 def closed_form(stage_fb: list[float], m: int, v: int, sends: list[float]) -> float:
     period = max(stage_fb)
     return m * period + (sum(stage_fb) - period) / v + 2.0 * sum(sends)
+
+
+def dram_link_bytes(plan: Plan) -> dict[int, float]:
+    """Bytes each link carries in one training iteration for every stage's DRAM streams (all replicas)."""
+    from tilewright.engine.plan.program import TrainingProgram  # program imports the plan; timing stays light
+
+    program = TrainingProgram(plan)
+    load: dict[int, float] = {}
+    for r, st in enumerate(plan.stages):
+        if not any(ps.has_dram for ps in st.passes.values()):
+            continue
+        per_member = 0.0
+        for pre, ps, _grow, _free in program.work(r):
+            for p in (pre, ps):
+                if p is not None and p.has_dram:
+                    per_member += sum(seg.dram_bytes for seg in p.segments)
+        for j in range(len(st.groups)):
+            for lk, u in plan.dram_usage(r, j).items():
+                load[lk] = load.get(lk, 0.0) + u * per_member
+    return load
+
+
+def dram_floor(plan: Plan) -> tuple[float, int | None]:
+    """(seconds, link) of the busiest DRAM link over one training iteration; (0, None) without DRAM streams.
+    Cached on the plan (its passes never change once built)."""
+    hit = plan.__dict__.get("_dram_floor")
+    if hit is None:
+        best, link = 0.0, None
+        if any(ps.has_dram for st in plan.stages for ps in st.passes.values()):
+            for lk, nbytes in dram_link_bytes(plan).items():
+                t = nbytes / plan.hw.links[lk].bandwidth
+                if t > best:
+                    best, link = t, lk
+        hit = plan.__dict__["_dram_floor"] = (best, link)
+    return hit
+
+
+def floor_note(plan: Plan, end: float) -> str | None:
+    """The note a result carries when the DRAM floor, not the passes, set the iteration's end."""
+    floor, link = dram_floor(plan)
+    if link is None or floor <= end:
+        return None
+    lk = plan.hw.links[link]
+    return (f"DRAM bound: {lk.src} → {lk.dst} carries {floor * lk.bandwidth / 1e9:.4g} GB of every stage's DRAM "
+            f"streams per iteration, ≥ {floor:.4g} s; the passes timed alone would end at {end:.4g} s")

@@ -1,4 +1,5 @@
-"""CSV exports of a result: metrics (with units), timeline slices, link utilisation, memory occupancy."""
+"""CSV exports of a result: metrics (with units, energy included), timeline slices, link utilisation (every
+link that carried traffic, inference included), memory occupancy. UTF-8 text."""
 
 from __future__ import annotations
 
@@ -23,7 +24,16 @@ METRIC_UNITS = {
     "wall_time_s": "s",
     "ttft_s": "s",
     "tpot_s": "s",
+    "prefill_s": "s",
+    "e2e_s": "s",
+    "tokens_per_s_per_user": "tokens/s",
+    "tokens_per_s_per_device": "tokens/s",
+    "energy_j": "J",
+    "average_power_w": "W",
+    "energy_per_token_j": "J/token",
+    "energy_sources": "",
 }
+SUFFIX_UNITS = (("bytes", "bytes"), ("_s", "s"), ("_j", "J"))
 
 
 def _write_rows(path: Path, header: list[str], rows) -> None:
@@ -38,8 +48,10 @@ def metrics_rows(result: Result) -> list[tuple[str, object, str]]:
     rows: list[tuple[str, object, str]] = []
     for key, value in result.metrics_json().items():
         if isinstance(value, dict):
-            unit = "bytes" if key.endswith("bytes") else ("s" if key.endswith("_s") else "")
-            rows += [(f"{key}.{k}", v, unit) for k, v in value.items()]
+            unit = next((u for suffix, u in SUFFIX_UNITS if key.endswith(suffix)), "")
+            rows += [(f"{key}.{k}", "" if v is None else v, unit) for k, v in value.items()]
+        elif isinstance(value, list):
+            rows += [(f"{key}.{i}", v, "") for i, v in enumerate(value)]
         else:
             rows.append((key, value, METRIC_UNITS.get(key, "")))
     return rows

@@ -11,6 +11,9 @@ from tilewright.engine.results.timeline import Timeline
 
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace")
 TIME_CATEGORIES = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "memory_stall")
+# Where energy goes: arithmetic, SRAM and DRAM accesses, on-chip/on-wafer links (NoC), links between chips,
+# nodes and switches.
+ENERGY_PARTS = ("compute", "sram", "dram", "noc", "links")
 
 
 @dataclass
@@ -108,6 +111,20 @@ def memory_verdict(tracks: list[MemoryTrack]) -> tuple[dict[str, float], OutOfMe
 
 
 @dataclass
+class Energy:
+    """Energy of one iteration (training) or one request (inference) in joules, by where it is spent,
+    from the hardware IR's figures (pJ/byte of memories, pJ/bit of interconnects, pJ/FLOP where the IR
+    has one); ``sources`` names every figure used. A part is None when the IR gives no figure for it."""
+
+    by_part: dict[str, float | None]
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def total_j(self) -> float:
+        return sum(v for v in self.by_part.values() if v is not None)
+
+
+@dataclass
 class Result:
     project: str
     mode: str
@@ -123,8 +140,9 @@ class Result:
     time_breakdown_s: dict[str, float]
     events: int = 0
     wall_time_s: float = 0.0
-    ttft_s: float | None = None
-    tpot_s: float | None = None
+    ttft_s: float | None = None  # inference: end of the batch's prefill (the first output token)
+    tpot_s: float | None = None  # inference: (e2e − TTFT)/(output_tokens − 1); None with one output token
+    prefill_s: float | None = None  # inference: end of the prefill (= TTFT: every sequence arrives at 0)
     oom: OutOfMemory | None = None
     timeline: Timeline = field(default_factory=Timeline)
     link_utilisation: list[Series] = field(default_factory=list)
@@ -132,6 +150,9 @@ class Result:
     critical_path: list[tuple[str, float, float]] = field(default_factory=list)
     lane_devices: dict[str, list[str]] = field(default_factory=dict)  # compute lane → device node ids
     notes: list[str] = field(default_factory=list)
+    energy: Energy | None = None
+    # grid devices: per stage and phase, each matmul's split over the cores (where, op, count, split)
+    spatial_splits: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -166,11 +187,34 @@ class Result:
             "mode": self.mode,
         }
         if self.mode == "infer":
-            out["ttft_s"] = self.ttft_s
-            out["tpot_s"] = self.tpot_s
+            out |= self.inference_metrics()
+        if self.energy is not None:
+            e, tokens = self.energy.total_j, self.samples_per_iteration * self.tokens_per_sample
+            out["energy_j"] = e
+            out["energy_breakdown_j"] = {k: self.energy.by_part.get(k) for k in ENERGY_PARTS}
+            out["average_power_w"] = e / t if t > 0 else 0.0
+            out["energy_per_token_j"] = e / tokens if tokens > 0 else 0.0
+            out["energy_sources"] = list(self.energy.sources)
         if self.oom is not None:
             out["oom"] = self.oom.as_json()
+        if self.spatial_splits:
+            out["spatial_splits"] = list(self.spatial_splits)
         return out
+
+    def inference_metrics(self) -> dict[str, Any]:
+        """Latencies of the batch (every sequence arrives at 0): ``ttft_s`` the first output token,
+        ``prefill_s`` the prefill's end, ``tpot_s`` per later output token, ``e2e_s`` the last token;
+        tokens/s per user = 1/TPOT (None without decode steps), per device = batch · output tokens / e2e /
+        devices."""
+        e2e, tokens = self.iteration_time_s, self.samples_per_iteration * self.tokens_per_sample
+        return {
+            "ttft_s": self.ttft_s,
+            "prefill_s": self.prefill_s,
+            "tpot_s": self.tpot_s,
+            "e2e_s": e2e,
+            "tokens_per_s_per_user": 1.0 / self.tpot_s if self.tpot_s else None,
+            "tokens_per_s_per_device": tokens / e2e / self.devices if e2e > 0 and self.devices else 0.0,
+        }
 
     def summary_text(self) -> str:
         m = self.metrics_json()
@@ -183,9 +227,24 @@ class Result:
             f"  peak memory      {m['peak_memory_bytes'] / gib:.2f} GiB (largest device)",
         ]
         if self.mode == "infer":
-            lines.append(f"  TTFT / TPOT      {self.ttft_s * 1e3:.3f} ms / {self.tpot_s * 1e3:.3f} ms")
+            tpot = "— (one output token)" if self.tpot_s is None else f"{self.tpot_s * 1e3:.3f} ms"
+            user = "" if self.tpot_s is None else f", {m['tokens_per_s_per_user']:.4g} tokens/s per user"
+            lines.append(f"  TTFT / TPOT      {(self.ttft_s or 0.0) * 1e3:.3f} ms / {tpot}{user}")
+            lines.append(f"  per device       {m['tokens_per_s_per_device']:.4g} output tokens/s")
         parts = ", ".join(f"{k} {v:.3g} s" for k, v in m["time_breakdown_s"].items() if v > 0)
         lines.append(f"  time breakdown   {parts}")
+        if self.energy is not None and not any(self.energy.by_part.values()):
+            lines.append("  energy           not known: the hardware IR has no energy figures (pJ/byte, pJ/bit)")
+        elif self.energy is not None:
+            per = "request" if self.mode == "infer" else "iteration"
+            lines.append(
+                f"  energy           {m['energy_j']:.4g} J per {per}, {m['energy_per_token_j']:.4g} J/token, "
+                f"average {m['average_power_w']:.4g} W"
+            )
+            shown = ", ".join(
+                f"{k} {'n/a' if v is None else f'{v:.3g} J'}" for k, v in m["energy_breakdown_j"].items()
+            )
+            lines.append(f"  energy by part   {shown}")
         if self.oom:
             lines.append(
                 f"  OUT OF MEMORY    {self.oom.device}: needs {self.oom.need_bytes / gib:.2f} GiB, "
@@ -195,4 +254,6 @@ class Result:
         lines += [f"  note             {n}" for n in self.notes[:4]]
         if len(self.notes) > 4:
             lines.append(f"  note             … and {len(self.notes) - 4} more (see the result notes)")
+        for sp in self.spatial_splits:
+            lines.append(f"  split            {sp['where']}: {sp['count']} × {sp['op']}: {sp['split']}")
         return "\n".join(lines)

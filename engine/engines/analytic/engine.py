@@ -16,7 +16,7 @@ from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, TrainingProgram, program_for
 from tilewright.engine.plan.recurrence import StageTimes, run_table
 from tilewright.engine.plan.steps import StepRow
-from tilewright.engine.plan.timing import pass_parts
+from tilewright.engine.plan.timing import dram_floor, floor_note, pass_parts
 from tilewright.engine.results.result import Result
 from tilewright.engine.results.timeline import Timeline
 
@@ -89,6 +89,12 @@ class AnalyticEngine:
         total = finishes[tail]
         slowest = max(range(pp), key=lambda r: per_stage[r][0] + per_stage[r][1])
         breakdown = {k: m * per_stage[tail][2][k] for k in PASS_CATEGORIES}
+        notes = []
+        floor_s, _ = dram_floor(plan)  # shared DRAM ports: the iteration never beats its busiest DRAM link
+        if floor_s > total:
+            notes.append(floor_note(plan, total))
+            breakdown["memory_stall"] += floor_s - total
+            total = floor_s
         breakdown["pp_comm"] = stages[tail].waits["pp_comm"]
         breakdown["dp_comm"] = reduced_at[tail] - stages[tail].finish + plan.zero_gather(tail).time(hw)
         breakdown["optimizer"] = plan.stages[tail].optimizer_s
@@ -101,7 +107,7 @@ class AnalyticEngine:
             training_timeline(tl, lanes, plan, parts, log, reduced_at, finishes)
         return Measurement(
             engine=self.name, end=total, breakdown=breakdown, memory=memory, timeline=tl,
-            lane_devices=lane_devices, critical=[(f"stage {slowest} sets the pace", 0.0, total)],
+            lane_devices=lane_devices, critical=[(f"stage {slowest} sets the pace", 0.0, total)], notes=notes,
         )
 
     def _inference(self, program: InferenceProgram, report: Reporter) -> Measurement:
@@ -129,8 +135,7 @@ class AnalyticEngine:
         close_breakdown(breakdown, end, sum(breakdown.values()))
         memory = []
         for r in range(pp):
-            kv = ph.kv_bytes_per_token[r] * ph.micro_batches * (ph.prompt + n)  # the whole request's cache
-            memory.append(constant_memory(program, r, {"kv_cache": kv}, [0.0, end]))
+            memory.append(constant_memory(program, r, {"kv_cache": ph.kv_cache_bytes(r)}, [0.0, end]))
         tl, lane_devices = Timeline(), {}
         if log is not None:
             lanes, lane_devices = stage_lanes(tl, plan)

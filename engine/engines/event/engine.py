@@ -8,6 +8,7 @@ from tilewright.engine.engines.result_builder import Measurement, build_result, 
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, program_for
+from tilewright.engine.plan.timing import dram_floor, floor_note
 from tilewright.engine.results.result import Result
 
 SYMMETRIC_NOTE = ("inference runs one tensor group per stage (aggregated): its members are symmetric, so "
@@ -39,15 +40,23 @@ class EventEngine:
         reported = program.reported_stage(finishes)
         ledger = rec.ledgers[reported]
         breakdown = dict(ledger.times)
+        notes, extra = [], 0.0
+        if program.train and not self.contention:  # as the analytic engine: shared DRAM ports bound the end
+            floor_s, _ = dram_floor(plan)
+            if floor_s > end:
+                notes.append(floor_note(plan, end))
+                extra = floor_s - end
+                breakdown["memory_stall"] = breakdown.get("memory_stall", 0.0) + extra
+                end = floor_s
         # training: the stage idles after its own end; inference: whatever its categories leave
-        close_breakdown(breakdown, end, ledger.finish if program.train else sum(breakdown.values()))
+        close_breakdown(breakdown, end, ledger.finish + extra if program.train else sum(breakdown.values()))
         memory = [rec.ledgers[r].columns() for r in range(plan.pp)]
         links = link_series(plan, sim.net, end, rec) if self.series else []
         critical = sim.critical_path(reported)
         steps_end = critical[-1][1] + critical[-1][2] if critical else 0.0
         if end - steps_end > 1e-12:
             critical.append(("gradient reduction + optimizer step", steps_end, end - steps_end))
-        phase_ends, notes = {}, []
+        phase_ends = {}
         if isinstance(program, InferenceProgram):
             phase_ends = {name: sim.phase_end(key) for name, key in program.phase_ends.items()}
             notes = [] if self.aggregate else [SYMMETRIC_NOTE]

@@ -59,6 +59,17 @@ def _sum_traces(parts: list[tuple[float, np.ndarray, np.ndarray]]) -> ArrayTrace
     return ArrayTrace(t[keep], load)
 
 
+def _pattern_deltas(p: Pattern) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A pattern's rate changes as (times, deltas): its flows' trace, and +rate/−rate at each booking."""
+    out = []
+    if p.trace.times:
+        out.append((np.asarray(p.trace.times), np.diff(np.asarray(p.trace.loads), prepend=0.0)))
+    if p.booked:
+        b = np.asarray(p.booked)
+        out.append((np.concatenate([b[:, 0], b[:, 1]]), np.concatenate([b[:, 2], -b[:, 2]])))
+    return out
+
+
 @dataclass(eq=False)
 class Pattern:
     usage: Mapping[int, float]
@@ -67,6 +78,7 @@ class Pattern:
     rate_sum: float = 0.0
     bytes: float = 0.0
     trace: LinkTrace = field(default_factory=LinkTrace)
+    booked: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, rate) without flows
 
 
 @dataclass(slots=True, eq=False)
@@ -118,11 +130,7 @@ class FlowNetwork:
         if nbytes <= 0 or not usage:
             self._finish_after(done, latency)
             return done
-        pattern = self.patterns.get(id(usage))
-        if pattern is None or pattern.usage is not usage:
-            solve = self.reduced.get(id(usage), usage)
-            (alone_rate,) = independent_rates([solve], self.capacity)
-            pattern = self.patterns[id(usage)] = Pattern(usage, solve, alone_rate)
+        pattern = self._pattern(usage)
         usage = pattern.solve
         pattern.bytes += nbytes
         fid = self._next_id
@@ -153,6 +161,25 @@ class FlowNetwork:
             self._schedule_recompute()  # many flows may start at this instant: solve once for all
         return done
 
+    def account(self, usage: Mapping[int, float], nbytes: float, start: float, end: float | None = None) -> float:
+        """Book a transfer that needs no flow — its links carry nothing else (the event engine folds such
+        tensor-parallel collectives into compute) — from ``start``, possibly ahead of the clock: its bytes,
+        and its load on every link over time, as ``transfer`` would have recorded them. Alone on its
+        links it runs at its route's bottleneck; with ``end``, it is spread evenly over [start, end)
+        instead (a pass accounted as a whole). Returns when the bytes have crossed (no latency).
+
+        Bookings are kept apart from the flows' trace and added to it when link traces are summed, so
+        they may come in any order."""
+        if nbytes <= 0 or not usage:
+            return start
+        pattern = self._pattern(usage)
+        pattern.bytes += nbytes
+        if end is None:
+            end = start + nbytes / pattern.alone_rate
+        if end > start:
+            pattern.booked.append((start, end, nbytes / (end - start)))
+        return max(start, end)
+
     def link_bytes(self) -> dict[int, float]:
         out: dict[int, float] = {}
         for p in self.patterns.values():
@@ -175,19 +202,26 @@ class FlowNetwork:
         wanted = set(links)
         crossing: dict[int, list[tuple[float, np.ndarray, np.ndarray]]] = {lk: [] for lk in links}
         for p in self.patterns.values():
-            if not p.trace.times:
+            if not p.trace.times and not p.booked:
                 continue
-            arrays = None
+            parts = None
             for link, u in p.usage.items():
                 if u and link in wanted:
-                    if arrays is None:
-                        values = np.asarray(p.trace.loads)
-                        arrays = (np.asarray(p.trace.times), np.diff(values, prepend=0.0))
-                    crossing[link].append((u, *arrays))
+                    if parts is None:
+                        parts = _pattern_deltas(p)
+                    crossing[link] += [(u, *part) for part in parts]
         for lk in links:
             yield lk, _sum_traces(crossing[lk])
 
     # -- internals ------------------------------------------------------------------------------
+    def _pattern(self, usage: Mapping[int, float]) -> Pattern:
+        pattern = self.patterns.get(id(usage))
+        if pattern is None or pattern.usage is not usage:
+            solve = self.reduced.get(id(usage), usage)
+            (alone_rate,) = independent_rates([solve], self.capacity)
+            pattern = self.patterns[id(usage)] = Pattern(usage, solve, alone_rate)
+        return pattern
+
     def _finish_after(self, done: simpy.Event, latency: float) -> None:
         """Trigger ``done`` after ``latency`` with one scheduled event (what simpy's Timeout does)."""
         done._ok = True

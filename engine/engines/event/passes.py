@@ -3,7 +3,8 @@
 A pass runs segment by segment (compute, DRAM stream, tensor-parallel collective) as simpy timeouts and
 flows — the slow path. A pass that needs no flows (its tensor group's links are private, or tp is 1, and
 it streams nothing from DRAM) is accounted at once and waited out as one timeout — the fast path, exact,
-and far fewer events. Collectives that several units reach meet: the last to arrive starts them.
+and far fewer events; its collectives' bytes and link loads are booked on the network all the same (link
+series and energy see them). Collectives that several units reach meet: the last to arrive starts them.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class PassRunner:
     def _init_passes(self) -> None:
         self._owed: dict[tuple[int, Unit], float] = {}  # fast-path time accounted, not yet waited
         self._totals: dict[tuple, tuple[float, float, float, str]] = {}
+        self._traffic: dict[tuple, list[tuple[dict[int, float], float]]] = {}
         self._arrived: dict[tuple, int] = {}
         self._barriers: dict[tuple, simpy.Event] = {}
         self._collective_seq: dict[tuple[int, Unit], int] = {}
@@ -92,7 +94,7 @@ class PassRunner:
         for seg in ps.segments:
             start = env.now
             if seg.dram_bytes > 0:
-                dram = self.net.transfer(dram_usage(plan, r, u), seg.dram_bytes)
+                dram = self.net.transfer(dram_usage(plan, r, u, self.net.contention), seg.dram_bytes)
                 yield env.all_of([env.timeout(seg.busy_s), dram])
             else:
                 yield env.timeout(seg.busy_s)
@@ -128,6 +130,9 @@ class PassRunner:
             times["tp_comm"] += comm
             t = t0 + busy + comm
             self.rec.timeline.add(self.lanes[(r, u)], t0, t - t0, cat, label, r, step.micro_batch, -1)
+            if u[1] in (WHOLE_GROUP, 0):  # one unit books its tensor group's traffic, spread over the pass
+                for usage, nbytes in self._pass_traffic(r, u[0], ps):
+                    self.net.account(usage, nbytes, t0, t)
         if defer:
             self._owed[(r, u)] = t - now
             return 0.0
@@ -145,6 +150,20 @@ class PassRunner:
             hit = self._totals[key] = (busy, compute, comm, label)
         return hit
 
+    def _pass_traffic(self, r: int, j: int, ps: ChunkPass) -> list[tuple[dict[int, float], float]]:
+        """Bytes per member of each link-usage pattern the tensor-parallel collectives of a pass move."""
+        key = (r, j, getattr(ps, "cache_key", ()) or id(ps))
+        hit = self._traffic.get(key)
+        if hit is None:
+            totals: dict[int, tuple[dict[int, float], float]] = {}
+            for seg in ps.segments:
+                if seg.comm:
+                    for ph in self.plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).phases:
+                        usage, nbytes = totals.get(id(ph.usage), (ph.usage, 0.0))
+                        totals[id(ph.usage)] = (usage, nbytes + ph.bytes_per_member)
+            hit = self._traffic[key] = list(totals.values())
+        return hit
+
     def _account(self, r, u, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:
         lane = self.lanes[(r, u)]
         times = ledger.times
@@ -153,6 +172,11 @@ class PassRunner:
         self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
         t += seg.busy_s
         if seg.comm:
+            coll = self.plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
+            if u[1] in (WHOLE_GROUP, 0):  # one unit books its tensor group's traffic, phase by phase
+                start = t
+                for ph in coll.phases:
+                    start = self.net.account(ph.usage, ph.bytes_per_member, start) + ph.latency_s
             dur = self.plan.tp_time(r, u[0], seg.comm[0], seg.comm[1])
             times["tp_comm"] += dur
             self.rec.slice(lane, t, dur, "tp_comm", f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)

@@ -50,7 +50,7 @@ class Simulation(PassRunner):
         self.last_step: dict[tuple[int, Unit], tuple | None] = {}
         self.producer_end: dict[tuple, float] = {}
         self.events = 0
-        self.private_tp, patterns = traffic_patterns(plan, self.units)
+        self.private_tp, patterns = traffic_patterns(plan, self.units, contention)
         capacity = [lk.bandwidth for lk in plan.hw.links]
         self.net = FlowNetwork(
             self.env, capacity, contention=contention, reduced=compress_patterns(patterns, capacity)

@@ -20,9 +20,12 @@ def member_of(u: Unit) -> int | None:
     return None if u[1] == WHOLE_GROUP else u[1]
 
 
-def dram_usage(plan: Plan, r: int, u: Unit) -> dict[int, float]:
+def dram_usage(plan: Plan, r: int, u: Unit, shared: bool = True) -> dict[int, float]:
+    """An aggregated unit stands for every replica's tensor group: with links shared (contention on) its
+    DRAM stream carries all of them, since replicas in lockstep share their ports; alone (contention off)
+    it is one replica's group, as the analytic engine times it."""
     if u[1] == WHOLE_GROUP:
-        return plan.dram_usage(r, u[0])
+        return plan.dram_usage_replicas(r) if shared else plan.dram_usage(r, u[0])
     return plan.dram_usage_member(r, u[0], u[1])
 
 
@@ -32,7 +35,9 @@ def p2p(plan: Plan, vs: int, u: Unit, backward: bool) -> Collective:
     return plan.p2p_member(vs, u[0], backward, u[1])
 
 
-def traffic_patterns(plan: Plan, units: list[Unit]) -> tuple[set[tuple[int, int]], list[dict[int, float]]]:
+def traffic_patterns(
+    plan: Plan, units: list[Unit], shared: bool = True
+) -> tuple[set[tuple[int, int]], list[dict[int, float]]]:
     """Every link-usage pattern this run can issue, and the (stage, replica) tensor groups whose
     collectives' links carry no other traffic (those are folded into compute)."""
     tp_links: dict[tuple[int, int], set[int]] = {}
@@ -67,7 +72,7 @@ def traffic_patterns(plan: Plan, units: list[Unit]) -> tuple[set[tuple[int, int]
                 others += [ph.usage for ph in part.phases]
         others += [ph.usage for ph in plan.zero_gather(r).phases]
         if any(ps.has_dram for ps in st.passes.values()):
-            others += [dram_usage(plan, r, (j, i)) for j in range(plan.dp) for i in members]
+            others += [dram_usage(plan, r, u, shared) for u in units]
     for usage in others:
         shared |= usage.keys()
     private = {key for key, links in tp_links.items() if links and not links & shared}

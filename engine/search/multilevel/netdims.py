@@ -63,10 +63,13 @@ def network_dims(root: Component, hw: HardwareGraph) -> list[Dim]:
         sizes = _own_sizes(comp, child)
         bw, lat = _link(comp)
         ic = comp.interconnect
+        axes = _grid_axes(comp) if ic is not None and ic.topology in GRID else None
         for i, size in enumerate(sizes):
             tier = "" if len(sizes) == 1 else f".{i}"
             if ic is not None and ic.topology is Topology.dragonfly and i == 1 and ic.global_link_bandwidth_bytes_per_s:
                 out.append(Dim(f"{path}{tier}", size, ic.global_link_bandwidth_bytes_per_s * ic.efficiency, lat))
+            elif axes is not None and len(axes) == len(sizes):
+                out.append(Dim(f"{path}{tier}", size, _link(comp, axes[i])[0], lat))
             else:
                 out.append(Dim(f"{path}{tier}", size, bw, lat))
 
@@ -76,13 +79,23 @@ def network_dims(root: Component, hw: HardwareGraph) -> list[Dim]:
     return out
 
 
-def _link(comp: Component) -> tuple[float, float]:
+def _grid_axes(comp: Component) -> list[int]:
+    """The grid axes behind ``_own_sizes``' dimensions (fastest first, axes of size 1 dropped)."""
+    dims = comp.grid_shape()
+    return [a for a in reversed(range(len(dims))) if dims[a] > 1]
+
+
+def _link(comp: Component, axis: int | None = None) -> tuple[float, float]:
     """(bandwidth, latency per ring step) of a link of ``comp``'s interconnect, as elaboration makes it:
-    link bandwidth × parallel links × efficiency (a fat tree's up-links ÷ oversubscription)."""
+    link bandwidth × parallel links × efficiency × framing (a fat tree's up-links ÷ oversubscription);
+    on a grid, ``axis`` picks that axis's bandwidth and links."""
     ic = comp.interconnect
     if ic is None:
         return float("inf"), 0.0
-    bw = ic.link_bandwidth_bytes_per_s * ic.links * ic.efficiency
+    if axis is None:
+        bw = ic.link_bandwidth_bytes_per_s * ic.links * ic.large_message_efficiency()
+    else:
+        bw = ic.axis_bandwidth(axis) * ic.axis_link_count(axis) * ic.large_message_efficiency()
     if ic.topology is Topology.fat_tree:
         bw /= ic.oversubscription
     steps = 2 if ic.topology in (Topology.switch, Topology.fat_tree) else 1  # in and out of the switch

@@ -1,10 +1,12 @@
 """Collective times for search: the engine's decomposition on the real topology, cached as linear models.
 
 A phase of ``engine.perf.collectives`` takes ``bytes_per_member · worst_link + latency`` and its bytes per
-member are a fixed fraction of the message, so a collective's time is ``a·n + b`` in the message size n
-(the small-message tree regime is piecewise, handled exactly). One decomposition per group shape and
-kind therefore serves every micro-batch size, hidden size and gradient bucket the search tries — which
-is what makes ranking thousands of candidates cheap, while staying what ``make_plan`` would compute.
+member are a fixed fraction of the message, so each algorithm's time is ``a·n + b`` in the message size n
+(fitted from two sizes, as a reduce-scatter's handshake pauses grow with n too); the engine picks the
+cheapest algorithm at each size, so a collective's time is the lower envelope of those lines (the
+small-message tree regime is piecewise, handled exactly). One decomposition per group shape and kind
+therefore serves every micro-batch size, hidden size and gradient bucket the search tries — which is what
+makes ranking thousands of candidates cheap, while staying what ``make_plan`` would compute.
 
 Groups come from the same placement rules as ``engine.plan.placement`` (strategy order, then ranks with
 tp fastest), computed for just the stages search needs instead of all of them.
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.mapping import PlacementStrategy
-from tilewright.engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, collective, point_to_point
+from tilewright.engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, candidates, collective, point_to_point
 from tilewright.engine.plan.placement import placement_order
 from tilewright.engine.plan.plan import merge_concurrent
 
@@ -40,6 +42,26 @@ class Linear:
         return self.slope * nbytes + self.latency if nbytes > 0 and (self.slope or self.latency) else 0.0
 
 
+@dataclass(frozen=True)
+class Envelope:
+    """The cheapest of several algorithms' lines at each message size."""
+
+    lines: tuple[Linear, ...]
+
+    def at(self, nbytes: float) -> float:
+        return min(line.at(nbytes) for line in self.lines)
+
+
+def _fit(at_ref: Collective, at_half: Collective, hw: HardwareGraph, ref: float) -> Linear:
+    """An algorithm's line: read off its phases when their latencies do not grow with the size (exactly
+    as before), else through its times at ``ref`` and ``ref / 2`` bytes."""
+    if [ph.latency_s for ph in at_ref.phases] == [ph.latency_s for ph in at_half.phases]:
+        return _linear(at_ref, hw, ref)
+    t1, t2 = at_ref.time(hw), at_half.time(hw)
+    slope = (t1 - t2) / (ref / 2)
+    return Linear(slope, t1 - slope * ref)
+
+
 def _linear(c: Collective, hw: HardwareGraph, ref: float) -> Linear:
     slope = latency = 0.0
     for ph in c.phases:
@@ -57,6 +79,7 @@ class CommModel:
         self.hw = hw
         self._orders: dict[tuple[PlacementStrategy, int], tuple[int, ...]] = {}
         self._linear: dict[tuple, Linear] = {}
+        self._envelopes: dict[tuple, Envelope] = {}
         self._small: dict[tuple, float] = {}
         self._groups: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self.decompositions = 0  # how many collectives were decomposed on the topology (for reports)
@@ -124,15 +147,31 @@ class CommModel:
                 t = self._small[key] = self._decompose(kind, groups, nbytes).time(self.hw)
             return t
         key = (kind, ident)
-        lin = self._linear.get(key)
-        if lin is None:
-            lin = self._linear[key] = _linear(self._decompose(kind, groups, REFERENCE_BYTES), self.hw, REFERENCE_BYTES)
-        return lin.at(nbytes)
+        env = self._envelopes.get(key)
+        if env is None:
+            env = self._envelopes[key] = self._envelope(kind, groups)
+        return env.at(nbytes)
 
     def _decompose(self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> Collective:
         self.decompositions += 1
         parts = [collective(self.hw, kind, list(g), nbytes) for g in groups]  # type: ignore[arg-type]
         return merge_concurrent(parts)
+
+    def _envelope(self, kind: str, groups: tuple[tuple[int, ...], ...]) -> Envelope:
+        """Every algorithm the engine may pick for these groups (those all groups can run, merged across
+        the groups as ``Plan.dp_collective`` merges them), each as a line in the message size."""
+        self.decompositions += 1
+        ref, half = REFERENCE_BYTES, REFERENCE_BYTES / 2
+        by_size = []
+        for n in (ref, half):
+            per_group = [candidates(self.hw, kind, list(g), n) for g in groups]  # type: ignore[arg-type]
+            names = [c.algorithm for c in per_group[0]]
+            common = [a for a in names if all(any(c.algorithm == a for c in cs) for cs in per_group)]
+            by_size.append({
+                a: merge_concurrent([next(c for c in cs if c.algorithm == a) for cs in per_group]) for a in common
+            })
+        lines = tuple(_fit(by_size[0][a], by_size[1][a], self.hw, ref) for a in by_size[0] if a in by_size[1])
+        return Envelope(lines)
 
     def p2p_time(self, src: tuple[int, ...], dst: tuple[int, ...], nbytes: float) -> float:
         """Member i of ``src`` sends ``nbytes`` to member i of ``dst``, all at once."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.hardware.interleave import stream_usage
 from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import Project
@@ -45,6 +46,7 @@ class Chunks:
     workspace: np.ndarray  # per stage
     fb: list[float]  # per stage: forward + backward of one micro-batch over all its chunks
     act_stage: list[float]  # per stage: one micro-batch's stored activations over all its chunks
+    dram: list[float] | None = None  # per stage: bytes one member streams from remote DRAM per micro-batch
 
 
 class Estimator:
@@ -73,6 +75,7 @@ class Estimator:
         self._params: dict[tuple[int, int, int], np.ndarray] = {}
         self._prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}  # keyed by id, holds the array
         self.out_elems = [ops[-1].out_elems if ops else 0.0 for ops in self.costs.ops]
+        self._stream: dict[tuple[int, ...], dict[int, float]] = {}  # a stage's devices → their DRAM usage
 
     # --- layer → stage --------------------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class Estimator:
                 self._max(table.workspace, pp, v),
                 (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist(),
                 act.sum(axis=0).tolist(),
+                self._sum(table.dram, pp, v).sum(axis=0).tolist() if table.dram is not None else None,
             )
         return ch
 
@@ -206,7 +210,28 @@ class Estimator:
 
     def iteration_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
         t_pipe, hops = self.pipeline_time(c, m, chunks)
-        return t_pipe + self.tail(c, chunks, t_pipe, hops)
+        return max(t_pipe + self.tail(c, chunks, t_pipe, hops), self.dram_floor(c, m, chunks))
+
+    def dram_floor(self, c: Candidate, m: int, chunks: Chunks) -> float:
+        """As ``engine.plan.timing.dram_floor``: the busiest DRAM link's bytes over one iteration (every
+        stage's and replica's streams) over its bandwidth; 0 without remote DRAM."""
+        mem = self.dev.remote_dram
+        if chunks.dram is None or mem is None:
+            return 0.0
+        layout = Layout(c.placement, c.rank_order)
+        load: dict[int, float] = {}
+        for r in range(c.pp):
+            nbytes = m * chunks.dram[r]
+            if nbytes <= 0:
+                continue
+            devices = tuple(d for g in self.comm.stage_groups(layout, c.tp, c.pp, c.dp, r) for d in g)
+            usage = self._stream.get(devices)
+            if usage is None:
+                usage = self._stream[devices] = stream_usage(self.hw, devices, mem)
+            for lk, u in usage.items():
+                load[lk] = load.get(lk, 0.0) + u * nbytes
+        links = self.hw.links
+        return max((b / links[lk].bandwidth for lk, b in load.items()), default=0.0)
 
     def tail(self, c: Candidate, chunks: Chunks, t_pipe: float, hops: list[float]) -> float:
         """What follows the pipeline on the stage that finishes last: exposed dp reduction, optimizer, gather.
@@ -261,7 +286,8 @@ class Estimator:
         for vs in range(pp * v - 1):
             send[(vs, False)] = send[(vs, True)] = hops[vs % pp]
         stages = run_pipeline(c.schedule, pp, m, v, duration, send)
-        return max(
+        end = max(
             self._stage_end(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)])
             for r, st in enumerate(stages)
         )
+        return max(end, self.dram_floor(c, m, chunks))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from tilewright.engine.hardware.interleave import stream_usage
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import DeviceModel
@@ -31,6 +32,7 @@ class LayerTable:
     act: np.ndarray  # stored activations
     transient: np.ndarray  # a fully recomputed layer's activations, live during its backward
     workspace: np.ndarray
+    dram: np.ndarray | None = None  # bytes each member streams from remote DRAM (forward, backward, recompute)
 
 
 def _signature(ops: list[Op]) -> tuple:
@@ -74,22 +76,25 @@ class LayerCosts:
 
     def _build(self, tp: int, mb: int, sp: bool, rc: Recompute, group: tuple[int, ...]) -> LayerTable:
         ctx = PassContext(self.dev, mb, tp, sp, self.elem)
-        per_class: dict[int, tuple[float, float, float, float, float]] = {}
+        per_class: dict[int, tuple[float, float, float, float, float, float]] = {}
         for k, i in self.representative.items():
             layer = [self.ops[i]]
-            fwd = self._duration(forward_pass(layer, ctx), group)
-            bwd = self._duration(backward_pass(layer, ctx), group)
+            passes = [forward_pass(layer, ctx), backward_pass(layer, ctx)]
             if rc is Recompute.full:
-                bwd += self._duration(forward_pass(layer, ctx, "R"), group)
+                passes.append(forward_pass(layer, ctx, "R"))
             elif rc is Recompute.selective:
-                bwd += self._duration(forward_pass(layer, ctx, "R", only_selective=True), group)
+                passes.append(forward_pass(layer, ctx, "R", only_selective=True))
+            fwd = self._duration(passes[0], group)
+            bwd = sum(self._duration(ps, group) for ps in passes[1:])
+            dram = sum(seg.dram_bytes for ps in passes for seg in ps.segments)
             act = activation_bytes(layer, mb, tp, sp, rc, self.elem)
             transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem) if rc is Recompute.full else 0
             ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem)
-            per_class[k] = (fwd, bwd, act, transient, ws)
+            per_class[k] = (fwd, bwd, act, transient, ws, dram)
             self.evaluated_layers += 1
-        cols = np.array([per_class[int(k)] for k in self.klass], dtype=float).reshape(len(self.klass), 5)
-        return LayerTable(*(cols[:, j].copy() for j in range(5)))
+        cols = np.array([per_class[int(k)] for k in self.klass], dtype=float).reshape(len(self.klass), 6)
+        dram = cols[:, 5].copy()
+        return LayerTable(*(cols[:, j].copy() for j in range(5)), dram=dram if dram.any() else None)
 
     def _duration(self, ps: ChunkPass, group: tuple[int, ...]) -> float:
         """As ``engine.plan.timing.pass_parts``: busy (or DRAM-stream) time plus tensor-parallel collectives."""
@@ -104,16 +109,11 @@ class LayerCosts:
         return busy + comm
 
     def dram_seconds_per_byte(self, group: tuple[int, ...]) -> float:
-        """SRAM-only devices: the tightest link when every member streams from its nearest DRAM port."""
+        """SRAM-only devices: the tightest link of the group's DRAM streams, as ``Plan.dram_seconds_per_byte``."""
         spb = self._dram_spb.get(group)
         if spb is None:
             mem = self.dev.remote_dram
-            usage: dict[int, float] = {}
-            if mem is not None:
-                for d in group:
-                    _, route = self.comm.hw.memory_route(d, mem.name)
-                    for lk in route:
-                        usage[lk] = usage.get(lk, 0.0) + 1.0
             hw = self.comm.hw
+            usage = stream_usage(hw, group, mem) if mem is not None else {}
             spb = self._dram_spb[group] = max((u / hw.links[lk].bandwidth for lk, u in usage.items()), default=0.0)
         return spb

@@ -243,8 +243,7 @@ def _time_layouts(
                 bound = est.lower_bound(c, m, chunks)
             if bound >= best.bound:
                 continue
-            t_pipe, hops = est.pipeline_time(c, m, chunks)
-            t = t_pipe + est.tail(c, chunks, t_pipe, hops)
+            t = est.iteration_time(c, m, chunks)
             result.timed += 1
             if reference is None:
                 reference = t

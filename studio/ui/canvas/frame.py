@@ -7,7 +7,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 from tilewright.engine.ir.hardware import Component, Edge, Memory
-from tilewright.studio.summary import interconnect_caption, key_figures, memory_caption
+from tilewright.studio.summary import interconnect_caption, key_figures, memory_caption, own_ports
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
 
@@ -27,7 +27,7 @@ def frame_lines(level: Component, shown: str | None = None) -> list[str]:
     for m in level.memories:
         if m.attach:
             edges = ", ".join(e.value for e in m.attach)
-            lines.append(f"edge memory ({edges}): {memory_caption(m)}")
+            lines.append(f"edge memory ({edges}): {memory_caption(m, own_ports(level, m))}")
     return lines
 
 

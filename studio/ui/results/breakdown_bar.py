@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtCore import QBuffer, QByteArray, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPaintEvent
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QSizePolicy, QWidget
+from tilewright.engine.io.atomic import write_atomic
+from tilewright.studio.exporting import with_generic_fonts
 from tilewright.studio.model.palette import CATEGORY_COLOURS
 from tilewright.studio.units import SECONDS, format_percent, format_value
 
@@ -120,11 +122,20 @@ class BreakdownBar(QWidget):
         return size
 
     def save_svg(self, path: str | Path, width: int = 1200) -> None:
+        """The PNG's picture as vectors: the same size in CSS pixels, text at the PNG's size (the SVG's
+        resolution is the PNG's: at Qt's default 72 dpi, 9 pt text came out a quarter smaller and the
+        declared size in mm a third larger), on the same white."""
+        height = self.heightForWidth(width)
+        data = QByteArray()
+        buffer = QBuffer(data)
         generator = QSvgGenerator()
-        generator.setFileName(str(path))
-        generator.setSize(QSize(width, self.heightForWidth(width)))
-        generator.setViewBox(QRectF(0, 0, width, self.heightForWidth(width)))
+        generator.setOutputDevice(buffer)
+        generator.setResolution(QImage(1, 1, QImage.Format.Format_ARGB32).logicalDpiX())
+        generator.setSize(QSize(width, height))
+        generator.setViewBox(QRectF(0, 0, width, height))
         generator.setTitle(self.title)
         painter = QPainter(generator)
+        painter.fillRect(QRectF(0, 0, width, height), QColor("white"))
         self.render_into(painter, width)
         painter.end()
+        write_atomic(path, with_generic_fonts(bytes(data).decode("utf-8")))

@@ -19,6 +19,8 @@ KEY_METRICS: tuple[tuple[str, bool | None], ...] = (
     ("mfu", True),
     ("hfu", True),
     ("peak_memory_bytes", False),
+    ("energy_j", False),
+    ("average_power_w", False),
     ("devices", None),
 )
 

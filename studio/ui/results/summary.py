@@ -15,12 +15,16 @@ from tilewright.studio.units import (
     SAMPLES_PER_S,
     SECONDS,
     TOKENS_PER_S,
+    WATTS,
+    Unit,
     format_number,
     format_percent,
     format_value,
 )
 
 Rows = list[tuple[str, str]]
+JOULES = Unit("J", "5 kJ", small=True)
+JOULES_PER_TOKEN = Unit("J/token", "40 mJ/token", small=True)
 ROWS_PER_COLUMN = 6
 GIB = 2.0**30
 LABELS = {
@@ -30,7 +34,11 @@ LABELS = {
     "wall_time_s": "engine wall time",
     "ttft_s": "time to first token",
     "tpot_s": "time per output token",
+    "energy_j": "energy",
+    "average_power_w": "average power",
+    "energy_per_token_j": "energy per token",
 }
+SKIPPED = ("energy_sources", "spatial_splits")  # shown below (splits) or in --json and the metrics CSV
 
 
 def format_bytes(value: float) -> str:
@@ -57,6 +65,12 @@ def format_metric(key: str, value: Any) -> str:
         return format_value(value, SAMPLES_PER_S)
     if key.endswith("flops_per_iteration"):
         return format_value(value, FLOP)
+    if key.endswith("per_token_j"):
+        return format_value(value, JOULES_PER_TOKEN)
+    if key.endswith("_j"):
+        return format_value(value, JOULES)
+    if key.endswith("_w"):
+        return format_value(value, WATTS)
     if key.endswith("_s"):
         return format_value(value, SECONDS)
     if key == "devices":
@@ -78,7 +92,7 @@ def label(key: str) -> str:
 def result_tables(result: Result) -> list[tuple[str, Rows]]:
     """Headline metrics, time breakdown and memory breakdown, each a list of (label, value with unit)."""
     m = result.metrics_json()
-    head = [(label(k), format_metric(k, v)) for k, v in m.items() if not isinstance(v, dict)]
+    head = [(label(k), format_metric(k, v)) for k, v in m.items() if not isinstance(v, dict) and k not in SKIPPED]
     tables = [("Run", head)]
     breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
     for key, title in breakdowns:
@@ -86,6 +100,16 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
         rows = [(k.replace("_", " "), format_metric(unit_key, v)) for k, v in m[key].items() if v]
         if rows:
             tables.append((title, rows))
+    if "energy_breakdown_j" in m:
+        per = "request" if m.get("mode") == "infer" else "iteration"
+        names = {"sram": "SRAM", "dram": "DRAM", "noc": "NoC"}
+        rows = [(names.get(k, k), format_metric("x_j", v))
+                for k, v in m["energy_breakdown_j"].items()]
+        rows.append(("total", format_metric("energy_j", m["energy_j"])))
+        tables.append((f"Energy per {per}", rows))
+    if result.spatial_splits:  # a grid device: how each matmul was spread over its cores
+        rows = [(f"{sp['where']} · {sp['count']} × {sp['op']}", str(sp["split"])) for sp in result.spatial_splits]
+        tables.append(("Split over the cores", rows))
     if result.oom is not None:
         need = format_metric("x_bytes", result.oom.need_bytes)
         have = format_metric("x_bytes", result.oom.capacity_bytes)

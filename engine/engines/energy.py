@@ -1,0 +1,165 @@
+"""Energy of one iteration or request, from the hardware IR's figures and what the program moves.
+
+The traffic is counted from the plan once, for both engines (contention changes when bytes move, never
+how many): every pass a stage runs (its FLOPs, the bytes its devices move to and from their own memory,
+the bytes they stream from remote DRAM ports), every tensor-parallel collective and DRAM stream on its
+links, every pipeline send, gradient reduction and ZeRO gather. These are the transfers the event engine
+puts on its flow network (per device, ``aggregate=False``: tests/test_energy.py checks the two agree).
+
+- links: bytes on each directed link × its pJ/bit × 8, split into on-chip/on-wafer (``noc``) and the
+  rest (``links``); memory channels are left out here — their energy is the memory's pJ/byte;
+- memory: bytes a device moves to/from its own memory × that memory's pJ/byte (its DRAM, else its SRAM),
+  bytes streamed from a remote DRAM port × that port's pJ/byte, and the optimizer step's reads and writes;
+- compute: FLOPs × pJ/FLOP where the IR gives one (``energy_pj_per_flop``), else not reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+from tilewright.engine.ir.hardware import Memory, MemoryKind
+from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.plan.program import Program
+from tilewright.engine.results.result import ENERGY_PARTS, Energy
+
+PJ = 1e-12
+
+
+@dataclass
+class Traffic:
+    """What one iteration moves and computes, summed over every device that runs it."""
+
+    link_bytes: dict[int, float] = field(default_factory=dict)  # per directed link
+    local_bytes: list[float] = field(default_factory=list)  # per stage: to/from the devices' own memory
+    remote_bytes: list[float] = field(default_factory=list)  # per stage: streamed from remote DRAM ports
+    flops: list[float] = field(default_factory=list)  # per stage
+
+
+class _Usage:
+    """Bytes per member of each link-usage pattern, expanded to links once at the end."""
+
+    def __init__(self) -> None:
+        self.by_pattern: dict[int, tuple[dict[int, float], float]] = {}
+
+    def add(self, usage: dict[int, float], nbytes: float) -> None:
+        if nbytes > 0 and usage:
+            held = self.by_pattern.get(id(usage))
+            self.by_pattern[id(usage)] = (usage, (held[1] if held else 0.0) + nbytes)
+
+    def collective(self, coll: Collective, times: float = 1.0) -> None:
+        for ph in coll.phases:
+            self.add(ph.usage, ph.bytes_per_member * times)
+
+    def links(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for usage, nbytes in self.by_pattern.values():
+            for lk, u in usage.items():
+                out[lk] = out.get(lk, 0.0) + u * nbytes
+        return out
+
+
+def iteration_traffic(program: Program) -> Traffic:
+    plan = program.plan
+    replicas = range(plan.dp) if program.train else range(1)  # inference runs one tensor group per stage
+    usage = _Usage()
+    out = Traffic()
+    for r, st in enumerate(plan.stages):
+        devices = sum(len(st.groups[j]) for j in replicas)
+        runs: Counter[int] = Counter()
+        passes = {}
+        for pre, ps, _grow, _free in program.work(r):
+            for p in (pre, ps):
+                if p is not None:
+                    runs[id(p)] += 1
+                    passes[id(p)] = p
+        local = remote = flops = 0.0
+        for key, n in runs.items():
+            for seg in passes[key].segments:
+                local += n * seg.local_bytes
+                remote += n * seg.dram_bytes
+                flops += n * seg.flops
+                for j in replicas:
+                    if seg.comm:
+                        usage.collective(plan.tp_collective(r, j, seg.comm[0], seg.comm[1]), n)
+                    if seg.dram_bytes > 0:
+                        usage.add(plan.dram_usage(r, j), n * seg.dram_bytes)
+        sends = Counter(row.send for row in program.table[r] if row.send is not None)
+        for key, n in sends.items():
+            for j in replicas:
+                usage.collective(program.send(key, j, None), n)
+        if program.train:
+            for chunk in st.chunk_layers:
+                for part in plan.dp_buckets(r, chunk):
+                    usage.collective(part)
+            usage.collective(plan.zero_gather(r))
+            bandwidth = st.dev.dram_bandwidth
+            optimizer = st.optimizer_s * bandwidth if math.isfinite(bandwidth) else 0.0
+            if st.dev.local_dram is not None:
+                local += optimizer
+            else:
+                remote += optimizer
+        out.local_bytes.append(local * devices)
+        out.remote_bytes.append(remote * devices)
+        out.flops.append(flops * devices)
+    out.link_bytes = usage.links()
+    return out
+
+
+def _sram(memories: tuple[Memory, ...]) -> Memory | None:
+    sram = [m for m in memories if m.kind is MemoryKind.sram]
+    return max(sram, key=lambda m: m.capacity_bytes) if sram else None
+
+
+def _figure(what: str, value: float, unit: str) -> str:
+    return f"{what}: {value:g} {unit}" + ("" if value else " (no figure in the hardware IR: counts as 0)")
+
+
+def iteration_energy(program: Program, traffic: Traffic | None = None) -> Energy:
+    """The iteration's (or request's) energy. A pure function of the plan, so it is computed once per plan
+    and mode and kept on the plan: a search or benchmark that re-runs one plan pays for it once (walking
+    every replica's collectives costs more than the analytic recurrence itself)."""
+    if traffic is not None:
+        return _energy(program, traffic)
+    key = f"_iteration_energy_{'train' if program.train else 'infer'}"
+    hit = program.plan.__dict__.get(key)
+    if hit is None:
+        hit = program.plan.__dict__[key] = _energy(program, iteration_traffic(program))
+    return hit
+
+
+def _energy(program: Program, traffic: Traffic) -> Energy:
+    plan = program.plan
+    parts: dict[str, float | None] = dict.fromkeys(ENERGY_PARTS, 0.0)
+    sources: dict[str, None] = {}  # ordered, without repeats
+    has_compute_figure = False
+    for r, st in enumerate(plan.stages):
+        device = plan.hw.devices[st.groups[0][0]]
+        dev = st.dev
+        per_flop = getattr(dev.compute, "energy_pj_per_flop", None)
+        if per_flop is not None:
+            has_compute_figure = True
+            parts["compute"] = (parts["compute"] or 0.0) + traffic.flops[r] * per_flop * PJ
+            sources[_figure(f"compute {device.path}", per_flop, "pJ/FLOP")] = None
+        own = dev.local_dram or _sram(device.memories)
+        if own is not None and traffic.local_bytes[r]:
+            part = "sram" if own.kind is MemoryKind.sram else "dram"
+            parts[part] = (parts[part] or 0.0) + traffic.local_bytes[r] * own.energy_pj_per_byte * PJ
+            sources[_figure(f"{part.upper()} {own.name} ({own.kind.value}) of {device.path}",
+                            own.energy_pj_per_byte, "pJ/byte")] = None
+        if dev.remote_dram is not None and traffic.remote_bytes[r]:
+            mem = dev.remote_dram
+            parts["dram"] = (parts["dram"] or 0.0) + traffic.remote_bytes[r] * mem.energy_pj_per_byte * PJ
+            sources[_figure(f"DRAM {mem.name} ({mem.kind.value}) ports", mem.energy_pj_per_byte, "pJ/byte")] = None
+    if not has_compute_figure:
+        parts["compute"] = None
+        sources["compute: no energy per FLOP in the hardware IR (not reported)"] = None
+    for lk, nbytes in sorted(traffic.link_bytes.items()):
+        link = plan.hw.links[lk]
+        if link.kind == "memory" or nbytes <= 0:
+            continue
+        part = "noc" if link.kind == "noc" else "links"
+        parts[part] = (parts[part] or 0.0) + nbytes * 8 * link.energy_pj_per_bit * PJ
+        sources[_figure(f"{link.kind} links of {link.level}", link.energy_pj_per_bit, "pJ/bit")] = None
+    return Energy(by_part=parts, sources=list(sources))

@@ -1,0 +1,105 @@
+"""Link details of an interconnect beyond one bandwidth: packet framing, the links between merged child grids,
+and the fixed costs a collective operation pays on the fabric.
+
+They are separate small models so that ``Interconnect`` stays readable and every number can carry its own
+``comment`` with a source. All default to "off": an interconnect without them behaves exactly as before.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+from tilewright.engine.ir.common import BytesPerSecond, Seconds, StrictModel
+
+Count = Annotated[int, Field(ge=1)]
+
+
+class Algorithm(StrEnum):
+    """Collective algorithms on grids (``perf.collective_grid``)."""
+
+    line = "line"
+    ring = "ring"
+    mesh = "mesh"  # row then column, lines where an axis is open
+    torus = "torus"  # row then column, rings on every axis
+    tree = "tree"
+    hierarchical = "hierarchical"
+
+
+class Framing(StrictModel):
+    """Payload efficiency of a packetised link: a payload of P bytes travels with an H-byte header, and the
+    wire carries at most F bytes per frame with O bytes of overhead each (preamble, FEC, CRC, gap), so
+
+        efficiency = P / (P + H + O · ceil((P + H) / F))
+
+    (tt-metal's CCL report gives this formula for Ethernet: 1,500-byte frames with ≥ 50 bytes each). It
+    scales every byte a link carries, so it is applied to the link's bandwidth at elaboration."""
+
+    payload_bytes: Count = Field(description="payload bytes per packet")
+    header_bytes: Annotated[int, Field(ge=0)] = Field(0, description="packet header bytes")
+    frame_bytes: Count | None = Field(None, description="largest wire frame in bytes; None: one frame per packet")
+    frame_overhead_bytes: Annotated[int, Field(ge=0)] = Field(0, description="overhead bytes per wire frame")
+    comment: str = ""
+
+    def efficiency(self) -> float:
+        packet = self.payload_bytes + self.header_bytes
+        frames = math.ceil(packet / self.frame_bytes) if self.frame_bytes else 1
+        return self.payload_bytes / (packet + self.frame_overhead_bytes * frames)
+
+
+class BoundaryLinks(StrictModel):
+    """The links that join neighbouring children of a grid (at tile granularity: the chip-to-chip or
+    die-to-die links once the children's tile grids are merged into one).
+
+    Without it every facing pair of tiles on a block boundary gets the interconnect's own link(s), which
+    overstates the capacity between chips that are joined by a few Ethernet ports. With ``links`` set, that
+    many physical links cross one facing edge of two children and their capacity is shared evenly by the
+    edge's tile pairs (each pair's link gets ``links / pairs`` of a link): routing stays dimension-ordered
+    and the bandwidth between two chips is right, although one lone flow then sees only its pair's share
+    (a stated simplification; whole tile groups crossing the edge, as collectives and pipeline sends do,
+    use all pairs)."""
+
+    bandwidth_bytes_per_s: BytesPerSecond | None = Field(
+        None, description="per link, per direction; default the interconnect's (per-axis) bandwidth"
+    )
+    latency_s: Seconds | None = Field(None, description="per crossing; default the interconnect's link latency")
+    links: Count | list[Count] | None = Field(
+        None, description="physical links across one facing edge of two children (one per axis if a list); "
+        "default one link (× the interconnect's links) per facing tile pair"
+    )
+    comment: str = ""
+
+    def links_on(self, axis: int) -> int | None:
+        if isinstance(self.links, list):
+            return self.links[axis]
+        return self.links
+
+
+class CollectiveCosts(StrictModel):
+    """What a collective operation pays on this fabric besides moving its bytes.
+
+    Default (all off): a phase of an algorithm costs its steps × the per-hop latency, as in the α–β model.
+    Measured fabrics (tt-metal's CCL report) add, per operation, a program launch and the opening and closing
+    of the connection to the neighbour (blocking round trips), cross the algorithm's diameter several times
+    (entry barrier round trip + the data pipeline), store-and-forward partial sums at every hop of a
+    reduce-scatter, and pause a reduce-scatter for a neighbour handshake every few packets."""
+
+    fixed_s: Seconds = Field(0.0, description="per collective operation: program launch")
+    handshake_hops: Annotated[float, Field(ge=0)] = Field(
+        0.0, description="hop latencies per operation to open and close the connection to the neighbour"
+    )
+    diameter_crossings: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="if set, a phase's latency is this many crossings of the algorithm's diameter "
+        "(line: members - 1, ring: members / 2) instead of one hop per step"
+    )
+    reduce_hop_s: Seconds = Field(0.0, description="extra latency per hop of a reduce-scatter (store-and-forward)")
+    reduce_sync_packets: Count | None = Field(
+        None, description="a reduce-scatter waits for a neighbour round trip every this many packets "
+        "(packet = framing.payload_bytes)"
+    )
+    algorithms: list[Algorithm] | None = Field(
+        None, description="the algorithms the fabric's runtime offers (default: every one that fits)"
+    )
+    comment: str = ""

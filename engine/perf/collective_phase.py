@@ -1,0 +1,65 @@
+"""The shape both engines time: a collective is a sequence of phases of link usage.
+
+In a phase every member sends the same number of bytes along its own route(s), at one common rate, so a
+phase is one flow entity whose ``usage[link]`` counts how many members' bytes cross that link (per unit of
+per-member bytes). The event engine shares links max-min fairly between such entities; the analytic engine
+reads the same phase without contention (``Phase.time``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+from tilewright.engine.hardware.graph import HardwareGraph
+
+Kind = Literal["all-reduce", "reduce-scatter", "all-gather", "broadcast", "p2p", "exchange"]
+
+
+@dataclass(frozen=True)
+class Phase:
+    usage: dict[int, float]  # link id → members crossing it (per unit of per-member bytes)
+    bytes_per_member: float
+    latency_s: float  # all steps' latency (the α term) and the fixed costs of the operation(s)
+
+    def time(self, hw: HardwareGraph) -> float:
+        """Duration without contention: the most loaded link over its bandwidth, plus latency."""
+        if not self.usage or self.bytes_per_member <= 0:
+            return self.latency_s
+        worst = max(u / hw.links[lk].bandwidth for lk, u in self.usage.items())
+        return self.bytes_per_member * worst + self.latency_s
+
+    def bottleneck(self, hw: HardwareGraph) -> int | None:
+        """The link that sets the phase's rate (the highest usage per bandwidth)."""
+        if not self.usage:
+            return None
+        return max(self.usage, key=lambda lk: self.usage[lk] / hw.links[lk].bandwidth)
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: Kind
+    algorithm: str
+    phases: tuple[Phase, ...]
+
+    def time(self, hw: HardwareGraph) -> float:
+        return sum(p.time(hw) for p in self.phases)
+
+
+def merge_phases(phases: list[Phase]) -> Phase:
+    """Concurrent identical-volume phases (one per domain, rail or grid line) act as one entity."""
+    usage: Counter = Counter()
+    for ph in phases:
+        usage.update(ph.usage)
+    return Phase(dict(usage), phases[0].bytes_per_member, max(ph.latency_s for ph in phases))
+
+
+def merge_collectives(kind: Kind, parts: list[Collective]) -> Collective:
+    """The same algorithm on disjoint groups at once: phase by phase, one entity per phase."""
+    phases = tuple(merge_phases([c.phases[i] for c in parts]) for i in range(len(parts[0].phases)))
+    return Collective(kind, parts[0].algorithm, phases)
+
+
+def route_latency(hw: HardwareGraph, route: list[int]) -> float:
+    return sum(hw.links[lk].latency_s for lk in route)

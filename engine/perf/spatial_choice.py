@@ -1,0 +1,154 @@
+"""Which split of a GEMM over a grid of cores: chosen by cost, within what the mapping's policy allows.
+
+- ``auto``: every 2-D rectangle of the grid that leaves no row or column of cores idle and uses at least
+  half the cores (or every output tile, for small outputs), K-blocks of 1, 2, 4, 8 tiles or the whole
+  per-core K (and its halvings), a K-split over 2–8 groups when the output has fewer tiles than the grid has
+  cores, and the 1-D splits of skinny shapes — the cheapest wins, as a planner (or a tuning engineer) would.
+- ``2d``: the whole grid, 2-D, K-blocks of K / grid columns halved down, the depth chosen by cost (the
+  hand-tuned benchmark configurations of tt-metal's GEMM report).
+- ``1d``: the cheapest 1-D split.
+- ``runtime-default``: what ttnn picks for interleaved operands without a program config.
+
+Choices are memoised per (chip, problem, policy): a model has about ten distinct GEMM shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from functools import lru_cache
+
+from tilewright.engine.perf.spatial_chip import GridChip, buffer_bytes, fit_blocks, sub_block
+from tilewright.engine.perf.spatial_cost import GemmCost, GemmProblem, Split, gemm_cost
+
+K_SPLITS = (1, 2, 4, 8)
+BLOCK_KS = (1, 2, 4, 8)
+
+
+@lru_cache(maxsize=8192)
+def choose(chip: GridChip, p: GemmProblem, policy: str = "auto") -> GemmCost:
+    """The cheapest split of ``p`` on ``chip`` that ``policy`` allows."""
+    if policy == "runtime-default":
+        return gemm_cost(chip, p, runtime_default(chip, p))
+    if policy == "2d":
+        splits: Iterator[Split] = full_grid_2d(chip, p)
+    elif policy == "1d":
+        splits = one_d(chip, p, skinny_only=False)
+    elif policy == "auto":
+        splits = _chain(two_d(chip, p), one_d(chip, p))
+    else:
+        raise ValueError(f"spatial policy {policy!r}: auto, 2d, 1d or runtime-default")
+    best: GemmCost | None = None
+    for s in _chain(splits, full_grid_2d(chip, p)) if policy == "auto" else splits:
+        c = gemm_cost(chip, p, s)
+        if best is None or c.seconds < best.seconds:
+            best = c
+    assert best is not None, f"no {policy} split of {p} on a {chip.rows}×{chip.cols} grid"
+    return best
+
+
+def _chain(*its: Iterator[Split]) -> Iterator[Split]:
+    for it in its:
+        yield from it
+
+
+def _split(chip: GridChip, p: GemmProblem, kind: str, rows: int, cols: int, pm: int, pn: int, bk: int,
+           ks: int = 1) -> Split:
+    """A split with the largest output block and K-block that fit L1 (at most ``bk``)."""
+    ta, tb, to = chip.tile_bytes(p.fmt_a), chip.tile_bytes(p.fmt_b), chip.tile_bytes(p.fmt_out)
+    oh, ow, bk2 = fit_blocks(chip, pm, pn, bk, ta, tb, to)
+    sh, sw = sub_block(oh, ow, chip.dst_tiles)
+    return Split(kind, rows, cols, pm, pn, bk2, oh, ow, sh, sw, ks)
+
+
+def _block_ks(kt_local: int, cols: int, small: bool = True) -> list[int]:
+    """K-block depths worth trying: the per-core share of K (K / grid columns) halved down to one tile, and
+    with ``small`` also the fixed depths 1, 2, 4, 8."""
+    whole = max(1, math.ceil(kt_local / cols))
+    out = set(BLOCK_KS) if small else set()
+    while whole >= 1:
+        out.add(whole)
+        whole //= 2
+    return sorted(b for b in out if b <= kt_local) or [1]
+
+
+def two_d(chip: GridChip, p: GemmProblem) -> Iterator[Split]:
+    mt, kt, nt = p.tiles(chip.tile)
+    skinny = mt < chip.rows or nt < chip.cols
+    half = min(chip.cores, min(chip.rows, mt) * min(chip.cols, nt)) // 2  # of the cores the output can use
+    for ks in K_SPLITS:
+        if ks > kt or (ks > 1 and not skinny):
+            break
+        for r in range(1, min(chip.rows, mt) + 1):
+            for c in range(1, min(chip.cols, nt) + 1):
+                used = r * c * ks
+                if used > chip.cores or (used < half and r * c < mt * nt):
+                    continue
+                pm, pn = math.ceil(mt / r), math.ceil(nt / c)
+                if (pm - 1) * r >= mt or (pn - 1) * c >= nt:  # a row/column of cores would idle: use fewer
+                    continue
+                for bk in _block_ks(math.ceil(kt / ks), c):
+                    yield _split(chip, p, "2d", r, c, pm, pn, bk, ks)
+
+
+def full_grid_2d(chip: GridChip, p: GemmProblem) -> Iterator[Split]:
+    mt, kt, nt = p.tiles(chip.tile)
+    r, c = min(chip.rows, mt), min(chip.cols, nt)
+    pm, pn = math.ceil(mt / r), math.ceil(nt / c)
+    for bk in _block_ks(kt, c, small=False):
+        yield _split(chip, p, "2d", r, c, pm, pn, bk)
+
+
+def one_d(chip: GridChip, p: GemmProblem, skinny_only: bool = True) -> Iterator[Split]:
+    """A line of cores: for few rows of A (decode), A goes to every core and each owns N/cores columns;
+    the mirror for few columns. With ``skinny_only``, only in a direction that is skinny (≤ 8 tiles per
+    grid row), where a 1-D split can pay."""
+    mt, kt, nt = p.tiles(chip.tile)
+    for kind, thin, wide in (("1d_in0", mt, nt), ("1d_in1", nt, mt)):
+        if skinny_only and thin > 8 * chip.rows:
+            continue
+        per = math.ceil(wide / chip.cores)
+        used = math.ceil(wide / per)
+        for bk in BLOCK_KS:
+            pm, pn = (thin, per) if kind == "1d_in0" else (per, thin)
+            rows, cols = (1, used) if kind == "1d_in0" else (used, 1)
+            yield _split(chip, p, kind, rows, cols, pm, pn, bk)
+
+
+# ttnn's sub-block preference order (matmul_program_config.cpp, SUBBLOCK_HW_CHOICES)
+_TTNN_SUBBLOCKS = ((4, 2), (2, 4), (8, 1), (1, 8), (7, 1), (1, 7), (3, 2), (2, 3), (6, 1), (1, 6), (5, 1),
+                   (1, 5), (2, 2), (4, 1), (1, 4), (3, 1), (1, 3), (2, 1), (1, 2), (1, 1))
+
+
+def runtime_default(chip: GridChip, p: GemmProblem) -> Split:
+    """The split ttnn makes for DRAM-interleaved operands without a program config
+    (``create_simple_matmul_program_config``): narrow shapes (aspect > 8 or a side ≤ one tile) or a single
+    row/column of 16-tile blocks go 1-D — one sender multicasts the whole narrow operand to every core;
+    otherwise 2-D over the whole grid with per-core = ⌈tiles / grid⌉ and K-block = K / grid columns, shrunk
+    to fit L1. Reproducing it lets a user compare a default deployment with a tuned one."""
+    mt, kt, nt = p.tiles(chip.tile)
+    ta, tb, to = chip.tile_bytes(p.fmt_a), chip.tile_bytes(p.fmt_b), chip.tile_bytes(p.fmt_out)
+    gx, gy, cores = chip.cols, chip.rows, chip.cores
+    factor = next((f for f in (16, 8, 4, 2) if buffer_bytes(f, f, 2, ta, tb, to) < chip.l1_usable), 1)
+    blocks_y, blocks_x = (mt - 1) // factor + 1, (nt - 1) // factor + 1
+    m, n = p.m, p.n
+    narrow = max(m, n) / max(1, min(m, n)) > 8 or m <= chip.tile or n <= chip.tile
+    fits = not (blocks_y == 1 and blocks_x == 1) and blocks_y <= gy and blocks_x <= gx
+    range_y = blocks_y if fits else 0
+    range_x = blocks_x if range_y else 0
+    bk_1d = 2 if kt % 2 == 0 else 1
+    if (narrow and n > m) or range_y == 1:
+        pn = max(1, math.ceil(math.ceil(n / cores) / chip.tile))
+        oh, ow, bk = fit_blocks(chip, mt, pn, bk_1d, ta, tb, to)
+        sh, sw = sub_block(oh, ow, chip.dst_tiles)
+        return Split("1d_in0", 1, min(math.ceil(nt / pn), cores), mt, pn, bk, oh, ow, sh, sw)
+    if (narrow and m >= n) or range_x == 1:
+        pm = max(1, math.ceil(math.ceil(m / cores) / chip.tile))
+        oh, ow, bk = fit_blocks(chip, pm, nt, bk_1d, ta, tb, to)
+        sh, sw = sub_block(oh, ow, chip.dst_tiles)
+        return Split("1d_in1", min(math.ceil(mt / pm), cores), 1, pm, nt, bk, oh, ow, sh, sw)
+    bk = kt // gx if kt % gx == 0 else 1
+    pm, pn = math.ceil(mt / gy), math.ceil(nt / gx)
+    oh, ow, bk = fit_blocks(chip, pm, pn, bk, ta, tb, to)
+    sh, sw = next(((h, w) for h, w in _TTNN_SUBBLOCKS if oh % h == 0 and ow % w == 0), (1, 1))
+    return Split("2d", gy, gx, pm, pn, bk, oh, ow, sh, sw)

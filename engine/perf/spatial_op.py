@@ -1,0 +1,118 @@
+"""One operator pass on a grid device: which GEMMs or streams it is, in which formats, and their cost.
+
+A forward matmul is one GEMM, C = A·B (A the activations, B the weights). Its backward is two: the input
+gradient dA = dC·Bᵀ and the weight gradient dB = Aᵀ·dC, each split over the grid on its own. Every other op
+streams its tensors through the cores (``spatial.stream_on_grid``); attention's batched products run on the
+matrix units at the activations' format. Tensors a fused neighbour hands over on chip (``mapping.fusion``)
+stay in L1 instead of going through DRAM, as do categories held in SRAM (``mapping.memory_levels``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilewright.engine.ir.mapping import SpatialSplit
+from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.perf.formats import OpFormats
+from tilewright.engine.perf.spatial import GridChip, gemm_on_grid, stream_on_grid
+
+
+@dataclass(frozen=True, slots=True)
+class GridOpCost:
+    seconds: float
+    compute_s: float  # in-loop arithmetic
+    movement_s: float  # in-loop data delivery (DRAM, NoC, L1), overlapped with the arithmetic
+    dram_bytes: float  # read + written in the device's own DRAM
+    split: str  # what the choice was, for notes and views
+
+    @property
+    def overhead_s(self) -> float:
+        """What does not overlap: fixed cost, pipeline fill and drain, write-back tail, K-split reduction."""
+        return max(0.0, self.seconds - max(self.compute_s, self.movement_s))
+
+
+@dataclass(frozen=True, slots=True)
+class OpTensors:
+    """Elements one device moves for one op pass (already divided by the tensor-parallel shard)."""
+
+    weights: float
+    inputs: float
+    outputs: float
+    cache: float = 0.0  # part of ``inputs`` read from the KV cache
+
+
+@dataclass(frozen=True, slots=True)
+class OnChip:
+    """Tensors that stay in the cores' L1 instead of DRAM: what a fused neighbour hands over
+    (``mapping.fusion``) and whole categories held in SRAM (``mapping.memory_levels``)."""
+
+    fused_in: bool = False
+    fused_out: bool = False
+    weights: bool = False
+    activations: bool = False
+    kv_cache: bool = False
+
+    @property
+    def op_input(self) -> bool:
+        return self.fused_in or self.activations
+
+    @property
+    def op_output(self) -> bool:
+        return self.fused_out or self.activations
+
+
+def gemm_op(
+    chip: GridChip,
+    mnk: tuple[float, float, float],
+    backward: bool,
+    fmt: OpFormats,
+    spatial: SpatialSplit,
+    on: OnChip = OnChip(),
+) -> GridOpCost:
+    """A matmul of ``mnk`` = (tokens, output columns, reduction) on one device."""
+    m, n, k = mnk
+    a, w, fid = str(fmt.activations), str(fmt.weights), str(fmt.fidelity)
+    policy, grid = spatial.policy.value, spatial.grid
+    if not backward:
+        c = gemm_on_grid(chip, m, k, n, a, w, a, fid, policy, grid, (not on.op_input, not on.weights, not on.op_output))
+        return GridOpCost(c.seconds, c.compute_s, c.movement_s, c.dram_read_bytes + c.dram_write_bytes,
+                          c.split.describe())
+    # input gradient dA = dC · Bᵀ, weight gradient dB = Aᵀ · dC (A the saved input)
+    dgrad = gemm_on_grid(chip, m, n, k, a, w, a, fid, policy, grid,
+                         (not on.op_output, not on.weights, not on.op_input))
+    wgrad = gemm_on_grid(chip, k, m, n, a, a, a, fid, policy, grid,
+                         (not on.activations, not on.op_output, not on.weights))
+    parts = (dgrad, wgrad)
+    return GridOpCost(
+        seconds=sum(p.seconds for p in parts),
+        compute_s=sum(p.compute_s for p in parts),
+        movement_s=sum(p.movement_s for p in parts),
+        dram_bytes=sum(p.dram_read_bytes + p.dram_write_bytes for p in parts),
+        split=f"input grad {dgrad.split.describe()}; weight grad {wgrad.split.describe()}",
+    )
+
+
+def stream_op(
+    chip: GridChip,
+    op: Op,
+    flops: float,
+    t: OpTensors,
+    backward: bool,
+    fmt: OpFormats,
+    on: OnChip = OnChip(),
+) -> GridOpCost:
+    """A non-GEMM op: its reads and writes by tensor kind, each in its own format; what stays on chip
+    costs L1 bandwidth only."""
+    wb, ab, kb = fmt.weight_bytes, fmt.activation_bytes, fmt.kv_bytes
+    if backward:  # read weights, saved input and output gradient; write input and weight gradients
+        reads = ((t.weights * wb, on.weights), (t.inputs * ab, on.activations), (t.outputs * ab, on.op_output))
+        writes = ((t.inputs * ab, on.op_input), (t.weights * ab, on.weights))
+    else:
+        reads = ((t.weights * wb, on.weights), ((t.inputs - t.cache) * ab, on.op_input), (t.cache * kb, on.kv_cache))
+        writes = ((t.outputs * ab, on.op_output),)
+    dram_read = sum(b for b, stays in reads if not stays)
+    dram_write = sum(b for b, stays in writes if not stays)
+    l1_only = sum(b for b, stays in (*reads, *writes) if stays)
+    matrix = (str(fmt.activations), str(fmt.fidelity)) if op.kind is OpKind.attention else None
+    s = stream_on_grid(chip, flops, dram_read, dram_write, max(t.outputs, t.inputs), matrix, l1_only)
+    return GridOpCost(s.seconds, s.compute_s, s.movement_s, dram_read + dram_write, "")  # 1-D: nothing to report

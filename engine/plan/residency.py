@@ -1,0 +1,244 @@
+"""``mapping.memory_levels`` for one pipeline stage: which memory level holds each category of state.
+
+A category named in ``memory_levels`` lives in that memory. The name is resolved from the stage's first
+device: its own memories (SRAM → ``sram``, HBM/DDR → ``dram``), the ported DRAM of its die or wafer
+(``dram``, the device's share of its capacity), or a memory of a component above it that does not compute
+(a node's host DDR → ``host``, reached over each device's host link, ``host_link_bandwidth_bytes_per_s``,
+and never faster than the memory's bandwidth shared by the devices below it; without that field the memory
+is refused). ``auto`` puts the category in the
+fastest level that still has room (weights first, then the KV cache, activations, gradients, optimizer
+state), else in the slowest; categories not named stay where they always were (the device's DRAM, or its
+SRAM when it has no DRAM). Without ``memory_levels`` nothing here runs and the plan is what it was.
+
+The result drives the traffic (``perf.residency``), the optimizer step's time, one memory track per
+level (capacity checked per level) and a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.ir.workload import LlamaSpec, TransformerDims
+from tilewright.engine.perf.device import DeviceModel, shared_memory, sharing_devices
+from tilewright.engine.perf.memory import StateBytes, activation_bytes, model_state, params_on_device, workspace_bytes
+from tilewright.engine.perf.residency import LEVELS, Level, Residency
+
+AUTO = "auto"
+AUTO_ORDER = ("weights", "kv_cache", "activations", "gradients", "optimizer")
+# Which stored category the optimizer step's traffic per parameter belongs to (``plan.ADAM_BYTES_*``): the
+# fp32 master copy and moments (read + write) are optimizer state, the gradient read is gradients, and the
+# low-precision weight copy written back is weights.
+ADAM_SPLIT_MIXED = {"optimizer": 2 * 3 * 4, "gradients": 4, "weights": 2}
+ADAM_SPLIT_FP32 = {"optimizer": 2 * 2 * 4 + 4, "gradients": 4, "weights": 4}
+
+
+@dataclass(frozen=True)
+class LevelInfo:
+    """One memory level as a stage's device sees it: the memory's name, what one device may hold there,
+    and its bandwidth per device (bytes/s)."""
+
+    level: Level
+    memory: str
+    capacity: float
+    bandwidth: float
+
+
+@dataclass(frozen=True)
+class StageResidency:
+    residency: Residency
+    levels: dict[Level, LevelInfo]  # the levels in use, fastest first
+    placed: dict[str, Level]  # every category → its level (for tracks and notes)
+    chosen: tuple[str, ...]  # categories placed by ``auto``
+
+
+def available_levels(hw: HardwareGraph, device: int, dev: DeviceModel) -> dict[str, LevelInfo]:
+    """Every memory the device can keep state in, by name."""
+    d = hw.devices[device]
+    out: dict[str, LevelInfo] = {}
+    for m in d.memories:
+        level: Level = "sram" if m.kind.value == "sram" else "dram"
+        out[m.name] = LevelInfo(level, m.name, m.capacity_bytes, m.effective_bandwidth)
+    names = {p.memory.name for p in hw.memory_ports if d.node.startswith(p.owner + "/")}
+    for name in sorted(names - out.keys()):
+        found = shared_memory(hw, device, name)
+        if found is None:
+            continue
+        mem, share = found
+        if mem.ported:
+            out[name] = LevelInfo("dram", name, share, mem.effective_bandwidth)
+            continue
+        link = mem.host_link_bandwidth_bytes_per_s  # None: how devices reach it is unknown (refused if named)
+        bw = min(mem.effective_bandwidth / sharing_devices(hw, device, name), link) if link else 0.0
+        out[name] = LevelInfo("host", name, share, bw)
+    return out
+
+
+def home_level(dev: DeviceModel) -> Level:
+    """Where state lives when no one says: the device's DRAM (own or ported), else its SRAM."""
+    return "dram" if dev.local_dram is not None or dev.remote_dram is not None else "sram"
+
+
+def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: StateBytes, elem: float) -> dict:
+    """Bytes per device of each category for one stage (what ``auto`` must fit): model state, stored
+    activations of the micro-batches in flight (1F1B holds at most ``pp``) with the largest workspace,
+    and, for inference, the KV cache of the whole request."""
+    m, run = project.mapping, project.run
+    acts = workspace_bytes(ops, m.micro_batch, m.tp, m.sequence_parallel, elem)  # inference keeps no more
+    if run.mode is Mode.train:
+        in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
+        acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem) * in_flight
+    kv = 0.0
+    w = project.workload
+    if run.mode is Mode.infer and isinstance(w, TransformerDims):
+        kv_heads = w.kv_heads_n if isinstance(w, LlamaSpec) else w.heads
+        kv_dim = kv_heads * (w.hidden // w.heads)
+        blocks = sum(1 for layer in layers if any(op.kind is OpKind.attention for op in layer))
+        tokens = run.inference.prompt_tokens + run.inference.output_tokens
+        kv = 2.0 * blocks * kv_dim * run.inference.batch * tokens * elem / m.tp
+    return {"weights": state.weights, "gradients": state.gradients, "optimizer": state.optimizer,
+            "activations": acts, "kv_cache": kv}
+
+
+def resolve(
+    mapping: Mapping, hw: HardwareGraph, device: int, dev: DeviceModel, sizes: dict[str, float]
+) -> StageResidency | None:
+    """The stage's residency, or None when ``memory_levels`` is empty (the plan as it always was)."""
+    if not mapping.memory_levels:
+        return None
+    node = hw.devices[device].node
+    avail = available_levels(hw, device, dev)
+    by_level: dict[Level, LevelInfo] = {}
+    for info in avail.values():  # per level, the largest memory of that level stands for it
+        if info.bandwidth <= 0:  # a host memory without a host link: never chosen by auto
+            continue
+        if info.level not in by_level or info.capacity > by_level[info.level].capacity:
+            by_level[info.level] = info
+    home = home_level(dev)
+    placed: dict[str, Level] = {}
+    named: dict[Level, LevelInfo] = {}
+    for cat, name in mapping.memory_levels.items():
+        if name == AUTO:
+            continue
+        if name not in avail:
+            have = ", ".join(sorted(avail)) or "none"
+            raise ValueError(f"mapping.memory_levels.{cat}: memory '{name}' is not reachable from {node} "
+                             f"(it reaches: {have})")
+        info = avail[name]
+        if info.bandwidth <= 0:
+            raise ValueError(
+                f"mapping.memory_levels.{cat}: memory '{name}' sits above the devices and has no "
+                f"host_link_bandwidth_bytes_per_s: say how fast each device reaches it (e.g. PCIe 4.0 x16, "
+                f"31.5 GB/s per direction)")
+        placed[cat] = info.level
+        named[info.level] = info
+    levels = {lv: named.get(lv, info) for lv, info in by_level.items()}
+    used = {lv: 0.0 for lv in levels}
+    for cat, lv in placed.items():
+        used[lv] += sizes.get(cat, 0.0)
+    chosen = [c for c in AUTO_ORDER if mapping.memory_levels.get(c) == AUTO]
+    for cat in [c for c in AUTO_ORDER if c not in placed and c not in chosen]:
+        placed[cat] = home if home in levels else next(iter(levels))
+        used[placed[cat]] += sizes.get(cat, 0.0)
+    order = [lv for lv in LEVELS if lv in levels]
+    for cat in chosen:
+        need = sizes.get(cat, 0.0)
+        fits = [lv for lv in order if used[lv] + need <= levels[lv].capacity]
+        lv = fits[0] if fits else order[-1]
+        placed[cat] = lv
+        used[lv] += need
+    host = levels["host"].bandwidth if "host" in levels else float("inf")
+    in_use = {lv: levels[lv] for lv in order if lv in placed.values() or lv == home}
+    return StageResidency(Residency(dict(placed), host), in_use, placed, tuple(chosen))
+
+
+def optimizer_seconds(dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool) -> float:
+    """The optimizer step's streams at each level, overlapped: the slowest level's bytes over its bandwidth
+    (a device without DRAM streams its SRAM: never free)."""
+    split = ADAM_SPLIT_MIXED if mixed else ADAM_SPLIT_FP32
+    per_level: dict[Level, float] = {}
+    for cat, nbytes in split.items():
+        lv = res.placed.get(cat, home_level(dev)) if res else home_level(dev)
+        per_level[lv] = per_level.get(lv, 0.0) + params * nbytes
+    out = 0.0
+    for lv, nbytes in per_level.items():
+        if lv == "sram":
+            bw = dev.sram_bandwidth
+        elif lv == "dram":
+            bw = dev.dram_bandwidth
+        else:
+            bw = res.residency.host_bandwidth if res else float("inf")
+        out = max(out, nbytes / bw)
+    return out
+
+
+def stage_residency(
+    project: Project, hw: HardwareGraph, device: int, dev: DeviceModel, layers: list[list[Op]],
+    per_param: StateBytes, elem: float,
+) -> tuple[StageResidency, dict[str, float]] | None:
+    """Resolve ``memory_levels`` for a stage holding ``layers`` (all its chunks); None without it."""
+    m = project.mapping
+    if not m.memory_levels:
+        return None
+    ops = [op for layer in layers for op in layer]
+    state = model_state(params_on_device(ops, m.tp), per_param, m.zero, m.dp)
+    if project.run.mode is Mode.infer:
+        state = StateBytes(state.weights, 0.0, 0.0)
+    sizes = stage_sizes(project, ops, layers, state, elem)
+    res = resolve(m, hw, device, dev, sizes)
+    assert res is not None
+    return res, sizes
+
+
+def notes(stages: list[tuple[int, StageResidency, dict[str, float]]]) -> list[str]:
+    """One note per distinct placement: "stages 0–31: residency per device — weights ≤ 0.0194 GiB in sram
+    'sram', kv_cache ≤ 0.0003 GiB in sram 'sram' (auto), …" (the largest stage's bytes; empty categories left
+    out)."""
+    groups: dict[tuple, list[tuple[int, StageResidency, dict[str, float]]]] = {}
+    for item in stages:
+        _, res, _ = item
+        key = tuple((c, res.placed[c], c in res.chosen) for c in AUTO_ORDER)
+        groups.setdefault(key, []).append(item)
+    out = []
+    for members in groups.values():
+        ranks = [r for r, _, _ in members]
+        res = members[0][1]
+        parts = []
+        for cat in AUTO_ORDER:
+            most = max(sizes.get(cat, 0.0) for _, _, sizes in members)
+            if most <= 0 and cat != "activations":
+                continue
+            lv = res.placed[cat]
+            info = res.levels.get(lv)
+            where = f"{lv} '{info.memory}'" if info else lv
+            size = "" if cat == "activations" else f" ≤ {most / 2**30:.3g} GiB"  # activations: see the tracks
+            parts.append(f"{cat}{size} in {where}" + (" (auto)" if cat in res.chosen else ""))
+        who = f"stage {ranks[0]}" if len(ranks) == 1 else f"stages {_ranges(ranks)}"
+        out.append(f"{who}: residency per device — " + ", ".join(parts))
+    return out
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] → "0–2, 5"."""
+    out, start = [], ranks[0]
+    for a, b in zip(ranks, ranks[1:] + [None], strict=True):
+        if b != a + 1:
+            out.append(f"{start}" if start == a else f"{start}–{a}")
+            start = b
+    return ", ".join(out)
+
+
+def level_tracks(res: StageResidency) -> list[tuple[str, float, tuple[str, ...]]]:
+    """(memory name, capacity per device, memory categories it holds) per level in use, fastest first: one
+    memory track each, so every level's capacity is checked on its own. The workspace (an op's transient
+    buffers) goes with the activations."""
+    out = []
+    for lv, info in res.levels.items():
+        cats = [c for c in AUTO_ORDER if res.placed.get(c) == lv]
+        if res.placed.get("activations") == lv:
+            cats.append("workspace")
+        out.append((info.memory, info.capacity, tuple(cats)))
+    return out

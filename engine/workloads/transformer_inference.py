@@ -1,0 +1,105 @@
+"""The ops one inference pass of a transformer runs: a prefill of the prompt, or one decode step.
+
+Built from the training graph of the same model at ``seq_len = tokens`` (every per-token op is then
+right) and changed where inference differs from training:
+
+- attention: ``tokens`` new queries per sequence over ``context`` keys (the new tokens are the last
+  ``tokens`` of the context). Query i of the new ones attends to ``context - tokens + i + 1`` keys
+  (causal), so QKᵀ and AV cost 4·h FLOPs per (query, key) pair over t·(c − t) + t·(t + 1)/2 pairs — about
+  half of the s² pairs of a square prefill. ``fused`` (flash-style) runs the softmax inside the
+  attention kernel: the scores never leave the chip, only Q, K, V (the new tokens') and the cached K, V
+  of earlier tokens are read, once. ``materialised`` keeps the separate softmax over the full t·c score
+  tensor (stored and moved) and the full t·c pairs of FLOPs (no causal skipping), as the engine did
+  before fused attention existed.
+- the cached keys and values of earlier tokens (2·(c − t)·kv_dim elements per sequence) are marked as
+  ``cache_elems``, so the cost model reads them in the KV cache's format;
+- embedding lookups are gathers: each reads the rows of its table for the pass's tokens, not the table.
+  An inference pass graph puts those rows in the op's ``params`` (the weight elements the op reads), for
+  ``sequences`` sequences at once; the model's weights in memory come from the model's own graph;
+- the head computes logits for the last token of each sequence only (decoders sample one token from
+  it); an encoder (BERT) keeps its head over every token;
+- no loss, no dropout (inference runs in eval mode).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tilewright.engine.ir.ops import LayerKind, Op, OpKind
+from tilewright.engine.ir.workload import BertSpec, LlamaSpec, TransformerDims
+from tilewright.engine.workloads.graph import WorkloadGraph
+
+DROPPED = {OpKind.dropout, OpKind.loss}
+
+
+def kv_heads(dims: TransformerDims) -> int:
+    return dims.kv_heads_n if isinstance(dims, LlamaSpec) else dims.heads
+
+
+def kv_dim(dims: TransformerDims) -> int:
+    """Key (or value) elements per token per attention layer: kv_heads · head_dim."""
+    return kv_heads(dims) * (dims.hidden // dims.heads)
+
+
+def kv_cache_bytes(
+    dims: TransformerDims, attention_layers: int, tp: int, sequences: int, tokens: int, elem_bytes: float,
+    block_tokens: int = 1,
+) -> float:
+    """KV cache per device: 2 (K and V) · attention layers · kv_heads · head_dim · tokens · sequences ·
+    bytes per element, each sequence's tokens rounded up to whole pages of ``block_tokens``; kv heads are
+    split over ``tp`` devices (replicated when ``tp`` exceeds them, as Megatron and vLLM do)."""
+    paged = math.ceil(tokens / block_tokens) * block_tokens if tokens > 0 else 0
+    per_device_heads = max(kv_heads(dims) / tp, 1.0)
+    head_dim = dims.hidden // dims.heads
+    return 2.0 * attention_layers * per_device_heads * head_dim * paged * sequences * elem_bytes
+
+
+def attention_pairs(tokens: int, context: int, causal: bool) -> float:
+    """(query, key) pairs of ``tokens`` new queries over ``context`` keys, the new ones last."""
+    if not causal:
+        return float(tokens * context)
+    return tokens * (context - tokens) + tokens * (tokens + 1) / 2
+
+
+def inference_graph(
+    dims: TransformerDims, tokens: int, context: int, sequences: int, fused: bool
+) -> WorkloadGraph:
+    """The ops of one pass of ``tokens`` new tokens per sequence attending over ``context`` keys, for
+    ``sequences`` sequences (the pass's micro-batch: it sizes the embedding gathers)."""
+    from tilewright.engine.workloads import build_workload  # the package imports this module's siblings
+
+    if not 1 <= tokens <= context:
+        raise ValueError(f"tokens: {tokens} new tokens over a context of {context}")
+    base = build_workload(dims.model_copy(update={"seq_len": tokens}))
+    encoder = isinstance(dims, BertSpec)
+    head = {li.index for li in base.layers if li.kind is LayerKind.head}
+    kv, h, heads = kv_dim(dims), dims.hidden, dims.heads
+    alias: dict[str, str] = {}  # a dropped op → the op whose output stands in for its output
+    ops: list[Op] = []
+    prev = ""
+    for op in base.ops():
+        source = alias.get(op.inputs[0], op.inputs[0]) if op.inputs else prev
+        dropped = op.kind in DROPPED or (fused and op.kind is OpKind.softmax)
+        if dropped:
+            alias[op.name] = source
+            continue
+        update: dict = {"inputs": [alias.get(i, i) for i in op.inputs]}
+        if op.kind is OpKind.embedding:
+            update |= {"params": float(sequences * op.out_elems), "in_elems": float(tokens)}
+        elif op.kind is OpKind.attention:
+            cached = 2.0 * (context - tokens) * kv
+            update |= {
+                "flops": 4.0 * h * attention_pairs(tokens, context, causal=fused),
+                "in_elems": op.in_elems + cached,
+                "cache_elems": cached,
+            }
+        elif op.kind is OpKind.softmax:  # materialised: the t × c scores of every head
+            scores = float(heads * tokens * context)
+            update |= {"in_elems": scores, "out_elems": scores, "saved_elems": scores}
+        elif op.layer in head and not encoder and op.kind is OpKind.matmul:  # logits of the last token
+            m, n, k = op.gemm
+            update |= {"flops": op.flops / m, "in_elems": op.in_elems / m, "out_elems": op.out_elems / m,
+                       "gemm": (1, n, k), "bwd_flops": None}
+        ops.append(op.model_copy(update=update))
+        prev = op.name
+    return WorkloadGraph.from_ops(base.name, base.spec, base.layers, ops, dims=base.dims)

@@ -1,0 +1,34 @@
+"""Fidelity: the engine's collective costs on the Tenstorrent mesh presets against the measured CCLs
+(tenstorrent_ccl.csv: all-gather, reduce-scatter, all-reduce on 2-8 Wormhole and Blackhole chips)."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+from calibrate_ccl import CSV, evaluate  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not CSV.is_file(), reason=f"reference data missing: {CSV}")
+
+
+@pytest.fixture(scope="module")
+def results() -> list[dict]:
+    return evaluate()
+
+
+def test_every_reduction_row_is_predicted(results):
+    assert len(results) == 108
+    assert {x["algorithm"] for x in results} == {"line", "ring"}
+
+
+def test_median_error_within_twenty_percent(results):
+    assert statistics.median(x["err"] for x in results) <= 0.20
+
+
+def test_no_row_off_by_two_times(results):
+    assert max(x["err"] for x in results) < 1.0
