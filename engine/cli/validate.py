@@ -12,6 +12,8 @@ from tilewright.engine.io.json_file import dumps_strict
 def detect_kind(data: dict[str, Any]) -> str:
     from tilewright.engine.ir.hardware import ComponentKind
 
+    if "parameters" in data and "base" in data:
+        return "sweep"
     if "hardware" in data or "system" in data or "schema_version" in data:
         return "project"
     if data.get("kind") in {k.value for k in ComponentKind}:
@@ -56,6 +58,15 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
             raise InputError(path, limit)
         graph = build_workload(spec)
         return f"{path}: valid model '{graph.name}' — {len(graph.layers)} layers, {graph.params / 1e9:.3f} B parameters"
+    if kind == "sweep":
+        from tilewright.engine.io.project_file import project_from_data
+        from tilewright.engine.search.sweep.run import load_spec
+        from tilewright.engine.search.sweep.spec import point_count
+
+        spec, base, source = load_spec(path)
+        project = project_from_data(base, source)
+        return (f"{path}: valid sweep — {point_count(spec):,} {spec.method} points over "
+                f"{len(spec.parameters)} parameter(s) of '{project.name}'")
     raise InputError(path, f"unknown kind '{kind}'")
 
 
@@ -75,9 +86,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("validate", help="check a project, system or model file")
-    p.add_argument("file")
-    p.add_argument("--kind", choices=["auto", "project", "system", "model"], default="auto")
+    p = sub.add_parser("validate", help="check a project, system, model or sweep file")
+    p.add_argument("file", help="a file, or - for standard input")
+    p.add_argument("--kind", choices=["auto", "project", "system", "model", "sweep"], default="auto")
     p.add_argument("--allow-large", action="store_true", help="check even past the size limits")
     p.set_defaults(handler=_cmd_validate)
 

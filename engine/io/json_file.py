@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +23,11 @@ T = TypeVar("T")
 
 def read_json(path: str | Path) -> Any:
     """Parse ``path``; a missing, unreadable or malformed file becomes an ``InputError``."""
+    if str(path) == "-":  # standard input, as command-line tools accept it
+        try:
+            return loads_strict(sys.stdin.read(), "<stdin>")
+        except UnicodeDecodeError as exc:
+            raise InputError("<stdin>", f"cannot be read ({exc})") from None
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

@@ -43,6 +43,8 @@ def preset_path(kind: PresetKind, name: str) -> Path:
 def resolve(kind: PresetKind, name_or_path: str) -> Path:
     """A name that is an existing file path wins; otherwise it names a preset."""
     candidate = Path(name_or_path)
+    if name_or_path == "-":  # standard input: read_json reads it
+        return candidate
     if name_or_path.endswith(".json") or candidate.is_file() or os.sep in name_or_path:
         if not candidate.is_file():
             raise InputError(name_or_path, "file not found")

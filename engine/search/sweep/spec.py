@@ -78,6 +78,9 @@ class Objective(StrictModel):
     sense: Literal["min", "max"] = "min"
 
 
+MAX_POINTS = 100_000  # ~a day of 1-second points on a 2-core machine
+
+
 class SweepSpec(StrictModel):
     base: str | dict[str, Any] = Field(description="a project preset name, a project file, or a project object")
     method: Literal["grid", "random", "lhs"] = "grid"
@@ -101,7 +104,18 @@ class SweepSpec(StrictModel):
         paths = [p.path for p in self.parameters]
         if len(set(paths)) != len(paths):
             raise ValueError("parameters: a path appears twice")
+        count = point_count(self)
+        if count > MAX_POINTS:  # a 200-byte spec must not ask for 10¹² points (they are listed in memory)
+            where = "parameters" if self.method == "grid" else "samples"
+            raise ValueError(f"{where}: the sweep has {count:,} points (limit {MAX_POINTS:,}); split it")
         return self
+
+
+def point_count(spec: SweepSpec) -> int:
+    """Points the spec asks for, without listing them (a grid's integer rounding may merge a few)."""
+    if spec.method != "grid":
+        return spec.samples or 1
+    return math.prod(len(p.values) if p.values is not None else (p.steps or 1) for p in spec.parameters)
 
 
 def points(spec: SweepSpec) -> list[dict[str, Any]]:
