@@ -1,9 +1,21 @@
-"""``tilewright import-hf``: a Hugging Face config.json → a workload spec (or a whole project)."""
+"""``tilewright import-hf``: a Hugging Face config.json → a workload spec (or a whole project).
+
+With ``--system`` the project gets a mapping that fits: the parallelism search's fast estimator (no event
+re-simulation) ranks every tp × pp × dp × micro-batch × recompute × ZeRO mapping on the devices, and the
+fastest that fits in memory is written. Without ``--devices`` a growable system (a DGX cluster) grows by
+whole nodes until one fits; an explicit ``--devices`` is a fixed budget. What was chosen goes to stderr
+and into the project's ``description``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+# A growable system grows node by node up to this many devices before the import gives up.
+MAX_GROWN_DEVICES = 1024
+DEFAULT_GLOBAL_BATCH = 64  # sequences per iteration unless --global-batch (or more devices) says otherwise
 
 
 def import_hf_command(args: argparse.Namespace) -> int:
@@ -11,17 +23,32 @@ def import_hf_command(args: argparse.Namespace) -> int:
     from tilewright.engine.io.atomic import dumps_stable, write_atomic
     from tilewright.engine.io.json_file import read_json, require_object
     from tilewright.engine.workloads import import_hf_config
-    from tilewright.engine.workloads.hf_import import ConfigError
+    from tilewright.engine.workloads.hf_import import MAX_SEQ_LEN, ConfigError
 
+    if not args.system:
+        for flag, value in (("--devices", args.devices), ("--global-batch", args.global_batch)):
+            if value is not None:
+                raise InputError(args.config, Problem(flag, "only means something with --system"))
+    for flag, value in (("--devices", args.devices), ("--global-batch", args.global_batch),
+                        ("--seq-len", args.seq_len)):
+        if value is not None and value < 1:
+            raise InputError(args.config, Problem(flag, f"{value} must be at least 1"))
+    if Path(args.config).is_dir():  # a model folder holding config.json, as import_hf_config takes
+        args.config = str(Path(args.config) / "config.json")
     data = require_object(read_json(args.config), args.config)
     name = args.name or data.get("_name_or_path") or Path(args.config).resolve().parent.name
     try:
-        spec = import_hf_config(data, source_name=str(name))
+        spec = import_hf_config(data, source_name=str(name), seq_len=args.seq_len)
     except ConfigError as exc:
         raise InputError(args.config, Problem(exc.field, exc.reason)) from None
+    seq = getattr(spec, "seq_len", None)
+    if seq is not None:
+        how = ("as asked" if args.seq_len is not None
+               else f"the config's context limit, capped at {MAX_SEQ_LEN}; --seq-len sets it")
+        print(f"import-hf: seq_len {seq} ({how})", file=sys.stderr)
     out = spec.model_dump(mode="json")
     if args.system:
-        out = _project_around(spec, args.system)
+        out = _project_around(spec, args.system, args.devices, args.global_batch, args.config)
     text = dumps_stable(out)
     if args.output:
         write_atomic(args.output, text)
@@ -31,19 +58,80 @@ def import_hf_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _project_around(spec, system: str) -> dict:
+def _project_around(spec, system: str, devices: int | None, global_batch: int | None, source: str) -> dict:
+    """The project of ``spec`` on ``system`` with the fastest mapping that fits (see the module doc)."""
+    from tilewright.engine.errors import InputError, Problem
+    from tilewright.engine.hardware.grow import grow
     from tilewright.engine.io.presets import load_system
     from tilewright.engine.ir.project import Project
+    from tilewright.engine.search.parallel.search import search
 
     hw = load_system(system)
     project = Project(name=spec.name or "imported model", hardware=hw, workload=spec)
+    holds = hw.device_count()
+    growable = grow(hw, holds + 1).device_count() > holds
+    if devices is not None and devices > holds and not growable:
+        raise InputError(source, Problem("--devices", f"{devices}: {hw.name} holds {holds} and cannot grow"))
+    n = devices if devices is not None else holds
+    while True:
+        batch = global_batch if global_batch is not None else max(DEFAULT_GLOBAL_BATCH, n)
+        result = search(project, n, batch, top=0, keep=1, resimulate=False)
+        if result.ranked:
+            break
+        if devices is not None or not growable or n >= MAX_GROWN_DEVICES:
+            raise InputError(source, Problem("--devices", _no_fit(project, n, batch, devices is not None,
+                                                                   growable)))
+        n = min(grow(hw, n + 1).device_count(), MAX_GROWN_DEVICES)
+    best = result.ranked[0]
+    c = best.candidate
+    mapping = c.mapping(batch, project.mapping)
+    seq = getattr(spec, "seq_len", None)
+    why = ("as asked" if devices is not None else
+           f"what {hw.name} holds" if n == holds else f"the fewest whole nodes of {hw.name} that fit")
+    text = (
+        f"Mapping chosen by import-hf with the parallelism search's fast estimator: {c.devices} of {n} devices "
+        f"({why}), tp {c.tp} pp {c.pp} dp {c.dp}, micro-batch {c.micro_batch} of global batch {batch}"
+        + (f", interleave {c.interleave}" if c.interleave > 1 else "")
+        + f", recompute {c.recompute.value}"
+        + (", sequence parallel" if c.sequence_parallel else "")
+        + (f", ZeRO-{c.zero}" if c.zero else "")
+        + (f", seq_len {seq}" if seq is not None else "")
+        + f"; predicted iteration {best.iteration_time_s:.3f} s, peak memory "
+        f"{best.peak_memory_bytes / 2**30:.1f} GiB per device."
+    )
+    print(f"import-hf: {text}", file=sys.stderr)
+    project = project.model_copy(update={"mapping": mapping, "description": text})
     return project.model_dump(mode="json")
 
 
+def _no_fit(project, devices: int, batch: int, fixed: bool, growable: bool) -> str:
+    from tilewright.engine.hardware import elaborate
+    from tilewright.engine.search.parallel.estimate import Estimator
+    from tilewright.engine.workloads import build_workload
+
+    workload = build_workload(project.workload)
+    capacity = Estimator(project, elaborate(project.hardware, devices_needed=devices), workload).capacity
+    seq = getattr(project.workload, "seq_len", None)
+    what = (f"{workload.params / 1e9:.1f} B parameters" + (f", seq_len {seq}" if seq is not None else "")
+            + f", global batch {batch}")
+    why = "as --devices asked" if fixed else f"grown to the limit of {MAX_GROWN_DEVICES}" if growable else ""
+    if not growable:
+        why = f"{why}, and it cannot grow" if why else "it cannot grow"
+    return (f"no mapping of the model ({what}) fits in memory on {devices} device(s) of {project.hardware.name} "
+            f"({capacity / 2**30:.0f} GiB each; {why}); try more --devices, a shorter --seq-len or a larger system")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a workload")
-    p.add_argument("config")
+    p = sub.add_parser("import-hf", help="turn a Hugging Face config.json into a workload (or a project that fits)")
+    p.add_argument("config", help="a config.json, or the folder holding one")
     p.add_argument("-o", "--output", help="write the workload (or project) here instead of stdout")
-    p.add_argument("--system", help="also make a project on this system (name or file)")
+    p.add_argument("--system", help="also make a project on this system (name or file), mapped to fit in memory")
     p.add_argument("--name", help="model name (default: from the config or its folder)")
+    p.add_argument("--seq-len", type=int, metavar="N",
+                   help="sequence length (default: the config's max_position_embeddings, capped at 4096)")
+    p.add_argument("--devices", type=int, metavar="N",
+                   help="devices to map onto (default: what the system holds; a growable one grows by whole "
+                        "nodes until the model fits)")
+    p.add_argument("--global-batch", type=int, metavar="B",
+                   help=f"sequences per iteration (default: {DEFAULT_GLOBAL_BATCH}, or the devices if more)")
     p.set_defaults(handler=import_hf_command)

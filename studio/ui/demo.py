@@ -12,6 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 from tilewright.engine.results.result import Result
+from tilewright.studio.model.core_grid import parse_split, split_label
 from tilewright.studio.model.metrics import time_span
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.results.time_cursor import TimeCursor
@@ -49,10 +50,19 @@ class DemoBar(QWidget):
             self.mode_box.addItem(text, mode)
         self.mode_box.setToolTip("what the canvas colours show")
         self.mode_box.currentIndexChanged.connect(lambda _i: overlay.set_mode(self.mode_box.currentData()))
+        self.op_label = QLabel("op:", self)
+        self.op_box = QComboBox(self)
+        self.op_box.setToolTip("after a run on a grid device: which cores this op uses, how A and B are multicast")
+        self.op_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.op_box.setMinimumContentsLength(26)
+        self.op_box.currentIndexChanged.connect(self._op_chosen)
         row = QHBoxLayout(self)
         row.setContentsMargins(6, 2, 6, 2)
         row.addWidget(QLabel("Show:", self))
         row.addWidget(self.mode_box)
+        row.addSpacing(12)
+        row.addWidget(self.op_label)
+        row.addWidget(self.op_box)
         row.addSpacing(12)
         row.addWidget(self.play_button)
         row.addWidget(self.slider, 1)
@@ -132,7 +142,27 @@ class DemoBar(QWidget):
         )
         self.overlay.set_time(t)
 
+    def _fill_ops(self) -> None:
+        """List the run's spatial splits (grid devices only); the bar hides the chooser otherwise."""
+        result = self.overlay.result
+        rows = result.spatial_splits if result is not None else []
+        self.op_box.blockSignals(True)
+        self.op_box.clear()
+        self.op_box.addItem("none", None)
+        for row in rows:
+            use = parse_split(str(row.get("split", "")), f"{row['op']} ({row['where']})")
+            if use is not None:
+                self.op_box.addItem(f"{split_label(row)}: {row['split']}", use)
+        self.op_box.blockSignals(False)
+        has_ops = self.op_box.count() > 1
+        self.op_label.setVisible(has_ops)
+        self.op_box.setVisible(has_ops)
+
+    def _op_chosen(self, _index: int) -> None:
+        self.overlay.set_core_use(self.op_box.currentData())
+
     def _update_enabled(self) -> None:
+        self._fill_ops()
         has_run = self.span > 0
         for w in (self.play_button, self.slider):
             w.setEnabled(has_run)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 EPS = 1e-12
 
 
@@ -56,3 +58,60 @@ def max_min_rates(
 def independent_rates(usages: Sequence[Mapping[int, float]], capacity: Sequence[float]) -> list[float]:
     """Rates with contention switched off: each flow alone on its route."""
     return [min((capacity[lk] / u for lk, u in usage.items()), default=float("inf")) for usage in usages]
+
+
+def max_min_rates_arrays(rows: Sequence[tuple[np.ndarray, np.ndarray]], capacity: np.ndarray) -> list[float]:
+    """``max_min_rates`` for flows given as (link ids, usages) arrays, over a numpy ``capacity``.
+
+    The same progressive filling, operation for operation, so the rates are bit-identical: links are
+    numbered in order of first appearance (the dict order ``max_min_rates`` iterates in), every link's
+    load is summed and reduced flow by flow in the same order, and frozen flows come from the same set."""
+    n = len(rows)
+    rates = [0.0] * n
+    active = set(range(n))
+    for f, (links, _u) in enumerate(rows):
+        if not len(links):
+            rates[f] = float("inf")
+            active.discard(f)
+    if not active:
+        return rates
+    uniq, first, inverse = np.unique(
+        np.concatenate([links for links, _u in rows]), return_index=True, return_inverse=True
+    )
+    rank = np.empty(len(uniq), dtype=np.intp)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+    local = rank[inverse]
+    m = len(uniq)
+    load = np.zeros(m)
+    cols = []
+    start = 0
+    for _links, u in rows:
+        idx = local[start : start + len(u)]
+        start += len(u)
+        load[idx] += u
+        cols.append((idx, u))
+    on = np.zeros((n, m), dtype=bool)
+    for f, (idx, _u) in enumerate(cols):
+        on[f, idx] = True
+    cap = np.empty(m)
+    cap[rank] = capacity[uniq]
+    spare = cap.copy()
+    limit = EPS * np.maximum(1.0, cap)
+    alive = load > EPS
+    while active:
+        step = max(float((spare[alive] / load[alive]).min()), 0.0)
+        for f in active:
+            rates[f] += step
+        spare[alive] -= step * load[alive]
+        saturated = np.flatnonzero(alive & (spare <= limit))
+        frozen = {f for link in saturated.tolist() for f in np.flatnonzero(on[:, link]).tolist() if f in active}
+        if not frozen:  # numerical guard: freeze the tightest link's flows
+            cand = np.flatnonzero(alive)
+            link = int(cand[np.argmin(spare[cand] / load[cand])])
+            frozen = {f for f in np.flatnonzero(on[:, link]).tolist() if f in active}
+        for f in frozen:
+            active.discard(f)
+            idx, u = cols[f]
+            load[idx] -= u
+        alive &= load > EPS
+    return rates

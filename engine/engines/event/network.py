@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
-from tilewright.engine.engines.event.maxmin import independent_rates, max_min_rates
+from tilewright.engine.engines.event.maxmin import independent_rates, max_min_rates_arrays
 
 SYNC_COMPONENT = 8  # components up to this many flows are re-solved at once, without a batching event
 
@@ -75,6 +75,11 @@ class Pattern:
     usage: Mapping[int, float]
     solve: Mapping[int, float]  # the links the max-min solver needs (see engine.engines.event.compress)
     alone_rate: float = 0.0  # the route's bottleneck: a flow's rate with nothing else on its links
+    # the solver links that can reach flows of other patterns (and the first, which reaches this one's),
+    # in ``solve`` order, valid while ``walk_version`` is the network's pattern version
+    walk: list[set[int]] = field(default_factory=list)
+    walk_version: int = -1
+    rows: tuple[np.ndarray, np.ndarray] | None = None  # ``solve`` as (link ids, usages), for the solver
     rate_sum: float = 0.0
     bytes: float = 0.0
     trace: LinkTrace = field(default_factory=LinkTrace)
@@ -109,6 +114,7 @@ class FlowNetwork:
         self.env = env
         self.reduced = reduced or {}
         self.capacity = capacity
+        self._capacity = np.asarray(capacity, dtype=float)
         self.contention = contention
         self.flows: dict[int, Flow] = {}
         self.on_link: dict[int, set[int]] = {}
@@ -120,6 +126,11 @@ class FlowNetwork:
         self._heap: list[tuple[float, int, int]] = []  # (finish time, flow id, version)
         self._wake_at = float("inf")
         self.flow_count = 0
+        # how many patterns' solver links include each link, bumped as patterns appear (see _component)
+        self._link_patterns: dict[int, int] = {}
+        self._pattern_version = 0
+        # max-min solutions by the component's patterns in order: the solver is a pure function of them
+        self._solved: dict[tuple[Pattern, ...], list[float]] = {}
 
     # -- public -------------------------------------------------------------------------------
     def transfer(self, usage: Mapping[int, float], nbytes: float, latency: float = 0.0) -> simpy.Event:
@@ -155,8 +166,12 @@ class FlowNetwork:
             self._add_rate(flow, rate)
             return done
         self._dirty.add(fid)
-        if not self._pending and len(self._component({fid}, limit=SYNC_COMPONENT)) <= SYNC_COMPONENT:
-            self._recompute()  # a small component: solve now, no event needed
+        comp = None if self._pending else self._component({fid}, limit=SYNC_COMPONENT)
+        if comp is not None and len(comp) <= SYNC_COMPONENT:
+            # a small component: solve now, no event needed; when ``fid`` is the only change, that walk
+            # (whole, as it stayed under the limit) is the component the solve needs
+            only = len(self._dirty) == 1 and not self._freed_links
+            self._recompute(component=comp if only else None)
         else:
             self._schedule_recompute()  # many flows may start at this instant: solve once for all
         return done
@@ -220,7 +235,34 @@ class FlowNetwork:
             solve = self.reduced.get(id(usage), usage)
             (alone_rate,) = independent_rates([solve], self.capacity)
             pattern = self.patterns[id(usage)] = Pattern(usage, solve, alone_rate)
+            counts = self._link_patterns
+            for link in solve:
+                counts[link] = counts.get(link, 0) + 1
+            self._pattern_version += 1
         return pattern
+
+    @staticmethod
+    def _rows(pattern: Pattern) -> tuple[np.ndarray, np.ndarray]:
+        if pattern.rows is None:
+            solve = pattern.solve
+            pattern.rows = (
+                np.fromiter(solve.keys(), dtype=np.intp, count=len(solve)),
+                np.fromiter(solve.values(), dtype=float, count=len(solve)),
+            )
+        return pattern.rows
+
+    def _walk(self, pattern: Pattern) -> list[set[int]]:
+        """The flow sets (``on_link``) of the links of ``pattern`` a component walk must visit. Every flow
+        of a pattern is on all its links, so once its first link is visited every flow of the pattern is
+        in the component, and a link no other pattern uses can add nothing more: skipping those visits
+        the same flows in the same order. (An empty set in ``on_link`` means what a missing one does.)"""
+        if pattern.walk_version != self._pattern_version:
+            counts, on_link = self._link_patterns, self.on_link
+            pattern.walk = [
+                on_link.setdefault(lk, set()) for i, lk in enumerate(pattern.solve) if i == 0 or counts[lk] > 1
+            ]
+            pattern.walk_version = self._pattern_version
+        return pattern.walk
 
     def _finish_after(self, done: simpy.Event, latency: float) -> None:
         """Trigger ``done`` after ``latency`` with one scheduled event (what simpy's Timeout does)."""
@@ -234,27 +276,26 @@ class FlowNetwork:
             self.env.timeout(0).callbacks.append(self._recompute)
 
     def _component(self, seeds: set[int], limit: int | None = None) -> set[int]:
-        """Flows connected to ``seeds`` through shared links (stops early past ``limit``)."""
+        """Flows connected to ``seeds`` through shared links (stops early past ``limit``: then only its
+        size says anything — it is more than ``limit``)."""
         seen = set(seeds)
         stack = list(seeds)
-        links_seen: set[int] = set()
+        walked: set[Pattern] = set()  # a pattern walked once has had all its links' flows seen
         while stack:
             flow = self.flows.get(stack.pop())
-            if flow is None:
+            if flow is None or flow.pattern in walked:
                 continue
-            for link in flow.pattern.solve:
-                if link in links_seen:
-                    continue
-                links_seen.add(link)
-                for other in self.on_link.get(link, ()):
+            walked.add(flow.pattern)
+            for members in self._walk(flow.pattern):  # a link seen before adds nothing new: no need to skip it
+                for other in members:
                     if other not in seen:
                         seen.add(other)
                         stack.append(other)
-            if limit is not None and len(seen) > limit:
-                break
+                if limit is not None and len(seen) > limit:
+                    return seen
         return seen
 
-    def _recompute(self, _event: simpy.Event | None = None) -> None:
+    def _recompute(self, _event: simpy.Event | None = None, component: set[int] | None = None) -> None:
         self._pending = False
         seeds = {f for f in self._dirty if f in self.flows}
         seeds |= {f for link in self._freed_links for f in self.on_link.get(link, ())}
@@ -262,7 +303,9 @@ class FlowNetwork:
         self._freed_links.clear()
         if not seeds:
             return
-        comp = [self.flows[f] for f in self._component(seeds) if f in self.flows]
+        if component is None:
+            component = self._component(seeds)
+        comp = [self.flows[f] for f in component if f in self.flows]
         now = self.env.now
         for flow in comp:
             flow.remaining = max(0.0, flow.remaining - flow.rate * (now - flow.updated))
@@ -270,7 +313,10 @@ class FlowNetwork:
         if len(comp) == 1:  # alone again: its route's bottleneck
             rates = [comp[0].pattern.alone_rate]
         else:
-            rates = max_min_rates([f.pattern.solve for f in comp], self.capacity)
+            key = tuple(f.pattern for f in comp)
+            rates = self._solved.get(key)
+            if rates is None:
+                rates = self._solved[key] = max_min_rates_arrays([self._rows(p) for p in key], self._capacity)
         for flow, rate in zip(comp, rates, strict=True):
             if rate != flow.rate:
                 self._add_rate(flow, rate - flow.rate)

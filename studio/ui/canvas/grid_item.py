@@ -16,9 +16,11 @@ from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QFontMetricsF, QLinearGradient, QPainter
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 from tilewright.engine.ir.hardware import Component, Topology
+from tilewright.studio.model.core_grid import CoreUse, core_caption, core_grid
 from tilewright.studio.summary import block_caption, headline_dtype, key_figures, title
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.cell_paint import paint_block, paint_cells, paint_links
+from tilewright.studio.ui.canvas.core_paint import MCAST_WORDS, paint_cores
 from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
 from tilewright.studio.ui.canvas.layout import GridShape
 from tilewright.studio.ui.canvas.overlay import CellColours
@@ -28,6 +30,7 @@ from tilewright.studio.units import BYTES, FLOPS, format_value
 MAX_DETAIL_CELLS = 600  # cells with their own text per paint; beyond this text would be unreadable anyway
 PREVIEW_CELL_PX = 110.0  # cells this large also show a miniature of their first child's grid
 PREVIEW_SPLIT = 0.5  # top share of such a cell kept for its text
+CORE_SPLIT = 0.4  # top share of a grid device's cell kept for its text, the rest shows its cores
 MAX_PREVIEW = 16  # a child grid larger than this previews as one block
 STEP = style.CELL + style.GAP
 
@@ -54,14 +57,31 @@ def cell_text(component: Component, index: int, shape: GridShape) -> list[str]:
     return lines
 
 
-def label_lines(component: Component, shape: GridShape) -> list[str]:
+def label_lines(component: Component, shape: GridShape, use: CoreUse | None = None) -> list[str]:
     lines = [title(component), " · ".join(key_figures(component))]
+    grid = core_grid(component)
+    if grid is not None:
+        lines.append(core_caption(grid))
+        if use is not None:
+            lines += use_caption(use, grid.cores)
     if shape.folded and shape.rows > 1:
         lines.append(f"drawn {shape.rows} × {shape.cols}, numbered row by row")
     elif (shape.rows, shape.cols, shape.planes) != (component.rows, component.cols, 1) and not shape.folded:
         planes = f"{shape.planes} planes of " if shape.planes > 1 else ""
         lines.append(f"drawn as the network's shape: {planes}{shape.rows} × {shape.cols}")
     return lines
+
+
+def use_caption(use: CoreUse, cores: int) -> list[str]:
+    """["mlp_up (stage 0, prefill): 2-D 8 × 7 · 56 of 64 cores", "A mcast along rows (red) · B …"]."""
+    head = f"2-D {use.rows} × {use.cols}" if use.kind == "2d" else f"1-D {use.cols}"
+    moves = []
+    for operand, along in (("A", use.a_along), ("B", use.b_along)):
+        where = {"rows": "along rows", "cols": "down columns", "all": "to all its cores"}.get(along)
+        if where:
+            moves.append(f"{operand} mcast {where} ({MCAST_WORDS[operand]})")
+    first = f"{use.label}: {head}" if use.label else head
+    return [f"{first} · {min(use.cores, cores)} of {cores} cores", " · ".join(moves)]
 
 
 class GridItem(QGraphicsItem):
@@ -78,6 +98,9 @@ class GridItem(QGraphicsItem):
         self.snap: Callable[[QPointF], QPointF] | None = None  # set by the scene while the user drags
         self.colours: CellColours | None = None  # stage colours or heat, set by the scene's overlay
         self.last_paint: tuple[str, int] = ("", 0)  # ("block" | "cells", cells drawn): for tests and profiling
+        self.cores = core_grid(component)  # a device's own grid of cores, drawn inside each cell
+        self.core_use: CoreUse | None = None  # the op whose cores are highlighted, set by the overlay
+        self.last_cores: tuple[int, int] = (0, 0)  # (cores drawn, cores marked) per cell: for tests
         flags = QGraphicsItem.GraphicsItemFlag
         self.setFlags(
             flags.ItemIsSelectable | flags.ItemIsMovable | flags.ItemSendsGeometryChanges
@@ -123,6 +146,14 @@ class GridItem(QGraphicsItem):
 
     def set_colours(self, colours: CellColours | None) -> None:
         self.colours = colours
+        self.update()
+
+    def set_core_use(self, use: CoreUse | None) -> None:
+        """Highlight the cores an op uses (None: none) — an overlay of a run, never a model edit."""
+        if self.cores is None or use == self.core_use:
+            return
+        self.core_use = use
+        self.label.set_lines(label_lines(self.component, self.grid_shape, use))
         self.update()
 
     def itemChange(self, change: QGraphicsItem.GraphicsItemChange, value: object) -> object:
@@ -199,10 +230,18 @@ class GridItem(QGraphicsItem):
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.setPen(style.cosmetic_pen(style.kind_edge(kind), 1.0))
             painter.drawRects(rects)
-        if cell_px < style.DETAIL_CELL_PX or len(rects) > MAX_DETAIL_CELLS:
+        detail = cell_px >= style.DETAIL_CELL_PX and len(rects) <= MAX_DETAIL_CELLS
+        if self.cores is not None:
+            top = cell * CORE_SPLIT if detail else 0.0
+            m = cell * 0.06
+            for r in range(r0, r1 + 1):
+                for c in range(c0, c1 + 1):
+                    area = QRectF(c * STEP + m, r * STEP + top + m, cell - 2 * m, cell - top - 2 * m)
+                    self.last_cores = paint_cores(painter, area, self.cores, self.core_use, cell_px)
+        if not detail:
             return
         preview = cell_px >= PREVIEW_CELL_PX and bool(self.component.children) and self.colours is None
-        text_h = cell * (PREVIEW_SPLIT if preview else 1.0)
+        text_h = cell * (PREVIEW_SPLIT if preview else CORE_SPLIT if self.cores is not None else 1.0)
         first = plane * self.grid_shape.rows * self.grid_shape.cols
         for r in range(r0, r1 + 1):
             for c in range(c0, c1 + 1):

@@ -52,6 +52,13 @@ class PixelLabel(QGraphicsItem):
     def text(self) -> str:
         return "\n".join(self._lines)
 
+    def set_lines(self, lines: list[str]) -> None:
+        if lines != self._lines:
+            self.prepareGeometryChange()
+            self._lines = list(lines)
+            self._rect = self._measure()
+            self.update()
+
     def _measure(self) -> QRectF:
         width = height = 0.0
         for i, line in enumerate(self._lines):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Signal
 from tilewright.engine.results.result import Result
 from tilewright.studio.mapping import StageLayout, stage_layout
+from tilewright.studio.model.core_grid import CoreUse
 from tilewright.studio.ui.canvas.cells import GridCells, level_cells
 from tilewright.studio.ui.canvas.heat import (
     HeatFrame,
@@ -57,6 +58,7 @@ class OverlayController(QObject):
         self._places: tuple[tuple[object, ...], LinkPlaces] | None = None
         self._stage_colours: dict[str, CellColours] = {}  # for the current ``_cells_of``
         self._tagged: tuple[int, ...] = ()
+        self.core_use: CoreUse | None = None  # the op of the last run whose cores the devices highlight
         self.doc.changed.connect(self.refresh)
         self.doc.projectReplaced.connect(self._forget_result)
         scene.rebuilt.connect(lambda _level_changed: self.refresh())
@@ -71,9 +73,16 @@ class OverlayController(QObject):
     def set_result(self, result: Result | None) -> None:
         """A run finished (or None): heat becomes available; the mode is the caller's choice."""
         self.result = result
+        self.core_use = None
         self._places = None
         self.refresh()
         self.resultChanged.emit()
+
+    def set_core_use(self, use: CoreUse | None) -> None:
+        """Show which cores one op of the run uses (a row of ``Result.spatial_splits``), or none."""
+        self.core_use = use
+        for item in self.scene.grids.values():
+            item.set_core_use(use if self.result is not None else None)
 
     def set_time(self, t: float) -> None:
         self.time = t
@@ -148,4 +157,6 @@ class OverlayController(QObject):
             if key != self._tagged:  # tags move only when the stages do, not on every demo frame
                 self._tagged = key
                 self.scene.tags.set_tags(self.layout, tagged)
+        for item in grids.values():  # items are new after a rebuild
+            item.set_core_use(self.core_use if self.result is not None else None)
         self.changed.emit()

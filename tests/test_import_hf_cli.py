@@ -1,0 +1,80 @@
+"""``tilewright import-hf --system``: the written project has a mapping that fits (issue 13)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tilewright.engine.cli import main
+from tilewright.engine.io.project_file import project_from_data
+from tilewright.engine.ir.project import EngineKind
+from tilewright.engine.plan.checks import check_project
+from tilewright.engine.simulate import simulate
+
+HF = Path(__file__).parent / "data" / "hf"
+LLAMA_70B = {"_name_or_path": "meta-llama/Llama-2-70b-hf", "model_type": "llama", "hidden_size": 8192,
+             "intermediate_size": 28672, "num_attention_heads": 64, "num_hidden_layers": 80,
+             "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096}
+
+
+def _import(tmp_path: Path, config: Path, *flags: str) -> tuple[int, dict | None]:
+    out = tmp_path / "project.json"
+    code = main(["import-hf", str(config), "-o", str(out), *flags])
+    return code, json.loads(out.read_text()) if code == 0 else None
+
+
+def _analytic(data: dict):
+    project = project_from_data(data, "test")
+    assert check_project(project) == []
+    run = project.run.model_copy(update={"engine": EngineKind.analytic})
+    return project, simulate(project.model_copy(update={"run": run}))
+
+
+@pytest.mark.parametrize("system", ["dgx-h100", "dgx-a100"])
+def test_llama_7b_fits_on_a_dgx(tmp_path: Path, system: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = _import(tmp_path, HF / "llama-2-7b" / "config.json", "--system", system)
+    assert code == 0 and data is not None
+    project, result = _analytic(data)
+    assert project.mapping.devices > 1  # the old importer wrote one device, which ran out of memory
+    assert result.oom is None
+    err = capsys.readouterr().err
+    assert "seq_len 4096" in err and f"tp {project.mapping.tp} pp {project.mapping.pp}" in err
+    assert "peak memory" in project.description and "iteration" in project.description
+
+
+def test_devices_and_seq_len_are_honoured(tmp_path: Path) -> None:
+    code, data = _import(tmp_path, HF / "llama-2-7b", "--system", "dgx-h100", "--devices", "8",
+                         "--seq-len", "1024", "--global-batch", "32")
+    assert code == 0 and data is not None
+    project, result = _analytic(data)
+    assert project.workload.seq_len == 1024
+    assert project.mapping.devices <= 8 and project.mapping.global_batch == 32
+    assert result.oom is None
+
+
+def test_growable_system_grows_by_whole_nodes(tmp_path: Path) -> None:
+    config = tmp_path / "llama-70b" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(LLAMA_70B))
+    code, data = _import(tmp_path, config, "--system", "dgx-h100")
+    assert code == 0 and data is not None
+    project, result = _analytic(data)
+    assert project.mapping.devices > 8 and project.mapping.devices % 8 == 0
+    assert "fewest whole nodes" in project.description
+    assert result.oom is None
+
+
+@pytest.mark.parametrize("system", ["wormhole-n150", "dgx-h100"])
+def test_impossible_request_exits_2(tmp_path: Path, system: str, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA_70B))
+    code, _ = _import(tmp_path, config, "--system", system, "--devices", "1")
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no mapping" in err and "fits in memory on 1 device" in err and "--devices" in err
+    assert not (tmp_path / "project.json").exists()
+
+
+def test_devices_without_system_is_an_error(tmp_path: Path) -> None:
+    assert _import(tmp_path, HF / "gpt2", "--devices", "8")[0] == 2
