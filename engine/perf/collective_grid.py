@@ -40,6 +40,7 @@ from tilewright.engine.perf.collective_phase import (
     Phase,
     merge_collectives,
     merge_phases,
+    ring_usage,
     route_latency,
 )
 
@@ -193,15 +194,9 @@ def ring_phase_ordered(
 ) -> Phase:
     """``volume`` bytes per member round a bidirectional ring in this order (half each way: links are full
     duplex); ``steps`` hops of latency by default."""
-    usage: Counter = Counter()
-    hop = 0.0
-    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-        route = hw.device_route(a, b)
-        usage.update(route)
-        hop = max(hop, route_latency(hw, route))
+    usage, hop = ring_usage(hw, ring)
     if len(ring) > 2:
-        for a, b in zip(ring[::-1], ring[::-1][1:] + ring[::-1][:1], strict=True):
-            usage.update(hw.device_route(a, b))
+        usage.update(ring_usage(hw, ring[::-1])[0])
         volume /= 2
     d = len(ring) // 2 if diameter is None else diameter
     return make_phase(hw, usage, volume, hop, steps, d, op, costs)  # type: ignore[arg-type]

@@ -63,3 +63,15 @@ def merge_collectives(kind: Kind, parts: list[Collective]) -> Collective:
 
 def route_latency(hw: HardwareGraph, route: list[int]) -> float:
     return sum(hw.links[lk].latency_s for lk in route)
+
+
+def ring_usage(hw: HardwareGraph, ring: list[int]) -> tuple[Counter, float]:
+    """Links used by one trip round ``ring`` in this order (closing step included), and the slowest hop's
+    latency: the one place a ring's route is walked."""
+    usage: Counter = Counter()
+    worst_latency = 0.0
+    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+        route = hw.device_route(a, b)
+        usage.update(route)
+        worst_latency = max(worst_latency, route_latency(hw, route))
+    return usage, worst_latency

@@ -37,7 +37,7 @@ from tilewright.engine.perf.collective_grid import (
     grid_of,
 )
 from tilewright.engine.perf.collective_grid import snake_order as _ring_order
-from tilewright.engine.perf.collective_phase import Collective, Kind, Phase
+from tilewright.engine.perf.collective_phase import Collective, Kind, Phase, ring_usage
 from tilewright.engine.perf.collective_phase import merge_phases as _merge
 from tilewright.engine.perf.collective_phase import route_latency as _route_latency
 
@@ -47,23 +47,13 @@ __all__ = [
 ]
 
 
-def _ring_usage(hw: HardwareGraph, ring: list[int]) -> tuple[Counter, float]:
-    usage: Counter = Counter()
-    worst_latency = 0.0
-    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-        route = hw.device_route(a, b)
-        usage.update(route)
-        worst_latency = max(worst_latency, _route_latency(hw, route))
-    return usage, worst_latency
-
-
 def ring_phase(hw: HardwareGraph, group: list[int], steps_factor: float, volume: float) -> Phase:
     """``volume`` bytes per member over a bidirectional ring (half each way: links are full duplex);
     ``steps_factor`` steps of per-hop latency."""
     ring = _ring_order(hw, group)
-    usage, hop_latency = _ring_usage(hw, ring)
+    usage, hop_latency = ring_usage(hw, ring)
     if len(ring) > 2:
-        back, _ = _ring_usage(hw, ring[::-1])
+        back, _ = ring_usage(hw, ring[::-1])
         usage.update(back)
         volume /= 2
     return Phase(dict(usage), volume, steps_factor * hop_latency)
@@ -102,7 +92,7 @@ def collective(
         raise ValueError(f"algorithm {algorithm!r}: only groups on a grid choose among algorithms")
     if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and p > 2:
         ring = _ring_order(hw, group)
-        _, hop = _ring_usage(hw, ring)
+        _, hop = ring_usage(hw, ring)
         steps = 2 * math.ceil(math.log2(p))
         tree_usage: Counter = Counter()
         for i in range(1, p):  # binomial tree edges, each crossed once up and once down
