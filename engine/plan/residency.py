@@ -22,7 +22,7 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.mapping import Mapping
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
-from tilewright.engine.ir.workload import LlamaSpec, TransformerDims
+from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel, shared_memory, sharing_devices
 from tilewright.engine.perf.memory import StateBytes, activation_bytes, model_state, params_on_device, workspace_bytes
 from tilewright.engine.perf.residency import LEVELS, Level, Residency
@@ -94,11 +94,12 @@ def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: 
     kv = 0.0
     w = project.workload
     if run.mode is Mode.infer and isinstance(w, TransformerDims):
-        kv_heads = w.kv_heads_n if isinstance(w, LlamaSpec) else w.heads
-        kv_dim = kv_heads * (w.hidden // w.heads)
+        from tilewright.engine.workloads.transformer_inference import kv_cache_bytes
+
+        inf = run.inference
         blocks = sum(1 for layer in layers if any(op.kind is OpKind.attention for op in layer))
-        tokens = run.inference.prompt_tokens + run.inference.output_tokens
-        kv = 2.0 * blocks * kv_dim * run.inference.batch * tokens * elem / m.tp
+        tokens = inf.prompt_tokens + inf.output_tokens - 1  # the last token's K and V are never stored
+        kv = kv_cache_bytes(w, blocks, m.tp, inf.batch, tokens, elem, inf.kv_block_tokens)
     return {"weights": state.weights, "gradients": state.gradients, "optimizer": state.optimizer,
             "activations": acts, "kv_cache": kv}
 
