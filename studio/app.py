@@ -20,16 +20,18 @@ if TYPE_CHECKING:
 
 RUN_WAIT_MS = 60_000  # a screenshot waits at most this long for a run
 CHECKS_WAIT_MS = 3_000
+OPEN_WAIT_MS = 600_000  # a screenshot of a large project waits this long for its layout
 MAX_SIDE = 8192  # a window (and its screenshot) past this is past Qt's raster limits: it crashed, not failed
 
 
 def parse_size(text: str | None) -> tuple[int, int]:
-    """"1600x1000" → (1600, 1000); raises ``InputError`` for anything else."""
+    """ "1600x1000" → (1600, 1000); raises ``InputError`` for anything else."""
     match = re.fullmatch(r"\s*(\d{1,9})\s*[xX×]\s*(\d{1,9})\s*", text or "1600x1000")
     w, h = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
     if not 200 <= w <= MAX_SIDE or not 150 <= h <= MAX_SIDE:
-        raise InputError("--size", f"expected WIDTHxHEIGHT from 200x150 to {MAX_SIDE}x{MAX_SIDE}, e.g. 1600x1000 "
-                                   f"(got {text!r})")
+        raise InputError(
+            "--size", f"expected WIDTHxHEIGHT from 200x150 to {MAX_SIDE}x{MAX_SIDE}, e.g. 1600x1000 (got {text!r})"
+        )
     return w, h
 
 
@@ -57,6 +59,18 @@ def load_initial_project(path: str | None) -> tuple[Any, Path | None, str]:
         return new_project(), None, "new project (the default preset did not load)"
 
 
+def refuse_too_large(project: Any, file_path: Path | None) -> None:
+    """A project whose drawing alone would exhaust memory (devices, layers past the size limits) is
+    refused with the estimate, as ``tilewright run`` refuses it, unless ``--allow-large``."""
+    from tilewright.engine.errors import Problem
+    from tilewright.studio.opening import too_large_to_open
+
+    problems = too_large_to_open(project)
+    if problems:
+        problems.append(Problem("", "past the size limits; `tilewright studio --allow-large` opens it anyway"))
+        raise InputError(str(file_path or project.name), problems)
+
+
 def main(args: Any, simulate: SimulateFn | None = None) -> int:
     """Open the studio as ``args`` ask; ``simulate`` replaces the engine's (tests pass a double)."""
     screenshot = getattr(args, "screenshot", None)
@@ -65,14 +79,18 @@ def main(args: Any, simulate: SimulateFn | None = None) -> int:
     try:
         size = parse_size(getattr(args, "size", None))
         project, file_path, note = load_initial_project(getattr(args, "project", None))
+        if not getattr(args, "allow_large", False):
+            refuse_too_large(project, file_path)
     except InputError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from PySide6.QtCore import QThreadPool
+    from PySide6.QtCore import Qt, QThreadPool
     from PySide6.QtWidgets import QApplication
     from tilewright.studio.document import ProjectDocument
     from tilewright.studio.icons import icon
+    from tilewright.studio.opening import opens_in_background
+    from tilewright.studio.samples import new_project
     from tilewright.studio.settings import APPLICATION, ORGANISATION, make_settings
     from tilewright.studio.ui.main_window import MainWindow
 
@@ -82,8 +100,16 @@ def main(args: Any, simulate: SimulateFn | None = None) -> int:
     app.setOrganizationName(ORGANISATION)
     app.setApplicationName(APPLICATION)
     app.setWindowIcon(icon("app"))
-    doc = ProjectDocument(project, file_path)
+    # A large project's layout is built on a worker (``studio.opening``): the window opens on an empty
+    # project, shows a busy indicator, and takes the project when its layout is ready.
+    later = opens_in_background(project)
+    doc = ProjectDocument(new_project() if later else project, None if later else file_path)
     window = MainWindow(doc, make_settings(), persist=not screenshot, simulate=simulate)
+    if later:
+        window.open_project(project, file_path)
+    window.set_allow_large(bool(getattr(args, "allow_large", False)))
+    if screenshot:  # a scripted window never waits on a dialog: a run past the limits needs --allow-large
+        window.ask_run_anyway = lambda _problems: False
     if getattr(args, "presentation", False):
         window.set_presentation(True)
     window.resize(*size)
@@ -101,7 +127,10 @@ def main(args: Any, simulate: SimulateFn | None = None) -> int:
     else:
         window.show()
     if getattr(args, "run", False):
-        window.run_simulation()
+        if window.opening is not None:
+            window.opened.connect(window.run_simulation, Qt.ConnectionType.SingleShotConnection)
+        else:
+            window.run_simulation()
     code = app.exec()
     QThreadPool.globalInstance().waitForDone(2000)
     return int(code)
@@ -150,6 +179,8 @@ def take_screenshot(window: Any, path: Path, size: tuple[int, int], run: bool) -
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance()
+    if window.opening is not None:  # a large project: its layout is still being built
+        _wait(window.opened, OPEN_WAIT_MS)
     if run and window.run_simulation():
         _wait(window.runner.done, RUN_WAIT_MS)
     if not window.status.is_checked:
@@ -161,10 +192,16 @@ def take_screenshot(window: Any, path: Path, size: tuple[int, int], run: bool) -
     app.processEvents()
     pixmap = window.grab()
     if (pixmap.width(), pixmap.height()) != size:
-        print(f"tilewright: the window came out {pixmap.width()}x{pixmap.height()}, not {size[0]}x{size[1]}",
-              file=sys.stderr)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not pixmap.save(str(path), "PNG"):
-        print(f"tilewright: could not write {path}", file=sys.stderr)
-        return 1
+        print(
+            f"tilewright: the window came out {pixmap.width()}x{pixmap.height()}, not {size[0]}x{size[1]}",
+            file=sys.stderr,
+        )
+    from tilewright.studio.exporting import write_image
+
+    try:  # atomically: a screenshot killed mid-write leaves the old image whole
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_image(pixmap, path)
+    except OSError as exc:
+        print(f"{path}: cannot write the screenshot: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0

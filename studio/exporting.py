@@ -11,6 +11,9 @@ scene (so it happens), the SVG exporter paints item by item (so it did not), and
 data drawn at the on-screen tab's scale — memory areas shrunk into a corner, link curves collapsed to
 nothing — while the axes were right. ``_AtSize`` asks the scene to prepare for painting, like a render.
 SVGs also get an explicit width and height (pyqtgraph writes only a viewBox, which resvg refuses).
+
+Every file is written atomically (``engine.io.atomic``): images are encoded in memory and written with
+``write_atomic_bytes``, so a studio killed mid-export leaves the earlier file whole, never a truncated one.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QRectF, QSize
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRectF, QSize
 from tilewright.engine.io import save_project
-from tilewright.engine.io.atomic import write_atomic
+from tilewright.engine.io.atomic import atomic_folder, write_atomic, write_atomic_bytes
 from tilewright.engine.results.result import Result
 
 PLOT_SIZE = (1600, 900)
@@ -39,8 +42,7 @@ def write_project_json(project: Any, path: str | Path) -> Path:
 class _AtSize:
     """Lay a plot out at ``size`` for the duration of an export, then put it back."""
 
-    def __init__(self, plot_widget: Any, size: tuple[int, int], prepare: Callable[[], None] | None,
-                 title: str = ""):
+    def __init__(self, plot_widget: Any, size: tuple[int, int], prepare: Callable[[], None] | None, title: str = ""):
         self.item = plot_widget.getPlotItem()
         self.size, self.prepare, self.title = size, prepare, title
 
@@ -69,20 +71,47 @@ class _AtSize:
         self.item.layout.activate()  # the view redraws itself for its own size again
 
 
-def write_plot_png(plot_widget: Any, path: str | Path, size: tuple[int, int] = PLOT_SIZE,
-                   prepare: Callable[[], None] | None = None, title: str = "") -> QSize:
+def write_plot_png(
+    plot_widget: Any,
+    path: str | Path,
+    size: tuple[int, int] = PLOT_SIZE,
+    prepare: Callable[[], None] | None = None,
+    title: str = "",
+) -> QSize:
     from pyqtgraph.exporters import ImageExporter
 
     with _AtSize(plot_widget, size, prepare, title) as item:
         exporter = ImageExporter(item)
         exporter.parameters()["width"] = size[0]
         exporter.parameters().param("height").setValue(size[1], blockSignal=exporter.heightChanged)
-        exporter.export(str(path))
+        write_image(exporter.export(toBytes=True), path)
     return QSize(*size)
 
 
-def write_plot_svg(plot_widget: Any, path: str | Path, size: tuple[int, int] = PLOT_SIZE,
-                   prepare: Callable[[], None] | None = None, title: str = "") -> Path:
+def png_bytes(image: Any) -> bytes:
+    """A ``QImage`` or ``QPixmap`` encoded as PNG in memory."""
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    if not image.save(buffer, "PNG"):
+        raise OSError(f"could not encode the image as PNG ({image.width()}x{image.height()})")
+    buffer.close()
+    return bytes(data.data())
+
+
+def write_image(image: Any, path: str | Path) -> Path:
+    """``image`` as a PNG file, written atomically (a killed export leaves the old file whole)."""
+    write_atomic_bytes(path, png_bytes(image))
+    return Path(path)
+
+
+def write_plot_svg(
+    plot_widget: Any,
+    path: str | Path,
+    size: tuple[int, int] = PLOT_SIZE,
+    prepare: Callable[[], None] | None = None,
+    title: str = "",
+) -> Path:
     from pyqtgraph.exporters import SVGExporter
 
     with _AtSize(plot_widget, size, prepare, title) as item:
@@ -96,8 +125,9 @@ def write_plot_svg(plot_widget: Any, path: str | Path, size: tuple[int, int] = P
 
 def svg_with_size(text: str, width: int, height: int) -> str:
     """The root ``<svg>`` with an explicit width and height (pyqtgraph writes only ``viewBox``)."""
-    return re.sub(r"<svg\b([^>]*?)\s*viewBox\s*=\s*", rf'<svg\1 width="{width}" height="{height}" viewBox=', text,
-                  count=1)
+    return re.sub(
+        r"<svg\b([^>]*?)\s*viewBox\s*=\s*", rf'<svg\1 width="{width}" height="{height}" viewBox=', text, count=1
+    )
 
 
 GENERIC_FAMILIES = {"serif", "sans-serif", "monospace", "cursive", "fantasy", "system-ui"}
@@ -116,32 +146,43 @@ def with_generic_fonts(text: str) -> str:
     return re.sub(r'font-family="([^"]*)"', fix, text)
 
 
+PLOT_NAMES = ("timeline", "links", "memory", "time-breakdown")
+
+
+def plot_files(fmt: str) -> tuple[str, ...]:
+    """The file names a plots export in ``fmt`` may write (what an earlier export left, and may be replaced)."""
+    return tuple(f"{name}.{fmt}" for name in PLOT_NAMES)
+
+
 def write_plots(panel: Any, folder: str | Path, fmt: str) -> list[Path]:
     """Every plot of the results panel into ``folder`` as ``<name>.png`` or ``<name>.svg`` (the time
-    breakdown bar included), returning the files written."""
+    breakdown bar included), returning the files written.
+
+    The plots belong to one run, so the folder is replaced whole (``atomic_folder``, as the CSV export
+    does): a studio killed mid-export leaves the earlier export complete, never plots of two runs. A folder
+    holding anything else (other files, or the other format's plots) is refused with ``InputError``."""
     if fmt not in ("png", "svg"):
         raise ValueError(f"plots export as png or svg, not {fmt!r}")
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for name, view in panel.plot_views().items():
-        path = out / f"{name}.{fmt}"
-        writer = write_plot_png if fmt == "png" else write_plot_svg
-        # The Gantt redraws for the export's width, its bars cut to the view (SVG does not clip).
-        prepare = (lambda v=view: v.refresh_bars(clip=True)) if name == "timeline" else None
-        writer(view.plot_widget, path, prepare=prepare, title=view.export_title())
-        if name == "timeline":
-            view.refresh_bars()  # unclipped again, for panning on screen
-        written.append(path)
-    if panel.breakdown.segments:
-        path = out / f"time-breakdown.{fmt}"
-        panel.breakdown.save_png(path) if fmt == "png" else panel.breakdown.save_svg(path)
-        written.append(path)
-    return written
+    names: list[str] = []
+    with atomic_folder(folder, allowed=plot_files(fmt)) as tmp:
+        for name, view in panel.plot_views().items():
+            writer = write_plot_png if fmt == "png" else write_plot_svg
+            # The Gantt redraws for the export's width, its bars cut to the view (SVG does not clip).
+            prepare = (lambda v=view: v.refresh_bars(clip=True)) if name == "timeline" else None
+            writer(view.plot_widget, tmp / f"{name}.{fmt}", prepare=prepare, title=view.export_title())
+            if name == "timeline":
+                view.refresh_bars()  # unclipped again, for panning on screen
+            names.append(f"{name}.{fmt}")
+        if panel.breakdown.segments:
+            path = tmp / f"time-breakdown.{fmt}"
+            panel.breakdown.save_png(path) if fmt == "png" else panel.breakdown.save_svg(path)
+            names.append(path.name)
+    return [Path(folder) / n for n in names]
 
 
 def write_result_csv(result: Result, folder: str | Path) -> list[Path]:
-    """metrics.csv (with units), timeline.csv, links.csv and memory.csv, by the engine's writer."""
+    """metrics.csv (with units), timeline.csv, links.csv and memory.csv, by the engine's writer, which
+    replaces the folder whole and refuses one holding other files (``InputError``)."""
     from tilewright.engine.results.csv_export import write_csv
 
     return write_csv(result, folder)

@@ -6,11 +6,16 @@ here from the project with the engine's own placement (``engine.plan.placement``
 draws is what the simulator runs. No Qt: the rules are tested without a window.
 
 Elaboration is the slow part on a 64 × 64 wafer (≈ 0.25 s), and a mapping edit does not change the
-hardware, so the last few elaborated graphs are kept, keyed by the (immutable) hardware value.
+hardware, so the last few elaborated graphs are kept, keyed by the (immutable) hardware value. The layout
+itself (placing 262,144 tiles takes ~0.2 s) and the displayed hardware are kept too, keyed by the project
+value: every edit (an undo command) makes a new project, so a changed project is never answered from the
+cache, while the canvas, the workload panel and the layer drops share one layout of an unchanged one —
+and a large project's opening worker (``studio.opening``) computes it ahead of the GUI thread.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from tilewright.engine.hardware import HardwareGraph, elaborate, grow
@@ -26,7 +31,16 @@ LayerRange = tuple[int, int]  # [first, last) workload layer indices
 
 _GRAPHS: list[tuple[Component, int, HardwareGraph]] = []
 _WORKLOADS: list[tuple[object, WorkloadGraph]] = []
+_LAYOUTS: list[tuple[Project, int | None, StageLayout]] = []
+_DISPLAYED: list[tuple[Project, Component]] = []
 _CACHE_SIZE = 3
+_LOCK = threading.Lock()  # the opening worker fills the caches the GUI thread reads
+
+
+def _remember(cache: list, entry: tuple) -> None:
+    with _LOCK:
+        cache.insert(0, entry)
+        del cache[_CACHE_SIZE:]
 
 
 def elaborated(hardware: Component, devices_needed: int) -> HardwareGraph:
@@ -35,8 +49,7 @@ def elaborated(hardware: Component, devices_needed: int) -> HardwareGraph:
         if hw is hardware and needed == devices_needed:
             return graph
     graph = elaborate(hardware, devices_needed=devices_needed)
-    _GRAPHS.insert(0, (hardware, devices_needed, graph))
-    del _GRAPHS[_CACHE_SIZE:]
+    _remember(_GRAPHS, (hardware, devices_needed, graph))
     return graph
 
 
@@ -46,21 +59,26 @@ def workload_graph(spec: object) -> WorkloadGraph:
         if s is spec:
             return graph
     graph = build_workload(spec)  # type: ignore[arg-type]
-    _WORKLOADS.insert(0, (spec, graph))
-    del _WORKLOADS[_CACHE_SIZE:]
+    _remember(_WORKLOADS, (spec, graph))
     return graph
 
 
 def display_hardware(project: Project) -> Component:
-    """The hardware as the run sees it: a growable cluster grown to the devices the mapping needs."""
+    """The hardware as the run sees it: a growable cluster grown to the devices the mapping needs (one
+    value per project, so what is computed from it can be cached by identity)."""
+    for p, hardware in _DISPLAYED:
+        if p is project:
+            return hardware
     try:
-        return grow(project.hardware, project.mapping.devices)
+        hardware = grow(project.hardware, project.mapping.devices)
     except ValueError:
-        return project.hardware
+        hardware = project.hardware
+    _remember(_DISPLAYED, (project, hardware))
+    return hardware
 
 
 def format_ranges(ranges: list[LayerRange]) -> str:
-    """"L12–23" for [12, 24); several chunks (interleaving) are joined: "L0–3, L16–19"."""
+    """ "L12–23" for [12, 24); several chunks (interleaving) are joined: "L0–3, L16–19"."""
     parts = []
     for first, last in ranges:
         parts.append(f"L{first}" if last - first == 1 else f"L{first}–{last - 1}")
@@ -120,7 +138,17 @@ class StageLayout:
 
 
 def stage_layout(project: Project, chunks: int | None = None) -> StageLayout:
-    """The layout of ``project``'s mapping (``chunks`` overrides the model chunks per device)."""
+    """The layout of ``project``'s mapping (``chunks`` overrides the model chunks per device), cached per
+    project value; callers only read it."""
+    for p, c, layout in _LAYOUTS:
+        if p is project and c == chunks:
+            return layout
+    layout = _stage_layout(project, chunks)
+    _remember(_LAYOUTS, (project, chunks, layout))
+    return layout
+
+
+def _stage_layout(project: Project, chunks: int | None) -> StageLayout:
     m = project.mapping
     too_large = estimate(project).problems()
     if too_large:  # elaborating it here, on the GUI thread, would hang the window

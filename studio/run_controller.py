@@ -27,7 +27,6 @@ painted (``gate``; see ``studio.ui.settle``).
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 
@@ -37,9 +36,7 @@ from tilewright.engine.results.result import Result
 from tilewright.engine.simulate import simulate as engine_simulate
 from tilewright.studio.model.run_record import RunRecord
 from tilewright.studio.units import SECONDS, format_value
-from tilewright.studio.workers import Job, Relay, SimulateFn, simulation_job, start
-
-RUN_SWITCH_INTERVAL_S = 0.0001
+from tilewright.studio.workers import Job, Relay, SimulateFn, fast_switching, simulation_job, start
 
 
 class RunController(QObject):
@@ -52,9 +49,13 @@ class RunController(QObject):
     done = Signal()
     runningChanged = Signal(bool)
 
-    def __init__(self, pool: QThreadPool | None = None, parent: QObject | None = None,
-                 gate: Callable[[Callable[[], None]], None] | None = None,
-                 simulate: SimulateFn | None = None):
+    def __init__(
+        self,
+        pool: QThreadPool | None = None,
+        parent: QObject | None = None,
+        gate: Callable[[Callable[[], None]], None] | None = None,
+        simulate: SimulateFn | None = None,
+    ):
         super().__init__(parent)
         self.pool = pool or QThreadPool.globalInstance()
         self.simulate: SimulateFn = simulate or engine_simulate
@@ -66,17 +67,18 @@ class RunController(QObject):
         self.last_record: RunRecord | None = None
         self.last_message = "no run yet"
         self.started_at = 0.0
-        self._switch_interval: float | None = None  # the interpreter's own, while a run shortens it
+        self._fast = False  # while a run goes, threads switch every 0.1 ms (``workers.fast_switching``)
 
     @property
     def running(self) -> bool:
         return self.job is not None
 
-    def run(self, project: Project) -> bool:
-        """Start simulating ``project`` (an immutable snapshot); refuses while a run is going."""
+    def run(self, project: Project, allow_large: bool = False) -> bool:
+        """Start simulating ``project`` (an immutable snapshot); refuses while a run is going. The worker
+        refuses a run past the size limits (``engine.plan.budget``) unless ``allow_large``."""
         if self.job is not None:
             return False
-        job = simulation_job(project, self.simulate)
+        job = simulation_job(project, self.simulate, allow_large)
         Relay(
             self,
             job,
@@ -86,9 +88,9 @@ class RunController(QObject):
         )
         self.job = job
         self.started_at = time.monotonic()
-        if self._switch_interval is None:
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(self._switch_interval, RUN_SWITCH_INTERVAL_S))
+        if not self._fast:
+            self._fast = True
+            fast_switching(True)
         self.started.emit()
         self.runningChanged.emit(True)
         self.gate(lambda: self._launch(job))
@@ -143,8 +145,8 @@ class RunController(QObject):
             self.progress.emit(fraction, text)
 
     def _end(self) -> None:
-        if self._switch_interval is not None:
-            sys.setswitchinterval(self._switch_interval)
-            self._switch_interval = None
+        if self._fast:
+            self._fast = False
+            fast_switching(False)
         self.runningChanged.emit(False)
         self.done.emit()

@@ -4,9 +4,12 @@ the outline's tooltips and (later) reports: "gpu · chip · 312 TFLOP/s bf16 · 
 
 from __future__ import annotations
 
-from functools import lru_cache
+import bisect
+import threading
+from collections.abc import Iterable, Iterator
 
-from tilewright.engine.hardware import elaborate
+from tilewright.engine.hardware import HardwareGraph, elaborate
+from tilewright.engine.hardware.model import MemoryPort, index_label
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.hardware import Component, Interconnect, Memory
 from tilewright.studio.units import BYTES, BYTES_PER_S, FLOPS, SECONDS, format_value, plural
@@ -31,12 +34,18 @@ def _instance_peak(component: Component, dtype: DType) -> float:
     return own + sum(c.count * _instance_peak(c, dtype) for c in component.children)
 
 
+PortFigures = tuple[tuple[tuple[str, float], ...], tuple[tuple[str, int], ...]]
+_FIGURES: dict[str, PortFigures] = {}  # one instance's JSON → its figures; insertion order = age
+_CACHE_SIZE = 128
+_LOCK = threading.Lock()  # the opening worker fills the cache the GUI thread reads
+
+
 def instance_memory(component: Component) -> dict[str, float]:
     """Bytes of memory in ONE instance of ``component``, by memory kind, as the engine counts them: the
     capacities of the memory ports of its elaborated hardware graph — what ``engine.perf.device.
     device_capacity`` shares out among the devices — so a caption and a run never disagree (an edge
     memory has a port per edge segment, each holding ``capacity_bytes``). Cached per design: elaborating
-    a 4,096-tile wafer takes a fifth of a second."""
+    a 4,096-tile wafer takes a fifth of a second (see ``remember_instances`` for large systems)."""
     return dict(_ports(_one_instance(component))[0])
 
 
@@ -46,23 +55,63 @@ def own_ports(component: Component, memory: Memory) -> int:
     return dict(_ports(_one_instance(component))[1]).get(memory.name, 1)
 
 
+def remember_instances(graph: HardwareGraph) -> None:
+    """Cache the figures of every design in ``graph`` from the graph itself, not by elaborating each
+    design again: one instance of a design has the same memory ports wherever it sits, so its figures
+    are those of the ports under its first instance in ``graph``. For a 512 × 512-tile wafer this saves
+    two elaborations of ~10 s each (the wafer's, the die's) on top of the system's."""
+    by_owner: dict[str, list[MemoryPort]] = {}
+    for port in graph.memory_ports:
+        by_owner.setdefault(port.owner, []).append(port)
+    owners = sorted(by_owner)  # a subtree's owners sort together, right after its root's path
+    for component, path in _first_instances(graph.root, graph.root.name):
+        key = _one_instance(component)
+        if key not in _FIGURES:
+            lo = bisect.bisect_left(owners, path)
+            hi = bisect.bisect_left(owners, path + "0")  # "/" + 1: past every path under ``path + "/"``
+            inside = [o for o in owners[lo:hi] if o == path or o.startswith(path + "/")]
+            _store(key, _figures([p for o in inside for p in by_owner[o]], path))
+
+
+def _first_instances(component: Component, path: str) -> Iterator[tuple[Component, str]]:
+    """Every design in the tree with the path of its first instance (as ``Builder.walk`` names it)."""
+    yield component, path
+    for child in component.children:
+        yield from _first_instances(child, f"{path}/{child.name}{index_label(child.rows, child.cols, 0, 0)}")
+
+
 def _one_instance(component: Component) -> str:
     return component.model_copy(update={"rows": 1, "cols": 1, "growable": False}).model_dump_json()
 
 
-@lru_cache(maxsize=128)
-def _ports(component_json: str) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, int], ...]]:
+def _store(key: str, figures: PortFigures) -> PortFigures:
+    with _LOCK:
+        _FIGURES[key] = figures
+        while len(_FIGURES) > _CACHE_SIZE:
+            del _FIGURES[next(iter(_FIGURES))]
+    return figures
+
+
+def _ports(component_json: str) -> PortFigures:
     """(bytes by memory kind, ports of the root's own memories by name) of one elaborated instance."""
+    cached = _FIGURES.get(component_json)
+    if cached is not None:
+        return cached
     component = Component.model_validate_json(component_json)
     try:
         ports = elaborate(component).memory_ports
     except ValueError:  # not a system the engine can build (yet): the memories as declared
-        return tuple(_declared_memory(component).items()), ()
+        return _store(component_json, (tuple(_declared_memory(component).items()), ()))
+    return _store(component_json, _figures(ports, component.name))
+
+
+def _figures(ports: Iterable[MemoryPort], owner: str) -> PortFigures:
+    """Bytes by memory kind of ``ports``, and how many of them belong to ``owner``'s own memories."""
     by_kind: dict[str, float] = {}
     own: dict[str, int] = {}
     for port in ports:
         by_kind[port.memory.kind.value] = by_kind.get(port.memory.kind.value, 0.0) + port.capacity_bytes
-        if port.owner == component.name:
+        if port.owner == owner:
             own[port.memory.name] = own.get(port.memory.name, 0) + 1
     return tuple(by_kind.items()), tuple(own.items())
 
@@ -124,7 +173,7 @@ def interconnect_caption(ic: Interconnect) -> str:
 
 
 def memory_caption(m: Memory, ports: int = 1) -> str:
-    """"dram · HBM · 16 ports × 16 GiB = 256 GiB · 410 GB/s per port": an edge memory's ``capacity_bytes``
+    """ "dram · HBM · 16 ports × 16 GiB = 256 GiB · 410 GB/s per port": an edge memory's ``capacity_bytes``
     and bandwidth are per port, and the engine gives it ``ports`` ports (``own_ports``)."""
     size = format_value(m.capacity_bytes, BYTES)
     if m.attach and ports > 1:

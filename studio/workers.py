@@ -38,8 +38,9 @@ PREPARING = "preparing the views"
 class SimulateFn(Protocol):
     """What the run controller calls to simulate: ``tilewright.engine.simulate.simulate`` or a test double."""
 
-    def __call__(self, project: Project, *, progress: ProgressFn | None = None,
-                 cancel: CancelFn | None = None) -> Result: ...
+    def __call__(
+        self, project: Project, *, progress: ProgressFn | None = None, cancel: CancelFn | None = None
+    ) -> Result: ...
 
 
 class JobSignals(QObject):
@@ -156,6 +157,26 @@ class Relay(QObject):
             self._progress(fraction, text)
 
 
+# While a long Python job runs (a simulation, opening a large project), the interpreter switches threads
+# every 0.1 ms instead of 5 ms, so the GUI thread gets the GIL back quickly (see ``run_controller``).
+# Counted, so overlapping jobs restore the interpreter's own interval only when the last one ends.
+FAST_SWITCH_S = 0.0001
+_FAST = {"users": 0, "saved": 0.005}
+
+
+def fast_switching(on: bool) -> None:
+    """Call with True when a long job starts and with False when it ends."""
+    if on:
+        if _FAST["users"] == 0:
+            _FAST["saved"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_FAST["saved"], FAST_SWITCH_S))
+        _FAST["users"] += 1
+    elif _FAST["users"] > 0:
+        _FAST["users"] -= 1
+        if _FAST["users"] == 0:
+            sys.setswitchinterval(_FAST["saved"])
+
+
 # Jobs handed to the pool, kept referenced so Python never frees one while a pool thread runs it; a job
 # is let go a while after it ended (by then the pool thread has long returned from ``run``).
 _LIVE: set[Job] = set()
@@ -172,12 +193,14 @@ def start(job: Job, pool: QThreadPool | None = None) -> Job:
     return job
 
 
-def simulate_and_prepare(project: Project, simulate: SimulateFn, *, progress: ProgressFn,
-                         cancel: CancelFn) -> RunRecord:
+def simulate_and_prepare(
+    project: Project, simulate: SimulateFn, *, progress: ProgressFn, cancel: CancelFn, allow_large: bool = False
+) -> RunRecord:
     """``simulate(project)`` with the job's progress and cancel, then the ``RunRecord`` the result views
-    read (sorted, ranked on this thread). Reports from the engine without a text count as simulating."""
+    read (sorted, ranked on this thread). Reports from the engine without a text count as simulating.
+    A run past the size limits is refused (not left to exhaust memory) unless ``allow_large``."""
     start = time.perf_counter()
-    check_budget(project, project.name)  # a run past the size limits is refused, not left to exhaust memory
+    check_budget(project, project.name, allow_large=allow_large)
     progress(0.0, PLANNING)  # the engine plans first; its first report says it moved on
     result = simulate(project, progress=lambda f, text="": progress(f, text or SIMULATING), cancel=cancel)
     if cancel():
@@ -186,8 +209,8 @@ def simulate_and_prepare(project: Project, simulate: SimulateFn, *, progress: Pr
     return prepare_record(project, result, time.perf_counter() - start)
 
 
-def simulation_job(project: Project, simulate: SimulateFn) -> Job:
-    return Job(simulate_and_prepare, project, simulate)
+def simulation_job(project: Project, simulate: SimulateFn, allow_large: bool = False) -> Job:
+    return Job(simulate_and_prepare, project, simulate, allow_large=allow_large)
 
 
 def _check(project: Project, *, progress: ProgressFn, cancel: CancelFn) -> list[Any]:  # noqa: ARG001

@@ -326,3 +326,19 @@ def test_cli_bad_partitions_exit_2(tmp_path, capsys):
     assert "--simulate" in capsys.readouterr().err
     assert main(["hypar", "--model", "vgg-a", "--accelerators", "16", "--batch", "8", "--system", SYSTEM,
                  "--simulate"]) == 2
+
+
+def test_on_tiled_chips_each_run_reports_how_its_ops_split_over_a_chips_cores(capsys):
+    """On Wormhole chips (8 × 8 cores each) both simulated runs cost every op with its spatial split over a
+    chip's cores, and report those splits: the hybrid's model-parallel layers split differently from the
+    all-dp run's, since they hand each chip other matrix shapes."""
+    args = "hypar --model vgg-a --accelerators 8 --batch 64 --system wormhole-t3000 --dtype bf16 --engine analytic"
+    args = [*args.split(), "--simulate"]
+    assert main([*args, "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)["simulated"]
+    hybrid, all_dp = sim["hypar"]["spatial_splits"], sim["all_dp"]["spatial_splits"]
+    assert hybrid and all_dp
+    assert {row["where"] for row in hybrid} == {"stage 0, forward"}
+    assert hybrid != all_dp
+    assert main(args) == 0
+    assert "per chip, forward ops split" in capsys.readouterr().out

@@ -78,3 +78,24 @@ def test_impossible_request_exits_2(tmp_path: Path, system: str, capsys: pytest.
 
 def test_devices_without_system_is_an_error(tmp_path: Path) -> None:
     assert _import(tmp_path, HF / "gpt2", "--devices", "8")[0] == 2
+
+
+def test_encoder_decoder_is_refused_with_file_field_and_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = HF / "t5-small" / "config.json"
+    assert _import(tmp_path, config)[0] == 2
+    err = capsys.readouterr().err
+    assert str(config) in err and "is_encoder_decoder" in err and "encoder-decoder" in err
+    assert "Traceback" not in err and not (tmp_path / "project.json").exists()
+
+
+def test_mixtral_labelled_mistral_imports_as_moe(tmp_path: Path) -> None:
+    """The config that used to import as a dense 7 B model: num_local_experts decides, not model_type."""
+    config = tmp_path / "mixtral" / "config.json"
+    config.parent.mkdir()
+    mixtral = json.loads((HF / "mixtral-8x7b" / "config.json").read_text())
+    config.write_text(json.dumps(mixtral | {"model_type": "mistral"}))
+    code, data = _import(tmp_path, config)
+    assert code == 0 and data is not None
+    assert data["moe"]["experts"] == 8 and data["moe"]["top_k"] == 2

@@ -201,7 +201,7 @@ def host_dgx(link: float | None = 32 * GB) -> Component:
     node = hw.children[0]
     host = Memory(name="host", kind="ddr", capacity_bytes=1e12, bandwidth_bytes_per_s=409.6 * GB,
                   host_link_bandwidth_bytes_per_s=link)
-    node = node.model_copy(update={"memories": [*node.memories, host]})
+    node = node.model_copy(update={"memories": [*(m for m in node.memories if m.name != "host"), host]})
     return hw.model_copy(update={"children": [node, *hw.children[1:]]})
 
 

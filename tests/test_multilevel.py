@@ -12,6 +12,7 @@ from tilewright.engine.errors import InputError
 from tilewright.engine.hardware import elaborate
 from tilewright.engine.io.presets import load_project_preset, load_system
 from tilewright.engine.ir import Component, Compute, GPTSpec, Interconnect, Mapping, Memory, Op, Project, RunSettings
+from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.perf.device import device_model
 from tilewright.engine.plan.placement import stage_groups
 from tilewright.engine.search.multilevel import milp as ml
@@ -194,3 +195,40 @@ def test_cli_json_and_output(tmp_path, capsys):
     for d in dims:
         assert d["tp"] * d["pp"] * d["dp"] == d["size"]
     assert json.loads(out.read_text())["mapping"]["stages"]
+
+
+@pytest.mark.parametrize("weights", [None, "bfp8"])
+def test_a_grid_chip_is_costed_by_the_engines_op_model(weights: str | None):
+    """On a chip with a grid of cores (a Wormhole) the per-chip cost the programme sees is the engine's own
+    pass time — spatial split over the cores, the mapping's weight format — and no fusion is claimed (the
+    chip's spatial model keeps intermediates itself)."""
+    from tilewright.engine.perf.device import remote_memory
+    from tilewright.engine.plan.passes import backward_pass, forward_pass
+    from tilewright.engine.search.multilevel.costs import tensor_costs
+    from tilewright.engine.search.op_settings import OpSettings
+    from tilewright.engine.workloads import build_workload
+
+    spec = GPTSpec(name="g", layers=2, hidden=1024, heads=16, seq_len=512, vocab=8192)
+    formats = {"weights": weights} if weights else {}
+    project = _project(load_system("wormhole-n300"), {"formats": formats}, workload=spec, dtype="bf16")
+    hw = elaborate(project.hardware)
+    d = hw.devices[0]
+    dev = device_model(d.compute, d.memories, remote_memory(hw, 0), "bf16")
+    workload = build_workload(spec)
+    settings = OpSettings.of(project, workload)
+    layers = [workload.layer_ops(li.index) for li in workload.layers]
+    blocks = workload.block_layers
+    costs = tensor_costs(layers, blocks, dev, dev, [1, 2], 1, False, Recompute.none, settings)
+    for t in (1, 2):
+        ctx = settings.context(dev, 1, t, False)
+        block = [workload.layer_ops(blocks[0])]
+        engine = forward_pass(block, ctx).busy_s + backward_pass(block, ctx).busy_s
+        assert costs.block[t].default_s == pytest.approx(engine, rel=1e-12)
+        assert costs.block[t].fused_s == costs.block[t].default_s
+        assert all(len(g) == 1 for layer in costs.fused[t] for g in layer.groups)
+    bf16 = OpSettings.of(_project(load_system("wormhole-n300"), {}, workload=spec, dtype="bf16"), workload)
+    plain = tensor_costs(layers, blocks, dev, dev, [1], 1, False, Recompute.none, bf16)
+    if weights:
+        assert costs.block[1].default_s < plain.block[1].default_s
+    else:
+        assert costs.block[1].default_s == plain.block[1].default_s

@@ -11,9 +11,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from tilewright.engine.simulate import simulate  # noqa: E402
 from tilewright.studio.document import ProjectDocument  # noqa: E402
+from tilewright.studio.model.level_cells import level_cells  # noqa: E402
 from tilewright.studio.samples import dgx_project, wafer_project  # noqa: E402
 from tilewright.studio.ui.canvas import CanvasWidget  # noqa: E402
-from tilewright.studio.ui.canvas.cells import level_cells  # noqa: E402
 from tilewright.studio.ui.canvas.heat import place_links  # noqa: E402
 from tilewright.studio.ui.canvas.overlay_controller import Overlay  # noqa: E402
 from tilewright.studio.ui.selection import Selection  # noqa: E402

@@ -38,12 +38,15 @@ def test_block_float_sizes_come_from_the_one_table():
     assert dtype_bytes("bf16") == 2 and isinstance(dtype_bytes("bf16"), int)  # GPU byte counts unchanged
 
 
-@pytest.mark.parametrize("name", [n for n in list_presets("projects") if n != TILED])
+TILED_MACHINES = ("wormhole-", "blackhole-", "cerebras-")  # projects on tiled presets may use the new fields
+
+
+@pytest.mark.parametrize("name", [n for n in list_presets("projects") if not n.startswith(TILED_MACHINES)])
 def test_old_projects_save_back_without_the_new_fields(name):
     text = preset_path("projects", name).read_text()
     project = load_project(preset_path("projects", name))
     dumped = project.model_dump(mode="json")
-    assert not keys(dumped) & NEW_KEYS
+    assert not keys(dumped) & (NEW_KEYS - {"fixed_op_s"})  # GPU presets set it too: the per-kernel gap (issue 12)
     assert dumped == json.loads(text)
 
 
@@ -110,7 +113,7 @@ def test_fewer_cores_and_more_passes_are_slower():
 def test_bfp8_weights_hold_and_stream_their_bytes():
     """Weights in bfp8 take 1.0625/2 of the bf16 bytes, in memory and in every decode step's stream."""
     bf16 = simulate(tiled_project(formats={"kv_cache": "bfp8"}))
-    bfp8 = simulate(tiled_project())
+    bfp8 = simulate(tiled_project(formats={"weights": "bfp8", "kv_cache": "bfp8"}))  # no per-op bfp4 MLP
     ratio = bfp8.memory_breakdown_bytes["weights"] / bf16.memory_breakdown_bytes["weights"]
     assert ratio == pytest.approx(1.0625 / 2)
     assert bfp8.tpot_s < 0.7 * bf16.tpot_s  # decode streams the weights: nearly proportional
@@ -131,7 +134,7 @@ def test_gpu_op_time_identical_with_uniform_formats():
     for backward in (False, True):
         a = op_time(op, dev, 2, 1, False, backward, 2)
         b = op_time(op, dev, 2, 1, False, backward, 2, formats=fmt)
-        assert a == b and a.busy_s == max(a.compute_s, a.memory_s)
+        assert a == b and a.busy_s == max(a.compute_s, a.memory_s) + dev.compute.fixed_op_s
 
 
 def test_per_tensor_formats_and_fixed_cost_on_a_gpu():
@@ -141,7 +144,7 @@ def test_per_tensor_formats_and_fixed_cost_on_a_gpu():
     b = op_time(op, dev, 1, 1, False, False, 2, formats=fp8)
     assert a.local_bytes - b.local_bytes == pytest.approx(op.params * (2 - 1))
     slow = device_model(gpu.compute.model_copy(update={"fixed_op_s": 5e-6}), gpu.memories, None, DType.bf16)
-    assert op_time(op, slow, 1, 1, False, False, 2).busy_s == pytest.approx(a.busy_s + 5e-6)
+    assert op_time(op, slow, 1, 1, False, False, 2).busy_s == pytest.approx(a.busy_s - gpu.compute.fixed_op_s + 5e-6)
 
 
 def test_grid_op_time_never_beats_its_bounds():

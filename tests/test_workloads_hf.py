@@ -9,6 +9,7 @@ import pytest
 from pydantic import TypeAdapter
 from tilewright.engine.ir import BertSpec, GPTSpec, LlamaSpec, WorkloadSpec
 from tilewright.engine.workloads import ConfigError, build_workload, import_hf_config
+from tilewright.engine.workloads.hf_import import SUPPORTED_FAMILIES
 
 HF = Path(__file__).parent / "data" / "hf"
 
@@ -107,7 +108,8 @@ def test_missing_field() -> None:
 
 def test_unsupported_model_type() -> None:
     err = error({"model_type": "xyz", "hidden_size": 8})
-    assert str(err) == "model_type: 'xyz' is not supported (llama, mistral, gpt2, gpt_neox, bert)"
+    assert str(err) == f"model_type: 'xyz' is not supported ({', '.join(SUPPORTED_FAMILIES)})"
+    assert {"llama", "mixtral", "qwen2", "gemma2", "phi3", "falcon", "deepseek_v3", "bert"} <= set(SUPPORTED_FAMILIES)
 
 
 @pytest.mark.parametrize(
@@ -118,9 +120,9 @@ def test_unsupported_model_type() -> None:
         ({"vocab_size": True}, "vocab_size"),
         ({"num_attention_heads": 30}, "num_attention_heads"),
         ({"num_key_value_heads": 5}, "num_key_value_heads"),
-        ({"head_dim": 64}, "head_dim"),
+        ({"head_dim": 0}, "head_dim"),
         ({"tie_word_embeddings": "no"}, "tie_word_embeddings"),
-        ({"model_type": None, "architectures": ["FalconForCausalLM"]}, "architectures"),
+        ({"model_type": None, "architectures": ["BloomForCausalLM"]}, "architectures"),
         ({"model_type": None, "architectures": None}, "model_type"),
     ],
 )

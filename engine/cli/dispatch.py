@@ -27,9 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
         hw_search,
         hypar,
         import_hf,
+        import_onnx,
         multilevel,
         run,
         search,
+        serve,
         studio,
         sweep,
         validate,
@@ -41,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tilewright {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (validate, catalog, import_hf, run, studio, hypar, search, hw_search, multilevel, sweep):
+    commands = (validate, catalog, import_hf, import_onnx, run, serve, studio, hypar, search, hw_search, multilevel)
+    for module in (*commands, sweep):
         module.register(sub)
     return parser
 

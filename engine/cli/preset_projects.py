@@ -14,6 +14,31 @@ from tilewright.engine.io.atomic import dumps_stable, write_atomic
 from tilewright.engine.io.presets import load_model, load_system, presets_dir
 from tilewright.engine.ir.project import Project
 
+TT_FORMATS = {"weights": "bfp8", "activations": "bf16", "kv_cache": "bfp8"}  # tt-transformers' accuracy mode
+# tt-transformers' performance mode, the one its published tables (PERF.md "Performance: this configuration uses
+# bfp4 MLP FF1+FF3 for all models") are measured in: ModelOptimizations.performance over _default_settings in
+# tenstorrent/tt-metal models/tt_transformers/tt/model_config.py @0039cbf0 — FF1/FF3 (mlp_gate, mlp_up) weights
+# bfp4 at LoFi; FF2, WQKV, WO weights and the KV cache bfp8 at HiFi2; activations as the input (bf16).
+TT_PERFORMANCE = {
+    **TT_FORMATS,
+    "weights_by_op": {"mlp_gate": "bfp4", "mlp_up": "bfp4"},
+    "fidelity_by_op": {"mlp_gate": "LoFi", "mlp_up": "LoFi"},
+}
+TT_PERFORMANCE_NOTE = (
+    " Precision as tt-transformers' performance mode, in which its published figures are measured (PERF.md; "
+    "ModelOptimizations.performance in models/tt_transformers/tt/model_config.py): MLP FF1/FF3 (mlp_gate, "
+    "mlp_up) weights bfp4 at LoFi, FF2 and attention weights bfp8 at HiFi2 (mapping.formats.*_by_op); "
+    "tt-transformers' prefill attention at HiFi4 is not distinguished (attention runs at HiFi2)."
+)
+# tt-transformers on a Galaxy (TG) shards every weight over both mesh axes: QKV and FF1/FF3 all-reduce along
+# the 4-chip axis (cluster_axis=1), WO and FF2 along the 8-chip axis (cluster_axis=0): tt-metal
+# tech_reports/LLMs/llms.md §2.5 "2D Device Mesh (TG)", models/tt_transformers/tt/attention.py and mlp.py.
+GALAXY_TP_NOTE = (
+    " 2-D tensor parallelism as tt-transformers on a Galaxy (tech_reports/LLMs/llms.md, 2D Device Mesh): "
+    "mapping.tp_axes 4 × 8, QKV, FF1 and FF3 all-reduce 1/8 of their output along each 4-chip column, WO and FF2 "
+    "1/4 along each 8-chip row."
+)
+
 PROJECTS: dict[str, dict[str, Any]] = {
     "gpt3-dgx-a100": {
         "description": (
@@ -60,6 +85,19 @@ PROJECTS: dict[str, dict[str, Any]] = {
         "run": {"mode": "infer", "dtype": "bf16",
                 "inference": {"prompt_tokens": 2048, "output_tokens": 256, "batch": 8}},
     },
+    "mixtral-8x7b-dgx-h100": {
+        "description": (
+            "Mixtral 8x7B training on 64 DGX-H100 GPUs (8 nodes), after Megatron-LM's Mixtral example "
+            "(examples/mixtral/train_mixtral_8x7b_distributed.sh): no tensor parallelism, 4 pipeline stages, "
+            "expert parallel 8 inside each node (each GPU holds one of the 8 experts of its stage's layers, "
+            "tokens exchanged all-to-all), data parallel 16 with the distributed optimizer (ZeRO-1), "
+            "micro-batch 1, global batch 256 of 4,096-token sequences, bf16."
+        ),
+        "system": "dgx-h100",
+        "model": "mixtral-8x7b",
+        "mapping": {"tp": 1, "pp": 4, "dp": 16, "ep": 8, "micro_batch": 1, "global_batch": 256, "zero": 1},
+        "run": {"dtype": "bf16"},
+    },
     "hypar-vgg-a": {
         "description": (
             "HyPar's setting: VGG-A on 16 HMC-based accelerators joined as an H-tree, batch 128, fp32, "
@@ -95,14 +133,14 @@ PROJECTS: dict[str, dict[str, Any]] = {
     },
     "cerebras-wse2-llama2-7b-inference": {
         "description": (
-            "LLaMA-2 7B serving on a Cerebras WSE-2 (SRAM-only wafer, 32 × 32 blocks of 830 PEs): tensor "
-            "parallel 32 across each row of blocks, one layer per pipeline stage, weights and KV cache held "
-            "in the blocks' SRAM (memory_levels), batch 1, 512-token prompt, 128 generated tokens — the "
-            "WaferLLM (OSDI'25) setting."
+            "LLaMA-2 7B serving on a Cerebras WSE-2 the WaferLLM (OSDI'25) way: every layer runs over the whole "
+            "wafer (tensor parallel 32 over 4 × 8 blocks of 26,562 PEs, pp 1), weights, KV cache and activations "
+            "held in the blocks' SRAM (memory_levels), batch 1, 512-token prompt, 128 generated tokens. "
+            "Collectives cross the PE mesh at 1 cycle per hop."
         ),
-        "system": "cerebras-wse2",
+        "system": "cerebras-wse2-waferllm",
         "model": "llama2-7b",
-        "mapping": {"tp": 32, "pp": 32, "dp": 1, "micro_batch": 1, "global_batch": 1,
+        "mapping": {"tp": 32, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
                     "memory_levels": {"weights": "sram", "kv_cache": "sram", "activations": "sram"}},
         "run": {"mode": "infer", "dtype": "fp16",
                 "inference": {"prompt_tokens": 512, "output_tokens": 128, "batch": 1}},
@@ -120,16 +158,93 @@ PROJECTS: dict[str, dict[str, Any]] = {
     },
     "wormhole-n150-llama2-7b-inference": {
         "description": (
-            "LLaMA-2 7B serving on one Tenstorrent Wormhole n150 (8 × 8 Tensix cores): bfp8 weights and KV "
+            "LLaMA-2 7B serving on one Tenstorrent Wormhole n150 (8 × 8 Tensix cores): bfp8/bfp4 weights, bfp8 KV "
             "cache, bf16 activations, batch 8, 512-token prompts, 128 generated tokens; every op is split over "
-            "the cores by the cost model (see the notes for the chosen splits)."
-        ),
+            "the cores by the cost model (see the notes for the chosen splits). Weights DRAM-sharded "
+            "(mapping.spatial.weights): decode matmuls read each bank's slice from a core next to it, as "
+            "tt-transformers does. The whole batch is prefilled together (tt-transformers prefills one user "
+            "at a time: its per-user TTFT is a batch-1 run)."
+        ) + TT_PERFORMANCE_NOTE,
         "system": "wormhole-n150",
         "model": "llama2-7b",
         "mapping": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
-                    "formats": {"weights": "bfp8", "activations": "bf16", "kv_cache": "bfp8"}},
+                    "formats": TT_PERFORMANCE, "spatial": {"weights": "sharded"}},
         "run": {"mode": "infer", "dtype": "bf16",
                 "inference": {"prompt_tokens": 512, "output_tokens": 128, "batch": 8}},
+    },
+    "wormhole-n300-llama3.1-8b-inference": {
+        "description": (
+            "Llama 3.1 8B serving on a Tenstorrent n300 (2 Wormhole chips on one board, 1 Ethernet link of "
+            "12.5 GB/s per direction for user kernels): tensor parallel 2 across the chips, every op split over "
+            "each chip's 8 × 8 Tensix cores; bfp8/bfp4 weights DRAM-sharded, bfp8 KV cache, bf16 activations; "
+            "batch 32, 128-token prompts, 128 generated tokens, the whole batch prefilled together."
+        ) + TT_PERFORMANCE_NOTE,
+        "system": "wormhole-n300",
+        "model": "llama3.1-8b",
+        "mapping": {"tp": 2, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
+                    "formats": TT_PERFORMANCE, "spatial": {"weights": "sharded"}},
+        "run": {"mode": "infer", "dtype": "bf16",
+                "inference": {"prompt_tokens": 128, "output_tokens": 128, "batch": 32}},
+    },
+    "wormhole-t3000-llama2-70b-inference": {
+        "description": (
+            "LLaMA-2 70B serving on a Tenstorrent T3000 (LoudBox: 8 Wormhole chips, 2 × 4 mesh over 12.5 GB/s "
+            "Ethernet links): tensor parallel 8 across the chips and every op split over each chip's 8 × 8 "
+            "Tensix cores (nested mapping); bfp8/bfp4 weights DRAM-sharded (6.8 GB per chip), bfp8 KV cache, bf16 "
+            "activations; batch 32, 128-token prompts, 128 generated tokens, the whole batch prefilled together. "
+            "Each layer's two all-reduces of a decode step carry 32 tokens × 8192 bf16 (512 KiB) and are "
+            "latency-bound (program launch, ~0.7 µs per hop, handshakes: benchmarks/calibrate_ccl.py)."
+        ) + TT_PERFORMANCE_NOTE,
+        "system": "wormhole-t3000",
+        "model": "llama2-70b",
+        "mapping": {"tp": 8, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
+                    "formats": TT_PERFORMANCE, "spatial": {"weights": "sharded"}},
+        "run": {"mode": "infer", "dtype": "bf16",
+                "inference": {"prompt_tokens": 128, "output_tokens": 128, "batch": 32}},
+    },
+    "wormhole-galaxy-llama3-70b-inference": {
+        "description": (
+            "Llama 3 70B serving on a Tenstorrent Wormhole Galaxy (32 chips, open 4 × 8 mesh, 3-4 Ethernet "
+            "links per neighbour pair): tensor parallel 32 across the chips (2 query heads per chip, the 8 KV "
+            "heads replicated 4 times) and every op split over each chip's 8 × 8 Tensix cores; bfp8/bfp4 weights "
+            "DRAM-sharded (~1.8 GB per chip), bfp8 KV cache, bf16 activations; batch 32, 128-token prompts, "
+            "128 generated tokens, the whole batch prefilled together."
+        ) + GALAXY_TP_NOTE + TT_PERFORMANCE_NOTE,
+        "system": "wormhole-galaxy",
+        "model": "llama3-70b",
+        "mapping": {"tp": 32, "tp_axes": [4, 8], "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
+                    "formats": TT_PERFORMANCE, "spatial": {"weights": "sharded"}},
+        "run": {"mode": "infer", "dtype": "bf16",
+                "inference": {"prompt_tokens": 128, "output_tokens": 128, "batch": 32}},
+    },
+    "blackhole-galaxy-llama3-70b-inference": {
+        "description": (
+            "Llama 3 70B serving on a Tenstorrent Blackhole Galaxy (32 Blackhole chips, 4 × 8 mesh, 3-4 "
+            "Ethernet links per neighbour pair at the 25 GB/s the CCL report measured): tensor parallel 32 across "
+            "the chips and every op split over each chip's 11 × 10 Tensix cores; bfp8/bfp4 weights DRAM-sharded, "
+            "bfp8 KV cache, bf16 activations; batch 32, 128-token prompts, 128 generated tokens, the whole batch "
+            "prefilled together."
+        ) + GALAXY_TP_NOTE + TT_PERFORMANCE_NOTE,
+        "system": "blackhole-galaxy",
+        "model": "llama3-70b",
+        "mapping": {"tp": 32, "tp_axes": [4, 8], "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
+                    "formats": TT_PERFORMANCE, "spatial": {"weights": "sharded"}},
+        "run": {"mode": "infer", "dtype": "bf16",
+                "inference": {"prompt_tokens": 128, "output_tokens": 128, "batch": 32}},
+    },
+    "blackhole-p150-llama3.1-8b-inference": {
+        "description": (
+            "Llama 3.1 8B serving on one Tenstorrent Blackhole p150 (11 × 10 Tensix cores at 1.35 GHz, 32 GB "
+            "GDDR6 at 512 GB/s): every op split over the cores by the cost model; bfp8/bfp4 weights DRAM-sharded, "
+            "bfp8 KV cache, bf16 activations; batch 32, 128-token prompts, 128 generated tokens, the whole batch "
+            "prefilled together."
+        ) + TT_PERFORMANCE_NOTE,
+        "system": "blackhole-p150",
+        "model": "llama3.1-8b",
+        "mapping": {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
+                    "formats": TT_PERFORMANCE, "spatial": {"weights": "sharded"}},
+        "run": {"mode": "infer", "dtype": "bf16",
+                "inference": {"prompt_tokens": 128, "output_tokens": 128, "batch": 32}},
     },
 }
 

@@ -10,12 +10,16 @@ from typing import Any
 from tilewright.engine.cli.common import COMMAND_LINE
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
 from tilewright.engine.io.json_file import dumps_strict
+from tilewright.engine.ir.mapping import tp_axes_for
 
 DIM_FLAGS = ("layers", "hidden", "heads", "ffn", "seq_len", "vocab")
 MAPPING_FLAGS = (
     "tp",
     "pp",
     "dp",
+    "cp",
+    "ep",
+    "expert_imbalance",
     "global_batch",
     "micro_batch",
     "interleave",
@@ -35,12 +39,22 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="simulate even past the size limits (devices, layers, pipeline steps) the estimate sets")
     for dim in DIM_FLAGS:
         p.add_argument(f"--{dim.replace('_', '-')}", dest=dim, type=int, metavar="N")
+    add_model_variant_arguments(p)
     p.add_argument("--devices", type=int, metavar="N")
     for flag in ("tp", "pp", "dp", "global-batch", "micro-batch", "interleave"):
         p.add_argument(f"--{flag}", type=int, metavar="N")
+    p.add_argument("--cp", type=int, metavar="N", help="context parallelism: each sequence split over N devices")
+    p.add_argument("--ep", type=int, metavar="N", help="expert parallelism: routed experts split over N dp ranks")
+    p.add_argument("--expert-imbalance", type=float, metavar="X",
+                   help="busiest expert rank's tokens over the mean (default 1, a balanced router)")
     p.add_argument("--recompute", choices=["none", "selective", "full"])
     p.add_argument("--sequence-parallel", action="store_true", default=None)
-    p.add_argument("--zero", type=int, choices=[0, 1])
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
+                   help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights sharded over dp (per-layer gathers)")
+    p.add_argument("--fsdp", action="store_true", default=None,
+                   help="PyTorch FSDP (full shard): ZeRO stage 3 with the next layer's weights prefetched")
+    p.add_argument("--overlap-param-gather", action="store_true", default=None,
+                   help="ZeRO-3: all-gather the next layer's weights while the current one computes")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"])
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--mode", choices=["train", "infer"])
@@ -54,8 +68,44 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
 
 
+def add_model_variant_arguments(p: argparse.ArgumentParser) -> None:
+    """Block variants of a transformer model (``TransformerDims``), on top of ``--model`` or ``gpt``."""
+    g = p.add_argument_group("transformer block variants")
+    g.add_argument("--kv-heads", type=int, metavar="N", help="key/value heads: GQA (1 = multi-query)")
+    g.add_argument("--head-dim", type=int, metavar="N", help="width per head (default hidden / heads)")
+    g.add_argument("--moe-experts", type=int, metavar="E", help="mixture of experts: routed experts per block")
+    g.add_argument("--moe-top-k", type=int, metavar="K", help="experts each token is routed to (with --moe-experts)")
+    g.add_argument("--parallel-block", action="store_true", default=None,
+                   help="attention and MLP in parallel from one norm (GPT-J, Falcon)")
+    g.add_argument("--bias", choices=["all", "qkv", "none"],
+                   help="linear-layer biases: all, on the qkv projection only (Qwen2), or none")
+
+
+def _model_variants(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    """The workload fields the block-variant flags set (commands without those flags set none)."""
+    out: dict[str, Any] = {}
+    for flag in ("kv_heads", "head_dim"):
+        if getattr(args, flag, None) is not None:
+            out[flag] = getattr(args, flag)
+    if getattr(args, "parallel_block", None):
+        out["parallel_block"] = True
+    bias = getattr(args, "bias", None)
+    if bias is not None:
+        out |= {"qkv_bias": bias != "none", "out_bias": bias == "all", "mlp_bias": bias == "all"}
+    experts, top_k = getattr(args, "moe_experts", None), getattr(args, "moe_top_k", None)
+    if (experts is None) != (top_k is None):
+        raise InputError(COMMAND_LINE, Problem("--moe-experts/--moe-top-k", "give both, or neither"))
+    if experts is not None:
+        ffn = data.get("ffn") or 4 * int(data.get("hidden") or 0)
+        out["moe"] = {"experts": experts, "top_k": top_k, "expert_ffn": ffn}
+    if out and data.get("kind") not in ("gpt", "llama", "bert"):
+        raise InputError(COMMAND_LINE, Problem("--kv-heads/--moe-experts/…", f"a {data.get('kind')} model has no "
+                                                                               "transformer blocks"))
+    return out
+
+
 # run.inference settings set by flags of the same name (with --mode infer)
-INFERENCE_FLAGS = ("prompt_tokens", "output_tokens", "batch", "attention", "kv_block_tokens")
+INFERENCE_FLAGS = ("prompt_tokens", "output_tokens", "batch", "attention", "kv_block_tokens", "prefill")
 
 
 def add_inference_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,6 +123,9 @@ def add_inference_arguments(p: argparse.ArgumentParser) -> None:
                    help="KV-cache format (mapping.formats.kv_cache; default: the activations'): "
                         + ", ".join(d.value for d in DType))
     g.add_argument("--kv-block-tokens", type=int, metavar="N", help="tokens per KV-cache page (default 16)")
+    g.add_argument("--prefill", choices=["batched", "sequential"],
+                   help="batched: the batch's prompts in one pass (vLLM); sequential: one sequence after another, "
+                        "TTFT the first one's (tt-transformers); default: the device's runtime_prefill")
 
 
 def _inference_flags(args: argparse.Namespace, run: dict[str, Any], mapping: dict[str, Any]) -> list[str]:
@@ -106,12 +159,13 @@ def model_data(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[st
         missing = [d for d in ("layers", "hidden", "heads") if d not in dims]
         if missing:
             raise InputError(COMMAND_LINE, Problem("--model gpt", f"needs --{', --'.join(missing)}"))
-        return {"kind": "gpt", "name": "gpt", **dims}
+        data = {"kind": "gpt", "name": "gpt", **dims}
+        return data | _model_variants(args, data)
     data = load_model(args.model).model_dump(mode="json") if args.model else dict(base or {})
     if dims and data.get("kind") not in ("gpt", "llama", "bert"):
         raise InputError(COMMAND_LINE, Problem("--layers/--hidden/…", f"a {data.get('kind')} model has no such dims"))
     data.update(dims)
-    return data
+    return data | _model_variants(args, data)
 
 
 def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int | None) -> dict[str, Any]:
@@ -122,19 +176,28 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
             m[name] = value
     if args.sequence_parallel:
         m["sequence_parallel"] = True
+    axes = m.get("tp_axes")
+    if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
+        m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
+    for flag in ("fsdp", "overlap_param_gather"):
+        if getattr(args, flag, None):
+            m[flag] = True
     if args.interleave and args.interleave > 1 and m.get("schedule", "1f1b") == "1f1b":
         m["schedule"] = "interleaved-1f1b"
     tp, pp = m.get("tp", 1), m.get("pp", 1)
+    per = "tp × pp"
+    if isinstance(m.get("cp"), int) and isinstance(pp, int):  # cp ranks count like pipeline stages here
+        pp, per = pp * m["cp"], "tp × pp × cp"
     if args.dp is None:
         devices = args.devices or (capacity if "dp" not in base and capacity else None)
         if devices:
             if devices % (tp * pp):
                 raise InputError(
-                    COMMAND_LINE, Problem("--devices", f"{devices} is not a multiple of tp × pp ({tp * pp})")
+                    COMMAND_LINE, Problem("--devices", f"{devices} is not a multiple of {per} ({tp * pp})")
                 )
             m["dp"] = devices // (tp * pp)
     elif args.devices is not None and args.devices != tp * pp * args.dp:
-        raise InputError(COMMAND_LINE, Problem("--devices", f"{args.devices} ≠ tp·pp·dp = {tp * pp * args.dp}"))
+        raise InputError(COMMAND_LINE, Problem("--devices", f"{args.devices} ≠ {per} × dp = {tp * pp * args.dp}"))
     if "global_batch" not in m:
         m["global_batch"] = m.get("micro_batch", 1) * m.get("dp", 1) * max(pp, 1)
     return m
@@ -231,6 +294,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise InputError(COMMAND_LINE, Problem("--trace", f"{args.trace} is a folder; name a file"))
     if args.csv and os.path.exists(args.csv) and not os.path.isdir(args.csv):
         raise InputError(COMMAND_LINE, Problem("--csv", f"{args.csv} is a file; name a folder for the CSV files"))
+    if args.csv:  # a folder holding other files would be refused by write_csv, after the whole run
+        from tilewright.engine.results.csv_export import check_csv_folder
+
+        check_csv_folder(args.csv)
 
 
 def _run(args: argparse.Namespace) -> int:

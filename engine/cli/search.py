@@ -7,13 +7,17 @@ import sys
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE, print_result, require_positive
-from tilewright.engine.cli.run import DIM_FLAGS
+from tilewright.engine.cli.run import DIM_FLAGS, add_model_variant_arguments
 from tilewright.engine.errors import InputError, Problem
+
+# What a project's mapping says besides the parallelism the search chooses: how each op is costed (tensor
+# formats, fidelity, spatial split over a grid device's cores, fusion) and where state lives.
+KEPT_MAPPING_FIELDS = ("formats", "fidelity", "spatial", "fusion", "memory_levels")
 
 
 def search_template(args: argparse.Namespace):
-    """The project whose hardware, workload and run settings the search maps (its mapping is ignored),
-    the devices available and the global batch."""
+    """The project whose hardware, workload and run settings the search maps (of its mapping only the
+    ``KEPT_MAPPING_FIELDS``: the search chooses the rest), the devices available and the global batch."""
     from tilewright.engine.cli.run import model_data
     from tilewright.engine.io.json_file import read_json, require_object
     from tilewright.engine.io.migrate import migrate
@@ -39,7 +43,7 @@ def search_template(args: argparse.Namespace):
     if args.dtype:
         run["dtype"] = args.dtype
     data["run"] = run
-    data["mapping"] = {}
+    data["mapping"] = {k: v for k, v in (base.get("mapping") or {}).items() if k in KEPT_MAPPING_FIELDS}
     project = project_from_data(data, source)
     base_mapping = project_from_data(base, source).mapping if base else None
     devices = args.devices if args.devices is not None else (base_mapping.devices if base_mapping else None)
@@ -63,8 +67,13 @@ def _cmd_search(args: argparse.Namespace) -> int:
     require_positive("--top", args.top)
     with ProgressPrinter(not args.quiet) as progress:
         result = search(
-            project, devices, batch, top=args.top, keep=max(args.list, args.top),
-            resimulate=args.top > 0 and not args.no_simulate, progress=progress,
+            project,
+            devices,
+            batch,
+            top=args.top,
+            keep=max(args.list, args.top),
+            resimulate=args.top > 0 and not args.no_simulate,
+            progress=progress,
         )
     print_result(result_json(result), args.json, search_text(result))
     if not result.ranked:
@@ -80,6 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", metavar="NAME|FILE", help="a preset, a file, or 'gpt' built from the dims")
     for dim in DIM_FLAGS:
         p.add_argument(f"--{dim.replace('_', '-')}", dest=dim, type=int, metavar="N")
+    add_model_variant_arguments(p)
     p.add_argument("--devices", type=int, metavar="N", help="devices available (a mapping may use fewer)")
     p.add_argument("--global-batch", type=int, metavar="B")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])

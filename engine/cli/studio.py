@@ -24,4 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--screenshot", metavar="FILE.png", help="render offscreen, save a PNG and exit")
     p.add_argument("--size", default="1600x1000", metavar="WxH")
     p.add_argument("--presentation", action="store_true", help="full screen, large fonts, editing locked")
+    p.add_argument(
+        "--allow-large",
+        action="store_true",
+        help="open and run projects past the size limits without asking (Run ▸ Allow Large Runs)",
+    )
     p.set_defaults(handler=_cmd_studio)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from tilewright.engine.ir.hardware import Memory, MemoryKind
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.program import Program
+from tilewright.engine.plan.sharding import spans_replicas
 from tilewright.engine.results.result import ENERGY_PARTS, Energy
 
 PJ = 1e-12
@@ -81,7 +82,7 @@ def iteration_traffic(program: Program) -> Traffic:
                 remote += n * seg.dram_bytes
                 flops += n * seg.flops
                 for j in replicas:
-                    if seg.comm:
+                    if seg.comm and (j == replicas[0] or not spans_replicas(seg.comm[0])):  # one for all replicas
                         usage.collective(plan.tp_collective(r, j, seg.comm[0], seg.comm[1]), n)
                     if seg.dram_bytes > 0:
                         usage.add(plan.dram_usage(r, j), n * seg.dram_bytes)

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tilewright.engine.engines.energy import iteration_energy
+from tilewright.engine.hardware.model import Link
+from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, Program
-from tilewright.engine.plan.residency import level_tracks
+from tilewright.engine.plan.residency import AUTO_ORDER, home_level, level_tracks
 from tilewright.engine.results.result import MEMORY_CATEGORIES, MemoryTrack, Result, Series, memory_verdict
 from tilewright.engine.results.timeline import Timeline
 
@@ -52,6 +54,9 @@ def inference_notes(program: InferenceProgram) -> list[str]:
     ph = program.phases
     inf = program.plan.project.run.inference
     out = [f"inference: {ph.micro_batches} micro-batch(es) of {ph.micro_batch} sequence(s) in flight"]
+    if ph.sequential:
+        out.append(f"sequential prefill: the {ph.micro_batch} sequences of a micro-batch are prefilled one after "
+                   "another; TTFT is the first one's first token")
     if ph.decoder:
         out.append(f"{inf.attention} attention; KV cache {ph.kv_elem_bytes:g} B per element in pages of "
                    f"{ph.block_tokens} tokens; {ph.decode_steps} decode step(s) after the prefill")
@@ -59,6 +64,64 @@ def inference_notes(program: InferenceProgram) -> list[str]:
         if context > ph.dims.seq_len:
             out.append(f"the context reaches {context} tokens, past the model's {ph.dims.seq_len} (seq_len)")
     return out
+
+
+def residency_rows(plan: Plan) -> list[dict[str, object]]:
+    """Per stage, where its first device keeps each category of state: the levels of
+    ``mapping.memory_levels`` when set (one memory track each), else the device's own memory (one track)."""
+    rows: list[dict[str, object]] = []
+    for r, st in enumerate(plan.stages):
+        node = plan.hw.devices[st.groups[0][0]].node
+        dev = st.dev
+        if st.residency is None:
+            if dev.local_dram is not None:
+                name, bandwidth = dev.local_dram.name, dev.dram_bandwidth
+            elif dev.remote_dram is not None:
+                name, bandwidth = f"SRAM + share of {dev.remote_dram.name}", dev.dram_bandwidth
+            else:
+                name, bandwidth = "SRAM", dev.sram_bandwidth
+            levels = [{"level": home_level(dev), "memory": name, "capacity_bytes": st.capacity,
+                       "bandwidth_bytes_per_s": bandwidth, "categories": list(AUTO_ORDER), "track": node}]
+        else:
+            levels = []
+            for lv, info in st.residency.levels.items():
+                cats = [c for c in AUTO_ORDER if st.residency.placed.get(c) == lv]
+                levels.append({"level": lv, "memory": info.memory, "capacity_bytes": info.capacity,
+                               "bandwidth_bytes_per_s": info.bandwidth, "categories": cats,
+                               "track": f"{node}/{info.memory}"})
+        rows.append({"stage": r, "device": node, "memory_levels": dict(plan.project.mapping.memory_levels),
+                     "auto": list(st.residency.chosen) if st.residency is not None else [], "levels": levels})
+    return rows
+
+
+def dram_port_rows(plan: Plan, links: list[Series], end: float) -> list[dict[str, object]]:
+    """Bytes through every DRAM port's channel pair over the run, from the link series (fractions of the
+    channel's bandwidth: the integral times the bandwidth); empty when the engine reports no link series."""
+    if not links or end <= 0:
+        return []
+    by_link = {(s.src, s.dst): s for s in links}
+
+    def carried(link: Link) -> float:
+        s = by_link.get((link.src, link.dst))
+        return s.mean(end) * end * link.bandwidth if s is not None else 0.0
+
+    hw = plan.hw
+    rows: list[dict[str, object]] = []
+    for port in hw.memory_ports:
+        if port.memory.kind.value == "sram":
+            continue
+        write, read = hw.links[port.channel_in], hw.links[port.channel_out]
+        rows.append({
+            "port": port.node,
+            "memory": port.memory.name,
+            "owner": port.owner,
+            "interleave": port.memory.interleave.value if port.memory.ported else "local",
+            "read_bytes": carried(read),
+            "write_bytes": carried(write),
+            "read_bandwidth_bytes_per_s": read.bandwidth,
+            "write_bandwidth_bytes_per_s": write.bandwidth,
+        })
+    return rows
 
 
 def build_result(program: Program, m: Measurement) -> Result:
@@ -84,17 +147,19 @@ def build_result(program: Program, m: Measurement) -> Result:
             "tokens_per_sample": plan.workload.tokens_per_sample,
             "model_flops_per_iteration": plan.model_flops,
             "hardware_flops_per_iteration": plan.hardware_flops,
-            "devices": mapping.tp * mapping.pp * mapping.dp,
+            "devices": mapping.devices,
             "notes": list(plan.notes) + m.notes,
             "spatial_splits": plan.spatial_splits(),
         }
     else:
-        # TTFT: the prefill of the batch's last sequence ends (it produces the first output token);
+        # TTFT: the prefill of the batch's last sequence ends (it produces the first output token), or of its
+        # first one when the runtime prefills sequences in turn;
         # TPOT: the rest of the request over its output_tokens − 1 decode steps (None without any).
         ph = program.phases
         steps = ph.decode_steps
         flops = ph.request_flops() * mapping.tp
         prefill_end = m.phase_ends.get("prefill", 0.0)
+        ttft = ph.first_token_s(m.phase_ends.get("first_prefill", 0.0)) if ph.sequential else prefill_end
         meta = {
             "mode": "infer",
             "samples_per_iteration": ph.batch,
@@ -102,7 +167,7 @@ def build_result(program: Program, m: Measurement) -> Result:
             "model_flops_per_iteration": flops,
             "hardware_flops_per_iteration": flops,
             "devices": mapping.tp * mapping.pp,
-            "ttft_s": prefill_end,
+            "ttft_s": ttft,
             "prefill_s": prefill_end,
             "tpot_s": (m.end - prefill_end) / steps if steps else None,
             "notes": list(plan.notes) + inference_notes(program) + m.notes,
@@ -123,5 +188,7 @@ def build_result(program: Program, m: Measurement) -> Result:
         critical_path=m.critical,
         lane_devices=m.lane_devices,
         energy=iteration_energy(program),
+        residency=residency_rows(plan),
+        dram_ports=dram_port_rows(plan, m.links, m.end),
         **meta,
     )

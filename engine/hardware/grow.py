@@ -33,6 +33,11 @@ def _with_rows(comp: Component, path: list[int], rows: int) -> Component:
     children[i] = _with_rows(old, rest, rows)
     update: dict = {"children": children}
     ic = comp.interconnect
+    if ic is None and sum(c.count for c in children) > 1:  # growing made copies that nothing joins
+        raise ValueError(
+            f"{comp.name}: interconnect: required to join the {sum(c.count for c in children)} child instances "
+            "it grows to for this run"
+        )
     if ic is not None and ic.dims is not None:
         update["interconnect"] = ic.model_copy(update={"dims": _refit_dims(ic.dims, comp, children)})
     return comp.model_copy(update=update)

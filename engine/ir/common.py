@@ -72,6 +72,16 @@ def dtype_bytes(dtype: DType | str) -> float:
     return BYTES_PER_ELEMENT[DType(dtype)]
 
 
+class PrefillOrder(StrEnum):
+    """How a serving runtime prefills a batch of requests that arrive together. ``batched``: one prefill of the
+    whole batch (vLLM, TensorRT-LLM), every sequence's first token at its end. ``sequential``: one sequence
+    after another (tt-transformers' generator prefills each user on its own before decoding the batch), so the
+    first user's first token comes after one sequence's prefill."""
+
+    batched = "batched"
+    sequential = "sequential"
+
+
 class MathFidelity(StrEnum):
     """Mantissa passes a matrix engine makes per multiply (Tenstorrent's names): LoFi one pass, HiFi4 four.
     More passes are more exact and proportionally slower (tt-isa-documentation MatrixUnit.md)."""

@@ -26,6 +26,7 @@ from tilewright.engine.ir.common import (
     PicojoulesPerBit,
     PicojoulesPerByte,
     PositiveBytes,
+    PrefillOrder,
     QuietDefaultsModel,
     Seconds,
     SquareMillimetres,
@@ -81,6 +82,17 @@ class EfficiencyCurve(StrictModel):
         return np.interp(np.log10(np.maximum(size, 1e-30)), xs, ys)
 
 
+class RuntimeGraphs(StrEnum):
+    """Which inference passes the device's runtime replays as captured graphs (CUDA graphs): a replay issues
+    every kernel of the pass from the device, so the host's per-kernel dispatch (``host_dispatch_s``) is not
+    paid. ``none``: every kernel dispatched by the host (PyTorch eager, and training always); ``decode``:
+    pure decode steps only (vLLM, SGLang: prefill and mixed batches run eager); ``all``: every inference pass."""
+
+    none = "none"
+    decode = "decode"
+    all = "all"
+
+
 class Compute(QuietDefaultsModel):
     """Arithmetic of one device instance.
 
@@ -88,7 +100,7 @@ class Compute(QuietDefaultsModel):
     format are then derived from the grid (cores × FLOP/cycle at the format's default fidelity × clock) and
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
-    _quiet = ("grid", "fixed_op_s")
+    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -115,6 +127,15 @@ class Compute(QuietDefaultsModel):
     )
     grid: TileGrid | None = Field(None, description="the device's grid of cores; None: one opaque unit")
     fixed_op_s: Seconds = Field(0.0, description="fixed cost of every op (dispatch, launch, synchronisation)")
+    host_dispatch_s: Seconds = Field(
+        0.0, description="host (CPU) time to issue one kernel; overlaps device work, binds when kernels are short"
+    )
+    runtime_prefill: PrefillOrder = Field(
+        PrefillOrder.batched, description="how the device's serving runtime prefills a batch (run.inference.prefill)"
+    )
+    runtime_graphs: RuntimeGraphs = Field(
+        RuntimeGraphs.none, description="inference passes replayed as captured graphs, without host dispatch"
+    )
     comment: str = ""
 
     @model_validator(mode="after")
@@ -379,8 +400,13 @@ class Interconnect(QuietDefaultsModel):
         if len(set(given.values())) > 1:
             raise ValueError(f"per-axis lists disagree on the number of axes: {given}")
         c = self.collective
-        if c is not None and self.topology not in GRID_TOPOLOGIES:
-            raise ValueError(f"collective: costs apply to mesh, torus or ring fabrics, not {self.topology.value}")
+        if c is not None and self.topology not in GRID_TOPOLOGIES and c.grid_fields():
+            names = ", ".join(c.grid_fields())
+            raise ValueError(f"collective.{names}: apply to mesh, torus or ring fabrics, not {self.topology.value}")
+        if c is not None and c.protocols and self.topology in GRID_TOPOLOGIES:
+            raise ValueError("collective.protocols: for switch and fat-tree fabrics; grids use fixed_s and the hops")
+        if c is not None and c.protocols and len({p.name for p in c.protocols}) != len(c.protocols):
+            raise ValueError("collective.protocols: names must be unique")
         if c is not None and c.reduce_sync_packets is not None and self.framing is None:
             raise ValueError("collective.reduce_sync_packets: needs framing.payload_bytes (the packet size)")
         return self

@@ -77,6 +77,22 @@ class BoundaryLinks(StrictModel):
         return self.links
 
 
+class Protocol(StrictModel):
+    """One wire protocol of a collective library on a switched fabric (NCCL's LL, LL128 and Simple; NCCL's
+    tuning model, ``src/graph/tuning.cc``): a collective pays ``fixed_s`` once (kernel launch and protocol
+    set-up, NCCL's ``baseLat``), ``step_s`` per algorithm step on this fabric (``hwLat``), and moves its bytes
+    at ``payload_fraction`` of the link's rate (LL sends a 4-byte flag with every 4 data bytes: 0.5; LL128
+    120 of every 128 bytes). The library picks, per collective, the protocol that finishes first."""
+
+    name: str = Field(min_length=1)
+    fixed_s: Seconds = Field(0.0, description="per collective operation: launch and protocol set-up")
+    step_s: Seconds = Field(0.0, description="per algorithm step on this fabric")
+    payload_fraction: Annotated[float, Field(gt=0, le=1)] = Field(
+        1.0, description="share of the bytes on the wire that is data (the rest flags or headers)"
+    )
+    comment: str = ""
+
+
 class CollectiveCosts(StrictModel):
     """What a collective operation pays on this fabric besides moving its bytes.
 
@@ -102,4 +118,13 @@ class CollectiveCosts(StrictModel):
     algorithms: list[Algorithm] | None = Field(
         None, description="the algorithms the fabric's runtime offers (default: every one that fits)"
     )
+    protocols: list[Protocol] | None = Field(
+        None, description="switch and fat-tree fabrics: the collective library's protocols (NCCL LL, LL128, "
+        "Simple); a collective's latency is the fastest protocol's fixed cost + steps x its step latency"
+    )
     comment: str = ""
+
+    def grid_fields(self) -> list[str]:
+        """The fields that describe a grid fabric's collectives (``perf.collective_grid``)."""
+        grid = ("fixed_s", "handshake_hops", "diameter_crossings", "reduce_hop_s", "reduce_sync_packets", "algorithms")
+        return [f for f in grid if f in self.model_fields_set and getattr(self, f) not in (None, 0, 0.0)]

@@ -94,14 +94,27 @@ class StagePlacement(StrictModel):
 MemoryCategory = Literal["weights", "gradients", "optimizer", "activations", "kv_cache"]
 
 
-class TensorFormats(StrictModel):
+class TensorFormats(QuietDefaultsModel):
     """Storage format of each kind of tensor; None = the run's data type. Real deployments mix them
     (bfp8 attention weights, bfp4 MLP weights, bf16 activations, bfp8 KV cache); every byte count of the
     plan (weight streams, activations, the KV cache) uses the format of the tensor it moves."""
 
+    _quiet = ("weights_by_op", "fidelity_by_op")
+
     weights: DType | None = None
     activations: DType | None = None
     kv_cache: DType | None = None
+    weights_by_op: dict[str, DType] = Field(
+        default_factory=dict,
+        description="weights' format of the ops whose name within the layer matches a glob pattern "
+        "(e.g. {'mlp_up': 'bfp4', 'mlp_gate': 'bfp4'} or {'mlp_*': 'bfp4'}), over ``weights``; the first "
+        "matching pattern wins",
+    )
+    fidelity_by_op: dict[str, MathFidelity] = Field(
+        default_factory=dict,
+        description="matrix-engine fidelity of the ops matching a glob pattern, over ``mapping.fidelity``; "
+        "unmatched ops keep it (or the default of their weights' format)",
+    )
 
 
 class SpatialPolicy(StrEnum):
@@ -113,20 +126,53 @@ class SpatialPolicy(StrEnum):
     runtime_default = "runtime-default"  # what the vendor runtime picks with no program config (ttnn)
 
 
+class WeightPlacement(StrEnum):
+    """Where a grid device keeps its weights in DRAM (what the runtime's memory config says)."""
+
+    interleaved = "interleaved"  # pages round-robin over every bank, read by arbitrary cores (the default)
+    sharded = "sharded"  # width-sharded one slice per bank, each read by a core next to its bank (decode matmuls)
+
+
 class SpatialSplit(StrictModel):
     """The split inside each device (nested mapping: tp/pp/dp count devices, this splits each op over the
-    device's cores). ``grid``: use only ``rows × cols`` of the device's cores (default: all of them)."""
+    device's cores). ``grid``: use only ``rows × cols`` of the device's cores (default: all of them).
+    ``weights``: DRAM placement of the weights; ``sharded`` is tt-metal's DRAM-sharded decode matmul
+    (Saturating_DRAM_bandwidth.md): a 1-D split whose weight columns are read bank-adjacent."""
 
     policy: SpatialPolicy = SpatialPolicy.auto
     grid: tuple[PosInt, PosInt] | None = None
+    weights: WeightPlacement = WeightPlacement.interleaved
+
+
+def tp_axes_for(axes: tuple[int, int] | None, tp: int) -> tuple[int, int] | None:
+    """``axes`` (``Mapping.tp_axes``) while they still lay out ``tp`` devices, else None (1-D): what a mapping
+    derived with another tp (a search candidate, a serving group, ``--tp``) keeps of a 2-D layout."""
+    return axes if axes is not None and axes[0] * axes[1] == tp else None
 
 
 class Mapping(QuietDefaultsModel):
-    _quiet = ("formats", "fidelity", "spatial")
+    _quiet = (
+        "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
+    )
 
     tp: PosInt = 1
+    tp_axes: tuple[PosInt, PosInt] | None = Field(
+        None,
+        description="2-D tensor parallelism: the tensor group laid out rows × cols (product tp, ranks "
+        "row-major); column-parallel ops all-reduce over each column (rows devices), row-parallel ops over each "
+        "row (cols devices), as tt-transformers on a Galaxy mesh; None: every collective spans the whole group",
+    )
     pp: PosInt = 1
     dp: PosInt = 1
+    cp: PosInt = Field(
+        1, description="context parallelism: each sequence split over cp ranks, K/V passed around a ring (training)"
+    )
+    ep: PosInt = Field(
+        1, description="expert parallelism: routed experts split over ep of the dp replicas, tokens sent all-to-all"
+    )
+    expert_imbalance: Annotated[float, Field(ge=1.0)] = Field(
+        1.0, description="busiest expert-parallel rank's routed tokens over the mean (1 = a balanced router)"
+    )
     sequence_parallel: bool = False
     interleave: PosInt = Field(1, description="model chunks per device (interleaved 1F1B)")
     micro_batch: PosInt = 1
@@ -136,6 +182,13 @@ class Mapping(QuietDefaultsModel):
     zero: Annotated[int, Field(ge=0, le=3)] = 0
     overlap_grad_reduce: bool = Field(
         False, description="reduce gradients in buckets during the last backward (Megatron --overlap-grad-reduce)"
+    )
+    overlap_param_gather: bool = Field(
+        False, description="ZeRO-3/FSDP: all-gather the next layer's weights while the current one computes "
+        "(prefetch; Megatron --overlap-param-gather, FSDP backward/forward prefetch)",
+    )
+    fsdp: bool = Field(
+        False, description="PyTorch FSDP FULL_SHARD: ZeRO stage 3 with prefetch (sets zero 3 and overlap_param_gather)"
     )
     rank_order: Literal["tp-dp-pp", "tp-pp-dp"] = Field(
         "tp-dp-pp", description="fastest-varying parallel dimension first (Megatron: tp, then dp, then pp)"
@@ -165,6 +218,14 @@ class Mapping(QuietDefaultsModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> Mapping:
+        if self.tp_axes is not None and self.tp_axes[0] * self.tp_axes[1] != self.tp:
+            raise ValueError(f"tp_axes: {self.tp_axes[0]} × {self.tp_axes[1]} is not tp ({self.tp})")
+        if self.fsdp:
+            if self.zero not in (0, 3) and "zero" in self.model_fields_set:
+                raise ValueError(f"fsdp: FSDP shards like ZeRO stage 3, not stage {self.zero}")
+            object.__setattr__(self, "zero", 3)
+            if "overlap_param_gather" not in self.model_fields_set:
+                object.__setattr__(self, "overlap_param_gather", True)
         if self.interleave > 1 and self.schedule is Schedule.one_f_one_b:
             # "--interleave N --schedule 1f1b" means interleaved 1F1B with N chunks per device.
             object.__setattr__(self, "schedule", Schedule.interleaved)
@@ -185,7 +246,7 @@ class Mapping(QuietDefaultsModel):
 
     @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     @property
     def micro_batches(self) -> int:

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field
-from tilewright.engine.ir.common import QuietDefaultsModel
+from tilewright.engine.ir.common import QuietDefaultsModel, StrictModel
 
 NonNeg = Annotated[float, Field(ge=0)]
 
@@ -50,8 +50,66 @@ class LayerKind(StrEnum):
     block = "block"  # a residual block of a CNN
 
 
+class MoERole(StrEnum):
+    """What an op does in a mixture-of-experts block."""
+
+    router = "router"  # the gate GEMM (tokens × experts logits); replicated like a norm, no expert parallelism
+    routing = "routing"  # softmax/sigmoid and top-k over the router logits
+    expert = "expert"  # a routed-expert GEMM or activation: ``params`` hold ALL experts' weights
+    shared = "shared"  # a shared-expert op: a dense MLP every token passes through (no all-to-all)
+    combine = "combine"  # the top-k weighted sum of expert outputs (plus the shared output)
+
+
+class ExpertInfo(StrictModel):
+    """Metadata of a mixture-of-experts op, for expert parallelism in ``engine.plan``.
+
+    Per-sample like every op field. The op's own fields already hold the work of the whole layer: an expert
+    GEMM's ``flops`` count the routed token-slots (tokens · top_k, times ``capacity_factor`` when capacity
+    is padded), its ``params`` every routed expert's weights, its ``gemm`` the expert GEMMs stacked into one
+    (m = token-slots per sample); one expert's own GEMM has ``expert_rows`` rows, m / experts.
+
+    Expert parallelism over ``ep`` devices (not yet in the plan) would follow from these fields:
+
+    - weights per device: ``op.params / ep`` for ``role == expert`` ops (each device holds experts / ep; in
+      an inference pass graph ``params`` are the weights of the experts the pass's tokens reach);
+    - work per device: ``op.flops / ep`` for a balanced router; a load-imbalance factor multiplies the
+      busiest device's share (each expert gets ``tokens_fraction`` of the layer's tokens on average);
+    - all-to-all: before the op, each token sends ``dispatch_elems_per_token`` elements (its hidden vector
+      to each of its top_k experts) and after it receives ``combine_elems_per_token`` back; a fraction
+      (ep − 1) / ep of them leaves the device. Multiply by ``tokens`` (tokens per sample of this pass) and
+      the micro-batch for the elements of one pass, and by the activation format's bytes per element for
+      bytes. The backward pass moves the same amounts again (gradients of dispatch and combine).
+    - dispatch is on the first expert op that reads the routed tokens (``experts_up``), combine on the
+      last (``experts_down``); the other ops have zeros.
+
+    Tensor parallelism already applies to expert ops through their ``split`` (column/row, as Megatron-Core
+    does without expert parallelism), but ``engine.plan`` sizes the reduction after ``experts_down`` by its
+    ``out_elems`` (token-slots · hidden) and, with sequence parallelism, the all-gather before
+    ``experts_up`` by its ``in_elems``; Megatron-Core gathers and reduce-scatters ``tokens`` · hidden (the
+    routing permutes and combines locally), so those collectives are top_k × too large until the plan
+    uses ``tokens`` for MoE ops. A grid device's GEMM model (``perf.spatial_op``) reads ``gemm``'s n × k
+    weights, one expert's, not all of ``params``.
+    """
+
+    role: MoERole
+    experts: int = Field(ge=1, description="routed experts of the block")
+    top_k: int = Field(ge=1, description="experts each token is routed to")
+    capacity_factor: float | None = Field(None, gt=0, description="None: dropless routing")
+    tokens: int = Field(ge=1, description="tokens per sample the block routes (seq_len, or a pass's new tokens)")
+    tokens_fraction: float = Field(
+        ge=0, description="share of the tokens one routed expert processes: top_k · capacity_factor / experts"
+    )
+    dispatch_elems_per_token: NonNeg = Field(0.0, description="all-to-all elements per token before this op")
+    combine_elems_per_token: NonNeg = Field(0.0, description="all-to-all elements per token after this op")
+
+    @property
+    def expert_rows(self) -> float:
+        """Tokens one routed expert's GEMM processes per sample (its m), on a balanced router."""
+        return self.tokens * self.tokens_fraction
+
+
 class Op(QuietDefaultsModel):
-    _quiet = ("cache_elems",)
+    _quiet = ("cache_elems", "moe")
 
     name: str = Field(min_length=1)
     kind: OpKind
@@ -72,6 +130,7 @@ class Op(QuietDefaultsModel):
         None, description="matmul shape (m per sample, n, k); m scales with the micro-batch"
     )
     inputs: list[str] = Field(default_factory=list, description="names of producer ops")
+    moe: ExpertInfo | None = Field(None, description="mixture-of-experts metadata (expert parallelism)")
 
     @property
     def backward_flops(self) -> float:

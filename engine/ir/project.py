@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field, field_validator
-from tilewright.engine.ir.common import DType, QuietDefaultsModel, StrictModel
+from tilewright.engine.ir.common import DType, PrefillOrder, QuietDefaultsModel, StrictModel
 from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.mapping import Mapping
 from tilewright.engine.ir.workload import WorkloadSpec
@@ -43,7 +43,7 @@ class InferenceSettings(QuietDefaultsModel):
     """One batch of requests served together (every sequence arrives at time 0). The KV cache's format is
     ``mapping.formats.kv_cache`` (default: the activations' format)."""
 
-    _quiet = ("attention", "kv_block_tokens")
+    _quiet = ("attention", "kv_block_tokens", "prefill")
 
     prompt_tokens: Annotated[int, Field(ge=1)] = 512
     output_tokens: Annotated[int, Field(ge=1)] = 128
@@ -51,6 +51,9 @@ class InferenceSettings(QuietDefaultsModel):
     attention: AttentionKind = Field(AttentionKind.fused, description="fused (flash-style, causal) or materialised")
     kv_block_tokens: Annotated[int, Field(ge=1)] = Field(
         16, description="tokens per KV-cache page (vLLM's block size): each sequence's cache is whole pages"
+    )
+    prefill: PrefillOrder | None = Field(
+        None, description="batched or sequential prefill; default: the device's runtime (compute.runtime_prefill)"
     )
 
 

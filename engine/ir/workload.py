@@ -9,13 +9,99 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
-from tilewright.engine.ir.common import StrictModel
+from tilewright.engine.ir.common import QuietDefaultsModel, StrictModel
 from tilewright.engine.ir.ops import Op
 
 PosInt = Annotated[int, Field(ge=1)]
 
 
-class TransformerDims(StrictModel):
+Activation = Literal["gelu", "relu", "swiglu", "geglu"]
+"""MLP non-linearity: the gated ones (swiglu, geglu) have up and gate projections, so 3 MLP matrices, not 2."""
+NormKind = Literal["layernorm", "rmsnorm"]
+"""LayerNorm has a gain and a bias (2·h parameters), RMSNorm a gain (h)."""
+
+
+class MLASpec(StrictModel):
+    """Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 §2.1): keys and values are made from a
+    ``kv_lora_rank`` latent (plus a ``qk_rope_head_dim`` rotary key shared by all heads), queries from a
+    ``q_lora_rank`` latent (or a plain projection when it is None). Names follow Hugging Face's config."""
+
+    q_lora_rank: PosInt | None = Field(None, description="query latent width; None = plain query projection")
+    kv_lora_rank: PosInt = Field(description="key/value latent width (what the KV cache holds)")
+    qk_nope_head_dim: PosInt = Field(description="per-head query/key width without rotary positions")
+    qk_rope_head_dim: PosInt = Field(description="per-head query/key width with rotary positions")
+    v_head_dim: PosInt = Field(description="per-head value width")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class MoESpec(StrictModel):
+    """Mixture-of-experts MLP (Switch/GShard, Mixtral, DeepSeekMoE): a router sends each token to ``top_k`` of
+    ``experts`` routed expert MLPs (``expert_ffn`` wide); ``shared_experts`` run on every token. Which blocks
+    are MoE follows DeepSeek's config: block i is MoE when i ≥ ``first_dense_layers`` and
+    i % ``layer_freq`` == 0; the other blocks keep the dense MLP of width ``ffn``."""
+
+    experts: PosInt = Field(description="routed experts per MoE block")
+    top_k: PosInt = Field(description="experts each token is routed to")
+    expert_ffn: PosInt = Field(description="feed-forward width of one routed expert")
+    shared_experts: Annotated[int, Field(ge=0)] = Field(0, description="experts every token passes through")
+    shared_expert_ffn: PosInt | None = Field(
+        None, description="width of the shared MLP; default shared_experts · expert_ffn (DeepSeek fuses them)"
+    )
+    capacity_factor: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="expert capacity over the balanced load; None = dropless (exactly top_k per token)"
+    )
+    first_dense_layers: Annotated[int, Field(ge=0)] = Field(0, description="leading blocks with a dense MLP")
+    layer_freq: PosInt = Field(1, description="every layer_freq-th block (by index) is MoE")
+    router_bias: bool = Field(False, description="router has a per-expert bias (DeepSeek-V3's score correction)")
+
+    @property
+    def shared_ffn(self) -> int:
+        return self.shared_expert_ffn if self.shared_expert_ffn is not None else self.shared_experts * self.expert_ffn
+
+    @property
+    def slots_per_token(self) -> float:
+        """Expert token-slots one token occupies: top_k, times the capacity factor when capacity is padded."""
+        return self.top_k * (self.capacity_factor if self.capacity_factor is not None else 1.0)
+
+    def is_moe_block(self, index: int) -> bool:
+        return index >= self.first_dense_layers and index % self.layer_freq == 0
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> MoESpec:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k: {self.top_k} exceeds experts ({self.experts})")
+        return self
+
+
+# Fields every transformer spec gained after project files were written: left out of a dump while they hold
+# their default, so old files (and presets) save back byte for byte and build the same graph.
+_NEW_FIELDS = (
+    "head_dim",
+    "kv_heads",
+    "qkv_bias",
+    "out_bias",
+    "mlp_bias",
+    "activation",
+    "norm",
+    "parallel_block",
+    "parallel_norms",
+    "sandwich_norm",
+    "sliding_window",
+    "sliding_window_layers",
+    "mla",
+    "moe",
+)
+
+
+class TransformerDims(QuietDefaultsModel):
+    """What transformer specs share. The block variants (``head_dim`` … ``moe``) default to the family's
+    classic block; ``engine.workloads.transformer_block`` documents how each one changes the ops."""
+
+    _quiet = _NEW_FIELDS
+
     name: str = ""
     comment: str = Field("", description="sources and notes")
     layers: PosInt
@@ -24,42 +110,86 @@ class TransformerDims(StrictModel):
     ffn: PosInt | None = Field(None, description="feed-forward width; default 4·hidden")
     seq_len: PosInt = 2048
     vocab: PosInt = 51200
+    head_dim: PosInt | None = Field(None, description="query/key/value width per head; default hidden / heads")
+    kv_heads: PosInt | None = Field(None, description="key/value heads (GQA; 1 = MQA); default = heads")
+    qkv_bias: bool = Field(True, description="the query/key/value projection has a bias")
+    out_bias: bool = Field(True, description="the attention output projection has a bias")
+    mlp_bias: bool = Field(True, description="the MLP projections have biases")
+    activation: Activation = "gelu"
+    norm: NormKind = "layernorm"
+    parallel_block: bool = Field(
+        False, description="attention and MLP both read the block input, one residual add (GPT-J, Falcon, Phi-2)"
+    )
+    parallel_norms: Literal[1, 2] = Field(
+        1, description="norms of a parallel block: 1 shared (GPT-J, Falcon-7B) or 2 (Falcon-40B, GPT-NeoX)"
+    )
+    sandwich_norm: bool = Field(False, description="also a norm after attention and after the MLP (Gemma-2)")
+    sliding_window: PosInt | None = Field(None, description="local attention window in tokens; None = global")
+    sliding_window_layers: Literal["all", "even"] = Field(
+        "all", description="blocks with the window: all, or even-indexed ones (Gemma-2 alternates local/global)"
+    )
+    mla: MLASpec | None = Field(None, description="multi-head latent attention instead of Q/K/V projections")
+    moe: MoESpec | None = Field(None, description="mixture-of-experts MLP")
 
     @property
     def ffn_dim(self) -> int:
         return self.ffn if self.ffn is not None else 4 * self.hidden
 
+    @property
+    def kv_heads_n(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def head_dim_n(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.activation in ("swiglu", "geglu")
+
+    def window_of(self, block: int) -> int | None:
+        """The attention window of block ``block`` (None: global attention)."""
+        if self.sliding_window is None or (self.sliding_window_layers == "even" and block % 2):
+            return None
+        return self.sliding_window
+
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> TransformerDims:
-        if self.hidden % self.heads:
-            raise ValueError(f"heads: {self.heads} does not divide hidden ({self.hidden})")
+        if self.head_dim is None and self.mla is None and self.hidden % self.heads:
+            raise ValueError(f"heads: {self.heads} does not divide hidden ({self.hidden}); set head_dim")
+        if self.heads % self.kv_heads_n:
+            raise ValueError(f"kv_heads: {self.kv_heads_n} does not divide heads ({self.heads})")
+        if self.mla is not None and (self.kv_heads is not None or self.head_dim is not None):
+            raise ValueError("mla: latent attention sets its own head widths; leave kv_heads and head_dim unset")
+        if self.parallel_block and self.sandwich_norm:
+            raise ValueError("sandwich_norm: not combined with parallel_block")
         return self
 
 
 class GPTSpec(TransformerDims):
     """Megatron-style GPT: learned positions, LayerNorm, GeLU MLP, tied embedding/logits."""
 
+    _quiet = (*_NEW_FIELDS, "tie_embeddings")
+
     kind: Literal["gpt"] = "gpt"
+    tie_embeddings: bool = Field(True, description="logits reuse the word embedding (Megatron's GPT)")
 
 
 class LlamaSpec(TransformerDims):
-    """LLaMA-style decoder: RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention."""
+    """LLaMA-style decoder: RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases."""
+
+    _quiet = tuple(f for f in _NEW_FIELDS if f != "kv_heads")
 
     kind: Literal["llama"] = "llama"
     kv_heads: PosInt | None = Field(None, description="key/value heads (GQA); default = heads")
     vocab: PosInt = 32000
     seq_len: PosInt = 4096
     tie_embeddings: bool = False
-
-    @property
-    def kv_heads_n(self) -> int:
-        return self.kv_heads if self.kv_heads is not None else self.heads
-
-    @model_validator(mode="after")
-    def _gqa(self) -> LlamaSpec:
-        if self.heads % self.kv_heads_n:
-            raise ValueError(f"kv_heads: {self.kv_heads_n} does not divide heads ({self.heads})")
-        return self
+    qkv_bias: bool = Field(False, description="the query/key/value projection has a bias")
+    out_bias: bool = Field(False, description="the attention output projection has a bias")
+    mlp_bias: bool = Field(False, description="the MLP projections have biases")
+    activation: Activation = "swiglu"
+    norm: NormKind = "rmsnorm"
 
 
 class BertSpec(TransformerDims):
@@ -68,6 +198,12 @@ class BertSpec(TransformerDims):
     kind: Literal["bert"] = "bert"
     seq_len: PosInt = 512
     vocab: PosInt = 30522
+
+    @model_validator(mode="after")
+    def _post_norm_block(self) -> BertSpec:
+        if self.parallel_block or self.sandwich_norm:
+            raise ValueError("parallel_block: BERT's post-norm block is sequential, without sandwich norms")
+        return self
 
 
 CNNArch = Literal["alexnet", "lenet", "resnet50", "vgg-a", "vgg-b", "vgg-c", "vgg-d", "vgg-e"]

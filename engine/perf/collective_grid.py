@@ -189,7 +189,12 @@ def line_phase(g: Grid, order: list[int], shard: float, op: str, costs: OpCosts 
 
 
 def ring_phase_ordered(
-    hw: HardwareGraph, ring: list[int], steps: float, volume: float, op: str = "ag", costs: OpCosts | None = None,
+    hw: HardwareGraph,
+    ring: list[int],
+    steps: float,
+    volume: float,
+    op: str = "ag",
+    costs: OpCosts | None = None,
     diameter: float | None = None,
 ) -> Phase:
     """``volume`` bytes per member round a bidirectional ring in this order (half each way: links are full
@@ -349,6 +354,12 @@ def _concurrent(g: Grid, kind: Kind, groups: list[list[int]], nbytes: float) -> 
         else:
             return merge_collectives(kind, parts)
     raise ValueError("no common algorithm for concurrent groups")  # pragma: no cover - line always fits
+
+
+def concurrent(g: Grid, kind: Kind, groups: list[list[int]], nbytes: float) -> Collective:
+    """Disjoint groups on this grid running one collective at once (every line of one axis of a 2-D
+    tensor group): the cheapest flat algorithm they can all run, merged phase by phase."""
+    return _concurrent(g, kind, groups, nbytes)
 
 
 def _hierarchical(g: Grid, kind: Kind, members: list[int], nbytes: float) -> Collective | None:

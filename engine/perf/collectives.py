@@ -29,6 +29,7 @@ import math
 from collections import Counter, defaultdict
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.perf.collective_costs import has_protocols, protocol_phases
 from tilewright.engine.perf.collective_grid import (
     REDUCTIONS,
     SMALL_MESSAGE_BYTES,
@@ -36,14 +37,23 @@ from tilewright.engine.perf.collective_grid import (
     grid_collective,
     grid_of,
 )
+from tilewright.engine.perf.collective_grid import concurrent as grid_concurrent
 from tilewright.engine.perf.collective_grid import snake_order as _ring_order
-from tilewright.engine.perf.collective_phase import Collective, Kind, Phase, ring_usage
+from tilewright.engine.perf.collective_phase import Collective, Kind, Phase, merge_collectives, ring_usage
 from tilewright.engine.perf.collective_phase import merge_phases as _merge
 from tilewright.engine.perf.collective_phase import route_latency as _route_latency
 
 __all__ = [
-    "SMALL_MESSAGE_BYTES", "Collective", "Kind", "Phase", "candidates", "collective", "pairwise_exchange",
-    "point_to_point", "ring_phase",
+    "SMALL_MESSAGE_BYTES",
+    "Collective",
+    "Kind",
+    "Phase",
+    "candidates",
+    "collective",
+    "concurrent_collective",
+    "pairwise_exchange",
+    "point_to_point",
+    "ring_phase",
 ]
 
 
@@ -90,7 +100,8 @@ def collective(
             return grid_collective(grid, kind, group, nbytes, algorithm)
     if algorithm:
         raise ValueError(f"algorithm {algorithm!r}: only groups on a grid choose among algorithms")
-    if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and p > 2:
+    protocols = has_protocols(hw, group)  # NCCL's protocols: its small-message path within a node is LL
+    if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and p > 2 and not protocols:
         ring = _ring_order(hw, group)
         _, hop = ring_usage(hw, ring)
         steps = 2 * math.ceil(math.log2(p))
@@ -103,14 +114,35 @@ def collective(
     domains = _domains(hw, group)
     sizes = {len(v) for v in domains.values()}
     if len(domains) > 1 and len(sizes) == 1 and sizes.pop() > 1:
-        return _hierarchical(hw, kind, domains, nbytes)
-    f = (p - 1) / p
-    if kind == "all-reduce":
-        return Collective(kind, "ring", (ring_phase(hw, group, 2 * (p - 1), 2 * f * nbytes),))
-    return Collective(kind, "ring", (ring_phase(hw, group, p - 1, f * nbytes),))
+        name, parts = "hierarchical", _hierarchical(hw, kind, domains, nbytes)
+    else:
+        f = (p - 1) / p
+        steps, volume = (2 * (p - 1), 2 * f * nbytes) if kind == "all-reduce" else (p - 1, f * nbytes)
+        name, parts = "ring", [(ring_phase(hw, group, steps, volume), steps, group)]
+    timed = protocol_phases(hw, parts) if protocols else None
+    return Collective(kind, name, timed or tuple(ph for ph, _, _ in parts))
 
 
-def _hierarchical(hw: HardwareGraph, kind: Kind, domains: dict[str, list[int]], nbytes: float) -> Collective:
+def concurrent_collective(hw: HardwareGraph, kind: Kind, groups: list[list[int]], nbytes: float) -> Collective:
+    """The same collective on disjoint groups at once (the lines of one axis of a 2-D tensor group), as one
+    collective whose phases carry every group's link usage. Congruent groups choose the same algorithm and
+    merge phase by phase; where they would not, groups on one grid run the cheapest algorithm they can all
+    run (``collective_grid.concurrent``), others one after the other (an upper bound)."""
+    parts = [collective(hw, kind, g, nbytes) for g in groups]
+    if len(parts) == 1 or not parts[0].phases:
+        return parts[0]
+    if len({(c.algorithm, len(c.phases)) for c in parts}) == 1:
+        return merge_collectives(kind, parts)
+    grid = grid_of(hw, [d for g in groups for d in g]) if kind in REDUCTIONS else None
+    if grid is not None:
+        return grid_concurrent(grid, kind, groups, nbytes)
+    return Collective(kind, "sequential", tuple(ph for c in parts for ph in c.phases))
+
+
+def _hierarchical(
+    hw: HardwareGraph, kind: Kind, domains: dict[str, list[int]], nbytes: float
+) -> list[tuple[Phase, float, list[int]]]:
+    """Phases of the hierarchical algorithm, each with its steps and the members whose fabric carries it."""
     groups = list(domains.values())
     q = len(groups[0])  # members per domain
     n = len(groups)  # domains
@@ -118,11 +150,13 @@ def _hierarchical(hw: HardwareGraph, kind: Kind, domains: dict[str, list[int]], 
     inner = _merge([ring_phase(hw, g, q - 1, local_f * nbytes) for g in groups])
     rails = [[g[i] for g in groups] for i in range(q)]
     shard = nbytes / q
+    local = (inner, q - 1, groups[0])
     if kind == "all-reduce":
         cross = _merge([ring_phase(hw, r, 2 * (n - 1), 2 * cross_f * shard) for r in rails])
-        return Collective(kind, "hierarchical", (inner, cross, inner))
+        return [local, (cross, 2 * (n - 1), rails[0]), local]
     cross = _merge([ring_phase(hw, r, n - 1, cross_f * shard) for r in rails])
-    return Collective(kind, "hierarchical", (inner, cross) if kind == "reduce-scatter" else (cross, inner))
+    outer = (cross, n - 1, rails[0])
+    return [local, outer] if kind == "reduce-scatter" else [outer, local]
 
 
 def _sends(hw: HardwareGraph, pairs: list[tuple[int, int]], nbytes: float) -> Phase | None:

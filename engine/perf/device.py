@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.hardware import Compute, Memory, MemoryKind
+from tilewright.engine.perf.formats import OpFormats, gemm_dtype
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,13 @@ class DeviceModel:
         if self.local_dram is not None:
             return self.local_dram.capacity_bytes
         return self.sram_bytes
+
+    def matmul_peak(self, formats: OpFormats | None, weighted: bool) -> float:
+        """Peak FLOP/s of a matrix op: the format it computes in (``formats.gemm_dtype``: fp8 GEMMs on the
+        fp8 units, attention in the activations' format); the run's data type without formats."""
+        if formats is None:
+            return self.peak_flops
+        return self.compute.peak(gemm_dtype(formats, weighted))
 
     def matmul_efficiency(self, flops: float) -> float:
         if self.compute.efficiency is None:

@@ -10,11 +10,12 @@ Bytes per element follow each tensor's format (``mapping.formats``: weights, act
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tilewright.engine.ir.common import DEFAULT_FIDELITY
 from tilewright.engine.ir.mapping import SpatialSplit
-from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.residency import OpBytes, Residency, op_memory
@@ -81,6 +82,8 @@ def op_time(
     ``elem_bytes`` per element); ``spatial``: the split policy on a grid device (None: chosen by cost);
     ``residency``: which memory level holds each category (None: the device's own memory,
     ``perf.residency``)."""
+    if formats is not None:
+        formats = formats.for_op(op.name)  # mapping.formats.weights_by_op / fidelity_by_op
     k = shard(op, tp, sequence_parallel)
     flops = (op.backward_flops if backward else op.flops) * micro_batch / k
     w_elems = op.params / (tp if op.split in TP_SPLITS else 1)
@@ -117,7 +120,8 @@ def op_time(
         if op.gemm is not None:
             m_rows, n_cols, k_depth = _sharded_gemm(op, micro_batch, tp)
             padded = flops / dev.compute.shape_efficiency(m_rows, n_cols, k_depth)
-        compute_s = padded / (dev.peak_flops * dev.matmul_efficiency(padded)) if flops else 0.0
+        peak = dev.matmul_peak(formats, op.params > 0)  # fp8 GEMMs on the fp8 units (``formats.gemm_dtype``)
+        compute_s = padded / (peak * dev.matmul_efficiency(padded)) if flops else 0.0
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
     if residency is None and dev.local_dram is not None:
@@ -160,5 +164,23 @@ def _grid_cost(
     memory is not modelled here: such tensors are read from the device's DRAM."""
     chip = device_chip(dev)
     if op.gemm is not None and op.kind in MATRIX_KINDS:
-        return gemm_op(chip, _sharded_gemm(op, micro_batch, tp), backward, fmt, spatial, on)
+        m, n, k = _sharded_gemm(op, micro_batch, tp)
+        experts = _experts_reached(op)
+        if experts == 1.0:
+            return gemm_op(chip, (m, n, k), backward, fmt, spatial, on)
+        # routed experts: one GEMM per expert the tokens reach, each with its share of the token-slots and
+        # its own weights (the stacked ``gemm`` has one expert's n × k)
+        one = gemm_op(chip, (m / experts, n, k), backward, fmt, spatial, on)
+        return dataclasses.replace(one, seconds=one.seconds * experts, compute_s=one.compute_s * experts,
+                                   movement_s=one.movement_s * experts, dram_bytes=one.dram_bytes * experts,
+                                   split=f"{experts:.3g} experts × ({one.split})")
     return stream_op(chip, op, flops, tensors, backward, fmt, on)
+
+
+def _experts_reached(op: Op) -> float:
+    """Experts whose weights a routed-expert GEMM reads: ``params`` (every expert the pass's tokens reach)
+    over one expert's n × k; 1 for any other op."""
+    if op.moe is None or op.moe.role is not MoERole.expert or op.gemm is None:
+        return 1.0
+    _m, n, k = op.gemm
+    return max(1.0, op.params / (n * k)) if n * k else 1.0

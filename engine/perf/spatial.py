@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from tilewright.engine.perf.device import DeviceModel
-from tilewright.engine.perf.spatial_chip import GridChip, grid_chip
+from tilewright.engine.perf.spatial_chip import GridChip, grid_chip, sub_block, tile_mac_cycles
 from tilewright.engine.perf.spatial_choice import choose
 from tilewright.engine.perf.spatial_cost import GemmCost, GemmProblem
 
@@ -51,12 +51,14 @@ def gemm_on_grid(
     policy: str = "auto",
     grid: tuple[int, int] | None = None,
     in_dram: tuple[bool, bool, bool] = (True, True, True),
+    b_sharded: bool = False,
 ) -> GemmCost:
     """The chosen split of C[m×n] = A[m×k]·B[k×n] and its cost. Sizes may be fractional (a tensor-parallel
     shard of an odd size): the grid works in whole elements, rounded up. ``in_dram``: whether A, B and C
-    live in DRAM (True) or already sit in the cores' L1."""
+    live in DRAM (True) or already sit in the cores' L1; ``b_sharded``: B is DRAM-sharded over the banks
+    (``mapping.spatial.weights``)."""
     p = GemmProblem(
-        math.ceil(m), math.ceil(k), math.ceil(n), fmt_a, fmt_b, fmt_out, fidelity, *in_dram
+        math.ceil(m), math.ceil(k), math.ceil(n), fmt_a, fmt_b, fmt_out, fidelity, *in_dram, b_sharded=b_sharded
     )
     return choose(limit_grid(chip, grid), p, policy)
 
@@ -86,15 +88,19 @@ def stream_on_grid(
 ) -> StreamCost:
     """An elementwise, normalisation or attention op: ``elements`` (its output) spread over the cores in whole
     tiles; reads and writes go to DRAM (pages interleaved over every bank, so the device's interleaved
-    bandwidth, but never faster than the cores in use can each move), arithmetic at the vector rate — or at
-    the matrix rate for ``matrix = (format, fidelity)`` (attention's batched products). Compute and data
+    bandwidth, but never faster than the cores in use can each move), arithmetic at the vector rate — or, for
+    ``matrix = (format, fidelity)`` (attention's batched products: heads × query/key tiles, and in a decode
+    step the key range split over the cores as flash-decoding does), at the GEMMs' per-core inner loop. Compute and data
     movement overlap; a DRAM transaction's latency and the fixed per-op cost do not. ``on_chip_bytes`` are
     read or written in L1 only (fused neighbours, SRAM-resident tensors): L1 bandwidth, no DRAM."""
     tiles = max(1.0, math.ceil(elements / (chip.tile * chip.tile)))
     cores = int(min(chip.cores, tiles))
     clock = chip.clock_hz
-    if matrix is not None:
-        compute = flops / (cores * chip.flops_per_cycle(*matrix) * clock) if flops else 0.0
+    if matrix is not None:  # batched tile products: the GEMM inner loop (matrix passes or unpacker feed)
+        fmt, fidelity = matrix
+        sh, sw = sub_block(chip.dst_tiles, chip.dst_tiles, chip.dst_tiles)
+        per_core = 2.0 * chip.tile**3 / tile_mac_cycles(chip, fmt, fmt, fidelity, sh, sw)
+        compute = flops / (cores * per_core * clock) if flops else 0.0
     else:
         compute = flops / (cores * chip.vector_flops_per_cycle * clock) if flops else 0.0
     movement = 0.0

@@ -52,8 +52,9 @@ def _chain(*its: Iterator[Split]) -> Iterator[Split]:
         yield from it
 
 
-def _split(chip: GridChip, p: GemmProblem, kind: str, rows: int, cols: int, pm: int, pn: int, bk: int,
-           ks: int = 1) -> Split:
+def _split(
+    chip: GridChip, p: GemmProblem, kind: str, rows: int, cols: int, pm: int, pn: int, bk: int, ks: int = 1
+) -> Split:
     """A split with the largest output block and K-block that fit L1 (at most ``bk``)."""
     ta, tb, to = chip.tile_bytes(p.fmt_a), chip.tile_bytes(p.fmt_b), chip.tile_bytes(p.fmt_out)
     oh, ow, bk2 = fit_blocks(chip, pm, pn, bk, ta, tb, to)
@@ -116,8 +117,28 @@ def one_d(chip: GridChip, p: GemmProblem, skinny_only: bool = True) -> Iterator[
 
 
 # ttnn's sub-block preference order (matmul_program_config.cpp, SUBBLOCK_HW_CHOICES)
-_TTNN_SUBBLOCKS = ((4, 2), (2, 4), (8, 1), (1, 8), (7, 1), (1, 7), (3, 2), (2, 3), (6, 1), (1, 6), (5, 1),
-                   (1, 5), (2, 2), (4, 1), (1, 4), (3, 1), (1, 3), (2, 1), (1, 2), (1, 1))
+_TTNN_SUBBLOCKS = (
+    (4, 2),
+    (2, 4),
+    (8, 1),
+    (1, 8),
+    (7, 1),
+    (1, 7),
+    (3, 2),
+    (2, 3),
+    (6, 1),
+    (1, 6),
+    (5, 1),
+    (1, 5),
+    (2, 2),
+    (4, 1),
+    (1, 4),
+    (3, 1),
+    (1, 3),
+    (2, 1),
+    (1, 2),
+    (1, 1),
+)
 
 
 def runtime_default(chip: GridChip, p: GemmProblem) -> Split:

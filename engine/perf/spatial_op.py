@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilewright.engine.ir.mapping import SpatialSplit
+from tilewright.engine.ir.mapping import SpatialSplit, WeightPlacement
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.spatial import GridChip, gemm_on_grid, stream_on_grid
@@ -74,14 +74,17 @@ def gemm_op(
     a, w, fid = str(fmt.activations), str(fmt.weights), str(fmt.fidelity)
     policy, grid = spatial.policy.value, spatial.grid
     if not backward:
-        c = gemm_on_grid(chip, m, k, n, a, w, a, fid, policy, grid, (not on.op_input, not on.weights, not on.op_output))
-        return GridOpCost(c.seconds, c.compute_s, c.movement_s, c.dram_read_bytes + c.dram_write_bytes,
-                          c.split.describe())
+        sharded = spatial.weights is WeightPlacement.sharded and not on.weights
+        c = gemm_on_grid(
+            chip, m, k, n, a, w, a, fid, policy, grid, (not on.op_input, not on.weights, not on.op_output), sharded
+        )
+        split = c.split.describe() + (", B DRAM-sharded" if sharded and c.split.kind == "1d_in0" else "")
+        return GridOpCost(c.seconds, c.compute_s, c.movement_s, c.dram_read_bytes + c.dram_write_bytes, split)
     # input gradient dA = dC · Bᵀ, weight gradient dB = Aᵀ · dC (A the saved input)
-    dgrad = gemm_on_grid(chip, m, n, k, a, w, a, fid, policy, grid,
-                         (not on.op_output, not on.weights, not on.op_input))
-    wgrad = gemm_on_grid(chip, k, m, n, a, a, a, fid, policy, grid,
-                         (not on.activations, not on.op_output, not on.weights))
+    dgrad = gemm_on_grid(chip, m, n, k, a, w, a, fid, policy, grid, (not on.op_output, not on.weights, not on.op_input))
+    wgrad = gemm_on_grid(
+        chip, k, m, n, a, a, a, fid, policy, grid, (not on.activations, not on.op_output, not on.weights)
+    )
     parts = (dgrad, wgrad)
     return GridOpCost(
         seconds=sum(p.seconds for p in parts),

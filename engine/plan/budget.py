@@ -70,7 +70,7 @@ def estimate(project: Project) -> Estimate:
         return Estimate(devices=devices, layers=layers, steps=steps, inference=True)
     steps = m.pp * m.interleave * max(m.micro_batches, 1) * 3
     if not project.run.aggregate:
-        steps *= m.tp * m.dp
+        steps *= m.tp * m.dp * m.cp
     return Estimate(devices=devices, layers=layers, steps=steps)
 
 

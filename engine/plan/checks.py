@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.ir.mapping import Mapping, Recompute, Schedule
 from tilewright.engine.ir.ops import LayerKind
-from tilewright.engine.ir.project import Project
-from tilewright.engine.ir.workload import LlamaSpec, TransformerDims
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.ir.workload import TransformerDims
 
 if TYPE_CHECKING:
     from tilewright.engine.workloads.graph import WorkloadGraph
@@ -28,18 +28,44 @@ def device_capacity(project: Project) -> int | None:
     return project.hardware.device_count()
 
 
+def tp_fits_kv_heads(tp: int, kv_heads: int) -> bool:
+    """Megatron splits key/value heads over tp ranks, or replicates each over tp / kv_heads of them."""
+    return tp <= kv_heads and kv_heads % tp == 0 or tp % kv_heads == 0
+
+
 def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
     out: list[Problem] = []
     if dims.heads % m.tp:
         out.append(Problem("mapping.tp", f"{m.tp} does not divide heads ({dims.heads})"))
-    if isinstance(dims, LlamaSpec):
-        kv = dims.kv_heads_n
-        if m.tp > kv and m.tp % kv:
-            out.append(Problem("mapping.tp", f"{m.tp} is neither a divisor nor a multiple of kv_heads ({kv})"))
+    kv = dims.kv_heads_n  # every transformer family: GQA/MQA on GPT too (``--kv-heads``)
+    if not tp_fits_kv_heads(m.tp, kv):
+        out.append(Problem("mapping.tp", f"{m.tp} is neither a divisor nor a multiple of kv_heads ({kv})"))
     if dims.ffn_dim % m.tp:
         out.append(Problem("mapping.tp", f"{m.tp} does not divide ffn ({dims.ffn_dim})"))
+    moe = dims.moe
+    if moe is not None and moe.expert_ffn % m.tp:
+        out.append(Problem("mapping.tp", f"{m.tp} does not divide moe.expert_ffn ({moe.expert_ffn})"))
     if m.sequence_parallel and dims.seq_len % m.tp:
         out.append(Problem("mapping.sequence_parallel", f"tp ({m.tp}) does not divide seq_len ({dims.seq_len})"))
+    if m.cp > 1 and dims.seq_len % m.cp:
+        out.append(Problem("mapping.cp", f"{m.cp} does not divide seq_len ({dims.seq_len})"))
+    return out
+
+
+def _expert_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
+    """``ep`` splits the routed experts over ep of the dp replicas (``plan.experts``)."""
+    if m.ep <= 1:
+        return []
+    experts = {op.moe.experts for op in graph.ops() if op.moe is not None}
+    if not experts:
+        return [Problem("mapping.ep", f"{m.ep}: the model has no mixture-of-experts layers to split")]
+    out = []
+    if m.dp % m.ep:
+        out.append(Problem("mapping.ep", f"{m.ep} does not divide dp ({m.dp}): expert ranks are data-parallel ranks"))
+    if any(e % m.ep for e in experts):
+        out.append(Problem("mapping.ep", f"{m.ep} does not divide the routed experts ({min(experts)})"))
+    if m.cp > 1:
+        out.append(Problem("mapping.ep", "expert parallelism together with context parallelism is not simulated"))
     return out
 
 
@@ -188,7 +214,9 @@ def _spatial_checks(project: Project) -> list[Problem]:
 def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
     (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
+    from tilewright.engine.perf.formats import per_op_problems
     from tilewright.engine.plan.budget import estimate
+    from tilewright.engine.plan.tensor_axes import problems as tensor_axes_problems
     from tilewright.engine.workloads import build_workload
 
     too_large = [] if allow_large else estimate(project).problems()
@@ -198,17 +226,29 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     out: list[Problem] = []
     capacity = device_capacity(project)
     if capacity is not None and m.devices > capacity:
-        out.append(
-            Problem("mapping", f"tp·pp·dp = {m.tp}·{m.pp}·{m.dp} = {m.devices} devices, the hardware has {capacity}")
-        )
+        dims = f"tp·pp·dp·cp = {m.tp}·{m.pp}·{m.dp}·{m.cp}" if m.cp > 1 else f"tp·pp·dp = {m.tp}·{m.pp}·{m.dp}"
+        out.append(Problem("mapping", f"{dims} = {m.devices} devices, the hardware has {capacity}"))
+    elif capacity is None:  # a growable system must be able to grow to the run (e.g. its copies joined)
+        from tilewright.engine.hardware.grow import grow
+
+        try:
+            grow(project.hardware, m.devices)
+        except ValueError as e:
+            out.append(Problem("hardware", str(e)))
+    if m.cp > 1 and (project.run.mode is not Mode.train or m.layer_parallelism or m.stages):
+        out.append(Problem("mapping.cp", f"{m.cp}: context parallelism is simulated for training without "
+                           "layer_parallelism or explicit stage placements"))
     if isinstance(project.workload, TransformerDims):
         out += _transformer_checks(project.workload, m)
     graph = build_workload(project.workload)
+    out += _expert_checks(m, graph)
     out += _pipeline_checks(len(graph.block_layers), m)
     out += _stage_checks(project, len(graph.layers), capacity)
     out += _hypar_checks(m, graph)
     out += _fusion_checks(m, graph)
     out += _spatial_checks(project)
+    out += per_op_problems(m.formats, (op.name for op in graph.ops()))  # mapping.formats.*_by_op
+    out += tensor_axes_problems(project)  # mapping.tp_axes
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
         if name != "auto" and name not in memories:

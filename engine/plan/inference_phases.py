@@ -4,7 +4,8 @@ Shared by the analytic and the event engines (through ``engine.plan.program``) s
 
 Definitions (every sequence of the batch arrives at time 0):
 - the prefill runs the whole prompt and produces the first output token; time to first token (TTFT) is
-  the end of the prefill of the last sequence of the batch (its last micro-batch on the last stage);
+  the end of the prefill of the last sequence of the batch (its last micro-batch on the last stage) when the
+  batch is prefilled at once, the first sequence's first token when sequences are prefilled in turn;
 - then ``output_tokens − 1`` decode steps, each feeding the token sampled last and producing the next one
   (decode step k, 0-based, attends over ``prompt + k + 1`` keys and produces output token k + 2); an
   encoder (BERT) answers in its one pass and has no decode steps and no KV cache;
@@ -26,6 +27,15 @@ whole). The workspace is the largest transient of an op (input plus output) at t
 the prefill's prompt or a decode step's token, never the model's training length; the KV cache an op
 reads is counted in the cache, not again in the workspace.
 
+The prefill order is the runtime's (``run.inference.prefill``, default the device's
+``compute.runtime_prefill``): ``batched`` prefills each micro-batch in one pass (vLLM); ``sequential``
+prefills its sequences one after another (tt-transformers), so TTFT is then the first sequence's first
+token (one sequence's prefill on an idle machine) and ``prefill_s`` still the end of the last one.
+
+What these passes leave out: runtimes launch ops the model graph folds into its neighbours — rotary
+embeddings, KV-cache writes, head split/concat (a Llama layer here is 11 ops, in tt-transformers' decode ~17)
+— whose fixed per-op cost is therefore not counted.
+
 Decode cost is affine in the context except where the roofline switches sides, so decode passes are built
 at three contexts (first, middle, last step) and each step's segments are interpolated between the two
 nearest samples (segment by segment: the same ops and collectives, only durations move).
@@ -38,15 +48,17 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tilewright.engine.ir.common import DType, dtype_bytes
+from tilewright.engine.ir.common import DType, PrefillOrder, dtype_bytes
 from tilewright.engine.ir.ops import LayerKind, Op
 from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.memory import workspace_bytes
+from tilewright.engine.plan.launch import InferencePass, pass_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
 from tilewright.engine.plan.plan import Plan, scaled, split_rows
+from tilewright.engine.plan.timing import pass_parts
 from tilewright.engine.workloads import build_workload
 from tilewright.engine.workloads.graph import WorkloadGraph
 from tilewright.engine.workloads.transformer_inference import inference_graph, kv_cache_bytes
@@ -110,6 +122,7 @@ class InferencePhases:
     dims: TransformerDims | None
     block_tokens: int = 16
     kv_elem_bytes: float = 2.0
+    sequential: bool = False  # the micro-batch's sequences are prefilled one after another (PrefillOrder)
     prefill: list[NamedPass] = field(default_factory=list)  # per stage
     samples: dict[int, list[ChunkPass]] = field(default_factory=dict)  # context → per-stage decode pass
     workspaces: list[float] = field(default_factory=list)  # per stage, per device
@@ -152,6 +165,16 @@ class InferencePhases:
         ps = _mix(self.samples[lo][r], self.samples[hi][r], w, f"decode token {k + 2}", ("decode", k))
         self._recent[r] = (k, ps)  # the engines ask in step order: keep only the latest, memory stays flat
         return ps
+
+    def first_token_s(self, first_micro_batch_end: float) -> float:
+        """Time to the batch's first output token, from the end of micro-batch 0's prefill on the last stage:
+        that end itself when the micro-batch is prefilled at once; with a sequential prefill, its first
+        sequence's pass ends ``(n − 1)/n`` of the last stage's prefill earlier (n sequences, equal passes)."""
+        if not self.sequential:
+            return first_micro_batch_end
+        n, last = self.micro_batch, self.plan.pp - 1
+        duration = pass_parts(self.plan, last, self.prefill[last])[0]  # the sequences' passes and collectives
+        return first_micro_batch_end - (n - 1) / n * duration
 
     def pass_for(self, r: int, phase: int) -> ChunkPass:
         """Stage ``r``'s pass of a phase: 0 is the prefill, p ≥ 1 decode step p − 1. Ask in phase order
@@ -224,11 +247,16 @@ class InferencePhases:
         return out
 
 
-def _context(plan: Plan, r: int, mb: int, sp: bool, fmt: OpFormats | None) -> PassContext:
+def _context(
+    plan: Plan, r: int, mb: int, sp: bool, fmt: OpFormats | None, kind: InferencePass = "prefill"
+) -> PassContext:
     m = plan.project.mapping
     st = plan.stages[r]
     residency = st.residency.residency if st.residency is not None else None  # mapping.memory_levels
-    return PassContext(st.dev, mb, m.tp, sp, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial, residency)
+    return PassContext(
+        pass_device(st.dev, kind), mb, m.tp, sp, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial, residency,
+        tp_axes=m.tp_axes,
+    )
 
 
 def _stage_layers(plan: Plan, graph: WorkloadGraph, r: int) -> list[list[Op]]:
@@ -256,7 +284,10 @@ def inference_phases(plan: Plan) -> InferencePhases:
             ph.workspaces.append(plan.stages[r].workspace * mb / max(plan.micro_batch, 1))
         return ph
     fused = inf.attention == AttentionKind.fused
-    prefill = inference_graph(dims, inf.prompt_tokens, inf.prompt_tokens, mb, fused)
+    order = inf.prefill or plan.stages[0].dev.compute.runtime_prefill
+    ph.sequential = order == PrefillOrder.sequential and mb > 1
+    per_pass = 1 if ph.sequential else mb  # sequences in one prefill pass
+    prefill = inference_graph(dims, inf.prompt_tokens, inf.prompt_tokens, per_pass, fused)
     decode: dict[int, WorkloadGraph] = {}
     if ph.decode_steps:
         n = ph.decode_steps
@@ -264,15 +295,18 @@ def inference_phases(plan: Plan) -> InferencePhases:
             decode[c] = inference_graph(dims, 1, c, mb, fused)
     for r in range(plan.pp):
         layers = _stage_layers(plan, prefill, r)
-        ps = forward_pass(layers, _context(plan, r, mb, m.sequence_parallel, fmt))
-        ph.prefill.append(NamedPass(ps.kind, ps.segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
+        ps = forward_pass(layers, _context(plan, r, per_pass, m.sequence_parallel, fmt))
+        repeat = mb // per_pass  # sequential: the same one-sequence pass, once per sequence
+        # its splits are reported once: the ops of one sequence's pass
+        segments = ps.segments * repeat
+        ph.prefill.append(NamedPass(ps.kind, segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
         ops = [op for ls in layers for op in ls]
-        space = workspace_bytes(_transient(ops), mb, m.tp, m.sequence_parallel, plan.elem_bytes)
+        space = workspace_bytes(_transient(ops), per_pass, m.tp, m.sequence_parallel, plan.elem_bytes)
         if decode:  # the longest context's step (materialised scores grow with it)
             ops = [op for ls in _stage_layers(plan, decode[max(decode)], r) for op in ls]
             space = max(space, workspace_bytes(_transient(ops), mb, m.tp, False, plan.elem_bytes))
         ph.workspaces.append(space)
     for c, graph in decode.items():
-        ph.samples[c] = [forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, False, fmt))
+        ph.samples[c] = [forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, False, fmt, "decode"))
                          for r in range(plan.pp)]
     return ph

@@ -15,11 +15,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tilewright.engine.ir.mapping import SpatialSplit
-from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats
+from tilewright.engine.perf.memory import params_on_device
 from tilewright.engine.perf.op_cost import OpTime, op_time, shard
 from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.context import ContextComm
+from tilewright.engine.plan.experts import exchange
+from tilewright.engine.plan.launch import SCORE_PASSES_FORWARD, attention_scores, extra_launches, host_seconds
+from tilewright.engine.plan.sharding import DP_PREFIX, EP_PREFIX, ShardComm, spans_replicas
+from tilewright.engine.plan.tensor_axes import axis_comm
 
 PassKind = str  # "F" | "B" | "R"
 
@@ -34,6 +40,17 @@ class Segment:
     dram_bytes: float
     comm: tuple[str, float] | None = None  # (collective kind, full-tensor bytes) after this segment
     local_bytes: float = 0.0  # moved to/from the device's own memory (its DRAM, else its SRAM): energy
+    host_s: float = 0.0  # host time issuing the segment's kernels (``plan.launch``)
+    offload_s: float = 0.0  # stored activations copied to (forward) or from (backward) host memory
+    dispatch_wait_s: float = 0.0  # part of busy_s the device waited for the host (host_s past device time)
+
+    def close(self) -> None:
+        """The device cannot finish before the host has issued every kernel (``plan.launch``), nor before
+        the copy engines have moved the stored activations over the host link (activation offload)."""
+        if self.host_s > self.busy_s:
+            self.dispatch_wait_s = self.host_s - self.busy_s
+            self.busy_s = self.host_s
+        self.busy_s = max(self.busy_s, self.offload_s)
 
     def add(self, t: OpTime, dataflows: Counter) -> None:
         """Accumulate one op's time; count the SRAM dataflow its tiling chose, or the split of a grid
@@ -67,15 +84,26 @@ class ChunkPass:
     def compute_s(self) -> float:
         return sum(s.compute_s for s in self.segments)
 
+    @property
+    def dispatch_wait_s(self) -> float:
+        """Seconds the device waited for the host to issue kernels (part of ``busy_s``)."""
+        return sum(s.dispatch_wait_s for s in self.segments)
+
     @cached_property
     def has_dram(self) -> bool:
         return any(s.dram_bytes > 0 for s in self.segments)
+
+    @cached_property
+    def has_dp_comm(self) -> bool:
+        """Carries collectives over several replicas: sharded data parallelism (``plan.sharding``) or the
+        context-parallel ring (``plan.context``)."""
+        return any(s.comm is not None and spans_replicas(s.comm[0]) for s in self.segments)
 
 
 @dataclass
 class PassContext:
     dev: DeviceModel
-    micro_batch: int
+    micro_batch: float  # samples per pass on one device: mapping.micro_batch, ÷ cp with context parallelism
     tp: int
     sequence_parallel: bool
     elem_bytes: float  # of activations (and every tensor when ``formats`` is None)
@@ -84,6 +112,11 @@ class PassContext:
     spatial: SpatialSplit | None = None  # split policy over a grid device's cores (mapping.spatial)
     residency: Residency | None = None  # memory level of each category (mapping.memory_levels)
     rows_per_sample: int = 1  # token rows per sample: a fused chain streams its intermediate row block by block
+    shard: ShardComm | None = None  # ZeRO-2/3 and FSDP collectives inside the passes (``plan.sharding``)
+    offload_saved: float = 0.0  # training with activations in host memory: the host link's bytes/s (else 0)
+    context: ContextComm | None = None  # context parallelism's K/V ring (``plan.context``); micro_batch is per rank
+    expert_parallel: int = 1  # ep: MoE ops exchange their tokens all-to-all (``plan.experts``)
+    tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
 
 
 def fused_edges(chains: list[list[str]]) -> frozenset[tuple[str, str]]:
@@ -139,13 +172,28 @@ class _Builder:
         self.ctx = ctx
         self.out = ChunkPass(kind)
         self._open: Segment | None = None
+        self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
 
-    def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False)) -> None:
+    def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0) -> None:
+        """``scores``: the a·s² score elements per sample of an attention op (``launch.attention_scores``).
+        With context parallelism an attention op is followed by the exposed part of its K/V ring."""
         c = self.ctx
+        a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
+        if a2a[0]:
+            self.dp_comms([(EP_PREFIX + "all-to-all", a2a[0])], op.layer, op.name)
         if fused != (False, False):
             fused = _on_chip(op, fused, c)
         t = op_time(
-            op, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused, c.formats, c.spatial,
+            _costed(op, c.dev, scores, fused),
+            c.dev,
+            c.micro_batch,
+            c.tp,
+            c.sequence_parallel,
+            backward,
+            c.elem_bytes,
+            *fused,
+            c.formats,
+            c.spatial,
             c.residency,
         )
         seg = self._open
@@ -154,6 +202,31 @@ class _Builder:
                 label=op.name.split(".")[0], layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0
             )
         seg.add(t, self.out.dataflows)
+        seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
+        seg.host_s += host_seconds(op, backward, c.dev.compute.host_dispatch_s)
+        if c.offload_saved:
+            seg.offload_s += saved_bytes(op, c) / c.offload_saved
+        self.layer_busy += t.busy_s
+        if c.context is not None and op.kind is OpKind.attention:
+            cp = c.context.cp
+            ring = c.context.exchange(op, c.micro_batch * cp, c.tp, c.elem_bytes, backward, t.busy_s)
+            self.dp_comms(ring, op.layer, op.name)
+        if a2a[1]:
+            self.dp_comms([(EP_PREFIX + "all-to-all", a2a[1])], op.layer, op.name)
+
+    def next_layer(self) -> float:
+        """Start a new layer; returns the device time of the one before."""
+        busy, self.layer_busy = self.layer_busy, 0.0
+        return busy
+
+    def dp_comms(self, items: list[tuple[str, float]], layer: int, label: str) -> None:
+        """Sharded-data-parallel collectives ((dp: kind, bytes per tensor rank)) after the open segment."""
+        for kind, nbytes in items:
+            seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
+            seg.comm = (kind, nbytes)
+            seg.close()
+            self.out.segments.append(seg)
+            self._open = None
 
     def comm(self, kind: str, elems: float, layer: int, label: str) -> None:
         c = self.ctx
@@ -161,14 +234,33 @@ class _Builder:
             return
         seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
         seg.comm = (kind, elems * c.micro_batch * c.elem_bytes)
+        seg.close()
         self.out.segments.append(seg)
         self._open = None
 
     def finish(self) -> ChunkPass:
         if self._open is not None:
+            self._open.close()
             self.out.segments.append(self._open)
             self._open = None
         return self.out
+
+
+def saved_bytes(op: Op, c: PassContext) -> float:
+    """Bytes an op stores for its backward, per micro-batch on one device (as ``perf.memory`` counts them)."""
+    elem = c.formats.activation_bytes if c.formats is not None else c.elem_bytes
+    return (op.saved_elems * elem + op.saved_bytes_fixed) * c.micro_batch / shard(op, c.tp, c.sequence_parallel)
+
+
+def _costed(op: Op, dev: DeviceModel, scores: float, fused: tuple[bool, bool]) -> Op:
+    """The op as the cost model sees it. An unfused attention op on a GPU-like device (local DRAM, no
+    grid of cores) also moves its score matrices (``plan.launch``): they are added to its input, which
+    its forward reads once and its backward twice (``op_cost``), so the forward moves 2·a·s² more
+    elements and the backward 4·a·s². With these bytes the per-head GEMMs (K = head size) are memory-bound
+    on a GPU, as measured: unfused attention runs far below large-GEMM throughput."""
+    if not scores or fused[1] or dev.local_dram is None or dev.compute.grid is not None:
+        return op
+    return op.model_copy(update={"in_elems": op.in_elems + scores * SCORE_PASSES_FORWARD})
 
 
 def _reduce(sp: bool) -> str:
@@ -178,6 +270,17 @@ def _reduce(sp: bool) -> str:
 def _weighted(op: Op) -> bool:
     """Only weighted linear ops carry tensor-parallel collectives (not the elementwise ops between them)."""
     return op.params > 0 and op.kind in (OpKind.matmul, OpKind.fc, OpKind.conv, OpKind.embedding)
+
+
+def tp_elems(op: Op, elems: float) -> float:
+    """Elements per sample of a tensor-parallel collective at an op's input or output (``elems``). A routed
+    expert GEMM's tensors count token-slots (tokens · top_k, times the capacity factor), but Megatron-Core
+    gathers and reduces the layer's tokens before routing permutes them and after the combine un-permutes
+    them locally (``ir.ops.ExpertInfo``): tokens · hidden, the slots over top_k."""
+    info = op.moe
+    if info is None or info.role is not MoERole.expert:
+        return elems
+    return elems / (info.top_k * (info.capacity_factor or 1.0))
 
 
 def _column(op: Op) -> bool:
@@ -190,21 +293,30 @@ def forward_pass(
     b = _Builder(ctx, kind)
     sp = ctx.sequence_parallel
     prev_column = False
-    for ops in layers:
+    shard = ctx.shard if ctx.shard is not None and ctx.shard.gather_weights and not only_selective else None
+    for i, ops in enumerate(layers):
+        before = b.next_layer()
+        if shard is not None and ops:
+            gather = [(DP_PREFIX + "all-gather", params_on_device(ops, ctx.tp) * shard.weight_bytes)]
+            b.dp_comms(shard.exposed(gather, before, shard.overlap_gather and i > 0), ops[0].layer, ops[0].name)
         flags = _fusion_flags(ops, ctx.fused)
+        scores = attention_scores(ops)
         for op, fused in zip(ops, flags, strict=True):
             if only_selective:
                 if op.selective:
-                    b.add_op(op, backward=False)
+                    b.add_op(op, backward=False, scores=scores.get(op.name, 0.0))
                 continue
             column = _column(op)
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
-                b.comm("all-gather", op.in_elems, op.layer, op.name)
-            b.add_op(op, backward=False, fused=fused)
-            if _weighted(op) and (
+                b.comm("all-gather", tp_elems(op, op.in_elems), op.layer, op.name)
+            b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0))
+            if ctx.tp_axes is not None:
+                if _weighted(op):  # 2-D tensor parallelism: every weighted op reduces along one axis
+                    b.comm(*axis_comm(op, ctx.tp_axes), op.layer, op.name)
+            elif _weighted(op) and (
                 op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)
             ):
-                b.comm(_reduce(sp), op.out_elems, op.layer, op.name)
+                b.comm(_reduce(sp), tp_elems(op, op.out_elems), op.layer, op.name)
             prev_column = column
     return b.finish()
 
@@ -215,17 +327,44 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
     b = _Builder(ctx, "B")
     sp = ctx.sequence_parallel
     pending: Op | None = None
-    for ops in reversed(layers):
+    shard = ctx.shard
+    reduce: list[tuple[str, float]] = []  # the reduce-scatter of the layer just finished
+    for i, ops in enumerate(reversed(layers)):
+        before = b.next_layer()
+        if shard is not None and ops:
+            if pending is not None:
+                b.comm(_reduce(sp), tp_elems(pending, pending.in_elems), pending.layer, pending.name)
+                pending = None
+            _shard_boundary(b, shard, ops, reduce, before, first=i == 0)
+            reduce = [(DP_PREFIX + "reduce-scatter", params_on_device(ops, ctx.tp) * shard.grad_bytes)]
         flags = _fusion_flags(ops, ctx.fused)
+        scores = attention_scores(ops)
         for op, fused in zip(reversed(ops), reversed(flags), strict=True):
             if pending is not None and not _column(op):
-                b.comm(_reduce(sp), pending.in_elems, pending.layer, pending.name)
+                b.comm(_reduce(sp), tp_elems(pending, pending.in_elems), pending.layer, pending.name)
                 pending = None
             if sp and op.split is TensorSplit.row and _weighted(op):
-                b.comm("all-gather", op.out_elems, op.layer, op.name)
-            b.add_op(op, backward=True, fused=fused)
+                b.comm("all-gather", tp_elems(op, op.out_elems), op.layer, op.name)
+            b.add_op(op, backward=True, fused=fused, scores=scores.get(op.name, 0.0))
             if _column(op):
                 pending = op
     if pending is not None:
-        b.comm(_reduce(sp), pending.in_elems, pending.layer, pending.name)
+        b.comm(_reduce(sp), tp_elems(pending, pending.in_elems), pending.layer, pending.name)
+    if shard is not None and reduce and layers:
+        b.dp_comms(reduce, layers[0][0].layer if layers[0] else 0, "gradients")  # nothing left to hide behind
     return b.finish()
+
+
+def _shard_boundary(
+    b: _Builder, shard: ShardComm, ops: list[Op], reduce: list[tuple[str, float]], before: float, first: bool
+) -> None:
+    """Between two layers of a backward: the previous layer's reduce-scatter, then this layer's weight
+    all-gather (stage 3), both behind the previous layer's compute when overlapped (the gather first:
+    it was prefetched)."""
+    gather = []
+    if shard.gather_weights:
+        gather = [(DP_PREFIX + "all-gather", params_on_device(ops, b.ctx.tp) * shard.weight_bytes)]
+    shown = shard.exposed(gather, before, shard.overlap_gather and not first)
+    hidden = sum(shard.seconds(k, n) for k, n in gather) - sum(shard.seconds(k, n) for k, n in shown)
+    budget = max(0.0, before - hidden) if shard.overlap_gather and not first else before
+    b.dp_comms(shard.exposed(reduce, budget, shard.overlap_reduce) + shown, ops[-1].layer, ops[-1].name)

@@ -7,7 +7,7 @@ and contention, the analytic engine closed-form timing. Sharing the plan is what
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.hardware.interleave import stream_usage
@@ -17,7 +17,7 @@ from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, Phase, collective, point_to_point
 from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
-from tilewright.engine.perf.formats import OpFormats, resolve_formats
+from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes, per_op_notes, resolve_formats
 from tilewright.engine.perf.memory import (
     StateBytes,
     activation_bytes,
@@ -26,11 +26,17 @@ from tilewright.engine.perf.memory import (
     params_on_device,
     workspace_bytes,
 )
+from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.context import ContextComm
+from tilewright.engine.plan.experts import all_to_all, is_ep, routed_experts, shard_experts
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.plan.placement import split_layers, stage_groups
 from tilewright.engine.plan.residency import StageResidency, optimizer_seconds, stage_residency
 from tilewright.engine.plan.residency import notes as residency_notes
+from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_dp, spans_replicas, stage_shard_comm
+from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
+from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 # Adam step traffic per parameter (bytes): read fp32 master, m, v and the fp32 gradient, write master,
@@ -56,6 +62,7 @@ class StagePlan:
     optimizer_s: float
     label: str = ""
     residency: StageResidency | None = None  # mapping.memory_levels resolved for this stage; None: not set
+    expert_grad_bytes: dict[int, float] = field(default_factory=dict)  # per chunk: the routed experts' share
 
 
 @dataclass(eq=False)  # hashed by identity, so its methods can cache per plan
@@ -80,8 +87,11 @@ class Plan:
 
     @property
     def weight_bytes(self) -> float:
-        """Bytes per weight element (``mapping.formats.weights``, else the run's data type)."""
-        return self.formats.weight_bytes if self.formats is not None else self.elem_bytes
+        """Bytes per weight element (``mapping.formats.weights``, else the run's data type); with per-op
+        formats (``weights_by_op``) the model's mean, each op's weights in its own format."""
+        if self.formats is None:
+            return self.elem_bytes
+        return mean_weight_bytes(self.formats, ((op.name, op.params) for op in self.workload.ops()))
 
     def spatial_splits(self) -> list[dict[str, object]]:
         """On grid devices: how each forward matmul of a micro-batch was split over the cores, per stage."""
@@ -105,6 +115,20 @@ class Plan:
 
     @memo_method
     def tp_collective(self, rank: int, replica: int, kind: str, nbytes: float) -> Collective:
+        """A segment's collective: on the replica's tensor group, or (kind ``dp:…``, ``plan.sharding``) on
+        the stage's data-parallel groups, every tensor rank at once, or (kind ``cp:…``, ``plan.context``)
+        on its context-parallel rings."""
+        if is_dp(kind):
+            return dp_group_collective(self.hw, self.stages[rank].groups, dp_kind(kind), nbytes)
+        if is_ep(kind):
+            return ep_group_collective(self.hw, self.stages[rank].groups, self.project.mapping.ep, nbytes)
+        if spans_replicas(kind):
+            return cp_group_collective(
+                self.hw, self.stages[rank].groups, self.project.mapping.cp, dp_kind(kind), nbytes
+            )
+        if is_axis(kind):  # 2-D tensor parallelism (plan.tensor_axes)
+            axes = self.project.mapping.tp_axes
+            return axis_collective(self.hw, self.stages[rank].groups[replica], axes, kind, nbytes)  # type: ignore[arg-type]
         return collective(self.hw, kind, self.stages[rank].groups[replica], nbytes)  # type: ignore[arg-type]
 
     @memo_method
@@ -173,11 +197,27 @@ class Plan:
     def dp_collective(self, rank: int, chunk: int) -> Collective:
         """Gradient reduction of one chunk across replicas, all tensor ranks at once (one ring each)."""
         st = self.stages[rank]
-        if self.dp <= 1:
+        if self.dp <= 1 or self.project.mapping.zero >= 2:  # stage ≥ 2 reduces in every backward pass
             return Collective("all-reduce", "none", ())
         kind = "reduce-scatter" if self.project.mapping.zero >= 1 else "all-reduce"
-        parts = [collective(self.hw, kind, [g[i] for g in st.groups], st.grad_bytes[chunk]) for i in range(self.tp)]
-        return merge_concurrent(parts)
+        experts = st.expert_grad_bytes.get(chunk, 0.0)
+        return self._replica_collective(rank, kind, st.grad_bytes[chunk] - experts, experts)
+
+    def _replica_collective(self, rank: int, kind: str, dense_bytes: float, expert_bytes: float) -> Collective:
+        """``kind`` over the stage's replicas, every tensor rank at once: the dense weights' bytes over all
+        of them, then (expert parallelism) the routed experts' bytes over the replicas holding the same
+        experts, ``expert_groups`` (Megatron-Core's expert-data-parallel group)."""
+        st = self.stages[rank]
+        dense = dp_group_collective(self.hw, st.groups, kind, dense_bytes)
+        if expert_bytes <= 0:
+            return dense
+        experts = [dp_group_collective(self.hw, g, kind, expert_bytes) for g in expert_groups(st.groups, self.ep)]
+        expert = merge_concurrent(experts)
+        return Collective(dense.kind, dense.algorithm, dense.phases + expert.phases)
+
+    @property
+    def ep(self) -> int:
+        return self.project.mapping.ep if self.project.run.mode is Mode.train else 1
 
     @memo_method
     def dp_buckets(self, rank: int, chunk: int) -> tuple[Collective, Collective]:
@@ -193,13 +233,104 @@ class Plan:
 
     @memo_method
     def zero_gather(self, rank: int) -> Collective:
-        """ZeRO: all-gather the updated weights after the sharded optimizer step."""
+        """ZeRO 1 and 2: all-gather the updated weights after the sharded optimizer step (stage 3 keeps them
+        sharded: each layer gathers its weights when it runs, ``plan.sharding``)."""
         st = self.stages[rank]
-        if self.dp <= 1 or self.project.mapping.zero < 1:
+        if self.dp <= 1 or self.project.mapping.zero < 1 or self.project.mapping.zero >= 3:
             return Collective("all-gather", "none", ())
-        nbytes = st.params * self.weight_bytes
-        parts = [collective(self.hw, "all-gather", [g[i] for g in st.groups], nbytes) for i in range(self.tp)]
-        return merge_concurrent(parts)
+        experts = sum(st.expert_grad_bytes.values()) / self.stage_grad_per_param(rank)
+        return self._replica_collective(
+            rank, "all-gather", (st.params - experts) * self.weight_bytes, experts * self.weight_bytes
+        )
+
+    def stage_grad_per_param(self, rank: int) -> float:
+        """Gradient bytes per parameter of a stage (its ``grad_bytes`` over its ``params``)."""
+        st = self.stages[rank]
+        total = sum(st.grad_bytes.values())
+        return total / st.params if st.params > 0 and total > 0 else 1.0
+
+
+def dp_group_collective(hw: HardwareGraph, groups: list[list[int]], kind: str, nbytes: float) -> Collective:
+    """``kind`` of ``nbytes`` (per tensor rank) over the data-parallel group of every tensor rank at once."""
+    if len(groups) <= 1:
+        return Collective(kind, "none", ())  # type: ignore[arg-type]
+    tp = len(groups[0])
+    return merge_concurrent(
+        [
+            collective(hw, kind, [g[i] for g in groups], nbytes)  # type: ignore[arg-type]
+            for i in range(tp)
+        ]
+    )
+
+
+def expert_groups(groups: list[list[int]], ep: int) -> list[list[list[int]]]:
+    """The replicas (tensor groups) that hold the same experts: expert rank e of every ep group
+    (``plan.experts``: replicas ``k·ep … k·ep + ep − 1`` form one), so routed-expert gradients are reduced
+    over len(groups) / ep replicas, one such set per expert rank."""
+    if ep <= 1:
+        return [groups]
+    return [[groups[k * ep + e] for k in range(len(groups) // ep)] for e in range(ep)]
+
+
+def cp_group_collective(hw: HardwareGraph, groups: list[list[int]], cp: int, kind: str, nbytes: float) -> Collective:
+    """``kind`` of ``nbytes`` (per tensor rank) over every context-parallel group of the stage at once:
+    replicas ``d·cp … d·cp + cp − 1`` (``plan.context``), each tensor rank on its own ring."""
+    if cp <= 1:
+        return Collective(kind, "none", ())  # type: ignore[arg-type]
+    tp = len(groups[0])
+    parts = [
+        collective(hw, kind, [groups[d * cp + c][i] for c in range(cp)], nbytes)  # type: ignore[arg-type]
+        for d in range(len(groups) // cp)
+        for i in range(tp)
+    ]
+    return merge_concurrent(parts)
+
+
+def ep_group_collective(hw: HardwareGraph, groups: list[list[int]], ep: int, nbytes: float) -> Collective:
+    """An all-to-all of ``nbytes`` per tensor rank over every expert-parallel group of the stage at once:
+    replicas ``k·ep … k·ep + ep − 1`` (``plan.experts``), each tensor rank with its peers."""
+    if ep <= 1:
+        return Collective("exchange", "none", ())
+    tp = len(groups[0])
+    parts = [
+        all_to_all(hw, [groups[k * ep + e][i] for e in range(ep)], nbytes)
+        for k in range(len(groups) // ep)
+        for i in range(tp)
+    ]
+    return merge_concurrent(parts)
+
+
+def _context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> ContextComm | None:
+    if cp <= 1:
+        return None
+    cache: dict[tuple[str, float], float] = {}
+
+    def seconds(kind: str, nbytes: float) -> float:
+        hit = cache.get((kind, nbytes))
+        if hit is None:
+            hit = cache[(kind, nbytes)] = cp_group_collective(hw, groups, cp, dp_kind(kind), nbytes).time(hw)
+        return hit
+
+    return ContextComm(cp, seconds)
+
+
+def _shard_comm(
+    project: Project, hw: HardwareGraph, groups: list[list[int]], weight_bytes: float, grad_bytes: float
+) -> ShardComm | None:
+    m = project.mapping
+    if project.run.mode is not Mode.train:
+        return None
+    cache: dict[tuple[str, float], float] = {}
+
+    def seconds(kind: str, nbytes: float) -> float:
+        hit = cache.get((kind, nbytes))
+        if hit is None:
+            hit = cache[(kind, nbytes)] = dp_group_collective(hw, groups, dp_kind(kind), nbytes).time(hw)
+        return hit
+
+    return stage_shard_comm(
+        m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds
+    )
 
 
 def scaled(coll: Collective, fraction: float) -> Collective:
@@ -231,8 +362,31 @@ def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float,
     return optimizer_seconds(dev, placed, params, opt_bytes == ADAM_BYTES_MIXED)
 
 
-def _layers(workload: WorkloadGraph, indices: list[int]) -> list[list[Op]]:
-    return [workload.layer_ops(i) for i in indices]
+def offloaded_activations(res: Residency) -> tuple[float, Residency]:
+    """Training with activations in host memory offloads what the backward needs (Megatron's activation
+    offloading, DeepSpeed's CPU checkpointing): each op computes in device memory as usual, and its stored
+    activations are copied to the host during the forward and back during the backward, overlapped with
+    the compute by the copy engines (``passes.Segment.close``). (host link bytes/s, the residency the ops
+    see: activations in device DRAM.)"""
+    levels = dict(res.levels) | {"activations": "dram"}
+    return res.host_bandwidth, Residency(levels, res.host_bandwidth)
+
+
+def layer_params(workload: WorkloadGraph, indices: list[int], tp: int) -> list[float]:
+    return [params_on_device(workload.layer_ops(i), tp) for i in indices]
+
+
+def gathered_bytes(shard: ShardComm | None, layer_params: list[float]) -> float:
+    """ZeRO-3/FSDP working set: the largest layer's full weights twice (the one computing and the one
+    prefetched or being gathered) and its full gradient before the reduce-scatter."""
+    if shard is None or not shard.gather_weights or not layer_params:
+        return 0.0
+    return max(layer_params) * (2 * shard.weight_bytes + shard.grad_bytes)
+
+
+def _layers(workload: WorkloadGraph, indices: list[int], ep: int = 1, imbalance: float = 1.0) -> list[list[Op]]:
+    """The ops of these layers as one device holds and runs them (expert parallelism: ``plan.experts``)."""
+    return [shard_experts(workload.layer_ops(i), ep, imbalance) for i in indices]
 
 
 def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> Plan:
@@ -245,7 +399,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     formats = resolve_formats(run.dtype, m.formats, m.fidelity)
     elem = dtype_bytes(formats.activations)
     v = m.interleave if m.schedule is Schedule.interleaved else 1
-    groups = stage_groups(hw.devices, m)
+    cp = m.cp if run.mode is Mode.train else 1
+    groups = stage_groups(hw.devices, m if cp == 1 else m.model_copy(update={"dp": m.dp * cp}))
+    mb = m.micro_batch / cp  # samples' worth of tokens one device runs per micro-batch (``plan.context``)
+    ep = m.ep if run.mode is Mode.train else 1
     blocks = workload.block_layers
     if m.stages:
         ordered = sorted(m.stages, key=lambda s: s.stage)
@@ -266,24 +423,37 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         first = groups[r][0][0]
         d = hw.devices[first]
         dev = device_model(d.compute, d.memories, remote_memory(hw, first), run.dtype)
-        ctx = PassContext(
-            dev, m.micro_batch, m.tp, m.sequence_parallel, elem, fused_edges(m.fusion), formats, m.spatial
-        )
+        ctx = PassContext(dev, mb, m.tp, m.sequence_parallel, elem, fused_edges(m.fusion), formats, m.spatial)
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
         ctx.rows_per_sample = workload.tokens_per_sample
-        placed = stage_residency(project, hw, first, dev, [ls for idx in chunk_layers.values()
-                                                             for ls in _layers(workload, idx)], state_per_param, elem)
+        ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
+        per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp)  # weights_by_op
+        ctx.shard = _shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients)
+        ctx.context = _context_comm(hw, groups[r], cp)
+        ctx.expert_parallel = ep
+        placed = stage_residency(
+            project,
+            hw,
+            first,
+            dev,
+            [ls for idx in chunk_layers.values() for ls in _layers(workload, idx, ep, m.expert_imbalance)],
+            per_param,
+            elem,
+        )
         if placed is not None:
             ctx.residency = placed[0].residency
+            if run.mode is Mode.train and ctx.residency.at("activations") == "host":
+                ctx.offload_saved, ctx.residency = offloaded_activations(ctx.residency)
             notes_residency.append((r, *placed))
         passes: dict[tuple[int, str], ChunkPass] = {}
         act: dict[int, float] = {}
         grad: dict[int, float] = {}
+        expert_grad: dict[int, float] = {}
         all_ops: list[Op] = []
         transient = 0.0
         params = 0.0
         for c, idx in chunk_layers.items():
-            layers = _layers(workload, idx)
+            layers = _layers(workload, idx, ep, m.expert_imbalance)
             ops = [op for ls in layers for op in ls]
             all_ops += ops
             passes[(c, "F")] = forward_pass(layers, ctx)
@@ -292,19 +462,21 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 passes[(c, "R")] = forward_pass(layers, ctx, "R")
             elif m.recompute is Recompute.selective:
                 passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True)
-            act[c] = activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem)
+            act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem)  # type: ignore[arg-type]
             if m.recompute is Recompute.full:
                 transient = max(
                     [transient]
                     + [
-                        activation_bytes([ls], m.micro_batch, m.tp, m.sequence_parallel, Recompute.none, elem)
+                        activation_bytes([ls], mb, m.tp, m.sequence_parallel, Recompute.none, elem)  # type: ignore[arg-type]
                         for ls in layers
                     ]
                 )
             p = params_on_device(ops, m.tp)
             params += p
             grad[c] = p * state_per_param.gradients
-        state = model_state(params, state_per_param, m.zero, m.dp)
+            if ep > 1:
+                expert_grad[c] = params_on_device(routed_experts(ops), m.tp) * state_per_param.gradients
+        state = model_state(params, per_param, m.zero, m.dp)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
         opt_bytes = ADAM_BYTES_MIXED if state_per_param.optimizer > 8 else ADAM_BYTES_FP32
@@ -319,12 +491,17 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 act_bytes=act,
                 transient_bytes=transient,
                 state=state,
-                workspace=workspace_bytes(all_ops, m.micro_batch, m.tp, m.sequence_parallel, elem),
+                workspace=workspace_bytes(all_ops, mb, m.tp, m.sequence_parallel, elem)  # type: ignore[arg-type]
+                + gathered_bytes(
+                    ctx.shard, [p for idx in chunk_layers.values() for p in layer_params(workload, idx, m.tp)]
+                ),
                 capacity=device_capacity(hw, first, dev),
                 params=params,
                 grad_bytes=grad,
+                expert_grad_bytes=expert_grad,
                 optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, opt_bytes)
-                if run.mode is Mode.train else 0.0,
+                if run.mode is Mode.train
+                else 0.0,
                 label=f"stage {r}",
                 residency=placed[0] if placed else None,
             )
@@ -333,7 +510,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     for vs in range(m.pp * v - 1):
         last_ops = workload.layer_ops(per_virtual[vs][-1])
         out = last_ops[-1].out_elems if last_ops else 0.0
-        p2p[vs] = out * m.micro_batch * elem / m.tp  # Megatron's scatter/gather: each rank sends 1/tp
+        p2p[vs] = out * mb * elem / m.tp  # Megatron's scatter/gather: each rank sends 1/tp
     per_sample = sum(op.flops + op.backward_flops for op in workload.ops())
     fwd_sample = sum(op.flops for op in workload.ops())
     if run.mode is Mode.train:
@@ -347,6 +524,9 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     else:
         model_flops = hardware_flops = fwd_sample * run.inference.batch
     notes = format_notes(project, stages[0].dev, formats)
+    notes += per_op_notes(formats, [op.name for op in workload.ops()])  # mapping.formats.*_by_op
+    if m.tp_axes is not None:
+        notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()))
     for st in stages:
         forward = Counter()
         for (_c, kind), ps in st.passes.items():
@@ -360,8 +540,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         notes.append("mapping.layer_parallelism (HyPar) partitions training; this inference run ignores it")
     compute = stages[0].dev.compute
     if run.dtype not in compute.peak_flops:
-        notes.append(f"the device has no {run.dtype.value} peak: its matmuls run at the nearest wider type's "
-                     f"({stages[0].dev.peak_flops / 1e12:.0f} TFLOP/s), storage stays {run.dtype.value}")
+        notes.append(
+            f"the device has no {run.dtype.value} peak: its matmuls run at the nearest wider type's "
+            f"({stages[0].dev.peak_flops / 1e12:.0f} TFLOP/s), storage stays {run.dtype.value}"
+        )
     return Plan(
         formats=formats,
         notes=notes,
@@ -373,7 +555,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         micro_batches=micro_batches,
         micro_batch=m.micro_batch,
         tp=m.tp,
-        dp=m.dp,
+        dp=m.dp * cp,  # context ranks are replicas of the stage's tensor group too (``plan.context``)
         schedule=m.schedule,
         elem_bytes=elem,
         stages=stages,
@@ -399,13 +581,31 @@ def format_notes(project: Project, dev: DeviceModel, formats: OpFormats) -> list
     grid = dev.compute.grid
     notes = []
     if not formats.uniform:
-        notes.append(f"formats: weights {formats.weights.value}, activations {formats.activations.value}, "
-                     f"KV cache {formats.kv_cache.value}")
+        notes.append(
+            f"formats: weights {formats.weights.value}, activations {formats.activations.value}, "
+            f"KV cache {formats.kv_cache.value}"
+        )
     if grid is not None:
         r, c = m.spatial.grid or (grid.rows, grid.cols)
-        notes.append(f"each device splits its ops over {min(r, grid.rows)}×{min(c, grid.cols)} cores "
-                     f"({m.spatial.policy.value} split), matrix engine at {formats.fidelity.value}")
+        notes.append(
+            f"each device splits its ops over {min(r, grid.rows)}×{min(c, grid.cols)} cores "
+            f"({m.spatial.policy.value} split), matrix engine at {formats.fidelity.value}"
+        )
     elif m.fidelity is not None or "spatial" in m.model_fields_set:
-        notes.append("mapping.fidelity and mapping.spatial apply to devices with a grid of cores; "
-                     "this device has none, so they are ignored")
+        notes.append(
+            "mapping.fidelity and mapping.spatial apply to devices with a grid of cores; "
+            "this device has none, so they are ignored"
+        )
     return notes
+
+
+def stage_per_param(
+    per_param: StateBytes, formats: OpFormats, workload: WorkloadGraph, chunk_layers: dict[int, list[int]], tp: int
+) -> StateBytes:
+    """Model-state bytes per parameter of one stage: with ``mapping.formats.weights_by_op`` the weights'
+    bytes are the stage's own mean (each op's weights in its format), so weights memory is exact."""
+    if not formats.weights_by_op:
+        return per_param
+    ops = [op for idx in chunk_layers.values() for ls in _layers(workload, idx) for op in ls]
+    held = ((op.name, params_on_device([op], tp)) for op in ops)
+    return replace(per_param, weights=mean_weight_bytes(formats, held))

@@ -109,10 +109,10 @@ class InferenceProgram:
 
     @cached_property
     def phase_ends(self) -> dict[str, tuple]:
-        """Key of the step that ends the prefill of the last micro-batch on the last stage: the batch's
-        first output tokens exist then (time to first token)."""
+        """Keys of the steps that end the prefill of the last and of the first micro-batch on the last stage:
+        the batch's first output tokens exist then (time to first token, ``InferencePhases.first_token_s``)."""
         ph, last = self.phases, self.plan.pp - 1
-        return {"prefill": (INFERENCE, 0, ph.micro_batches - 1, last)}
+        return {"prefill": (INFERENCE, 0, ph.micro_batches - 1, last), "first_prefill": (INFERENCE, 0, 0, last)}
 
     def initial_memory(self, r: int) -> dict[str, float]:
         return {"weights": self.plan.stages[r].state.weights, "gradients": 0.0, "optimizer": 0.0,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from tilewright.engine.plan.passes import ChunkPass
 from tilewright.engine.plan.plan import Plan
+from tilewright.engine.plan.sharding import is_dp
 
 
 def pass_times(plan: Plan, r: int, ps: ChunkPass, replica: int = 0) -> tuple[float, float, float]:
@@ -24,6 +25,14 @@ def pass_times(plan: Plan, r: int, ps: ChunkPass, replica: int = 0) -> tuple[flo
     comm = sum(plan.tp_time(r, replica, *seg.comm) for seg in ps.segments if seg.comm)
     busy = sum(plan.segment_seconds(r, seg) for seg in ps.segments) if ps.has_dram else ps.busy_s
     return busy, ps.compute_s, comm
+
+
+def pass_dp_comm(plan: Plan, r: int, ps: ChunkPass | None) -> float:
+    """Seconds of a pass's sharded-data-parallel collectives (``plan.sharding``), part of its comm time:
+    reported as data-parallel communication, not tensor-parallel."""
+    if ps is None or not ps.has_dp_comm:
+        return 0.0
+    return sum(plan.tp_time(r, 0, *seg.comm) for seg in ps.segments if seg.comm and is_dp(seg.comm[0]))
 
 
 def pass_parts(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:

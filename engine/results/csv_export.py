@@ -1,5 +1,9 @@
 """CSV exports of a result: metrics (with units, energy included), timeline slices, link utilisation (every
-link that carried traffic, inference included), memory occupancy. UTF-8 text."""
+link that carried traffic, inference included), memory occupancy. UTF-8 text.
+
+The four files belong to one run, so the folder is replaced whole (``engine.io.atomic.atomic_folder``): a
+writer killed mid-export leaves the earlier export complete, never a mix of two runs' files. For the same
+reason a folder holding anything but an earlier export is refused rather than replaced."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import csv
 import io
 from pathlib import Path
 
-from tilewright.engine.io.atomic import write_atomic
+from tilewright.engine.io.atomic import atomic_folder, check_replaceable_folder, write_atomic
 from tilewright.engine.results.result import Result
 from tilewright.engine.results.timeline import CATEGORIES
 
@@ -34,6 +38,7 @@ METRIC_UNITS = {
     "energy_sources": "",
 }
 SUFFIX_UNITS = (("bytes", "bytes"), ("_s", "s"), ("_j", "J"))
+CSV_FILES = ("metrics.csv", "timeline.csv", "links.csv", "memory.csv")
 
 
 def _write_rows(path: Path, header: list[str], rows) -> None:
@@ -57,10 +62,20 @@ def metrics_rows(result: Result) -> list[tuple[str, object, str]]:
     return rows
 
 
+def check_csv_folder(folder: str | Path) -> None:
+    """Raise ``InputError`` when ``write_csv`` would refuse ``folder`` (a file, or a folder holding other
+    files): a command checks before its run, not after."""
+    check_replaceable_folder(folder, CSV_FILES)
+
+
 def write_csv(result: Result, folder: str | Path) -> list[Path]:
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / n for n in ("metrics.csv", "timeline.csv", "links.csv", "memory.csv")]
+    """The four CSV files into ``folder``, replacing an earlier export there as one step."""
+    with atomic_folder(folder, allowed=CSV_FILES) as tmp:
+        _write_files(result, [tmp / n for n in CSV_FILES])
+    return [Path(folder) / n for n in CSV_FILES]
+
+
+def _write_files(result: Result, paths: list[Path]) -> None:
     _write_rows(paths[0], ["metric", "value", "unit"], metrics_rows(result))
     tl = result.timeline
     a = tl.arrays()
@@ -100,4 +115,3 @@ def write_csv(result: Result, folder: str | Path) -> list[Path]:
             for cat, vals in tr.by_category.items()
         ),
     )
-    return paths

@@ -153,6 +153,13 @@ class Result:
     energy: Energy | None = None
     # grid devices: per stage and phase, each matmul's split over the cores (where, op, count, split)
     spatial_splits: list[dict[str, Any]] = field(default_factory=list)
+    # per stage: the memory levels its first device keeps state in (``mapping.memory_levels``, else its own
+    # memory) — stage, device, memory_levels (as set), levels [{level, memory, capacity_bytes,
+    # bandwidth_bytes_per_s, categories, track}] ("track": the ``memory`` track of that level's occupancy)
+    residency: list[dict[str, Any]] = field(default_factory=list)
+    # event engine: every DRAM port's traffic over the run — port, memory, owner, interleave, read_bytes,
+    # write_bytes, read_bandwidth_bytes_per_s, write_bandwidth_bytes_per_s (empty: no link series)
+    dram_ports: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def peak_memory_bytes(self) -> float:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from tilewright.engine.ir.mapping import PlacementStrategy, Recompute
-from tilewright.engine.ir.workload import LlamaSpec, TransformerDims, WorkloadSpec
+from tilewright.engine.ir.workload import TransformerDims, WorkloadSpec
+from tilewright.engine.plan.checks import tp_fits_kv_heads
 
 
 @cache
@@ -89,15 +90,16 @@ class Space:
 
 
 def tensor_options(spec: WorkloadSpec, devices: int) -> list[int]:
-    """tp values the model allows: divisors of heads and FFN width (LLaMA: also kv heads); 1 for CNNs,
-    whose layers are not tensor-split (HyPar's per-layer choice covers them)."""
+    """tp values the model allows (``plan.checks``): divisors of heads, FFN width and the experts' width that
+    fit the key/value heads; 1 for CNNs, whose layers are not tensor-split (HyPar's per-layer choice covers
+    them)."""
     if not isinstance(spec, TransformerDims):
         return [1]
     out = []
     for tp in divisors(spec.heads):
-        if tp > devices or spec.ffn_dim % tp:
+        if tp > devices or spec.ffn_dim % tp or (spec.moe is not None and spec.moe.expert_ffn % tp):
             continue
-        if isinstance(spec, LlamaSpec) and tp > spec.kv_heads_n and tp % spec.kv_heads_n:
+        if not tp_fits_kv_heads(tp, spec.kv_heads_n):
             continue
         out.append(tp)
     return out

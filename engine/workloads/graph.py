@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import networkx as nx
-from tilewright.engine.ir.ops import LayerKind, Op
+from tilewright.engine.ir.ops import LayerKind, MoERole, Op
 from tilewright.engine.ir.workload import TransformerDims, WorkloadSpec
 
 
@@ -69,6 +69,16 @@ class WorkloadGraph:
     @property
     def params(self) -> float:
         return sum(op.params for op in self.ops())
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token passes through: a mixture-of-experts layer counts top_k of its routed
+        experts (the "activated parameters" MoE papers quote); equal to ``params`` for a dense model."""
+        total = 0.0
+        for op in self.ops():
+            routed = op.moe is not None and op.moe.role is MoERole.expert
+            total += op.params * op.moe.top_k / op.moe.experts if routed else op.params
+        return total
 
     @property
     def flops_per_sample(self) -> float:

@@ -1,7 +1,14 @@
 """Read a Hugging Face ``config.json`` into a workload spec.
 
-Families: llama and mistral → ``LlamaSpec``; gpt2 and gpt_neox → ``GPTSpec``; bert → ``BertSpec``. The
-family comes from ``model_type``, or from ``architectures`` when ``model_type`` is absent.
+Families (``hf_families``): llama, mistral and mixtral; qwen2 (Qwen2/2.5); gemma and gemma2; phi3; falcon;
+deepseek_v2 and deepseek_v3 → ``LlamaSpec`` with the block variants each needs (head_dim, biases, GeGLU,
+parallel blocks, MQA/GQA, MLA, mixture of experts); gpt2 and gpt_neox → ``GPTSpec``; bert → ``BertSpec``.
+The family comes from ``model_type``, or from ``architectures`` when ``model_type`` is absent.
+
+Nothing is approximated silently: a mixture-of-experts config (``num_local_experts``, ``n_routed_experts``,
+``num_experts``, ``moe_num_experts``) is MoE whatever its model_type says, or refused when its family has no
+MoE reader; encoder-decoder models (``is_encoder_decoder``, e.g. T5) and unknown families are refused; what
+a spec leaves out (soft-capping, ALiBi, multi-token prediction) is written in its comment.
 
 Sequence length: config.json holds the context limit (``max_position_embeddings``: 32k for Mistral, 128k
 for Llama 3.1), not the training length, and attention memory grows with s². The importer therefore takes
@@ -10,7 +17,7 @@ table is sized by the spec's ``seq_len``, so a capped or overridden length chang
 
 Dimensions that decide the model's size are required (a missing one is an error, never a guess); the
 others default as the Hugging Face config classes do (``num_key_value_heads`` = heads, ``n_inner`` = 4h,
-``tie_word_embeddings`` false for llama/mistral).
+``tie_word_embeddings`` false for llama/mistral, true for gemma and falcon).
 """
 
 from __future__ import annotations
@@ -22,26 +29,43 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from tilewright.engine.ir.workload import BertSpec, GPTSpec, LlamaSpec, WorkloadSpec
+from tilewright.engine.ir.workload import WorkloadSpec
+from tilewright.engine.workloads.hf_config import MAX_SEQ_LEN, ConfigError, Reader
+from tilewright.engine.workloads.hf_families import FAMILIES, MOE_AWARE, MOE_KEYS
 
-SUPPORTED_FAMILIES = ("llama", "mistral", "gpt2", "gpt_neox", "bert")
-MAX_SEQ_LEN = 4096
-# ``architectures`` entries start with these (lower-cased, without "_"), e.g. "GPTNeoXForCausalLM".
-_ARCHITECTURE_PREFIXES = (("gptneox", "gpt_neox"), ("gpt2", "gpt2"), ("llama", "llama"), ("mistral", "mistral"),
-                          ("bert", "bert"))
+__all__ = ["MAX_SEQ_LEN", "SUPPORTED_FAMILIES", "ConfigError", "detect_family", "import_hf_config"]
+
+SUPPORTED_FAMILIES = tuple(FAMILIES)
+# ``architectures`` entries start with these (lower-cased, without "_"), e.g. "GPTNeoXForCausalLM"; longer
+# prefixes first (gemma2 before gemma).
+_ARCHITECTURE_PREFIXES = (
+    ("gptneox", "gpt_neox"),
+    ("gpt2", "gpt2"),
+    ("llama", "llama"),
+    ("mistral", "mistral"),
+    ("mixtral", "mixtral"),
+    ("qwen2", "qwen2"),
+    ("gemma2", "gemma2"),
+    ("gemma", "gemma"),
+    ("phi3", "phi3"),
+    ("falcon", "falcon"),
+    ("deepseekv3", "deepseek_v3"),
+    ("deepseekv2", "deepseek_v2"),
+    ("bert", "bert"),
+)
 # Spec field → config key, to name the config's key when the spec rejects a value.
-_SPEC_TO_CONFIG = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-                   "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
-                   "seq_len": "max_position_embeddings"}
-
-
-class ConfigError(ValueError):
-    """A config.json the importer cannot use; ``field`` names the offending key."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
+_SPEC_TO_CONFIG = {
+    "layers": "num_hidden_layers",
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "ffn": "intermediate_size",
+    "vocab": "vocab_size",
+    "seq_len": "max_position_embeddings",
+    "head_dim": "head_dim",
+    "moe": "num_experts_per_tok",
+    "sliding_window": "sliding_window",
+}
 
 
 def import_hf_config(
@@ -57,20 +81,16 @@ def import_hf_config(
     """
     config, default_source = _load(path_or_dict)
     source = source_name or default_source
+    if config.get("is_encoder_decoder"):
+        raise ConfigError(
+            "is_encoder_decoder",
+            "encoder-decoder models (T5, BART, …) are not supported; only decoder-only and encoder-only transformers",
+        )
     family = detect_family(config)
-    reader = _Reader(config, seq_len)
-    match family:
-        case "llama" | "mistral":
-            spec_type, fields, notes = LlamaSpec, _llama(reader), []
-        case "gpt2":
-            spec_type, fields, notes = GPTSpec, _gpt2(reader), []
-        case "gpt_neox":
-            spec_type, fields = GPTSpec, _gpt_neox(reader)
-            notes = ["GPTSpec approximates GPT-NeoX: no untied embed_out (+V·h), learned rather than rotary "
-                     "positions (-s·h), sequential rather than parallel residual"]
-        case _:
-            spec_type, fields, notes = BertSpec, _bert(reader), []
-    notes = [f"{family} config, seq_len {reader.seq_note}"] + reader.notes + notes
+    _refuse_unread_moe(config, family)
+    reader = Reader(config, seq_len)
+    spec_type, fields = FAMILIES[family](reader)
+    notes = [f"{family} config, seq_len {reader.seq_note}", *reader.notes]
     comment = f"Imported from Hugging Face config.json ({source}); " + "; ".join(notes)
     try:
         return spec_type(name=source, comment=comment, **fields)
@@ -78,6 +98,18 @@ def import_hf_config(
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else "config"
         raise ConfigError(_SPEC_TO_CONFIG.get(key, key), err["msg"].removeprefix("Value error, ")) from exc
+
+
+def _refuse_unread_moe(config: Mapping[str, Any], family: str) -> None:
+    """A mixture-of-experts key the family's reader ignores would import a dense model: refuse instead."""
+    for key in MOE_KEYS:
+        value = config.get(key)
+        if value not in (None, 0, 1) and key not in MOE_AWARE.get(family, set()):
+            raise ConfigError(
+                key,
+                f"{value} experts: a mixture-of-experts {family} config is not supported "
+                "(refused rather than imported as a dense model)",
+            )
 
 
 def detect_family(config: Mapping[str, Any]) -> str:
@@ -115,81 +147,3 @@ def _load(path_or_dict: str | PathLike[str] | Mapping[str, Any]) -> tuple[Mappin
         raise ConfigError(str(path), f"expected a JSON object, got {type(config).__name__}")
     folder_name = path.parent.name if path.name == "config.json" else ""
     return config, str(config.get("_name_or_path") or folder_name or path.stem)
-
-
-class _Reader:
-    """Typed access to config keys, raising ``ConfigError`` that names the key."""
-
-    def __init__(self, config: Mapping[str, Any], seq_len: int | None) -> None:
-        self.config = config
-        self.seq_len_override = seq_len
-        self.seq_note = ""
-        self.notes: list[str] = []
-
-    def get_int(self, key: str, default: int | None = None, *alternatives: str) -> int:
-        for name in (key, *alternatives):
-            if self.config.get(name) is not None:
-                return _positive_int(name, self.config[name])
-        if default is None:
-            raise ConfigError(key, "missing")
-        return default
-
-    def seq(self, key: str, default: int, *alternatives: str) -> int:
-        limit = self.get_int(key, default, *alternatives)
-        if self.seq_len_override is not None:
-            self.seq_note = f"{self.seq_len_override} as asked ({key} {limit})"
-            return _positive_int("seq_len", self.seq_len_override)
-        seq = min(limit, MAX_SEQ_LEN)
-        self.seq_note = f"{seq} = min({key} {limit}, {MAX_SEQ_LEN})"
-        return seq
-
-    def dims(self, hidden: str, layers: str, heads: str) -> dict[str, int]:
-        h, a = self.get_int(hidden), self.get_int(heads)
-        if h % a:
-            raise ConfigError(heads, f"{a} does not divide {hidden} ({h})")
-        head_dim = self.config.get("head_dim")
-        if head_dim is not None and head_dim != h // a:
-            raise ConfigError("head_dim", f"{head_dim} differs from {hidden} / {heads} ({h // a}); not supported")
-        return {"hidden": h, "layers": self.get_int(layers), "heads": a, "vocab": self.get_int("vocab_size")}
-
-
-def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(key, f"expected a positive integer, got {value!r}")
-    return value
-
-
-def _llama(r: _Reader) -> dict[str, Any]:
-    fields: dict[str, Any] = r.dims("hidden_size", "num_hidden_layers", "num_attention_heads")
-    kv = r.get_int("num_key_value_heads", fields["heads"])
-    if fields["heads"] % kv:
-        raise ConfigError("num_key_value_heads", f"{kv} does not divide num_attention_heads ({fields['heads']})")
-    tie = r.config.get("tie_word_embeddings", False)
-    if not isinstance(tie, bool):
-        raise ConfigError("tie_word_embeddings", f"expected true or false, got {tie!r}")
-    fields |= {"kv_heads": kv, "ffn": r.get_int("intermediate_size"), "tie_embeddings": tie,
-               "seq_len": r.seq("max_position_embeddings", 2048)}
-    if r.config.get("hidden_act", "silu") != "silu":
-        r.notes.append(f"hidden_act {r.config['hidden_act']!r} built as SwiGLU")
-    return fields
-
-
-def _gpt2(r: _Reader) -> dict[str, Any]:
-    fields: dict[str, Any] = r.dims("n_embd", "n_layer", "n_head")
-    ffn = r.get_int("n_inner", 4 * fields["hidden"])
-    return fields | {"ffn": ffn, "seq_len": r.seq("n_positions", 1024, "n_ctx")}
-
-
-def _gpt_neox(r: _Reader) -> dict[str, Any]:
-    fields: dict[str, Any] = r.dims("hidden_size", "num_hidden_layers", "num_attention_heads")
-    return fields | {"ffn": r.get_int("intermediate_size"), "seq_len": r.seq("max_position_embeddings", 2048)}
-
-
-def _bert(r: _Reader) -> dict[str, Any]:
-    fields: dict[str, Any] = r.dims("hidden_size", "num_hidden_layers", "num_attention_heads")
-    types = r.get_int("type_vocab_size", 2)
-    if types != 2:
-        r.notes.append(f"type_vocab_size {types} built as 2")
-    return fields | {"ffn": r.get_int("intermediate_size"), "seq_len": r.seq("max_position_embeddings", 512)}

@@ -11,7 +11,9 @@ Choices worth knowing:
 - The tied logits op has ``params=0`` (the weight lives in the embedding op) and an explicit
   ``bwd_flops`` of 2× forward, since it still computes both the input and the weight gradient.
 - LLaMA has no biases, no dropout (it trains without), RMSNorm (h parameters) and SwiGLU; rotary
-  position embeddings are elementwise on Q and K and are not modelled as an op.
+  position embeddings are elementwise on Q and K and are not modelled as an op. The LLaMA kind also
+  carries the rotary decoders imported from Hugging Face (Mixtral, Qwen2, Gemma, Phi-3, Falcon, DeepSeek)
+  through the block variants of ``TransformerDims``; GPT keeps learned positions and may untie its logits.
 - BERT is post-norm as published (norm after each residual add, plus one after the embeddings) with
   token-type embeddings (2 types) and the masked-LM head (dense, GeLU, LayerNorm, tied decoder with a
   V-sized bias) computed on every position, as Megatron and Hugging Face do; no pooler/NSP head.
@@ -33,34 +35,26 @@ BERT_TOKEN_TYPES = 2
 
 def build_gpt(spec: GPTSpec) -> WorkloadGraph:
     s, h = spec.seq_len, spec.hidden
-    shape = BlockShape(
-        seq=s, hidden=h, heads=spec.heads, kv_heads=spec.heads, ffn=spec.ffn_dim, gated_mlp=False, bias=True,
-        dropout=True, norm_params=2 * h, pre_norm=True,
-    )
     ops = OpList()
     ops.layer("embedding", LayerKind.embedding)
     _word_embedding(ops, spec)
     ops.add("position_embedding", OpKind.embedding, REP, params=s * h, in_elems=s * h, out_elems=s * h)
     add_dropout(ops, "embedding_dropout", s * h)
-    _blocks(ops, spec, shape)
+    _blocks(ops, spec, dropout=True, pre_norm=True)
     ops.layer("head", LayerKind.head)
-    add_norm(ops, "final_norm", s * h, 2 * h)
-    _logits_and_loss(ops, spec, weight_params=0)
+    add_norm(ops, "final_norm", s * h, _norm_params(spec))
+    _logits_and_loss(ops, spec, weight_params=0 if spec.tie_embeddings else spec.vocab * h)
     return ops.graph(_name(spec), spec, dims=spec)
 
 
 def build_llama(spec: LlamaSpec) -> WorkloadGraph:
     s, h = spec.seq_len, spec.hidden
-    shape = BlockShape(
-        seq=s, hidden=h, heads=spec.heads, kv_heads=spec.kv_heads_n, ffn=spec.ffn_dim, gated_mlp=True,
-        bias=False, dropout=False, norm_params=h, pre_norm=True,
-    )
     ops = OpList()
     ops.layer("embedding", LayerKind.embedding)
     _word_embedding(ops, spec)
-    _blocks(ops, spec, shape)
+    _blocks(ops, spec, dropout=False, pre_norm=True)
     ops.layer("head", LayerKind.head)
-    add_norm(ops, "final_norm", s * h, h)
+    add_norm(ops, "final_norm", s * h, _norm_params(spec))
     _logits_and_loss(ops, spec, weight_params=0 if spec.tie_embeddings else spec.vocab * h)
     return ops.graph(_name(spec), spec, dims=spec)
 
@@ -68,23 +62,19 @@ def build_llama(spec: LlamaSpec) -> WorkloadGraph:
 def build_bert(spec: BertSpec) -> WorkloadGraph:
     s, h = spec.seq_len, spec.hidden
     sh = s * h
-    shape = BlockShape(
-        seq=s, hidden=h, heads=spec.heads, kv_heads=spec.heads, ffn=spec.ffn_dim, gated_mlp=False, bias=True,
-        dropout=True, norm_params=2 * h, pre_norm=False,
-    )
     ops = OpList()
     ops.layer("embedding", LayerKind.embedding)
     _word_embedding(ops, spec)
     ops.add("position_embedding", OpKind.embedding, REP, params=sh, in_elems=sh, out_elems=sh)
     ops.add("token_type_embedding", OpKind.embedding, REP, params=BERT_TOKEN_TYPES * h, in_elems=sh, out_elems=sh)
-    add_norm(ops, "embedding_norm", sh, 2 * h)
+    add_norm(ops, "embedding_norm", sh, _norm_params(spec))
     add_dropout(ops, "embedding_dropout", sh)
-    _blocks(ops, spec, shape)
+    _blocks(ops, spec, dropout=True, pre_norm=False)
     ops.layer("head", LayerKind.head)
     # Megatron's BERT LM head uses a plain (not tensor-parallel) dense layer: every rank runs it whole.
     add_matmul(ops, "mlm_dense", REP, s, h, h, h * h + h)
     ops.add("mlm_activation", OpKind.elementwise, REP, in_elems=sh, out_elems=sh, saved_elems=sh)
-    add_norm(ops, "mlm_norm", sh, 2 * h)
+    add_norm(ops, "mlm_norm", sh, _norm_params(spec))
     _logits_and_loss(ops, spec, weight_params=0, bias=True)
     return ops.graph(_name(spec), spec, dims=spec)
 
@@ -99,11 +89,16 @@ def _word_embedding(ops: OpList, spec: TransformerDims) -> None:
     ops.add("word_embedding", OpKind.embedding, VOCAB, params=spec.vocab * h, in_elems=s, out_elems=s * h)
 
 
-def _blocks(ops: OpList, spec: TransformerDims, shape: BlockShape) -> None:
+def _norm_params(spec: TransformerDims) -> int:
+    return (2 if spec.norm == "layernorm" else 1) * spec.hidden
+
+
+def _blocks(ops: OpList, spec: TransformerDims, *, dropout: bool, pre_norm: bool) -> None:
     block_input = ops.last
     for i in range(spec.layers):
         ops.layer(f"block{i}", LayerKind.transformer)
-        block_input = add_block(ops, shape, block_input)
+        block_input = add_block(ops, BlockShape.of(spec, spec.seq_len, i, dropout=dropout, pre_norm=pre_norm),
+                                block_input)
 
 
 def _logits_and_loss(ops: OpList, spec: TransformerDims, weight_params: int, bias: bool = False) -> None:

@@ -15,13 +15,29 @@ and the ``selective`` ones 5as², giving sh·(10 + 24/t + 5as/(ht)) with tensor 
 The ``attention`` op (QKᵀ and the context matmul, 4·s²·h FLOPs) is marked ``selective`` too although it
 stores nothing: Megatron's selective recomputation re-runs the whole core attention, so recomputing the
 selective ops must also pay for those two matmuls.
+
+Block variants (``TransformerDims`` fields) keep those rules and change shapes:
+
+- ``head_dim`` ≠ h/a and GQA/MQA (``kv_heads``): qkv is h × (a + 2·kv)·d, out_proj a·d × h; attention costs
+  2·s²·a·(d_qk + d_v) FLOPs (4·s²·h for the classic block). A sliding window w makes it s·min(s, w) pairs.
+- ``parallel_block`` (GPT-J, Falcon, Phi-2): attention and MLP read the same normed input (one norm, or
+  two with ``parallel_norms``) and one residual add sums both outputs with the block input.
+- ``sandwich_norm`` (Gemma-2): a norm after out_proj and after mlp_down, before each residual add.
+- ``mla`` (DeepSeek-V2/V3): q_down → q_norm → q_up (or q_proj), kv_down → kv_norm → kv_up replace qkv. The
+  down projections (and their norms) are replicated over tensor parallelism, as in Megatron-Core.
+- ``moe``: a router GEMM (replicated), routing (softmax + top-k), routed expert GEMMs whose FLOPs and
+  activations count token-slots (s · top_k · capacity factor) and whose weights count every expert, shared
+  experts as a dense MLP, and the combine. Each of those ops carries ``Op.moe`` (``ExpertInfo``) for
+  expert parallelism.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from tilewright.engine.ir.ops import OpKind, TensorSplit
+from tilewright.engine.ir.ops import ExpertInfo, MoERole, OpKind, TensorSplit
+from tilewright.engine.ir.workload import MLASpec, MoESpec, TransformerDims
 from tilewright.engine.workloads.builder import OpList
 
 COL, ROW, HEADS, REP = TensorSplit.column, TensorSplit.row, TensorSplit.heads, TensorSplit.replicated
@@ -29,25 +45,72 @@ COL, ROW, HEADS, REP = TensorSplit.column, TensorSplit.row, TensorSplit.heads, T
 
 @dataclass(frozen=True)
 class BlockShape:
-    """What differs between GPT, LLaMA and BERT blocks."""
+    """One block's shape: the family's conventions (dropout, norm placement) and the spec's variants."""
 
     seq: int
     hidden: int
     heads: int
     kv_heads: int
+    head_dim: int
     ffn: int
-    gated_mlp: bool  # SwiGLU: up and gate projections, activation multiplies them
-    bias: bool  # linear layers have biases
+    gated_mlp: bool  # SwiGLU/GeGLU: up and gate projections, activation multiplies them
+    qkv_bias: bool
+    out_bias: bool
+    mlp_bias: bool
     dropout: bool
     norm_params: int  # 2h for LayerNorm (gain, bias), h for RMSNorm (gain)
     pre_norm: bool  # GPT/LLaMA normalise before each sub-block; BERT after the residual add
+    parallel: bool = False
+    parallel_norms: int = 1
+    sandwich: bool = False
+    window: int | None = None  # sliding-window attention span in tokens
+    mla: MLASpec | None = None
+    moe: MoESpec | None = None  # set only on MoE blocks
+
+    @classmethod
+    def of(cls, spec: TransformerDims, seq: int, block: int, *, dropout: bool, pre_norm: bool) -> BlockShape:
+        """Block ``block`` of ``spec`` over ``seq`` tokens."""
+        norm_factor = 2 if spec.norm == "layernorm" else 1
+        moe = spec.moe if spec.moe is not None and spec.moe.is_moe_block(block) else None
+        return cls(
+            seq=seq, hidden=spec.hidden, heads=spec.heads, kv_heads=spec.kv_heads_n, head_dim=spec.head_dim_n,
+            ffn=spec.ffn_dim, gated_mlp=spec.gated_mlp, qkv_bias=spec.qkv_bias, out_bias=spec.out_bias,
+            mlp_bias=spec.mlp_bias, dropout=dropout, norm_params=norm_factor * spec.hidden, pre_norm=pre_norm,
+            parallel=spec.parallel_block, parallel_norms=spec.parallel_norms, sandwich=spec.sandwich_norm,
+            window=spec.window_of(block), mla=spec.mla, moe=moe,
+        )
+
+    @property
+    def q_width(self) -> int:
+        """Width of the attention's output (heads · value width): out_proj's fan-in."""
+        return self.heads * (self.mla.v_head_dim if self.mla is not None else self.head_dim)
 
     @property
     def qkv_width(self) -> int:
-        return self.hidden + 2 * self.kv_heads * (self.hidden // self.heads)
+        return (self.heads + 2 * self.kv_heads) * self.head_dim
 
-    def linear(self, fan_in: int, fan_out: int) -> int:
-        return fan_in * fan_out + (fan_out if self.bias else 0)
+    @property
+    def keys(self) -> int:
+        """Keys each query attends to in training's full-matrix count (s, or the window)."""
+        return min(self.seq, self.window) if self.window is not None else self.seq
+
+    def norm_of(self, width: int) -> int:
+        """Parameters of this block's kind of norm over ``width`` features."""
+        return self.norm_params // self.hidden * width
+
+    @staticmethod
+    def linear(fan_in: int, fan_out: int, bias: bool) -> int:
+        return fan_in * fan_out + (fan_out if bias else 0)
+
+    def mlp_linear(self, fan_in: int, fan_out: int) -> int:
+        return self.linear(fan_in, fan_out, self.mlp_bias)
+
+
+def attention_flops_per_pair(dims: TransformerDims) -> float:
+    """FLOPs of QKᵀ and AV per (query, key) pair over all heads: 2·a·(d_qk + d_v); 4·h for the classic block."""
+    if dims.mla is not None:
+        return 2.0 * dims.heads * (dims.mla.qk_head_dim + dims.mla.v_head_dim)
+    return 4.0 * dims.heads * dims.head_dim_n
 
 
 def add_norm(ops: OpList, name: str, sh: int, params: int, split: TensorSplit = REP, **fields: object) -> str:
@@ -77,44 +140,146 @@ def add_dropout(ops: OpList, name: str, elems: int, split: TensorSplit = REP, **
 
 def add_block(ops: OpList, b: BlockShape, block_input: str) -> str:
     """Append one block's ops to the current layer; returns the name of its last op."""
-    s, h, a = b.seq, b.hidden, b.heads
-    sh, as2 = s * h, a * s * s
+    s, h = b.seq, b.hidden
+    sh = s * h
     norm_first = b.pre_norm
     if norm_first:
         add_norm(ops, "norm1", sh, b.norm_params)
-    qkv_in = ops.last if norm_first else block_input
-    add_matmul(
-        ops, "qkv", COL, s, b.qkv_width, h, b.linear(h, b.qkv_width), saved=s * b.qkv_width, inputs=[qkv_in]
+    attn_in = ops.last if norm_first else block_input
+    mlp_in = attn_in
+    if b.parallel and b.parallel_norms == 2:
+        mlp_in = add_norm(ops, "norm_mlp", sh, b.norm_params, inputs=[block_input])
+    attn_out = _add_attention(ops, b, attn_in)
+    if b.sandwich:
+        attn_out = add_norm(ops, "post_attention_norm", sh, b.norm_params)
+    if b.parallel:
+        mlp_out = _add_mlp(ops, b, mlp_in)
+        return ops.add(
+            "residual", OpKind.elementwise, REP, in_elems=3 * sh, out_elems=sh, inputs=[attn_out, mlp_out, block_input]
+        )
+    residual1 = ops.add(
+        "residual1", OpKind.elementwise, REP, in_elems=2 * sh, out_elems=sh, inputs=[attn_out, block_input]
     )
+    mlp_input = add_norm(ops, "norm2" if norm_first else "norm1", sh, b.norm_params)
+    mlp_out = _add_mlp(ops, b, mlp_input)
+    if b.sandwich:
+        mlp_out = add_norm(ops, "post_mlp_norm", sh, b.norm_params)
+    # Pre-norm: the skip path carries the first residual sum; post-norm: the first norm's output.
+    skip = residual1 if norm_first else mlp_input
+    last = ops.add("residual2", OpKind.elementwise, REP, in_elems=2 * sh, out_elems=sh, inputs=[mlp_out, skip])
+    if not norm_first:
+        last = add_norm(ops, "norm2", sh, b.norm_params)
+    return last
+
+
+def _add_attention(ops: OpList, b: BlockShape, attn_in: str) -> str:
+    """Projections, core attention and the output projection (with its dropout); returns the last op."""
+    s, h, a = b.seq, b.hidden, b.heads
+    as2 = a * s * b.keys
+    inputs: list[str] = []  # the classic block's attention follows qkv
+    if b.mla is not None:
+        qkv_elems, query = _add_mla_projections(ops, b, attn_in)
+        inputs, pair_flops = [query, ops.last], 2.0 * a * (b.mla.qk_head_dim + b.mla.v_head_dim)
+    else:
+        add_matmul(ops, "qkv", COL, s, b.qkv_width, h, b.linear(h, b.qkv_width, b.qkv_bias), saved=s * b.qkv_width,
+                   inputs=[attn_in])
+        qkv_elems, pair_flops = s * b.qkv_width, 4.0 * a * b.head_dim
     ops.add(
-        "attention", OpKind.attention, HEADS, flops=4.0 * s * s * h, in_elems=s * b.qkv_width,
-        out_elems=sh, selective=True,
+        "attention", OpKind.attention, HEADS, flops=pair_flops * s * b.keys, in_elems=qkv_elems,
+        out_elems=s * b.q_width, selective=True, inputs=inputs,
     )
     ops.add("softmax", OpKind.softmax, HEADS, in_elems=as2, out_elems=as2, saved_elems=as2, selective=True)
     if b.dropout:
         add_dropout(ops, "attention_dropout", as2, HEADS, saved_elems=as2, selective=True)
-    add_matmul(ops, "out_proj", ROW, s, h, h, b.linear(h, h), saved=sh)
+    add_matmul(ops, "out_proj", ROW, s, h, b.q_width, b.linear(b.q_width, h, b.out_bias), saved=s * b.q_width)
     if b.dropout:
-        add_dropout(ops, "dropout1", sh)
-    residual1 = ops.add(
-        "residual1", OpKind.elementwise, REP, in_elems=2 * sh, out_elems=sh, inputs=[ops.last, block_input]
-    )
-    mlp_input = add_norm(ops, "norm2" if norm_first else "norm1", sh, b.norm_params)
-    up = add_matmul(ops, "mlp_up", COL, s, b.ffn, h, b.linear(h, b.ffn), inputs=[mlp_input])
+        add_dropout(ops, "dropout1", s * h)
+    return ops.last
+
+
+def _add_mla_projections(ops: OpList, b: BlockShape, attn_in: str) -> tuple[int, str]:
+    """MLA's query and key/value projections (DeepSeek-V2 §2.1.2): the attention's input elements and the
+    query's op (the key/value op is the last one added)."""
+    assert b.mla is not None
+    s, h, a, m = b.seq, b.hidden, b.heads, b.mla
+    q_width, kv_up_width = a * m.qk_head_dim, a * (m.qk_nope_head_dim + m.v_head_dim)
+    if m.q_lora_rank is not None:
+        r = m.q_lora_rank
+        add_matmul(ops, "q_down", REP, s, r, h, b.linear(h, r, b.qkv_bias), inputs=[attn_in])
+        add_norm(ops, "q_norm", s * r, b.norm_of(r))
+        query = add_matmul(ops, "q_up", COL, s, q_width, r, b.linear(r, q_width, False), saved=s * q_width)
+    else:
+        query = add_matmul(ops, "q_proj", COL, s, q_width, h, b.linear(h, q_width, b.qkv_bias), saved=s * q_width,
+                   inputs=[attn_in])
+    latent = m.kv_lora_rank + m.qk_rope_head_dim
+    add_matmul(ops, "kv_down", REP, s, latent, h, b.linear(h, latent, b.qkv_bias), saved=s * m.qk_rope_head_dim,
+               inputs=[attn_in])
+    add_norm(ops, "kv_norm", s * m.kv_lora_rank, b.norm_of(m.kv_lora_rank))
+    add_matmul(ops, "kv_up", COL, s, kv_up_width, m.kv_lora_rank, b.linear(m.kv_lora_rank, kv_up_width, False),
+               saved=s * kv_up_width)
+    return s * (q_width + kv_up_width + m.qk_rope_head_dim), query
+
+
+def _add_mlp(ops: OpList, b: BlockShape, mlp_input: str) -> str:
+    """The dense or mixture-of-experts MLP (with its dropout); returns the last op."""
+    if b.moe is not None:
+        _add_moe(ops, b, b.moe, mlp_input)
+    else:
+        _add_dense_mlp(ops, b, b.ffn, mlp_input, "mlp")
+    if b.dropout:
+        add_dropout(ops, "dropout2", b.seq * b.hidden)
+    return ops.last
+
+
+def _add_dense_mlp(ops: OpList, b: BlockShape, ffn: int, mlp_input: str, prefix: str, **fields: object) -> str:
+    s, h = b.seq, b.hidden
+    up = add_matmul(ops, f"{prefix}_up", COL, s, ffn, h, b.mlp_linear(h, ffn), inputs=[mlp_input], **fields)
     act_inputs = [up]
     if b.gated_mlp:
-        act_inputs.append(add_matmul(ops, "mlp_gate", COL, s, b.ffn, h, b.linear(h, b.ffn), inputs=[mlp_input]))
-    act_in = s * b.ffn * len(act_inputs)
-    ops.add(
-        "activation", OpKind.elementwise, COL, in_elems=act_in, out_elems=s * b.ffn, saved_elems=act_in,
-        inputs=act_inputs,
-    )
-    add_matmul(ops, "mlp_down", ROW, s, h, b.ffn, b.linear(b.ffn, h), saved=s * b.ffn)
-    if b.dropout:
-        add_dropout(ops, "dropout2", sh)
-    # Pre-norm: the skip path carries the first residual sum; post-norm: the first norm's output.
-    skip = residual1 if norm_first else mlp_input
-    last = ops.add("residual2", OpKind.elementwise, REP, in_elems=2 * sh, out_elems=sh, inputs=[ops.last, skip])
-    if not norm_first:
-        last = add_norm(ops, "norm2", sh, b.norm_params)
-    return last
+        act_inputs.append(
+            add_matmul(ops, f"{prefix}_gate", COL, s, ffn, h, b.mlp_linear(h, ffn), inputs=[mlp_input], **fields)
+        )
+    act_in = s * ffn * len(act_inputs)
+    name = "activation" if prefix == "mlp" else f"{prefix}_activation"
+    ops.add(name, OpKind.elementwise, COL, in_elems=act_in, out_elems=s * ffn, saved_elems=act_in, inputs=act_inputs,
+            **fields)
+    return add_matmul(ops, f"{prefix}_down", ROW, s, h, ffn, b.mlp_linear(ffn, h), saved=s * ffn, **fields)
+
+
+def _add_moe(ops: OpList, b: BlockShape, moe: MoESpec, mlp_input: str) -> str:
+    """Router, routing, routed experts, shared experts and the combine; see ``ExpertInfo`` for the metadata."""
+    s, h, e, f = b.seq, b.hidden, moe.experts, moe.expert_ffn
+    slots = s * moe.slots_per_token  # token-slots the routed experts process per sample
+    rows = max(1, math.ceil(slots))  # the stacked GEMM's m (a whole number of rows)
+    fraction = moe.slots_per_token / e
+
+    def info(role: MoERole, dispatch: float = 0.0, combine: float = 0.0) -> ExpertInfo:
+        return ExpertInfo(role=role, experts=e, top_k=moe.top_k, capacity_factor=moe.capacity_factor, tokens=s,
+                          tokens_fraction=fraction, dispatch_elems_per_token=dispatch, combine_elems_per_token=combine)
+
+    a2a = moe.slots_per_token * h  # each token's hidden vector to (and back from) each of its expert slots
+    add_matmul(ops, "router", REP, s, e, h, e * h + (e if moe.router_bias else 0), inputs=[mlp_input],
+               moe=info(MoERole.router))
+    routing = ops.add("routing", OpKind.elementwise, REP, in_elems=s * e, out_elems=s * e, saved_elems=s * e,
+                      moe=info(MoERole.routing))
+
+    def experts(name: str, split: TensorSplit, n: int, k: int, **fields: object) -> str:
+        return ops.add(
+            name, OpKind.matmul, split, flops=2.0 * slots * n * k, params=e * b.mlp_linear(k, n), gemm=(rows, n, k),
+            in_elems=slots * k, out_elems=slots * n, **fields,
+        )
+
+    up = experts("experts_up", COL, f, h, saved_elems=slots * h, inputs=[mlp_input, routing],
+                 moe=info(MoERole.expert, dispatch=a2a))
+    act_inputs = [up]
+    if b.gated_mlp:
+        act_inputs.append(experts("experts_gate", COL, f, h, inputs=[mlp_input, routing], moe=info(MoERole.expert)))
+    act_in = slots * f * len(act_inputs)
+    ops.add("experts_activation", OpKind.elementwise, COL, in_elems=act_in, out_elems=slots * f, saved_elems=act_in,
+            inputs=act_inputs, moe=info(MoERole.expert))
+    combine_inputs = [experts("experts_down", ROW, h, f, saved_elems=slots * f, moe=info(MoERole.expert, combine=a2a))]
+    if moe.shared_ffn:
+        combine_inputs.append(_add_dense_mlp(ops, b, moe.shared_ffn, mlp_input, "shared", moe=info(MoERole.shared)))
+    combine_in = slots * h + (s * h if moe.shared_ffn else 0)
+    return ops.add("combine", OpKind.elementwise, REP, in_elems=combine_in, out_elems=s * h, saved_elems=slots * h,
+                   inputs=combine_inputs, moe=info(MoERole.combine))

@@ -18,27 +18,43 @@ right) and changed where inference differs from training:
   ``sequences`` sequences at once; the model's weights in memory come from the model's own graph;
 - the head computes logits for the last token of each sequence only (decoders sample one token from
   it); an encoder (BERT) keeps its head over every token;
-- no loss, no dropout (inference runs in eval mode).
+- no loss, no dropout (inference runs in eval mode);
+- a sliding window (``TransformerDims.sliding_window``) limits each query to the last w keys; the KV
+  cache is still sized for the whole context (as engines without a ring-buffer cache allocate it);
+- multi-head latent attention caches the latent (kv_lora_rank + qk_rope_head_dim per token and layer,
+  shared by all heads, so replicated over tensor parallelism), as the absorbed-weights kernels of vLLM and
+  SGLang do; the attention FLOPs stay those of the per-head form (2·a·(d_qk + d_v) per pair);
+- a routed-expert op reads the weights of the experts the pass's tokens touch: of ``experts`` experts,
+  each token picking top_k, n tokens touch E·(1 − (1 − k/E)ⁿ) on average (uniform routing), so a decode
+  step of a few sequences reads a fraction of a MoE layer's weights while a long prefill reads all.
 """
 
 from __future__ import annotations
 
 import math
 
-from tilewright.engine.ir.ops import LayerKind, Op, OpKind
-from tilewright.engine.ir.workload import BertSpec, LlamaSpec, TransformerDims
+from tilewright.engine.ir.ops import LayerKind, MoERole, Op, OpKind
+from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.workloads.graph import WorkloadGraph
+from tilewright.engine.workloads.transformer_block import attention_flops_per_pair
 
 DROPPED = {OpKind.dropout, OpKind.loss}
 
 
 def kv_heads(dims: TransformerDims) -> int:
-    return dims.kv_heads_n if isinstance(dims, LlamaSpec) else dims.heads
+    return dims.kv_heads_n
 
 
 def kv_dim(dims: TransformerDims) -> int:
     """Key (or value) elements per token per attention layer: kv_heads · head_dim."""
-    return kv_heads(dims) * (dims.hidden // dims.heads)
+    return kv_heads(dims) * dims.head_dim_n
+
+
+def kv_cache_width(dims: TransformerDims) -> int:
+    """Cached elements per token per attention layer: 2 · kv_heads · head_dim (K and V), or MLA's latent."""
+    if dims.mla is not None:
+        return dims.mla.kv_lora_rank + dims.mla.qk_rope_head_dim
+    return 2 * kv_dim(dims)
 
 
 def kv_cache_bytes(
@@ -47,18 +63,32 @@ def kv_cache_bytes(
 ) -> float:
     """KV cache per device: 2 (K and V) · attention layers · kv_heads · head_dim · tokens · sequences ·
     bytes per element, each sequence's tokens rounded up to whole pages of ``block_tokens``; kv heads are
-    split over ``tp`` devices (replicated when ``tp`` exceeds them, as Megatron and vLLM do)."""
+    split over ``tp`` devices (replicated when ``tp`` exceeds them, as Megatron and vLLM do). MLA caches
+    its latent instead, whole on every tensor-parallel device."""
     paged = math.ceil(tokens / block_tokens) * block_tokens if tokens > 0 else 0
+    if dims.mla is not None:
+        return float(attention_layers * kv_cache_width(dims) * paged * sequences * elem_bytes)
     per_device_heads = max(kv_heads(dims) / tp, 1.0)
-    head_dim = dims.hidden // dims.heads
-    return 2.0 * attention_layers * per_device_heads * head_dim * paged * sequences * elem_bytes
+    return 2.0 * attention_layers * per_device_heads * dims.head_dim_n * paged * sequences * elem_bytes
 
 
-def attention_pairs(tokens: int, context: int, causal: bool) -> float:
-    """(query, key) pairs of ``tokens`` new queries over ``context`` keys, the new ones last."""
+def attention_pairs(tokens: int, context: int, causal: bool, window: int | None = None) -> float:
+    """(query, key) pairs of ``tokens`` new queries over ``context`` keys, the new ones last; with a
+    ``window`` each query sees at most the last ``window`` keys (itself included)."""
     if not causal:
-        return float(tokens * context)
-    return tokens * (context - tokens) + tokens * (tokens + 1) / 2
+        return float(tokens * min(context, window) if window is not None else tokens * context)
+    if window is None or window >= context:
+        return tokens * (context - tokens) + tokens * (tokens + 1) / 2
+    # query at position p (0-based) sees min(p + 1, window) keys; p runs over the last `tokens` positions
+    first = context - tokens
+    ramp_end = min(max(window - 1, first), context)  # positions p < window - 1 see p + 1 keys
+    ramp = (ramp_end * (ramp_end + 1) - first * (first + 1)) / 2
+    return ramp + (context - ramp_end) * window
+
+
+def touched_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Experts that ``tokens`` tokens reach on average when each picks ``top_k`` of ``experts`` uniformly."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
 def inference_graph(
@@ -73,7 +103,8 @@ def inference_graph(
     base = build_workload(dims.model_copy(update={"seq_len": tokens}))
     encoder = isinstance(dims, BertSpec)
     head = {li.index for li in base.layers if li.kind is LayerKind.head}
-    kv, h, heads = kv_dim(dims), dims.hidden, dims.heads
+    width, heads, per_pair = kv_cache_width(dims), dims.heads, attention_flops_per_pair(dims)
+    block = {li.index: i for i, li in enumerate(li for li in base.layers if li.kind is LayerKind.transformer)}
     alias: dict[str, str] = {}  # a dropped op → the op whose output stands in for its output
     ops: list[Op] = []
     prev = ""
@@ -87,15 +118,19 @@ def inference_graph(
         if op.kind is OpKind.embedding:
             update |= {"params": float(sequences * op.out_elems), "in_elems": float(tokens)}
         elif op.kind is OpKind.attention:
-            cached = 2.0 * (context - tokens) * kv
+            cached = float((context - tokens) * width)
+            window = dims.window_of(block[op.layer])
             update |= {
-                "flops": 4.0 * h * attention_pairs(tokens, context, causal=fused),
+                "flops": per_pair * attention_pairs(tokens, context, causal=fused, window=window),
                 "in_elems": op.in_elems + cached,
                 "cache_elems": cached,
             }
         elif op.kind is OpKind.softmax:  # materialised: the t × c scores of every head
             scores = float(heads * tokens * context)
             update |= {"in_elems": scores, "out_elems": scores, "saved_elems": scores}
+        elif op.moe is not None and op.moe.role is MoERole.expert and op.params:
+            reached = touched_experts(op.moe.experts, op.moe.top_k, tokens * sequences)
+            update |= {"params": op.params * reached / op.moe.experts}
         elif op.layer in head and not encoder and op.kind is OpKind.matmul:  # logits of the last token
             m, n, k = op.gemm
             update |= {"flops": op.flops / m, "in_elems": op.in_elems / m, "out_elems": op.out_elems / m,

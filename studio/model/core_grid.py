@@ -10,12 +10,26 @@ row-major order, so that is what is marked here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from tilewright.engine.ir.hardware import Component
+from tilewright.engine.ir.project import Project
 from tilewright.engine.ir.tile_grid import TileGrid
+from tilewright.engine.perf.spatial_chip import grid_chip
+from tilewright.studio.model.split_traffic import (
+    OpGemm,
+    SplitShape,
+    block_bytes,
+    core_blocks,
+    format_traffic,
+    multicast_loads,
+    op_dram,
+    op_gemm,
+    parse_shape,
+    workload_gemms,
+)
 from tilewright.studio.units import BYTES, format_value
 
 _HEAD = re.compile(r"^\s*(?:(2)-D\s+(\d+)\s*[×x]\s*(\d+)|(1)-D\s+(\d+))")
@@ -47,6 +61,12 @@ class CoreUse:
     a_along: str = ""
     b_along: str = ""
     label: str = ""
+    shape: SplitShape | None = None  # the split in full (blocks in tiles), when the text gives it
+    gemm: OpGemm | None = None  # the op's GEMM on one device, when the workload has it: bytes follow
+    dram_read_bps: float = 0.0  # the device's DRAM as the cost model reads it (interleaved pages), B/s; 0: none
+    dram_write_bps: float = 0.0
+    dram_local_bps: float = 0.0  # bank-adjacent readers (a DRAM-sharded B), B/s
+    dram_name: str = ""
 
     @property
     def cores(self) -> int:
@@ -107,3 +127,94 @@ def multicast_lines(mask: np.ndarray, use: CoreUse) -> list[tuple[str, tuple[int
         if len(used_rows) > 1:
             out.append(("A" if use.a_along == "all" else "B", (used_rows[0], 0), (used_rows[-1], 0)))
     return out
+
+
+def grid_device(component: Component) -> Component | None:
+    """The first component at or below ``component`` with a grid of cores (where the run's splits were
+    made)."""
+    if core_grid(component) is not None:
+        return component
+    for child in component.children:
+        found = grid_device(child)
+        if found is not None:
+            return found
+    return None
+
+
+def op_uses(project: Project, rows: list[dict[str, Any]]) -> list[tuple[str, CoreUse]]:
+    """(chooser text, ``CoreUse``) per row of ``Result.spatial_splits``, each with its full split, its GEMM
+    (bytes of blocks, multicast and DRAM) when they can be read back, and the device's DRAM bandwidth as
+    the cost model sees it (``perf.spatial_chip``)."""
+    device = grid_device(project.hardware)
+    grid = core_grid(device) if device is not None else None
+    ops = workload_gemms(project)
+    dram = next((m for m in device.memories if m.kind.value != "sram"), None) if device is not None else None
+    chip = grid_chip(device.compute, dram) if device is not None and device.compute is not None else None
+    bandwidth = {}
+    if chip is not None and chip.has_dram and dram is not None:
+        bandwidth = {"dram_read_bps": chip.dram_read_Bps(), "dram_write_bps": chip.dram_write_Bps(),
+                     "dram_local_bps": chip.dram_read_Bps(interleaved=False), "dram_name": dram.name}
+    out = []
+    for row in rows:
+        text = str(row.get("split", ""))
+        use = parse_split(text, f"{row['op']} ({row['where']})")
+        if use is None:
+            continue
+        shape = parse_shape(text)
+        gemm = op_gemm(project, str(row["op"]), shape, grid.tile, ops) if shape is not None and grid else None
+        out.append((f"{split_label(row)}: {text}", replace(use, shape=shape, gemm=gemm, **bandwidth)))
+    return out
+
+
+def core_block_caption(use: CoreUse) -> str:
+    """"block per core 16 × 48 tiles = 512 × 1536 elements · 1.5 MiB bf16 (block row, block column)"."""
+    s, g = use.shape, use.gemm
+    if s is None:
+        return ""
+    tiles = f"block per core {s.per_m} × {s.per_n} tiles"
+    if g is None:
+        return tiles
+    return (f"{tiles} = {s.per_m * g.tile} × {s.per_n * g.tile} elements · "
+            f"{format_traffic(block_bytes(s, g))} {g.fmt_a}")
+
+
+def traffic_caption(use: CoreUse, grid_rows: int, grid_cols: int) -> list[str]:
+    """The op's NoC multicast per link and its DRAM bytes, one line each (empty without the GEMM)."""
+    s, g = use.shape, use.gemm
+    if s is None or g is None:
+        return []
+    loads = multicast_loads(grid_rows, grid_cols, s, g)
+    parts = []
+    for operand in ("A", "B"):
+        mine = [ld.nbytes for ld in loads if ld.operand == operand]
+        if mine:
+            parts.append(f"{operand} {format_traffic(max(mine))}/link on {len(mine)} links")
+    d = op_dram(s, g)
+    dram = (f"DRAM per op: read A {format_traffic(d.read_a)} + B {format_traffic(d.read_b)}, "
+            f"write {format_traffic(d.write)}")
+    noc = ["NoC multicast per op: " + " · ".join(parts), "(bars between cores: bytes per link, red = busiest)"]
+    return (noc if parts else []) + [dram]
+
+
+def core_tooltip(use: CoreUse, row: int, col: int, grid_rows: int, grid_cols: int) -> str:
+    """What core (row, col) does in the op: which output block it holds (block and element ranges of C),
+    its size in tiles and bytes, and where its operands come from; or that the op leaves it idle."""
+    s, g = use.shape, use.gemm
+    head = f"core ({row}, {col})"
+    if s is None:
+        return f"{head}: {use.label}"
+    br, bc, grp = (int(v) for v in core_blocks(grid_rows, grid_cols, s)[row, col])
+    if br < 0:
+        return f"{head}: idle in {use.label}"
+    lines = [f"{head}: output block ({br}, {bc})" + (f", K group {grp}" if s.k_split > 1 else "") + f" of {use.label}"]
+    if g is not None:
+        t = g.tile
+        m0, n0 = br * s.per_m * t, bc * s.per_n * t
+        lines.append(f"C rows {m0}–{m0 + s.per_m * t - 1}, columns {n0}–{n0 + s.per_n * t - 1} (elements)")
+    lines.append(core_block_caption(use))
+    if s.kind == "2d":
+        lines.append(f"A panel from core ({row}, {grp * s.cols}) along the row, "
+                     f"B panel from core (0, {col}) down the column")
+    else:
+        lines.append(f"{'A' if s.kind == '1d_in0' else 'B'} from core (0, 0), multicast to every used core")
+    return "\n".join(lines)

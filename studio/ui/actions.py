@@ -12,6 +12,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu, QStyle, QToolBar
 from tilewright.studio.icons import icon
 from tilewright.studio.ui.results.export_menu import ResultExports
+from tilewright.studio.ui.serving import serving_action
 
 if TYPE_CHECKING:
     from tilewright.studio.ui.main_window import MainWindow
@@ -45,6 +46,7 @@ class Actions:
     snap: QAction | None = None
     link_mode: QAction | None = None
     play: QAction | None = None
+    allow_large: QAction | None = None  # Run ▸ Allow Large Runs: no question before a run past the size limits
     exports: ResultExports | None = None  # File ▸ Export (canvas, project, plots, CSV, trace)
 
 
@@ -72,12 +74,14 @@ def build_actions(w: MainWindow) -> Actions:
     redo.setIcon(std(QStyle.StandardPixmap.SP_ArrowForward))
     a = Actions(
         new=_action(w, "&New", w.new_project, Key.New, std(QStyle.StandardPixmap.SP_FileIcon), "new project"),
-        open=_action(w, "&Open…", w.open_dialog, Key.Open, std(QStyle.StandardPixmap.SP_DialogOpenButton),
-                     "open a project file"),
+        open=_action(
+            w, "&Open…", w.open_dialog, Key.Open, std(QStyle.StandardPixmap.SP_DialogOpenButton), "open a project file"
+        ),
         save=_action(w, "&Save", w.save, Key.Save, std(QStyle.StandardPixmap.SP_DialogSaveButton), "save"),
         save_as=_action(w, "Save &As…", w.save_as, Key.SaveAs),
-        import_model=_action(w, "&Import model config…", w.import_model_config,
-                             tip="a Hugging Face config.json becomes the workload"),
+        import_model=_action(
+            w, "&Import model config…", w.import_model_config, tip="a Hugging Face config.json becomes the workload"
+        ),
         export=_action(w, "&Export…", w.export, tip="the canvas as PNG, or the hardware as a system JSON"),
         quit=_action(w, "&Quit", w.close, Key.Quit),
         undo=undo,
@@ -133,6 +137,10 @@ def _menus(w: MainWindow, a: Actions) -> None:
     run = bar.addMenu("&Run")
     run.addActions([a.run, a.cancel])
     run.addAction(a.play)
+    run.addSeparator()
+    run.addAction(serving_action(w))  # Run ▸ Serve…: the serving window (studio.ui.serving)
+    run.addSeparator()
+    run.addAction(a.allow_large)
     bar.addMenu("&Help").addAction(a.about)
 
 
@@ -153,8 +161,15 @@ def _toolbar(w: MainWindow, a: Actions) -> None:
     w.addToolBar(tb)
 
 
-def _toggle(w: MainWindow, text: str, slot, shortcut: str | None, tip: str, checked: bool = False,  # noqa: ANN001
-            icon_name: str | None = None) -> QAction:
+def _toggle(
+    w: MainWindow,
+    text: str,
+    slot,
+    shortcut: str | None,
+    tip: str,
+    checked: bool = False,  # noqa: ANN001
+    icon_name: str | None = None,
+) -> QAction:
     action = QAction(text, w)
     if icon_name:
         action.setIcon(icon(icon_name))
@@ -171,12 +186,37 @@ def _toggle(w: MainWindow, text: str, slot, shortcut: str | None, tip: str, chec
 def _canvas_actions(w: MainWindow, a: Actions) -> None:
     """Canvas modes, demo and presentation (toggles, so menus show their state)."""
     a.snap = _toggle(w, "&Snap to Grid", w.canvas.set_snap, None, "moves snap to a quarter of a cell", True)
-    a.link_mode = _toggle(w, "Draw &Links", w.canvas.set_link_mode, "L",
-                          "drag from one component to another to link them (Shift-drag works any time)",
-                          icon_name="link")
-    a.presentation = _toggle(w, "&Presentation Mode", w.set_presentation, "F11",
-                             "full screen, large fonts, editing locked (F11)", icon_name="presentation")
+    a.link_mode = _toggle(
+        w,
+        "Draw &Links",
+        w.canvas.set_link_mode,
+        "L",
+        "drag from one component to another to link them (Shift-drag works any time)",
+        icon_name="link",
+    )
+    a.presentation = _toggle(
+        w,
+        "&Presentation Mode",
+        w.set_presentation,
+        "F11",
+        "full screen, large fonts, editing locked (F11)",
+        icon_name="presentation",
+    )
     w.addAction(a.presentation)  # the shortcut must work while the menu bar is hidden in full screen
-    a.play = _toggle(w, "&Play Run on Canvas", w.canvas.demo.set_playing, "Space",
-                     "animate the last run on the canvas (Space)", icon_name="play")
+    a.play = _toggle(
+        w,
+        "&Play Run on Canvas",
+        w.canvas.demo.set_playing,
+        "Space",
+        "animate the last run on the canvas (Space)",
+        icon_name="play",
+    )
     w.canvas.demo.playingChanged.connect(a.play.setChecked)
+    a.allow_large = _toggle(
+        w,
+        "Allow &Large Runs",
+        w.set_allow_large,
+        None,
+        "start runs past the size limits without asking (they may take long or run out of memory; Cancel stops them)",
+        w.allow_large,
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 from tilewright.engine.results.result import Result
-from tilewright.studio.model.core_grid import parse_split, split_label
+from tilewright.studio.model.core_grid import op_uses
 from tilewright.studio.model.metrics import time_span
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.results.time_cursor import TimeCursor
@@ -27,6 +27,7 @@ MODES = [(Overlay.stages, "Pipeline stages"), (Overlay.cursor, "Heat at cursor")
 
 class DemoBar(QWidget):
     playingChanged = Signal(bool)
+    opChosen = Signal(object)  # the CoreUse of the op chosen in the chooser, or None
 
     def __init__(self, overlay: OverlayController, parent: QWidget | None = None):
         super().__init__(parent)
@@ -149,17 +150,17 @@ class DemoBar(QWidget):
         self.op_box.blockSignals(True)
         self.op_box.clear()
         self.op_box.addItem("none", None)
-        for row in rows:
-            use = parse_split(str(row.get("split", "")), f"{row['op']} ({row['where']})")
-            if use is not None:
-                self.op_box.addItem(f"{split_label(row)}: {row['split']}", use)
+        for text, use in op_uses(self.overlay.doc.project, rows) if rows else []:
+            self.op_box.addItem(text, use)
         self.op_box.blockSignals(False)
         has_ops = self.op_box.count() > 1
         self.op_label.setVisible(has_ops)
         self.op_box.setVisible(has_ops)
+        self.opChosen.emit(None)  # a new run (or none): no op chosen yet
 
     def _op_chosen(self, _index: int) -> None:
         self.overlay.set_core_use(self.op_box.currentData())
+        self.opChosen.emit(self.op_box.currentData())
 
     def _update_enabled(self) -> None:
         self._fill_ops()

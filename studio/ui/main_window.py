@@ -10,15 +10,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, Signal
 from PySide6.QtGui import QCloseEvent, QFont
-from PySide6.QtWidgets import QApplication, QDockWidget, QFileDialog, QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QWidget,
+)
 from tilewright.engine.errors import InputError
 from tilewright.engine.io import dumps_stable, load_project, read_json, write_atomic
+from tilewright.engine.plan.budget import estimate
 from tilewright.engine.workloads import ConfigError, import_hf_config
 from tilewright.studio.commands import AddChild, RemoveChildren, ReplaceWorkload
 from tilewright.studio.document import ProjectDocument
+from tilewright.studio.exporting import write_image
 from tilewright.studio.icons import icon
+from tilewright.studio.model.core_grid import core_grid, grid_device
+from tilewright.studio.opening import opening_job, opens_in_background, too_large_to_open
 from tilewright.studio.run_controller import RunController
 from tilewright.studio.samples import new_project
 from tilewright.studio.settings import add_recent_file, recent_files
@@ -36,7 +48,7 @@ from tilewright.studio.ui.selection import Selection
 from tilewright.studio.ui.settle import SettleGate
 from tilewright.studio.ui.status import StatusBar
 from tilewright.studio.ui.workload_panel import WorkloadPanel
-from tilewright.studio.workers import SimulateFn
+from tilewright.studio.workers import Job, Relay, SimulateFn, fast_switching, start
 
 LAYOUT_VERSION = 1
 PRESENTATION_SCALE = 1.3
@@ -51,6 +63,9 @@ def _model_name(path: Path) -> str | None:
 
 
 class MainWindow(QMainWindow):
+    # A project finished opening: at once, or once a worker built the layout of a large one.
+    opened = Signal()
+
     def __init__(self, doc: ProjectDocument, settings: QSettings, persist: bool = True,
                  parent: QWidget | None = None, simulate: SimulateFn | None = None):
         super().__init__(parent)
@@ -58,6 +73,7 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.persist = persist  # False for scripted screenshots: never save their layout
         self.presenting = False
+        self.allow_large = False  # runs past the size limits ask first (see ``run_simulation``)
         self.selection = Selection(doc, self)
         self.runner = RunController(parent=self, gate=SettleGate(self).call, simulate=simulate)
         self.time_cursor = TimeCursor(self)  # shared by the result views and the canvas
@@ -74,6 +90,13 @@ class MainWindow(QMainWindow):
         self._add_docks()
         self.status = StatusBar(doc, self)
         self.setStatusBar(self.status)
+        self.opening: Job | None = None  # the job building a large project's layout (``open_project``)
+        self.busy = QProgressBar(self)  # shown while it works
+        self.busy.setRange(0, 0)
+        self.busy.setMaximumWidth(160)
+        self.busy.setTextVisible(False)
+        self.busy.hide()
+        self.status.addPermanentWidget(self.busy)
         self.actions_ = build_actions(self)
         self._connect()
         self._update_title()
@@ -119,6 +142,13 @@ class MainWindow(QMainWindow):
         self.results.follow(self.runner)
         self.canvas.set_time_cursor(self.time_cursor)  # the canvas heat map and demo follow the same cursor
         self.runner.finished.connect(lambda result, _s: self.canvas.show_result(result))
+        self.canvas.demo.opChosen.connect(self._op_chosen)
+
+    def _op_chosen(self, use: Any) -> None:
+        """The op chosen on the canvas: the link view lists its multicast and DRAM traffic too."""
+        device = grid_device(self.doc.project.hardware)
+        grid = core_grid(device) if device is not None else None
+        self.results.links.set_op(use, (grid.rows, grid.cols) if grid is not None else (0, 0))
 
     def _update_title(self) -> None:
         where = self.doc.file_path.name if self.doc.file_path else "not saved"
@@ -179,10 +209,84 @@ class MainWindow(QMainWindow):
         except InputError as exc:
             self.show_error("Cannot open project", str(exc))
             return False
-        self.doc.replace(project, Path(path))
-        add_recent_file(self.settings, Path(path))
-        self.show_message(f"opened {path}")
+        too_large = [] if self.allow_large else too_large_to_open(project)
+        if too_large:
+            self.show_error("Cannot open project", "\n".join(f"{path}: {p}" for p in too_large) + "\nDrawing it "
+                            "would take very long and may exhaust memory; Run ▸ Allow Large Runs lets it open.")
+            return False
+        self.open_project(project, Path(path))
         return True
+
+    def open_project(self, project: Any, path: Path | None = None) -> None:
+        """Show ``project`` (read from ``path``): at once, or — when drawing it means elaborating a large
+        system (``studio.opening``) — once a worker has built its layout, with a busy indicator meanwhile
+        and the current project locked. ``opened`` fires when it is shown; a newer open wins."""
+        if not opens_in_background(project):
+            if self.opening is not None:
+                self.opening.cancel()  # overtaken by this one
+            self.opening = None
+            self._end_busy()
+            self._show_project(project, path)
+            return
+        job = opening_job(project)
+        Relay(
+            self,
+            job,
+            finished=lambda ready, _s: self._opened(job, ready, path),
+            failed=lambda message: self._open_failed(job, path or project.name, message),
+            progress=lambda _f, text: self._opening_progress(job, text),
+            stopped=lambda: self._opened(job, None, path),
+        )
+        was_opening = self.opening is not None
+        if was_opening:
+            self.opening.cancel()  # overtaken: its worker stops at its next check
+        self.opening = job
+        self._start_busy(f"opening {path.name if path else project.name}: building the device graph…", was_opening)
+        start(job)
+
+    def _show_project(self, project: Any, path: Path | None) -> None:
+        self.doc.replace(project, path)
+        if path is not None:
+            add_recent_file(self.settings, path)
+            self.show_message(f"opened {path}")
+        self.opened.emit()
+
+    def _opened(self, job: Job, project: Any, path: Path | None) -> None:
+        if job is not self.opening:
+            return  # an older open, overtaken
+        self.opening = None
+        self._end_busy()
+        if project is not None:
+            self._show_project(project, path)
+
+    def _open_failed(self, job: Job, where: object, message: str) -> None:
+        if job is self.opening:
+            self.opening = None
+            self._end_busy()
+            self.show_error("Cannot open project", f"{where}: {message}")
+
+    def _opening_progress(self, job: Job, text: str) -> None:
+        if job is self.opening and text:
+            self.status.showMessage(f"opening: {text}…")
+
+    def _start_busy(self, text: str, already: bool) -> None:
+        """While a project opens: the busy bar, a message, no edits to the project still shown, no run."""
+        self.busy.setToolTip(text)
+        self.busy.show()
+        self.status.showMessage(text)
+        self.doc.read_only = True
+        self.actions_.run.setEnabled(False)
+        if not already:
+            fast_switching(True)  # the GUI thread gets the GIL back within 0.1 ms of asking
+
+    def _end_busy(self) -> None:
+        if self.busy.isHidden():
+            return
+        self.busy.hide()
+        self.status.clearMessage()
+        self.doc.read_only = self.presenting
+        self.actions_.run.setEnabled(not self.runner.running)
+        fast_switching(False)
 
     def save(self) -> bool:
         if self.doc.file_path is None:
@@ -235,16 +339,19 @@ class MainWindow(QMainWindow):
         if not path:
             return False
         target = Path(path)
-        if target.suffix.lower() == ".png":
-            ok = self.canvas.view.grab().save(str(target))
-        elif target.suffix.lower() == ".json":
-            write_atomic(target, dumps_stable(self.doc.project.hardware.model_dump(mode="json")))
-            ok = True
-        else:
+        if target.suffix.lower() not in (".png", ".json"):
             self.show_error("Cannot export", f"{target}: choose a .png or .json file name")
             return False
-        self.show_message(f"exported {target}" if ok else f"could not write {target}")
-        return ok
+        try:  # both written atomically: a studio killed mid-export leaves the old file whole
+            if target.suffix.lower() == ".png":
+                write_image(self.canvas.view.grab(), target)
+            else:
+                write_atomic(target, dumps_stable(self.doc.project.hardware.model_dump(mode="json")))
+        except OSError as exc:
+            self.show_error("Cannot export", f"{target}: {exc.strerror or exc}")
+            return False
+        self.show_message(f"exported {target}")
+        return True
 
     # -- edit ---------------------------------------------------------------------------------------
     def _edit(self, action: Any) -> bool:
@@ -293,16 +400,52 @@ class MainWindow(QMainWindow):
 
     # -- run ----------------------------------------------------------------------------------------
     def run_simulation(self) -> bool:
-        started = self.runner.run(self.doc.project)
+        """Run the project on a worker. A run past the size limits asks first (``ask_run_anyway``),
+        unless Run ▸ Allow Large Runs (``--allow-large``) is on. None starts while a project opens."""
+        if self.opening is not None:
+            return False
+        project = self.doc.project
+        allow_large = self.allow_large
+        if not allow_large and not self.runner.running:
+            problems = estimate(project).problems()  # from the IR alone: milliseconds, fine on this thread
+            if problems:
+                if not self.ask_run_anyway([str(p) for p in problems]):
+                    self.status.set_run_state("run not started: past the size limits")
+                    return False
+                allow_large = True
+        started = self.runner.run(project, allow_large=allow_large)
         if started:
             self.status.set_run_state("running…")
         return started
+
+    def set_allow_large(self, on: bool) -> None:
+        """Runs past the size limits start without asking (``tilewright studio --allow-large``)."""
+        self.allow_large = bool(on)
+        toggle = getattr(getattr(self, "actions_", None), "allow_large", None)
+        if toggle is not None and toggle.isChecked() != self.allow_large:
+            toggle.setChecked(self.allow_large)
+
+    def ask_run_anyway(self, problems: list[str]) -> bool:
+        """The size limits refuse this run: run anyway? (Replaced in tests.)"""
+        box, run_anyway = self.run_anyway_box(problems)
+        box.exec()
+        return box.clickedButton() is run_anyway
+
+    def run_anyway_box(self, problems: list[str]) -> tuple[QMessageBox, Any]:
+        """The question ``ask_run_anyway`` asks, and its "Run Anyway" button (Cancel is the default)."""
+        text = "This run is past the size limits:\n\n" + "\n".join(f"• {p}" for p in problems)
+        text += "\n\nIt may take very long or run out of memory. Cancel stops it at any time."
+        box = QMessageBox(QMessageBox.Icon.Warning, "Run past the size limits?", text,
+                          QMessageBox.StandardButton.Cancel, self)
+        run_anyway = box.addButton("Run Anyway", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        return box, run_anyway
 
     def cancel_run(self) -> None:
         self.runner.cancel()
 
     def _on_running(self, running: bool) -> None:
-        self.actions_.run.setEnabled(not running)
+        self.actions_.run.setEnabled(not running and self.opening is None)
         self.actions_.cancel.setEnabled(running)
 
     # -- presentation, layout, closing --------------------------------------------------------------
@@ -373,6 +516,10 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.runner.cancel()
+        if self.opening is not None:  # a large project still opening: its worker stops
+            self.opening.cancel()
+            self.opening = None
+            self._end_busy()
         if self.persist:
             self.save_layout()
         self.set_presentation(False)  # the application font is shared: give it back

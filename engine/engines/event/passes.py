@@ -19,7 +19,8 @@ from tilewright.engine.engines.event.traffic import WHOLE_GROUP, Unit, dram_usag
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.plan import Plan
-from tilewright.engine.plan.timing import pass_times
+from tilewright.engine.plan.sharding import is_dp, spans_replicas
+from tilewright.engine.plan.timing import pass_dp_comm, pass_times
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
 
@@ -45,7 +46,7 @@ class PassRunner:
         self._traffic: dict[tuple, list[tuple[dict[int, float], float]]] = {}
         self._arrived: dict[tuple, int] = {}
         self._barriers: dict[tuple, simpy.Event] = {}
-        self._collective_seq: dict[tuple[int, Unit], int] = {}
+        self._collective_seq: dict[tuple[int, Unit, str], int] = {}
 
     # --- collectives and meetings --------------------------------------------------------------------
     def _collective(self, coll: Collective) -> Generator:
@@ -73,13 +74,19 @@ class PassRunner:
             self._start(coll).callbacks.append(lambda _e: done.succeed())
         return done
 
-    def _tensor_collective(self, r: int, u: Unit, coll: Collective) -> Generator:
+    def _tensor_collective(self, r: int, u: Unit, coll: Collective, data_parallel: bool = False) -> Generator:
+        """A segment's collective: on the replica's tensor group, or (``data_parallel``: ``plan.sharding``,
+        ``plan.context``) over the stage's replicas, which every unit of the stage reaches."""
         if u[1] == WHOLE_GROUP:
             yield from self._collective(coll)
             return
-        seq = self._collective_seq.get((r, u), 0)
-        self._collective_seq[(r, u)] = seq + 1
-        yield self._meet(("tp", r, u[0], seq), self.plan.tp, coll)
+        group = "dp" if data_parallel else "tp"
+        seq = self._collective_seq.get((r, u, group), 0)
+        self._collective_seq[(r, u, group)] = seq + 1
+        if data_parallel:
+            yield self._meet(("dp-pass", r, seq), self.plan.tp * self.plan.dp, coll)
+        else:
+            yield self._meet(("tp", r, u[0], seq), self.plan.tp, coll)
 
     # --- passes --------------------------------------------------------------------------------------
     def _run_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger) -> Generator:
@@ -104,15 +111,19 @@ class PassRunner:
             self.rec.slice(lane, start, took, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
             if seg.comm:
                 start = env.now
-                yield from self._tensor_collective(r, u, plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1]))
-                ledger.times["tp_comm"] += env.now - start
+                coll = plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
+                yield from self._tensor_collective(r, u, coll, spans_replicas(seg.comm[0]))
+                comm_cat = "dp_comm" if is_dp(seg.comm[0]) else "tp_comm"
+                ledger.times[comm_cat] += env.now - start
                 label = f"{seg.comm[0]} {seg.label}"
-                self.rec.slice(lane, start, env.now - start, "tp_comm", label, r, step.micro_batch, seg.layer)
+                self.rec.slice(lane, start, env.now - start, comm_cat, label, r, step.micro_batch, seg.layer)
 
     def _fast_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger, defer: bool) -> float | None:
         """Account a pass that needs no flows (private or no tensor-parallel links, no DRAM streams) and
         return how long to wait, or None when it must run segment by segment on the network."""
         if ps.has_dram or not (self.plan.tp == 1 or (r, u[0]) in self.private_tp):
+            return None
+        if ps.has_dp_comm and (self.net.contention or u[1] != WHOLE_GROUP):  # shares links with the replicas
             return None
         now = self.env.now
         t0 = now + self._owed.get((r, u), 0.0)
@@ -127,7 +138,9 @@ class PassRunner:
             times = ledger.times
             times[cat] += compute
             times["memory_stall"] += busy - compute
-            times["tp_comm"] += comm
+            sharded = pass_dp_comm(self.plan, r, ps)  # ZeRO-2/3 collectives inside the pass
+            times["tp_comm"] += comm - sharded
+            times["dp_comm"] += sharded
             t = t0 + busy + comm
             self.rec.timeline.add(self.lanes[(r, u)], t0, t - t0, cat, label, r, step.micro_batch, -1)
             if u[1] in (WHOLE_GROUP, 0):  # one unit books its tensor group's traffic, spread over the pass
@@ -178,7 +191,8 @@ class PassRunner:
                 for ph in coll.phases:
                     start = self.net.account(ph.usage, ph.bytes_per_member, start) + ph.latency_s
             dur = self.plan.tp_time(r, u[0], seg.comm[0], seg.comm[1])
-            times["tp_comm"] += dur
-            self.rec.slice(lane, t, dur, "tp_comm", f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
+            comm_cat = "dp_comm" if is_dp(seg.comm[0]) else "tp_comm"
+            times[comm_cat] += dur
+            self.rec.slice(lane, t, dur, comm_cat, f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
             t += dur
         return t

@@ -138,7 +138,7 @@ class Simulation(PassRunner):
                     before = env.now
                     if ready is None:
                         ready = self._event(dep_key)
-                    if not ready.triggered:
+                    if not ready.processed:  # a transfer's timeout is triggered when created: wait for it
                         yield ready
                     if env.now > before:  # waited: for the transfer, or for the producer (bubble)
                         cause = dep_key

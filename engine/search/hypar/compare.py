@@ -53,7 +53,7 @@ def comparison_projects(base: Project, best: Partition) -> tuple[Project, Projec
 
 def summary(result: Result) -> dict[str, Any]:
     t = result.time_breakdown_s
-    return {
+    out = {
         "iteration_time_s": result.iteration_time_s,
         "comm_s": sum(t.get(k, 0.0) for k in COMM),
         "compute_s": t.get("compute", 0.0) + t.get("memory_stall", 0.0),
@@ -61,6 +61,9 @@ def summary(result: Result) -> dict[str, Any]:
         "peak_memory_bytes": result.peak_memory_bytes,
         "out_of_memory": result.oom is not None,
     }
+    if result.spatial_splits:  # a grid of cores per accelerator: how each forward op was split over them
+        out["spatial_splits"] = list(result.spatial_splits)
+    return out
 
 
 def compare(base: Project, best: Partition) -> dict[str, Any]:
@@ -81,8 +84,10 @@ def compare(base: Project, best: Partition) -> dict[str, Any]:
 def compare_text(sim: dict[str, Any]) -> str:
     def line(name: str, s: dict[str, Any]) -> str:
         oom = ", OUT OF MEMORY" if s["out_of_memory"] else ""
+        splits = _split_kinds(s.get("spatial_splits", []))
         return (f"  {name:<14} {s['iteration_time_s']:10.4f} s per step, comm {s['comm_s']:.4f} s, compute "
-                f"{s['compute_s']:.4f} s, peak memory {s['peak_memory_bytes'] / 2**30:.2f} GiB{oom}")
+                f"{s['compute_s']:.4f} s, peak memory {s['peak_memory_bytes'] / 2**30:.2f} GiB{oom}"
+                + (f"; per chip, forward ops split {splits}" if splits else ""))
 
     return "\n".join([
         f"Simulated on {sim['system']} ({sim['engine']} engine):",
@@ -90,3 +95,12 @@ def compare_text(sim: dict[str, Any]) -> str:
         line("data parallel", sim["all_dp"]),
         f"  speed-up of HyPar over data parallelism: {sim['speedup']:.3f}×" if sim["speedup"] else "",
     ]).rstrip()
+
+
+def _split_kinds(rows: list[dict[str, Any]]) -> str:
+    """How many forward ops each kind of split took over an accelerator's cores: "12 × 2-D, 4 × 1-D"."""
+    kinds: dict[str, int] = {}
+    for row in rows:
+        kind = str(row["split"]).split(" ", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + int(row["count"])
+    return ", ".join(f"{n} × {k}" for k, n in kinds.items())

@@ -18,9 +18,10 @@ from tilewright.engine.ir.ops import Op
 from tilewright.engine.jobs import Reporter
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
-from tilewright.engine.plan.passes import PassContext, backward_pass, forward_pass
+from tilewright.engine.plan.passes import backward_pass, forward_pass
 from tilewright.engine.search.multilevel.fusion import FusedLayer, optimize_layer
 from tilewright.engine.search.multilevel.netdims import Dim
+from tilewright.engine.search.op_settings import OpSettings
 
 
 @dataclass
@@ -64,12 +65,21 @@ def _signature(ops: list[Op]) -> tuple:
 
 
 def tensor_costs(
-    layers: list[list[Op]], blocks: list[int], dev: DeviceModel, fusion_dev: DeviceModel, degrees: list[int],
-    mb: int, sp: bool, recompute: Recompute, elem: int, report: Reporter | None = None,
+    layers: list[list[Op]],
+    blocks: list[int],
+    dev: DeviceModel,
+    fusion_dev: DeviceModel,
+    degrees: list[int],
+    mb: int,
+    sp: bool,
+    recompute: Recompute,
+    settings: OpSettings,
+    report: Reporter | None = None,
 ) -> TensorCosts:
     """Tables for every tensor degree in ``degrees``; identical layers are optimised once. ``report`` gets
     a fraction (and is checked for a cancel) per degree: each solves a fusion programme per layer kind."""
     report = report or Reporter()
+    elem = settings.elem_bytes
     out = TensorCosts()
     extra = 1.0 + (1 / 3 if recompute is Recompute.full else 0.0)  # a recomputed forward ≈ ⅓ of F+B
     block_set = set(blocks)
@@ -79,12 +89,12 @@ def tensor_costs(
         cache: dict[tuple, FusedLayer] = {}
         parts = {"first": Part(), "block": Part(), "last": Part()}
         acts = ws = 0.0
-        ctx = PassContext(dev, mb, t, sp_t, elem)
+        ctx = settings.context(dev, mb, t, sp_t)
         for i, ops in enumerate(layers):
             key = _signature(ops)
             layer = cache.get(key)
             if layer is None:
-                layer = cache[key] = optimize_layer(ops, fusion_dev, mb, t, sp_t, elem)
+                layer = cache[key] = optimize_layer(ops, fusion_dev, mb, t, sp_t, elem, settings)
             part = parts["block" if i in block_set else ("first" if i < blocks[0] else "last")]
             part.fused_s += layer.optimized_s * extra
             part.default_s += layer.default_s * extra

@@ -13,6 +13,11 @@ Variables, per layer (ops in order, i → i+1 an edge when i+1 consumes i's outp
                 by a fused edge share k; weights that do not fit in half the SRAM are re-read per tile;
   t_i ≥ 0       op time, t_i ≥ compute_i and t_i ≥ HBM bytes_i / bandwidth (the roofline's max).
 Minimise Σ t_i. Solved with ``scipy.optimize.milp`` (HiGHS).
+
+Ops are costed with the mapping's tensor formats and spatial policy (``search.op_settings``). A device
+with a grid of cores splits each op over its cores and keeps fused intermediates on chip itself
+(``perf.spatial_op``), and an SRAM-only tile follows the engine's tiling model: for both the layer's time
+is the engine's op model, unfused, and the programme is not run.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.op_cost import TP_SPLITS, op_time, shard
 from tilewright.engine.plan.passes import collective_between
+from tilewright.engine.search.op_settings import OpSettings
 
 TILE_LEVELS = 6  # row tiles of 1, 1/2, …, 1/32 of the micro-batch
 
@@ -52,18 +58,35 @@ def _edges(ops: list[Op], tp: int) -> list[int]:
     return out
 
 
-def optimize_layer(ops: list[Op], dev: DeviceModel, micro_batch: int, tp: int, sp: bool, elem: int) -> FusedLayer:
+def optimize_layer(
+    ops: list[Op],
+    dev: DeviceModel,
+    micro_batch: int,
+    tp: int,
+    sp: bool,
+    elem: float,
+    settings: OpSettings | None = None,
+) -> FusedLayer:
     n = len(ops)
+    formats, spatial = (settings.formats, settings.spatial) if settings is not None else (None, None)
+    if dev.compute.grid is not None:  # the engine's spatial model, unfused
+        busy = sum(
+            op_time(op, dev, micro_batch, tp, sp, bwd, elem, False, False, formats, spatial).busy_s
+            for op in ops
+            for bwd in (False, True)
+        )
+        return FusedLayer(busy, busy, [], [1.0] * n, [[op.name] for op in ops])
     bw = dev.dram_bandwidth
     sram = dev.sram_bytes
+    weight_bytes = settings.weight_bytes if settings is not None else elem
     compute, traffic, weights, out_b, in_b = [], [], [], [], []
     for op in ops:
-        f = op_time(op, dev, micro_batch, tp, sp, False, elem)
-        b = op_time(op, dev, micro_batch, tp, sp, True, elem)
+        f = op_time(op, dev, micro_batch, tp, sp, False, elem, formats=formats)
+        b = op_time(op, dev, micro_batch, tp, sp, True, elem, formats=formats)
         compute.append(f.compute_s + b.compute_s)
         traffic.append((f.memory_s + b.memory_s) * bw)  # the engine's forward + backward bytes
         k = shard(op, tp, sp)
-        weights.append(3 * op.params / (tp if op.split in TP_SPLITS else 1) * elem)  # read fwd, read + grad bwd
+        weights.append(3 * op.params / (tp if op.split in TP_SPLITS else 1) * weight_bytes)  # read fwd, read + grad bwd
         out_b.append(op.out_elems * micro_batch / k * elem)
         in_b.append(op.in_elems * micro_batch / k * elem)
     default = sum(max(c, t / bw) for c, t in zip(compute, traffic, strict=True))
@@ -113,8 +136,13 @@ def optimize_layer(ops: list[Op], dev: DeviceModel, micro_batch: int, tp: int, s
     upper[:nt] = np.inf
     integrality = np.ones(nv)
     integrality[:nt] = 0
-    res = milp(c, constraints=LinearConstraint(np.array(rows), lo, hi), integrality=integrality,
-               bounds=Bounds(lower, upper), options={"time_limit": 10.0})
+    res = milp(
+        c,
+        constraints=LinearConstraint(np.array(rows), lo, hi),
+        integrality=integrality,
+        bounds=Bounds(lower, upper),
+        options={"time_limit": 10.0},
+    )
     if res.x is None:
         return FusedLayer(default, default, [], [1.0] * n, [[op.name] for op in ops])
     x = res.x

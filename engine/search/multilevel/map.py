@@ -22,8 +22,7 @@ from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.hardware import elaborate, grow
-from tilewright.engine.ir.common import dtype_bytes
-from tilewright.engine.ir.mapping import Schedule, StagePlacement
+from tilewright.engine.ir.mapping import Schedule, StagePlacement, tp_axes_for
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
@@ -33,6 +32,7 @@ from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
 from tilewright.engine.search.multilevel import milp as ml
 from tilewright.engine.search.multilevel.costs import params_per_tensor_rank, tensor_costs
 from tilewright.engine.search.multilevel.netdims import Dim, network_dims
+from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.space import tensor_options
 from tilewright.engine.workloads import build_workload
 
@@ -73,11 +73,17 @@ def _stages(project: Project, layout: ml.Layout, dims: list[Dim], n_layers: int,
 def mapped_project(project: Project, layout: ml.Layout, dims: list[Dim]) -> Project:
     workload = build_workload(project.workload)
     m = project.mapping
-    mapping = m.model_copy(update={
-        "tp": layout.degrees["tp"], "pp": layout.degrees["pp"], "dp": layout.degrees["dp"], "interleave": 1,
-        "schedule": Schedule.one_f_one_b if m.schedule is Schedule.interleaved else m.schedule,
-        "stages": _stages(project, layout, dims, len(workload.layers), workload.block_layers),
-    })
+    mapping = m.model_copy(
+        update={
+            "tp": layout.degrees["tp"],
+            "tp_axes": tp_axes_for(m.tp_axes, layout.degrees["tp"]),
+            "pp": layout.degrees["pp"],
+            "dp": layout.degrees["dp"],
+            "interleave": 1,
+            "schedule": Schedule.one_f_one_b if m.schedule is Schedule.interleaved else m.schedule,
+            "stages": _stages(project, layout, dims, len(workload.layers), workload.block_layers),
+        }
+    )
     return project.model_copy(update={"mapping": type(m).model_validate(mapping.model_dump())})
 
 
@@ -90,40 +96,69 @@ def build_problem(
     n = m.devices
     root = grow(project.hardware, n)
     if root.device_count() != n:
-        raise InputError(project.name, Problem(
-            "mapping", f"tp·pp·dp = {n} devices, the system has {root.device_count()}: the multi-level mapping "
-                       "lays out every device of the system"))
+        raise InputError(
+            project.name,
+            Problem(
+                "mapping",
+                f"tp·pp·dp = {n} devices, the system has {root.device_count()}: the multi-level mapping "
+                "lays out every device of the system",
+            ),
+        )
     hw = elaborate(root)
     dims = network_dims(root, hw)
     workload = build_workload(project.workload)
-    elem = dtype_bytes(run.dtype)
+    settings = OpSettings.of(project, workload)
+    elem = settings.elem_bytes
     first = hw.devices[0]
     dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
     fusion_dev = dev
-    if sram_mb is not None or dev.sram_bytes <= 0:
+    if dev.compute.grid is not None:
+        notes.append(
+            "each chip splits its ops over its grid of cores (the engine's spatial model, unfused): "
+            "the fusion programme does not run there"
+        )
+    elif sram_mb is not None or dev.sram_bytes <= 0:
         mb_ = DEFAULT_SRAM_MB if sram_mb is None else sram_mb
         if sram_mb is None:
             notes.append(f"the device lists no SRAM; fusion assumes {mb_:g} MB on chip (A100's L2); set --sram-mb")
         fusion_dev = dataclasses.replace(dev, sram_bytes=mb_ * 1e6)
     layers = [workload.layer_ops(li.index) for li in workload.layers]
-    degrees = ml.degree_options(n, m.global_batch, m.micro_batch, len(workload.block_layers),
-                                tensor_options(project.workload, n))
+    degrees = ml.degree_options(
+        n, m.global_batch, m.micro_batch, len(workload.block_layers), tensor_options(project.workload, n)
+    )
     if m.sequence_parallel:
         seq = getattr(project.workload, "seq_len", 1)
         degrees["tp"] = [t for t in degrees["tp"] if seq % t == 0]
-    costs = tensor_costs(layers, workload.block_layers, dev, fusion_dev, degrees["tp"], m.micro_batch,
-                         m.sequence_parallel, m.recompute, elem, report)
-    per_param = bytes_per_param(elem, run.master_weights_fp32, run.optimizer)
+    costs = tensor_costs(
+        layers,
+        workload.block_layers,
+        dev,
+        fusion_dev,
+        degrees["tp"],
+        m.micro_batch,
+        m.sequence_parallel,
+        m.recompute,
+        settings,
+        report,
+    )
+    per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer)  # type: ignore[arg-type]
     last_block = workload.layer_ops(workload.block_layers[0])
     pb = ml.Problem(
-        dims=dims, devices=n, global_batch=m.global_batch, micro_batch=m.micro_batch,
-        layers=len(workload.block_layers), params=params_per_tensor_rank(layers, 1),
-        state_per_param=(per_param.weights, per_param.gradients, per_param.optimizer), zero=min(m.zero, 1),
-        capacity=device_capacity(hw, 0, dev), grad_bytes_per_param=per_param.gradients,
+        dims=dims,
+        devices=n,
+        global_batch=m.global_batch,
+        micro_batch=m.micro_batch,
+        layers=len(workload.block_layers),
+        params=params_per_tensor_rank(layers, 1),
+        state_per_param=(per_param.weights, per_param.gradients, per_param.optimizer),
+        zero=min(m.zero, 1),
+        capacity=device_capacity(hw, 0, dev),
+        grad_bytes_per_param=per_param.gradients,
         optimizer_bytes_per_param=ADAM_BYTES_MIXED if per_param.optimizer > 8 else ADAM_BYTES_FP32,
         hbm_bandwidth=dev.dram_bandwidth,
         hop_bytes=last_block[-1].out_elems * m.micro_batch * elem if last_block else 0,
-        degrees=degrees, costs=costs,
+        degrees=degrees,
+        costs=costs,
     )
     return pb, dims, workload
 
@@ -139,7 +174,11 @@ def _engine_time(project: Project) -> float | None:
 
 
 def multilevel_map(
-    project: Project, sram_mb: float | None = None, check: bool = True, *, progress: ProgressFn | None = None,
+    project: Project,
+    sram_mb: float | None = None,
+    check: bool = True,
+    *,
+    progress: ProgressFn | None = None,
     cancel: CancelFn | None = None,
 ) -> MapResult:
     """Both levels of ``project``'s mapping optimised; with ``check``, both mappings also run on the analytic
@@ -155,9 +194,14 @@ def multilevel_map(
     report(0.5 if check else 0.8, "map: solving the inter-chip programme (MILP)")
     best = ml.solve(pb, fused=True)
     if best is None:
-        raise InputError(project.name, Problem(
-            "mapping", "no tp/pp/dp layout fits the devices' memory (state shrinks with tp·pp; stage 0 holds up to "
-                       "one micro-batch of every layer's activations)"))
+        raise InputError(
+            project.name,
+            Problem(
+                "mapping",
+                "no tp/pp/dp layout fits the devices' memory (state shrinks with tp·pp; stage 0 holds up to "
+                "one micro-batch of every layer's activations)",
+            ),
+        )
     m = project.mapping
     default = ml.row_major_layout(pb, m.tp, m.pp, m.dp)
     if default is not None and all(default.degrees[k] in pb.degrees[k] for k in ml.PARS):
@@ -183,8 +227,9 @@ def multilevel_map(
         engine_unfused = _engine_time(unfused)
     report(1.0, "map: done")
     sram = DEFAULT_SRAM_MB * 1e6 if sram_mb is None else sram_mb * 1e6
-    return MapResult(dims, default, best, inter, mapped, engine_default, engine_opt, engine_unfused, groups, sram,
-                     notes)
+    return MapResult(
+        dims, default, best, inter, mapped, engine_default, engine_opt, engine_unfused, groups, sram, notes
+    )
 
 
 def with_fusion(project: Project, groups: list[list[str]]) -> Project:
@@ -237,8 +282,11 @@ def map_text(r: MapResult) -> str:
         deg = lay.degrees
         return f"  {name:<10} tp {deg['tp']} pp {deg['pp']} dp {deg['dp']}  ({dims})  predicted {lay.time_s:.4g} s"
 
-    lines = ["multi-level mapping (per dimension: tp/pp/dp)", line("default", r.default),
-             line("optimized", r.optimized)]
+    lines = [
+        "multi-level mapping (per dimension: tp/pp/dp)",
+        line("default", r.default),
+        line("optimized", r.optimized),
+    ]
     if r.gain:
         lines.append(f"  predicted gain ×{r.gain:.3f} (inter-chip alone ×{r.default.time_s / r.inter_only.time_s:.3f})")
     if r.fused_groups:

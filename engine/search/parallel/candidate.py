@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Recompute, Schedule
+from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Recompute, Schedule, tp_axes_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +20,20 @@ class Candidate:
     zero: int = 0
     placement: PlacementStrategy = PlacementStrategy.row_major
     rank_order: str = "tp-dp-pp"
+    # the dimensions ``extended`` explores, each timed by the plan and the analytic engine
+    ep: int = 1  # expert parallelism (MoE): routed experts over ep of the dp replicas
+    cp: int = 1  # context parallelism: each sequence over cp ranks, devices tp·pp·dp·cp
+    fsdp: bool = False  # FSDP FULL_SHARD (zero 3 with prefetch)
+    offload: str | None = None  # host memory holding the optimizer state (mapping.memory_levels)
 
     @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def extended(self) -> bool:
+        """Uses a dimension the fast evaluator does not time (``extended``): ep, cp, ZeRO-2/3, offload."""
+        return self.ep > 1 or self.cp > 1 or self.zero >= 2 or self.fsdp or self.offload is not None
 
     @property
     def schedule(self) -> Schedule:
@@ -48,9 +58,19 @@ class Candidate:
             "placement": self.placement,
             "rank_order": self.rank_order,
             "stages": [],
+            "ep": self.ep,
+            "cp": self.cp,
+            "fsdp": self.fsdp,
         }
+        if self.fsdp:
+            fields |= {"zero": 3, "overlap_param_gather": True}
         if base is None:
+            if self.offload is not None:
+                fields["memory_levels"] = {"optimizer": self.offload}
             return Mapping(**fields)
+        fields["tp_axes"] = tp_axes_for(base.tp_axes, self.tp)  # a 2-D layout only while it fits
+        if self.offload is not None:
+            fields["memory_levels"] = {**base.memory_levels, "optimizer": self.offload}
         return Mapping(**{**base.model_dump(), **fields})
 
     def as_json(self) -> dict[str, Any]:
@@ -66,6 +86,10 @@ class Candidate:
             "zero": self.zero,
             "placement": self.placement.value,
             "rank_order": self.rank_order,
+            "ep": self.ep,
+            "cp": self.cp,
+            "fsdp": self.fsdp,
+            "offload_optimizer": self.offload,
         }
 
     def label(self) -> str:
@@ -76,8 +100,16 @@ class Candidate:
             parts.append(f"rc-{self.recompute.value}")
         if self.sequence_parallel:
             parts.append("sp")
-        if self.zero:
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.fsdp:
+            parts.append("fsdp")
+        elif self.zero:
             parts.append(f"zero{self.zero}")
+        if self.offload is not None:
+            parts.append(f"opt->{self.offload}")
         if self.placement is not PlacementStrategy.row_major:
             parts.append(self.placement.value)
         if self.rank_order != "tp-dp-pp":

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.engine.perf.collective_grid import TIE
 from tilewright.engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, candidates, collective, point_to_point
 from tilewright.engine.plan.placement import placement_order
 from tilewright.engine.plan.plan import merge_concurrent
@@ -52,6 +53,40 @@ class Envelope:
         return min(line.at(nbytes) for line in self.lines)
 
 
+class EngineChoice:
+    """Concurrent collectives as ``Plan.dp_collective`` times them: each group picks the algorithm cheapest
+    for it alone (``perf.collective_grid.grid_collective``, ties to the first), then the groups' picks
+    share the links (``merge_concurrent``). Each group's algorithms are lines in the message size, so the
+    picks at a size are read off them; each distinct tuple of picks is merged and fitted once."""
+
+    def __init__(self, hw: HardwareGraph, alone: list[dict[str, tuple[Collective, Collective]]], ref: float) -> None:
+        self.hw = hw
+        self.alone = alone  # per group: algorithm → its decomposition at ref and at ref / 2 bytes
+        self.ref = ref
+        self.lines = [{a: _fit(c1, c2, hw, ref) for a, (c1, c2) in g.items()} for g in alone]
+        self._merged: dict[tuple[str, ...], Linear] = {}
+
+    def at(self, nbytes: float) -> float:
+        picks = tuple(self._pick(lines, nbytes) for lines in self.lines)
+        line = self._merged.get(picks)
+        if line is None:
+            at_ref = merge_concurrent([g[a][0] for g, a in zip(self.alone, picks, strict=True)])
+            at_half = merge_concurrent([g[a][1] for g, a in zip(self.alone, picks, strict=True)])
+            line = self._merged[picks] = _fit(at_ref, at_half, self.hw, self.ref)
+        return line.at(nbytes)
+
+    @staticmethod
+    def _pick(lines: dict[str, Linear], nbytes: float) -> str:
+        names = iter(lines)
+        best = next(names)
+        best_t = lines[best].at(nbytes)
+        for a in names:
+            t = lines[a].at(nbytes)
+            if t < best_t * (1 - TIE):
+                best, best_t = a, t
+        return best
+
+
 def _fit(at_ref: Collective, at_half: Collective, hw: HardwareGraph, ref: float) -> Linear:
     """An algorithm's line: read off its phases when their latencies do not grow with the size (exactly
     as before), else through its times at ``ref`` and ``ref / 2`` bytes."""
@@ -79,7 +114,7 @@ class CommModel:
         self.hw = hw
         self._orders: dict[tuple[PlacementStrategy, int], tuple[int, ...]] = {}
         self._linear: dict[tuple, Linear] = {}
-        self._envelopes: dict[tuple, Envelope] = {}
+        self._envelopes: dict[tuple, Envelope | EngineChoice] = {}
         self._small: dict[tuple, float] = {}
         self._groups: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self.decompositions = 0  # how many collectives were decomposed on the topology (for reports)
@@ -157,21 +192,24 @@ class CommModel:
         parts = [collective(self.hw, kind, list(g), nbytes) for g in groups]  # type: ignore[arg-type]
         return merge_concurrent(parts)
 
-    def _envelope(self, kind: str, groups: tuple[tuple[int, ...], ...]) -> Envelope:
-        """Every algorithm the engine may pick for these groups (those all groups can run, merged across
-        the groups as ``Plan.dp_collective`` merges them), each as a line in the message size."""
+    def _envelope(self, kind: str, groups: tuple[tuple[int, ...], ...]) -> Envelope | EngineChoice:
+        """Every algorithm the engine may pick for these groups, each as a line in the message size: one
+        group takes the cheapest; several concurrent ones follow the engine's per-group pick
+        (``EngineChoice``)."""
         self.decompositions += 1
         ref, half = REFERENCE_BYTES, REFERENCE_BYTES / 2
-        by_size = []
-        for n in (ref, half):
-            per_group = [candidates(self.hw, kind, list(g), n) for g in groups]  # type: ignore[arg-type]
-            names = [c.algorithm for c in per_group[0]]
-            common = [a for a in names if all(any(c.algorithm == a for c in cs) for cs in per_group)]
-            by_size.append({
-                a: merge_concurrent([next(c for c in cs if c.algorithm == a) for cs in per_group]) for a in common
-            })
-        lines = tuple(_fit(by_size[0][a], by_size[1][a], self.hw, ref) for a in by_size[0] if a in by_size[1])
-        return Envelope(lines)
+        alone: list[dict[str, tuple[Collective, Collective]]] = []
+        for g in groups:
+            at_ref = candidates(self.hw, kind, list(g), ref)  # type: ignore[arg-type]
+            at_half = {c.algorithm: c for c in candidates(self.hw, kind, list(g), half)}  # type: ignore[arg-type]
+            alone.append({c.algorithm: (c, at_half[c.algorithm]) for c in at_ref if c.algorithm in at_half})
+        if len(groups) == 1:
+            return Envelope(tuple(_fit(c1, c2, self.hw, ref) for c1, c2 in alone[0].values()))
+        if all(len(g) == 1 for g in alone):  # no choice anywhere (a switched cluster): one merged line
+            picks = [next(iter(g.values())) for g in alone]
+            at_ref, at_half = merge_concurrent([p[0] for p in picks]), merge_concurrent([p[1] for p in picks])
+            return Envelope((_fit(at_ref, at_half, self.hw, ref),))
+        return EngineChoice(self.hw, alone, ref)
 
     def p2p_time(self, src: tuple[int, ...], dst: tuple[int, ...], nbytes: float) -> float:
         """Member i of ``src`` sends ``nbytes`` to member i of ``dst``, all at once."""

@@ -10,24 +10,33 @@ The reduction of a chunk starts at that chunk's last backward, as in the analyti
 the pipeline, stage pp−1 ends earlier by the backward wave's trip back to stage 0 but may hold more
 parameters (a head), so both are checked. Memory is evaluated first (``memory``), because most of a
 large search space does not fit and costs nothing more to reject.
+
+Ops are costed with the plan's own ``PassContext`` (``search.op_settings``): per-tensor formats and
+fidelity, fusion, the spatial split over a grid device's cores and per-op fixed costs count as they do in
+the engines. With ``mapping.memory_levels``, each candidate's residency is resolved by the plan's rule
+(``plan.residency.resolve``) from its stage-0 sizes; it then decides the op traffic, the optimizer
+step's streams and the per-level capacity check.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.hardware.interleave import stream_usage
-from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
 from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.memo import memo_method
-from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
+from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, split_rows
+from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
 from tilewright.engine.plan.recurrence import run_pipeline
+from tilewright.engine.plan.residency import StageResidency, resolve
 from tilewright.engine.plan.timing import closed_form
+from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.comm import CommModel, Layout
 from tilewright.engine.search.parallel.inflight import peak_activation
@@ -57,14 +66,20 @@ class Estimator:
         self.project = project
         self.hw = hw
         self.workload = workload
-        self.elem = dtype_bytes(run.dtype)
+        self.settings = OpSettings.of(project, workload)
+        self.elem = self.settings.elem_bytes
+        self.weight_bytes = self.settings.weight_bytes
         first = hw.devices[0]
         self.dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
         self.capacity = device_capacity(hw, 0, self.dev)
-        self.per_param = bytes_per_param(self.elem, run.master_weights_fp32, run.optimizer)
+        self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer)  # type: ignore[arg-type]
         self.opt_bytes = ADAM_BYTES_MIXED if self.per_param.optimizer > 8 else ADAM_BYTES_FP32
+        self.levels = bool(project.mapping.memory_levels)
         self.comm = CommModel(hw)
-        self.costs = LayerCosts(workload, self.dev, self.elem, self.comm)
+        # On a grid, stages' tensor groups differ in shape (placement strategies): each stage is timed on
+        # its own. On a switched cluster they are alike, and stage 0's stands for all (as it always did).
+        self.per_stage = any(d.coord for d in hw.devices)
+        self.costs = LayerCosts(workload, self.dev, self.settings, self.comm)
         blocks = workload.block_layers
         self.blocks = np.array(blocks)
         extras = [li.index for li in workload.layers if li.index not in blocks]
@@ -76,6 +91,7 @@ class Estimator:
         self._prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}  # keyed by id, holds the array
         self.out_elems = [ops[-1].out_elems if ops else 0.0 for ops in self.costs.ops]
         self._stream: dict[tuple[int, ...], dict[int, float]] = {}  # a stage's devices → their DRAM usage
+        self._residency: dict[tuple, StageResidency | None] = {}
 
     # --- layer → stage --------------------------------------------------------------------------------
 
@@ -141,10 +157,129 @@ class Estimator:
             p = self._params[k] = self._sum(self.costs.params(tp), pp, v)
         return p
 
-    def layer_table(self, c: Candidate) -> tuple[LayerTable, tuple]:
+    def layer_table(self, c: Candidate, placed: StageResidency | None = None) -> tuple[LayerTable, tuple]:
+        """The candidate's per-layer costs; ``placed``: its residency (``residency``), None without
+        ``memory_levels`` (and for what residency does not change: activations, workspace, memory)."""
         group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
-        key = (c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group)
-        return self.costs.table(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group), key
+        res = placed.residency if placed is not None else None
+        key = (c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group, res)
+        return self.costs.table(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group, res), key
+
+    def timed_chunks(self, c: Candidate, m: int, chunks: Chunks) -> Chunks:
+        """The chunks to time ``c`` with (``chunks``: any of its chunks, for the memory they hold): with
+        its residency (``memory_levels``), and on a grid every stage on its own tensor group."""
+        placed = self.residency(c, m, chunks)
+        if not self.per_stage:
+            if placed is None:
+                return chunks
+            table, key = self.layer_table(c, placed)
+            return self.chunks(table, key, c.pp, c.interleave)
+        return self.stage_chunks(c, placed)
+
+    def stage_chunks(self, c: Candidate, placed: StageResidency | None) -> Chunks:
+        """Chunks whose stage r is timed on stage r's tensor group — its collectives' links and, on tiles
+        sharing DRAM ports, its streams' rate — as the plan times each stage. A placement such as snake
+        gives the stages of a grid differently shaped groups."""
+        layout = Layout(c.placement, c.rank_order)
+        res = placed.residency if placed is not None else None
+        groups = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in range(c.pp)]
+        knobs = (c.tp, c.micro_batch, c.sequence_parallel, c.recompute)
+        first = self.chunks(self.costs.table(*knobs, groups[0], res), (*knobs, groups[0], res), c.pp, c.interleave)
+        if len(set(groups)) == 1:
+            return first
+        k = (*knobs, tuple(groups), res, c.pp, c.interleave)
+        ch = self._chunks.get(k)
+        if ch is None:
+            fwd, bwd = first.fwd.copy(), first.bwd.copy()
+            sums: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+            for r, g in enumerate(groups[1:], start=1):
+                if g not in sums:
+                    table = self.costs.table(*knobs, g, res)
+                    sums[g] = (self._sum(table.fwd, c.pp, c.interleave), self._sum(table.bwd, c.pp, c.interleave))
+                fwd[:, r], bwd[:, r] = sums[g][0][:, r], sums[g][1][:, r]
+            fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
+            ch = self._chunks[k] = replace(first, fwd=fwd, bwd=bwd, fb=fb)
+        return ch
+
+    # --- residency (mapping.memory_levels) ------------------------------------------------------------
+
+    def stage_sizes(self, c: Candidate, m: int, chunks: Chunks, r: int = 0) -> dict[str, float]:
+        """Bytes per device of each category on stage ``r``, as ``plan.residency.stage_sizes`` counts them
+        (1F1B holds at most pp micro-batches' activations, plus the largest workspace)."""
+        params = self.stage_params(c.tp, c.pp, c.interleave)[r]
+        per = self.per_param
+        acts = float(chunks.workspace[r]) + chunks.act_stage[r] * min(m, c.pp)
+        return {
+            "weights": params * per.weights,
+            "gradients": params * per.gradients,
+            "optimizer": params * per.optimizer / (c.dp if c.zero >= 1 else 1),
+            "activations": acts,
+            "kv_cache": 0.0,
+        }
+
+    def residency(self, c: Candidate, m: int, chunks: Chunks) -> StageResidency | None:
+        """``mapping.memory_levels`` resolved for ``c`` from its stage-0 sizes (the plan resolves each stage;
+        with named levels they all agree, with ``auto`` stage 0 — the fullest of identical blocks — stands
+        for all); None without ``memory_levels``."""
+        if not self.levels:
+            return None
+        key = (c.tp, c.pp, c.dp, c.micro_batch, c.interleave, c.recompute, c.sequence_parallel, c.zero, m)
+        hit = self._residency.get(key)
+        if hit is None:
+            device = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)[0]
+            sizes = self.stage_sizes(c, m, chunks)
+            hit = self._residency[key] = resolve(self.project.mapping, self.hw, device, self.dev, sizes)
+        return hit
+
+    def fits(self, c: Candidate, m: int, chunks: Chunks) -> tuple[bool, float]:
+        """(fits, bytes of its fullest memory): the device's memory, or with ``memory_levels`` each level
+        against its own capacity (as the engines' one track per level), with the schedule's activation
+        peak (``memory_parts``) beside the state each level holds."""
+        placed = self.residency(c, m, chunks)
+        if placed is None:
+            need = self.memory(c, m, chunks)
+            return need <= self.capacity, need
+        per = self.per_param
+        worst, need = 0.0, 0.0
+        for params, acts in self.memory_parts(c, m, chunks):
+            sizes = {
+                "weights": params * per.weights,
+                "gradients": params * per.gradients,
+                "optimizer": params * per.optimizer / (c.dp if c.zero >= 1 else 1),
+                "activations": acts,
+            }
+            used = dict.fromkeys(placed.levels, 0.0)
+            for cat, nbytes in sizes.items():
+                lv = placed.placed.get(cat)
+                if lv in used:
+                    used[lv] += nbytes
+            for lv, info in placed.levels.items():
+                fill = used[lv] / info.capacity if info.capacity > 0 else float("inf")
+                if fill > worst:
+                    worst, need = fill, used[lv]
+        return worst <= 1.0, need
+
+    def spatial_splits(self, c: Candidate) -> list[dict[str, object]]:
+        """On a grid device: how each forward op of a micro-batch is split over the cores, per stage (the
+        rows of ``Plan.spatial_splits``)."""
+        if self.dev.compute.grid is None:
+            return []
+        table, _ = self.layer_table(c)
+        starts, ends = self._ranges(c.pp, c.interleave)
+        out = []
+        for r in range(c.pp):
+            layers = [
+                int(self.blocks[i]) for vs in range(r, c.pp * c.interleave, c.pp) for i in range(starts[vs], ends[vs])
+            ]
+            if r == 0:
+                layers += self.first_extra.tolist()
+            if r == (c.pp * c.interleave - 1) % c.pp:
+                layers += self.last_extra.tolist()
+            forward: Counter = Counter()
+            for i in layers:
+                forward.update(table.splits.get(int(self.costs.klass[i]), Counter()))
+            out += split_rows(f"stage {r}, forward", forward)
+        return out
 
     # --- memory ---------------------------------------------------------------------------------------
 
@@ -210,7 +345,8 @@ class Estimator:
 
     def iteration_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
         t_pipe, hops = self.pipeline_time(c, m, chunks)
-        return max(t_pipe + self.tail(c, chunks, t_pipe, hops), self.dram_floor(c, m, chunks))
+        placed = self.residency(c, m, chunks)
+        return max(t_pipe + self.tail(c, chunks, t_pipe, hops, placed), self.dram_floor(c, m, chunks))
 
     def dram_floor(self, c: Candidate, m: int, chunks: Chunks) -> float:
         """As ``engine.plan.timing.dram_floor``: the busiest DRAM link's bytes over one iteration (every
@@ -233,7 +369,9 @@ class Estimator:
         links = self.hw.links
         return max((b / links[lk].bandwidth for lk, b in load.items()), default=0.0)
 
-    def tail(self, c: Candidate, chunks: Chunks, t_pipe: float, hops: list[float]) -> float:
+    def tail(
+        self, c: Candidate, chunks: Chunks, t_pipe: float, hops: list[float], placed: StageResidency | None = None
+    ) -> float:
         """What follows the pipeline on the stage that finishes last: exposed dp reduction, optimizer, gather.
 
         Stage r ends the backward wave earlier than stage 0 by the wave's trip back, and chunk c ends
@@ -249,10 +387,12 @@ class Estimator:
             for ch in range(v):
                 last_backward.append(finish - offset)
                 offset += pp * chunks.bwd[ch, r]
-            end = max(end, self._stage_end(c, r, finish, last_backward))
+            end = max(end, self._stage_end(c, r, finish, last_backward, placed))
         return end - t_pipe
 
-    def _stage_end(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
+    def _stage_end(
+        self, c: Candidate, r: int, finish: float, last_backward: list[float], placed: StageResidency | None
+    ) -> float:
         """As the analytic engine: each chunk's reduction starts at its last backward; then the optimizer
         step and, with ZeRO, the weight all-gather."""
         params = self.params(c.tp, c.pp, c.interleave)
@@ -266,10 +406,10 @@ class Estimator:
             nbytes = params[ch, r] * self.per_param.gradients
             reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
         local = stage_params[r] / (c.dp if c.zero >= 1 else 1)
-        opt = local * self.opt_bytes / self.dev.dram_bandwidth
+        opt = optimizer_s(self.dev, placed, local, self.opt_bytes)
         gather = 0.0
         if c.zero >= 1 and groups:
-            gather = self.comm.concurrent_time("all-gather", groups, stage_params[r] * self.elem, name)
+            gather = self.comm.concurrent_time("all-gather", groups, stage_params[r] * self.weight_bytes, name)
         return reduced + opt + gather
 
     def exact_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
@@ -286,8 +426,9 @@ class Estimator:
         for vs in range(pp * v - 1):
             send[(vs, False)] = send[(vs, True)] = hops[vs % pp]
         stages = run_pipeline(c.schedule, pp, m, v, duration, send)
+        placed = self.residency(c, m, chunks)
         end = max(
-            self._stage_end(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)])
+            self._stage_end(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)], placed)
             for r, st in enumerate(stages)
         )
         return max(end, self.dram_floor(c, m, chunks))

@@ -2,15 +2,18 @@
 
 A plan costs every op of every stage with ``op_time`` and decomposes every collective; a search over
 thousands of mappings would repeat that work endlessly, since a transformer's blocks are identical and
-the costs depend on only four mapping knobs. This table runs the engine's own pass builders
-(``engine.plan.passes``) once per distinct layer and knob setting, so forward/backward/recompute times,
-tensor-parallel collective times, stored activations and workspace are the plan's numbers, and stage
-costs are sums (or maxima) over contiguous layer ranges.
+the costs depend on only four mapping knobs (and, with ``mapping.memory_levels``, the residency they
+resolve to). This table runs the engine's own pass builders (``engine.plan.passes``) with the plan's own
+``PassContext`` (formats, fusion, spatial split over a grid device's cores: ``search.op_settings``) once
+per distinct layer and knob setting, so forward/backward/recompute times, tensor-parallel collective
+times, stored activations and workspace are the plan's numbers, and stage costs are sums (or maxima)
+over contiguous layer ranges.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 from tilewright.engine.hardware.interleave import stream_usage
@@ -18,7 +21,9 @@ from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
-from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass
+from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.passes import ChunkPass, backward_pass, forward_pass
+from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.comm import CommModel
 from tilewright.engine.workloads.graph import WorkloadGraph
 
@@ -33,6 +38,7 @@ class LayerTable:
     transient: np.ndarray  # a fully recomputed layer's activations, live during its backward
     workspace: np.ndarray
     dram: np.ndarray | None = None  # bytes each member streams from remote DRAM (forward, backward, recompute)
+    splits: dict[int, Counter] = field(default_factory=dict)  # layer class → its forward ops' grid splits
 
 
 def _signature(ops: list[Op]) -> tuple:
@@ -41,16 +47,19 @@ def _signature(ops: list[Op]) -> tuple:
 
 
 class LayerCosts:
-    def __init__(self, workload: WorkloadGraph, dev: DeviceModel, elem_bytes: int, comm: CommModel) -> None:
+    def __init__(self, workload: WorkloadGraph, dev: DeviceModel, settings: OpSettings, comm: CommModel) -> None:
         self.workload = workload
         self.dev = dev
-        self.elem = elem_bytes
+        self.settings = settings
+        self.elem = settings.elem_bytes
         self.comm = comm
         self.ops = [workload.layer_ops(li.index) for li in workload.layers]
         sigs: dict[tuple, int] = {}
         self.klass = np.array([sigs.setdefault(_signature(ops), len(sigs)) for ops in self.ops])
         self.representative = {k: int(np.argmax(self.klass == k)) for k in range(len(sigs))}
         self._tables: dict[tuple, LayerTable] = {}
+        self._passes: dict[tuple, dict] = {}
+        self._base: dict[tuple, dict] = {}
         self._params: dict[int, np.ndarray] = {}
         self._dram_spb: dict[tuple[int, ...], float] = {}
         self.evaluated_layers = 0
@@ -67,34 +76,82 @@ class LayerCosts:
             p = self._params[tp] = np.array([params_on_device(ops, tp) for ops in self.ops], dtype=float)
         return p
 
-    def table(self, tp: int, mb: int, sp: bool, recompute: Recompute, group: tuple[int, ...]) -> LayerTable:
-        key = (tp, mb, sp, recompute, group)
+    def table(
+        self,
+        tp: int,
+        mb: int,
+        sp: bool,
+        recompute: Recompute,
+        group: tuple[int, ...],
+        residency: Residency | None = None,
+    ) -> LayerTable:
+        key = (tp, mb, sp, recompute, group, residency)
         t = self._tables.get(key)
         if t is None:
-            t = self._tables[key] = self._build(tp, mb, sp, recompute, group)
+            t = self._tables[key] = self._build(tp, mb, sp, recompute, group, residency)
         return t
 
-    def _build(self, tp: int, mb: int, sp: bool, rc: Recompute, group: tuple[int, ...]) -> LayerTable:
-        ctx = PassContext(self.dev, mb, tp, sp, self.elem)
-        per_class: dict[int, tuple[float, float, float, float, float, float]] = {}
-        for k, i in self.representative.items():
-            layer = [self.ops[i]]
-            passes = [forward_pass(layer, ctx), backward_pass(layer, ctx)]
-            if rc is Recompute.full:
-                passes.append(forward_pass(layer, ctx, "R"))
-            elif rc is Recompute.selective:
-                passes.append(forward_pass(layer, ctx, "R", only_selective=True))
+    def _build(
+        self, tp: int, mb: int, sp: bool, rc: Recompute, group: tuple[int, ...], residency: Residency | None
+    ) -> LayerTable:
+        """The layers' passes (``_layer_passes``, shared by every group) timed on ``group``."""
+        built = self._layer_passes(tp, mb, sp, rc, residency)
+        per_class = {}
+        for k, (passes, act, transient, ws, dram) in built.items():
             fwd = self._duration(passes[0], group)
             bwd = sum(self._duration(ps, group) for ps in passes[1:])
+            per_class[k] = (fwd, bwd, act, transient, ws, dram)
+        cols = np.array([per_class[int(k)] for k in self.klass], dtype=float).reshape(len(self.klass), 6)
+        dram = cols[:, 5].copy()
+        splits = {k: passes[0].dataflows for k, (passes, *_rest) in built.items()}
+        return LayerTable(*(cols[:, j].copy() for j in range(5)), dram=dram if dram.any() else None, splits=splits)
+
+    def _layer_passes(
+        self, tp: int, mb: int, sp: bool, rc: Recompute, residency: Residency | None
+    ) -> dict[int, tuple[list[ChunkPass], float, float, float, float]]:
+        """Per layer class: its passes (forward first), stored activations, a recomputed layer's transient
+        activations, workspace and DRAM bytes. None of it depends on which devices run the layer."""
+        key = (tp, mb, sp, rc, residency)
+        hit = self._passes.get(key)
+        if hit is not None:
+            return hit
+        base = self._base_passes(tp, mb, sp, residency)
+        out = {}
+        for k, i in self.representative.items():
+            layer = [self.ops[i]]
+            forward, backward, selective = base[k]
+            passes = [forward, backward]
+            if rc is Recompute.full:
+                passes.append(forward)  # the recomputed forward is the forward again (``forward_pass(..., "R")``)
+            elif rc is Recompute.selective:
+                passes.append(selective)
             dram = sum(seg.dram_bytes for ps in passes for seg in ps.segments)
             act = activation_bytes(layer, mb, tp, sp, rc, self.elem)
             transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem) if rc is Recompute.full else 0
             ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem)
-            per_class[k] = (fwd, bwd, act, transient, ws, dram)
+            out[k] = (passes, act, transient, ws, dram)
             self.evaluated_layers += 1
-        cols = np.array([per_class[int(k)] for k in self.klass], dtype=float).reshape(len(self.klass), 6)
-        dram = cols[:, 5].copy()
-        return LayerTable(*(cols[:, j].copy() for j in range(5)), dram=dram if dram.any() else None)
+        self._passes[key] = out
+        return out
+
+    def _base_passes(
+        self, tp: int, mb: int, sp: bool, residency: Residency | None
+    ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass]]:
+        """Per layer class: its forward, backward and selective-recompute passes, shared by the three
+        recompute settings (the op costs on a grid of cores are the expensive part of a search)."""
+        key = (tp, mb, sp, residency)
+        hit = self._base.get(key)
+        if hit is None:
+            ctx = self.settings.context(self.dev, mb, tp, sp, residency)
+            hit = self._base[key] = {
+                k: (
+                    forward_pass([self.ops[i]], ctx),
+                    backward_pass([self.ops[i]], ctx),
+                    forward_pass([self.ops[i]], ctx, "R", only_selective=True),
+                )
+                for k, i in self.representative.items()
+            }
+        return hit
 
     def _duration(self, ps: ChunkPass, group: tuple[int, ...]) -> float:
         """As ``engine.plan.timing.pass_parts``: busy (or DRAM-stream) time plus tensor-parallel collectives."""

@@ -31,4 +31,11 @@ def search_text(result: SearchResult) -> str:
             f"{c.recompute.value:<9} {'yes' if c.sequence_parallel else 'no':<3} {c.zero:>4}  {place:<20} "
             f"{r.iteration_time_s:9.3f} {event} {result.global_batch / t:10.2f} {r.peak_memory_bytes / GIB:7.1f}"
         )
+    best = result.ranked[0]
+    if best.spatial_splits:  # grid devices: how #1 spreads each op over a chip's cores (stage 0)
+        lines.append(f"  #1 per chip ({best.candidate.label()}), spatial split of each forward op:")
+        where = best.spatial_splits[0]["where"]
+        for row in best.spatial_splits:
+            if row["where"] == where:
+                lines.append(f"    {where}: {row['count']} × {row['op']}: {row['split']}")
     return "\n".join(lines)

@@ -9,6 +9,11 @@ collective models instead of planning each one (``estimate``); (3) skips a candi
 communication-free pipeline time already exceeds the worst of the current best list (branch and
 bound); and (4) re-simulates only the top k with the event engine, so the ranking the user sees is
 checked by the simulator with contention.
+
+What the project's mapping says besides the parallelism (formats, fidelity, spatial split policy, fusion,
+memory levels) is kept and costed as the engines cost it, so on chips with a grid of cores the ranking
+is the analytic engine's, and each kept candidate carries its per-chip splits (``spatial_splits``). Only
+training is searched: an inference project is refused.
 """
 
 from __future__ import annotations
@@ -16,15 +21,17 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import count
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.hardware import elaborate
 from tilewright.engine.ir.mapping import PlacementStrategy
-from tilewright.engine.ir.project import EngineKind, Project
+from tilewright.engine.ir.project import EngineKind, Mode, Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.plan.residency import resolve
 from tilewright.engine.results.result import Result
+from tilewright.engine.search.op_settings import fusion_allows
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Chunks, Estimator
 from tilewright.engine.search.space import Space, recompute_options, tensor_options
@@ -40,6 +47,7 @@ class Ranked:
     iteration_time_s: float  # fast estimate (the analytic engine's model)
     peak_memory_bytes: float
     event: Result | None = None
+    spatial_splits: list[dict] = field(default_factory=list)  # grid devices: each forward op's split per stage
 
 
 @dataclass
@@ -62,7 +70,7 @@ def build_space(project: Project, devices: int, global_batch: int, blocks: int, 
         devices=devices,
         global_batch=global_batch,
         blocks=blocks,
-        tps=tensor_options(spec, devices),
+        tps=[t for t in tensor_options(spec, devices) if fusion_allows(est.workload, est.settings.fused, t)],
         recomputes=recompute_options(spec),
         seq_len=getattr(spec, "seq_len", None),
     )
@@ -84,6 +92,18 @@ def _validate(project: Project, devices: int, global_batch: int) -> None:
         raise InputError(SOURCE, Problem("--devices", f"{devices} must be at least 1"))
     if global_batch < 1:
         raise InputError(SOURCE, Problem("--global-batch", f"{global_batch} must be at least 1"))
+
+
+def _check_levels(project: Project, est: Estimator) -> None:
+    """``mapping.memory_levels`` must name memories the devices reach: refused before the walk, which would
+    otherwise stop at the first candidate."""
+    if not est.levels:
+        return
+    try:
+        resolve(project.mapping, est.hw, 0, est.dev, {})
+    except ValueError as exc:
+        where, _, reason = str(exc).partition(": ")
+        raise InputError(project.name or SOURCE, Problem(where, reason)) from None
 
 
 class _Best:
@@ -127,6 +147,15 @@ def search(
     one more. ``cancel()`` is checked between (tp, pp) groups of candidates and inside each re-simulation;
     it stops the search with ``Cancelled``."""
     _validate(project, devices, global_batch)
+    if project.run.mode is not Mode.train:
+        raise InputError(
+            SOURCE,
+            Problem(
+                "run.mode",
+                "search ranks training mappings; this project's run.mode is "
+                f"'{project.run.mode.value}' (set it to 'train')",
+            ),
+        )
     start = time.perf_counter()
     report = Reporter(progress, cancel)
     sims = top if resimulate else 0
@@ -137,12 +166,15 @@ def search(
         raise InputError(SOURCE, Problem("--devices", str(exc))) from None
     workload = build_workload(project.workload)
     est = Estimator(project, hw, workload)
+    _check_levels(project, est)
     space = build_space(project, devices, global_batch, len(workload.block_layers), est)
     result = SearchResult([], global_batch, devices, space=space.size())
     walk(0.0, f"search: {result.space:,} candidates in the space, {len(hw.devices):,} devices elaborated")
     best = _Best(max(keep, top))
     _walk(space, est, best, result, walk, start)
     result.ranked = _refine(best.sorted(), est, global_batch)
+    for r in result.ranked:
+        r.spatial_splits = est.spatial_splits(r.candidate)
     result.search_time_s = time.perf_counter() - start
     walk(
         1.0,
@@ -197,7 +229,8 @@ def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, repor
                                 # without any communication: if that is already slower than the worst
                                 # kept, no ZeRO setting or rank order of this candidate can enter the list
                                 bound = est.lower_bound(c0, m, chunks)
-                                if bound >= best.bound and len(space.placements) == 1:
+                                # (with memory_levels the residency, resolved per ZeRO setting, changes it)
+                                if bound >= best.bound and len(space.placements) == 1 and not est.levels:
                                     continue
                                 for zero, need in fitting:
                                     _time_layouts(c0, chunks, bound, m, zero, need, space, orders, est, best, result)
@@ -206,14 +239,27 @@ def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, repor
 
 
 def _fitting(
-    c0: Candidate, m: int, zeros: list[int], est: Estimator, chunks: Chunks, capacity: float, result: SearchResult,
+    c0: Candidate,
+    m: int,
+    zeros: list[int],
+    est: Estimator,
+    chunks: Chunks,
+    capacity: float,
+    result: SearchResult,
     layouts: int,
 ) -> list[tuple[int, float]]:
     """(zero, bytes) of the ZeRO settings under which ``c0`` fits. Memory does not depend on placement,
     so one evaluation covers every layout of the candidate (counted as such)."""
-    parts = est.memory_parts(c0, m, chunks)
     result.evaluated += len(zeros) * layouts
     out = []
+    if est.levels:  # mapping.memory_levels: each level against its own capacity
+        for zero in zeros:
+            ok, need = est.fits(replace(c0, zero=zero), m, chunks)
+            if ok:
+                out.append((zero, need))
+        result.feasible += len(out) * layouts
+        return out
+    parts = est.memory_parts(c0, m, chunks)
     for zero in zeros:
         per = est.state_bytes_per_param(zero, c0.dp)
         need = max(p * per + rest for p, rest in parts)
@@ -224,8 +270,17 @@ def _fitting(
 
 
 def _time_layouts(
-    c0: Candidate, chunks0: Chunks, bound0: float, m: int, zero: int, need: float, space: Space, orders: list[str],
-    est: Estimator, best: _Best, result: SearchResult,
+    c0: Candidate,
+    chunks0: Chunks,
+    bound0: float,
+    m: int,
+    zero: int,
+    need: float,
+    space: Space,
+    orders: list[str],
+    est: Estimator,
+    best: _Best,
+    result: SearchResult,
 ) -> None:
     """Time ``c0`` with ``zero`` under each placement; an alternative placement is kept only if it is
     strictly faster than the default (on a switched cluster most are exact ties)."""
@@ -234,12 +289,25 @@ def _time_layouts(
         if not est.comm.distinct(strategy, c0.tp * c0.dp):
             continue
         for order in orders:
-            c = Candidate(c0.tp, c0.pp, c0.dp, c0.micro_batch, c0.interleave, c0.recompute, c0.sequence_parallel,
-                          zero, strategy, order)
+            c = Candidate(
+                c0.tp,
+                c0.pp,
+                c0.dp,
+                c0.micro_batch,
+                c0.interleave,
+                c0.recompute,
+                c0.sequence_parallel,
+                zero,
+                strategy,
+                order,
+            )
             chunks, bound = chunks0, bound0
             if strategy is not PlacementStrategy.row_major:  # the tensor group may sit elsewhere
                 table, key = est.layer_table(c)
                 chunks = est.chunks(table, key, c.pp, c.interleave)
+            # residency (memory_levels) and, on a grid, each stage's own tensor group change the times
+            chunks = est.timed_chunks(c, m, chunks)
+            if chunks is not chunks0:
                 bound = est.lower_bound(c, m, chunks)
             if bound >= best.bound:
                 continue
@@ -257,9 +325,10 @@ def _refine(ranked: list[Ranked], est: Estimator, global_batch: int) -> list[Ran
     form (exact for unbalanced stages too), and re-sort."""
     for r in ranked:
         c = r.candidate
+        m = c.micro_batches(global_batch)
         table, key = est.layer_table(c)
-        chunks = est.chunks(table, key, c.pp, c.interleave)
-        r.iteration_time_s = est.exact_time(c, c.micro_batches(global_batch), chunks)
+        chunks = est.timed_chunks(c, m, est.chunks(table, key, c.pp, c.interleave))
+        r.iteration_time_s = est.exact_time(c, m, chunks)
     return sorted(ranked, key=lambda r: r.iteration_time_s)
 
 
@@ -305,6 +374,8 @@ def result_json(result: SearchResult) -> dict:
             samples_per_s=result.global_batch / r.iteration_time_s if r.iteration_time_s > 0 else 0.0,
             peak_memory_bytes=r.peak_memory_bytes,
         )
+        if r.spatial_splits:
+            row["spatial_splits"] = r.spatial_splits
         if r.event is not None:
             row["event_iteration_time_s"] = r.event.iteration_time_s
             row["event_samples_per_s"] = result.global_batch / r.event.iteration_time_s

@@ -167,8 +167,11 @@ class RowAppender:
         data = buf.getvalue().encode("utf-8")
         try:
             written = os.write(self.fd, data)
-            if written != len(data):
-                raise OSError(errno.ENOSPC, "short write (disk full?)")
+            while written < len(data):  # a short write: the next one raises the reason (disk full, too large)
+                more = os.write(self.fd, data[written:])
+                if more <= 0:
+                    raise OSError(errno.ENOSPC, "short write (disk full?)")
+                written += more
             os.fsync(self.fd)
         except OSError as exc:
             raise InputError(str(self.path), f"cannot write the results: {exc.strerror}") from None

@@ -18,9 +18,9 @@ from tilewright.studio.commands import AddChildAt, AddMemory
 from tilewright.studio.mapping import format_ranges, stage_layout
 from tilewright.studio.mapping_commands import PlaceLayers
 from tilewright.studio.mapping_edit import group_around
+from tilewright.studio.model.level_cells import instance_name
 from tilewright.studio.templates import build_component, hbm_memory, template
 from tilewright.studio.tree_edit import EditRefused
-from tilewright.studio.ui.canvas.cells import instance_name
 
 if TYPE_CHECKING:
     from tilewright.studio.ui.canvas.scene import LevelScene

@@ -46,6 +46,8 @@ class FrameItem(QGraphicsItem):
         self.port_labels: list[PixelLabel] = []
         self.port_names: list[str] = []  # "dram@west[0]", as the elaborated graph names each port box
         self.heat: dict[str, float] | None = None
+        self.loads: dict[str, str] = {}  # after a run: bytes and utilisation per port name
+        self.load_labels: list[PixelLabel] = []
         self.title = PixelLabel(frame_lines(level, shown), Anchor.bottom_left, self, backdrop=False, point_delta=0.5)
 
     def boundingRect(self) -> QRectF:
@@ -67,7 +69,30 @@ class FrameItem(QGraphicsItem):
         self.ports = self._port_rects()
         self.port_names = self._port_names()
         self._label_ports()
+        self._label_loads()
         self.update()
+
+    def set_port_loads(self, loads: dict[str, str] | None) -> None:
+        """Each port's traffic over the run ("R 35.9 TB · W 0 B · 57.6 %"), or None to take them away."""
+        loads = loads or {}
+        if loads != self.loads:
+            self.loads = loads
+            self._label_loads()
+
+    def _label_loads(self) -> None:
+        """A load label on each port box: bytes read, bytes written, utilisation, one per line."""
+        for label in self.load_labels:
+            label.setParentItem(None)
+            if label.scene() is not None:
+                label.scene().removeItem(label)
+        self.load_labels = []
+        for (box, _m), name in zip(self.ports, self.port_names, strict=False):
+            text = self.loads.get(name)
+            if not text:
+                continue
+            label = PixelLabel(text.split(" · "), Anchor.center, self, point_delta=-1.5)  # inside its box
+            label.setPos(box.center())
+            self.load_labels.append(label)
 
     def _label_ports(self) -> None:
         """One name per memory and edge, centred on its group of port boxes."""

@@ -14,13 +14,20 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QFontMetricsF, QLinearGradient, QPainter
-from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsSceneHoverEvent, QStyleOptionGraphicsItem, QWidget
 from tilewright.engine.ir.hardware import Component, Topology
-from tilewright.studio.model.core_grid import CoreUse, core_caption, core_grid
+from tilewright.studio.model.core_grid import (
+    CoreUse,
+    core_block_caption,
+    core_caption,
+    core_grid,
+    core_tooltip,
+    traffic_caption,
+)
 from tilewright.studio.summary import block_caption, headline_dtype, key_figures, title
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.cell_paint import paint_block, paint_cells, paint_links
-from tilewright.studio.ui.canvas.core_paint import MCAST_WORDS, paint_cores
+from tilewright.studio.ui.canvas.core_paint import MCAST_WORDS, core_area, paint_cores
 from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
 from tilewright.studio.ui.canvas.layout import GridShape
 from tilewright.studio.ui.canvas.overlay import CellColours
@@ -64,6 +71,7 @@ def label_lines(component: Component, shape: GridShape, use: CoreUse | None = No
         lines.append(core_caption(grid))
         if use is not None:
             lines += use_caption(use, grid.cores)
+            lines += [line for line in (core_block_caption(use), *traffic_caption(use, grid.rows, grid.cols)) if line]
     if shape.folded and shape.rows > 1:
         lines.append(f"drawn {shape.rows} × {shape.cols}, numbered row by row")
     elif (shape.rows, shape.cols, shape.planes) != (component.rows, component.cols, 1) and not shape.folded:
@@ -108,6 +116,8 @@ class GridItem(QGraphicsItem):
         )
         lines = label_lines(component, self.grid_shape)
         self.setToolTip("\n".join(lines))
+        self.core_areas: list[QRectF] = []  # where each cell's cores were last painted (item coordinates)
+        self.setAcceptHoverEvents(self.cores is not None)  # a core's tooltip names its block of the op
         self.label = PixelLabel(lines, Anchor.top_left, self)
         self.label.setPos(0, self.height + style.GAP * 0.4)
 
@@ -153,8 +163,31 @@ class GridItem(QGraphicsItem):
         if self.cores is None or use == self.core_use:
             return
         self.core_use = use
-        self.label.set_lines(label_lines(self.component, self.grid_shape, use))
+        lines = label_lines(self.component, self.grid_shape, use)
+        self.label.set_lines(lines)
+        self.setToolTip("\n".join(lines))
         self.update()
+
+    def core_at(self, pos: QPointF) -> tuple[int, int] | None:
+        """(row, col) of the core under ``pos`` (item coordinates), as last painted; None off the cores."""
+        if self.cores is None:
+            return None
+        for area in self.core_areas:
+            raster, size = core_area(area, self.cores.rows, self.cores.cols)
+            if raster.contains(pos) and size > 0:
+                r = min(self.cores.rows - 1, int((pos.y() - raster.top()) / size))
+                c = min(self.cores.cols - 1, int((pos.x() - raster.left()) / size))
+                return r, c
+        return None
+
+    def hoverMoveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
+        """Over a core of a chosen op: that core's block; elsewhere the device's caption."""
+        at = self.core_at(event.pos()) if self.core_use is not None else None
+        if at is not None and self.cores is not None:
+            self.setToolTip(core_tooltip(self.core_use, *at, self.cores.rows, self.cores.cols))
+        else:
+            self.setToolTip("\n".join(self.label.lines))
+        super().hoverMoveEvent(event)
 
     def itemChange(self, change: QGraphicsItem.GraphicsItemChange, value: object) -> object:
         if change == QGraphicsItem.GraphicsItemChange.ItemPositionChange and self.snap is not None:
@@ -234,9 +267,11 @@ class GridItem(QGraphicsItem):
         if self.cores is not None:
             top = cell * CORE_SPLIT if detail else 0.0
             m = cell * 0.06
+            self.core_areas = []
             for r in range(r0, r1 + 1):
                 for c in range(c0, c1 + 1):
                     area = QRectF(c * STEP + m, r * STEP + top + m, cell - 2 * m, cell - top - 2 * m)
+                    self.core_areas.append(area)
                     self.last_cores = paint_cores(painter, area, self.cores, self.core_use, cell_px)
         if not detail:
             return

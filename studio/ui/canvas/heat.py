@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 from tilewright.engine.results.result import Result
+from tilewright.studio.model.level_cells import GridCells
 from tilewright.studio.model.metrics import (
     average_device_activity,
     average_link_utilisation,
@@ -25,7 +26,6 @@ from tilewright.studio.model.metrics import (
     missing_data_notes,
     time_span,
 )
-from tilewright.studio.ui.canvas.cells import GridCells
 
 LinkKey = tuple[str, str]
 

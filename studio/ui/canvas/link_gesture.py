@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QLineF, QPointF, Qt
 from PySide6.QtWidgets import QGraphicsLineItem, QGraphicsSceneMouseEvent
 from tilewright.studio.commands import AddLink
+from tilewright.studio.model.level_cells import instance_name
 from tilewright.studio.tree_edit import EditRefused
 from tilewright.studio.ui.canvas import style
-from tilewright.studio.ui.canvas.cells import instance_name
 from tilewright.studio.ui.canvas.layout import auto_positions
 
 if TYPE_CHECKING:

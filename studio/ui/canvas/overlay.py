@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from PySide6.QtGui import QColor, QImage
 from tilewright.studio.mapping import StageLayout, format_ranges, to_ranges
+from tilewright.studio.model.level_cells import GridCells
 from tilewright.studio.ui.canvas import style
-from tilewright.studio.ui.canvas.cells import GridCells
 from tilewright.studio.ui.canvas.layout import GridShape
 
 
@@ -70,8 +70,8 @@ def stage_colours(cells: GridCells, layout: StageLayout) -> CellColours:
         stage_of[devs] = s
     pixels = stage_of[cells.raster]
     labels = []
-    for i in range(len(cells.nodes)):
-        stages = sorted({int(s) for s in np.unique(pixels[i]) if s >= 0})
+    for i in range(len(cells.nodes)):  # every device of the cell, not only the drawn samples
+        stages = [int(s) for s in np.unique(stage_of[cells.members[i]]) if s >= 0]
         if len(stages) == 1:
             labels.append(f"{layout.label(stages[0])}\nstage {stages[0]}")
         elif stages:

@@ -16,7 +16,8 @@ from PySide6.QtCore import QObject, Signal
 from tilewright.engine.results.result import Result
 from tilewright.studio.mapping import StageLayout, stage_layout
 from tilewright.studio.model.core_grid import CoreUse
-from tilewright.studio.ui.canvas.cells import GridCells, level_cells
+from tilewright.studio.model.level_cells import GridCells, level_cells
+from tilewright.studio.model.traffic_rows import port_loads
 from tilewright.studio.ui.canvas.heat import (
     HeatFrame,
     LinkPlaces,
@@ -159,4 +160,8 @@ class OverlayController(QObject):
                 self.scene.tags.set_tags(self.layout, tagged)
         for item in grids.values():  # items are new after a rebuild
             item.set_core_use(self.core_use if self.result is not None else None)
+        if self.scene.frame is not None:  # DRAM port load of the run on the shown instance's port boxes
+            ports = self.result.dram_ports if self.result is not None else []
+            span = self.result.iteration_time_s if self.result is not None else 0.0
+            self.scene.frame.set_port_loads(port_loads(ports, self.scene.level_node, span) if ports else None)
         self.changed.emit()

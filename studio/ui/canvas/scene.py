@@ -17,8 +17,8 @@ from tilewright.engine.ir.project import Project
 from tilewright.studio.commands import MoveOnCanvas
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping import display_hardware
+from tilewright.studio.model.level_cells import instance_name, level_instance
 from tilewright.studio.ui.canvas import style
-from tilewright.studio.ui.canvas.cells import instance_name, level_instance
 from tilewright.studio.ui.canvas.frame import FrameItem
 from tilewright.studio.ui.canvas.grid_item import GridItem
 from tilewright.studio.ui.canvas.layout import auto_positions, display_shape

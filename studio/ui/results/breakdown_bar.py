@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter, QPaintEvent
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QSizePolicy, QWidget
 from tilewright.engine.io.atomic import write_atomic
-from tilewright.studio.exporting import with_generic_fonts
+from tilewright.studio.exporting import with_generic_fonts, write_image
 from tilewright.studio.model.palette import CATEGORY_COLOURS
 from tilewright.studio.units import SECONDS, format_percent, format_value
 
@@ -117,8 +117,7 @@ class BreakdownBar(QWidget):
         painter = QPainter(image)
         self.render_into(painter, width)
         painter.end()
-        if not image.save(str(path), "PNG"):
-            raise OSError(f"could not write {path}")
+        write_image(image, path)  # atomic: a killed export leaves the earlier file whole
         return size
 
     def save_svg(self, path: str | Path, width: int = 1200) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QFileDialog, QMenu
+from tilewright.engine.errors import InputError
 from tilewright.engine.results.result import Result
 from tilewright.studio import exporting
 
@@ -34,10 +35,12 @@ class ResultExports(QObject):
         self.menu.addSeparator()
         self.png = self._add("Plots as P&NG…", lambda: self.export_plots("png"), "every result plot, 1600 × 900 px")
         self.svg = self._add("Plots as S&VG…", lambda: self.export_plots("svg"), "every result plot, as vectors")
-        self.csv = self._add("Metrics and timelines as &CSV…", self.export_csv,
-                             "metrics.csv, timeline.csv, links.csv, memory.csv")
-        self.trace = self._add("Chrome &trace (Perfetto)…", self.export_trace,
-                               "open in ui.perfetto.dev or chrome://tracing")
+        self.csv = self._add(
+            "Metrics and timelines as &CSV…", self.export_csv, "metrics.csv, timeline.csv, links.csv, memory.csv"
+        )
+        self.trace = self._add(
+            "Chrome &trace (Perfetto)…", self.export_trace, "open in ui.perfetto.dev or chrome://tracing"
+        )
         self.result_actions = [self.png, self.svg, self.csv, self.trace]
         for action in self.result_actions:
             action.setEnabled(False)
@@ -65,6 +68,10 @@ class ResultExports(QObject):
     def _done(self, what: str, write: Callable[[], Any]) -> Any:
         try:
             out = write()
+        except InputError as exc:  # a refused target: its reasons, without the path the title already names
+            reasons = "\n".join(str(p) for p in exc.problems)
+            self.window.show_error("Cannot export", f"{what}: {reasons}")
+            return None
         except (OSError, ValueError) as exc:
             self.window.show_error("Cannot export", f"{what}: {exc}")
             return None

@@ -18,10 +18,13 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 from tilewright.engine.results.result import Result, Series
+from tilewright.studio.model.core_grid import CoreUse
 from tilewright.studio.model.gantt_data import elide, link_name, root_prefix
 from tilewright.studio.model.metrics import (
     busiest_links,
@@ -31,6 +34,7 @@ from tilewright.studio.model.metrics import (
     window_average,
 )
 from tilewright.studio.model.palette import series_colour
+from tilewright.studio.model.traffic_rows import TrafficRow, op_rows, port_rows, port_spread
 from tilewright.studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, step_edges
 from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
 from tilewright.studio.units import SECONDS, format_percent, format_value
@@ -95,9 +99,24 @@ class LinksView(QWidget):
         splitter.addWidget(right)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([330, 1000])
+        self.traffic = QTreeWidget()  # the chosen op's NoC multicast and DRAM bytes, the DRAM ports' load
+        self.traffic.setHeaderLabels(["traffic", "bytes", "time / utilisation", "how"])
+        self.traffic.setRootIsDecorated(True)
+        self.traffic.setColumnWidth(0, 300)
+        self.traffic.setColumnWidth(1, 230)
+        self.traffic.setColumnWidth(2, 230)
+        self.op_use: CoreUse | None = None
+        self.grid_shape: tuple[int, int] = (0, 0)
+        self.ports: list[dict] = []
+        outer = self.outer = QSplitter(Qt.Orientation.Vertical)
+        outer.addWidget(splitter)
+        outer.addWidget(self.traffic)
+        outer.setStretchFactor(0, 3)
+        outer.setStretchFactor(1, 1)
+        outer.setSizes([600, 200])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
-        layout.addWidget(splitter)
+        layout.addWidget(outer)
         cursor.moved.connect(self._update_readout)
         self.set_result(None)
 
@@ -138,7 +157,48 @@ class LinksView(QWidget):
             self.heading.setText(f"<b>{len(self.ranked)} links</b>, busiest first (average utilisation)")
         if self.span > 0:
             self.plot.setXRange(0, self.span, padding=0.01)
+        self.ports = list(result.dram_ports) if result is not None else []
+        self.outer.setSizes([600, 200] if self.ranked else [120, 600])  # no links: the table is the news
+        self._fill_traffic()
         self._replot()
+
+    def set_op(self, use: CoreUse | None, grid_shape: tuple[int, int] | None = None) -> None:
+        """The op chosen on the canvas (a row of the run's spatial splits), or None; ``grid_shape`` is its
+        device's grid of cores (rows, cols)."""
+        self.op_use = use
+        if grid_shape is not None:
+            self.grid_shape = grid_shape
+        self._fill_traffic()
+
+    def _fill_traffic(self) -> None:
+        self.traffic.clear()
+        use = self.op_use
+        if use is not None:
+            title = f"op {use.label}: one op's traffic on the {self.grid_shape[0]} × {self.grid_shape[1]} core grid"
+            self._add_group(title, op_rows(use, *self.grid_shape))
+        if self.ports:
+            root = root_prefix([p["port"] for p in self.ports])
+            self._add_group(f"DRAM ports over the run — {port_spread(self.ports)}",
+                            port_rows(self.ports, self.span, root))
+        elif self.span > 0:
+            note = QTreeWidgetItem(["DRAM ports: no per-port traffic in this run (a device's own DRAM is one "
+                                    "memory, not ports on a grid; the analytic engine records no links) — "
+                                    "choose an op on the canvas for its DRAM bytes"])
+            self.traffic.addTopLevelItem(note)
+            note.setFirstColumnSpanned(True)
+        self.traffic.setVisible(self.traffic.topLevelItemCount() > 0)
+
+    def _add_group(self, title: str, rows: list[TrafficRow]) -> None:
+        group = QTreeWidgetItem([title])
+        group.setFirstColumnSpanned(True)
+        self.traffic.addTopLevelItem(group)
+        for row in rows:
+            item = QTreeWidgetItem([row.what, row.amount, row.rate, row.note])
+            for col in range(4):
+                item.setToolTip(col, f"{row.what}: {row.amount} · {row.rate} · {row.note}")
+            group.addChild(item)
+        group.setFirstColumnSpanned(True)
+        group.setExpanded(True)
 
     def short(self, name: str) -> str:
         return link_name(name.replace(self.root, "") if self.root else name)

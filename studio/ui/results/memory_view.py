@@ -10,12 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 from tilewright.engine.results import MEMORY_CATEGORIES
 from tilewright.engine.results.result import MemoryTrack, Result
 from tilewright.studio.model.gantt_data import root_prefix
 from tilewright.studio.model.metrics import fullest_first, time_span
 from tilewright.studio.model.palette import MEMORY_COLOURS
+from tilewright.studio.model.residency_rows import HEADER, level_rows, setting_text, stage_of
 from tilewright.studio.ui.results.plot_style import (
     add_legend_row,
     elastic,
@@ -57,6 +58,7 @@ class MemoryView(QWidget):
     def __init__(self, cursor: TimeCursor, parent: QWidget | None = None):
         super().__init__(parent)
         self.cursor = cursor
+        self.result: Result | None = None
         self.tracks: list[MemoryTrack] = []
         self.peaks: dict[int, float] = {}
         self.track: MemoryTrack | None = None
@@ -87,6 +89,14 @@ class MemoryView(QWidget):
         layout.setContentsMargins(4, 2, 4, 2)
         layout.setSpacing(2)
         layout.addLayout(top)
+        self.setting = elastic(QLabel())  # mapping.memory_levels as set, or that it is not
+        self.setting.setWordWrap(True)
+        self.residency = QTreeWidget()  # per memory level of the device: capacity and bytes per category
+        self.residency.setHeaderLabels(HEADER)
+        self.residency.setRootIsDecorated(False)
+        self.residency.setToolTip("residency per memory level of this device: each category's peak bytes there")
+        layout.addWidget(self.setting)
+        layout.addWidget(self.residency)
         layout.addWidget(self.plot_widget, 1)
         layout.addWidget(self.readout)
         cursor.moved.connect(self._update_readout)
@@ -105,6 +115,7 @@ class MemoryView(QWidget):
 
     def set_result(self, result: Result | None, order: list[tuple[MemoryTrack, float]] | None = None) -> None:
         """Show ``result``'s memory tracks; ``order`` ((track, peak), fullest first) may come from the worker."""
+        self.result = result
         if order is None:
             order = fullest_first(list(result.memory)) if result is not None else []
         self.tracks = [tr for tr, _ in order]
@@ -143,9 +154,28 @@ class MemoryView(QWidget):
         self.plot.addItem(item)
         self.items.append(item)
 
+    def _show_residency(self) -> None:
+        """The levels of the shown device's stage: one row each, capacity and peak bytes per category."""
+        self.residency.clear()
+        row = stage_of(self.result, self.track.device) if self.result and self.track else None
+        self.setting.setVisible(row is not None)
+        self.residency.setVisible(row is not None)
+        if row is None:
+            return
+        self.setting.setText(f"<b>Residency of {self.short(str(row['device']))}</b> (stage {row['stage']}) — "
+                             f"{setting_text(row)}")
+        for level in level_rows(self.result, row):
+            self.residency.addTopLevelItem(QTreeWidgetItem(level.cells()))
+        for col in range(len(HEADER)):
+            self.residency.resizeColumnToContents(col)
+        rows = self.residency.topLevelItemCount()
+        line = self.residency.sizeHintForRow(0) if rows else 18
+        self.residency.setFixedHeight(self.residency.header().sizeHint().height() + line * rows + 6)
+
     def _show_track(self, index: int) -> None:
         self._clear()
         self.track = self.tracks[index] if 0 <= index < len(self.tracks) else None
+        self._show_residency()
         if self.track is None:
             self.heading.setText("No run yet." if self.span == 0 else "This run reports no memory occupancy.")
             self.readout.setText("")

@@ -1,0 +1,181 @@
+"""LLM decode and prefill on tiled and wafer-scale machines: what the engine predicts, and why.
+
+For a set of published-style configurations (model, machine, batch, prompt and output tokens) this prints the
+engine's TTFT, TPOT and tokens/s per user, and a physics breakdown of one decode step (at the middle of the
+generation) so that whoever holds measurements can compare them and see which term is off:
+
+- ``DRAM floor``: the bytes the step reads and writes in the device's memory over its peak bandwidth (its
+  SRAM bandwidth on an SRAM-only wafer) — no step can be faster;
+- ``ops``: the sum of the step's op times on one device (DRAM/SRAM at the achievable bandwidth, arithmetic,
+  pipeline fill, tails, and the fixed per-op cost), of which ``compute`` is the arithmetic and ``fixed`` the
+  per-op dispatch cost (op count × ``compute.fixed_op_s``);
+- ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer), timed by the same model
+  as ``benchmarks/calibrate_ccl.py``.
+
+Two TTFTs: ``TTFT batch`` is the engine's definition (every sequence of the batch arrives at once and the whole
+batch is prefilled together); ``TTFT 1 user`` is a batch-1 prefill — how tt-transformers prefills (one user at
+a time) and what its per-user TTFT means. No measured LLM figure is in shared/reference (tiled_hardware.md
+says so), so none is printed and nothing here is fitted.
+
+Usage: python benchmarks/calibrate_tiled_llm.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+from tilewright.engine.io.presets import load_project_preset
+from tilewright.engine.ir.project import Project
+from tilewright.engine.plan.inference_phases import inference_phases
+from tilewright.engine.simulate import make_plan, simulate
+
+
+@dataclass(frozen=True)
+class Config:
+    project: str  # a preset project
+    batch: int
+    prompt: int
+    output: int
+    workload_from: str = ""  # another preset project whose model to run instead
+
+
+CONFIGS = (
+    Config("wormhole-n150-llama2-7b-inference", 1, 128, 128),
+    Config("wormhole-n150-llama2-7b-inference", 8, 512, 128),
+    Config("wormhole-n150-llama2-7b-inference", 32, 128, 128),
+    Config("wormhole-n150-llama2-7b-inference", 1, 128, 128, "blackhole-p150-llama3.1-8b-inference"),
+    Config("wormhole-n150-llama2-7b-inference", 32, 128, 128, "blackhole-p150-llama3.1-8b-inference"),
+    Config("wormhole-n300-llama3.1-8b-inference", 1, 128, 128),
+    Config("wormhole-n300-llama3.1-8b-inference", 32, 128, 128),
+    Config("wormhole-t3000-llama2-70b-inference", 1, 128, 128),
+    Config("wormhole-t3000-llama2-70b-inference", 32, 128, 128),
+    Config("wormhole-galaxy-llama3-70b-inference", 1, 128, 128),
+    Config("wormhole-galaxy-llama3-70b-inference", 32, 128, 128),
+    Config("blackhole-galaxy-llama3-70b-inference", 32, 128, 128),
+    Config("blackhole-p150-llama3.1-8b-inference", 1, 128, 128),
+    Config("blackhole-p150-llama3.1-8b-inference", 32, 128, 128),
+    Config("cerebras-wse2-llama2-7b-inference", 1, 512, 128),
+    Config("cerebras-wse2-llama2-7b-inference", 1, 2048, 128),
+)
+
+
+def configured(c: Config, batch: int | None = None, output: int | None = None) -> Project:
+    """The preset with the configuration's batch, prompt and output tokens (and model)."""
+    p = load_project_preset(c.project)
+    inf = p.run.inference.model_copy(
+        update={"batch": batch or c.batch, "prompt_tokens": c.prompt, "output_tokens": output or c.output}
+    )
+    update: dict = {"run": p.run.model_copy(update={"inference": inf})}
+    if c.workload_from:
+        update["workload"] = load_project_preset(c.workload_from).workload
+    return p.model_copy(update=update)
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One decode step on the busiest stage, per device (seconds, bytes)."""
+
+    ops_s: float
+    compute_s: float
+    fixed_s: float
+    ccl_s: float
+    bytes: float
+    floor_s: float
+    ops: int
+
+
+def decode_breakdown(project: Project) -> StepBreakdown:
+    """The decode step at the middle of the generation, split into the terms of the module docstring."""
+    plan = make_plan(project)
+    ph = inference_phases(plan)
+    ctx = sorted(ph.samples)[len(ph.samples) // 2]
+    best: StepBreakdown | None = None
+    for r, ps in enumerate(ph.samples[ctx]):
+        dev = plan.stages[r].dev
+        mem = dev.local_dram or dev.remote_dram
+        peak = mem.bandwidth_bytes_per_s if mem is not None else dev.sram_bandwidth
+        ops = sum(1 for _ in _ops(plan, r))
+        ccl = sum(plan.tp_time(r, 0, kind, nbytes) for kind, nbytes in (s.comm for s in ps.segments if s.comm))
+        nbytes = sum(s.local_bytes for s in ps.segments)
+        b = StepBreakdown(ps.busy_s, ps.compute_s, ops * dev.compute.fixed_op_s, ccl, nbytes, nbytes / peak, ops)
+        if best is None or b.ops_s + b.ccl_s > best.ops_s + best.ccl_s:
+            best = b
+    assert best is not None
+    return best
+
+
+def _ops(plan, r: int):
+    """The ops of stage ``r`` in one decode step (the inference graph has the same ops at every context)."""
+    from tilewright.engine.workloads.transformer_inference import inference_graph
+
+    dims = plan.project.workload
+    graph = inference_graph(dims, 1, 2, 1, True)
+    st = plan.stages[r]
+    for c in sorted(st.chunk_layers):
+        for i in st.chunk_layers[c]:
+            yield from graph.layer_ops(i)
+
+
+def seconds(t: float) -> str:
+    """A duration with its unit, three significant figures (ms, or µs below a millisecond)."""
+    if t != t:  # NaN: no decode step
+        return "—"
+    if t >= 1.0:
+        return f"{t:.3g} s"
+    return f"{t * 1e3:.3g} ms" if t >= 1e-3 else f"{t * 1e6:.3g} µs"
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    cols = (
+        "machine / model",
+        "batch",
+        "in/out",
+        "TTFT batch",
+        "TTFT 1 user",
+        "TPOT",
+        "t/s/u",
+        "DRAM floor",
+        "ops",
+        "compute",
+        "fixed",
+        "CCL",
+        "ops/step",
+    )
+    widths = (38, 5, 8, 10, 11, 9, 7, 10, 9, 9, 9, 9, 8)
+    line = " ".join(f"{c:>{w}s}" if i else f"{c:{w}s}" for i, (c, w) in enumerate(zip(cols, widths, strict=True)))
+    print(line)
+    print("-" * len(line))
+    for c in CONFIGS:
+        p = configured(c)
+        r = simulate(p, series=False)
+        one = simulate(configured(c, batch=1, output=1), series=False) if c.batch > 1 else r
+        b = decode_breakdown(p)
+        tpot = r.tpot_s or math.nan
+        cells = (
+            f"{p.hardware.name} / {p.workload.name}",
+            str(c.batch),
+            f"{c.prompt}/{c.output}",
+            seconds(r.ttft_s),
+            seconds(one.ttft_s),
+            seconds(tpot),
+            f"{1 / tpot:.1f}",
+            seconds(b.floor_s),
+            seconds(b.ops_s),
+            seconds(b.compute_s),
+            seconds(b.fixed_s),
+            seconds(b.ccl_s),
+            str(b.ops),
+        )
+        print(" ".join(f"{x:>{w}s}" if i else f"{x:{w}s}" for i, (x, w) in enumerate(zip(cells, widths, strict=True))))
+    print("\nTTFT batch: the whole batch prefilled at once (the engine's definition); TTFT 1 user: a batch-1 prefill.")
+    print("decode step at the middle of the generation, busiest stage, per device: DRAM floor = bytes / peak DRAM")
+    print("(SRAM) bandwidth; ops = Σ op times (includes compute, fixed and memory at the achievable bandwidth); CCL =")
+    print("tensor-parallel collectives. TPOT ≈ ops + CCL (+ pipeline sends). No measured LLM figures are in")
+    print("shared/reference: compare with measurements from their own source.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""``tilewright serve``: requests arrive at a rate (or from a trace) and the project's devices serve them."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from tilewright.engine.cli.common import COMMAND_LINE, print_result
+from tilewright.engine.errors import InputError, Problem
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="simulate serving: arrivals, continuous batching, TTFT/TPOT percentiles, goodput")
+    p.add_argument("project", metavar="PROJECT", help="a project file, or a preset project's name (a decoder LLM)")
+    g = p.add_argument_group("requests")
+    g.add_argument("--rate", type=float, default=1.0, metavar="R", help="Poisson arrivals per second (default 1)")
+    g.add_argument("--requests", type=int, default=100, metavar="N", help="requests to simulate (default 100)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")
+    g.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="JSON or CSV with arrival_s, prompt_tokens, output_tokens per request (replaces --rate/--requests)",
+    )
+    g.add_argument("--prompt-tokens", type=int, metavar="N", help="prompt length (default: the project's)")
+    g.add_argument("--output-tokens", type=int, metavar="N", help="output length (default: the project's)")
+    g = p.add_argument_group("scheduler")
+    g.add_argument("--max-batch", type=int, default=256, metavar="N", help="running sequences at most (default 256)")
+    g.add_argument(
+        "--token-budget", type=int, default=2048, metavar="N", help="new tokens per iteration at most (default 2048)"
+    )
+    g.add_argument(
+        "--chunk",
+        type=int,
+        default=512,
+        metavar="N",
+        help="prompt tokens one sequence prefills per iteration at most (default 512)",
+    )
+    g.add_argument(
+        "--disaggregate", metavar="P:D", help="prefill on P devices, decode on D others (P + D = the project's devices)"
+    )
+    g.add_argument("--spec-k", type=int, metavar="K", help="speculative decoding: draft tokens per verify step")
+    g.add_argument("--spec-accept", type=float, metavar="A", help="speculative decoding: acceptance rate 0–1")
+    g.add_argument(
+        "--spec-draft-cost",
+        type=float,
+        default=0.05,
+        metavar="F",
+        help="one draft step's cost as a fraction of the target's decode step (default 0.05)",
+    )
+    g = p.add_argument_group("report")
+    g.add_argument("--slo-ttft", type=float, metavar="S", help="time-to-first-token target, seconds")
+    g.add_argument("--slo-tpot", type=float, metavar="S", help="time-per-output-token target, seconds")
+    g.add_argument(
+        "--sweep-rates",
+        metavar="A,B,C|START:STOP:STEP",
+        help="simulate each rate; report the highest whose goodput is ≥ 90 %% of requests",
+    )
+    g.add_argument("--csv", metavar="FILE", help="write the per-request records as CSV")
+    g.add_argument("--json", action="store_true", help="print one strict JSON object on stdout")
+    g.add_argument("--allow-large", action="store_true", help="simulate even past the size limits")
+    g.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="DOTTED.PATH=VALUE",
+        help="override a project field, e.g. run.inference.kv_block_tokens=32",
+    )
+    g.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
+    p.set_defaults(handler=serve_command)
+
+
+def parse_rates(text: str) -> list[float]:
+    """ "1,2,4" or "0.5:4:0.5" (start, stop inclusive, step)."""
+    try:
+        if ":" in text:
+            start, stop, step = (float(x) for x in text.split(":"))
+            if step <= 0 or stop < start:
+                raise ValueError
+            n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            rates = [start + i * step for i in range(n)]
+        else:
+            rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(
+            COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: give A,B,C or START:STOP:STEP (step > 0, stop ≥ start)")
+        ) from None
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+        raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: every rate must be positive"))
+    if len(rates) > 1000:
+        raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{len(rates)} rates (limit 1000)"))
+    return rates
+
+
+def _disaggregate(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        p, d = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise InputError(COMMAND_LINE, Problem("--disaggregate", f"{text!r}: give P:D, two device counts")) from None
+    return p, d
+
+
+def _project(args: argparse.Namespace):
+    from tilewright.engine.io.json_file import read_json, require_object
+    from tilewright.engine.io.migrate import migrate
+    from tilewright.engine.io.overrides import apply_overrides, parse_set_option
+    from tilewright.engine.io.presets import resolve
+    from tilewright.engine.io.project_file import project_from_data
+
+    path = resolve("projects", args.project)
+    source = str(path)
+    data: dict[str, Any] = migrate(require_object(read_json(path), source), source)
+    for option in args.set:
+        dotted, value = parse_set_option(option)
+        apply_overrides(data, dotted, value, COMMAND_LINE)
+    return project_from_data(data, source), source
+
+
+def _config(args: argparse.Namespace, project, rates: list[float] | None):
+    from tilewright.engine.serving import ServingConfig, SpecDecoding, load_trace
+
+    if (args.spec_k is None) != (args.spec_accept is None):
+        raise InputError(COMMAND_LINE, Problem("--spec-k/--spec-accept", "give both (draft length and acceptance)"))
+    for flag, value in (
+        ("--prompt-tokens", args.prompt_tokens),
+        ("--output-tokens", args.output_tokens),
+        ("--requests", args.requests),
+    ):
+        if value is not None and value < 1:
+            raise InputError(COMMAND_LINE, Problem(flag, f"{value} must be at least 1"))
+    requests = tuple(load_trace(args.trace)) if args.trace else None
+    spec = SpecDecoding(args.spec_k, args.spec_accept, args.spec_draft_cost) if args.spec_k is not None else None
+    config = ServingConfig(
+        rate=rates[0] if rates else args.rate,
+        count=args.requests,
+        seed=args.seed,
+        requests=requests,
+        prompt_tokens=args.prompt_tokens,
+        output_tokens=args.output_tokens,
+        max_batch=args.max_batch,
+        token_budget=args.token_budget,
+        chunk=args.chunk,
+        disaggregate=_disaggregate(args.disaggregate),
+        spec=spec,
+        slo_ttft_s=args.slo_ttft,
+        slo_tpot_s=args.slo_tpot,
+    )
+    flags = {
+        "rate": "--rate",
+        "count": "--requests",
+        "max_batch": "--max-batch",
+        "token_budget": "--token-budget",
+        "chunk": "--chunk",
+        "disaggregate": "--disaggregate",
+        "spec_k": "--spec-k",
+        "spec_accept": "--spec-accept",
+        "spec_draft_cost": "--spec-draft-cost",
+        "slo_ttft_s": "--slo-ttft",
+        "slo_tpot_s": "--slo-tpot",
+    }
+    problems = [Problem(flags.get(name, name), reason) for name, reason in config.problems()]
+    if problems:
+        raise InputError(COMMAND_LINE, problems)
+    return config
+
+
+def _check_size(args: argparse.Namespace, project, config, rates: list[float] | None, source: str) -> None:
+    from tilewright.engine.serving.budget import estimate
+
+    inf = project.run.inference
+    est = estimate(
+        config.count,
+        config.prompt_tokens or inf.prompt_tokens,
+        config.output_tokens or inf.output_tokens,
+        config.chunk,
+        len(rates) if rates else 1,
+        list(config.requests) if config.requests else None,
+    )
+    problems = est.problems()
+    if problems and not args.allow_large:
+        raise InputError(
+            source,
+            [Problem(a, b) for a, b in problems]
+            + [Problem("", "past the size limits; `tilewright serve --allow-large` simulates it anyway")],
+        )
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from tilewright.engine.cli.progress import ProgressPrinter
+    from tilewright.engine.io.json_file import dumps_strict
+    from tilewright.engine.serving import ServingSetupError, simulate_serving, sweep_rates
+
+    rates = parse_rates(args.sweep_rates) if args.sweep_rates else None
+    project, source = _project(args)
+    config = _config(args, project, rates)
+    _check_size(args, project, config, rates, source)
+    if rates and config.requests is not None:
+        raise InputError(COMMAND_LINE, Problem("--sweep-rates", "sweeps Poisson rates; it cannot replay --trace"))
+    if rates and args.csv:
+        raise InputError(COMMAND_LINE, Problem("--csv", "writes one simulation's records; not with --sweep-rates"))
+    try:
+        with ProgressPrinter(not args.quiet, lines=False) as printer:
+            progress = printer if printer.enabled else None
+            if rates:
+                sweep = sweep_rates(project, config, rates, progress=progress)
+            else:
+                result = simulate_serving(project, config, progress=progress)
+    except ServingSetupError as exc:
+        flag = {"disaggregate": "--disaggregate", "requests": args.trace or "--requests"}.get(exc.setting, exc.setting)
+        raise InputError(source, Problem(flag, exc.reason)) from None
+    if rates:
+        print_result(sweep.to_json(), args.json, sweep.summary_text())
+        return 0
+    if args.csv:
+        result.write_csv(args.csv)
+    if args.json:
+        print(dumps_strict(result.to_json(records=True), sort_keys=True))
+    else:
+        print(result.summary_text())
+    return 0

@@ -1,0 +1,89 @@
+"""Sharded data parallelism inside the passes: ZeRO stages 2 and 3 and FSDP (Rajbhandari et al., SC'20).
+
+What each stage communicates over the data-parallel group (each tensor-parallel rank with its peers in the
+other replicas), per training iteration of ``m`` micro-batches:
+
+- stage 1 (and Megatron's distributed optimizer): a reduce-scatter of the gradients after the last
+  backward and an all-gather of the updated weights after the optimizer step (``Plan.dp_collective``,
+  ``Plan.zero_gather``) — gradients accumulate unsharded over the micro-batches;
+- stage 2: gradients are sharded too, so each micro-batch's backward reduce-scatters every layer's
+  gradients as soon as they are complete (m reduce-scatters instead of one), then the all-gather of the
+  updated weights after the step;
+- stage 3 / FSDP (FULL_SHARD): weights are sharded as well: every layer's weights are all-gathered
+  before its forward, again before its backward (and before a recomputed forward), and its gradients
+  reduce-scattered after its backward; the updated shards need no gather after the step.
+
+Overlap (``mapping.overlap_param_gather``, FSDP's prefetch): the all-gather of the next layer runs while the
+current layer computes, and a layer's reduce-scatter while the layer before it runs its backward; only
+what the layer's compute cannot hide is exposed. (``overlap_grad_reduce`` hides the stage-2 reduce-scatters
+the same way.) The exposed part is charged as the same collective carrying the exposed fraction of its
+bytes, so both engines time it like any collective; the hidden bytes still cross the links but are not
+drawn as link traffic.
+
+The collectives ride on ``Segment.comm`` with the kind prefixed ``dp:``; ``Plan.tp_collective`` resolves
+them on the data-parallel group of the stage (all tensor ranks at once, as ``Plan.dp_collective``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+DP_PREFIX = "dp:"
+CP_PREFIX = "cp:"  # context parallelism's ring exchange (``plan.context``)
+EP_PREFIX = "ep:"  # expert parallelism's all-to-all (``plan.experts``)
+
+
+def dp_kind(kind: str) -> str:
+    """The collective kind of a ``dp:``-, ``cp:``- or ``ep:``-prefixed segment collective."""
+    return kind.removeprefix(DP_PREFIX).removeprefix(CP_PREFIX).removeprefix(EP_PREFIX)
+
+
+def is_dp(kind: str) -> bool:
+    return kind.startswith(DP_PREFIX)
+
+
+def spans_replicas(kind: str) -> bool:
+    """A segment collective over several replicas of the stage (data- or context-parallel), not within
+    one tensor group: every unit of the stage reaches it."""
+    return kind.startswith((DP_PREFIX, CP_PREFIX, EP_PREFIX))
+
+
+@dataclass(frozen=True)
+class ShardComm:
+    """What a stage's passes communicate for sharded data parallelism (module docstring)."""
+
+    gather_weights: bool  # stage 3 / FSDP: all-gather each layer's weights before its forward and backward
+    reduce_grads: bool  # stage ≥ 2: reduce-scatter each layer's gradients after its backward
+    overlap_gather: bool  # prefetch: a layer's gather hides behind the previous layer's compute
+    overlap_reduce: bool  # a layer's reduce-scatter hides behind the next backward layer's compute
+    weight_bytes: float  # per parameter, as stored for compute (the weights' format)
+    grad_bytes: float  # per parameter, as reduced (the gradients' format)
+    seconds: Callable[[str, float], float]  # uncontended time of a ``dp:`` collective of that many bytes
+
+    def exposed(self, items: list[tuple[str, float]], hide_s: float, overlap: bool) -> list[tuple[str, float]]:
+        """The collectives ``items`` ((dp: kind, bytes)) running behind ``hide_s`` seconds of compute: each
+        scaled to the fraction of the total not hidden (all of it without ``overlap``)."""
+        items = [(k, b) for k, b in items if b > 0]
+        if not overlap or not items:
+            return items
+        total = sum(self.seconds(k, b) for k, b in items)
+        if total <= hide_s or total <= 0:
+            return []
+        frac = (total - hide_s) / total
+        return [(k, b * frac) for k, b in items]
+
+
+def stage_shard_comm(
+    zero: int,
+    dp: int,
+    overlap_gather: bool,
+    overlap_reduce: bool,
+    weight_bytes: float,
+    grad_bytes: float,
+    seconds: Callable[[str, float], float],
+) -> ShardComm | None:
+    """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism)."""
+    if dp <= 1 or zero < 2:
+        return None
+    return ShardComm(zero >= 3, True, overlap_gather, overlap_reduce, weight_bytes, grad_bytes, seconds)

@@ -1,0 +1,65 @@
+"""The per-op cost settings a search takes from its project, so it costs ops exactly as ``build_plan`` does.
+
+Besides tp, micro-batch and sequence parallelism, an op's time depends on the mapping's tensor formats and
+math fidelity (``mapping.formats``/``fidelity``), the fusion chains it keeps on chip (``mapping.fusion``),
+the split policy over a grid device's cores (``mapping.spatial``), the token rows a fused chain streams and
+where each category of state lives (``mapping.memory_levels``, resolved per candidate by the caller). This
+module gathers the candidate-independent ones once and builds the plan's own ``PassContext`` from them, so
+search, ``map`` and the engines share one cost function per op (``perf.op_cost.op_time``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilewright.engine.ir.common import dtype_bytes
+from tilewright.engine.ir.mapping import SpatialSplit
+from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.formats import OpFormats, resolve_formats
+from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.passes import PassContext, collective_between, fused_edges, local_name
+from tilewright.engine.workloads.graph import WorkloadGraph
+
+
+@dataclass(frozen=True)
+class OpSettings:
+    formats: OpFormats
+    elem_bytes: float  # of activations: what ``build_plan`` calls ``elem``
+    fused: frozenset[tuple[str, str]]
+    spatial: SpatialSplit
+    rows_per_sample: int
+
+    @classmethod
+    def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
+        m = project.mapping
+        formats = resolve_formats(project.run.dtype, m.formats, m.fidelity)
+        return cls(
+            formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample
+        )
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.formats.weight_bytes
+
+    def context(
+        self, dev: DeviceModel, micro_batch: int, tp: int, sp: bool, residency: Residency | None = None
+    ) -> PassContext:
+        """The ``PassContext`` ``build_plan`` makes for a stage of this mapping."""
+        ctx = PassContext(dev, micro_batch, tp, sp, self.elem_bytes, self.fused, self.formats, self.spatial)
+        ctx.rows_per_sample = self.rows_per_sample
+        ctx.residency = residency
+        return ctx
+
+
+def fusion_allows(workload: WorkloadGraph, fused: frozenset[tuple[str, str]], tp: int) -> bool:
+    """False when a fused edge would cross a tensor-parallel collective at ``tp`` (``plan.checks`` refuses
+    such a mapping: the tensor leaves the chip there)."""
+    if not fused or tp <= 1:
+        return True
+    for li in workload.layers:
+        ops = workload.layer_ops(li.index)
+        for a, b in zip(ops, ops[1:], strict=False):
+            if (local_name(a), local_name(b)) in fused and collective_between(a, b, tp):
+                return False
+    return True

@@ -1,0 +1,166 @@
+"""The search's second stage: expert and context parallelism, ZeRO-2/3 and FSDP, optimizer offload.
+
+The fast evaluator (``estimate``) times the dense space (tp, pp, dp, micro-batch, interleave, recompute,
+sequence parallelism, ZeRO 0/1, placement) from cached layer costs. The dimensions here change what the
+passes themselves carry — all-to-all dispatch and combine (``plan.experts``), the K/V ring
+(``plan.context``), per-layer gathers and reduce-scatters (``plan.sharding``), host-link streams of the
+optimizer step (``plan.residency``) — so each candidate that uses one is timed by building its plan and
+running the analytic engine: the same functions the engines use, one place for each formula, at about
+0.1 s a candidate instead of microseconds. To keep that affordable the stage varies only *seeds* from the
+first stage: the fastest candidates it kept (where ep, cp or a cheaper gradient reduction can win time)
+and the fastest that missed memory (where sharding, ep, cp or offload can make them fit).
+
+Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the same devices and batch:
+
+- ep: each divisor e > 1 of dp that divides the routed experts (MoE models);
+- cp: each c > 1 that divides dp and the sequence, the seed's dp replicas regrouped as dp/c data-parallel
+  × c context-parallel ranks (the micro-batch count grows by c, the pipeline bubble shrinks);
+- ZeRO 2, ZeRO 3 and FSDP (dp > 1), each also with ep;
+- the optimizer state in host memory (a node with a host memory and a host link), on the seeds that
+  missed memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from tilewright.engine.errors import InputError
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.project import EngineKind, Project
+from tilewright.engine.ir.workload import TransformerDims
+from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.plan.checks import check_project
+from tilewright.engine.plan.residency import available_levels
+from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.space import divisors
+
+LONG_SEQUENCE = 8192  # tokens from which cp is explored by default (Megatron-LM uses cp for long contexts)
+ZERO_CHOICES = ("0", "1", "2", "3", "fsdp")
+
+
+@dataclass
+class Extensions:
+    """What the second stage may vary, and what the ranking may show (``allows``)."""
+
+    eps: list[int] = field(default_factory=lambda: [1])
+    cps: list[int] = field(default_factory=lambda: [1])
+    zeros: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
+    fsdp: bool = True
+    offload: str | None = None  # host memory name, None: no offload
+
+    @property
+    def active(self) -> bool:
+        return (
+            any(e > 1 for e in self.eps)
+            or any(c > 1 for c in self.cps)
+            or any(z >= 2 for z in self.zeros)
+            or self.fsdp
+            or self.offload is not None
+        )
+
+    def allows(self, c: Candidate) -> bool:
+        """A candidate the user's restrictions admit to the ranking (first-stage ones are seeds otherwise)."""
+        if c.fsdp:
+            zero_ok = self.fsdp
+        else:
+            zero_ok = c.zero in self.zeros or c.dp == 1  # without dp every stage is the same mapping
+        return zero_ok and c.ep in self.eps and c.cp in self.cps
+
+
+def default_extensions(
+    project: Project,
+    hw: HardwareGraph,
+    dev: DeviceModel,
+    eps: list[int] | None = None,
+    cps: list[int] | None = None,
+    zeros: list[str] | None = None,
+    offload: bool = True,
+) -> Extensions:
+    """The default space for this model and system, narrowed by the CLI's lists (None: the default)."""
+    spec = project.workload
+    moe = spec.moe if isinstance(spec, TransformerDims) else None
+    seq = spec.seq_len if isinstance(spec, TransformerDims) else 0
+    if eps is None:
+        eps = list(divisors(moe.experts)) if moe is not None else [1]
+    if cps is None:
+        cps = [c for c in (1, 2, 4, 8) if seq % c == 0] if seq >= LONG_SEQUENCE else [1]
+    chosen = zeros if zeros is not None else list(ZERO_CHOICES)
+    return Extensions(
+        eps=sorted(set(eps)),
+        cps=sorted(set(cps)),
+        zeros=sorted({int(z) for z in chosen if z != "fsdp"}),
+        fsdp="fsdp" in chosen,
+        offload=host_memory(hw, dev) if offload else None,
+    )
+
+
+def host_memory(hw: HardwareGraph, dev: DeviceModel) -> str | None:
+    """The name of a host memory the devices reach over a host link, if any."""
+    for name, info in available_levels(hw, 0, dev).items():
+        if info.level == "host" and info.bandwidth > 0:
+            return name
+    return None
+
+
+def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list[Candidate]:
+    """The second stage's candidates around one seed (module docstring); ``fits``: the seed fits in
+    memory (offload only helps those that do not)."""
+    moe = spec.moe if isinstance(spec, TransformerDims) else None
+    seq = spec.seq_len if isinstance(spec, TransformerDims) else 0
+    base = replace(seed, zero=min(seed.zero, 1))
+    out: list[Candidate] = []
+    eps = [e for e in ext.eps if e == 1 or (moe is not None and seed.dp % e == 0 and moe.experts % e == 0)]
+    shard: list[tuple[int, bool]] = [(z, False) for z in ext.zeros if z <= 1 or seed.dp > 1]
+    if ext.fsdp and seed.dp > 1:
+        shard.append((3, True))
+    for ep in eps:
+        for zero, fsdp in shard:
+            out.append(replace(base, ep=ep, zero=zero, fsdp=fsdp))
+    for cp in ext.cps:
+        if cp > 1 and seed.dp % cp == 0 and seq % cp == 0:
+            dp = seed.dp // cp
+            for zero, fsdp in shard:
+                if dp > 1 or (zero <= 1 and not fsdp):
+                    out.append(replace(base, dp=dp, cp=cp, zero=zero if dp > 1 else 0, fsdp=fsdp and dp > 1))
+    if ext.offload is not None and not fits:
+        out += [replace(c, offload=ext.offload) for c in out if c.zero >= 1 or c.dp == 1]
+    seen: set[Candidate] = set()
+    unique = []
+    for c in out:
+        if c.extended and c not in seen:
+            seen.add(c)
+            unique.append(c)
+    return unique
+
+
+@dataclass
+class Exact:
+    """A candidate timed by the plan and the analytic engine: iteration time, peak memory, fits."""
+
+    iteration_time_s: float
+    peak_memory_bytes: float
+    fits: bool
+
+
+def exact_evaluator(project: Project, global_batch: int) -> Callable[[Candidate], Exact | None]:
+    """Time candidates as ``tilewright run`` would with the analytic engine; None for a mapping the checks
+    refuse (``plan.checks``: e.g. cp with ep, or a stage too small)."""
+    from tilewright.engine.simulate import simulate  # the layer above search's imports: at call time
+
+    run = project.run.model_copy(update={"engine": EngineKind.analytic})
+
+    def evaluate(c: Candidate) -> Exact | None:
+        try:
+            p = project.model_copy(update={"mapping": c.mapping(global_batch, project.mapping), "run": run})
+        except ValueError:
+            return None
+        if check_project(p):
+            return None
+        try:
+            r = simulate(p, series=False)
+        except (InputError, ValueError):
+            return None
+        return Exact(r.iteration_time_s, r.peak_memory_bytes, r.oom is None)
+
+    return evaluate

@@ -1,0 +1,234 @@
+"""What a serving simulation reports: per-request records, latency percentiles, throughput, goodput, KV use.
+
+Definitions (as vLLM's and Vidur's benchmarks use them):
+- TTFT: first output token − arrival (queueing included);
+- TPOT: (finish − first token)/(output tokens − 1), absent for a one-token answer;
+- TBT (time between tokens): every gap between two consecutive tokens of a request, over all requests
+  (Sarathi-Serve's tail metric: a prompt batched with decodes stalls them for one iteration);
+- E2E: finish − arrival;
+- throughput: requests and output tokens per second over the span from the first arrival to the last finish;
+- goodput (DistServe's): requests per second that meet every SLO given (TTFT ≤ ``slo_ttft_s`` and
+  TPOT ≤ ``slo_tpot_s``), and the fraction of requests that do;
+- KV occupancy: fraction of the instance kind's KV pages in use, sampled at every iteration boundary.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tilewright.engine.serving.config import GOODPUT_TARGET, ServingConfig
+
+PERCENTILES = (50, 90, 99)
+CSV_FIELDS = (
+    "id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "preemptions",
+    "transfer_s",
+    "meets_slo",
+)
+
+
+@dataclass
+class RequestRecord:
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    scheduled_s: float  # first admitted into a batch
+    first_token_s: float
+    finish_s: float
+    preemptions: int
+    transfer_s: float  # disaggregated: the KV transfer (0 otherwise)
+    meets_slo: bool = True
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.output_tokens <= 1:
+            return None
+        return (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
+
+    def row(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(ttft_s=self.ttft_s, tpot_s=self.tpot_s, e2e_s=self.e2e_s)
+        return out
+
+
+@dataclass
+class ServingResult:
+    config: ServingConfig
+    records: list[RequestRecord]
+    kv_series: dict[str, list[tuple[float, float]]]  # instance kind → (time s, fraction of pages in use)
+    kv_pages: dict[str, int]  # instance kind → pages (all its replicas)
+    kv_page_tokens: int
+    in_flight_s: float  # ∫ requests in the system dt (arrival to finish), for Little's law
+    iterations: int
+    preemptions: int
+    notes: list[str] = field(default_factory=list)
+    tbt_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # every gap between two tokens of a request
+    wall_time_s: float = 0.0
+
+    @property
+    def span_s(self) -> float:
+        """First arrival to last finish."""
+        if not self.records:
+            return 0.0
+        return max(r.finish_s for r in self.records) - min(r.arrival_s for r in self.records)
+
+    def goodput_fraction(self) -> float:
+        return sum(r.meets_slo for r in self.records) / len(self.records) if self.records else 0.0
+
+    def meets_slo(self, target: float = GOODPUT_TARGET) -> bool:
+        return self.goodput_fraction() >= target
+
+    def metrics(self) -> dict[str, Any]:
+        recs = self.records
+        span = self.span_s
+        out: dict[str, Any] = {
+            "requests": len(recs),
+            "span_s": span,
+            "iterations": self.iterations,
+            "preemptions": self.preemptions,
+        }
+        for name in ("ttft_s", "tpot_s", "e2e_s"):
+            values = np.array([v for r in recs if (v := getattr(r, name)) is not None], dtype=float)
+            out[name] = _summary(values)
+        out["tbt_s"] = _summary(self.tbt_s)
+        out["throughput_requests_per_s"] = len(recs) / span if span > 0 else None
+        out["throughput_output_tokens_per_s"] = sum(r.output_tokens for r in recs) / span if span > 0 else None
+        met = sum(r.meets_slo for r in recs)
+        out["goodput"] = {
+            "slo_ttft_s": self.config.slo_ttft_s,
+            "slo_tpot_s": self.config.slo_tpot_s,
+            "fraction_meeting_slo": self.goodput_fraction(),
+            "requests_per_s": met / span if span > 0 else None,
+            "meets_target": self.meets_slo(),
+            "target_fraction": GOODPUT_TARGET,
+        }
+        out["mean_in_flight"] = self.in_flight_s / span if span > 0 else None
+        out["kv"] = {
+            kind: {
+                "pages": self.kv_pages[kind],
+                "page_tokens": self.kv_page_tokens,
+                "peak_fraction": max((f for _, f in s), default=0.0),
+                "mean_fraction": _time_mean(s),
+            }
+            for kind, s in self.kv_series.items()
+        }
+        return out
+
+    def to_json(self, records: bool = True) -> dict[str, Any]:
+        settings = {k: v for k, v in dataclasses.asdict(self.config).items() if k != "requests"}
+        settings["trace"] = self.config.requests is not None
+        out = {
+            "settings": settings,
+            "metrics": self.metrics(),
+            "notes": list(self.notes),
+            "wall_time_s": self.wall_time_s,
+            "kv_occupancy": {
+                k: [[t, f] for t, f in thin(v, self.config.series_points)] for k, v in self.kv_series.items()
+            },
+        }
+        if records:
+            out["records"] = [r.row() for r in self.records]
+        return out
+
+    def write_csv(self, path: str | Path) -> None:
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+            w.writeheader()
+            for r in self.records:
+                row = r.row()
+                w.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_FIELDS})
+
+    def summary_text(self) -> str:
+        m = self.metrics()
+        lines = [
+            f"{m['requests']} requests in {m['span_s']:.4g} s, {m['iterations']} iterations, "
+            f"{m['preemptions']} preemptions"
+        ]
+        for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E")):
+            s = m[name]
+            if s["count"]:
+                lines.append(
+                    f"  {label:<5} p50 {_ms(s['p50'])}  p90 {_ms(s['p90'])}  p99 {_ms(s['p99'])}  mean {_ms(s['mean'])}"
+                )
+        if m["throughput_requests_per_s"] is not None:
+            lines.append(
+                f"  throughput {m['throughput_requests_per_s']:.4g} requests/s, "
+                f"{m['throughput_output_tokens_per_s']:.4g} output tokens/s"
+            )
+        g = m["goodput"]
+        if g["slo_ttft_s"] is not None or g["slo_tpot_s"] is not None:
+            slo = ", ".join(
+                f"{k[4:8].upper()} ≤ {_ms(v)}"
+                for k, v in (("slo_ttft_s", g["slo_ttft_s"]), ("slo_tpot_s", g["slo_tpot_s"]))
+                if v
+            )
+            rate = g["requests_per_s"]
+            lines.append(
+                f"  goodput ({slo}): {g['fraction_meeting_slo']:.1%} of requests"
+                + (f", {rate:.4g} requests/s" if rate is not None else "")
+            )
+        for kind, kv in m["kv"].items():
+            lines.append(
+                f"  KV cache ({kind}): {kv['pages']} pages of {kv['page_tokens']} tokens, peak "
+                f"{kv['peak_fraction']:.1%}, mean {kv['mean_fraction']:.1%} in use"
+            )
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def thin(series: list[tuple[float, float]], points: int) -> list[tuple[float, float]]:
+    """At most ``points`` samples: the series cut into equal runs, each kept as its busiest sample (peaks
+    survive)."""
+    if len(series) <= points:
+        return list(series)
+    edges = np.linspace(0, len(series), points + 1).astype(int)
+    return [max(series[a:b], key=lambda s: s[1]) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+
+
+def _summary(values: np.ndarray) -> dict[str, Any]:
+    if values.size == 0:
+        return {"count": 0, "mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    out: dict[str, Any] = {"count": int(values.size), "mean": float(values.mean())}
+    for p in PERCENTILES:
+        out[f"p{p}"] = float(np.percentile(values, p))
+    return out
+
+
+def _time_mean(series: list[tuple[float, float]]) -> float:
+    """Time-weighted mean of a step series (each value holds until the next sample)."""
+    if len(series) < 2:
+        return series[0][1] if series else 0.0
+    t = np.array([s[0] for s in series])
+    f = np.array([s[1] for s in series])
+    dt = np.diff(t)
+    total = dt.sum()
+    return float((f[:-1] * dt).sum() / total) if total > 0 else float(f.mean())
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds * 1e3:.4g} ms" if seconds < 1 else f"{seconds:.4g} s"

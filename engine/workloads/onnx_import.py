@@ -1,0 +1,299 @@
+"""Read an ONNX model graph into a ``custom`` workload: one op per compute node, FLOPs and bytes from shapes.
+
+Shapes come from ``onnx.shape_inference``. Quantities are per sample, as ``engine.ir.ops`` wants: a
+symbolic dimension (``dim_param``, e.g. the batch) counts as 1 unless ``dims`` gives its value (a symbolic
+sequence length should be given: ``dims={"seq": 2048}``), and a model exported with a fixed batch should be
+exported with batch 1. Which symbolic dimensions were taken as 1 is written in the spec's comment; a
+``Reshape`` to ``-1`` makes shape inference invent dimensions (``unk__N``) that count as 1 too, so export
+with static shapes (``torch.onnx.export`` without ``dynamic_axes``) when the comment lists them.
+
+Node → op (FLOPs are 2 per multiply-accumulate, as every builder counts them):
+
+- ``MatMul`` with a weight (an initializer) and ``Gemm``: ``matmul``, 2·M·N·K, weights = the initializers
+  (Gemm's bias too), ``gemm = (M, N, K)`` with M the rows per sample;
+- ``MatMul`` of two activations (attention's QKᵀ and AV): ``attention``, 2·(output elements)·K;
+- ``Conv``: ``conv``, 2·(output elements)·(C_in / group)·kernel; ``ConvTranspose`` 2·(input elements)·
+  (C_out / group)·kernel;
+- fused attention (``Attention`` of opset 23, ``com.microsoft`` ``Attention``/``MultiHeadAttention``):
+  ``attention``, 2·S_q·S_kv·(query width + value width), plus the packed qkv projection's GEMM when the
+  node carries its weights (``com.microsoft`` Attention);
+- ``Gather`` from an initializer: ``embedding``; the normalisations: ``norm``; ``Softmax``: ``softmax``;
+  pooling: ``pool``; ``Dropout``: ``dropout``; any other node: ``elementwise`` (0 FLOPs, its bytes);
+- shape-only nodes (``Reshape``, ``Shape``, ``Constant``, ``Squeeze``, ``Unsqueeze``, ``Flatten``,
+  ``Identity``, ``Cast`` of shapes …) move no data in a compiled graph and are left out.
+
+Layers: exports name nodes by module path (``/model/layers.3/self_attn/q_proj/MatMul``); the first path
+part ending in ``.N`` or ``_N`` names a repeated block and becomes a layer, and the nodes between blocks form
+``pre``/``post`` layers. A graph without such names gets a layer per weighted node. Ops are not split by
+tensor parallelism (``split`` none): which axis a custom graph's matmul could be split on is not known.
+Training reuses the graph: matrix ops, norms and softmax keep their inputs for the backward pass.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.ir.workload import CustomSpec
+from tilewright.engine.workloads.hf_config import ConfigError
+
+SHAPE_ONLY = {
+    "Reshape",
+    "Shape",
+    "Constant",
+    "ConstantOfShape",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Identity",
+    "Size",
+    "Range",
+}
+NORMS = {
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "RMSNormalization",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "GroupNormalization",
+    "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+}
+POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"}
+FUSED_ATTENTION = {"Attention", "MultiHeadAttention", "GroupQueryAttention"}
+_BLOCK = re.compile(r"^(.*?[A-Za-z]\w*?[._]\d+)/")  # "model/layers.3/…" → "model/layers.3"
+
+Shape = tuple[int, ...]
+
+
+def import_onnx_model(
+    path: str | PathLike[str], name: str | None = None, dims: Mapping[str, int] | None = None
+) -> CustomSpec:
+    """The custom workload of the ONNX model at ``path``; ``dims`` sets symbolic dimensions by name."""
+    try:
+        import onnx
+    except ImportError as exc:  # an optional extra
+        raise ConfigError("onnx", "the onnx package is not installed (pip install 'tilewright[onnx]')") from exc
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except FileNotFoundError as exc:
+        raise ConfigError(str(path), "no such file") from exc
+    except Exception as exc:  # onnx raises DecodeError, ValidationError, InferenceError and others
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError("model", f"not a valid ONNX model ({reason})") from exc
+    graph = _Graph(model.graph, dict(dims or {}))
+    ops, layer_names = graph.ops()
+    if not ops:
+        raise ConfigError("graph", "no compute nodes (MatMul, Gemm, Conv, attention, …) to import")
+    source = name or model.graph.name or Path(path).stem
+    notes = [f"{len(model.graph.node)} ONNX nodes, {len(ops)} ops"]
+    if graph.assumed:
+        notes.append(f"symbolic dimensions taken as 1 per sample: {', '.join(sorted(graph.assumed))}")
+    if graph.unknown:
+        notes.append(f"{len(graph.unknown)} node(s) with unknown shapes counted without bytes")
+    comment = f"Imported from ONNX ({Path(path).name}, opset {_opset(model)}); " + "; ".join(notes)
+    return CustomSpec(name=source, comment=comment, layer_names=layer_names, ops=ops)
+
+
+def _opset(model: Any) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+class _Graph:
+    """Shapes and weights of one ONNX graph, and its nodes turned into ops."""
+
+    def __init__(self, graph: Any, dims: dict[str, int]) -> None:
+        self.graph = graph
+        self.dims = dims
+        self.assumed: set[str] = set()
+        self.unknown: set[str] = set()
+        self.weights: dict[str, Shape] = {t.name: tuple(t.dims) for t in graph.initializer}
+        self.shapes: dict[str, Shape] = dict(self.weights)
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            shape = self._shape_of(value)
+            if shape is not None:
+                self.shapes[value.name] = shape
+        for node in graph.node:  # Constant nodes are weights too (small ones: shapes, scales)
+            if node.op_type == "Constant":
+                for attr in node.attribute:
+                    if attr.name == "value":
+                        self.weights[node.output[0]] = tuple(attr.t.dims)
+                        self.shapes[node.output[0]] = tuple(attr.t.dims)
+
+    def _shape_of(self, value: Any) -> Shape | None:
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            return None
+        out = []
+        for d in tensor.shape.dim:
+            if d.HasField("dim_value"):
+                out.append(d.dim_value)
+            elif d.dim_param in self.dims:
+                out.append(self.dims[d.dim_param])
+            else:
+                self.assumed.add(d.dim_param or "?")
+                out.append(1)
+        return tuple(out)
+
+    def elems(self, names: list[str] | Any) -> float:
+        return float(sum(math.prod(self.shapes[n]) for n in names if n and n in self.shapes))
+
+    def shape(self, node: Any, name: str) -> Shape:
+        if name not in self.shapes:
+            raise ConfigError(
+                f"node {node.name or node.op_type}",
+                f"the shape of {name!r} is unknown (shape inference could not derive it)",
+            )
+        return self.shapes[name]
+
+    def ops(self) -> tuple[list[Op], list[str]]:
+        layers = _Layers(self.graph.node)
+        producer: dict[str, str] = {}  # tensor → the op that produced it (through skipped nodes)
+        ops: list[Op] = []
+        used: set[str] = set()
+        for i, node in enumerate(self.graph.node):
+            data_inputs = [n for n in node.input if n and n not in self.weights]
+            sources = list(dict.fromkeys(producer[n] for n in data_inputs if n in producer))
+            if node.op_type in SHAPE_ONLY:
+                for out in node.output:
+                    if sources:
+                        producer[out] = sources[0]
+                continue
+            if any(n not in self.shapes for n in (*data_inputs, *node.output) if n):
+                self.unknown.add(node.name or f"{node.op_type}_{i}")
+            name = _unique(node.name.strip("/").replace("/", ".") or f"{node.op_type}_{i}", used)
+            try:
+                fields = self._fields(node, data_inputs)
+            except ConfigError:
+                raise
+            except (IndexError, KeyError, ValueError, TypeError) as exc:  # a node whose inputs do not fit its type
+                raise ConfigError(f"node {node.name or f'{node.op_type}_{i}'}", f"unexpected inputs ({exc})") from exc
+            ops.append(Op(name=name, layer=layers.index(node, fields["params"] > 0), inputs=sources, **fields))
+            for out in node.output:
+                producer[out] = name
+        return ops, layers.names
+
+    def _fields(self, node: Any, data_inputs: list[str]) -> dict[str, Any]:
+        t = node.op_type
+        weights = [n for n in node.input if n in self.weights]
+        params = float(sum(math.prod(self.weights[n]) for n in weights))
+        in_elems, out_elems = self.elems(data_inputs), self.elems(node.output)
+        fields: dict[str, Any] = {
+            "kind": OpKind.elementwise,
+            "flops": 0.0,
+            "params": params,
+            "in_elems": in_elems,
+            "out_elems": out_elems,
+        }
+        if t in ("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul"):
+            fields |= self._matmul(node, weights)
+        elif t in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
+            fields |= self._conv(node)
+        elif t in FUSED_ATTENTION:
+            fields |= self._attention(node, weights)
+        elif t == "Gather" and node.input[0] in self.weights:
+            fields |= {"kind": OpKind.embedding}
+        elif t in NORMS:
+            fields |= {"kind": OpKind.norm, "saved_elems": in_elems}
+        elif t == "Softmax":
+            fields |= {"kind": OpKind.softmax, "saved_elems": out_elems}
+        elif t in POOLS:
+            fields |= {"kind": OpKind.pool}
+        elif t == "Dropout":
+            fields |= {"kind": OpKind.dropout}
+        if fields["kind"] in (OpKind.matmul, OpKind.attention, OpKind.conv):
+            fields["saved_elems"] = in_elems
+        return fields
+
+    def _matmul(self, node: Any, weights: list[str]) -> dict[str, Any]:
+        a, b = self.shape(node, node.input[0]), self.shape(node, node.input[1])
+        out = self.shape(node, node.output[0])
+        if node.op_type == "Gemm":
+            attrs = {x.name: x.i for x in node.attribute}
+            k = a[0] if attrs.get("transA") else a[-1]
+        else:
+            k = a[-1] if len(a) > 1 else a[0]
+        n = b[0] if node.op_type == "Gemm" and {x.name: x.i for x in node.attribute}.get("transB") else b[-1]
+        out_elems = math.prod(out)
+        flops = 2.0 * out_elems * k
+        if node.input[1] in weights or node.op_type == "Gemm":
+            m = max(1, out_elems // max(n, 1))
+            return {"kind": OpKind.matmul, "flops": flops, "gemm": (m, n, k)}
+        return {"kind": OpKind.attention, "flops": flops}
+
+    def _conv(self, node: Any) -> dict[str, Any]:
+        w = self.shape(node, node.input[1] if node.op_type != "QLinearConv" else node.input[3])
+        kernel = math.prod(w[2:])
+        if node.op_type == "ConvTranspose":  # W: C_in × C_out/group × k…
+            flops = 2.0 * math.prod(self.shape(node, node.input[0])) * w[1] * kernel
+        else:  # W: C_out × C_in/group × k…
+            flops = 2.0 * math.prod(self.shape(node, node.output[0])) * w[1] * kernel
+        return {"kind": OpKind.conv, "flops": flops}
+
+    def _attention(self, node: Any, weights: list[str]) -> dict[str, Any]:
+        """Fused attention: (query, key, value) inputs of rank 3 (batch, seq, width) or 4 (batch, heads, seq,
+        width); com.microsoft Attention instead packs the qkv projection (input, weights (in, 3·hidden))."""
+        q = self.shape(node, node.input[0])
+        if node.domain == "com.microsoft" and node.op_type == "Attention" and len(node.input) > 1:
+            w = self.shape(node, node.input[1])
+            s, hidden = q[-2], w[-1] // 3
+            projection = 2.0 * s * w[0] * w[-1]
+            return {"kind": OpKind.attention, "flops": projection + 4.0 * s * s * hidden}
+        k = self.shape(node, node.input[1]) if len(node.input) > 1 and node.input[1] else q
+        v = self.shape(node, node.input[2]) if len(node.input) > 2 and node.input[2] else k
+        s_q, s_kv = q[-2], k[-2]
+        q_width = q[-1] * (q[1] if len(q) == 4 else 1)  # rank 4: heads × head width
+        v_width = v[-1] * (v[1] if len(v) == 4 else 1)
+        return {"kind": OpKind.attention, "flops": 2.0 * s_q * s_kv * (q_width + v_width)}
+
+
+class _Layers:
+    """Layer of each node: its repeated block (by module path), else a run of nodes between blocks."""
+
+    def __init__(self, nodes: Any) -> None:
+        self.keys = [_block_key(n.name) for n in nodes]
+        self.by_block = any(self.keys)
+        self.names: list[str] = []
+        self._block_index: dict[str, int] = {}
+        self._current: int | None = None
+        self._current_is_block = False
+
+    def _open(self, name: str) -> int:
+        self.names.append(_unique(name, set(self.names)))
+        return len(self.names) - 1
+
+    def index(self, node: Any, weighted: bool) -> int:
+        if self.by_block:
+            key = _block_key(node.name)
+            if key is not None:
+                if key not in self._block_index:
+                    self._block_index[key] = self._open(key)
+                self._current, self._current_is_block = self._block_index[key], True
+            elif self._current is None or self._current_is_block:
+                self._current = self._open("pre" if self._current is None else "post")
+                self._current_is_block = False
+            return self._current
+        if self._current is None or weighted:
+            self._current = self._open(node.name.strip("/").replace("/", ".") or node.op_type if weighted else "input")
+        return self._current
+
+
+def _block_key(name: str) -> str | None:
+    match = _BLOCK.match(name.lstrip("/"))
+    return match.group(1).replace("/", ".") if match else None
+
+
+def _unique(name: str, used: set[str]) -> str:
+    out, n = name, 1
+    while out in used:
+        n += 1
+        out = f"{name}_{n}"
+    used.add(out)
+    return out

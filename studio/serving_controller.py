@@ -1,0 +1,156 @@
+"""Serving simulations (``tilewright.engine.serving``), one at a time, on a worker thread — as a run does.
+
+The same ``workers.Job`` as the Run menu's simulation carries the job protocol: ``progress`` reaches the
+serving window through a ``Relay`` (throttled, on the GUI thread), Cancel sets the flag the simulator
+polls every few dozen iterations, and the controller forgets a cancelled job's late answer at once.
+The worker also reads the trace file and shapes the views (``studio.model.serving_data``), so the GUI
+thread only draws.
+
+The engine is injected like the run controller's: ``simulate`` and ``sweep`` default to
+``simulate_serving`` and ``sweep_rates``; tests pass doubles with the same signatures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QThreadPool, Signal
+from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.ir.project import Project
+from tilewright.engine.jobs import CancelFn, Cancelled, ProgressFn
+from tilewright.engine.serving import ServingSetupError, load_trace, simulate_serving, sweep_rates
+from tilewright.studio.model.serving_data import ServingRequest, ServingView, serving_view
+from tilewright.studio.units import SECONDS, format_value
+from tilewright.studio.workers import Job, Relay, fast_switching, start
+
+READING = "reading the trace"
+SHAPING = "preparing the views"
+
+SimulateServingFn = Callable[..., Any]  # simulate_serving(project, config, *, progress, cancel) -> ServingResult
+SweepFn = Callable[..., Any]  # sweep_rates(project, config, rates, *, progress, cancel) -> SweepResult
+
+
+def serve_and_shape(
+    project: Project,
+    request: ServingRequest,
+    simulate: SimulateServingFn,
+    sweep: SweepFn,
+    *,
+    progress: ProgressFn,
+    cancel: CancelFn,
+) -> ServingView:
+    """Read the trace (if any), simulate one rate or sweep several, then shape the views — all on the
+    worker. A setting the instances cannot be built with comes back as an ``InputError`` naming it."""
+    config = request.config
+    try:
+        if request.trace is not None:
+            progress(0.0, READING)
+            config = dataclasses.replace(config, requests=tuple(load_trace(request.trace)))
+            result = simulate(project, config, progress=progress, cancel=cancel)
+            rates, results, best = [None], [result], None
+        elif request.is_sweep:
+            swept = sweep(project, config, list(request.rates), progress=progress, cancel=cancel)
+            rates, results, best = list(swept.rates), list(swept.results), swept.best_rate
+        else:
+            rate = request.rates[0]
+            result = simulate(project, dataclasses.replace(config, rate=rate), progress=progress, cancel=cancel)
+            rates, results, best = [rate], [result], rate if result.meets_slo() else None
+    except ServingSetupError as exc:
+        raise InputError(project.name, Problem(exc.setting, exc.reason)) from None
+    if cancel():
+        raise Cancelled("cancelled")
+    progress(1.0, SHAPING)
+    return serving_view(project.name, rates, results, best)
+
+
+class ServingController(QObject):
+    started = Signal()
+    progress = Signal(float, str)  # fraction 0–1, what the simulator is doing
+    finished = Signal(object, float)  # the ServingView, wall seconds
+    failed = Signal(str)
+    cancelled = Signal()
+    done = Signal()  # after every outcome (finished, failed, cancelled)
+    runningChanged = Signal(bool)
+
+    def __init__(
+        self,
+        parent: QObject | None = None,
+        pool: QThreadPool | None = None,
+        simulate: SimulateServingFn | None = None,
+        sweep: SweepFn | None = None,
+    ):
+        super().__init__(parent)
+        self.pool = pool or QThreadPool.globalInstance()
+        self.simulate = simulate or simulate_serving
+        self.sweep = sweep or sweep_rates
+        self.job: Job | None = None
+        self.last_view: ServingView | None = None
+        self.last_message = "no serving run yet"
+        self._fast = False
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    def run(self, project: Project, request: ServingRequest) -> bool:
+        """Start serving ``project`` (an immutable snapshot) as ``request`` says; refuses while one runs."""
+        if self.job is not None:
+            return False
+        job = Job(serve_and_shape, project, request, self.simulate, self.sweep)
+        Relay(
+            self,
+            job,
+            finished=lambda v, s: self._finished(job, v, s),
+            failed=lambda m: self._failed(job, m),
+            progress=lambda f, t: self._progress(job, f, t),
+        )
+        self.job = job
+        if not self._fast:
+            self._fast = True
+            fast_switching(True)
+        self.started.emit()
+        self.runningChanged.emit(True)
+        start(job, self.pool)
+        return True
+
+    def cancel(self) -> None:
+        if self.job is None:
+            return
+        self.job.cancel()
+        self.job = None
+        self.last_message = "serving run cancelled"
+        self.cancelled.emit()
+        self._end()
+
+    def _finished(self, job: Job, view: ServingView, seconds: float) -> None:
+        if job is not self.job:
+            return
+        self.job = None
+        self.last_view = view
+        self.last_message = (
+            f"served {sum(len(r.result.records) for r in view.runs)} requests "
+            f"({format_value(seconds, SECONDS)} to simulate)"
+        )
+        self.finished.emit(view, seconds)
+        self._end()
+
+    def _failed(self, job: Job, message: str) -> None:
+        if job is not self.job:
+            return
+        self.job = None
+        self.last_message = f"serving run failed: {message}"
+        self.failed.emit(message)
+        self._end()
+
+    def _progress(self, job: Job, fraction: float, text: str) -> None:
+        if job is self.job:
+            self.progress.emit(fraction, text)
+
+    def _end(self) -> None:
+        if self._fast:
+            self._fast = False
+            fast_switching(False)
+        self.runningChanged.emit(False)
+        self.done.emit()

@@ -1,0 +1,111 @@
+"""Context parallelism (``mapping.cp``, ring attention): sequence split, K/V ring, memory and placement."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from tilewright.engine.io.presets import load_system
+from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+from tilewright.engine.ir.ops import OpKind
+from tilewright.engine.plan.context import ContextComm
+from tilewright.engine.simulate import make_plan, simulate
+
+SEQ, HIDDEN, HEADS = 8192, 2048, 16
+SPEC = GPTSpec(name="gpt-long", layers=4, hidden=HIDDEN, heads=HEADS, seq_len=SEQ, vocab=51200)
+
+
+def _project(cp: int, engine: str = "analytic", tp: int = 2, dp: int = 1) -> Project:
+    mapping = Mapping(tp=tp, dp=dp, cp=cp, micro_batch=1, global_batch=4 * dp)
+    return Project(
+        name="cp",
+        hardware=load_system("dgx-a100"),
+        workload=SPEC,
+        mapping=mapping,
+        run=RunSettings(dtype="bf16", engine=engine, contention=False),
+    )
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+def test_each_rank_runs_its_share_of_the_sequence(cp):
+    """Every token-proportional quantity divides by cp: FLOPs (attention too: each rank's queries against
+    all keys) and stored activations; the weights do not."""
+    one, split = make_plan(_project(1)), make_plan(_project(cp))
+    for kind in ("F", "B"):
+        assert split.stages[0].passes[(0, kind)].flops == pytest.approx(one.stages[0].passes[(0, kind)].flops / cp)
+    assert split.stages[0].act_bytes[0] == pytest.approx(one.stages[0].act_bytes[0] / cp)
+    assert split.stages[0].params == one.stages[0].params
+    assert split.project.mapping.devices == 2 * cp
+
+
+def test_ring_moves_every_other_ranks_keys_and_values_unless_attention_hides_it():
+    """Forward: an all-gather of the layer's K and V (2·s·h elements per sample over tp ranks); backward:
+    K and V again and the reduce-scatter of their gradients. Exposed only past the attention's time."""
+    plan = make_plan(_project(2))
+    attn = next(op for op in plan.workload.ops() if op.kind is OpKind.attention)
+    kv_bytes = 2 * SEQ * HIDDEN * 2 / 2  # K and V, bf16, over tp 2, one sample
+    slow = ContextComm(2, lambda kind, nbytes: nbytes / 1e9)
+    assert slow.exchange(attn, 1, 2, 2, False, 0.0) == [("cp:all-gather", pytest.approx(kv_bytes))]
+    back = slow.exchange(attn, 1, 2, 2, True, 0.0)
+    assert [k for k, _ in back] == ["cp:all-gather", "cp:reduce-scatter"]
+    half = slow.exchange(attn, 1, 2, 2, False, kv_bytes / 1e9 / 2)  # attention hides half the ring
+    assert half[0][1] == pytest.approx(kv_bytes / 2)
+    assert slow.exchange(attn, 1, 2, 2, False, 1.0) == []
+
+
+def test_cp_ranks_sit_next_to_the_tensor_ranks():
+    """Megatron's order tp, cp, dp: with tp·cp = 8 a ring stays inside one DGX node."""
+    plan = make_plan(_project(4, dp=2))
+    groups, cp = plan.stages[0].groups, 4
+    for d in range(2):
+        ring = [groups[d * cp + c][0] for c in range(cp)]
+        assert len({plan.hw.devices[i].node.rsplit("/", 1)[0] for i in ring}) == 1
+
+
+def test_longer_context_gets_faster_with_more_ranks_and_both_engines_agree():
+    times = []
+    for cp in (1, 2, 4):
+        a, e = simulate(_project(cp, "analytic")), simulate(_project(cp, "event"))
+        assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
+        times.append(a.iteration_time_s)
+    assert times[0] > times[1] > times[2]
+    assert simulate(_project(4)).peak_memory_bytes < simulate(_project(1)).peak_memory_bytes
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tilewright.engine.cli",
+            "run",
+            "--system",
+            "dgx-a100",
+            "--model",
+            "gpt",
+            "--layers",
+            "2",
+            "--hidden",
+            "512",
+            "--heads",
+            "8",
+            "--global-batch",
+            "4",
+            "--engine",
+            "analytic",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_cp_counts_devices_and_refuses_an_uneven_split():
+    ok = _cli("--seq-len", "1024", "--cp", "4", "--devices", "8")
+    assert ok.returncode == 0, ok.stderr
+    assert "8 devices" in ok.stdout
+    bad = _cli("--seq-len", "1000", "--cp", "3", "--devices", "3")
+    assert bad.returncode == 2
+    assert "mapping.cp" in bad.stderr and "Traceback" not in bad.stderr

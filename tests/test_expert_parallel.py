@@ -1,0 +1,85 @@
+"""Expert parallelism (``mapping.ep``): all-to-all dispatch/combine, expert weights per device, imbalance."""
+
+from __future__ import annotations
+
+import pytest
+from tilewright.engine.errors import InputError
+from tilewright.engine.io.presets import load_system
+from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+from tilewright.engine.ir.ops import MoERole
+from tilewright.engine.plan.checks import raise_for_problems
+from tilewright.engine.simulate import make_plan, simulate
+
+SEQ, HIDDEN, EXPERTS, TOP_K = 1024, 1024, 8, 2
+SPEC = GPTSpec(
+    name="moe",
+    layers=2,
+    hidden=HIDDEN,
+    heads=16,
+    seq_len=SEQ,
+    vocab=32000,
+    moe={"experts": EXPERTS, "top_k": TOP_K, "expert_ffn": 2 * HIDDEN},
+)
+
+
+def _project(ep: int = 1, engine: str = "analytic", imbalance: float = 1.0, tp: int = 1, spec=SPEC) -> Project:
+    mapping = Mapping(tp=tp, dp=8 // tp, ep=ep, expert_imbalance=imbalance, micro_batch=2, global_batch=16 // tp)
+    return Project(
+        name="moe",
+        hardware=load_system("dgx-a100"),
+        workload=spec,
+        mapping=mapping,
+        run=RunSettings(dtype="bf16", engine=engine, contention=False),
+    )
+
+
+def _a2a(plan, kind: str = "F"):
+    return [seg.comm for seg in plan.stages[0].passes[(0, kind)].segments if seg.comm and seg.comm[0].startswith("ep:")]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_each_token_goes_to_its_top_k_experts_and_back(tp):
+    """Per MoE layer and micro-batch of b sequences: dispatch and combine each move s·b·top_k hidden vectors
+    (bf16) per device, 1/tp of them per tensor rank; (ep − 1)/ep of them leave the device."""
+    plan = make_plan(_project(ep=4, tp=tp))
+    per_rank = SEQ * 2 * TOP_K * HIDDEN * 2 / tp
+    moe_layers = sum(
+        1 for li in plan.workload.layers if any(op.moe is not None for op in plan.workload.layer_ops(li.index))
+    )
+    for kind in ("F", "B"):
+        comms = _a2a(plan, kind)
+        assert len(comms) == 2 * moe_layers
+        assert all(nbytes == pytest.approx(per_rank) for _, nbytes in comms)
+    coll = plan.tp_collective(0, 0, *_a2a(plan)[0])
+    assert coll.phases[0].bytes_per_member == pytest.approx(3 / 4 * per_rank)
+
+
+def test_expert_weights_split_over_the_expert_ranks():
+    one, four = make_plan(_project(1)), make_plan(_project(4))
+    experts = sum(op.params for op in one.workload.ops() if op.moe is not None and op.moe.role is MoERole.expert)
+    assert one.stages[0].params - four.stages[0].params == pytest.approx(experts * (1 - 1 / 4))
+    assert simulate(_project(4)).peak_memory_bytes < simulate(_project(1)).peak_memory_bytes
+
+
+def test_an_imbalanced_router_slows_the_expert_gemms_only():
+    even, skewed = make_plan(_project(4)), make_plan(_project(4, imbalance=1.5))
+    expert_flops = (
+        sum(op.flops for op in even.workload.ops() if op.moe is not None and op.moe.role is MoERole.expert) * 2
+    )  # micro-batch 2
+    extra = skewed.stages[0].passes[(0, "F")].flops - even.stages[0].passes[(0, "F")].flops
+    assert extra == pytest.approx(0.5 * expert_flops)
+    assert simulate(_project(4, imbalance=1.5)).iteration_time_s > simulate(_project(4)).iteration_time_s
+
+
+@pytest.mark.parametrize("ep", [2, 8])
+def test_both_engines_agree(ep):
+    a, e = simulate(_project(ep, "analytic")), simulate(_project(ep, "event"))
+    assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
+
+
+def test_ep_needs_experts_and_a_dividing_dp():
+    dense = GPTSpec(name="dense", layers=2, hidden=HIDDEN, heads=16, seq_len=SEQ, vocab=32000)
+    with pytest.raises(InputError, match="mapping.ep"):
+        raise_for_problems(_project(2, spec=dense), "test")
+    with pytest.raises(InputError, match="does not divide dp"):
+        raise_for_problems(_project(3), "test")

@@ -1,0 +1,115 @@
+"""Host kernel dispatch and unfused attention's score traffic (``engine.plan.launch``)."""
+
+from __future__ import annotations
+
+import pytest
+from tilewright.engine.io.presets import load_system
+from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+from tilewright.engine.ir.ops import OpKind
+from tilewright.engine.perf.device import device_model
+from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.plan.launch import attention_scores, kernels
+from tilewright.engine.plan.passes import PassContext, _costed, backward_pass, forward_pass
+from tilewright.engine.simulate import make_plan, simulate
+from tilewright.engine.workloads import build_workload
+
+SEQ, HIDDEN, HEADS = 1024, 512, 8
+FREE_HOST = 1e-15  # a host that issues kernels at no cost (0 would also drop the per-kernel device gap)
+
+
+def _spec(layers: int = 2) -> GPTSpec:
+    return GPTSpec(name="gpt-tiny", layers=layers, hidden=HIDDEN, heads=HEADS, seq_len=SEQ, vocab=4096)
+
+
+def _gpu(host_s: float | None = None, gap_s: float | None = None):
+    system = load_system("dgx-a100")
+    gpu = system.children[0].children[0]
+    update = {k: v for k, v in (("host_dispatch_s", host_s), ("fixed_op_s", gap_s)) if v is not None}
+    return device_model(gpu.compute.model_copy(update=update), gpu.memories, None, "bf16")
+
+
+def _block(spec: GPTSpec):
+    graph = build_workload(spec)
+    return [graph.layer_ops(i) for i in graph.block_layers[:1]]
+
+
+def test_gpt_layer_launches_as_many_kernels_as_megatron():
+    """Megatron-LM's GPT layer forward: LN, QKV GEMM + bias, baddbmm, softmax, dropout, bmm, copy, dense,
+    bias-dropout-add, LN, h→4h, bias-GeLU, 4h→h, bias-dropout-add = 16 kernels (``plan.launch``)."""
+    ops = _block(_spec())[0]
+    assert sum(kernels(op, backward=False) for op in ops) == 16
+    # backward: two GEMMs (data and weight gradients) per forward GEMM plus the gradient reductions
+    assert 1.5 * 16 <= sum(kernels(op, backward=True) for op in ops) <= 2.5 * 16
+
+
+def test_short_kernels_wait_for_the_host():
+    """With tp 1 a pass is one segment: it lasts at least its kernels × the host's dispatch time, and a
+    host twice as slow makes a host-bound pass twice as long."""
+    layers = _block(_spec())
+    n = sum(kernels(op, backward=False) for ls in layers for op in ls)
+    slow = forward_pass(layers, PassContext(_gpu(1e-3), 1, 1, False, 2))
+    slower = forward_pass(layers, PassContext(_gpu(2e-3), 1, 1, False, 2))
+    assert slow.busy_s == pytest.approx(n * 1e-3)
+    assert slower.busy_s == pytest.approx(2 * slow.busy_s)
+    assert slow.dispatch_wait_s == pytest.approx(
+        slow.busy_s - forward_pass(layers, PassContext(_gpu(FREE_HOST), 1, 1, False, 2)).busy_s
+    )
+
+
+def test_long_kernels_hide_the_host():
+    layers = _block(_spec())
+    ctx = PassContext(_gpu(), 16, 1, False, 2)  # micro-batch 16: every segment far longer than its dispatch
+    assert forward_pass(layers, ctx).dispatch_wait_s == 0.0
+    assert forward_pass(layers, ctx).busy_s == pytest.approx(
+        forward_pass(layers, PassContext(_gpu(FREE_HOST), 16, 1, False, 2)).busy_s
+    )
+
+
+def test_dispatch_is_in_both_engines_and_the_preset():
+    tiny = Project(
+        name="tiny",
+        hardware=load_system("dgx-a100"),
+        workload=_spec(),
+        mapping=Mapping(tp=8, dp=1, micro_batch=1, global_batch=4),
+        run=RunSettings(dtype="bf16"),
+    )
+    plan = make_plan(tiny)
+    assert plan.stages[0].dev.compute.host_dispatch_s > 0
+    assert plan.stages[0].passes[(0, "F")].dispatch_wait_s > 0
+    runs = [
+        simulate(tiny.model_copy(update={"run": tiny.run.model_copy(update={"engine": e, "contention": False})}))
+        for e in ("analytic", "event")
+    ]
+    assert runs[0].iteration_time_s == pytest.approx(runs[1].iteration_time_s, rel=1e-9)
+
+
+def test_unfused_attention_moves_its_score_matrices():
+    """Forward: QKᵀ writes the a·s² scores and PV reads the probabilities (2 passes over them); backward
+    reads P, writes ∂P and reads ∂S twice (4). Per micro-batch of b on tp ranks: b·a·s²/tp elements each."""
+    ops = _block(_spec())[0]
+    attn = next(op for op in ops if op.kind is OpKind.attention)
+    scores = attention_scores(ops)[attn.name]
+    assert scores == HEADS * SEQ * SEQ
+    dev, mb, tp = _gpu(), 2, 2
+    for backward, passes in ((False, 2), (True, 4)):
+        plain = op_time(attn, dev, mb, tp, False, backward, 2)
+        costed = op_time(_costed(attn, dev, scores, (False, False)), dev, mb, tp, False, backward, 2)
+        assert costed.local_bytes - plain.local_bytes == pytest.approx(passes * mb * scores / tp * 2)
+    fused = _costed(attn, dev, scores, (False, True))  # mapping.fusion attention → softmax: FlashAttention
+    assert fused is attn
+
+
+def test_backward_pass_is_dispatch_bound_like_the_forward():
+    layers = _block(_spec())
+    n = sum(kernels(op, backward=True) for ls in layers for op in ls)
+    assert backward_pass(layers, PassContext(_gpu(1e-3), 1, 1, False, 2)).busy_s == pytest.approx(n * 1e-3)
+
+
+def test_every_kernel_pays_the_device_side_gap():
+    """``fixed_op_s`` is the gap between back-to-back kernels: a pass pays it once per kernel it launches."""
+    layers = _block(_spec())
+    for backward, build in ((False, forward_pass), (True, backward_pass)):
+        n = sum(kernels(op, backward) for ls in layers for op in ls)
+        with_gap = build(layers, PassContext(_gpu(FREE_HOST, 1e-3), 16, 1, False, 2)).busy_s
+        without = build(layers, PassContext(_gpu(FREE_HOST, 0.0), 16, 1, False, 2)).busy_s
+        assert with_gap - without == pytest.approx(n * 1e-3)

@@ -1,0 +1,175 @@
+"""``tilewright serve``: flags, strict JSON, CSV records, a rate sweep, and bad input as exit status 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from tilewright.engine.cli import main
+from tilewright.engine.io.project_file import project_to_text
+from tilewright.engine.ir import Project
+
+from tests.engine_cases import llama_inference
+
+
+def _strict(text: str):
+    def refuse(name: str):
+        raise ValueError(f"not strict JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture
+def project_file(tmp_path):
+    data = llama_inference().model_dump(mode="json")
+    data["run"]["inference"] |= {"prompt_tokens": 128, "output_tokens": 16}
+    data["mapping"] |= {"tp": 1, "dp": 2, "global_batch": 2}
+    path = tmp_path / "serve.json"
+    path.write_text(project_to_text(Project.model_validate(data)))
+    return str(path)
+
+
+def test_json_is_strict_and_has_percentiles_goodput_kv_and_records(project_file, capsys):
+    code = main(
+        [
+            "serve",
+            project_file,
+            "--rate",
+            "50",
+            "--requests",
+            "40",
+            "--slo-ttft",
+            "0.5",
+            "--slo-tpot",
+            "0.01",
+            "--json",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    out = _strict(capsys.readouterr().out)
+    m = out["metrics"]
+    assert m["requests"] == 40 and len(out["records"]) == 40
+    assert m["ttft_s"]["p50"] <= m["ttft_s"]["p90"] <= m["ttft_s"]["p99"]
+    assert 0.0 <= m["goodput"]["fraction_meeting_slo"] <= 1.0
+    assert m["throughput_output_tokens_per_s"] > 0
+    assert out["kv_occupancy"]["serve"]
+
+
+def test_one_token_answers_have_no_tpot_and_json_stays_strict(project_file, capsys):
+    assert main(["serve", project_file, "--requests", "5", "--output-tokens", "1", "--json", "--quiet"]) == 0
+    out = _strict(capsys.readouterr().out)
+    assert out["metrics"]["tpot_s"]["count"] == 0 and out["metrics"]["tpot_s"]["p50"] is None
+
+
+def test_csv_has_one_row_per_request(project_file, tmp_path, capsys):
+    path = tmp_path / "records.csv"
+    assert main(["serve", project_file, "--requests", "12", "--csv", str(path), "--quiet"]) == 0
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 12 and {"ttft_s", "tpot_s", "e2e_s", "preemptions"} <= set(rows[0])
+    assert "TTFT" in capsys.readouterr().out
+
+
+def test_rate_sweep_reports_the_highest_rate_meeting_the_slo(project_file, capsys):
+    code = main(
+        [
+            "serve",
+            project_file,
+            "--requests",
+            "60",
+            "--sweep-rates",
+            "10:30:10",
+            "--slo-ttft",
+            "10",
+            "--json",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    out = _strict(capsys.readouterr().out)
+    assert [r["rate_requests_per_s"] for r in out["rates"]] == [10.0, 20.0, 30.0]
+    assert out["best_rate_requests_per_s"] == 30.0  # a 10 s TTFT target is met everywhere
+
+
+def test_disaggregation_and_speculation_flags_run(project_file, capsys):
+    assert (
+        main(
+            [
+                "serve",
+                project_file,
+                "--requests",
+                "10",
+                "--disaggregate",
+                "1:1",
+                "--spec-k",
+                "3",
+                "--spec-accept",
+                "0.7",
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    out = _strict(capsys.readouterr().out)
+    assert set(out["kv_occupancy"]) == {"prefill", "decode"}
+    assert all(r["transfer_s"] > 0 for r in out["records"])
+
+
+BAD_TRACES = {
+    "bad.json": ('[{"arrival_s": 0, "prompt_tokens": 10}]', "requests[0].output_tokens"),
+    "neg.json": ('{"requests": [{"arrival_s": -1, "prompt_tokens": 10, "output_tokens": 2}]}', "arrival_s"),
+    "word.json": ('[{"arrival_s": "soon", "prompt_tokens": 10, "output_tokens": 2}]', "arrival_s"),
+    "broken.json": ('[{"arrival_s": 0,', "not valid JSON"),
+    "zero.csv": ("arrival_s,prompt_tokens,output_tokens\n0,0,5\n", "row 2.prompt_tokens"),
+    "nocol.csv": ("arrival_s,prompt_tokens\n0,5\n", "output_tokens"),
+    "half.json": ('[{"arrival_s": 0, "prompt_tokens": 10.5, "output_tokens": 2}]', "whole number"),
+    "empty.json": ("[]", "no requests"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_TRACES))
+def test_a_bad_trace_file_is_exit_2_naming_file_field_and_reason(project_file, tmp_path, capsys, name):
+    text, expected = BAD_TRACES[name]
+    path = tmp_path / name
+    path.write_text(text)
+    assert main(["serve", project_file, "--trace", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and expected in err and "Traceback" not in err
+
+
+def test_a_trace_replays_its_requests(project_file, tmp_path, capsys):
+    path = tmp_path / "trace.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0.5,64,4\n0.0,200,8\n2,17,1\n")
+    assert main(["serve", project_file, "--trace", str(path), "--json", "--quiet"]) == 0
+    records = _strict(capsys.readouterr().out)["records"]
+    assert [(r["arrival_s"], r["prompt_tokens"], r["output_tokens"]) for r in records] == [
+        (0.5, 64, 4),
+        (0.0, 200, 8),
+        (2.0, 17, 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--requests", "100000000"], "limit"),
+        (["--disaggregate", "1:3"], "--disaggregate"),
+        (["--disaggregate", "x"], "P:D"),
+        (["--spec-k", "3"], "give both"),
+        (["--spec-k", "3", "--spec-accept", "1.5"], "--spec-accept"),
+        (["--sweep-rates", "5:1:1"], "--sweep-rates"),
+        (["--max-batch", "0"], "--max-batch"),
+        (["--requests", "1", "--prompt-tokens", "30000000"], "KV cache"),
+    ],
+)
+def test_bad_settings_are_exit_2_with_the_reason(project_file, capsys, argv, expected):
+    assert main(["serve", project_file, "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+
+
+def test_an_encoder_cannot_be_served(capsys):
+    assert main(["serve", "chiplet-bert-large", "--requests", "3", "--quiet"]) == 2
+    assert "decoder" in capsys.readouterr().err

@@ -1,0 +1,74 @@
+"""The serving iteration cost model prices a batch as ``tilewright run`` prices the same passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tilewright.engine.ir import Project
+from tilewright.engine.serving.cost_model import IterationCostModel, Work, decode, split_micro_batches
+from tilewright.engine.simulate import make_plan, simulate
+
+from tests.engine_cases import dgx, llama_inference, small_wafer
+
+
+def _infer(project: Project, mapping: dict | None = None, **inference) -> Project:
+    data = project.model_dump(mode="json")
+    data["run"] |= {"engine": "analytic", "contention": False, "mode": "infer"}
+    data["run"]["inference"] = (data["run"].get("inference") or {}) | inference
+    data["mapping"] |= mapping or {}
+    return Project.model_validate(data)
+
+
+CASES = {
+    "gpu tp4": (llama_inference(), {}, 3),
+    "gpu tp1 (one segment: host dispatch and device time meet)": (llama_inference(), {"tp": 1}, 2),
+    "pipeline of 2": (dgx(tp=2, pp=2, dp=1), {}, 1),
+    "wafer tiles streaming edge DRAM": (small_wafer(), {}, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_prefill_batch_and_its_decode_steps_cost_what_run_says(name):
+    base, mapping, batch = CASES[name]
+    prompt, output = 40, 12
+    project = _infer(base, mapping, batch=batch, prompt_tokens=prompt, output_tokens=output)
+    plan = make_plan(project)
+    model = IterationCostModel(plan, batch * prompt)  # the prefill's token count is a table point
+    metrics = simulate(project, plan=plan).metrics_json()
+    assert model.iteration_seconds([Work(prompt, prompt, 1)] * batch) == pytest.approx(metrics["prefill_s"], rel=1e-9)
+    steps = [model.iteration_seconds([decode(prompt + k + 1)] * batch) for k in range(output - 1)]
+    assert np.mean(steps) == pytest.approx(metrics["tpot_s"], rel=1e-6)
+
+
+def test_between_table_points_the_interpolated_cost_stays_close_to_the_exact_one():
+    plan = make_plan(_infer(llama_inference()))
+    coarse = IterationCostModel(plan, 4096)
+    for n in (100, 777, 1500, 3001):
+        exact = IterationCostModel(plan, n)  # n is its table's last point
+        work = [Work(n, n, 1)]
+        assert coarse.iteration_seconds(work) == pytest.approx(exact.iteration_seconds(work), rel=0.01)
+
+
+def test_batching_shares_the_weights_a_mixed_batch_costs_less_than_its_parts_apart():
+    model = IterationCostModel(make_plan(_infer(llama_inference())), 2048)
+    prefill = [Work(256, 512, 1)]
+    decodes = [decode(300 + 7 * i) for i in range(24)]
+    mixed = model.iteration_seconds(prefill + decodes)
+    alone = model.iteration_seconds(prefill), model.iteration_seconds(decodes)
+    assert max(alone) < mixed < sum(alone)
+
+
+def test_longer_contexts_and_more_sequences_cost_more_once_the_device_not_the_host_sets_the_pace():
+    model = IterationCostModel(make_plan(_infer(llama_inference())), 2048)
+    short, long = model.iteration_seconds([decode(100)] * 64), model.iteration_seconds([decode(30_000)] * 64)
+    assert short < long < model.iteration_seconds([decode(30_000)] * 128)
+    # a few short sequences of this small model wait for the host to issue kernels (8 µs each): flat
+    assert model.iteration_seconds([decode(100)] * 2) == model.iteration_seconds([decode(200)] * 2)
+
+
+def test_micro_batches_for_a_pipeline_balance_the_new_tokens():
+    work = [Work(100, 100, 1), Work(60, 60, 1), Work(50, 50, 1), decode(9), decode(9)]
+    groups = split_micro_batches(work, 2)
+    assert len(groups) == 2 and sorted(len(g) for g in groups) == [2, 3]
+    assert sorted(sum(w.tokens for w in g) for g in groups) == [102, 110]  # largest first onto the lightest
+    assert split_micro_batches(work, 1) == [work]

@@ -1,0 +1,179 @@
+"""LLM serving on tiled and wafer-scale presets: the physics invariants of decode and prefill.
+
+A decode step never beats the DRAM floor of what it reads; DRAM-sharded weights are read at the
+bank-adjacent rate and interleaved ones at the arbitrary-reader rate; the fixed per-op cost is paid once per
+op in both engines; the WaferLLM mapping spreads every layer over the whole wafer; a decode step's
+all-reduces on a chip mesh are latency-bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from tilewright.engine.io.presets import load_project_preset, load_system
+from tilewright.engine.ir.hardware import Component
+from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.memory import params_on_device
+from tilewright.engine.perf.spatial import gemm_on_grid
+from tilewright.engine.perf.spatial_chip import grid_chip
+from tilewright.engine.plan.inference_phases import inference_phases
+from tilewright.engine.simulate import make_plan, simulate
+from tilewright.engine.workloads import build_workload
+from tilewright.engine.workloads.transformer_inference import inference_graph
+
+N150 = "wormhole-n150-llama2-7b-inference"
+T3000 = "wormhole-t3000-llama2-70b-inference"
+WSE = "cerebras-wse2-llama2-7b-inference"
+
+
+def n150_chip():
+    chip = load_system("wormhole-n150").children[0]
+    return grid_chip(chip.compute, chip.memories[0])
+
+
+def with_inference(project: Project, **inference) -> Project:
+    inf = project.run.inference.model_copy(update=inference)
+    return project.model_copy(update={"run": project.run.model_copy(update={"inference": inf})})
+
+
+def with_mapping(project: Project, **mapping) -> Project:
+    return project.model_copy(update={"mapping": project.mapping.model_copy(update=mapping)})
+
+
+def with_fixed_cost(project: Project, fixed_s: float) -> Project:
+    p = project.model_copy(deep=True)
+    chips = [c for c in _walk(p.hardware) if c.compute is not None]
+    for c in chips:
+        c.compute.fixed_op_s = fixed_s
+    return p
+
+
+def _walk(c: Component):
+    yield c
+    for child in c.children:
+        yield from _walk(child)
+
+
+@pytest.mark.parametrize("weights", ["interleaved", "sharded"])
+def test_a_decode_step_never_beats_the_dram_floor_of_its_bytes(weights):
+    project = load_project_preset(N150)
+    spatial = project.mapping.spatial.model_copy(update={"weights": weights})
+    plan = make_plan(with_mapping(project, spatial=spatial))
+    ph = inference_phases(plan)
+    peak = plan.stages[0].dev.local_dram.bandwidth_bytes_per_s
+    step_ops = inference_graph(project.workload, 1, 2, ph.micro_batch, True).ops()
+    weight_bytes = params_on_device(step_ops, 1) * plan.weight_bytes
+    for passes in ph.samples.values():
+        ps = passes[0]
+        moved = sum(s.local_bytes for s in ps.segments)
+        assert moved >= weight_bytes * 0.999  # every weight is read once per step
+        assert ps.busy_s >= moved / peak
+
+
+def test_sharded_weights_read_bank_adjacent_interleaved_ones_at_the_arbitrary_reader_rate():
+    chip = n150_chip()
+    m, k, n = 32, 4096, 12288  # a decode step's QKV matmul, batch 32
+    weights = k * n * 1.0625  # bfp8
+    interleaved = gemm_on_grid(chip, m, k, n, "bf16", "bfp8", "bf16", "HiFi2")
+    sharded = gemm_on_grid(chip, m, k, n, "bf16", "bfp8", "bf16", "HiFi2", b_sharded=True)
+    assert sharded.seconds < interleaved.seconds
+    assert interleaved.seconds >= weights / chip.dram_read_Bps(interleaved=True)
+    assert sharded.seconds >= weights / chip.dram_read_Bps(interleaved=False)
+    # a DRAM-bound decode matmul gets close to the bank-adjacent rate (what the layout is for)
+    assert sharded.seconds < 1.25 * weights / chip.dram_read_Bps(interleaved=False)
+    assert sharded.split.kind == "1d_in0"
+
+
+def test_sharding_leaves_a_2d_split_alone():
+    chip = n150_chip()
+    args = (chip, 4096, 4096, 4096, "bf16", "bfp8", "bf16", "HiFi2")
+    plain, sharded = gemm_on_grid(*args), gemm_on_grid(*args, b_sharded=True)
+    assert plain.split.kind == sharded.split.kind == "2d"
+    assert plain.seconds == sharded.seconds
+
+
+@pytest.mark.parametrize("name", [N150, T3000])
+@pytest.mark.parametrize("engine", ["event", "analytic"])
+def test_the_fixed_cost_is_paid_once_per_op_in_both_engines(engine, name):
+    """Once per op on each device: tensor-parallel devices pay it side by side, not one after another."""
+    project = load_project_preset(name)
+    project = with_inference(project, batch=1, prompt_tokens=64, output_tokens=4)
+    project.run.engine = engine
+    base_fixed = project.hardware.children[0].compute.fixed_op_s
+    extra = 1e-5
+    base = simulate(project, series=False)
+    more = simulate(with_fixed_cost(project, base_fixed + extra), series=False)
+    decode_ops = sum(1 for _ in inference_graph(project.workload, 1, 2, 1, True).ops())
+    prefill_ops = sum(1 for _ in inference_graph(project.workload, 64, 64, 1, True).ops())
+    assert decode_ops == prefill_ops > 10 * project.workload.layers  # norms, matmuls, attention, adds, ...
+    assert more.tpot_s - base.tpot_s == pytest.approx(decode_ops * extra, rel=1e-6)
+    assert more.ttft_s - base.ttft_s == pytest.approx(prefill_ops * extra, rel=1e-6)
+
+
+def test_the_waferllm_mapping_runs_every_layer_over_the_whole_wafer():
+    project = load_project_preset(WSE)
+    plan = make_plan(project)
+    assert project.mapping.pp == 1 and project.mapping.devices == len(plan.hw.devices)  # every block, every layer
+    params = sum(op.params for op in build_workload(project.workload).ops())
+    flops = 2.0 * params * project.run.inference.prompt_tokens
+    wafer_peak = sum(plan.hw.devices[d].compute.peak(project.run.dtype) for d in range(len(plan.hw.devices)))
+    wafer = simulate(project, series=False)
+    assert wafer.ttft_s >= flops / wafer_peak  # prefill: no faster than the wafer's arithmetic
+    pipelined = simulate(with_mapping(project, tp=1, pp=32), series=False)
+    assert wafer.ttft_s < pipelined.ttft_s / 4  # a batch-1 pipeline uses one block at a time
+    assert wafer.tpot_s < pipelined.tpot_s
+
+
+def test_wafer_presets_add_up_to_the_wse2_datasheet():
+    for name in ("cerebras-wse2", "cerebras-wse2-waferllm"):
+        wafer = load_system(name)
+        block = wafer.children[0]
+        n = block.rows * block.cols
+        sram = block.memories[0]
+        assert n * sram.capacity_bytes == pytest.approx(40e9, rel=0.05)  # 40 GB on the wafer (S40)
+        assert n * sram.bandwidth_bytes_per_s == pytest.approx(20e15, rel=0.01)  # 20 PB/s (S40)
+
+
+def test_tpu_v4_peak_is_its_matrix_units_at_its_clock():
+    chip = load_system("tpu-v4-torus").children[0]
+    mxus, side, clock = 2 * 4, 128, 1.05e9  # 2 TensorCores x 4 MXUs of 128 x 128 at 1,050 MHz
+    assert chip.compute.peak("bf16") == pytest.approx(mxus * side * side * 2 * clock, rel=0.005)
+    assert chip.memories[0].bandwidth_bytes_per_s == 1.2e12 and chip.memories[0].capacity_bytes == 32 * 2**30
+
+
+def test_a_decode_all_reduce_on_a_chip_mesh_is_latency_bound():
+    project = load_project_preset(T3000)
+    plan = make_plan(project)
+    hidden = project.workload.hidden
+    step = project.run.inference.batch * hidden * 2  # one decode step's activations, bf16
+    n = project.mapping.tp
+    ic = project.hardware.interconnect
+    t_step = plan.tp_time(0, 0, "all-reduce", step)
+    t_tiny = plan.tp_time(0, 0, "all-reduce", step / 32)
+    assert t_step >= 2 * (n - 1) / n * step / ic.link_bandwidth_bytes_per_s  # the bandwidth floor
+    assert t_step >= (n - 1) * ic.link_latency_s  # a ring's steps each cross a link
+    assert t_tiny > 0.3 * t_step  # 1/32 of the bytes is far from 1/32 of the time: latency dominates
+    assert t_step < 1e-3  # and a decode all-reduce stays in the tens of microseconds
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "wormhole-n300-llama3.1-8b-inference",
+        "wormhole-t3000-llama2-70b-inference",
+        "wormhole-galaxy-llama3-70b-inference",
+        "blackhole-galaxy-llama3-70b-inference",
+        "blackhole-p150-llama3.1-8b-inference",
+    ],
+)
+def test_tiled_serving_presets_fit_and_decode_above_their_floors(name):
+    project = with_inference(load_project_preset(name), output_tokens=3)
+    r = simulate(project, series=False)
+    assert r.oom is None
+    plan = make_plan(project)
+    dev = plan.stages[0].dev
+    step_ops = inference_graph(project.workload, 1, 2, 1, True).ops()
+    floor = params_on_device(step_ops, project.mapping.tp) * plan.weight_bytes / dev.local_dram.bandwidth_bytes_per_s
+    assert r.tpot_s >= floor
+    assert math.isfinite(r.ttft_s) and r.ttft_s > r.tpot_s
