@@ -70,7 +70,8 @@ def test_framing_efficiency_is_the_ethernet_formula():
         ({"topology": "mesh", "dims": [2, 4], "axis_links": [1, 2, 3]}, "3 values for 2 grid axes"),
         ({"topology": "mesh", "axis_links": [1], "axis_bandwidth_bytes_per_s": [1e9, 2e9]}, "disagree"),
         ({"topology": "mesh", "collective": {"reduce_sync_packets": 20}}, "needs framing"),
-        ({"topology": "fat-tree", "collective": {"fixed_s": 1e-6}}, "collective: costs apply"),
+        ({"topology": "fat-tree", "collective": {"fixed_s": 1e-6}}, "collective.fixed_s: apply to mesh"),
+        ({"topology": "mesh", "collective": {"protocols": [{"name": "LL"}]}}, "protocols: for switch"),
         ({"topology": "switch", "boundary": {"links": 1}}, "boundary"),
     ],
 )

@@ -108,7 +108,8 @@ def test_zero3_gathers_each_layers_weights_before_its_forward():
         weights = sum(op.params / (2 if op.split in SPLIT else 1) for op in ops) * BF16
         assert nbytes == pytest.approx(weights)
         coll = plan.tp_collective(0, 0, kind, nbytes)
-        assert sum(ph.bytes_per_member for ph in coll.phases) == pytest.approx(_ring_bytes(4, weights))
+        wire = sum(ph.bytes_per_member for ph in coll.phases)  # NCCL's LL protocol puts flags on the wire too
+        assert wire * coll.payload_fraction == pytest.approx(_ring_bytes(4, weights))
 
 
 def test_tp_must_fit_the_kv_heads_of_every_family_and_the_expert_width():

@@ -45,8 +45,11 @@ def test_zero3_costs_the_per_layer_gathers_and_reductions_zero1_does_not():
     weights, grads = params * 2, params * 4  # bf16 weights; fp32 gradients (mixed precision)
     extra = _ring_seconds((2 * m - 1) * weights + (m - 1) * grads)
     measured = three.iteration_time_s - one.iteration_time_s
-    assert measured == pytest.approx(extra, rel=0.05)  # the rest: per-collective latency of each layer's rings
-    assert measured > extra
+    # the rest is latency: at most NCCL's Simple protocol (the slowest to start, dgx-a100 preset: 8.4 us per
+    # collective + 3.4 us per ring step) for each of the 3 per-layer collectives of every micro-batch
+    layers = len(plan.workload.layers)
+    latency = 3 * layers * m * (8.4e-6 + (DP - 1) * 3.4e-6)
+    assert extra < measured <= extra + latency
 
 
 def test_zero2_reduces_gradients_every_micro_batch():

@@ -118,17 +118,19 @@ def has_protocols(hw: HardwareGraph, members: list[int]) -> bool:
     return c is not None and bool(c.protocols)
 
 
-def protocol_phases(hw: HardwareGraph, parts: list[tuple[Phase, float, list[int]]]) -> tuple[Phase, ...] | None:
+def protocol_phases(
+    hw: HardwareGraph, parts: list[tuple[Phase, float, list[int]]]
+) -> tuple[tuple[Phase, ...], float] | None:
     """A collective's phases — (phase, its algorithm steps, members whose fabric carries it) — timed with the
     protocol that finishes first among those every fabric it crosses offers: the protocol's fixed cost once,
     its step latency per step on each fabric, the bytes at its payload fraction (more bytes on the wire).
-    None when a fabric names no protocols (the phases keep steps × hop latency)."""
+    Returns the phases and the payload fraction of the first fabric's protocol; None when a fabric names no protocols (the phases keep steps × hop latency)."""
     levels = [costs_of(hw, members) for _, _, members in parts]
     if not parts or any(c is None or not c.protocols for c in levels):
         return None
     by_level = [{p.name: p for p in c.protocols} for c in levels]  # type: ignore[union-attr]
     names = set.intersection(*(set(b) for b in by_level))
-    best: tuple[float, tuple[Phase, ...]] | None = None
+    best: tuple[float, tuple[Phase, ...], float] | None = None
     for name in sorted(names):
         protos = [b[name] for b in by_level]
         phases = [
@@ -138,5 +140,5 @@ def protocol_phases(hw: HardwareGraph, parts: list[tuple[Phase, float, list[int]
         phases[0] = dataclasses.replace(phases[0], latency_s=phases[0].latency_s + max(pr.fixed_s for pr in protos))
         t = sum(ph.time(hw) for ph in phases)
         if best is None or t < best[0]:
-            best = (t, tuple(phases))
-    return best[1] if best is not None else None
+            best = (t, tuple(phases), protos[0].payload_fraction)
+    return (best[1], best[2]) if best is not None else None

@@ -42,6 +42,7 @@ class Collective:
     kind: Kind
     algorithm: str
     phases: tuple[Phase, ...]
+    payload_fraction: float = 1.0  # the collective library's protocol: data bytes / bytes on the wire
 
     def time(self, hw: HardwareGraph) -> float:
         return sum(p.time(hw) for p in self.phases)
@@ -58,7 +59,7 @@ def merge_phases(phases: list[Phase]) -> Phase:
 def merge_collectives(kind: Kind, parts: list[Collective]) -> Collective:
     """The same algorithm on disjoint groups at once: phase by phase, one entity per phase."""
     phases = tuple(merge_phases([c.phases[i] for c in parts]) for i in range(len(parts[0].phases)))
-    return Collective(kind, parts[0].algorithm, phases)
+    return Collective(kind, parts[0].algorithm, phases, parts[0].payload_fraction)
 
 
 def route_latency(hw: HardwareGraph, route: list[int]) -> float:

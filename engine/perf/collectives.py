@@ -120,7 +120,9 @@ def collective(
         steps, volume = (2 * (p - 1), 2 * f * nbytes) if kind == "all-reduce" else (p - 1, f * nbytes)
         name, parts = "ring", [(ring_phase(hw, group, steps, volume), steps, group)]
     timed = protocol_phases(hw, parts) if protocols else None
-    return Collective(kind, name, timed or tuple(ph for ph, _, _ in parts))
+    if timed is not None:
+        return Collective(kind, name, *timed)
+    return Collective(kind, name, tuple(ph for ph, _, _ in parts))
 
 
 def concurrent_collective(hw: HardwareGraph, kind: Kind, groups: list[list[int]], nbytes: float) -> Collective:

@@ -213,7 +213,9 @@ class Plan:
             return dense
         experts = [dp_group_collective(self.hw, g, kind, expert_bytes) for g in expert_groups(st.groups, self.ep)]
         expert = merge_concurrent(experts)
-        return Collective(dense.kind, dense.algorithm, dense.phases + expert.phases)
+        same = dense.payload_fraction == expert.payload_fraction  # else the phases differ: data = wire bytes
+        return Collective(dense.kind, dense.algorithm, dense.phases + expert.phases,
+                          dense.payload_fraction if same else 1.0)
 
     @property
     def ep(self) -> int:
@@ -336,7 +338,7 @@ def _shard_comm(
 def scaled(coll: Collective, fraction: float) -> Collective:
     """The same collective carrying ``fraction`` of the bytes (same link-usage objects)."""
     phases = tuple(Phase(ph.usage, ph.bytes_per_member * fraction, ph.latency_s) for ph in coll.phases)
-    return Collective(coll.kind, coll.algorithm, phases)
+    return Collective(coll.kind, coll.algorithm, phases, coll.payload_fraction)
 
 
 def merge_concurrent(parts: list[Collective]) -> Collective:
@@ -351,7 +353,7 @@ def merge_concurrent(parts: list[Collective]) -> Collective:
                 usage[lk] = usage.get(lk, 0.0) + u
         p0 = parts[0].phases[i]
         phases.append(Phase(usage, p0.bytes_per_member, max(c.phases[i].latency_s for c in parts)))
-    return Collective(parts[0].kind, parts[0].algorithm, tuple(phases))
+    return Collective(parts[0].kind, parts[0].algorithm, tuple(phases), parts[0].payload_fraction)
 
 
 def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float, opt_bytes: int) -> float:

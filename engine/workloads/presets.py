@@ -68,6 +68,33 @@ def model_preset_specs() -> list[WorkloadSpec]:
                     "meta-llama/Llama-2-70b-hf config.json: grouped-query attention with 8 KV heads, untied "
                     "embeddings, context 4096; 68,976,648,192 parameters.",
         ),
+        LlamaSpec(
+            name="llama3.1-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+            vocab=128256, seq_len=8192,
+            comment="Llama 3.1 8B (Meta, 2024), Hugging Face meta-llama/Llama-3.1-8B config.json: hidden 4096, "
+                    "intermediate 14336, 32 layers, 32 heads, 8 KV heads (grouped-query attention), vocabulary "
+                    "128,256, untied embeddings; 8,030,261,248 parameters. Context 8192 here (the model allows "
+                    "131,072 with RoPE scaling).",
+        ),
+        LlamaSpec(
+            name="llama3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672,
+            vocab=128256, seq_len=8192,
+            comment="Llama 3 70B (Meta, 2024), Hugging Face meta-llama/Meta-Llama-3-70B config.json: hidden 8192, "
+                    "intermediate 28672, 80 layers, 64 heads, 8 KV heads (grouped-query attention), vocabulary "
+                    "128,256, untied embeddings, context 8192; 70,553,706,496 parameters.",
+        ),
+        LlamaSpec(
+            name="mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
+            vocab=32000, seq_len=4096,
+            moe={"experts": 8, "top_k": 2, "expert_ffn": 14336},
+            comment="Mixtral 8x7B (Mistral AI; Jiang et al. 2024, arXiv 2401.04088), Hugging Face "
+                    "mistralai/Mixtral-8x7B-v0.1 config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads "
+                    "(grouped-query attention), vocabulary 32,000, untied embeddings; every block a mixture of "
+                    "experts: 8 routed SwiGLU experts of width 14336 (intermediate_size), top-2 routing "
+                    "(num_experts_per_tok), dropless, router without bias. 46,702,792,704 parameters (paper: 46.7 "
+                    "B), 12,879,925,248 active per token (paper: 12.9 B). Context 4096 here (the model allows "
+                    "32,768).",
+        ),
         BertSpec(
             name="bert-large", layers=24, hidden=1024, heads=16, ffn=4096, seq_len=512, vocab=30522,
             comment="BERT-large, Devlin et al. 2019 (arXiv 1810.04805): 24 layers, hidden 1024, 16 heads, "
