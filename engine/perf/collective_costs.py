@@ -124,7 +124,8 @@ def protocol_phases(
     """A collective's phases — (phase, its algorithm steps, members whose fabric carries it) — timed with the
     protocol that finishes first among those every fabric it crosses offers: the protocol's fixed cost once,
     its step latency per step on each fabric, the bytes at its payload fraction (more bytes on the wire).
-    Returns the phases and the payload fraction of the first fabric's protocol; None when a fabric names no protocols (the phases keep steps × hop latency)."""
+    Returns the phases and the payload fraction of the first fabric's protocol; None when a fabric names no
+    protocols (the phases keep steps × hop latency)."""
     levels = [costs_of(hw, members) for _, _, members in parts]
     if not parts or any(c is None or not c.protocols for c in levels):
         return None
