@@ -8,7 +8,7 @@ generation) so that whoever holds measurements can compare them and see which te
   SRAM bandwidth on an SRAM-only wafer) — no step can be faster;
 - ``ops``: the sum of the step's op times on one device (DRAM/SRAM at the achievable bandwidth, arithmetic,
   pipeline fill, tails, and the fixed per-op cost), of which ``compute`` is the arithmetic and ``fixed`` the
-  per-op dispatch cost (op count × ``compute.fixed_op_s``);
+  per-op dispatch cost (device programs × ``compute.fixed_op_s``, ``compute.programs_by_op``);
 - ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer), timed by the same model
   as ``benchmarks/calibrate_ccl.py``.
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from tilewright.engine.io.presets import load_project_preset
 from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.op_cost import runtime_programs
 from tilewright.engine.plan.inference_phases import inference_phases
 from tilewright.engine.simulate import make_plan, simulate
 
@@ -96,7 +97,7 @@ def decode_breakdown(project: Project) -> StepBreakdown:
         dev = plan.stages[r].dev
         mem = dev.local_dram or dev.remote_dram
         peak = mem.bandwidth_bytes_per_s if mem is not None else dev.sram_bandwidth
-        ops = sum(1 for _ in _ops(plan, r))
+        ops = sum(runtime_programs(op, dev.compute) for op in _ops(plan, r))
         ccl = sum(plan.tp_time(r, 0, kind, nbytes) for kind, nbytes in (s.comm for s in ps.segments if s.comm))
         nbytes = sum(s.local_bytes for s in ps.segments)
         b = StepBreakdown(ps.busy_s, ps.compute_s, ops * dev.compute.fixed_op_s, ccl, nbytes, nbytes / peak, ops)
@@ -142,7 +143,7 @@ def main() -> None:
         "compute",
         "fixed",
         "CCL",
-        "ops/step",
+        "programs",
     )
     widths = (38, 5, 8, 10, 11, 9, 7, 10, 9, 9, 9, 9, 8)
     line = " ".join(f"{c:>{w}s}" if i else f"{c:{w}s}" for i, (c, w) in enumerate(zip(cols, widths, strict=True)))

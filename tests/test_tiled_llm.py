@@ -15,6 +15,7 @@ from tilewright.engine.io.presets import load_project_preset, load_system
 from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.memory import params_on_device
+from tilewright.engine.perf.op_cost import runtime_programs
 from tilewright.engine.perf.spatial import gemm_on_grid
 from tilewright.engine.perf.spatial_chip import grid_chip
 from tilewright.engine.plan.inference_phases import inference_phases
@@ -95,8 +96,9 @@ def test_sharding_leaves_a_2d_split_alone():
 
 @pytest.mark.parametrize("name", [N150, T3000])
 @pytest.mark.parametrize("engine", ["event", "analytic"])
-def test_the_fixed_cost_is_paid_once_per_op_in_both_engines(engine, name):
-    """Once per op on each device: tensor-parallel devices pay it side by side, not one after another."""
+def test_the_fixed_cost_is_paid_once_per_program_in_both_engines(engine, name):
+    """Once per device program the runtime runs for an op (``compute.programs_by_op``) on each device:
+    tensor-parallel devices pay it side by side, not one after another."""
     project = load_project_preset(name)
     project = with_inference(project, batch=1, prompt_tokens=64, output_tokens=4)
     project.run.engine = engine
@@ -104,9 +106,15 @@ def test_the_fixed_cost_is_paid_once_per_op_in_both_engines(engine, name):
     extra = 1e-5
     base = simulate(project, series=False)
     more = simulate(with_fixed_cost(project, base_fixed + extra), series=False)
-    decode_ops = sum(1 for _ in inference_graph(project.workload, 1, 2, 1, True).ops())
-    prefill_ops = sum(1 for _ in inference_graph(project.workload, 64, 64, 1, True).ops())
-    assert decode_ops == prefill_ops > 10 * project.workload.layers  # norms, matmuls, attention, adds, ...
+    compute = project.hardware.children[0].compute
+
+    def programs(graph) -> int:
+        return sum(runtime_programs(op, compute) for op in graph.ops())
+
+    decode_ops = programs(inference_graph(project.workload, 1, 2, 1, True))
+    prefill_ops = programs(inference_graph(project.workload, 64, 64, 1, True))
+    ops = sum(1 for _ in inference_graph(project.workload, 1, 2, 1, True).ops())
+    assert decode_ops == prefill_ops > ops > 10 * project.workload.layers  # norms, matmuls, attention, adds, ...
     assert more.tpot_s - base.tpot_s == pytest.approx(decode_ops * extra, rel=1e-6)
     assert more.ttft_s - base.ttft_s == pytest.approx(prefill_ops * extra, rel=1e-6)
 

@@ -100,7 +100,7 @@ class Compute(QuietDefaultsModel):
     format are then derived from the grid (cores × FLOP/cycle at the format's default fidelity × clock) and
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
-    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs")
+    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs", "programs_by_op")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -127,6 +127,12 @@ class Compute(QuietDefaultsModel):
     )
     grid: TileGrid | None = Field(None, description="the device's grid of cores; None: one opaque unit")
     fixed_op_s: Seconds = Field(0.0, description="fixed cost of every op (dispatch, launch, synchronisation)")
+    programs_by_op: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="grid devices: device programs the runtime runs for an op, by glob on the op's name within "
+        "its layer (first match wins; default 1), each paying fixed_op_s — the data-movement and head-reshaping "
+        "programs a runtime adds around a model op, or 0 for an op another program does (softmax inside SDPA)",
+    )
     host_dispatch_s: Seconds = Field(
         0.0, description="host (CPU) time to issue one kernel; overlaps device work, binds when kernels are short"
     )

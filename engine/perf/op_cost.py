@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from tilewright.engine.ir.common import DEFAULT_FIDELITY
+from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import SpatialSplit
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel
@@ -101,8 +103,9 @@ def op_time(
         cost = _grid_cost(op, dev, micro_batch, tp, flops, backward, fmt, spatial or SpatialSplit(),
                           OpTensors(w_elems, in_elems, out_elems, cache), on)
         split = f"{op.name.split('.', 1)[-1]}: {cost.split}" if cost.split else ""
+        overhead = max(0.0, cost.overhead_s + runtime_programs_extra(op, dev.compute))
         return OpTime(flops, cost.compute_s, cost.movement_s, 0.0, local_bytes=cost.dram_bytes,
-                      overhead_s=cost.overhead_s, split=split)
+                      overhead_s=overhead, split=split)
     all_elems = traffic_elems  # every byte passes through SRAM, fused or not
     if dev.local_dram is not None:  # fusion keeps the intermediate (and its gradient) in SRAM
         traffic_elems -= (in_elems if fused_in else 0.0) + (out_elems if fused_out else 0.0)
@@ -136,6 +139,19 @@ def op_time(
     gemm = _sharded_gemm(op, micro_batch, tp) if op.gemm is not None and op.kind in MATRIX_KINDS else None
     cost, dataflow = op_memory(dev, tensors, residency, gemm, bytes_per_elem, backward, (fused_in, fused_out))
     return OpTime(flops, compute_s, cost.memory_s, cost.dram_bytes, dataflow, cost.local_bytes, overhead_s=fixed_s)
+
+
+def runtime_programs(op: Op, compute: Compute) -> int:
+    """Device programs the runtime runs for ``op`` (``Compute.programs_by_op``, first glob matching the op's
+    name within its layer; 1 when none does)."""
+    name = op.name.split(".", 1)[-1]
+    return next((n for pattern, n in compute.programs_by_op.items() if fnmatchcase(name, pattern)), 1)
+
+
+def runtime_programs_extra(op: Op, compute: Compute) -> float:
+    """Fixed cost of an op's programs beyond the one its grid cost already charges (negative for an op the
+    runtime does inside another program: its one fixed cost is taken back)."""
+    return (runtime_programs(op, compute) - 1) * compute.fixed_op_s
 
 
 def _mixed_bytes(traffic_elems: float, w_elems: float, cache: float, backward: bool, f: OpFormats) -> float:
