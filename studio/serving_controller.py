@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, QThreadPool, Signal
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, Cancelled, ProgressFn
+from tilewright.engine.plan.checks import check_project
 from tilewright.engine.serving import ServingSetupError, load_trace, simulate_serving, sweep_rates
 from tilewright.studio.model.serving_data import ServingRequest, ServingView, serving_view
 from tilewright.studio.units import SECONDS, format_value
@@ -41,9 +42,13 @@ def serve_and_shape(
     progress: ProgressFn,
     cancel: CancelFn,
 ) -> ServingView:
-    """Read the trace (if any), simulate one rate or sweep several, then shape the views — all on the
-    worker. A setting the instances cannot be built with comes back as an ``InputError`` naming it."""
+    """Check the project as a run would, read the trace (if any), simulate one rate or sweep several, then
+    shape the views — all on the worker. An inconsistent project, or a setting the instances cannot be built
+    with, comes back as an ``InputError`` naming it."""
     config = request.config
+    problems = check_project(project, allow_large=True)  # what a run refuses (e.g. tp not dividing the heads)
+    if problems:
+        raise InputError(project.name, problems)
     try:
         if request.trace is not None:
             progress(0.0, READING)

@@ -162,6 +162,13 @@ def test_a_trace_replays_its_requests(project_file, tmp_path, capsys):
         (["--sweep-rates", "5:1:1"], "--sweep-rates"),
         (["--max-batch", "0"], "--max-batch"),
         (["--requests", "1", "--prompt-tokens", "30000000"], "KV cache"),
+        (["--rate", "inf"], "--rate"),
+        (["--rate", "1e-12"], "--rate"),  # arrivals spread past where float seconds resolve an iteration
+        (["--slo-ttft", "inf"], "--slo-ttft"),  # would be written as null: no target, silently
+        (["--spec-k", "2", "--spec-accept", "0.5", "--spec-draft-cost", "inf"], "--spec-draft-cost"),
+        (["--spec-k", "2", "--spec-accept", "0.5", "--spec-draft-cost", "nan"], "--spec-draft-cost"),
+        (["--set", "mapping.tp=3"], "mapping.tp"),  # what `tilewright run` refuses, serve refuses too
+        (["--set", "mapping.dp=4", "--set", "mapping.global_batch=4", "--disaggregate", "1:3"], "decode group"),
     ],
 )
 def test_bad_settings_are_exit_2_with_the_reason(project_file, capsys, argv, expected):
@@ -173,3 +180,40 @@ def test_bad_settings_are_exit_2_with_the_reason(project_file, capsys, argv, exp
 def test_an_encoder_cannot_be_served(capsys):
     assert main(["serve", "chiplet-bert-large", "--requests", "3", "--quiet"]) == 2
     assert "decoder" in capsys.readouterr().err
+
+
+def test_a_far_future_arrival_in_a_trace_is_refused(project_file, tmp_path, capsys):
+    path = tmp_path / "far.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n1e300,8,2\n")
+    assert main(["serve", project_file, "--trace", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "row 3.arrival_s" in err
+
+
+@pytest.mark.parametrize("where", ["folder", "no folder", "the trace", "the project"])
+def test_a_records_file_that_cannot_work_is_refused_before_simulating(project_file, tmp_path, capsys, where):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,8,2\n")
+    before = trace.read_text(), open(project_file).read()
+    out = {
+        "folder": str(tmp_path),
+        "no folder": str(tmp_path / "missing" / "r.csv"),
+        "the trace": str(trace),
+        "the project": project_file,
+    }[where]
+    assert main(["serve", project_file, "--trace", str(trace), "--csv", out, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--csv" in err and "Traceback" not in err
+    assert (trace.read_text(), open(project_file).read()) == before
+
+
+def test_disaggregated_summary_and_json_report_the_kv_transfer(project_file, capsys):
+    assert main(["serve", project_file, "--requests", "6", "--disaggregate", "1:1", "--json", "--quiet"]) == 0
+    out = _strict(capsys.readouterr().out)
+    moved = [r["transfer_s"] for r in out["records"]]
+    kv = out["metrics"]["kv_transfer_s"]
+    assert kv["count"] == 6 and kv["mean"] == pytest.approx(sum(moved) / 6)
+    assert main(["serve", project_file, "--requests", "6", "--disaggregate", "1:1", "--quiet"]) == 0
+    assert "KV transfer" in capsys.readouterr().out
+    assert main(["serve", project_file, "--requests", "6", "--json", "--quiet"]) == 0
+    assert _strict(capsys.readouterr().out)["metrics"]["kv_transfer_s"]["count"] == 0

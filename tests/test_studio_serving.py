@@ -284,3 +284,15 @@ def test_real_engine_sweep_and_a_bad_split(serving_window, qtbot):
     text = w.message.text()
     assert text.startswith(f"The serving run failed: {H100}: disaggregate:"), text
     assert "ServingSetupError" not in text
+
+
+def test_a_project_a_run_would_refuse_is_refused_by_name_and_never_served(qtbot):
+    project = load_project_preset(H100)
+    bad = project.model_copy(update={"mapping": project.mapping.model_copy(update={"tp": 3})})
+    fake = FakeServing()
+    w = ServingWindow(lambda: bad, controller=ServingController(simulate=fake.simulate, sweep=fake.sweep))
+    qtbot.addWidget(w)
+    assert w.serve()
+    _finish(qtbot, w)
+    assert w.message.text().startswith(f"The serving run failed: {bad.name}: mapping.tp: 3 does not divide heads")
+    assert fake.calls == []

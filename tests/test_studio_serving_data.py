@@ -3,6 +3,7 @@ from the engine's ServingResult — checked against the records and the result's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -100,6 +101,21 @@ def test_metric_rows_carry_the_results_numbers_with_units():
     assert rows["KV cache (decode)"] == f"{result.kv_pages['decode']} pages × {result.kv_page_tokens} tokens"
     assert rows["KV peak (prefill)"].endswith("% of pages")
     assert "TTFT ≤ 500 ms" in rows["SLO"] and "TPOT ≤ 50 ms" in rows["SLO"]
+
+
+def test_metric_rows_show_time_between_tokens_and_the_kv_transfer_only_when_there_are_some():
+    result = dataclasses.replace(small_result(), tbt_s=np.array([0.01, 0.02, 0.03, 0.2]))
+    m = result.metrics()
+    rows = dict(metric_rows(result, m, 2.0))
+    for p in PERCENTILES:
+        assert rows[f"time between tokens p{p}"] == format_value(float(np.percentile(result.tbt_s, p)), SECONDS)
+    moved = [r.transfer_s for r in result.records if r.transfer_s > 0]
+    assert moved and rows["KV transfer mean"] == format_value(float(np.mean(moved)), SECONDS)
+    for r in result.records:
+        r.transfer_s = 0.0
+    rows = dict(metric_rows(result, result.metrics(), 2.0))
+    assert not any(k.startswith("KV transfer") for k in rows)
+    assert rows["time between tokens p99"].endswith("s")
 
 
 def test_sweep_view_curves_and_best_rate():

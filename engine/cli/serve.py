@@ -187,13 +187,33 @@ def _check_size(args: argparse.Namespace, project, config, rates: list[float] | 
         )
 
 
+def _check_csv(args: argparse.Namespace, source: str) -> None:
+    """A records file that cannot work is refused before the simulation, not after it: a folder, a missing
+    folder, or one of the command's inputs (the project, the trace)."""
+    import os
+
+    from tilewright.engine.cli.common import refuse_overwriting_inputs
+
+    if not args.csv:
+        return
+    refuse_overwriting_inputs({"--csv": args.csv}, [source, args.trace])
+    if os.path.isdir(args.csv):
+        raise InputError(COMMAND_LINE, Problem("--csv", f"{args.csv} is a folder; name a file for the records"))
+    parent = os.path.dirname(os.path.abspath(args.csv))
+    if not os.path.isdir(parent):
+        raise InputError(COMMAND_LINE, Problem("--csv", f"{args.csv}: no folder {parent}"))
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from tilewright.engine.cli.progress import ProgressPrinter
     from tilewright.engine.io.json_file import dumps_strict
+    from tilewright.engine.plan.checks import raise_for_problems
     from tilewright.engine.serving import ServingSetupError, simulate_serving, sweep_rates
 
     rates = parse_rates(args.sweep_rates) if args.sweep_rates else None
     project, source = _project(args)
+    _check_csv(args, source)
+    raise_for_problems(project, source, allow_large=args.allow_large)  # what `run` refuses, serve refuses too
     config = _config(args, project, rates)
     _check_size(args, project, config, rates, source)
     if rates and config.requests is not None:

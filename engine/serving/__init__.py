@@ -5,8 +5,8 @@ API (for the CLI and a studio view; no Qt, progress and cancel by the job protoc
 - ``simulate_serving(project, ServingConfig(...), progress=, cancel=) -> ServingResult``: one simulation.
   The result holds per-request records (``records``: arrival, admission, first token, finish,
   preemptions, KV transfer), the KV occupancy series per instance kind (``kv_series``: (time s, fraction
-  of pages in use)), ``metrics()`` (TTFT/TPOT/TBT/E2E p50/p90/p99, throughput, goodput under the SLO, KV
-  peak and mean), ``to_json()`` (strict-JSON-ready), ``write_csv(path)`` and ``summary_text()``.
+  of pages in use)), ``metrics()`` (TTFT/TPOT/TBT/E2E and KV-transfer p50/p90/p99, throughput, goodput under the
+  SLO, KV peak and mean), ``to_json()`` (strict-JSON-ready), ``write_csv(path)`` and ``summary_text()``.
 - ``sweep_rates(project, config, rates, progress=, cancel=) -> SweepResult``: one simulation per arrival
   rate (same seed, same cost tables); ``best_rate`` is the highest rate whose goodput fraction is ≥ 90 %
   (``config.GOODPUT_TARGET``).

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from tilewright.engine.serving.requests import RequestSpec
+from tilewright.engine.serving.requests import MAX_ARRIVAL_S, RequestSpec
 
 GOODPUT_TARGET = 0.9  # a rate "meets the SLO" when ≥ 90 % of its requests meet both latency targets
 
@@ -60,21 +61,30 @@ class ServingConfig:
         for name in ("max_batch", "token_budget", "chunk", "count"):
             if getattr(self, name) < 1:
                 out.append((name, f"{getattr(self, name)} must be at least 1"))
-        if self.requests is None and not self.rate > 0:
-            out.append(("rate", f"{self.rate} requests/s must be positive"))
+        if self.requests is None:
+            if not (self.rate > 0 and math.isfinite(self.rate)):
+                out.append(("rate", f"{self.rate} requests/s must be positive and finite"))
+            elif self.count / self.rate > MAX_ARRIVAL_S:
+                out.append(
+                    (
+                        "rate",
+                        f"{self.rate:g} requests/s spreads {self.count} arrivals over ~{self.count / self.rate:.3g} s "
+                        f"(limit {MAX_ARRIVAL_S:.0e} s, where seconds as floats still resolve nanoseconds)",
+                    )
+                )
         if self.spec is not None:
             if self.spec.k < 1:
                 out.append(("spec_k", f"{self.spec.k} must be at least 1 draft token"))
             if not 0.0 <= self.spec.accept <= 1.0:
                 out.append(("spec_accept", f"{self.spec.accept} must be within 0–1"))
-            if self.spec.draft_cost < 0:
-                out.append(("spec_draft_cost", f"{self.spec.draft_cost} must be ≥ 0"))
+            if not (self.spec.draft_cost >= 0 and math.isfinite(self.spec.draft_cost)):
+                out.append(("spec_draft_cost", f"{self.spec.draft_cost} must be finite and ≥ 0"))
             if self.spec.k + 1 > self.token_budget:
                 out.append(("spec_k", f"a verify step of {self.spec.k + 1} tokens exceeds the token budget"))
         for name in ("slo_ttft_s", "slo_tpot_s"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                out.append((name, f"{value} s must be positive"))
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                out.append((name, f"{value} s must be positive and finite (leave it out for no target)"))
         if self.disaggregate is not None and min(self.disaggregate) < 1:
             out.append(("disaggregate", f"{self.disaggregate} needs at least one device per group"))
         return out

@@ -18,6 +18,7 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.mapping import tp_axes_for
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collectives import point_to_point
+from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.placement import stage_groups
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.serving.config import ServingSetupError
@@ -42,9 +43,9 @@ def instance_model(name: str, project: Project, max_tokens: int, replicas: int) 
     kv = kv_capacity(plan, cost.kv_bytes_per_token(), max_tokens)
     if kv.blocks < 1:
         raise ServingSetupError(
-            name,
-            f"no room for a single KV page: {kv.free_bytes / 2**30:.3g} GiB per device left after "
-            f"{kv.weights_bytes / 2**30:.3g} GiB of weights and {kv.workspace_bytes / 2**30:.3g} GiB of "
+            "disaggregate" if name != "serve" else "memory",
+            f"the {name} instance has no room for a single KV page: {kv.free_bytes / 2**30:.3g} GiB per device "
+            f"left after {kv.weights_bytes / 2**30:.3g} GiB of weights and {kv.workspace_bytes / 2**30:.3g} GiB of "
             f"workspace, {kv.bytes_per_block / 2**20:.3g} MiB per page",
         )
     return InstanceModel(name, plan, cost, kv, replicas)
@@ -60,7 +61,12 @@ def _group_project(project: Project, devices: int, what: str) -> Project:
     mapping = m.model_copy(
         update={"tp": tp, "tp_axes": tp_axes_for(m.tp_axes, tp), "dp": 1, "global_batch": 1, "micro_batch": 1}
     )
-    return project.model_copy(update={"mapping": mapping})
+    group = project.model_copy(update={"mapping": mapping})
+    problems = check_project(group, allow_large=True)  # e.g. a tp that does not divide the heads
+    if problems:
+        reasons = "; ".join(f"{p.path}: {p.reason}" if p.path else p.reason for p in problems)
+        raise ServingSetupError("disaggregate", f"the {what} group's {devices} devices (tp {tp}, pp {m.pp}): {reasons}")
+    return group
 
 
 def build_instances(

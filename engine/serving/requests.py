@@ -18,6 +18,7 @@ import numpy as np
 from tilewright.engine.errors import InputError, Problem
 
 ARRIVAL_NAMES = ("arrival_s", "arrival", "arrival_time")
+MAX_ARRIVAL_S = 1e7  # ~116 days: simulated seconds as float64 still resolve ~2 ns, below any kernel's time
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +98,8 @@ def _request(i: int, row: object, source: str, where: str) -> RequestSpec:
     if key is None:
         raise InputError(source, Problem(f"{at}.arrival_s", "missing (seconds since the trace starts)"))
     arrival = _number(row[key], f"{at}.{key}", source)
-    if not math.isfinite(arrival) or arrival < 0:
-        raise InputError(source, Problem(f"{at}.{key}", f"{row[key]} must be a finite time ≥ 0 s"))
+    if not math.isfinite(arrival) or arrival < 0 or arrival > MAX_ARRIVAL_S:
+        raise InputError(source, Problem(f"{at}.{key}", f"{row[key]} must be a time within 0–{MAX_ARRIVAL_S:.0e} s"))
     tokens = []
     for name in ("prompt_tokens", "output_tokens"):
         if name not in row:

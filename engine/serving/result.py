@@ -6,6 +6,7 @@ Definitions (as vLLM's and Vidur's benchmarks use them):
 - TBT (time between tokens): every gap between two consecutive tokens of a request, over all requests
   (Sarathi-Serve's tail metric: a prompt batched with decodes stalls them for one iteration);
 - E2E: finish − arrival;
+- KV transfer (disaggregated): seconds moving a prompt's KV cache to the decode group, per request moved;
 - throughput: requests and output tokens per second over the span from the first arrival to the last finish;
 - goodput (DistServe's): requests per second that meet every SLO given (TTFT ≤ ``slo_ttft_s`` and
   TPOT ≤ ``slo_tpot_s``), and the fraction of requests that do;
@@ -16,11 +17,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tilewright.engine.io.atomic import write_atomic
 from tilewright.engine.serving.config import GOODPUT_TARGET, ServingConfig
 
 PERCENTILES = (50, 90, 99)
@@ -114,6 +117,7 @@ class ServingResult:
             values = np.array([v for r in recs if (v := getattr(r, name)) is not None], dtype=float)
             out[name] = _summary(values)
         out["tbt_s"] = _summary(self.tbt_s)
+        out["kv_transfer_s"] = _summary(np.array([r.transfer_s for r in recs if r.transfer_s > 0], dtype=float))
         out["throughput_requests_per_s"] = len(recs) / span if span > 0 else None
         out["throughput_output_tokens_per_s"] = sum(r.output_tokens for r in recs) / span if span > 0 else None
         met = sum(r.meets_slo for r in recs)
@@ -154,12 +158,14 @@ class ServingResult:
         return out
 
     def write_csv(self, path: str | Path) -> None:
-        with open(path, "w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-            w.writeheader()
-            for r in self.records:
-                row = r.row()
-                w.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_FIELDS})
+        """The per-request records, one row each; the file is replaced atomically (``io.atomic``)."""
+        out = io.StringIO(newline="")
+        w = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in self.records:
+            row = r.row()
+            w.writerow({k: ("" if row[k] is None else row[k]) for k in CSV_FIELDS})
+        write_atomic(path, out.getvalue())
 
     def summary_text(self) -> str:
         m = self.metrics()
@@ -167,7 +173,8 @@ class ServingResult:
             f"{m['requests']} requests in {m['span_s']:.4g} s, {m['iterations']} iterations, "
             f"{m['preemptions']} preemptions"
         ]
-        for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E")):
+        latencies = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"))
+        for name, label in (*latencies, ("kv_transfer_s", "KV transfer")):
             s = m[name]
             if s["count"]:
                 lines.append(

@@ -232,8 +232,10 @@ def metric_rows(result: ServingResult, m: dict[str, Any], rate: float | None) ->
             + (" (meets the target)" if g["meets_target"] else f" (target {format_percent(GOODPUT_TARGET)})"),
         ),
     ]
-    for name, label in LATENCIES:
-        s = m[name]
+    for name, label in (*LATENCIES, ("tbt_s", "time between tokens"), ("kv_transfer_s", "KV transfer")):
+        s = m.get(name)
+        if s is None or (name in ("tbt_s", "kv_transfer_s") and not s["count"]):  # transfers: disaggregated only
+            continue
         for key in (*(f"p{p}" for p in PERCENTILES), "mean"):
             rows.append((f"{label} {key}", format_value(s[key], SECONDS)))
     if m["mean_in_flight"] is not None:

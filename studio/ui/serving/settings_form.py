@@ -36,6 +36,16 @@ def _spin(value: int, low: int, high: int, suffix: str, tip: str) -> QSpinBox:
     return box
 
 
+def _plural(box: QSpinBox, one: str, many: str) -> None:
+    """The unit in the singular at 1 ("1 device"), else plural."""
+
+    def update(value: int) -> None:
+        box.setSuffix(one if value == 1 else many)
+
+    box.valueChanged.connect(update)
+    update(box.value())
+
+
 def _real(
     value: float, low: float, high: float, suffix: str, decimals: int, step: float, tip: str, off: str = ""
 ) -> QDoubleSpinBox:
@@ -94,6 +104,8 @@ class ServingForm(QWidget):
         half = max(devices // 2, 1)
         self.prefill_devices = _spin(half, 1, 1_000_000, " devices", "devices of the prefill group")
         self.decode_devices = _spin(max(devices - half, 1), 1, 1_000_000, " devices", "devices of the decode group")
+        for box in (self.prefill_devices, self.decode_devices):
+            _plural(box, " device", " devices")
         self.speculative = QCheckBox("speculative decoding")
         self.spec_k = _spin(4, 1, 64, " draft tokens", "tokens the draft proposes per verify step")
         self.spec_accept = _real(70.0, 0.0, 100.0, " %", 1, 5.0, "chance the target accepts a draft token")
