@@ -52,6 +52,16 @@ class DeviceModel:
             return 1.0
         return float(self.compute.efficiency.at(flops))
 
+    def matmul_fill_s(self, flops: float, peak: float) -> float:
+        """The fixed part of a GEMM's time in the efficiency curve (launch, pipeline fill and drain): its time
+        at the curve's efficiency minus its time at the curve's best efficiency. A memory-bound GEMM pays it
+        too — the kernel starts and drains before and after it streams — so it is not hidden under memory."""
+        curve = self.compute.efficiency
+        if curve is None or flops <= 0:
+            return 0.0
+        best = max(y for _, y in curve.points)
+        return max(0.0, flops / (peak * self.matmul_efficiency(flops)) - flops / (peak * best))
+
 
 def device_model(
     compute: Compute, local: list[Memory] | tuple[Memory, ...], remote: Memory | None, dtype: DType

@@ -124,7 +124,9 @@ def op_time(
             m_rows, n_cols, k_depth = _sharded_gemm(op, micro_batch, tp)
             padded = flops / dev.compute.shape_efficiency(m_rows, n_cols, k_depth)
         peak = dev.matmul_peak(formats, op.params > 0)  # fp8 GEMMs on the fp8 units (``formats.gemm_dtype``)
-        compute_s = padded / (peak * dev.matmul_efficiency(padded)) if flops else 0.0
+        fill_s = dev.matmul_fill_s(padded, peak) if flops else 0.0  # never hidden under memory streaming
+        compute_s = padded / (peak * dev.matmul_efficiency(padded)) - fill_s if flops else 0.0
+        fixed_s += fill_s
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
     if residency is None and dev.local_dram is not None:
