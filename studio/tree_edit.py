@@ -12,7 +12,7 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from tilewright.engine.ir.hardware import Component, ComponentKind, Interconnect, Memory, Topology
 
 FieldPath = tuple[str | int, ...]
@@ -95,8 +95,20 @@ def _validate(data: dict[str, Any], loc: list[str | int]) -> Component:
 
 
 def get_field(component: Component, field: FieldPath) -> Any:
-    value: Any = component.model_dump(mode="json")
-    for key in field:
+    """``field`` of ``component`` as in its JSON dump. Only the model holding the field's first key
+    is dumped, and of it only that key: dumping the whole tree for every field of the inspector (the
+    root of a wafer holds every design) was most of the GUI thread's work when a project opened."""
+    value: Any = component
+    keys = list(field)
+    while len(keys) > 1 and isinstance(value, BaseModel) and isinstance(keys[0], str):
+        inner = getattr(value, keys[0], None) if keys[0] in type(value).model_fields else None
+        if not isinstance(inner, BaseModel):
+            break
+        value = inner
+        keys.pop(0)
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", include={keys[0]} if keys else None)
+    for key in keys:
         value = value[key] if value is not None else None
     return value
 

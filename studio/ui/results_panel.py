@@ -29,10 +29,10 @@ from tilewright.studio.model.run_record import RunRecord
 from tilewright.studio.ui.results.breakdown_bar import BreakdownBar
 from tilewright.studio.ui.results.compare_view import CompareView
 from tilewright.studio.ui.results.gantt import GanttView
+from tilewright.studio.ui.results.headline_label import HeadlineLabel
 from tilewright.studio.ui.results.history import RunHistory
 from tilewright.studio.ui.results.links_view import LinksView
 from tilewright.studio.ui.results.memory_view import MemoryView
-from tilewright.studio.ui.results.plot_style import elastic
 from tilewright.studio.ui.results.progress import RunProgress
 from tilewright.studio.ui.results.summary import format_metric, headline, in_columns, result_tables, table_html
 from tilewright.studio.ui.results.time_cursor import TimeCursor
@@ -54,7 +54,7 @@ class ResultsPanel(QWidget):
         self.released = False
         self._pending: list[Callable[[], None]] = []
         self._seen_result = False
-        self.headline = elastic(QLabel())
+        self.headline = HeadlineLabel()
         self.headline.setTextFormat(Qt.TextFormat.RichText)
         self.headline.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.progress = RunProgress()
