@@ -41,7 +41,18 @@ def elaborate(root: Component, devices_needed: int | None = None) -> HardwareGra
     g.add_edges_from((lk.src, lk.dst, {"id": lk.id, "link": lk}) for lk in b.links)
     if g.number_of_edges() != len(b.links):  # two links for one ordered pair would hide one of them
         raise RuntimeError(f"{root.name}: duplicate links between the same pair of nodes")
-    return HardwareGraph(root, g, devices, b.links, ports, b.device_inst, b.interconnects)
+    hg = HardwareGraph(root, g, devices, b.links, ports, b.device_inst, b.interconnects)
+    _release_in_chunks(b.nodes, b.device_rows, b.instances)
+    return hg
+
+
+def _release_in_chunks(*lists: list, chunk: int = 20_000) -> None:
+    """Free the builder's scratch lists a slice at a time. Freeing a huge list is one bytecode that holds the
+    GIL until every element is gone (over 100 ms for a 512-tile wafer's half a million nodes), so a studio
+    elaborating in a worker thread would not paint for that long; between slices the GUI thread can run."""
+    for items in lists:
+        while items:
+            del items[-chunk:]
 
 
 def _coords(b: Builder) -> dict[str, tuple[int, ...]]:
