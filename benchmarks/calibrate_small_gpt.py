@@ -79,6 +79,7 @@ def main() -> None:
     )
     mbs = (1,) if args.quick else (1, 2, 4)
     pps = (1,) if args.quick else (1, 2)
+    rows: list[tuple[int, int, float, float]] = []  # tp, micro-batch, TFLOP/s per GPU, dispatch share
     for model, gpus, tp, pp, mb in itertools.product(MODELS, (2, 4, 8), (1, 2, 4, 8), pps, mbs):
         if tp * pp > gpus or MODELS[model][0] % pp or MODELS[model][2] % tp:
             continue
@@ -92,6 +93,22 @@ def main() -> None:
             f"{model:>5} {gpus:>4} {tp:>2} {pp:>2} {gpus // (tp * pp):>2} {mb:>2} {res.iteration_time_s:>11.4f} "
             f"{100 * wait:>7.1f}% {100 * attn:>8.1f}% {tflops:>11.1f}"
         )
+        rows.append((tp, mb, tflops, wait))
+    summary(rows)
+
+
+def summary(rows: list[tuple[int, int, float, float]]) -> None:
+    """Means over the mappings by tp and by micro-batch: the slices the measured comparison reports."""
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    by_tp = ", ".join(f"tp {t} {mean([r[2] for r in rows if r[0] == t]):.1f}" for t in sorted({r[0] for r in rows}))
+    by_mb = ", ".join(f"mb {b} {mean([r[2] for r in rows if r[1] == b]):.1f}" for b in sorted({r[1] for r in rows}))
+    print(
+        f"summary: {len(rows)} mappings, mean {mean([r[2] for r in rows]):.1f} TFLOP/s/GPU ({by_tp}; {by_mb}); "
+        f"mean dispatch wait {100 * mean([r[3] for r in rows]):.2f} %, max {100 * max(r[3] for r in rows):.1f} %"
+    )
 
 
 if __name__ == "__main__":

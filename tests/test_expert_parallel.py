@@ -83,3 +83,25 @@ def test_ep_needs_experts_and_a_dividing_dp():
         raise_for_problems(_project(2, spec=dense), "test")
     with pytest.raises(InputError, match="does not divide dp"):
         raise_for_problems(_project(3), "test")
+
+
+def test_search_explores_expert_parallelism_and_times_it_as_run_does():
+    """The search's second stage varies ep on the MoE model; every ep candidate it ranks is timed as
+    ``tilewright run`` times that mapping with the analytic engine, and adding the stage never makes the
+    best mapping slower."""
+    from tilewright.engine.search.parallel.extended import first_stage_only
+    from tilewright.engine.search.parallel.search import search
+
+    project = _project(1)
+    dense = search(project, 8, 16, resimulate=False, extensions=first_stage_only())
+    full = search(project, 8, 16, resimulate=False)
+    ranked_ep = [r for r in full.ranked if r.candidate.ep > 1]
+    assert ranked_ep and full.extended > 0
+    assert full.ranked[0].iteration_time_s <= dense.ranked[0].iteration_time_s * (1 + 1e-9)
+    for r in ranked_ep[:2]:
+        c = r.candidate
+        assert c.dp % c.ep == 0 and EXPERTS % c.ep == 0
+        mapping = c.mapping(16, project.mapping)
+        assert mapping.ep == c.ep
+        run = simulate(project.model_copy(update={"mapping": mapping}))
+        assert r.iteration_time_s == pytest.approx(run.iteration_time_s, rel=1e-9)

@@ -153,3 +153,26 @@ def test_cli_refuses_fsdp_with_another_stage():
     out = _cli("--fsdp", "--zero", "1")
     assert out.returncode == 2
     assert "fsdp" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_search_fits_a_model_too_large_for_dense_mappings_by_sharding_or_offload():
+    """10 B parameters on two 80 GB GPUs: every first-stage mapping needs ≥ 9 B per parameter of model state
+    (bf16 weights, fp32 gradients, 12 B of Adam over tp or dp 2: 90 GB); the second stage's optimizer
+    offload to the node's host memory fits, and each candidate it ranks is what ``run`` predicts."""
+    from tilewright.engine.search.parallel.extended import first_stage_only
+    from tilewright.engine.search.parallel.search import search
+
+    big = GPTSpec(name="gpt-10b", layers=10, hidden=9216, heads=72, seq_len=2048, vocab=51200)
+    project = _project(0, tp=1, dp=1, micro_batch=1, global_batch=8)
+    project = project.model_copy(update={"workload": big})
+    assert search(project, 2, 8, resimulate=False, extensions=first_stage_only()).ranked == []
+    result = search(project, 2, 8, resimulate=False)
+    assert result.ranked
+    best = result.ranked[0]
+    assert best.candidate.offload is not None or best.candidate.zero >= 2
+    mapping = best.candidate.mapping(8, project.mapping)
+    run = simulate(project.model_copy(update={"mapping": mapping}))
+    assert run.oom is None
+    assert best.iteration_time_s == pytest.approx(run.iteration_time_s, rel=1e-9)
+    dumps = {r.candidate.mapping(8, project.mapping).model_dump_json() for r in result.ranked}
+    assert len(dumps) == len(result.ranked)  # no mapping ranked twice under two labels

@@ -68,6 +68,11 @@ class Extensions:
         return zero_ok and c.ep in self.eps and c.cp in self.cps
 
 
+def first_stage_only() -> Extensions:
+    """No second stage: the dense space the fast evaluator times (tp, pp, dp, …, ZeRO 0/1)."""
+    return Extensions(eps=[1], cps=[1], zeros=[0, 1], fsdp=False, offload=None)
+
+
 def default_extensions(
     project: Project,
     hw: HardwareGraph,
@@ -111,9 +116,9 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
     base = replace(seed, zero=min(seed.zero, 1))
     out: list[Candidate] = []
     eps = [e for e in ext.eps if e == 1 or (moe is not None and seed.dp % e == 0 and moe.experts % e == 0)]
-    shard: list[tuple[int, bool]] = [(z, False) for z in ext.zeros if z <= 1 or seed.dp > 1]
-    if ext.fsdp and seed.dp > 1:
-        shard.append((3, True))
+    shard: list[tuple[int, bool]] = [(0, False)]  # without dp every ZeRO stage is the same mapping
+    if seed.dp > 1:
+        shard = [(z, False) for z in ext.zeros] + ([(3, True)] if ext.fsdp else [])
     for ep in eps:
         for zero, fsdp in shard:
             out.append(replace(base, ep=ep, zero=zero, fsdp=fsdp))

@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
+from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.search import SearchResult
 
 GIB = 2**30
+
+
+def _extras(c: Candidate) -> str:
+    """The second stage's dimensions of a candidate (ep, cp, FSDP, offload), '-' for none."""
+    parts = [f"ep{c.ep}"] if c.ep > 1 else []
+    parts += [f"cp{c.cp}"] if c.cp > 1 else []
+    parts += ["fsdp"] if c.fsdp else []
+    parts += [f"opt->{c.offload}"] if c.offload is not None else []
+    return " ".join(parts) or "-"
 
 
 def search_text(result: SearchResult) -> str:
     lines = [
         f"parallelism search: {result.devices:,} devices available, global batch {result.global_batch:,}",
         f"  space {result.space:,} candidates; {result.evaluated:,} evaluated, {result.feasible:,} fit in memory, "
-        f"{result.timed:,} timed; search {result.search_time_s:.1f} s, total {result.wall_time_s:.1f} s",
+        f"{result.timed:,} timed, {result.extended:,} in the second stage (ep, cp, ZeRO-2/3, FSDP, offload);"
+        f" search {result.search_time_s:.1f} s, total {result.wall_time_s:.1f} s",
     ]
     if not result.ranked:
         lines.append("  no mapping fits in memory")
         return "\n".join(lines)
     header = (
         f"  {'#':>2}  {'tp':>3} {'pp':>3} {'dp':>4} {'dev':>5} {'mb':>3} {'v':>2} {'recompute':<9} {'sp':<3} "
-        f"{'zero':>4}  {'placement':<20} {'iter (s)':>9} {'event (s)':>9} {'samples/s':>10} {'mem GiB':>7}"
+        f"{'zero':>4}  {'placement':<20} {'sharding':<16} "
+        f"{'iter (s)':>9} {'event (s)':>9} {'samples/s':>10} {'mem GiB':>7}"
     )
     lines.append(header)
     for i, r in enumerate(result.ranked, start=1):
@@ -29,6 +41,7 @@ def search_text(result: SearchResult) -> str:
         lines.append(
             f"  {i:>2}  {c.tp:>3} {c.pp:>3} {c.dp:>4} {c.devices:>5} {c.micro_batch:>3} {c.interleave:>2} "
             f"{c.recompute.value:<9} {'yes' if c.sequence_parallel else 'no':<3} {c.zero:>4}  {place:<20} "
+            f"{_extras(c):<16} "
             f"{r.iteration_time_s:9.3f} {event} {result.global_batch / t:10.2f} {r.peak_memory_bytes / GIB:7.1f}"
         )
     best = result.ranked[0]

@@ -1,5 +1,7 @@
 """Parallelism search: the fastest tp × pp × dp × micro-batch × interleave × recompute × sequence
-parallelism × ZeRO-1 × placement for a model, system, device budget and global batch.
+parallelism × ZeRO-1 × placement for a model, system, device budget and global batch, then (second
+stage, ``extended``) expert and context parallelism, ZeRO-2/3, FSDP and optimizer offload around the best
+candidates of the first stage and the fastest that missed memory.
 
 Calculon (Isaev et al., SC'23) evaluates every point of this space with its analytic model; this search
 walks the same space but (1) rejects by memory before timing — closed-form state and activation bytes
@@ -34,11 +36,13 @@ from tilewright.engine.results.result import Result
 from tilewright.engine.search.op_settings import fusion_allows
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Chunks, Estimator
+from tilewright.engine.search.parallel.extended import Extensions, default_extensions, exact_evaluator, variants
 from tilewright.engine.search.space import Space, recompute_options, tensor_options
 from tilewright.engine.workloads import build_workload
 
 SOURCE = "command line"
 REPORT_EVERY_S = 0.5
+SEEDS = 3  # second stage: variants of this many kept candidates and as many that missed memory
 
 
 @dataclass
@@ -59,6 +63,7 @@ class SearchResult:
     evaluated: int = 0  # memory computed
     feasible: int = 0  # fit in memory
     timed: int = 0  # iteration time estimated (the rest were bounded out)
+    extended: int = 0  # second-stage candidates (ep, cp, ZeRO-2/3, FSDP, offload) timed by the analytic engine
     wall_time_s: float = 0.0
     search_time_s: float = 0.0  # enumeration and ranking, before re-simulation
     notes: list[str] = field(default_factory=list)
@@ -139,9 +144,12 @@ def search(
     resimulate: bool = True,
     progress: ProgressFn | None = None,
     cancel: CancelFn | None = None,
+    extensions: Extensions | None = None,
 ) -> SearchResult:
     """Rank every legal mapping of ``project``'s model on ``devices`` devices (at most) of its system, then
-    re-simulate the best ``top`` on the event engine (``resimulate``).
+    re-simulate the best ``top`` on the event engine (``resimulate``). ``extensions``: what the second
+    stage varies (None: ``extended.default_extensions`` — ep for MoE models, cp from 8k tokens, ZeRO 0–3,
+    FSDP, the optimizer in host memory when the node has one).
 
     ``progress(fraction, text)``: the walk over the space takes one share of the bar and each re-simulation
     one more. ``cancel()`` is checked between (tp, pp) groups of candidates and inside each re-simulation;
@@ -171,15 +179,23 @@ def search(
     result = SearchResult([], global_batch, devices, space=space.size())
     walk(0.0, f"search: {result.space:,} candidates in the space, {len(hw.devices):,} devices elaborated")
     best = _Best(max(keep, top))
-    _walk(space, est, best, result, walk, start)
-    result.ranked = _refine(best.sorted(), est, global_batch)
+    ext = extensions if extensions is not None else default_extensions(project, hw, est.dev)
+    # seeds that missed memory: the fastest, and the fastest with dp ≥ 2 (where ep, cp and sharding apply)
+    misses = (_Best(SEEDS), _Best(SEEDS)) if ext.active else None
+    first = report.part(0.0, 1.0 / (1 + sims) * (0.8 if ext.active else 1.0))
+    _walk(space, est, best, result, first, start, misses)
+    ranked = _refine(best.sorted(), est, global_batch)
+    if ext.active:
+        second = report.part(0.8 / (1 + sims), 1.0 / (1 + sims))
+        ranked = _extend(project, ext, ranked, _seeds(misses), result, second)
+    result.ranked = ranked[: best.keep]
     for r in result.ranked:
         r.spatial_splits = est.spatial_splits(r.candidate)
     result.search_time_s = time.perf_counter() - start
     walk(
         1.0,
         f"search: {result.evaluated:,} evaluated, {result.feasible:,} fit in memory, {result.timed:,} timed "
-        f"in {result.search_time_s:.1f} s",
+        f"(+{result.extended:,} in the second stage) in {result.search_time_s:.1f} s",
     )
     if resimulate:
         _resimulate(project, result, top, report.part(1.0 / (1 + sims), 1.0))
@@ -187,7 +203,17 @@ def search(
     return result
 
 
-def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, report: Reporter, start: float) -> None:
+def _walk(
+    space: Space,
+    est: Estimator,
+    best: _Best,
+    result: SearchResult,
+    report: Reporter,
+    start: float,
+    misses: tuple[_Best, _Best] | None = None,
+) -> None:
+    """The first stage. ``misses``: where to keep the candidates that fit nowhere, by their
+    communication-free time (the second stage's seeds for sharding, ep, cp and offload)."""
     gb = space.global_batch
     capacity = est.capacity
     last_report = start
@@ -224,6 +250,11 @@ def _walk(space: Space, est: Estimator, best: _Best, result: SearchResult, repor
                                 layouts = len(orders) * len(space.placements)
                                 fitting = _fitting(c0, m, zeros, est, chunks, capacity, result, layouts)
                                 if not fitting:
+                                    if misses is not None:
+                                        miss = Ranked(c0, est.lower_bound(c0, m, chunks), 0.0)
+                                        misses[0].offer(miss)
+                                        if dp > 1:
+                                            misses[1].offer(miss)
                                     continue
                                 fits = True
                                 # without any communication: if that is already slower than the worst
@@ -332,6 +363,46 @@ def _refine(ranked: list[Ranked], est: Estimator, global_batch: int) -> list[Ran
     return sorted(ranked, key=lambda r: r.iteration_time_s)
 
 
+def _seeds(misses: tuple[_Best, _Best] | None) -> list[Ranked]:
+    if misses is None:
+        return []
+    out = misses[0].sorted()
+    return out + [r for r in misses[1].sorted() if r.candidate not in {o.candidate for o in out}]
+
+
+def _extend(
+    project: Project,
+    ext: Extensions,
+    ranked: list[Ranked],
+    missed: list[Ranked],
+    result: SearchResult,
+    report: Reporter,
+) -> list[Ranked]:
+    """The second stage (``extended``): every variant of the fastest ``SEEDS`` kept candidates and of the
+    fastest ``SEEDS`` that missed memory (and as many with dp ≥ 2), timed by the plan and the analytic
+    engine; those that fit join the ranking. First-stage candidates the user's restrictions exclude
+    (``Extensions.allows``) leave it."""
+    evaluate = exact_evaluator(project, result.global_batch)
+    seeds = [(r.candidate, True) for r in ranked[:SEEDS]] + [(r.candidate, False) for r in missed]
+    todo: list[Candidate] = []
+    seen = {r.candidate for r in ranked}
+    for seed, fits in seeds:
+        for c in variants(seed, ext, project.workload, fits):
+            if c not in seen:
+                seen.add(c)
+                todo.append(c)
+    out = [r for r in ranked if ext.allows(r.candidate)]
+    for i, c in enumerate(todo):
+        report.check()
+        report(i / max(len(todo), 1), f"search: second stage {i + 1}/{len(todo)}: {c.label()}")
+        timed = evaluate(c)
+        result.extended += 1
+        if timed is not None and timed.fits:
+            out.append(Ranked(c, timed.iteration_time_s, timed.peak_memory_bytes))
+    report(1.0, f"search: second stage, {len(todo)} candidates timed")
+    return sorted(out, key=lambda r: r.iteration_time_s)
+
+
 def _fmt(best: _Best) -> str:
     if not best.heap:
         return "none yet"
@@ -390,6 +461,7 @@ def result_json(result: SearchResult) -> dict:
         "evaluated": result.evaluated,
         "feasible": result.feasible,
         "timed": result.timed,
+        "extended": result.extended,
         "search_time_s": result.search_time_s,
         "wall_time_s": result.wall_time_s,
         "notes": result.notes,
