@@ -77,6 +77,20 @@ def test_both_engines_agree(ep):
     assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("engine", ["analytic", "event"])
+def test_the_all_to_all_is_reported_as_expert_communication_not_tensor(engine):
+    """Per micro-batch the stage waits for its dispatch and combine all-to-alls: that time is ``ep_comm``
+    (its own colour in the studio), the tensor group's collectives stay ``tp_comm``."""
+    project = _project(4, engine, tp=2)
+    plan = make_plan(project)
+    per_micro_batch = sum(plan.tp_time(0, 0, *c) for kind in ("F", "B") for c in _a2a(plan, kind))
+    result = simulate(project)
+    b = result.time_breakdown_s
+    assert b["ep_comm"] == pytest.approx(plan.micro_batches * per_micro_batch, rel=1e-9)
+    assert b["tp_comm"] > 0 and b.get("cp_comm", 0.0) == 0
+    assert simulate(_project(1, engine, tp=2)).time_breakdown_s.get("ep_comm", 0.0) == 0
+
+
 def test_ep_needs_experts_and_a_dividing_dp():
     dense = GPTSpec(name="dense", layers=2, hidden=HIDDEN, heads=16, seq_len=SEQ, vocab=32000)
     with pytest.raises(InputError, match="mapping.ep"):

@@ -43,6 +43,19 @@ def is_dp(kind: str) -> bool:
     return kind.startswith(DP_PREFIX)
 
 
+REPLICA_CATEGORIES = {DP_PREFIX: "dp_comm", CP_PREFIX: "cp_comm", EP_PREFIX: "ep_comm"}
+
+
+def comm_category(kind: str) -> str:
+    """The time category a segment collective is reported under: sharded data parallelism's gathers and
+    reductions ``dp_comm``, the context-parallel ring ``cp_comm``, the experts' all-to-all ``ep_comm``, and a
+    tensor group's collectives ``tp_comm``."""
+    for prefix, category in REPLICA_CATEGORIES.items():
+        if kind.startswith(prefix):
+            return category
+    return "tp_comm"
+
+
 def spans_replicas(kind: str) -> bool:
     """A segment collective over several replicas of the stage (data- or context-parallel), not within
     one tensor group: every unit of the stage reaches it."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tilewright.engine.plan.passes import ChunkPass
 from tilewright.engine.plan.plan import Plan
-from tilewright.engine.plan.sharding import is_dp
+from tilewright.engine.plan.sharding import comm_category, spans_replicas
 
 
 def pass_times(plan: Plan, r: int, ps: ChunkPass, replica: int = 0) -> tuple[float, float, float]:
@@ -27,12 +27,18 @@ def pass_times(plan: Plan, r: int, ps: ChunkPass, replica: int = 0) -> tuple[flo
     return busy, ps.compute_s, comm
 
 
-def pass_dp_comm(plan: Plan, r: int, ps: ChunkPass | None) -> float:
-    """Seconds of a pass's sharded-data-parallel collectives (``plan.sharding``), part of its comm time:
-    reported as data-parallel communication, not tensor-parallel."""
+def pass_replica_comm(plan: Plan, r: int, ps: ChunkPass | None) -> dict[str, float]:
+    """Seconds of a pass's collectives over replicas, part of its comm time, by the category each is
+    reported under (``plan.sharding.comm_category``: ZeRO-2/3's ``dp_comm``, the context ring's ``cp_comm``,
+    the experts' all-to-all ``ep_comm``); the rest of the pass's comm is ``tp_comm``."""
+    out: dict[str, float] = {}
     if ps is None or not ps.has_dp_comm:
-        return 0.0
-    return sum(plan.tp_time(r, 0, *seg.comm) for seg in ps.segments if seg.comm and is_dp(seg.comm[0]))
+        return out
+    for seg in ps.segments:
+        if seg.comm and spans_replicas(seg.comm[0]):
+            category = comm_category(seg.comm[0])
+            out[category] = out.get(category, 0.0) + plan.tp_time(r, 0, *seg.comm)
+    return out
 
 
 def pass_parts(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:

@@ -10,7 +10,9 @@ import numpy as np
 from tilewright.engine.results.timeline import Timeline
 
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace")
-TIME_CATEGORIES = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "memory_stall")
+TIME_CATEGORIES = (
+    "compute", "recompute", "tp_comm", "ep_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "memory_stall"
+)
 # Where energy goes: arithmetic, SRAM and DRAM accesses, on-chip/on-wafer links (NoC), links between chips,
 # nodes and switches.
 ENERGY_PARTS = ("compute", "sram", "dram", "noc", "links")

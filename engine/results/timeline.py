@@ -12,6 +12,8 @@ CATEGORIES = (
     "tp_comm",
     "pp_comm",
     "dp_comm",
+    "ep_comm",
+    "cp_comm",
     "optimizer",
     "memory",
     "network",

@@ -13,6 +13,8 @@ CATEGORY_COLOURS: dict[str, str] = {
     "tp_comm": "#f58518",
     "pp_comm": "#e45756",
     "dp_comm": "#54a24b",
+    "ep_comm": "#eeca3b",
+    "cp_comm": "#ff9da6",
     "optimizer": "#b279a2",
     "memory": "#9d755d",
     "network": "#72b7b2",

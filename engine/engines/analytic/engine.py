@@ -16,7 +16,7 @@ from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, TrainingProgram, program_for
 from tilewright.engine.plan.recurrence import StageTimes, run_table
 from tilewright.engine.plan.steps import StepRow
-from tilewright.engine.plan.timing import dram_floor, floor_note, pass_dp_comm, pass_parts
+from tilewright.engine.plan.timing import dram_floor, floor_note, pass_parts, pass_replica_comm
 from tilewright.engine.results.result import Result
 from tilewright.engine.results.timeline import Timeline
 
@@ -54,7 +54,7 @@ class AnalyticEngine:
         for r, st in enumerate(plan.stages):
             report.check()
             f = b = 0.0
-            sums = dict.fromkeys((*PASS_CATEGORIES, "dp_comm"), 0.0)
+            sums = dict.fromkeys((*PASS_CATEGORIES, "dp_comm", "ep_comm", "cp_comm"), 0.0)
             for c in st.chunk_layers:
                 for kind in ("F", "R", "B"):
                     ps = st.passes.get((c, kind))
@@ -65,9 +65,10 @@ class AnalyticEngine:
                         b += dur
                     sums["recompute" if kind == "R" else "compute"] += comp
                     sums["memory_stall"] += stall
-                    sharded = pass_dp_comm(plan, r, ps)  # ZeRO-2/3 collectives inside the pass
-                    sums["tp_comm"] += comm - sharded
-                    sums["dp_comm"] += sharded
+                    replicas = pass_replica_comm(plan, r, ps)  # ZeRO-2/3, context ring, expert all-to-all
+                    sums["tp_comm"] += comm - sum(replicas.values())
+                    for category, seconds in replicas.items():
+                        sums[category] += seconds
             per_stage.append((f, b, sums))
         duration = {}
         for r, st in enumerate(plan.stages):
@@ -101,6 +102,8 @@ class AnalyticEngine:
         breakdown["pp_comm"] = stages[tail].waits["pp_comm"]
         breakdown["dp_comm"] = (reduced_at[tail] - stages[tail].finish + plan.zero_gather(tail).time(hw)
                                 + m * per_stage[tail][2]["dp_comm"])
+        for category in ("ep_comm", "cp_comm"):
+            breakdown[category] = m * per_stage[tail][2][category]
         breakdown["optimizer"] = plan.stages[tail].optimizer_s
         close_breakdown(breakdown, total, sum(breakdown.values()))
         memory = [constant_memory(program, r, {"activations": _peak_activations(program, r)}, [0.0])

@@ -19,8 +19,8 @@ from tilewright.engine.engines.event.traffic import WHOLE_GROUP, Unit, dram_usag
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.plan import Plan
-from tilewright.engine.plan.sharding import is_dp, spans_replicas
-from tilewright.engine.plan.timing import pass_dp_comm, pass_times
+from tilewright.engine.plan.sharding import comm_category, spans_replicas
+from tilewright.engine.plan.timing import pass_replica_comm, pass_times
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
 
@@ -113,7 +113,7 @@ class PassRunner:
                 start = env.now
                 coll = plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
                 yield from self._tensor_collective(r, u, coll, spans_replicas(seg.comm[0]))
-                comm_cat = "dp_comm" if is_dp(seg.comm[0]) else "tp_comm"
+                comm_cat = comm_category(seg.comm[0])
                 ledger.times[comm_cat] += env.now - start
                 label = f"{seg.comm[0]} {seg.label}"
                 self.rec.slice(lane, start, env.now - start, comm_cat, label, r, step.micro_batch, seg.layer)
@@ -138,9 +138,10 @@ class PassRunner:
             times = ledger.times
             times[cat] += compute
             times["memory_stall"] += busy - compute
-            sharded = pass_dp_comm(self.plan, r, ps)  # ZeRO-2/3 collectives inside the pass
-            times["tp_comm"] += comm - sharded
-            times["dp_comm"] += sharded
+            replicas = pass_replica_comm(self.plan, r, ps)  # ZeRO-2/3, context ring, expert all-to-all
+            times["tp_comm"] += comm - sum(replicas.values())
+            for category, seconds in replicas.items():
+                times[category] += seconds
             t = t0 + busy + comm
             self.rec.timeline.add(self.lanes[(r, u)], t0, t - t0, cat, label, r, step.micro_batch, -1)
             if u[1] in (WHOLE_GROUP, 0):  # one unit books its tensor group's traffic, spread over the pass
@@ -191,7 +192,7 @@ class PassRunner:
                 for ph in coll.phases:
                     start = self.net.account(ph.usage, ph.bytes_per_member, start) + ph.latency_s
             dur = self.plan.tp_time(r, u[0], seg.comm[0], seg.comm[1])
-            comm_cat = "dp_comm" if is_dp(seg.comm[0]) else "tp_comm"
+            comm_cat = comm_category(seg.comm[0])
             times[comm_cat] += dur
             self.rec.slice(lane, t, dur, comm_cat, f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
             t += dur
