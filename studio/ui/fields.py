@@ -187,3 +187,43 @@ class FlagEditor(_Editor):
             return
         self.show_error(None)
         self.committed.emit(checked)
+
+
+EDGE_CHOICES = ["local", "west", "east", "north", "south", "west, east", "north, south", "west, east, north, south"]
+
+
+def edges_text(edges: list[str] | None) -> str:
+    """["west", "east"] → "west, east"; no edges → "local" (the memory sits in every instance)."""
+    return ", ".join(edges) if edges else "local"
+
+
+def text_edges(text: str) -> list[str]:
+    return [] if text == "local" else [e.strip() for e in text.split(",")]
+
+
+class EdgesEditor(ChoiceEditor):
+    """Which edges of the child grid carry a memory's ports (DRAM on the west and east die edges, say):
+    the model holds a list of edges, the editor offers the usual sets by name."""
+
+    def __init__(self, value: list[str], check: Check, parent: QWidget | None = None):
+        text = edges_text(value)
+        choices = EDGE_CHOICES if text in EDGE_CHOICES else [*EDGE_CHOICES, text]
+        super().__init__(text, choices, lambda chosen: check(text_edges(chosen)), parent)
+
+    def set_value(self, value: list[str]) -> None:  # type: ignore[override]
+        text = edges_text(value)
+        if self.combo.findText(text) < 0:
+            self.combo.addItem(text)
+        super().set_value(text)
+
+    def _on_chosen(self, _index: int) -> None:
+        chosen = self.combo.currentText()
+        if chosen == self.value:
+            return
+        reason = self.check(chosen)
+        if reason:
+            self.combo.setCurrentText(self.value)
+            self.show_error(f"{chosen}: {reason}")
+            return
+        self.show_error(None)
+        self.committed.emit(text_edges(chosen))

@@ -21,12 +21,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-from tilewright.engine.ir.hardware import Component, ComponentKind, Topology
+from tilewright.engine.ir.hardware import Component, ComponentKind, MemoryKind, Topology
 from tilewright.studio.commands import SetComponentField
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.summary import key_figures
 from tilewright.studio.tree_edit import EditRefused, FieldPath, get_field, set_field
-from tilewright.studio.ui.fields import ChoiceEditor, FlagEditor, ValueEditor, _Editor
+from tilewright.studio.ui.fields import ChoiceEditor, EdgesEditor, FlagEditor, ValueEditor, _Editor
 from tilewright.studio.ui.selection import Selection
 from tilewright.studio.units import (
     AREA,
@@ -48,7 +48,7 @@ class Prop:
     label: str
     field: FieldPath
     unit: Unit | None = None
-    editor: Literal["value", "choice", "flag"] = "value"
+    editor: Literal["value", "choice", "flag", "edges"] = "value"
     choices: tuple[str, ...] = ()
     optional: bool = False
     tip: str = ""
@@ -75,6 +75,11 @@ def props_for(comp: Component) -> list[Prop]:
         where = f"ports on {', '.join(e.value for e in m.attach)}" if m.attach else "local"
         section = f"Memory · {m.name} ({m.kind.value.upper()}, {where})"
         props += [
+            Prop(section, "Kind", ("memories", i, "kind"), editor="choice", choices=tuple(k.value for k in MemoryKind)),
+            Prop(section, "Ports on", ("memories", i, "attach"), editor="edges",
+                 tip="edges of the child grid carrying this memory's ports (DRAM beside a wafer's dies); "
+                     "local: a private memory in every instance"),
+            Prop(section, "Ports per edge", ("memories", i, "ports_per_edge"), COUNT),
             Prop(section, "Capacity", ("memories", i, "capacity_bytes"), BYTES),
             Prop(section, "Bandwidth", ("memories", i, "bandwidth_bytes_per_s"), BYTES_PER_S, tip="per port"),
             Prop(section, "Latency", ("memories", i, "latency_s"), SECONDS),
@@ -183,6 +188,8 @@ class Inspector(QWidget):
             editor = ChoiceEditor(str(value), list(prop.choices), check, parent)
         elif prop.editor == "flag":
             editor = FlagEditor(bool(value), "", check, parent)
+        elif prop.editor == "edges":
+            editor = EdgesEditor(list(value or []), check, parent)
         else:
             editor = ValueEditor(value, prop.unit, check, optional=prop.optional, parent=parent)
         editor.committed.connect(lambda v, f=prop.field, e=editor: self._commit(f, v, e))

@@ -42,6 +42,7 @@ __all__ = ["PLACEHOLDER", "ResultsPanel", "format_metric", "result_tables"]
 
 PLACEHOLDER = "No run yet. Press F5 (Run ▸ Run) to simulate this project."
 ROOM_PX = 430  # height the dock grows to when the first result arrives, so the Gantt is readable
+ROOM_SHARE = 0.4  # ...but no more than this share of the window's height: the canvas keeps the most
 BREATH_MS = 20  # between two hidden views' updates: time for paints, input and timers
 
 
@@ -223,7 +224,11 @@ class ResultsPanel(QWidget):
         self.tabs.setCurrentIndex(0)
 
     def _make_room(self) -> None:
-        """Once, when the first result arrives: grow the results dock so the Gantt has rows to show."""
+        """Once, when the first result arrives: grow the results dock so the Gantt has rows to show —
+        up to ``ROOM_PX``, and less in a small window (at 1280 × 720 the canvas would keep ~130 px)."""
         dock, window = self.parentWidget(), self.window()
-        if isinstance(dock, QDockWidget) and isinstance(window, QMainWindow) and dock.height() < ROOM_PX:
-            window.resizeDocks([dock], [ROOM_PX], Qt.Orientation.Vertical)
+        if not isinstance(dock, QDockWidget) or not isinstance(window, QMainWindow):
+            return
+        room = min(ROOM_PX, int(ROOM_SHARE * window.height()))
+        if dock.height() < room:
+            window.resizeDocks([dock], [room], Qt.Orientation.Vertical)

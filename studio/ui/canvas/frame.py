@@ -60,8 +60,10 @@ class FrameItem(QGraphicsItem):
         self.prepareGeometryChange()
         self.port_depth = max(style.CELL * PORT_DEPTH_CELLS, 0.04 * max(content.width(), content.height()))
         pad = PADDING_PX / view_scale
-        # Edges carrying memory ports get extra room, so the half of a port box inside never covers a grid.
-        extra = {e: self.port_depth / 2 if any(e in m.attach for m in self.level.memories) else 0.0 for e in Edge}
+        # Edges carrying memory ports get extra room, so the half of a port box inside never covers a grid,
+        # nor the inner half of its name or load label (sized in pixels) a caption.
+        extra = {e: max(self.port_depth / 2, self._label_reach(e) / view_scale)
+                 if any(e in m.attach for m in self.level.memories) else 0.0 for e in Edge}
         self.rect = content.adjusted(
             -pad - extra[Edge.west], -pad - extra[Edge.north], pad + extra[Edge.east], pad + extra[Edge.south]
         )
@@ -71,6 +73,15 @@ class FrameItem(QGraphicsItem):
         self._label_ports()
         self._label_loads()
         self.update()
+
+    def _label_reach(self, edge: Edge) -> float:
+        """Pixels the port labels (centred on ``edge``) reach inside the frame, and a gap."""
+        labels = self.port_labels + self.load_labels
+        if not labels:
+            return 0.0
+        half = max((lb.boundingRect().width() if edge in (Edge.west, Edge.east) else lb.boundingRect().height())
+                   for lb in labels) / 2
+        return half + 4.0
 
     def set_port_loads(self, loads: dict[str, str] | None) -> None:
         """Each port's traffic over the run ("R 35.9 TB · W 0 B · 57.6 %"), or None to take them away."""

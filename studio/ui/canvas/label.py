@@ -43,6 +43,8 @@ class PixelLabel(QGraphicsItem):
         self._backdrop = backdrop
         self._bold = style.label_font(True, point_delta)
         self._plain = style.label_font(False, point_delta)
+        self._max_width: float | None = None  # pixels; longer lines end in "…" (the tooltip has them whole)
+        self._shown = list(lines)  # the lines as drawn: elided to ``_max_width``
         self._rect = self._measure()
 
     @property
@@ -51,6 +53,19 @@ class PixelLabel(QGraphicsItem):
 
     def text(self) -> str:
         return "\n".join(self._lines)
+
+    @property
+    def shown_lines(self) -> list[str]:
+        """The lines as drawn: elided with "…" where longer than the width allowed (``set_max_width``)."""
+        return list(self._shown)
+
+    def set_max_width(self, pixels: float | None) -> None:
+        """At most ``pixels`` wide (None: as wide as its text): a caption never wider than the canvas."""
+        if pixels != self._max_width:
+            self.prepareGeometryChange()
+            self._max_width = pixels
+            self._rect = self._measure()
+            self.update()
 
     def set_lines(self, lines: list[str]) -> None:
         if lines != self._lines:
@@ -61,8 +76,13 @@ class PixelLabel(QGraphicsItem):
 
     def _measure(self) -> QRectF:
         width = height = 0.0
+        room = None if self._max_width is None else max(self._max_width - 2 * self.PAD, 12.0)
+        self._shown = []
         for i, line in enumerate(self._lines):
             fm = QFontMetricsF(self._bold if i == 0 else self._plain)
+            if room is not None and fm.horizontalAdvance(line) > room:
+                line = fm.elidedText(line, Qt.TextElideMode.ElideRight, room)
+            self._shown.append(line)
             width = max(width, fm.horizontalAdvance(line))
             height += fm.height()
         w, h = width + 2 * self.PAD, height + 2 * self.PAD
@@ -83,7 +103,7 @@ class PixelLabel(QGraphicsItem):
             painter.setBrush(QColor(255, 255, 255, 215))
             painter.drawRoundedRect(self._rect, 3, 3)
         y = self._rect.top() + self.PAD
-        for i, line in enumerate(self._lines):
+        for i, line in enumerate(self._shown):
             font = self._bold if i == 0 else self._plain
             painter.setFont(font)
             painter.setPen(style.TEXT if i == 0 else style.MUTED_TEXT)

@@ -1,37 +1,64 @@
 """The key to the canvas colours, floating in the view's top-right corner: pipeline stages with the
-layers each holds, or the heat scale in percent with what it measures and when."""
+layers each holds, or the heat scale in percent with what it measures and when.
+
+The key fits the view it floats on. It comes in three sizes: in full; compact (no explanation, each stage
+by its first layer range as its tag on the canvas shows it, more columns); and a one-line title for a view
+too small for either. Zoom-to-fit keeps the room it takes free (``room``): a column on the right for the
+first two, a strip along the top for the title, so the key never covers what it explains.
+"""
 
 from __future__ import annotations
 
 import html
+from enum import Enum
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
+from tilewright.studio.ui.canvas.stage_tags import tag_text
 
-MAX_STAGE_ROWS = 12  # per column; two columns, then "… and N more"
+MAX_STAGE_ROWS = 12  # per column; two columns (four when compact), then "… and N more"
 MARGIN = 10
+SHARE = {"full": 0.3, "compact": 0.4}  # of the view's width each key beside the level may take
+CHROME_PX = 16  # the label's padding and border, top and bottom together
+
+
+class Size(Enum):
+    full = "full"
+    compact = "compact"
+    title = "title"
 
 
 def _swatch(color: str) -> str:
     return f"<span style='background:{color}; color:{color}'>&nbsp;&nbsp;&nbsp;&nbsp;</span>"
 
 
-def stage_legend(overlay: OverlayController) -> str:
+def stage_legend(overlay: OverlayController, size: Size = Size.full, max_rows: int = MAX_STAGE_ROWS) -> str:
+    """The stages and their layers; ``max_rows`` per column (the view's height allows that many)."""
     layout = overlay.layout
     if layout.problem:
+        if size is Size.title:
+            return "<b>Pipeline stages</b> · <span style='color:#c0392b'>no placement</span>"
         return f"<b>Pipeline stages</b><br><span style='color:#c0392b'>no placement: {layout.problem}</span>"
+    if size is Size.title:
+        hint = "<span style='color:#566573'>(a larger canvas shows the key)</span>"
+        return f"<b>Pipeline stages</b> · {layout.stages} {hint}"
     m = overlay.doc.project.mapping
     how = "placed by hand" if layout.explicit else f"{m.placement.value} placement"
     per_stage = m.tp * m.dp
     each = f"{per_stage} {'device' if per_stage == 1 else 'devices'} each (tp {m.tp} × dp {m.dp})"
-    head = (f"<b>Pipeline stages</b> · {layout.stages}<br>"
-            f"<span style='color:#566573'>{each}<br>{how} · L = model layers</span>")
-    rows = [f"{_swatch(style.stage_color(s).name())}&nbsp;{s}&nbsp;&nbsp;{layout.label(s)}"
-            for s in range(layout.stages)]
-    shown = rows[: 2 * MAX_STAGE_ROWS]
-    columns = [shown[i : i + MAX_STAGE_ROWS] for i in range(0, len(shown), MAX_STAGE_ROWS)]
+    head = f"<b>Pipeline stages</b> · {layout.stages}"
+    if size is Size.full:
+        head += f"<br><span style='color:#566573'>{each}<br>{how} · L = model layers</span>"
+    name = layout.label if size is Size.full else (lambda s: tag_text(layout, s))
+    rows = [f"{_swatch(style.stage_color(s).name())}&nbsp;{s}&nbsp;&nbsp;{name(s)}" for s in range(layout.stages)]
+    per_column = max(1, min(max_rows, MAX_STAGE_ROWS))
+    columns_max = 2 if size is Size.full else 4
+    shown = rows[: columns_max * per_column]
+    if len(shown) < len(rows) and len(shown) > 1:
+        shown = shown[:-1]  # the "… more" line takes a row's height
+    columns = [shown[i : i + per_column] for i in range(0, len(shown), per_column)]
     cells = "".join(f"<td style='padding-right:10px'>{'<br>'.join(col)}</td>" for col in columns)
     more = f"<br>… and {len(rows) - len(shown)} more stages" if len(rows) > len(shown) else ""
     return f"{head}<table><tr>{cells}</tr></table>{more}"
@@ -40,10 +67,12 @@ def stage_legend(overlay: OverlayController) -> str:
 NOTE_COLOUR = "#b9770e"  # what the run does not report: amber, like the status bar's warnings
 
 
-def heat_legend(overlay: OverlayController) -> str:
+def heat_legend(overlay: OverlayController, size: Size = Size.full) -> str:
     frame = overlay.frame
     when = frame.label if frame is not None else ""
     notes = frame.notes if frame is not None else []
+    if size is Size.title:
+        return f"<b>Utilisation</b> {when} <span style='color:#566573'>(0 % grey-blue → 100 % red)</span>"
     no_links = any("link" in n for n in notes)
     steps = 10
     ramp = "".join(
@@ -55,8 +84,9 @@ def heat_legend(overlay: OverlayController) -> str:
         "links, memory ports, switches keep their usual colour" if no_links else
         "links, memory ports, switches: traffic ÷ bandwidth<br>links the run did not record keep their usual colour"))
     said = "".join(f"<br><span style='color:{NOTE_COLOUR}'>{html.escape(n)}</span>" for n in notes)
+    told = f"<span style='color:#566573'>{what}</span>{said}" if size is Size.full else said.removeprefix("<br>")
     return (f"<b>Utilisation</b> {when}<table cellspacing=0 cellpadding=1><tr>{ramp}</tr><tr>{ticks}</tr></table>"
-            f"<span style='color:#566573'>{what}</span>{said}")
+            f"{told}")
 
 
 class Legend(QLabel):
@@ -67,21 +97,49 @@ class Legend(QLabel):
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
         self.setStyleSheet("QLabel { background: rgba(255,255,255,225); border: 1px solid #b8c2cc;"
                            " border-radius: 4px; padding: 6px; color: #1c2833; }")
+        self.key_size = Size.full  # which key is shown (see ``refresh``)
         overlay.changed.connect(self.refresh)
         self.refresh()
 
     def refresh(self) -> None:
+        """Show the largest key that fits the view: full, compact, else the one-line title."""
+        if not (self.overlay.heat_active or self.overlay.mode is Overlay.stages):
+            self.key_size = Size.full
+            self.setText("")
+            self.setVisible(False)
+            return
+        parent = self.parentWidget()
+        vw, vh = (parent.width(), parent.height()) if parent is not None else (10_000, 10_000)
+        line = self.fontMetrics().lineSpacing()
+        for size in Size:
+            text = self._text(size, vh, line)
+            if text != self.text():
+                self.setText(text)
+                self.adjustSize()
+            if size is Size.title:
+                self.key_size = size
+                break
+            if self.width() <= SHARE[size.value] * vw and self.height() <= vh - 2 * MARGIN:
+                self.key_size = size
+                break
+        self.place()
+        self.setVisible(True)
+
+    def _text(self, size: Size, view_height: int, line: int) -> str:
         if self.overlay.heat_active:
-            text = heat_legend(self.overlay)
-        elif self.overlay.mode is Overlay.stages:
-            text = stage_legend(self.overlay)
-        else:
-            text = ""
-        if text != self.text():
-            self.setText(text)
-            self.adjustSize()
-            self.place()
-        self.setVisible(bool(text))
+            return heat_legend(self.overlay, size)
+        head_lines = 3 if size is Size.full else 1
+        rows = (view_height - 2 * MARGIN - CHROME_PX) // max(line, 1) - head_lines - 1
+        return stage_legend(self.overlay, size, max(1, rows))
+
+    def room(self) -> tuple[int, int]:
+        """Pixels (right, top) zoom-to-fit keeps free for the key: a column beside the level, or a strip
+        above it for the one-line title."""
+        if self.isHidden() or not self.text():
+            return 0, 0
+        if self.key_size is Size.title:
+            return 0, self.height() + MARGIN
+        return self.width() + 12, 0
 
     def place(self) -> None:
         parent = self.parentWidget()

@@ -43,6 +43,7 @@ class LevelScene(QGraphicsScene):
         self._pressed_at: dict[str, QPointF] = {}
         self._shown_level = ""
         self.view_scale = 1.0  # pixels per scene unit, told by the view: captions are sized in pixels
+        self.caption_width: float | None = None  # pixels a caption may take, told by the view (it elides past)
         self.instance_choice: dict[str, int] = {}  # level path → which of its instances is shown inside
         self.snap_to_grid = True
         self.link_mode = False  # plain drags draw links (Shift-drag always does)
@@ -100,6 +101,7 @@ class LevelScene(QGraphicsScene):
         self.addItem(self.frame)
         self.tags = StageTags()
         self.addItem(self.tags)
+        self._limit_captions()
         self._refresh_geometry()
         self._syncing = False
         for item in self.grids.values():
@@ -127,6 +129,19 @@ class LevelScene(QGraphicsScene):
         rect = self.content_rect()
         margin = 3 * max(rect.width(), rect.height()) + 2000
         self.setSceneRect(rect.adjusted(-margin, -margin, margin, margin))
+
+    def set_caption_width(self, pixels: float | None) -> None:
+        """Captions wider than ``pixels`` (the canvas's room) end in "…", so the level always fits the view."""
+        if pixels != self.caption_width:
+            self.caption_width = pixels
+            self._limit_captions()
+            self._refresh_geometry()
+
+    def _limit_captions(self) -> None:
+        for item in self.grids.values():
+            item.label.set_max_width(self.caption_width)
+        if self.frame is not None:
+            self.frame.title.set_max_width(self.caption_width)
 
     def set_view_scale(self, scale: float) -> None:
         """The view zoomed: refit the frame around captions whose scene size just changed."""

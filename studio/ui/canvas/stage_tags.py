@@ -3,7 +3,9 @@
 When cells are too small for their own text, or one cell holds several stages (a die whose tile rows
 are four stages), the stages are named where they are. Tags keep a fixed pixel size and are placed
 greedily: a tag that would cover one already drawn is left out at this zoom (the legend still names
-every stage), so zooming in reveals more of them, never a pile of overlapping text.
+every stage), so zooming in reveals more of them, never a pile of overlapping text. A tag that would
+cover a caption (a component's name and figures, the level's title, a memory port's name or load)
+moves up or down by its height if it stays on its component's cells, and is otherwise left out too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 from tilewright.studio.mapping import StageLayout, format_ranges
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.grid_item import GridItem
+from tilewright.studio.ui.canvas.label import PixelLabel
 from tilewright.studio.ui.canvas.overlay import CellColours
 
 STEP = style.CELL + style.GAP
@@ -22,6 +25,7 @@ PAD = 3.0
 TAG_FILL = QColor(255, 255, 255, 235)
 EVERYWHERE = QRectF(-1e9, -1e9, 2e9, 2e9)
 MAX_TAGS = 400
+NUDGES = (0.0, -1.0, 1.0)  # tag heights a tag may move off its stage's centre to clear a caption
 
 
 def stage_centres(item: GridItem, colours: CellColours) -> list[tuple[QPointF, int]]:
@@ -64,6 +68,7 @@ class StageTags(QGraphicsItem):
         self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
         self.tags: list[tuple[GridItem, QPointF, str, int]] = []
         self.drawn = 0  # tags painted last time (tests)
+        self.boxes: list[QRectF] = []  # where they were painted, in viewport pixels (tests)
         self.single: dict[GridItem, bool] = {}
 
     def set_tags(self, layout: StageLayout, stage_colours: dict[GridItem, CellColours]) -> None:
@@ -85,6 +90,7 @@ class StageTags(QGraphicsItem):
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
         self.drawn = 0
+        self.boxes = []
         if not self.tags:
             return
         scale = option.levelOfDetailFromTransform(painter.worldTransform())
@@ -94,16 +100,19 @@ class StageTags(QGraphicsItem):
         painter.save()
         painter.resetTransform()
         painter.setFont(font)
+        captions = self._captions(transform)
         taken: list[QRectF] = []
         for item, local, text, stage in self.tags:
             if style.CELL * scale >= style.DETAIL_CELL_PX and self.single.get(item, False):
                 continue  # each cell names its own stage
             centre = transform.map(item.mapToScene(local))
             w, h = fm.horizontalAdvance(text) + 2 * PAD, fm.height() + PAD
-            box = QRectF(centre.x() - w / 2, centre.y() - h / 2, w, h)
-            if any(box.intersects(t) for t in taken):
+            cells = transform.mapRect(item.scene_grid_rect())
+            box = self._free_box(QRectF(centre.x() - w / 2, centre.y() - h / 2, w, h), cells, captions, taken)
+            if box is None:
                 continue
             taken.append(box)
+            self.boxes.append(QRectF(box))
             # A white tag with the stage's colour as its rim: readable on any band, never mistaken for one.
             painter.setPen(style.cosmetic_pen(style.stage_color(stage).darker(135), 2.0))
             painter.setBrush(TAG_FILL)
@@ -112,3 +121,28 @@ class StageTags(QGraphicsItem):
             painter.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
             self.drawn += 1
         painter.restore()
+
+    def _captions(self, transform: object) -> list[QRectF]:
+        """Where the level's captions are on screen (pixels): tags keep clear of them."""
+        scene = self.scene()
+        if scene is None:
+            return []
+        return [
+            label.deviceTransform(transform).mapRect(label.boundingRect())
+            for label in scene.items()
+            if isinstance(label, PixelLabel) and label.isVisible() and label.lines
+        ]
+
+    @staticmethod
+    def _free_box(box: QRectF, cells: QRectF, captions: list[QRectF], taken: list[QRectF]) -> QRectF | None:
+        """``box`` clear of earlier tags and of captions — moved up or down by its height, its centre still
+        on the component's ``cells``, if a caption is in the way; None if no place is free."""
+        if any(box.intersects(t) for t in taken):
+            return None
+        for nudge in NUDGES:
+            moved = box.translated(0, nudge * box.height())
+            if nudge and not cells.contains(moved.center()):
+                continue
+            if not any(moved.intersects(c) for c in captions) and not any(moved.intersects(t) for t in taken):
+                return moved
+        return None

@@ -18,12 +18,14 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QGraphicsView, QWidget
 from tilewright.studio.ui.canvas import drops
+from tilewright.studio.ui.canvas.frame import PADDING_PX
 from tilewright.studio.ui.canvas.scene import LevelScene
 
 MIN_SCALE = 1e-3
 MAX_SCALE = 40.0
 MAX_FIT_SCALE = 2.5  # a one-chip level should not be blown up to fill a 4K screen
 FIT_MARGINS = (24, 14, 24, 14)  # left, top, right, bottom pixels, added to the frame title's height
+CAPTION_INSET = 2 * PADDING_PX + 8  # a caption inside the frame is this much narrower than the room
 
 
 class CanvasView(QGraphicsView):
@@ -41,7 +43,7 @@ class CanvasView(QGraphicsView):
         self._pan_from: QPoint | None = None
         self.auto_fit = True  # until the user zooms or pans, resizing keeps the level fitted
         self.setAcceptDrops(True)
-        self.fit_reserve: Callable[[], int] = lambda: 0  # pixels on the right kept free (the legend)
+        self.fit_reserve: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (right, top) pixels kept free (the legend)
         scene.rebuilt.connect(self._on_rebuilt)
 
     @property
@@ -49,13 +51,18 @@ class CanvasView(QGraphicsView):
         return self.transform().m11()
 
     def zoom_to_fit(self) -> None:
+        # Captions are sized in pixels: one wider than the room would keep the level from fitting at any zoom.
+        left, _top, right, _bottom = FIT_MARGINS
+        room = max(self.viewport().width(), 50) - left - right - self.fit_reserve()[0]
+        self.level_scene.set_caption_width(max(room - CAPTION_INSET, 80.0))
         # The frame's size depends on the zoom (it pads pixel-sized captions), so settle in a few rounds.
         for _ in range(4):
             rect = self.level_scene.content_rect()
             if rect.isEmpty():
                 return
             left, top, right, bottom = FIT_MARGINS
-            right += self.fit_reserve()
+            reserve_right, reserve_top = self.fit_reserve()
+            right, top = right + reserve_right, top + reserve_top
             if self.level_scene.frame is not None:
                 top += self.level_scene.frame.title.boundingRect().height()
             vw, vh = max(self.viewport().width(), 50), max(self.viewport().height(), 50)

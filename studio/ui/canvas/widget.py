@@ -41,16 +41,13 @@ class CanvasWidget(QWidget):
         layout.addWidget(self.demo)
         layout.addWidget(self.view, 1)
 
-    def _legend_room(self) -> int:
-        """Pixels zoom-to-fit keeps free for the legend — unless that would squeeze the level itself."""
-        room = self.legend.width() + 12
-        if not self.legend.isVisibleTo(self) or room > 0.45 * self.view.viewport().width():
-            return 0
-        return room
+    def _legend_room(self) -> tuple[int, int]:
+        """Pixels (right, top) zoom-to-fit keeps free for the legend: it never covers the level."""
+        return self.legend.room()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.view and event.type() == QEvent.Type.Resize:
-            self.legend.place()
+            self.legend.refresh()  # the key shrinks or grows with the view, before the view refits
         return super().eventFilter(watched, event)
 
     def zoom_to_fit(self) -> None:
