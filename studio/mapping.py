@@ -22,7 +22,7 @@ from tilewright.engine.hardware import HardwareGraph, elaborate, grow
 from tilewright.engine.hardware.model import Device
 from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.mapping import Mapping, Schedule
-from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.plan.budget import estimate
 from tilewright.engine.plan.placement import split_layers, stage_groups
 from tilewright.engine.workloads import WorkloadGraph, build_workload
@@ -83,6 +83,16 @@ def format_ranges(ranges: list[LayerRange]) -> str:
     for first, last in ranges:
         parts.append(f"L{first}" if last - first == 1 else f"L{first}–{last - 1}")
     return ", ".join(parts)
+
+
+def stage_split(mapping: Mapping) -> tuple[int, str]:
+    """Devices per pipeline stage and how they split it: (16, "tp 1 × dp 16 · ep 8"). Context ranks
+    multiply a stage (tp × cp × dp devices); expert ranks are data-parallel ranks, so ep adds none."""
+    cp = mapping.cp
+    text = f"tp {mapping.tp}" + (f" × cp {cp}" if cp > 1 else "") + f" × dp {mapping.dp}"
+    if mapping.ep > 1:
+        text += f" · ep {mapping.ep}"
+    return mapping.tp * cp * mapping.dp, text
 
 
 def to_ranges(indices: list[int]) -> list[LayerRange]:
@@ -156,7 +166,8 @@ def _stage_layout(project: Project, chunks: int | None) -> StageLayout:
     try:
         workload = workload_graph(project.workload)
         graph = elaborated(project.hardware, m.devices)
-        groups = stage_groups(graph.devices, m)
+        cp = m.cp if project.run.mode is Mode.train else 1  # as ``engine.plan.plan.build_plan`` places them:
+        groups = stage_groups(graph.devices, m if cp == 1 else m.model_copy(update={"dp": m.dp * cp}))  # dp × cp
     except (ValueError, TypeError, KeyError) as exc:
         return StageLayout(problem=str(exc))
     if chunks is None:

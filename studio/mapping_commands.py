@@ -8,19 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from tilewright.engine.ir.mapping import Mapping
 from tilewright.studio.commands import SnapshotCommand
 from tilewright.studio.document import Change, ProjectDocument
 from tilewright.studio.mapping import LayerRange, format_ranges, stage_layout
-from tilewright.studio.mapping_edit import auto_mapping, place_layers
+from tilewright.studio.mapping_edit import checked_auto_mapping, place_layers
+
+
+def degrees_text(m: Mapping) -> str:
+    """"tp 1 · pp 4 · dp 16 · ep 8": the parallel degrees, ep and cp only when they split anything."""
+    parts = [f"tp {m.tp}", f"pp {m.pp}", f"dp {m.dp}"]
+    parts += [f"{name} {value}" for name, value in (("ep", m.ep), ("cp", m.cp)) if value > 1]
+    return " · ".join(parts)
 
 
 class AutoMap(SnapshotCommand):
-    """Set degrees and the placement strategy at once, clearing placements made by hand."""
+    """Set degrees (ep, cp, the ZeRO stage and FSDP among them) and the placement strategy at once,
+    clearing placements made by hand; ep and cp must pass the engine's checks."""
 
     def __init__(self, doc: ProjectDocument, **degrees: Any):
-        mapping = auto_mapping(doc.project.mapping, **degrees)
+        mapping = checked_auto_mapping(doc.project, **degrees)
         after = doc.project.model_copy(update={"mapping": mapping})
-        text = f"Auto-map tp {mapping.tp} · pp {mapping.pp} · dp {mapping.dp} ({mapping.placement.value})"
+        text = f"Auto-map {degrees_text(mapping)} ({mapping.placement.value})"
         super().__init__(doc, after, text, Change.mapping)
 
 

@@ -17,11 +17,14 @@ from typing import Any
 
 from pydantic import ValidationError
 from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Schedule
+from tilewright.engine.ir.project import Project
 from tilewright.engine.plan.placement import placement_order
 from tilewright.studio.mapping import LayerRange, StageLayout, format_ranges
 from tilewright.studio.tree_edit import EditRefused, friendly
 
-AUTO_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "placement")
+AUTO_FIELDS = ("tp", "pp", "dp", "ep", "cp", "zero", "fsdp", "micro_batch", "global_batch", "placement")
+CHECKED_FIELDS = ("mapping.ep", "mapping.cp")  # the engine's cross-part checks an edit of them must pass
+CONTEXT_NO_STAGES = "context parallelism (cp > 1) is simulated without hand-placed stages: set cp 1 first"
 
 
 def _validated(data: dict[str, Any]) -> Mapping:
@@ -42,13 +45,49 @@ def auto_mapping(mapping: Mapping, **degrees: Any) -> Mapping:
         raise EditRefused(f"not a mapping degree: {', '.join(sorted(unknown))}")
     data = mapping.model_dump(mode="json")
     data.update({k: (PlacementStrategy(v).value if k == "placement" else v) for k, v in degrees.items()})
+    if data.get("fsdp") and "zero" not in degrees:
+        data["zero"] = 3  # FSDP shards like ZeRO stage 3 (the engine refuses FSDP with stage 1 or 2)
     data["stages"] = []
     return _validated(data)
+
+
+def parallel_problems(project: Project) -> list[str]:
+    """The engine's own verdict on ``project``'s expert and context parallelism (``engine.plan.checks``):
+    e.g. ep must divide dp and the routed experts, cp the sequence. Empty when both degrees are 1 (the
+    checks build the workload graph; a project without ep or cp need not pay for it here)."""
+    m = project.mapping
+    if m.ep == 1 and m.cp == 1:
+        return []
+    from tilewright.engine.plan.checks import check_project
+
+    try:
+        problems = check_project(project)
+    except (ValueError, TypeError, KeyError):  # a workload that does not build: the status bar says why
+        return []
+    return [str(p) for p in problems if p.path in CHECKED_FIELDS]
+
+
+def checked_auto_mapping(project: Project, **degrees: Any) -> Mapping:
+    """``auto_mapping`` of ``project``'s mapping, refused (``EditRefused``, the engine's message) when it
+    brings a problem of expert or context parallelism the project did not have already."""
+    mapping = auto_mapping(project.mapping, **degrees)
+    new = new_parallel_problems(project, mapping)
+    if new:
+        raise EditRefused("; ".join(new))
+    return mapping
+
+
+def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
+    """Problems of expert or context parallelism ``mapping`` brings that ``project`` has not got yet."""
+    after = parallel_problems(project.model_copy(update={"mapping": mapping}))
+    return [p for p in after if p not in parallel_problems(project)] if after else []
 
 
 def group_around(layout: StageLayout, device: int, mapping: Mapping) -> list[int]:
     """The stage-sized group (tp × dp devices, in the strategy's order) holding ``device``: a drop on
     one tile of a stage that needs sixteen takes the sixteen the strategy would put together."""
+    if mapping.cp > 1:
+        raise EditRefused(CONTEXT_NO_STAGES)
     size = mapping.tp * mapping.dp
     order = [d.index for d in placement_order(layout.devices, mapping.placement, size)]
     pos = order.index(device)
@@ -71,6 +110,8 @@ def place_layers(mapping: Mapping, layout: StageLayout, layers: LayerRange, devi
     n_layers = layout.layers
     if layout.problem:
         raise EditRefused(f"the mapping has no layout yet: {layout.problem}")
+    if mapping.cp > 1:
+        raise EditRefused(CONTEXT_NO_STAGES)
     if not 0 <= first < last <= n_layers:
         raise EditRefused(f"layers {first}–{last - 1}: the model has layers 0–{n_layers - 1}")
     size = mapping.tp * mapping.dp

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 from tilewright.engine.results import CATEGORIES
-from tilewright.studio.model.palette import STAGE_COLOURS, category_colour, stage_colour
+from tilewright.studio.model.palette import STAGE_COLOURS, category_colour, category_label, stage_colour
 from tilewright.studio.units import SECONDS, format_value
 
 GROUP_ORDER = ("compute", "links", "memory")
@@ -246,7 +246,7 @@ class GanttData:
     def describe(self, i: int) -> str:
         """Tooltip text of slice ``i``: what, where, when — every number with its unit."""
         lane = self.lanes[int(self.lane[i])]
-        facts = [CATEGORIES[int(self.category[i])].replace("_", " ")]
+        facts = [category_label(CATEGORIES[int(self.category[i])])]
         if self.stage[i] >= 0:
             facts.append(f"stage {int(self.stage[i])}")
         if self.layer[i] >= 0:

@@ -23,6 +23,18 @@ CATEGORY_COLOURS: dict[str, str] = {
     "memory_stall": "#9d755d",
 }
 
+# What a category is called on screen: the engine's names where they read well, plain words where the
+# abbreviation would not (expert parallelism's all-to-all dispatch/combine, context parallelism's K/V ring).
+CATEGORY_LABELS: dict[str, str] = {
+    "ep_comm": "expert all-to-all",
+    "cp_comm": "context ring",
+    "memory_stall": "memory stall",
+}
+CATEGORY_TIPS: dict[str, str] = {
+    "ep_comm": "expert parallelism: tokens sent to their experts' devices and back (all-to-all dispatch and combine)",
+    "cp_comm": "context parallelism: key/value blocks passed around the ring of context ranks",
+}
+
 MEMORY_COLOURS: dict[str, str] = {
     "weights": "#4c78a8",
     "gradients": "#f58518",
@@ -44,6 +56,12 @@ SERIES_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564
 
 assert set(CATEGORIES) <= set(CATEGORY_COLOURS)
 assert set(MEMORY_CATEGORIES) <= set(MEMORY_COLOURS)
+
+
+def category_label(name: str) -> str:
+    """The on-screen name of a time category ("ep_comm" → "expert all-to-all"); other names (stages,
+    memory parts) come back with spaces for underscores."""
+    return CATEGORY_LABELS.get(name, name.replace("_", " "))
 
 
 def category_colour(index: int) -> str:

@@ -1,7 +1,9 @@
 """The workload dock: what model runs, its layers, and how it is split over the hardware.
 
-Three parts, top to bottom: the model's figures (read-only); the mapping — parallel degrees, micro- and
-global batch and a placement strategy, applied together by **Auto-map** as ONE undo command; and the
+Three parts, top to bottom: the model's figures (read-only); the mapping — parallel degrees (tp, pp, dp,
+expert-parallel ep, context-parallel cp), the ZeRO stage and FSDP, micro- and global batch and a placement
+strategy, applied together by **Auto-map** as ONE undo command (an ep or cp the engine cannot run is
+refused with the engine's own check message, as the field is typed and again by Auto-map); and the
 layer table (parameters, FLOPs and activations per sample, with units, the stage holding each layer
 and, for chains of conv/fc layers, HyPar's data/model-parallel choice with an Apply button; see
 ``studio.ui.hypar_column``). Selected layers drag onto the canvas, where a drop on a tile, chip or
@@ -34,25 +36,36 @@ from tilewright.engine.ir.mapping import PlacementStrategy
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping import stage_layout
 from tilewright.studio.mapping_commands import AutoMap
+from tilewright.studio.mapping_edit import auto_mapping, new_parallel_problems
 from tilewright.studio.mapping_layers import COLUMNS, NUMERIC_COLUMNS, STAGE_COLUMN, TIPS, layer_rows, totals
 from tilewright.studio.tree_edit import EditRefused
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.drops import layers_mime
-from tilewright.studio.ui.fields import ValueEditor
+from tilewright.studio.ui.fields import ChoiceEditor, FlagEditor, ValueEditor
 from tilewright.studio.ui.hypar_column import HYPAR_COLUMNS, HYPAR_TIPS, HyparSection
 from tilewright.studio.units import COUNT
 
+# (field, label, grid row, grid column); a count each. Rows 0–1 hold the parallel degrees, three a row.
 MAPPING_FIELDS = [
-    ("tp", "tp"), ("pp", "pp"), ("dp", "dp"),
-    ("micro_batch", "micro-batch (samples)"), ("global_batch", "global batch (samples)"),
+    ("tp", "tp", 0, 0), ("pp", "pp", 0, 2), ("dp", "dp", 0, 4), ("ep", "ep", 1, 0), ("cp", "cp", 1, 2),
+    ("micro_batch", "micro-batch (samples)", 3, 0), ("global_batch", "global batch (samples)", 4, 0),
 ]
+FLAG_FIELDS = ("zero", "fsdp")  # edited by a choice and a check box
 MAPPING_TIPS = {
     "tp": "tensor parallel: devices sharing each layer's matrices",
     "pp": "pipeline parallel: stages the layers are split into",
     "dp": "data parallel: replicas of the whole pipeline",
+    "ep": "expert parallel: the routed experts split over ep of the dp replicas, tokens sent to them and "
+          "back all-to-all (mixture-of-experts models; must divide dp and the experts)",
+    "cp": "context parallel: each sequence split over cp devices, keys and values passed around a ring "
+          "(training; must divide the sequence; a stage takes tp × cp × dp devices)",
+    "zero": "ZeRO stage: 1 shards optimizer states over the dp replicas, 2 gradients too, 3 weights too "
+            "(gathered layer by layer)",
+    "fsdp": "PyTorch FSDP full sharding: ZeRO stage 3 with the next layer's weights prefetched",
     "micro_batch": "samples per micro-batch",
     "global_batch": "samples per iteration, over all replicas",
 }
+ZERO_CHOICES = ["0 · none", "1 · optimizer", "2 · + gradients", "3 · + weights"]
 ERROR_STYLE = "color: #c0392b;"
 NOTE_STYLE = "color: #566573;"
 
@@ -158,27 +171,39 @@ class WorkloadPanel(QScrollArea):
     def _build_mapping(self) -> None:
         grid = QGridLayout(self.mapping_box)
         self.editors: dict[str, ValueEditor] = {}
-        for i, (field, label) in enumerate(MAPPING_FIELDS):
-            editor = ValueEditor(getattr(self.doc.project.mapping, field), COUNT, self._positive, parent=self)
+        m = self.doc.project.mapping
+        for field, label, row, col in MAPPING_FIELDS:
+            check = self._degree_check(field) if field in ("ep", "cp") else self._positive
+            editor = ValueEditor(getattr(m, field), COUNT, check, parent=self)
             editor.setToolTip(MAPPING_TIPS[field])
             editor.committed.connect(lambda v, f=field: self._stage(f, v))
-            row, col = (0, 2 * i) if i < 3 else (1 + (i - 3), 0)
             text = QLabel(label, self.mapping_box)
             text.setToolTip(MAPPING_TIPS[field])
             grid.addWidget(text, row, col)
-            grid.addWidget(editor, row, col + 1, 1, 1 if i < 3 else 5)
+            grid.addWidget(editor, row, col + 1, 1, 1 if row < 2 else 5)
             self.editors[field] = editor
+        self.zero = ChoiceEditor(ZERO_CHOICES[m.zero], ZERO_CHOICES, self._zero_check, parent=self)
+        self.zero.setToolTip(MAPPING_TIPS["zero"])
+        self.zero.committed.connect(lambda text: self._stage("zero", ZERO_CHOICES.index(text)))
+        zero_label = QLabel("ZeRO", self.mapping_box)
+        zero_label.setToolTip(MAPPING_TIPS["zero"])
+        grid.addWidget(zero_label, 2, 0)
+        grid.addWidget(self.zero, 2, 1, 1, 5)
+        self.fsdp = FlagEditor(m.fsdp, "FSDP", lambda _v: None, parent=self)
+        self.fsdp.setToolTip(MAPPING_TIPS["fsdp"])
+        self.fsdp.committed.connect(self._stage_fsdp)
+        grid.addWidget(self.fsdp, 1, 4, 1, 2)  # beside ep and cp: the ZeRO choice takes its own row
         self.strategy = QComboBox(self.mapping_box)
         self.strategy.addItems([s.value for s in PlacementStrategy])
         self.strategy.setToolTip("order in which stages take devices: row-major, snake (neighbouring stages "
                                  "stay neighbours) or block (each stage a compact rectangle)")
         self.strategy.activated.connect(lambda _i: self._stage("placement", self.strategy.currentText()))
-        grid.addWidget(QLabel("placement", self.mapping_box), 3, 0)
-        grid.addWidget(self.strategy, 3, 1, 1, 5)
+        grid.addWidget(QLabel("placement", self.mapping_box), 5, 0)
+        grid.addWidget(self.strategy, 5, 1, 1, 5)
         self.auto_map = QPushButton("Auto-map", self.mapping_box)
         self.auto_map.setToolTip("apply these degrees and strategy; placements made by hand are replaced")
         self.auto_map.clicked.connect(self.apply_auto_map)
-        grid.addWidget(self.auto_map, 4, 0, 1, 6)
+        grid.addWidget(self.auto_map, 6, 0, 1, 6)
         self.devices_label = QLabel(self.mapping_box)
         self.devices_label.setWordWrap(True)
         self.placement_label = QLabel(self.mapping_box)
@@ -187,25 +212,52 @@ class WorkloadPanel(QScrollArea):
         self.error_label = QLabel(self.mapping_box)
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet(ERROR_STYLE)
-        grid.addWidget(self.devices_label, 5, 0, 1, 6)
-        grid.addWidget(self.placement_label, 6, 0, 1, 6)
-        grid.addWidget(self.error_label, 7, 0, 1, 6)
+        grid.addWidget(self.devices_label, 7, 0, 1, 6)
+        grid.addWidget(self.placement_label, 8, 0, 1, 6)
+        grid.addWidget(self.error_label, 9, 0, 1, 6)
 
     @staticmethod
     def _positive(value: Any) -> str | None:
         return None if isinstance(value, int) and value >= 1 else "must be ≥ 1"
+
+    def _would_refuse(self, **change: Any) -> str | None:
+        """The engine's own message if Auto-map with ``change`` on top of the degrees shown would run an
+        ep or cp it cannot (``mapping_edit.new_parallel_problems``); other refusals wait for Auto-map."""
+        try:
+            mapping = auto_mapping(self.doc.project.mapping, **(self.degrees() | change))
+        except EditRefused:
+            return None
+        return "; ".join(new_parallel_problems(self.doc.project, mapping)) or None
+
+    def _degree_check(self, field: str) -> Any:
+        def check(value: Any) -> str | None:
+            return self._positive(value) or self._would_refuse(**{field: value})
+
+        return check
+
+    def _zero_check(self, text: str) -> str | None:
+        return self._would_refuse(zero=ZERO_CHOICES.index(text))
+
+    def _stage_fsdp(self, on: bool) -> None:
+        self._stage("fsdp", on)
+        if on:  # FSDP is ZeRO stage 3 with prefetch
+            self._stage("zero", 3)
+        self.zero.setEnabled(not on and not self.doc.read_only)
 
     def _stage(self, field: str, value: Any) -> None:
         """Remember a degree until Auto-map; nothing changes in the model yet."""
         self.pending[field] = value
         if field in self.editors:
             self.editors[field].set_value(value)
+        elif field == "zero":
+            self.zero.set_value(ZERO_CHOICES[value])
         self._show_devices()
         self.error_label.setText("")
 
     def degrees(self) -> dict[str, Any]:
         m = self.doc.project.mapping
-        current = {f: getattr(m, f) for f, _ in MAPPING_FIELDS} | {"placement": m.placement.value}
+        fields = [f for f, *_ in MAPPING_FIELDS] + list(FLAG_FIELDS)
+        current = {f: getattr(m, f) for f in fields} | {"placement": m.placement.value}
         return current | self.pending
 
     def apply_auto_map(self) -> bool:
@@ -231,6 +283,10 @@ class WorkloadPanel(QScrollArea):
         for field, editor in self.editors.items():
             editor.set_value(getattr(m, field))
             editor.setEnabled(editable)
+        self.zero.set_value(ZERO_CHOICES[m.zero])
+        self.zero.setEnabled(editable and not m.fsdp)
+        self.fsdp.set_value(m.fsdp)
+        self.fsdp.setEnabled(editable)
         self.strategy.setCurrentText(m.placement.value)
         self.strategy.setEnabled(editable)
         self.auto_map.setEnabled(editable)
@@ -245,12 +301,16 @@ class WorkloadPanel(QScrollArea):
 
     def _show_devices(self) -> None:
         d = self.degrees()
-        n = d["tp"] * d["pp"] * d["dp"]
+        n = d["tp"] * d["pp"] * d["dp"] * d["cp"]
+        product = "tp·pp·dp·cp" if d["cp"] > 1 else "tp·pp·dp"
         hw = self.doc.project.hardware
         if any(c.growable for _, c in hw.walk()):
-            self.devices_label.setText(f"tp·pp·dp = {n} devices (the machine grows to fit)")
+            self.devices_label.setText(f"{product} = {n} devices (the machine grows to fit)")
         else:
-            self.devices_label.setText(f"tp·pp·dp = {n} of {hw.device_count()} devices")
+            self.devices_label.setText(f"{product} = {n} of {hw.device_count()} devices")
+        if d["ep"] > 1:
+            self.devices_label.setText(f"{self.devices_label.text()} · ep {d['ep']}: each device holds "
+                                       f"1/{d['ep']} of the routed experts")
         if self.pending:
             self.placement_label.setText("changed: press Auto-map to apply")
 

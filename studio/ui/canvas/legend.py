@@ -14,6 +14,7 @@ from enum import Enum
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
+from tilewright.studio.mapping import stage_split
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.canvas.stage_tags import tag_text
@@ -46,9 +47,11 @@ def stage_legend(overlay: OverlayController, size: Size = Size.full, max_rows: i
         return f"<b>Pipeline stages</b> · {layout.stages} {hint}"
     m = overlay.doc.project.mapping
     how = "placed by hand" if layout.explicit else f"{m.placement.value} placement"
-    per_stage = m.tp * m.dp
-    each = f"{per_stage} {'device' if per_stage == 1 else 'devices'} each (tp {m.tp} × dp {m.dp})"
+    per_stage, split = stage_split(m)
+    each = f"{per_stage} {'device' if per_stage == 1 else 'devices'} each ({split})"
     head = f"<b>Pipeline stages</b> · {layout.stages}"
+    if size is Size.compact and (m.ep > 1 or m.cp > 1):
+        head += "".join(f" · {k} {v}" for k, v in (("ep", m.ep), ("cp", m.cp)) if v > 1)
     if size is Size.full:
         head += f"<br><span style='color:#566573'>{each}<br>{how} · L = model layers</span>"
     name = layout.label if size is Size.full else (lambda s: tag_text(layout, s))

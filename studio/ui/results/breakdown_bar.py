@@ -14,7 +14,7 @@ from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QSizePolicy, QWidget
 from tilewright.engine.io.atomic import write_atomic
 from tilewright.studio.exporting import with_generic_fonts, write_image
-from tilewright.studio.model.palette import CATEGORY_COLOURS
+from tilewright.studio.model.palette import CATEGORY_COLOURS, CATEGORY_TIPS, category_label
 from tilewright.studio.units import SECONDS, format_percent, format_value
 
 BAR_H = 22
@@ -28,7 +28,7 @@ def segments_of(breakdown: dict[str, float]) -> list[Segment]:
 
 
 def segment_text(name: str, seconds: float, total: float) -> str:
-    return f"{name.replace('_', ' ')} {format_value(seconds, SECONDS)} ({format_percent(seconds / total)})"
+    return f"{category_label(name)} {format_value(seconds, SECONDS)} ({format_percent(seconds / total)})"
 
 
 class BreakdownBar(QWidget):
@@ -42,7 +42,9 @@ class BreakdownBar(QWidget):
     def set_breakdown(self, breakdown: dict[str, float] | None) -> None:
         self.segments = segments_of(breakdown or {})
         self.setVisible(bool(self.segments))
-        self.setToolTip("\n".join(segment_text(n, s, self.total) for n, s, _ in self.segments))
+        self.setToolTip("\n".join(
+            segment_text(n, s, self.total) + (f" — {CATEGORY_TIPS[n]}" if n in CATEGORY_TIPS else "")
+            for n, s, _ in self.segments))
         self.updateGeometry()
         self.update()
 
@@ -95,7 +97,7 @@ class BreakdownBar(QWidget):
             w = (width - 1) * seconds / self.total
             rect = QRectF(x, top, w, BAR_H)
             painter.fillRect(rect, QColor(colour))
-            label = f"{name.replace('_', ' ')} {format_percent(seconds / self.total)}"
+            label = f"{category_label(name)} {format_percent(seconds / self.total)}"
             if fm.horizontalAdvance(label) + 8 < w:
                 painter.setPen(QColor("white") if QColor(colour).lightness() < 150 else QColor("#1b2631"))
                 painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, label)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tilewright.studio.model.palette import category_label
 from tilewright.studio.ui.results.summary import format_bytes, format_metric, label
 from tilewright.studio.units import SECONDS, format_value
 
@@ -70,7 +71,7 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[CompareRow]:
         unit_key = "x_s" if group.endswith("_s") else "x_bytes"
         for k in [*part_a, *(k for k in part_b if k not in part_a)]:
             if part_a.get(k) or part_b.get(k):
-                rows.append(_row(unit_key, f"{title}: {k.replace('_', ' ')}", part_a.get(k, 0.0),
+                rows.append(_row(unit_key, f"{title}: {category_label(k)}", part_a.get(k, 0.0),
                                  part_b.get(k, 0.0), False))
     oom_a, oom_b = isinstance(a.get("oom"), dict), isinstance(b.get("oom"), dict)
     if oom_a or oom_b:

@@ -9,6 +9,7 @@ import numpy as np
 import pyqtgraph as pg
 import shiboken6
 from PySide6.QtWidgets import QLabel, QSizePolicy
+from tilewright.studio.model.palette import category_label
 
 BACKGROUND = "#ffffff"
 FOREGROUND = "#3d4852"
@@ -36,7 +37,7 @@ def make_plot(**kwargs) -> pg.PlotWidget:  # noqa: ANN003
 def legend_html(entries: list[tuple[str, str]]) -> str:
     """"■ compute ■ tp comm …" with each square in its colour."""
     return "&nbsp;&nbsp;".join(
-        f"<span style='color:{colour}; font-size:large'>■</span>&nbsp;{html.escape(name.replace('_', ' '))}"
+        f"<span style='color:{colour}; font-size:large'>■</span>&nbsp;{html.escape(category_label(name))}"
         for name, colour in entries
     )
 
@@ -61,7 +62,7 @@ def set_legend(legend: pg.LegendItem, entries: list[tuple[str, str]]) -> None:
     """Replace the legend's entries with (name, colour) swatches."""
     legend.clear()
     for name, colour in entries:
-        legend.addItem(Swatch(colour), name.replace("_", " "))
+        legend.addItem(Swatch(colour), category_label(name))
 
 
 def step_edges(times: list[float] | np.ndarray, end: float) -> np.ndarray:

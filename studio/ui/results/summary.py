@@ -10,6 +10,7 @@ import html
 from typing import Any
 
 from tilewright.engine.results.result import Result
+from tilewright.studio.model.palette import category_label
 from tilewright.studio.units import (
     FLOP,
     SAMPLES_PER_S,
@@ -97,7 +98,7 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
     breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
     for key, title in breakdowns:
         unit_key = "x_s" if key.endswith("_s") else "x_bytes"
-        rows = [(k.replace("_", " "), format_metric(unit_key, v)) for k, v in m[key].items() if v]
+        rows = [(category_label(k), format_metric(unit_key, v)) for k, v in m[key].items() if v]
         if rows:
             tables.append((title, rows))
     if "energy_breakdown_j" in m:
