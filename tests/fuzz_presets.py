@@ -1,7 +1,8 @@
 """Mutate preset projects and run each mutant through ``tilewright run``: the exit-code contract says 0 (ran),
 2 (bad input, with file, field and reason) or 3 (out of memory) — never 1 (an internal error).
 
-Run by tests/test_fuzz_presets.py in a subprocess with a memory limit; also usable by hand:
+Each mutant runs in a forked child, so its time and peak memory are its own (a hang is killed at the time
+limit and reported). Run by tests/test_fuzz_presets.py in a subprocess; also usable by hand:
 ``python tests/fuzz_presets.py 500 --seed 7`` prints one JSON line per mutant that broke the contract.
 Mutations are seeded, so a failure is reproducible from its seed and index.
 """
@@ -9,11 +10,11 @@ Mutations are seeded, so a failure is reproducible from its seed and index.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import io
 import json
+import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -70,8 +71,43 @@ def mutate(data: dict, rng: random.Random) -> tuple[dict, str]:
     return out, "; ".join(said)
 
 
+MAX_RSS_KIB = 2 * 1024 * 1024  # no process over 2 GiB
+
+
+def run_one(argv: list[str], seconds: float) -> tuple[int | None, float, int, str]:
+    """``tilewright argv`` in a forked child (the engine already imported, so it starts in milliseconds):
+    its exit status (None when killed for running past ``seconds``), wall time, peak RSS in KiB — of that
+    run alone, not the corpus so far — and the end of its stderr."""
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # the child: run, then leave without tearing the interpreter down
+            code = 1
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+                os.dup2(err.fileno(), 2)
+                code = main(argv)
+            finally:
+                os._exit(code)
+        code: int | None = None
+        while True:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status) if code is None else code
+                break
+            if time.perf_counter() - start > seconds and code is None:
+                os.kill(pid, signal.SIGKILL)  # a hang: stop it, report it, go on with the corpus
+                code = -9
+            time.sleep(0.005)
+        took = time.perf_counter() - start
+        err.seek(0)
+        tail = err.read().decode("utf-8", "replace")[-300:]
+    return (None if code == -9 else code), took, usage.ru_maxrss, tail
+
+
 def run_mutants(count: int, seed: int, seconds_each: float) -> list[dict]:
-    """Run ``count`` mutants; return those that broke the contract (exit 1, or slower than allowed)."""
+    """Run ``count`` mutants; return those that broke the contract: exit 1 (or anything but 0, 2, 3),
+    slower than ``seconds_each``, or a process past 2 GiB."""
     rng = random.Random(seed)
     presets = {n: json.loads(preset_path("projects", n).read_text()) for n in list_presets("projects")}
     bad = []
@@ -82,14 +118,11 @@ def run_mutants(count: int, seed: int, seconds_each: float) -> list[dict]:
             path = Path(tmp) / f"mutant-{i}.json"
             path.write_text(json.dumps(mutant))
             engine = rng.choice(["analytic", "event"])
-            start = time.perf_counter()
-            err = io.StringIO()
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-                code = main(["run", str(path), "--engine", engine, "--json"])
-            took = time.perf_counter() - start
-            if code not in (0, 2, 3) or took > seconds_each:
+            code, took, peak_kib, err = run_one(["run", str(path), "--engine", engine, "--json"], seconds_each)
+            if code not in (0, 2, 3) or took > seconds_each or peak_kib > MAX_RSS_KIB:
                 bad.append({"seed": seed, "index": i, "preset": name, "engine": engine, "edits": edits,
-                            "exit": code, "seconds": round(took, 2), "stderr": err.getvalue()[-300:]})
+                            "exit": code, "seconds": round(took, 2), "peak_mib": peak_kib // 1024,
+                            "stderr": err})
     return bad
 
 

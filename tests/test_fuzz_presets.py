@@ -1,5 +1,5 @@
 """A fuzz corpus of mutated preset projects (huge counts, wrong types, missing parts) in CI: every mutant
-exits 0, 2 or 3 — never 1 — within 60 s, and the whole corpus stays under 2 GiB of memory."""
+exits 0, 2 or 3 — never 1 — within 60 s and under 2 GiB, each measured on its own forked process."""
 
 from __future__ import annotations
 

@@ -18,3 +18,16 @@ def print_result(data: dict[str, Any], as_json: bool, text: str) -> None:
 def require_positive(flag: str, value: int | float | None) -> None:
     if value is not None and value <= 0:
         raise InputError(COMMAND_LINE, Problem(flag, f"{value} must be positive"))
+
+
+def refuse_overwriting_inputs(outputs: dict[str, str | None], inputs: list[str | None]) -> None:
+    """Refuse an output path that is one of the command's input files (through symlinks, ``./`` and the
+    like): ``--trace p.json`` with ``p.json`` the project, ``-o config.json`` with the config read, would
+    replace the design with the output."""
+    import os
+
+    files = {os.path.realpath(i): i for i in inputs if i and i != "-" and os.path.isfile(i)}
+    for flag, out in outputs.items():
+        if out and os.path.realpath(out) in files:
+            what = files[os.path.realpath(out)]
+            raise InputError(COMMAND_LINE, Problem(flag, f"{out} is the input file {what} itself; choose another path"))

@@ -60,11 +60,16 @@ def search_template(args: argparse.Namespace):
 def _cmd_search(args: argparse.Namespace) -> int:
     from tilewright.engine.cli.progress import ProgressPrinter
     from tilewright.engine.errors import EXIT_OUT_OF_MEMORY
+    from tilewright.engine.plan.budget import check_search_budget
     from tilewright.engine.search.parallel.report import search_text
     from tilewright.engine.search.parallel.search import result_json, search
 
     project, devices, batch = search_template(args)
     require_positive("--top", args.top)
+    require_positive("--devices", devices)
+    require_positive("--global-batch", batch)
+    check_search_budget(project, devices, args.project or COMMAND_LINE, command="search",
+                        allow_large=args.allow_large)
     with ProgressPrinter(not args.quiet) as progress:
         result = search(
             project,
@@ -92,6 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_variant_arguments(p)
     p.add_argument("--devices", type=int, metavar="N", help="devices available (a mapping may use fewer)")
     p.add_argument("--global-batch", type=int, metavar="B")
+    p.add_argument("--allow-large", action="store_true",
+                   help="search even past the size limits (devices, layers) that a run has")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--top", type=int, default=3, metavar="K", help="re-simulate the best K on the event engine")
     p.add_argument("--list", type=int, default=10, metavar="N", help="candidates to print (default 10)")

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -83,8 +84,27 @@ def write_atomic(path: str | Path, text: str) -> None:
 
 
 def write_atomic_bytes(path: str | Path, data: bytes) -> None:
-    """``write_atomic`` for bytes (an image, say)."""
-    target = Path(os.path.realpath(path))
+    """``write_atomic`` for bytes (an image, say). A device, pipe or socket (``/dev/stdout``, ``/dev/null``,
+    a FIFO) is written in place, since renaming over it would replace the device node with a file. An OS
+    error names ``path`` as the user gave it (not the temporary file), so it can be reported as theirs."""
+    with _naming(path):
+        if _is_special(path):
+            with open(path, "wb") as fh:
+                fh.write(data)
+            return
+        _write_replacing(Path(os.path.realpath(path)), data)
+
+
+def _is_special(path: str | Path) -> bool:
+    """Whether ``path`` (through any symlinks) is there and neither a regular file nor a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_replacing(target: Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = target.stat().st_mode & 0o7777
@@ -103,6 +123,18 @@ def write_atomic_bytes(path: str | Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(target.parent)  # make the rename itself durable
+
+
+@contextmanager
+def _naming(path: str | Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` of writing ``path`` with ``path`` as its file name: a full disk raises from
+    ``write`` with no name at all, and a read-only folder names the temporary file the user never chose."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename == str(path) or exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -184,16 +216,19 @@ def atomic_folder(path: str | Path, allowed: Collection[str]) -> Iterator[Path]:
     nothing but ``allowed`` names (an earlier export) is replaced: a folder with anything else in it is
     refused (``InputError``), since replacing it would delete the user's other files."""
     target = Path(os.path.realpath(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    recover_folder(target)
+    with _naming(path):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        recover_folder(target)
     check_replaceable_folder(path, allowed)
-    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o777 & ~_umask()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
+    with _naming(path):
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o777 & ~_umask()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
     try:
-        os.chmod(tmp, mode)
-        yield tmp
-        _fsync_dir(tmp)
-        _swap_in(tmp, target)
+        with _naming(path):
+            os.chmod(tmp, mode)
+            yield tmp
+            _fsync_dir(tmp)
+            _swap_in(tmp, target)
     finally:
         _remove(tmp)  # after a swap it holds the old export; after an error the unfinished new one
     _fsync_dir(target.parent)
