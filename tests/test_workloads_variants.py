@@ -210,6 +210,25 @@ def test_model_gpt_flags() -> None:
         model_data(flags("--moe-experts", "8"), None)
 
 
+def test_moe_details_and_latent_attention_from_flags() -> None:
+    data = model_data(
+        flags("--moe-experts", "16", "--moe-top-k", "2", "--moe-expert-ffn", "128", "--moe-shared-experts", "2",
+              "--moe-capacity-factor", "1.25", "--moe-first-dense", "1", "--mla", "64,0,32,16,32"),
+        None,
+    )
+    spec = GPTSpec(**data)
+    moe = spec.moe
+    assert moe is not None
+    assert (moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts) == (16, 2, 128, 2)
+    assert (moe.capacity_factor, moe.first_dense_layers) == (1.25, 1)
+    assert spec.mla is not None and spec.mla.q_lora_rank is None
+    assert (spec.mla.kv_lora_rank, spec.mla.qk_nope_head_dim, spec.mla.qk_rope_head_dim) == (64, 32, 16)
+    with pytest.raises(InputError, match="--moe-capacity-factor: needs a mixture-of-experts model"):
+        model_data(flags("--moe-capacity-factor", "1.5"), None)
+    with pytest.raises(InputError, match="--mla: .* five whole numbers"):
+        model_data(flags("--mla", "64,0,32"), None)
+
+
 def test_search_takes_the_same_flags() -> None:
     args = build_parser().parse_args(
         ["search", "--model", "gpt", "--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "1"]

@@ -19,6 +19,7 @@ DEFAULT_GLOBAL_BATCH = 64  # sequences per iteration unless --global-batch (or m
 
 
 def import_hf_command(args: argparse.Namespace) -> int:
+    from tilewright.engine.cli.common import refuse_overwriting_inputs
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.io.atomic import dumps_stable, write_atomic
     from tilewright.engine.io.json_file import read_json, require_object
@@ -35,6 +36,7 @@ def import_hf_command(args: argparse.Namespace) -> int:
             raise InputError(args.config, Problem(flag, f"{value} must be at least 1"))
     if Path(args.config).is_dir():  # a model folder holding config.json, as import_hf_config takes
         args.config = str(Path(args.config) / "config.json")
+    refuse_overwriting_inputs({"-o": args.output}, [args.config, args.system])
     data = require_object(read_json(args.config), args.config)
     name = args.name or data.get("_name_or_path") or Path(args.config).resolve().parent.name
     try:
@@ -48,7 +50,7 @@ def import_hf_command(args: argparse.Namespace) -> int:
         print(f"import-hf: seq_len {seq} ({how})", file=sys.stderr)
     out = spec.model_dump(mode="json")
     if args.system:
-        out = _project_around(spec, args.system, args.devices, args.global_batch, args.config)
+        out = _project_around(spec, args.system, args.devices, args.global_batch, args.config, args.allow_large)
     text = dumps_stable(out)
     if args.output:
         write_atomic(args.output, text)
@@ -58,30 +60,43 @@ def import_hf_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _project_around(spec, system: str, devices: int | None, global_batch: int | None, source: str) -> dict:
+def _project_around(spec, system: str, devices: int | None, global_batch: int | None, source: str,
+                    allow_large: bool = False) -> dict:
     """The project of ``spec`` on ``system`` with the fastest mapping that fits (see the module doc)."""
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.hardware.grow import grow
     from tilewright.engine.io.presets import load_system
     from tilewright.engine.ir.project import Project
+    from tilewright.engine.search.parallel.extended import first_stage_only
+    from tilewright.engine.search.parallel.report import sharding_text
     from tilewright.engine.search.parallel.search import search
 
     hw = load_system(system)
     project = Project(name=spec.name or "imported model", hardware=hw, workload=spec)
     holds = hw.device_count()
+    from tilewright.engine.plan.budget import check_search_budget
+
+    check_search_budget(project, devices if devices is not None else holds, source, command="import-hf",
+                        allow_large=allow_large)
     growable = grow(hw, holds + 1).device_count() > holds
     if devices is not None and devices > holds and not growable:
         raise InputError(source, Problem("--devices", f"{devices}: {hw.name} holds {holds} and cannot grow"))
     n = devices if devices is not None else holds
     while True:
         batch = global_batch if global_batch is not None else max(DEFAULT_GLOBAL_BATCH, n)
-        result = search(project, n, batch, top=0, keep=1, resimulate=False)
+        # the fast estimator's space only: a grown system is searched once per size (ep, cp, ZeRO-3 and
+        # offload plan each candidate, too slow to repeat; ``tilewright search`` explores them)
+        result = search(project, n, batch, top=0, keep=1, resimulate=False, extensions=first_stage_only())
         if result.ranked:
             break
         if devices is not None or not growable or n >= MAX_GROWN_DEVICES:
             raise InputError(source, Problem("--devices", _no_fit(project, n, batch, devices is not None,
                                                                    growable)))
         n = min(grow(hw, n + 1).device_count(), MAX_GROWN_DEVICES)
+    if getattr(spec, "moe", None) is not None:  # experts: the second stage (expert parallelism), once, at this size
+        full = search(project, n, batch, top=0, keep=1, resimulate=False)
+        if full.ranked and full.ranked[0].iteration_time_s < result.ranked[0].iteration_time_s:
+            result = full
     best = result.ranked[0]
     c = best.candidate
     mapping = c.mapping(batch, project.mapping)
@@ -89,12 +104,13 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
     why = ("as asked" if devices is not None else
            f"what {hw.name} holds" if n == holds else f"the fewest whole nodes of {hw.name} that fit")
     text = (
-        f"Mapping chosen by import-hf with the parallelism search's fast estimator: {c.devices} of {n} devices "
+        f"Mapping chosen by import-hf with the parallelism search's estimator: {c.devices} of {n} devices "
         f"({why}), tp {c.tp} pp {c.pp} dp {c.dp}, micro-batch {c.micro_batch} of global batch {batch}"
         + (f", interleave {c.interleave}" if c.interleave > 1 else "")
         + f", recompute {c.recompute.value}"
         + (", sequence parallel" if c.sequence_parallel else "")
         + (f", ZeRO-{c.zero}" if c.zero else "")
+        + (f", {sharding_text(c)}" if sharding_text(c) != "-" else "")
         + (f", seq_len {seq}" if seq is not None else "")
         + f"; predicted iteration {best.iteration_time_s:.3f} s, peak memory "
         f"{best.peak_memory_bytes / 2**30:.1f} GiB per device."
@@ -134,4 +150,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "nodes until the model fits)")
     p.add_argument("--global-batch", type=int, metavar="B",
                    help=f"sequences per iteration (default: {DEFAULT_GLOBAL_BATCH}, or the devices if more)")
+    p.add_argument("--allow-large", action="store_true",
+                   help="map even past the size limits (devices, layers) that a run has")
     p.set_defaults(handler=import_hf_command)

@@ -7,7 +7,7 @@ import gc
 import os
 from typing import Any
 
-from tilewright.engine.cli.common import COMMAND_LINE
+from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
 from tilewright.engine.io.json_file import dumps_strict
 from tilewright.engine.ir.mapping import tp_axes_for
@@ -75,6 +75,14 @@ def add_model_variant_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--head-dim", type=int, metavar="N", help="width per head (default hidden / heads)")
     g.add_argument("--moe-experts", type=int, metavar="E", help="mixture of experts: routed experts per block")
     g.add_argument("--moe-top-k", type=int, metavar="K", help="experts each token is routed to (with --moe-experts)")
+    g.add_argument("--moe-expert-ffn", type=int, metavar="N", help="width of one routed expert (default: ffn)")
+    g.add_argument("--moe-shared-experts", type=int, metavar="N", help="experts every token passes through (DeepSeek)")
+    g.add_argument("--moe-capacity-factor", type=float, metavar="F",
+                   help="expert capacity over the balanced load (token slots padded); default dropless")
+    g.add_argument("--moe-first-dense", type=int, metavar="N", help="leading blocks that keep a dense MLP")
+    g.add_argument("--mla", metavar="KV_RANK,Q_RANK,NOPE,ROPE,V",
+                   help="multi-head latent attention (DeepSeek-V2/V3): kv_lora_rank, q_lora_rank (0: a plain query "
+                        "projection), qk_nope_head_dim, qk_rope_head_dim, v_head_dim, e.g. 512,1536,128,64,128")
     g.add_argument("--parallel-block", action="store_true", default=None,
                    help="attention and MLP in parallel from one norm (GPT-J, Falcon)")
     g.add_argument("--bias", choices=["all", "qkv", "none"],
@@ -95,13 +103,39 @@ def _model_variants(args: argparse.Namespace, data: dict[str, Any]) -> dict[str,
     experts, top_k = getattr(args, "moe_experts", None), getattr(args, "moe_top_k", None)
     if (experts is None) != (top_k is None):
         raise InputError(COMMAND_LINE, Problem("--moe-experts/--moe-top-k", "give both, or neither"))
+    moe_extras = {key: getattr(args, flag, None) for key, flag in MOE_FLAGS.items()}
+    moe_extras = {k: v for k, v in moe_extras.items() if v is not None}
+    if moe_extras and experts is None and not data.get("moe"):
+        raise InputError(COMMAND_LINE, Problem("--moe-" + next(iter(moe_extras)).replace("_", "-"),
+                                               "needs a mixture-of-experts model (--moe-experts and --moe-top-k)"))
     if experts is not None:
         ffn = data.get("ffn") or 4 * int(data.get("hidden") or 0)
         out["moe"] = {"experts": experts, "top_k": top_k, "expert_ffn": ffn}
+    if moe_extras:
+        out["moe"] = {**(out.get("moe") or data.get("moe") or {}), **moe_extras}
+    mla = getattr(args, "mla", None)
+    if mla is not None:
+        out["mla"] = _mla(mla)
     if out and data.get("kind") not in ("gpt", "llama", "bert"):
         raise InputError(COMMAND_LINE, Problem("--kv-heads/--moe-experts/…", f"a {data.get('kind')} model has no "
                                                                                "transformer blocks"))
     return out
+
+
+# moe fields set by --moe-… flags (beyond --moe-experts/--moe-top-k)
+MOE_FLAGS = {"expert_ffn": "moe_expert_ffn", "shared_experts": "moe_shared_experts",
+             "capacity_factor": "moe_capacity_factor", "first_dense_layers": "moe_first_dense"}
+
+
+def _mla(text: str) -> dict[str, Any]:
+    """``--mla KV_RANK,Q_RANK,NOPE,ROPE,V`` as the workload's ``mla`` object (Q_RANK 0: no query latent)."""
+    parts = text.split(",")
+    if len(parts) != 5 or not all(p.strip().isdigit() for p in parts):
+        raise InputError(COMMAND_LINE, Problem("--mla", f"{text!r}: give five whole numbers, "
+                                                         "KV_RANK,Q_RANK,NOPE,ROPE,V (e.g. 512,1536,128,64,128)"))
+    kv, q, nope, rope, v = (int(p) for p in parts)
+    return {"kv_lora_rank": kv, "q_lora_rank": q or None, "qk_nope_head_dim": nope, "qk_rope_head_dim": rope,
+            "v_head_dim": v}
 
 
 # run.inference settings set by flags of the same name (with --mode infer)
@@ -290,6 +324,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
         for flag, out in (("--trace", args.trace), ("--csv", args.csv)):
             if out and os.path.realpath(out) == source:
                 raise InputError(COMMAND_LINE, Problem(flag, f"{out} is the project file itself; choose another path"))
+    # --system/--model files are inputs too (a preset's name is no file here, so it is skipped)
+    refuse_overwriting_inputs({"--trace": args.trace, "--csv": args.csv}, [args.system, args.model])
     if args.trace and os.path.isdir(args.trace):
         raise InputError(COMMAND_LINE, Problem("--trace", f"{args.trace} is a folder; name a file"))
     if args.csv and os.path.exists(args.csv) and not os.path.isdir(args.csv):

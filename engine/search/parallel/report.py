@@ -8,7 +8,7 @@ from tilewright.engine.search.parallel.search import SearchResult
 GIB = 2**30
 
 
-def _extras(c: Candidate) -> str:
+def sharding_text(c: Candidate) -> str:
     """The second stage's dimensions of a candidate (ep, cp, FSDP, offload), '-' for none."""
     parts = [f"ep{c.ep}"] if c.ep > 1 else []
     parts += [f"cp{c.cp}"] if c.cp > 1 else []
@@ -41,7 +41,7 @@ def search_text(result: SearchResult) -> str:
         lines.append(
             f"  {i:>2}  {c.tp:>3} {c.pp:>3} {c.dp:>4} {c.devices:>5} {c.micro_batch:>3} {c.interleave:>2} "
             f"{c.recompute.value:<9} {'yes' if c.sequence_parallel else 'no':<3} {c.zero:>4}  {place:<20} "
-            f"{_extras(c):<16} "
+            f"{sharding_text(c):<16} "
             f"{r.iteration_time_s:9.3f} {event} {result.global_batch / t:10.2f} {r.peak_memory_bytes / GIB:7.1f}"
         )
     best = result.ranked[0]
