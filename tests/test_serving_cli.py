@@ -217,3 +217,13 @@ def test_disaggregated_summary_and_json_report_the_kv_transfer(project_file, cap
     assert "KV transfer" in capsys.readouterr().out
     assert main(["serve", project_file, "--requests", "6", "--json", "--quiet"]) == 0
     assert _strict(capsys.readouterr().out)["metrics"]["kv_transfer_s"]["count"] == 0
+
+
+def test_a_huge_rate_range_is_refused_before_its_list_is_built():
+    """1:1e9:1 would build a billion rates (tens of GB) before any limit was checked."""
+    from tilewright.engine.cli.serve import parse_rates
+    from tilewright.engine.errors import InputError
+
+    with pytest.raises(InputError, match="1,000,000,000 rates"):
+        parse_rates("1:1000000000:1")
+    assert parse_rates("1:3:1") == [1.0, 2.0, 3.0]

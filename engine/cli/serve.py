@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=serve_command)
 
 
+MAX_RATES = 1000  # a rate sweep runs one serving simulation per rate
+
+
 def parse_rates(text: str) -> list[float]:
     """ "1,2,4" or "0.5:4:0.5" (start, stop inclusive, step)."""
     try:
@@ -77,7 +80,9 @@ def parse_rates(text: str) -> list[float]:
             start, stop, step = (float(x) for x in text.split(":"))
             if step <= 0 or stop < start:
                 raise ValueError
-            n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            n = math.floor((stop - start) / step + 1e-9) + 1
+            if n > MAX_RATES:  # counted before the list is built: 1:1e9:1 must not allocate a billion rates
+                raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: {n:,} rates (limit {MAX_RATES:,})"))
             rates = [start + i * step for i in range(n)]
         else:
             rates = [float(x) for x in text.split(",") if x.strip()]
@@ -87,8 +92,8 @@ def parse_rates(text: str) -> list[float]:
         ) from None
     if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
         raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: every rate must be positive"))
-    if len(rates) > 1000:
-        raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{len(rates)} rates (limit 1000)"))
+    if len(rates) > MAX_RATES:
+        raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{len(rates):,} rates (limit {MAX_RATES:,})"))
     return rates
 
 

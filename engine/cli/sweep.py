@@ -19,7 +19,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise InputError(COMMAND_LINE, Problem("--ray-address", "needs --executor ray"))
     out = args.out or str(Path(args.spec).with_suffix(".csv"))
     refuse_overwriting_inputs({"--out": out}, [args.spec, source])  # source: the base project's file
-    _refuse_foreign_out(out, spec)
     with ProgressPrinter(not args.quiet) as progress:
         result = run_sweep(
             spec, base, source, out, executor=args.executor, workers=args.workers, ray_address=args.ray_address,
@@ -27,29 +26,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         )
     print_result(sweep_json(result), args.json, sweep_text(result, spec))
     return 0
-
-
-def _refuse_foreign_out(out: str, spec) -> None:  # noqa: ANN001 - a SweepSpec
-    """Refuse an ``--out`` that holds something other than this sweep's CSV, before the sweep touches it:
-    resuming cuts a last line without its newline (a row a kill cut short), which in any other file — a
-    note, a one-line JSON project — would delete the user's data. An earlier run of this sweep starts with
-    its header line (or, killed while writing it, a part of that line)."""
-    import csv
-    import io
-
-    from tilewright.engine.search.sweep.run import columns
-
-    path = Path(out)
-    if not path.is_file():
-        return
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(columns(spec))
-    header = buf.getvalue().encode("utf-8")
-    with path.open("rb") as fh:
-        head = fh.read(len(header) + 1)
-    if head and not (head.startswith(header) or (b"\n" not in head and header.startswith(head))):
-        raise InputError(out, Problem("--out", "holds something other than this sweep's results; name a new "
-                                               "file, or the CSV an earlier run of this sweep wrote"))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -26,7 +26,9 @@ class ServingEstimate:
         if self.requests > MAX_REQUESTS:
             out.append(("--requests", f"{self.requests:,} requests to simulate (limit {MAX_REQUESTS:,})"))
         if self.iterations > MAX_ITERATIONS:
-            out.append(("--requests", f"up to {self.iterations:,} iterations to simulate (limit {MAX_ITERATIONS:,})"))
+            out.append(("--requests/--prompt-tokens/--output-tokens",
+                        f"up to {self.iterations:,} iterations to simulate (limit {MAX_ITERATIONS:,}): "
+                        "every request's prefill chunks and decode steps"))
         return out
 
 

@@ -86,8 +86,8 @@ def run_sweep(
     todo_all = [(point_key(p), p) for p in points(spec)]
     path = Path(out)
     cols = columns(spec)
+    refuse_foreign_out(path, cols)
     drop_partial_row(path)
-    _check_header(path, cols)
     done = finished_keys(path)
     seen: set[str] = set()
     todo: list[Task] = []
@@ -177,6 +177,28 @@ class RowAppender:
             raise InputError(str(self.path), f"cannot write the results: {exc.strerror}") from None
 
 
+def refuse_foreign_out(path: Path, cols: list[str]) -> None:
+    """Refuse an output that is not this sweep's CSV before the sweep touches it: resuming cuts a last line
+    without its newline (a row a kill cut short), which in any other file — a note, a one-line JSON project —
+    would delete the user's data. This sweep's CSV starts with its header line, or, killed while writing it,
+    a part of that line."""
+    if not path.is_file():
+        return
+    with path.open("rb") as fh:
+        head = fh.read(1 << 16)
+    if not head:
+        return
+    line, complete = head.split(b"\n", 1)[0].rstrip(b"\r"), b"\n" in head
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(cols)
+    ours = buf.getvalue().encode("utf-8")
+    if line == ours if complete else ours.startswith(line):
+        return
+    raise InputError(str(path), Problem("--out", "holds something other than this sweep's results (not a sweep's "
+                                                 "CSV, or another sweep's columns); name a new file, or the CSV an "
+                                                 "earlier run of this sweep wrote"))
+
+
 def drop_partial_row(path: Path) -> None:
     """Cut a last line that lacks its newline (a row whose write was interrupted): that point runs again."""
     if not path.is_file():
@@ -193,15 +215,6 @@ def drop_partial_row(path: Path) -> None:
         tail = fh.read(back)
         cut = tail.rfind(b"\n")
         fh.truncate(size - back + cut + 1 if cut >= 0 else 0)
-
-
-def _check_header(path: Path, cols: list[str]) -> None:
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    with path.open(newline="", encoding="utf-8") as fh:
-        header = next(csv.reader(fh), [])
-    if header != cols:
-        raise InputError(str(path), Problem("", "holds another sweep's columns; use a new --out to start afresh"))
 
 
 def _numeric(row: dict[str, Any]) -> dict[str, Any]:
