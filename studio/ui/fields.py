@@ -162,7 +162,11 @@ class ChoiceEditor(_Editor):
             self.show_error(f"{chosen}: {reason}")
             return
         self.show_error(None)
-        self.committed.emit(chosen)
+        self.committed.emit(self.model_value(chosen))
+
+    def model_value(self, chosen: str) -> object:
+        """What the model holds for the combo's text (the text itself here)."""
+        return chosen
 
 
 class FlagEditor(_Editor):
@@ -216,14 +220,5 @@ class EdgesEditor(ChoiceEditor):
             self.combo.addItem(text)
         super().set_value(text)
 
-    def _on_chosen(self, _index: int) -> None:
-        chosen = self.combo.currentText()
-        if chosen == self.value:
-            return
-        reason = self.check(chosen)
-        if reason:
-            self.combo.setCurrentText(self.value)
-            self.show_error(f"{chosen}: {reason}")
-            return
-        self.show_error(None)
-        self.committed.emit(text_edges(chosen))
+    def model_value(self, chosen: str) -> object:
+        return text_edges(chosen)
