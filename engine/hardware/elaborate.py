@@ -11,6 +11,7 @@ from tilewright.engine.hardware.grow import grow
 from tilewright.engine.hardware.memory import add_memory_ports
 from tilewright.engine.hardware.model import Device
 from tilewright.engine.ir.hardware import Component
+from tilewright.engine.release import release_lists
 
 
 def elaborate(root: Component, devices_needed: int | None = None) -> HardwareGraph:
@@ -42,17 +43,8 @@ def elaborate(root: Component, devices_needed: int | None = None) -> HardwareGra
     if g.number_of_edges() != len(b.links):  # two links for one ordered pair would hide one of them
         raise RuntimeError(f"{root.name}: duplicate links between the same pair of nodes")
     hg = HardwareGraph(root, g, devices, b.links, ports, b.device_inst, b.interconnects)
-    _release_in_chunks(b.nodes, b.device_rows, b.instances)
+    release_lists(b.nodes, b.device_rows, b.instances)  # not in one GIL hold (a studio worker elaborates)
     return hg
-
-
-def _release_in_chunks(*lists: list, chunk: int = 20_000) -> None:
-    """Free the builder's scratch lists a slice at a time. Freeing a huge list is one bytecode that holds the
-    GIL until every element is gone (over 100 ms for a 512-tile wafer's half a million nodes), so a studio
-    elaborating in a worker thread would not paint for that long; between slices the GUI thread can run."""
-    for items in lists:
-        while items:
-            del items[-chunk:]
 
 
 def _coords(b: Builder) -> dict[str, tuple[int, ...]]:

@@ -9,6 +9,7 @@ from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, program_for
 from tilewright.engine.plan.timing import dram_floor, floor_note
+from tilewright.engine.release import release_attributes
 from tilewright.engine.results.result import Result
 
 SYMMETRIC_NOTE = ("inference runs one tensor group per stage (aggregated): its members are symmetric, so "
@@ -30,7 +31,9 @@ class EventEngine:
         report.check()
         sim = Simulation(program_for(plan), contention=self.contention, aggregate=self.aggregate)
         sim.run(report)
-        return build_result(sim.program, self.measure(sim))
+        result = build_result(sim.program, self.measure(sim))
+        release_attributes(sim)  # its recorder, network and queues freed piece by piece (engine.release)
+        return result
 
     def measure(self, sim: Simulation) -> Measurement:
         """What the simulation recorded, as the result builder takes it."""
