@@ -119,3 +119,24 @@ def test_search_explores_expert_parallelism_and_times_it_as_run_does():
         assert mapping.ep == c.ep
         run = simulate(project.model_copy(update={"mapping": mapping}))
         assert r.iteration_time_s == pytest.approx(run.iteration_time_s, rel=1e-9)
+
+
+def test_search_flags_narrow_the_second_stage(capsys):
+    """--ep/--zero/--no-offload restrict what the second stage tries and what the ranking shows."""
+    import json
+
+    from tilewright.engine.cli import main
+
+    base = ["search", "--system", "dgx-h100", "--model", "gpt", "--layers", "4", "--hidden", "2048", "--heads",
+            "16", "--moe-experts", "8", "--moe-top-k", "2", "--devices", "16", "--global-batch", "32",
+            "--no-simulate", "--json", "--quiet"]
+    assert main(base) == 0
+    free = json.loads(capsys.readouterr().out)["candidates"]
+    assert any(c["ep"] > 1 for c in free)  # by default an MoE model's experts are spread
+    assert main([*base, "--ep", "1", "--zero", "0,1", "--no-offload"]) == 0
+    narrowed = json.loads(capsys.readouterr().out)["candidates"]
+    assert narrowed and all(c["ep"] == 1 and c["zero"] <= 1 and not c["fsdp"] for c in narrowed)
+    assert all(c["offload_optimizer"] is None for c in narrowed)
+    assert main([*base, "--zero", "4"]) == 2
+    assert "--zero: '4': choose from 0, 1, 2, 3, fsdp" in capsys.readouterr().err
+    assert main([*base, "--ep", "0"]) == 2

@@ -79,12 +79,43 @@ def _cmd_search(args: argparse.Namespace) -> int:
             keep=max(args.list, args.top),
             resimulate=args.top > 0 and not args.no_simulate,
             progress=progress,
+            narrow=_narrowing(args),
         )
     print_result(result_json(result), args.json, search_text(result))
     if not result.ranked:
         print("tilewright search: no mapping fits in memory", file=sys.stderr)
         return EXIT_OUT_OF_MEMORY
     return 0
+
+
+def _int_list(flag: str, text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise InputError(COMMAND_LINE, Problem(flag, f"{text!r}: give whole numbers ≥ 1, comma-separated (e.g. 1,2,4)"))
+    return values
+
+
+def _narrowing(args: argparse.Namespace) -> dict:
+    """The second stage's space as the flags narrow it (``extended.default_extensions``' keywords)."""
+    out: dict = {}
+    if (eps := _int_list("--ep", args.ep)) is not None:
+        out["eps"] = eps
+    if (cps := _int_list("--cp", args.cp)) is not None:
+        out["cps"] = cps
+    if args.zero is not None:
+        zeros = [z.strip() for z in args.zero.split(",") if z.strip()]
+        bad = [z for z in zeros if z not in ("0", "1", "2", "3", "fsdp")]
+        if not zeros or bad:
+            raise InputError(COMMAND_LINE, Problem("--zero", f"{args.zero!r}: choose from 0, 1, 2, 3, fsdp"))
+        out["zeros"] = zeros
+    if args.no_offload:
+        out["offload"] = False
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -103,6 +134,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=3, metavar="K", help="re-simulate the best K on the event engine")
     p.add_argument("--list", type=int, default=10, metavar="N", help="candidates to print (default 10)")
     p.add_argument("--no-simulate", action="store_true", help="rank with the fast evaluator only")
+    g = p.add_argument_group("second stage (default: ep for MoE models, cp from 8k tokens, ZeRO 0-3, FSDP, offload)")
+    g.add_argument("--ep", metavar="LIST", help="expert-parallel sizes to try, e.g. 1,2,4,8")
+    g.add_argument("--cp", metavar="LIST", help="context-parallel sizes to try, e.g. 1,2,4")
+    g.add_argument("--zero", metavar="LIST", help="ZeRO stages to try: 0,1,2,3 and fsdp")
+    g.add_argument("--no-offload", action="store_true", help="never put the optimizer in host memory")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_search)

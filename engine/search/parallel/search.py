@@ -25,6 +25,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from itertools import count
+from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.hardware import elaborate
@@ -145,11 +146,13 @@ def search(
     progress: ProgressFn | None = None,
     cancel: CancelFn | None = None,
     extensions: Extensions | None = None,
+    narrow: dict[str, Any] | None = None,
 ) -> SearchResult:
     """Rank every legal mapping of ``project``'s model on ``devices`` devices (at most) of its system, then
     re-simulate the best ``top`` on the event engine (``resimulate``). ``extensions``: what the second
     stage varies (None: ``extended.default_extensions`` — ep for MoE models, cp from 8k tokens, ZeRO 0–3,
-    FSDP, the optimizer in host memory when the node has one).
+    FSDP, the optimizer in host memory when the node has one); ``narrow``: that default space narrowed by
+    ``default_extensions``' keyword lists (``eps``, ``cps``, ``zeros``, ``offload``), as the CLI's flags say.
 
     ``progress(fraction, text)``: the walk over the space takes one share of the bar and each re-simulation
     one more. ``cancel()`` is checked between (tp, pp) groups of candidates and inside each re-simulation;
@@ -179,7 +182,7 @@ def search(
     result = SearchResult([], global_batch, devices, space=space.size())
     walk(0.0, f"search: {result.space:,} candidates in the space, {len(hw.devices):,} devices elaborated")
     best = _Best(max(keep, top))
-    ext = extensions if extensions is not None else default_extensions(project, hw, est.dev)
+    ext = extensions if extensions is not None else default_extensions(project, hw, est.dev, **(narrow or {}))
     # seeds that missed memory: the fastest, and the fastest with dp ≥ 2 (where ep, cp and sharding apply)
     misses = (_Best(SEEDS), _Best(SEEDS)) if ext.active else None
     first = report.part(0.0, 1.0 / (1 + sims) * (0.8 if ext.active else 1.0))
