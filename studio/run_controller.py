@@ -34,20 +34,15 @@ from PySide6.QtCore import QObject, QThreadPool, Signal
 from tilewright.engine.ir.project import Project
 from tilewright.engine.results.result import Result
 from tilewright.engine.simulate import simulate as engine_simulate
+from tilewright.studio.job_controller import JobController
 from tilewright.studio.model.run_record import RunRecord
 from tilewright.studio.units import SECONDS, format_value
-from tilewright.studio.workers import Job, Relay, SimulateFn, fast_switching, simulation_job, start
+from tilewright.studio.workers import Job, SimulateFn, simulation_job, start
 
 
-class RunController(QObject):
-    started = Signal()
+class RunController(JobController):
     finished = Signal(object, float)  # the Result, wall seconds
     recorded = Signal(object)  # the RunRecord (result + prepared views), just before ``finished``
-    failed = Signal(str)
-    cancelled = Signal()
-    progress = Signal(float, str)
-    done = Signal()
-    runningChanged = Signal(bool)
 
     def __init__(
         self,
@@ -62,16 +57,10 @@ class RunController(QObject):
         # Decides when a run's worker may start (the window holds it until it has painted; see
         # ``studio.ui.settle``); without one it starts at once.
         self.gate = gate or (lambda go: go())
-        self.job: Job | None = None
         self.last_result: Result | None = None
         self.last_record: RunRecord | None = None
         self.last_message = "no run yet"
         self.started_at = 0.0
-        self._fast = False  # while a run goes, threads switch every 0.1 ms (``workers.fast_switching``)
-
-    @property
-    def running(self) -> bool:
-        return self.job is not None
 
     def run(self, project: Project, allow_large: bool = False) -> bool:
         """Start simulating ``project`` (an immutable snapshot); refuses while a run is going. The worker
@@ -79,20 +68,8 @@ class RunController(QObject):
         if self.job is not None:
             return False
         job = simulation_job(project, self.simulate, allow_large)
-        Relay(
-            self,
-            job,
-            finished=lambda r, s: self._finished(job, r, s),
-            failed=lambda m: self._failed(job, m),
-            progress=lambda f, t: self._progress(job, f, t),
-        )
-        self.job = job
         self.started_at = time.monotonic()
-        if not self._fast:
-            self._fast = True
-            fast_switching(True)
-        self.started.emit()
-        self.runningChanged.emit(True)
+        self._begin(job)
         self.gate(lambda: self._launch(job))
         return True
 
@@ -104,22 +81,8 @@ class RunController(QObject):
         job.ended_at = time.monotonic()  # it never ran; its relay goes with the ``stopped`` signal
         job.signals.stopped.emit()
 
-    def cancel(self) -> None:
-        if self.job is None:
-            return
-        self.job.cancel()
-        self.job = None
-        self.last_message = "run cancelled"
-        self.cancelled.emit()
-        self._end()
-
-    def _current(self, job: Job) -> bool:
-        return job is self.job
-
-    def _finished(self, job: Job, record: RunRecord, seconds: float) -> None:
-        if not self._current(job):
-            return
-        self.job = None
+    def _finished(self, value: object, seconds: float) -> None:
+        record: RunRecord = value  # type: ignore[assignment]
         result = record.result
         self.last_result = result
         self.last_record = record
@@ -130,23 +93,3 @@ class RunController(QObject):
             self.last_message += " · OUT OF MEMORY"
         self.recorded.emit(record)
         self.finished.emit(result, seconds)
-        self._end()
-
-    def _failed(self, job: Job, message: str) -> None:
-        if not self._current(job):
-            return
-        self.job = None
-        self.last_message = f"last run failed: {message}"
-        self.failed.emit(message)
-        self._end()
-
-    def _progress(self, job: Job, fraction: float, text: str) -> None:
-        if self._current(job):
-            self.progress.emit(fraction, text)
-
-    def _end(self) -> None:
-        if self._fast:
-            self._fast = False
-            fast_switching(False)
-        self.runningChanged.emit(False)
-        self.done.emit()

@@ -22,9 +22,10 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, Cancelled, ProgressFn
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.serving import ServingSetupError, load_trace, simulate_serving, sweep_rates
+from tilewright.studio.job_controller import JobController
 from tilewright.studio.model.serving_data import ServingRequest, ServingView, serving_view
 from tilewright.studio.units import SECONDS, format_value
-from tilewright.studio.workers import Job, Relay, fast_switching, start
+from tilewright.studio.workers import Job, start
 
 READING = "reading the trace"
 SHAPING = "preparing the views"
@@ -70,14 +71,11 @@ def serve_and_shape(
     return serving_view(project.name, rates, results, best)
 
 
-class ServingController(QObject):
-    started = Signal()
-    progress = Signal(float, str)  # fraction 0–1, what the simulator is doing
+class ServingController(JobController):
     finished = Signal(object, float)  # the ServingView, wall seconds
-    failed = Signal(str)
-    cancelled = Signal()
-    done = Signal()  # after every outcome (finished, failed, cancelled)
-    runningChanged = Signal(bool)
+
+    CANCELLED_TEXT = "serving run cancelled"
+    FAILED_PREFIX = "serving run failed"
 
     def __init__(
         self,
@@ -90,72 +88,23 @@ class ServingController(QObject):
         self.pool = pool or QThreadPool.globalInstance()
         self.simulate = simulate or simulate_serving
         self.sweep = sweep or sweep_rates
-        self.job: Job | None = None
         self.last_view: ServingView | None = None
         self.last_message = "no serving run yet"
-        self._fast = False
-
-    @property
-    def running(self) -> bool:
-        return self.job is not None
 
     def run(self, project: Project, request: ServingRequest) -> bool:
         """Start serving ``project`` (an immutable snapshot) as ``request`` says; refuses while one runs."""
         if self.job is not None:
             return False
         job = Job(serve_and_shape, project, request, self.simulate, self.sweep)
-        Relay(
-            self,
-            job,
-            finished=lambda v, s: self._finished(job, v, s),
-            failed=lambda m: self._failed(job, m),
-            progress=lambda f, t: self._progress(job, f, t),
-        )
-        self.job = job
-        if not self._fast:
-            self._fast = True
-            fast_switching(True)
-        self.started.emit()
-        self.runningChanged.emit(True)
+        self._begin(job)
         start(job, self.pool)
         return True
 
-    def cancel(self) -> None:
-        if self.job is None:
-            return
-        self.job.cancel()
-        self.job = None
-        self.last_message = "serving run cancelled"
-        self.cancelled.emit()
-        self._end()
-
-    def _finished(self, job: Job, view: ServingView, seconds: float) -> None:
-        if job is not self.job:
-            return
-        self.job = None
+    def _finished(self, value: object, seconds: float) -> None:
+        view: ServingView = value  # type: ignore[assignment]
         self.last_view = view
         self.last_message = (
             f"served {sum(len(r.result.records) for r in view.runs)} requests "
             f"({format_value(seconds, SECONDS)} to simulate)"
         )
         self.finished.emit(view, seconds)
-        self._end()
-
-    def _failed(self, job: Job, message: str) -> None:
-        if job is not self.job:
-            return
-        self.job = None
-        self.last_message = f"serving run failed: {message}"
-        self.failed.emit(message)
-        self._end()
-
-    def _progress(self, job: Job, fraction: float, text: str) -> None:
-        if job is self.job:
-            self.progress.emit(fraction, text)
-
-    def _end(self) -> None:
-        if self._fast:
-            self._fast = False
-            fast_switching(False)
-        self.runningChanged.emit(False)
-        self.done.emit()
