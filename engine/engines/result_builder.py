@@ -124,7 +124,7 @@ def dram_port_rows(plan: Plan, links: list[Series], end: float) -> list[dict[str
     return rows
 
 
-def build_result(program: Program, m: Measurement) -> Result:
+def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Result:
     plan = program.plan
     project = plan.project
     mapping = project.mapping
@@ -187,7 +187,7 @@ def build_result(program: Program, m: Measurement) -> Result:
         memory=tracks,
         critical_path=m.critical,
         lane_devices=m.lane_devices,
-        energy=iteration_energy(program),
+        energy=iteration_energy(program) if energy else None,  # a search's candidates skip it
         residency=residency_rows(plan),
         dram_ports=dram_port_rows(plan, m.links, m.end),
         **meta,

@@ -68,11 +68,17 @@ def route_latency(hw: HardwareGraph, route: list[int]) -> float:
 
 def ring_usage(hw: HardwareGraph, ring: list[int]) -> tuple[Counter, float]:
     """Links used by one trip round ``ring`` in this order (closing step included), and the slowest hop's
-    latency: the one place a ring's route is walked."""
-    usage: Counter = Counter()
-    worst_latency = 0.0
-    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
-        route = hw.device_route(a, b)
-        usage.update(route)
-        worst_latency = max(worst_latency, route_latency(hw, route))
-    return usage, worst_latency
+    latency: the one place a ring's route is walked. Kept on ``hw`` per ring (a search plans many candidates
+    on one elaborated graph, and each walks the same rings); callers get their own copy of the counts."""
+    cache = hw.__dict__.setdefault("_ring_usage", {})
+    key = tuple(ring)
+    hit = cache.get(key)
+    if hit is None:
+        usage: Counter = Counter()
+        worst_latency = 0.0
+        for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+            route = hw.device_route(a, b)
+            usage.update(route)
+            worst_latency = max(worst_latency, route_latency(hw, route))
+        hit = cache[key] = (usage, worst_latency)
+    return Counter(hit[0]), hit[1]

@@ -26,12 +26,14 @@ Log = list[tuple[int, StepRow, float, float]]
 
 
 class AnalyticEngine:
-    """``timeline=False`` skips the per-pass slices (what search and benchmarks evaluate)."""
+    """``timeline=False`` skips the per-pass slices and ``energy=False`` the energy walk over every
+    replica's traffic (what search and benchmarks evaluate)."""
 
     name = "analytic"
 
-    def __init__(self, *, timeline: bool = True) -> None:
+    def __init__(self, *, timeline: bool = True, energy: bool = True) -> None:
         self.timeline = timeline
+        self.energy = energy
 
     def run(self, plan: Plan, *, progress: ProgressFn | None = None, cancel: CancelFn | None = None) -> Result:
         report = Reporter(progress, cancel)
@@ -44,7 +46,7 @@ class AnalyticEngine:
             measured = self._inference(program, report)
         if not report.silent:
             report(1.0, "timed")
-        return build_result(program, measured)
+        return build_result(program, measured, energy=self.energy)
 
     def _training(self, program: TrainingProgram, report: Reporter) -> Measurement:
         plan = program.plan

@@ -25,15 +25,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from tilewright.engine.engines.analytic.engine import AnalyticEngine
 from tilewright.engine.errors import InputError
+from tilewright.engine.hardware import elaborate
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.project import EngineKind, Project
 from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.plan.checks import check_project
+from tilewright.engine.plan.plan import build_plan
 from tilewright.engine.plan.residency import available_levels
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.space import divisors
+from tilewright.engine.workloads import build_workload
 
 LONG_SEQUENCE = 8192  # tokens from which cp is explored by default (Megatron-LM uses cp for long contexts)
 ZERO_CHOICES = ("0", "1", "2", "3", "fsdp")
@@ -151,9 +155,10 @@ class Exact:
 def exact_evaluator(project: Project, global_batch: int) -> Callable[[Candidate], Exact | None]:
     """Time candidates as ``tilewright run`` would with the analytic engine; None for a mapping the checks
     refuse (``plan.checks``: e.g. cp with ep, or a stage too small)."""
-    from tilewright.engine.simulate import simulate  # the layer above search's imports: at call time
-
     run = project.run.model_copy(update={"engine": EngineKind.analytic})
+    engine = AnalyticEngine(timeline=False, energy=False)
+    workload = build_workload(project.workload)  # the same model for every candidate
+    graphs: dict[int, HardwareGraph] = {}  # elaborated once per device count (a grown system differs)
 
     def evaluate(c: Candidate) -> Exact | None:
         try:
@@ -163,7 +168,10 @@ def exact_evaluator(project: Project, global_batch: int) -> Callable[[Candidate]
         if check_project(p):
             return None
         try:
-            r = simulate(p, series=False)
+            devices = p.mapping.devices
+            if devices not in graphs:
+                graphs[devices] = elaborate(p.hardware, devices_needed=devices)
+            r = engine.run(build_plan(p, graphs[devices], workload))
         except (InputError, ValueError):
             return None
         return Exact(r.iteration_time_s, r.peak_memory_bytes, r.oom is None)
