@@ -66,7 +66,11 @@ PROJECTS: dict[str, dict[str, Any]] = {
         "description": (
             "PALM's wafer case: T-18B (40 layers, hidden 6144) on a 5 × 4-die wafer of 4 × 4-tile dies, "
             "20 pipeline stages of 16 tensor-parallel tiles, one die per stage as PALM maps it, 21 "
-            "micro-batches of 51, fp16, full recomputation, with NoC and DRAM-port contention."
+            "micro-batches of 51, fp16, full recomputation, with NoC and DRAM-port contention. PALM does not "
+            "check capacity: with this mapping a tile's activations (the layer inputs of the 20 micro-batches "
+            "of 51 sequences in flight at stage 0, kept for full recomputation) far exceed its 2 GiB share of the "
+            "die's DRAM (its weights, gradients and Adam state alone take 1.5 GiB), so the run reports out of "
+            "memory, as it should."
         ),
         "system": "palm-wafer",
         "model": "t-18b",

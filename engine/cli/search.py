@@ -115,6 +115,8 @@ def _narrowing(args: argparse.Namespace) -> dict:
         out["zeros"] = zeros
     if args.no_offload:
         out["offload"] = False
+    if args.no_overlap:
+        out["overlap"] = False
     return out
 
 
@@ -134,11 +136,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=3, metavar="K", help="re-simulate the best K on the event engine")
     p.add_argument("--list", type=int, default=10, metavar="N", help="candidates to print (default 10)")
     p.add_argument("--no-simulate", action="store_true", help="rank with the fast evaluator only")
-    g = p.add_argument_group("second stage (default: ep for MoE models, cp from 8k tokens, ZeRO 0-3, FSDP, offload)")
+    g = p.add_argument_group(
+        "second stage (default: ep for MoE models, cp from 8k tokens, ZeRO 0-3, FSDP, offload, overlapped "
+        "gradient reduction)"
+    )
     g.add_argument("--ep", metavar="LIST", help="expert-parallel sizes to try, e.g. 1,2,4,8")
     g.add_argument("--cp", metavar="LIST", help="context-parallel sizes to try, e.g. 1,2,4")
     g.add_argument("--zero", metavar="LIST", help="ZeRO stages to try: 0,1,2,3 and fsdp")
     g.add_argument("--no-offload", action="store_true", help="never put the optimizer in host memory")
+    g.add_argument("--no-overlap", action="store_true",
+                   help="never try reducing gradients under the last backward (--overlap-grad-reduce)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_search)

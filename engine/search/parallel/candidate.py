@@ -25,6 +25,7 @@ class Candidate:
     cp: int = 1  # context parallelism: each sequence over cp ranks, devices tp·pp·dp·cp
     fsdp: bool = False  # FSDP FULL_SHARD (zero 3 with prefetch)
     offload: str | None = None  # host memory holding the optimizer state (mapping.memory_levels)
+    overlap_grad_reduce: bool = False  # reduce gradients in buckets under the last backward (Megatron)
 
     @property
     def devices(self) -> int:
@@ -32,8 +33,16 @@ class Candidate:
 
     @property
     def extended(self) -> bool:
-        """Uses a dimension the fast evaluator does not time (``extended``): ep, cp, ZeRO-2/3, offload."""
-        return self.ep > 1 or self.cp > 1 or self.zero >= 2 or self.fsdp or self.offload is not None
+        """Uses a dimension the fast evaluator does not time (``extended``): ep, cp, ZeRO-2/3, offload,
+        overlapped gradient reduction."""
+        return (
+            self.ep > 1
+            or self.cp > 1
+            or self.zero >= 2
+            or self.fsdp
+            or self.offload is not None
+            or self.overlap_grad_reduce
+        )
 
     @property
     def schedule(self) -> Schedule:
@@ -64,6 +73,8 @@ class Candidate:
         }
         if self.fsdp:
             fields |= {"zero": 3, "overlap_param_gather": True}
+        if self.overlap_grad_reduce:  # otherwise the base's choice stands
+            fields["overlap_grad_reduce"] = True
         if base is None:
             if self.offload is not None:
                 fields["memory_levels"] = {"optimizer": self.offload}
@@ -90,6 +101,7 @@ class Candidate:
             "cp": self.cp,
             "fsdp": self.fsdp,
             "offload_optimizer": self.offload,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
         }
 
     def label(self) -> str:
@@ -110,6 +122,8 @@ class Candidate:
             parts.append(f"zero{self.zero}")
         if self.offload is not None:
             parts.append(f"opt->{self.offload}")
+        if self.overlap_grad_reduce:
+            parts.append("ovl-grad")
         if self.placement is not PlacementStrategy.row_major:
             parts.append(self.placement.value)
         if self.rank_order != "tp-dp-pp":

@@ -17,7 +17,9 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
   × c context-parallel ranks (the micro-batch count grows by c, the pipeline bubble shrinks);
 - ZeRO 2, ZeRO 3 and FSDP (dp > 1), each also with ep;
 - the optimizer state in host memory (a node with a host memory and a host link), on the seeds that
-  missed memory.
+  missed memory;
+- gradients reduced in buckets under the last backward (Megatron ``--overlap-grad-reduce``), on the kept
+  seeds with dp > 1, at their own ZeRO stage and at ZeRO-2 (the overlap option; FSDP always prefetches).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Extensions:
     zeros: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
     fsdp: bool = True
     offload: str | None = None  # host memory name, None: no offload
+    overlap: bool = True  # try overlapping the gradient reduction with the last backward
 
     @property
     def active(self) -> bool:
@@ -61,6 +64,7 @@ class Extensions:
             or any(z >= 2 for z in self.zeros)
             or self.fsdp
             or self.offload is not None
+            or self.overlap
         )
 
     def allows(self, c: Candidate) -> bool:
@@ -69,12 +73,12 @@ class Extensions:
             zero_ok = self.fsdp
         else:
             zero_ok = c.zero in self.zeros or c.dp == 1  # without dp every stage is the same mapping
-        return zero_ok and c.ep in self.eps and c.cp in self.cps
+        return zero_ok and c.ep in self.eps and c.cp in self.cps and (self.overlap or not c.overlap_grad_reduce)
 
 
 def first_stage_only() -> Extensions:
     """No second stage: the dense space the fast evaluator times (tp, pp, dp, …, ZeRO 0/1)."""
-    return Extensions(eps=[1], cps=[1], zeros=[0, 1], fsdp=False, offload=None)
+    return Extensions(eps=[1], cps=[1], zeros=[0, 1], fsdp=False, offload=None, overlap=False)
 
 
 def default_extensions(
@@ -85,6 +89,7 @@ def default_extensions(
     cps: list[int] | None = None,
     zeros: list[str] | None = None,
     offload: bool = True,
+    overlap: bool = True,
 ) -> Extensions:
     """The default space for this model and system, narrowed by the CLI's lists (None: the default)."""
     spec = project.workload
@@ -101,6 +106,7 @@ def default_extensions(
         zeros=sorted({int(z) for z in chosen if z != "fsdp"}),
         fsdp="fsdp" in chosen,
         offload=host_memory(hw, dev) if offload else None,
+        overlap=overlap,
     )
 
 
@@ -134,6 +140,9 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
                     out.append(replace(base, dp=dp, cp=cp, zero=zero if dp > 1 else 0, fsdp=fsdp and dp > 1))
     if ext.offload is not None and not fits:
         out += [replace(c, offload=ext.offload) for c in out if c.zero >= 1 or c.dp == 1]
+    if ext.overlap and fits and seed.dp > 1:  # overlap hides time; it frees no memory
+        for zero in sorted({base.zero, 2} & set(ext.zeros)):
+            out.append(replace(base, zero=zero, overlap_grad_reduce=True))
     seen: set[Candidate] = set()
     unique = []
     for c in out:

@@ -9,11 +9,12 @@ GIB = 2**30
 
 
 def sharding_text(c: Candidate) -> str:
-    """The second stage's dimensions of a candidate (ep, cp, FSDP, offload), '-' for none."""
+    """The second stage's dimensions of a candidate (ep, cp, FSDP, offload, overlap), '-' for none."""
     parts = [f"ep{c.ep}"] if c.ep > 1 else []
     parts += [f"cp{c.cp}"] if c.cp > 1 else []
     parts += ["fsdp"] if c.fsdp else []
     parts += [f"opt->{c.offload}"] if c.offload is not None else []
+    parts += ["ovl-grad"] if c.overlap_grad_reduce else []
     return " ".join(parts) or "-"
 
 
@@ -21,7 +22,8 @@ def search_text(result: SearchResult) -> str:
     lines = [
         f"parallelism search: {result.devices:,} devices available, global batch {result.global_batch:,}",
         f"  space {result.space:,} candidates; {result.evaluated:,} evaluated, {result.feasible:,} fit in memory, "
-        f"{result.timed:,} timed, {result.extended:,} in the second stage (ep, cp, ZeRO-2/3, FSDP, offload);"
+        f"{result.timed:,} timed, {result.extended:,} in the second stage (ep, cp, ZeRO-2/3, FSDP, offload, "
+        "overlap);"
         f" search {result.search_time_s:.1f} s, total {result.wall_time_s:.1f} s",
     ]
     if not result.ranked:

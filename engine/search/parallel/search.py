@@ -64,7 +64,7 @@ class SearchResult:
     evaluated: int = 0  # memory computed
     feasible: int = 0  # fit in memory
     timed: int = 0  # iteration time estimated (the rest were bounded out)
-    extended: int = 0  # second-stage candidates (ep, cp, ZeRO-2/3, FSDP, offload) timed by the analytic engine
+    extended: int = 0  # second-stage candidates (ep, cp, ZeRO-2/3, FSDP, offload, overlap) timed analytically
     wall_time_s: float = 0.0
     search_time_s: float = 0.0  # enumeration and ranking, before re-simulation
     notes: list[str] = field(default_factory=list)

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tilewright.engine.search.parallel.report import sharding_text
 from tilewright.engine.search.parallel.search import SearchResult, search
 from tilewright.engine.search.pareto import pareto_front
 from tilewright.studio.document import ProjectDocument
@@ -22,7 +23,7 @@ from tilewright.studio.ui.explore.controls import RunBar, input_row
 from tilewright.studio.ui.explore.pareto_plot import ParetoPlot
 from tilewright.studio.ui.explore.runner import ExploreRunner
 
-COLUMNS = ["tp", "pp", "dp", "micro-batch", "chunks", "recompute", "SP", "ZeRO",
+COLUMNS = ["tp", "pp", "dp", "micro-batch", "chunks", "recompute", "SP", "ZeRO", "ep · cp · sharding",
            "iteration (s)", "event (s)", "samples/s", "memory (GiB)"]
 GIB = 2**30
 
@@ -89,7 +90,7 @@ class SearchTab(QWidget):
             samples = result.global_batch / r.iteration_time_s
             event = f"{r.event.iteration_time_s:.3f}" if r.event is not None else "–"
             values = [c.tp, c.pp, c.dp, c.micro_batch, c.interleave, c.recompute.value, "yes" if c.sequence_parallel
-                      else "no", c.zero, f"{r.iteration_time_s:.3f}", event, f"{samples:.1f}",
+                      else "no", c.zero, sharding_text(c), f"{r.iteration_time_s:.3f}", event, f"{samples:.1f}",
                       f"{r.peak_memory_bytes / GIB:.1f}"]
             for col, value in enumerate(values):
                 self.table.setItem(row, col, QTableWidgetItem(str(value)))
