@@ -127,12 +127,16 @@ PROJECTS: dict[str, dict[str, Any]] = {
     "tpu-v4-llama2-7b": {
         "description": (
             "LLaMA-2 7B training on a 4 × 4 × 4 TPU v4 slice (3-D torus): tensor parallel 4, data "
-            "parallel 16, ZeRO-1, selective recomputation."
+            "parallel 16, ZeRO-1, selective recomputation. Fusion as XLA does it where no tensor-parallel "
+            "collective intervenes (XLA operator fusion: elementwise producers and consumers never "
+            "round-trip through HBM): the residual add with the next norm, the SwiGLU gate with its "
+            "activation, attention with its softmax (flash-style kernels)."
         ),
         "system": "tpu-v4-torus",
         "model": "llama2-7b",
         "mapping": {"tp": 4, "pp": 1, "dp": 16, "micro_batch": 1, "global_batch": 256, "zero": 1,
-                    "recompute": "selective"},
+                    "recompute": "selective",
+                    "fusion": [["attention", "softmax"], ["residual1", "norm2"], ["mlp_gate", "activation"]]},
         "run": {"dtype": "bf16"},
     },
     "cerebras-wse2-llama2-7b-inference": {

@@ -36,6 +36,7 @@ from tilewright.engine.ir.common import (
 from tilewright.engine.ir.links import BoundaryLinks, CollectiveCosts, Framing
 from tilewright.engine.ir.tile_grid import TileGrid
 
+PositiveInt = Annotated[int, Field(ge=1)]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
 
@@ -100,7 +101,8 @@ class Compute(QuietDefaultsModel):
     format are then derived from the grid (cores × FLOP/cycle at the format's default fidelity × clock) and
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
-    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs", "programs_by_op")
+    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs", "programs_by_op",
+              "gemm_granule")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -117,6 +119,12 @@ class Compute(QuietDefaultsModel):
     )
     gemm_units: Annotated[int, Field(ge=1)] | None = Field(
         None, description="units that each take one output tile at a time (GPU SMs); default tensor_cores"
+    )
+    gemm_granule: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
+        None,
+        description="systolic matrix units: the M × N × K block one unit (gemm_units, default tensor_cores) "
+        "takes at a time, every block in the same time; M, N and K are padded to whole blocks (TPU MXU: "
+        "8 streamed rows × 128 × 128). Replaces gemm_tile's output tiling when set",
     )
     vector_cores: Annotated[int, Field(ge=0)] = 1
     efficiency: EfficiencyCurve | None = Field(
@@ -178,6 +186,8 @@ class Compute(QuietDefaultsModel):
         """Tile and wave quantization of an M×N output (NVIDIA, "Matrix Multiplication Background",
         §3): partial edge tiles do wasted work, and the last wave of tiles leaves units idle. With fewer
         tiles than units, libraries split K across the idle units (split-K), in slices of at least 256."""
+        if self.gemm_granule is not None:
+            return self._granule_efficiency(m, n, k)
         tile = self.gemm_tile or self.pe_array
         if tile is None or m <= 0 or n <= 0:
             return 1.0
@@ -192,6 +202,24 @@ class Compute(QuietDefaultsModel):
             tiles *= max(1, min(units // tiles, math.ceil(k / 256)))
         waves = math.ceil(tiles / units)
         return (m * n) / (rows * tm * cols * tn) * tiles / (waves * units)
+
+    def _granule_efficiency(self, m: float, n: float, k: float) -> float:
+        """A systolic array holds a K × N block of the weights and streams M rows past it, a few rows per
+        pass: M, N and K are each padded to whole blocks (``gemm_granule``) and every block costs a unit the
+        same time, so the useful fraction is M·N·K over the padded volume. Blocks (K blocks too: partial sums
+        add up afterwards) are dealt to the units in waves, and a last partial wave leaves units idle."""
+        assert self.gemm_granule is not None
+        if m <= 0 or n <= 0:
+            return 1.0
+        gm, gn, gk = self.gemm_granule
+        if k <= 0:  # depth not given: only the output is padded
+            k, gk = 1.0, 1
+        blocks = [math.ceil(x / g) for x, g in ((m, gm), (n, gn), (k, gk))]
+        padded = blocks[0] * gm * blocks[1] * gn * blocks[2] * gk
+        count = blocks[0] * blocks[1] * blocks[2]
+        units = self.gemm_units or self.tensor_cores
+        waves = math.ceil(count / units)
+        return (m * n * k) / padded * count / (waves * units)
 
     def vector_peak(self) -> float:
         if self.vector_flops:
