@@ -91,6 +91,15 @@ def summary(results: list[dict]) -> dict[str, tuple[int, float, float]]:
     return {k: (len(v), statistics.median(v), max(v)) for k, v in groups.items()}
 
 
+def by_topology(results: list[dict]) -> dict[str, tuple[int, float, float]]:
+    """Per machine, device count and topology, all ops together: (rows, median error, max error)."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for x in results:
+        r = x["row"]
+        groups[f"{PRESET[r['arch']]} {r['n_devices']}-chip {r['topology']}"].append(x["err"])
+    return {k: (len(v), statistics.median(v), max(v)) for k, v in sorted(groups.items())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", action="store_true", help="print every row")
@@ -106,6 +115,9 @@ def main() -> None:
                   f"{100 * x['err']:>5.1f}%  {x['auto_algorithm']} {x['auto'] * 1e6:.2f} us")
     print(f"{'machine op':>32} {'rows':>5} {'median':>7} {'max':>6}")
     for k, (n, med, mx) in sorted(summary(results).items(), key=lambda kv: kv[0] == "all"):
+        print(f"{k:>32} {n:>5} {100 * med:>6.1f}% {1 + mx:>5.2f}x")
+    print(f"{'machine topology':>32} {'rows':>5} {'median':>7} {'max':>6}")
+    for k, (n, med, mx) in by_topology(results).items():
         print(f"{k:>32} {n:>5} {100 * med:>6.1f}% {1 + mx:>5.2f}x")
     print("targets: median ≤ 20 %, max < 2x")
 

@@ -12,9 +12,11 @@ generation) so that whoever holds measurements can compare them and see which te
 - ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer), timed by the same model
   as ``benchmarks/calibrate_ccl.py``.
 
-Two TTFTs: ``TTFT batch`` is the engine's definition (every sequence of the batch arrives at once and the whole
+Three TTFTs: ``TTFT batch`` is the engine's definition (every sequence of the batch arrives at once and the whole
 batch is prefilled together); ``TTFT 1 user`` is a batch-1 prefill — how tt-transformers prefills (one user at
-a time) and what its per-user TTFT means. No measured LLM figure is in shared/reference (tiled_hardware.md
+a time) and what its per-user TTFT means; ``TTFT 2k`` is a batch-1 prefill of a 2,048-token prompt, where
+attention's share grows (on a grid chip it runs as a flash-attention kernel, ``perf.spatial_attention``, whose
+K/V re-reads and softmax scale with the prompt). No measured LLM figure is in shared/reference (tiled_hardware.md
 says so), so none is printed and nothing here is fitted.
 
 Usage: python benchmarks/calibrate_tiled_llm.py
@@ -62,11 +64,16 @@ CONFIGS = (
 )
 
 
-def configured(c: Config, batch: int | None = None, output: int | None = None) -> Project:
+LONG_PROMPT = 2048  # tokens of the ``TTFT 2k`` column
+
+
+def configured(
+    c: Config, batch: int | None = None, output: int | None = None, prompt: int | None = None
+) -> Project:
     """The preset with the configuration's batch, prompt and output tokens (and model)."""
     p = load_project_preset(c.project)
     inf = p.run.inference.model_copy(
-        update={"batch": batch or c.batch, "prompt_tokens": c.prompt, "output_tokens": output or c.output}
+        update={"batch": batch or c.batch, "prompt_tokens": prompt or c.prompt, "output_tokens": output or c.output}
     )
     update: dict = {"run": p.run.model_copy(update={"inference": inf})}
     if c.workload_from:
@@ -136,6 +143,7 @@ def main() -> None:
         "in/out",
         "TTFT batch",
         "TTFT 1 user",
+        "TTFT 2k",
         "TPOT",
         "t/s/u",
         "DRAM floor",
@@ -145,7 +153,7 @@ def main() -> None:
         "CCL",
         "programs",
     )
-    widths = (38, 5, 8, 10, 11, 9, 7, 10, 9, 9, 9, 9, 8)
+    widths = (38, 5, 8, 10, 11, 9, 9, 7, 10, 9, 9, 9, 9, 8)
     line = " ".join(f"{c:>{w}s}" if i else f"{c:{w}s}" for i, (c, w) in enumerate(zip(cols, widths, strict=True)))
     print(line)
     print("-" * len(line))
@@ -153,6 +161,7 @@ def main() -> None:
         p = configured(c)
         r = simulate(p, series=False)
         one = simulate(configured(c, batch=1, output=1), series=False) if c.batch > 1 else r
+        long = simulate(configured(c, batch=1, output=1, prompt=LONG_PROMPT), series=False)
         b = decode_breakdown(p)
         tpot = r.tpot_s or math.nan
         cells = (
@@ -161,6 +170,7 @@ def main() -> None:
             f"{c.prompt}/{c.output}",
             seconds(r.ttft_s),
             seconds(one.ttft_s),
+            seconds(long.ttft_s),
             seconds(tpot),
             f"{1 / tpot:.1f}",
             seconds(b.floor_s),
@@ -171,7 +181,8 @@ def main() -> None:
             str(b.ops),
         )
         print(" ".join(f"{x:>{w}s}" if i else f"{x:{w}s}" for i, (x, w) in enumerate(zip(cells, widths, strict=True))))
-    print("\nTTFT batch: the whole batch prefilled at once (the engine's definition); TTFT 1 user: a batch-1 prefill.")
+    print("\nTTFT batch: the whole batch prefilled at once (the engine's definition); TTFT 1 user: a batch-1 prefill;")
+    print(f"TTFT 2k: a batch-1 prefill of {LONG_PROMPT} prompt tokens.")
     print("decode step at the middle of the generation, busiest stage, per device: DRAM floor = bytes / peak DRAM")
     print("(SRAM) bandwidth; ops = Σ op times (includes compute, fixed and memory at the achievable bandwidth); CCL =")
     print("tensor-parallel collectives. TPOT ≈ ops + CCL (+ pipeline sends). No measured LLM figures are in")

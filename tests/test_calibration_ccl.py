@@ -11,7 +11,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-from calibrate_ccl import CSV, evaluate  # noqa: E402
+from calibrate_ccl import CSV, by_topology, evaluate  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not CSV.is_file(), reason=f"reference data missing: {CSV}")
 
@@ -32,3 +32,13 @@ def test_median_error_within_twenty_percent(results):
 
 def test_no_row_off_by_two_times(results):
     assert max(x["err"] for x in results) < 1.0
+
+
+def test_per_topology_groups_partition_the_rows(results):
+    """The per-topology table covers every row once: 2- and 4-chip lines and the 8-chip ring per machine,
+    each with six sizes of three collectives."""
+    groups = by_topology(results)
+    assert sum(n for n, _, _ in groups.values()) == len(results)
+    assert sorted(k.split(" ", 1)[1] for k in groups) == ["2-chip line", "2-chip line", "4-chip line",
+                                                           "4-chip line", "8-chip ring", "8-chip ring"]
+    assert {n for n, _, _ in groups.values()} == {6 * 3}

@@ -108,8 +108,20 @@ class ExpertInfo(StrictModel):
         return self.tokens * self.tokens_fraction
 
 
+class AttentionShape(StrictModel):
+    """The head structure of an attention op, per sample: what a grid device needs to split it like a fused
+    attention kernel (heads × query chunks over the cores, each chunk streaming its keys; ``perf.spatial_attention``).
+    The op's own fields keep the totals (``flops`` count the (query, key) pairs actually computed)."""
+
+    heads: int = Field(ge=1, description="query heads")
+    kv_heads: int = Field(ge=1, description="key/value heads (GQA/MQA: fewer than heads)")
+    head_dim: int = Field(ge=1, description="elements per head")
+    queries: int = Field(ge=1, description="query tokens per sample (a pass's new tokens)")
+    keys: int = Field(ge=1, description="keys the last query attends to (the context)")
+
+
 class Op(QuietDefaultsModel):
-    _quiet = ("cache_elems", "moe")
+    _quiet = ("cache_elems", "moe", "attention")
 
     name: str = Field(min_length=1)
     kind: OpKind
@@ -131,6 +143,7 @@ class Op(QuietDefaultsModel):
     )
     inputs: list[str] = Field(default_factory=list, description="names of producer ops")
     moe: ExpertInfo | None = Field(None, description="mixture-of-experts metadata (expert parallelism)")
+    attention: AttentionShape | None = Field(None, description="head structure of an attention op (None: unknown)")
 
     @property
     def backward_flops(self) -> float:

@@ -3,8 +3,11 @@
 A forward matmul is one GEMM, C = A·B (A the activations, B the weights). Its backward is two: the input
 gradient dA = dC·Bᵀ and the weight gradient dB = Aᵀ·dC, each split over the grid on its own. Every other op
 streams its tensors through the cores (``spatial.stream_on_grid``); attention's batched products run on the
-matrix units at the activations' format. Tensors a fused neighbour hands over on chip (``mapping.fusion``)
-stay in L1 instead of going through DRAM, as do categories held in SRAM (``mapping.memory_levels``).
+matrix units at the activations' format. A fused (flash) attention pass that carries its head structure
+(``Op.attention``) is split like tt-metal's kernels instead (``spatial_attention``): a prefill as heads × query
+chunks over the cores, each chunk re-reading its K/V; a decode step as FlashDecode, sequences × K/V heads
+with the keys split over the cores. Tensors a fused neighbour hands over on chip (``mapping.fusion``) stay in
+L1 instead of going through DRAM, as do categories held in SRAM (``mapping.memory_levels``).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewright.engine.ir.mapping import SpatialSplit, WeightPlacement
-from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.ir.ops import AttentionShape, Op, OpKind
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.spatial import GridChip, gemm_on_grid, stream_on_grid
+from tilewright.engine.perf.spatial_attention import decode_on_grid, prefill_on_grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,9 @@ def stream_op(
     """A non-GEMM op: its reads and writes by tensor kind, each in its own format; what stays on chip
     costs L1 bandwidth only."""
     wb, ab, kb = fmt.weight_bytes, fmt.activation_bytes, fmt.kv_bytes
+    shape = op.attention if op.kind is OpKind.attention else None
+    if shape is not None and not backward and op.flops > 0:
+        return _fused_attention(chip, op, shape, flops, fmt, on)
     if backward:  # read weights, saved input and output gradient; write input and weight gradients
         reads = ((t.weights * wb, on.weights), (t.inputs * ab, on.activations), (t.outputs * ab, on.op_output))
         writes = ((t.inputs * ab, on.op_input), (t.weights * ab, on.weights))
@@ -119,3 +126,25 @@ def stream_op(
     matrix = (str(fmt.activations), str(fmt.fidelity)) if op.kind is OpKind.attention else None
     s = stream_on_grid(chip, flops, dram_read, dram_write, max(t.outputs, t.inputs), matrix, l1_only)
     return GridOpCost(s.seconds, s.compute_s, s.movement_s, dram_read + dram_write, "")  # 1-D: nothing to report
+
+
+def _fused_attention(
+    chip: GridChip, op: Op, shape: AttentionShape, flops: float, fmt: OpFormats, on: OnChip
+) -> GridOpCost:
+    """A flash-attention pass (``spatial_attention``): prefill, or a decode step for one query. This
+    device's share of the sequences × heads is the op's per-sample heads scaled by this pass's FLOPs over one
+    sample's (micro-batch over the tensor-parallel head split); the attention is causal (or windowed) when
+    its pairs are fewer than queries × keys."""
+    head_batches = shape.heads * flops / op.flops
+    pairs = op.flops / (4.0 * shape.heads * shape.head_dim)  # per head and sample
+    cached = (shape.keys - shape.queries) / shape.keys  # share of the keys read from the KV cache
+    kv_bytes = cached * fmt.kv_bytes + (1.0 - cached) * fmt.activation_bytes
+    matrix = (str(fmt.activations), str(fmt.fidelity))
+    elem = (fmt.activation_bytes, kv_bytes)
+    in_dram = (not on.op_input, not on.op_output)
+    if shape.queries == 1:
+        s, dram = decode_on_grid(chip, shape, head_batches, min(float(shape.keys), pairs), matrix, elem, in_dram)
+        return GridOpCost(s.seconds, s.compute_s, s.movement_s, dram, f"flash decode over {s.cores} cores")
+    causal = pairs < shape.queries * shape.keys * (1.0 - 1e-9)
+    s, dram = prefill_on_grid(chip, shape, head_batches, causal, matrix, elem, in_dram)
+    return GridOpCost(s.seconds, s.compute_s, s.movement_s, dram, f"flash attention over {s.cores} cores")

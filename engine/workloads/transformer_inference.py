@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from tilewright.engine.ir.ops import LayerKind, MoERole, Op, OpKind
+from tilewright.engine.ir.ops import AttentionShape, LayerKind, MoERole, Op, OpKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.workloads.graph import WorkloadGraph
 from tilewright.engine.workloads.transformer_block import attention_flops_per_pair
@@ -125,6 +125,9 @@ def inference_graph(
                 "in_elems": op.in_elems + cached,
                 "cache_elems": cached,
             }
+            if fused and dims.mla is None:  # a flash kernel: its head structure sizes the grid split
+                update["attention"] = AttentionShape(heads=heads, kv_heads=dims.kv_heads_n,
+                                                     head_dim=dims.head_dim_n, queries=tokens, keys=context)
         elif op.kind is OpKind.softmax:  # materialised: the t × c scores of every head
             scores = float(heads * tokens * context)
             update |= {"in_elems": scores, "out_elems": scores, "saved_elems": scores}
