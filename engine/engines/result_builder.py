@@ -16,6 +16,7 @@ from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, Program
 from tilewright.engine.plan.residency import AUTO_ORDER, home_level, level_tracks
 from tilewright.engine.results.result import MEMORY_CATEGORIES, MemoryTrack, Result, Series, memory_verdict
+from tilewright.engine.results.split_traffic import with_traffic
 from tilewright.engine.results.timeline import Timeline
 
 Columns = tuple[list[float], dict[str, list[float]]]  # times, occupancy by memory category after each
@@ -149,7 +150,7 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
             "hardware_flops_per_iteration": plan.hardware_flops,
             "devices": mapping.devices,
             "notes": list(plan.notes) + m.notes,
-            "spatial_splits": plan.spatial_splits(),
+            "spatial_splits": with_traffic(project, plan.spatial_splits(), plan.workload),
         }
     else:
         # TTFT: the prefill of the batch's last sequence ends (it produces the first output token), or of its
@@ -171,7 +172,7 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
             "prefill_s": prefill_end,
             "tpot_s": (m.end - prefill_end) / steps if steps else None,
             "notes": list(plan.notes) + inference_notes(program) + m.notes,
-            "spatial_splits": ph.spatial_splits(),
+            "spatial_splits": with_traffic(project, ph.spatial_splits(), plan.workload),
         }
     return Result(
         project=project.name,

@@ -9,7 +9,7 @@ mesh NoCs the presets model actually do and which keeps routes deterministic.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 from tilewright.engine.ir.hardware import Edge
@@ -130,3 +130,53 @@ def segments(length: int, parts: int) -> list[range]:
             lo, hi = mid, mid + 1
         out.append(range(lo, hi))
     return out
+
+
+def multicast_edges(
+    src: tuple[int, ...], dsts: Iterable[tuple[int, ...]], shape: tuple[int, ...], wrap: tuple[bool, ...]
+) -> tuple[list[tuple[tuple[int, ...], tuple[int, ...]]], int]:
+    """The links of a multicast tree from coordinate ``src`` to every coordinate of ``dsts``, each link once,
+    and the tree's depth (its longest branch, in hops).
+
+    The tree is the union of the dimension-ordered routes ``GridDomain.path`` takes (last axis first, the
+    shorter way round a torus axis): routes from one source agree on every prefix they share, so their
+    union is a tree — one flow that forks where routes part (a mesh NoC's row/column multicast: along the
+    source's row, then down every destination column). A link carries the bytes once, however many
+    destinations lie behind it. Pure coordinates, so the cost model can lay trees on a chip's core grid
+    that is no node of the hardware graph."""
+    edges: dict[tuple[tuple[int, ...], tuple[int, ...]], None] = {}  # insertion-ordered set
+    depth = 0
+    for dst in dsts:
+        cur = list(src)
+        hops = 0
+        for d in reversed(range(len(shape))):
+            n = shape[d]
+            if cur[d] == dst[d]:
+                continue
+            if wrap[d]:
+                fwd = (dst[d] - cur[d]) % n
+                step, count = (1, fwd) if fwd <= n - fwd else (-1, n - fwd)
+            else:
+                step = 1 if dst[d] > cur[d] else -1
+                count = abs(dst[d] - cur[d])
+            for _ in range(count):
+                before = tuple(cur)
+                cur[d] = (cur[d] + step) % n
+                edges[(before, tuple(cur))] = None
+                hops += 1
+        depth = max(depth, hops)
+    return list(edges), depth
+
+
+def multicast_route(
+    domain: GridDomain, src: str, dsts: Iterable[str], link_id: Callable[[str, str], int]
+) -> tuple[dict[int, float], int]:
+    """A multicast from node ``src`` to nodes ``dsts`` of ``domain`` as a flow's route: the link-usage dict
+    {link id: 1} of its tree (``multicast_edges``), and its depth in hops. ``link_id(u, v)`` names the
+    link from node u to its neighbour v (``HardwareGraph.link_between``). One flow on this route moves its
+    bytes across every tree link once, so it finishes after depth × hop latency + bytes / the tree's
+    slowest link — what a unicast over the longest branch would take alone."""
+    coords = domain.coords()
+    edges, depth = multicast_edges(coords[src], (coords[d] for d in dsts), domain.shape, domain.wrap)
+    nodes = domain.nodes
+    return {link_id(nodes[u], nodes[v]): 1.0 for u, v in edges}, depth

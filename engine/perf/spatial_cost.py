@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from tilewright.engine.perf.spatial_chip import GridChip, tile_mac_cycles
+from tilewright.engine.perf.spatial_traffic import dram_bytes
 
 SPLIT_KINDS = ("2d", "1d_in0", "1d_in1")
 
@@ -164,8 +165,7 @@ def gemm_cost(chip: GridChip, p: GemmProblem, s: Split) -> GemmCost:
 
     cyc = 1.0 / chip.clock_hz
     seconds = chip.fixed_s + (t_loop + t_ksplit + t_out) * cyc
-    a_reads = math.ceil(s.per_n / ow)  # a core that cannot hold its whole block re-streams A per column step
-    b_reads = math.ceil(s.per_m / oh)
+    dram = dram_bytes(p, s, (mt, kt, nt), (ta, tb, to))  # the bytes ``spatial_traffic`` reports, one formula
     bounds = {
         "compute": sweeps * nb * comp_blk,
         "A delivery": sweeps * nb * t_a,
@@ -181,9 +181,8 @@ def gemm_cost(chip: GridChip, p: GemmProblem, s: Split) -> GemmCost:
         compute_s=sweeps * nb * comp_blk * cyc,
         movement_s=sweeps * nb * movement * cyc,
         fixed_s=chip.fixed_s,
-        dram_read_bytes=(mt * kt * ta * a_reads if p.a_in_dram else 0.0)
-        + (kt * nt * tb * b_reads if p.b_in_dram else 0.0),
-        dram_write_bytes=out_total if p.out_in_dram else 0.0,
+        dram_read_bytes=dram.read,
+        dram_write_bytes=dram.write,
         flops=2.0 * mt * kt * nt * chip.tile**3,
         bound=max(bounds, key=bounds.__getitem__),
     )

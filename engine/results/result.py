@@ -264,5 +264,21 @@ class Result:
         if len(self.notes) > 4:
             lines.append(f"  note             … and {len(self.notes) - 4} more (see the result notes)")
         for sp in self.spatial_splits:
-            lines.append(f"  split            {sp['where']}: {sp['count']} × {sp['op']}: {sp['split']}")
+            traffic = f" ({traffic_note(sp['traffic'])} per op)" if sp.get("traffic") else ""
+            lines.append(f"  split            {sp['where']}: {sp['count']} × {sp['op']}: {sp['split']}{traffic}")
         return "\n".join(lines)
+
+
+def traffic_note(traffic: dict[str, Any]) -> str:
+    """"busiest NoC link 12.6 MB, 1.33 GB multicast link-bytes, DRAM 67.1 MB" (decimal prefixes)."""
+    return (
+        f"busiest NoC link {_bytes(traffic['busiest_link_bytes'])}, "
+        f"{_bytes(traffic['multicast_link_bytes'])} multicast link-bytes, DRAM {_bytes(traffic['dram_bytes'])}"
+    )
+
+
+def _bytes(n: float) -> str:
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {prefix}B"
+    return f"{n:.3g} B"

@@ -1,5 +1,6 @@
 """Rows of the traffic table under the link view: the chosen op's NoC multicast and DRAM bytes on its grid
-device, and every DRAM port's load over the run (``Result.dram_ports``). Text with units; no Qt.
+device, and every DRAM port's load over the run (``Result.dram_ports``). Text with units; no Qt, and no
+byte count of its own: the op's bytes are the engine's (``SplitRecord.traffic``, ``perf.spatial_traffic``).
 
 An op's DRAM time here is its bytes over the device's interleaved bandwidth (the bound the cost model
 uses, ``GridChip.dram_read_Bps``), not the op's time: compute and multicast overlap it. A port's
@@ -12,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tilewright.studio.model.core_grid import CoreUse
-from tilewright.studio.model.split_traffic import format_traffic, multicast_loads, op_dram
+from tilewright.studio.model.split_traffic import format_traffic
 from tilewright.studio.units import BYTES_PER_S, SECONDS, format_percent, format_value
+
+BUSIEST_LINKS = 3  # the op's busiest NoC links listed by name
 
 
 @dataclass(frozen=True)
@@ -24,39 +27,61 @@ class TrafficRow:
     note: str = ""
 
 
-def op_rows(use: CoreUse, grid_rows: int, grid_cols: int) -> list[TrafficRow]:
-    """Per operand: its multicast links and bytes per link; then the op's DRAM reads and writes."""
-    s, g = use.shape, use.gemm
-    if s is None or g is None:
+def op_rows(use: CoreUse) -> list[TrafficRow]:
+    """Per operand: its multicast links and bytes per link (the engine's trees); the busiest link; then the
+    op's DRAM reads and writes, each at the bandwidth the cost model reads it with."""
+    rec = use.record
+    if rec is None:
         return [TrafficRow(f"{use.label}", "—", "—", "the split or the op's GEMM could not be read back")]
-    loads = multicast_loads(grid_rows, grid_cols, s, g)
+    s, t = rec.split, rec.traffic
     out = []
     direction = {"2d": {"A": "east along each used row", "B": "south down each used column"}}
+    formats = {"A": rec.problem.fmt_a, "B": rec.problem.fmt_b}
     for operand in ("A", "B"):
-        mine = [ld.nbytes for ld in loads if ld.operand == operand]
-        if not mine:
+        loads = t.link_loads(operand)
+        if not loads:
             continue
-        how = direction.get(s.kind, {}).get(operand, "from core (0, 0) to every used core")
+        trees = [tr for tr in t.trees if tr.operand == operand]
+        how = direction.get(s.kind, {}).get(operand, "from core (0, 0) along row 0, then down every used column")
         out.append(
             TrafficRow(
-                f"NoC multicast {operand} ({g.fmt_a if operand == 'A' else g.fmt_b})",
-                f"{format_traffic(max(mine))} per link",
-                f"{len(mine)} links · {format_traffic(sum(mine))} link-bytes",
-                f"{how}; once per link",
+                f"NoC multicast {operand} ({formats[operand]})",
+                f"{format_traffic(max(loads.values()))} per link",
+                f"{len(loads)} links · {format_traffic(t.multicast_link_bytes(operand))} link-bytes",
+                f"{how}; {len(trees)} tree{'s' if len(trees) > 1 else ''}, once per link, "
+                f"depth {max(tr.depth for tr in trees)} hops",
             )
         )
-    d = op_dram(s, g)
-    interleaved = f"{use.dram_name}: pages interleaved over all its banks" if use.dram_name else "no DRAM"
-    b_bps, b_how = use.dram_read_bps, interleaved
-    if s.b_sharded:
-        b_bps, b_how = use.dram_local_bps, f"{use.dram_name}: DRAM-sharded, each core reads the bank beside it"
+    by_operand = {o: t.link_loads(o) for o in ("A", "B")}
+    ranked = sorted(t.link_loads().items(), key=lambda kv: -kv[1])
+    for i, ((a, b), nbytes) in enumerate(ranked[:BUSIEST_LINKS]):
+        on = [o for o in ("A", "B") if (a, b) in by_operand[o]]
+        parts = " + ".join(f"{o} {format_traffic(by_operand[o][(a, b)])}" for o in on)
+        out.append(TrafficRow("NoC busiest link" if i == 0 else f"NoC link #{i + 1}", format_traffic(nbytes),
+                              f"core {a} → {b}", f"{parts} over the op"))
+    d = t.dram
+    chip = rec.chip
+    name = rec.dram.name if rec.dram is not None else ""
+    read_bps = chip.dram_read_Bps() if chip.has_dram else 0.0
+    write_bps = chip.dram_write_Bps() if chip.has_dram else 0.0
+    interleaved = f"{name}: pages interleaved over all its banks" if chip.has_dram else "no DRAM"
+    b_bps, b_how = read_bps, interleaved
+    if rec.b_sharded and chip.has_dram:
+        b_bps = chip.dram_read_Bps(interleaved=False)
+        b_how = f"{name}: DRAM-sharded, each core reads the bank beside it"
     for what, nbytes, bps, how in (
-        ("DRAM read A", d.read_a, use.dram_read_bps, interleaved),
+        ("DRAM read A", d.read_a, read_bps, interleaved),
         ("DRAM read B", d.read_b, b_bps, b_how),
-        ("DRAM write C", d.write, use.dram_write_bps, interleaved),
+        ("DRAM write C", d.write, write_bps, interleaved),
     ):
         rate = f"{format_value(nbytes / bps, SECONDS)} at {format_value(bps, BYTES_PER_S)}" if bps > 0 else "—"
         out.append(TrafficRow(what, format_traffic(nbytes), rate, how))
+    ports = t.port_bytes()
+    if ports and d.total > 0:
+        share = max(ports) / sum(ports)
+        out.append(TrafficRow(f"DRAM ports ({len(ports)})", f"{format_traffic(max(ports))} busiest port",
+                              f"{format_percent(share)} of the op's DRAM bytes",
+                              "a device's own DRAM is one port; pages interleaved over its banks"))
     return out
 
 

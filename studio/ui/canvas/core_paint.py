@@ -13,8 +13,9 @@ from functools import lru_cache
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QPainter
 from tilewright.engine.ir.tile_grid import TileGrid
+from tilewright.engine.results.split_traffic import SplitRecord
 from tilewright.studio.model.core_grid import CoreUse, multicast_lines, used_mask
-from tilewright.studio.model.split_traffic import OpGemm, SplitShape, core_blocks, multicast_loads
+from tilewright.studio.model.split_traffic import core_blocks, link_totals
 from tilewright.studio.ui.canvas import style
 
 Cell = tuple[int, int]
@@ -64,11 +65,11 @@ def paint_cores(painter: QPainter, cell: QRectF, grid: TileGrid, use: CoreUse | 
     painter.drawRects(idle)
     painter.setBrush(CORE_USED)
     painter.drawRects(busy)
-    if use is not None and use.shape is not None and use.gemm is not None and px >= LINK_HEAT_PX:
+    if use is not None and use.record is not None and px >= LINK_HEAT_PX:
         _paint_link_heat(painter, area, size, rows, cols, use, px)
     if use is not None and px >= 4:
         _paint_multicast(painter, area, size, mask, use, px)
-    if use is not None and use.shape is not None and px >= BLOCK_TEXT_PX:
+    if use is not None and use.record is not None and px >= BLOCK_TEXT_PX:
         _paint_blocks(painter, area, size, rows, cols, use, px)
     return rows * cols, used
 
@@ -79,7 +80,7 @@ def _paint_link_heat(painter: QPainter, area: QRectF, size: float, rows: int, co
     bytes (relative to the op's busiest link), drawn in the gap between the cores."""
     width = max(3.0, min(9.0, px * 0.25))
     by_colour: dict[int, list[QLineF]] = {}
-    for level, a, b in _link_levels(rows, cols, use.shape, use.gemm):  # type: ignore[arg-type]
+    for level, a, b in _link_levels(use.record):  # type: ignore[arg-type]
         p = QPointF(area.left() + (a[1] + 0.5) * size, area.top() + (a[0] + 0.5) * size)
         q = QPointF(area.left() + (b[1] + 0.5) * size, area.top() + (b[0] + 0.5) * size)
         mid, half = (p + q) / 2, (q - p) * 0.17  # a bar across the gap between the two cores
@@ -93,12 +94,10 @@ def _paint_link_heat(painter: QPainter, area: QRectF, size: float, rows: int, co
 
 
 @lru_cache(maxsize=64)
-def _link_levels(rows: int, cols: int, shape: SplitShape, gemm: OpGemm) -> tuple[tuple[int, Cell, Cell], ...]:
-    """(heat level, core, neighbour) per link the op's multicast trees use: bytes per link (both operands
-    where they share one) relative to the busiest link — once per op, not once per painted cell."""
-    per_link: dict[tuple[Cell, Cell], float] = {}
-    for ld in multicast_loads(rows, cols, shape, gemm):
-        per_link[(ld.src, ld.dst)] = per_link.get((ld.src, ld.dst), 0.0) + ld.nbytes
+def _link_levels(rec: SplitRecord) -> tuple[tuple[int, Cell, Cell], ...]:
+    """(heat level, core, neighbour) per link the op's multicast trees use: the engine's bytes per link
+    (both operands where they share one) relative to the busiest link — once per op, not once per cell."""
+    per_link = link_totals(rec)
     top = max(per_link.values(), default=0.0)
     if top <= 0:
         return ()
@@ -108,7 +107,7 @@ def _link_levels(rows: int, cols: int, shape: SplitShape, gemm: OpGemm) -> tuple
 def _paint_blocks(painter: QPainter, area: QRectF, size: float, rows: int, cols: int, use: CoreUse,
                   px: float) -> None:
     """Each used core's output block (block row, block column; ", k g" for a K-split group)."""
-    blocks = core_blocks(rows, cols, use.shape)  # type: ignore[arg-type]
+    blocks = core_blocks(rows, cols, use.record)  # type: ignore[arg-type]
     font = QFont(painter.font())
     font.setPointSizeF(max(6.0, min(9.0, px * 0.15)))
     painter.save()
@@ -120,7 +119,7 @@ def _paint_blocks(painter: QPainter, area: QRectF, size: float, rows: int, cols:
             br, bc, g = (int(v) for v in blocks[r, c])
             if br < 0:
                 continue
-            text = f"{br},{bc}" + (f" k{g}" if use.shape.k_split > 1 else "")  # type: ignore[union-attr]
+            text = f"{br},{bc}" + (f" k{g}" if use.record.split.k_split > 1 else "")  # type: ignore[union-attr]
             # right of the B arrow (left of centre) and below the A arrow (above centre)
             centre = QPointF(area.left() + (c + 0.58) * size, area.top() + (r + 0.56) * size)
             painter.save()

@@ -175,7 +175,7 @@ class LinksView(QWidget):
         use = self.op_use
         if use is not None:
             title = f"op {use.label}: one op's traffic on the {self.grid_shape[0]} × {self.grid_shape[1]} core grid"
-            self._add_group(title, op_rows(use, *self.grid_shape))
+            self._add_group(title, op_rows(use))
         if self.ports:
             root = root_prefix([p["port"] for p in self.ports])
             self._add_group(f"DRAM ports over the run — {port_spread(self.ports)}",
