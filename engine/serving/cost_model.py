@@ -51,6 +51,7 @@ from tilewright.engine.plan.launch import graphed
 from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass, fused_edges
 from tilewright.engine.plan.plan import Plan, scaled
 from tilewright.engine.serving.config import ServingSetupError
+from tilewright.engine.serving.grid_attention import GridAttention, shaped
 from tilewright.engine.workloads.transformer_inference import inference_graph, kv_cache_bytes
 
 ATTENTION_KINDS = (OpKind.attention, OpKind.softmax)  # ops whose cost depends on the context
@@ -138,6 +139,11 @@ class IterationCostModel:
         self._rows: dict[int, list[_Row]] = {}
         self._structure = [self._segment_structure(r, template) for r in range(self.pp)]
         self._zero_attn = [self._attention_parts(q, None) for q in self._reps]
+        self._grid_attn = {  # grid devices split attention by its head structure (``grid_attention``)
+            k: GridAttention(self._contexts[q], self._one_sequence_attention, _device, self._zero_attn[k])
+            for k, q in enumerate(self._reps)
+            if shaped(self._attn_ops, self._contexts[q])
+        }
         self._zero_logits = self._logit_parts(0)
         self._points = self._table_points()
         self._stage_shape = self._shapes()
@@ -309,6 +315,12 @@ class IterationCostModel:
         graph = inference_graph(self.dims.model_copy(update={"layers": 1}), tokens, context, 1, self.fused)
         return tuple(tuple(getattr(op, f) for f in FIELDS) for op in graph.ops() if op.kind in ATTENTION_KINDS)
 
+    @lru_cache(maxsize=8192)  # noqa: B019 - one model per simulation, freed with it
+    def _one_sequence_attention(self, tokens: int, context: int) -> tuple[Op, ...]:
+        """One sequence's attention ops of one layer, with their head structure (``Op.attention``)."""
+        graph = inference_graph(self.dims.model_copy(update={"layers": 1}), tokens, context, 1, self.fused)
+        return tuple(op for op in graph.ops() if op.kind in ATTENTION_KINDS)
+
     def attention_fields(self, work: Sequence[Work]) -> np.ndarray:
         """Summed fields (ops × FIELDS) of the batch's attention: decode steps by their affine dependence
         on the context, other work sequence by sequence."""
@@ -363,8 +375,11 @@ class IterationCostModel:
         runtime replays the iteration as a captured graph: decode-only batches, ``plan.launch.graphed``),
         and at least its DRAM stream; then its collective."""
         rows = self.per_token(sum(w.tokens for w in work))
-        fields = self.attention_fields(work)
-        attn = [self._attention_parts(q, fields) for q in self._reps]
+        fields = self.attention_fields(work) if len(self._grid_attn) < len(self._reps) else None
+        attn = [
+            self._grid_attn[k].parts(work) if k in self._grid_attn else self._attention_parts(q, fields)
+            for k, q in enumerate(self._reps)
+        ]
         attn = [(a[0] - z[0], a[1] - z[1]) for a, z in zip(attn, self._zero_attn, strict=True)]
         lg = self._logit_parts(sum(w.logits for w in work))
         lg = (lg[0] - self._zero_logits[0], lg[1] - self._zero_logits[1])
