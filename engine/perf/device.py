@@ -8,10 +8,11 @@ reached over the NoC; the tiling model decides how many bytes that is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.common import DType
-from tilewright.engine.ir.hardware import Compute, Memory, MemoryKind
+from tilewright.engine.ir.hardware import Compute, Memory, MemoryKind, RuntimeGraphs
 from tilewright.engine.perf.formats import OpFormats, gemm_dtype
 
 
@@ -56,11 +57,32 @@ class DeviceModel:
         """The fixed part of a GEMM's time in the efficiency curve (launch, pipeline fill and drain): its time
         at the curve's efficiency minus its time at the curve's best efficiency. A memory-bound GEMM pays it
         too — the kernel starts and drains before and after it streams — so it is not hidden under memory."""
+        return self.matmul_parts(flops, peak)[1]
+
+    def matmul_parts(self, flops: float, peak: float) -> tuple[float, float]:
+        """(throughput part, fixed part) of one GEMM kernel's time on the efficiency curve: they add up to
+        its time at the curve's efficiency; the fixed part is ``matmul_fill_s``."""
+        if flops <= 0:
+            return 0.0, 0.0
         curve = self.compute.efficiency
-        if curve is None or flops <= 0:
-            return 0.0
-        best = max(y for _, y in curve.points)
-        return max(0.0, flops / (peak * self.matmul_efficiency(flops)) - flops / (peak * best))
+        if curve is None:
+            return flops / peak, 0.0
+        at_curve = flops / (peak * float(curve.at(flops)))
+        fill = max(0.0, at_curve - flops / (peak * self._best_efficiency))
+        return at_curve - fill, fill
+
+    @cached_property
+    def _best_efficiency(self) -> float:
+        curve = self.compute.efficiency
+        return max(y for _, y in curve.points) if curve is not None else 1.0
+
+
+def issues_kernels(compute: Compute) -> bool:
+    """Whether a host framework runs the device kernel by kernel (a GPU: ``host_dispatch_s`` set, or a
+    runtime that replays graphs of those kernels); grids and wafers run an op as one program. Such a device
+    pays per kernel: the gap between kernels (``plan.launch``) and each GEMM kernel's own fill
+    (``op_cost.gemm_kernels``)."""
+    return compute.grid is None and (compute.host_dispatch_s > 0 or compute.runtime_graphs is not RuntimeGraphs.none)
 
 
 def device_model(

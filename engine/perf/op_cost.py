@@ -18,7 +18,7 @@ from tilewright.engine.ir.common import DEFAULT_FIDELITY
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import SpatialSplit
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
-from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.residency import OpBytes, Residency, op_memory
 from tilewright.engine.perf.spatial import device_chip
@@ -54,6 +54,55 @@ def _sharded_gemm(op: Op, micro_batch: int, tp: int) -> tuple[float, float, floa
     elif op.split is TensorSplit.row:
         k = k / tp
     return m, n, k
+
+
+# GEMM kernels (forward, backward) of a matrix op on a device that runs kernel by kernel (a GPU): the
+# backward of a weighted GEMM is a data-gradient and a weight-gradient GEMM; Megatron-LM's unfused attention
+# is QKᵀ (``baddbmm``) and PV (``bmm``) forward, and the four GEMMs of their gradients backward.
+GEMM_KERNELS: dict[OpKind, tuple[int, int]] = {
+    OpKind.matmul: (1, 2),
+    OpKind.fc: (1, 2),
+    OpKind.conv: (1, 2),
+    OpKind.attention: (2, 4),
+}
+
+
+def gemm_kernels(
+    kind: OpKind, backward: bool, shape: tuple[float, float, float] | None
+) -> tuple[tuple[float, tuple[float, float, float] | None], ...]:
+    """(share of the op's FLOPs, (M, N, K) or None) of each GEMM kernel a GPU launches for a matrix op.
+    Every kernel pays its own launch and fill (the efficiency curve's fixed part) and its own tile and wave
+    quantization, at its own output shape: for an M×N×K forward (tokens × outputs × inputs) the data
+    gradient is M×K reducing over N, the weight gradient K×N reducing over M (same FLOPs each). Without a
+    shape (attention's batched GEMMs) the kernels share the FLOPs evenly. Grids and wafers run an op as
+    one program (``device.issues_kernels``): the caller keeps one GEMM there."""
+    fwd, bwd = GEMM_KERNELS.get(kind, (1, 1))
+    n = bwd if backward else fwd
+    if shape is not None and backward and n == 2:
+        m, nn, k = shape
+        return ((0.5, (m, k, nn)), (0.5, (k, nn, m)))
+    return tuple((1.0 / n, shape) for _ in range(n))
+
+
+def _fused_attention(op: Op, fused_out: bool) -> bool:
+    """An attention op run as one (flash) kernel: fused with its softmax (``mapping.fusion``), over a KV cache
+    (decode), or carrying the head structure the inference graph gives a flash kernel (``Op.attention``).
+    (A fused latent-attention prefill carries none and is costed as the two batched GEMMs.)"""
+    return fused_out or bool(op.cache_elems) or op.attention is not None
+
+
+def _bias_grad_elems(op: Op, micro_batch: int, tp: int) -> float:
+    """Output-gradient elements one rank's bias-gradient kernel reads in a weighted op's backward: tokens ×
+    output columns of its shard when the op has a bias (parameters beyond its weight matrix), else 0.
+    Megatron-LM reduces ``grad_output.sum(0)`` (or, for a bias fused into the next elementwise op, autograd
+    sums the broadcast bias's gradient): a kernel of its own that streams the whole output gradient."""
+    if op.gemm is None or op.moe is not None or op.kind not in (OpKind.matmul, OpKind.fc, OpKind.conv):
+        return 0.0
+    _m, n, k = op.gemm
+    if op.params <= n * k:
+        return 0.0
+    m_rows, n_cols, _k = _sharded_gemm(op, micro_batch, tp)
+    return m_rows * n_cols
 
 
 def shard(op: Op, tp: int, sequence_parallel: bool) -> int:
@@ -116,17 +165,25 @@ def op_time(
     else:
         bytes_per_elem = elem_bytes
     if op.kind in MATRIX_KINDS:
-        # Tile and wave quantization pad the work: the GEMM runs like one of flops / shape_eff FLOPs, and
-        # the size curve (fixed launch and fill costs against throughput) applies to that padded work —
-        # so a fixed per-kernel cost is paid once, not once per wasted tile row.
-        padded = flops
-        if op.gemm is not None:
-            m_rows, n_cols, k_depth = _sharded_gemm(op, micro_batch, tp)
-            padded = flops / dev.compute.shape_efficiency(m_rows, n_cols, k_depth)
+        # Tile and wave quantization pad the work: each GEMM kernel runs like one of flops / shape_eff FLOPs,
+        # and the size curve (fixed launch and fill costs against throughput) applies to that padded work —
+        # so a fixed per-kernel cost is paid once per kernel, not once per wasted tile row.
         peak = dev.matmul_peak(formats, op.params > 0)  # fp8 GEMMs on the fp8 units (``formats.gemm_dtype``)
-        fill_s = dev.matmul_fill_s(padded, peak) if flops else 0.0  # never hidden under memory streaming
-        compute_s = padded / (peak * dev.matmul_efficiency(padded)) - fill_s if flops else 0.0
-        fixed_s += fill_s
+        shape = _sharded_gemm(op, micro_batch, tp) if op.gemm is not None else None
+        split = issues_kernels(dev.compute) and not (op.kind is OpKind.attention and _fused_attention(op, fused_out))
+        compute_s = 0.0
+        for share, dims in (gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),)):
+            if not flops:
+                break
+            padded = flops * share / (dev.compute.shape_efficiency(*dims) if dims is not None else 1.0)
+            throughput_s, fill_s = dev.matmul_parts(padded, peak)  # the fill is never hidden under streaming
+            compute_s += throughput_s
+            fixed_s += fill_s
+        # the bias gradient is its own reduction kernel after the GEMMs: one more pass over the output gradient
+        bias_bytes = _bias_grad_elems(op, micro_batch, tp) * (formats.activation_bytes if formats else elem_bytes)
+        if split and backward and bias_bytes and dev.local_dram is not None:
+            fixed_s += bias_bytes / dev.dram_bandwidth
+            traffic_elems += bias_bytes / bytes_per_elem
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
     if residency is None and dev.local_dram is not None:

@@ -32,9 +32,23 @@ Collectives launch their own NCCL kernel, whose host cost is part of the collect
 launches every kernel of the pass from the device, so the host's per-kernel dispatch is not paid — the
 segment lasts its device time. The per-kernel device gap (``fixed_op_s``) stays. Training is eager.
 
-**Device-side gap.** Even when the host is far ahead, a GPU does not start a kernel the instant the one
-before it ends: ``Compute.fixed_op_s`` is that gap per kernel (``op_cost`` charges it once per op, the
-rest of an op's kernels are charged here).
+**Per-kernel floor.** Even when the host is far ahead, a kernel costs the device a fixed time whatever its
+size — the grid's launch, the tiny kernel itself, the gap to the next one: ``Compute.fixed_op_s``, per
+kernel (``op_cost`` charges it once per op, the rest of an op's kernels are charged here), in eager streams
+and in captured graphs alike (a graph removes the host's dispatch, not this). A kernel that streams bytes
+pays the floor plus its streaming time; a tiny elementwise kernel pays the floor alone.
+
+**GEMM kernels.** Each GEMM kernel also pays its own launch and fill (the efficiency curve's fixed part) and
+its own tile and wave quantization at its own output shape (``op_cost.gemm_kernels``): a weighted op's
+backward is the data-gradient (M×K) and the weight-gradient (K×N) GEMM of ``KERNELS``' three, unfused
+attention two batched GEMMs forward and four backward. The third, the bias gradient, streams the whole output
+gradient once more (``op_cost``), serial with the GEMMs.
+
+**Why the host rarely binds.** A segment lasts ``max(device, kernels × host_dispatch_s)``: with 8 µs per
+kernel the host issues a Megatron GPT layer's forward in 128 µs, which the device only undercuts when a
+layer's work is a few µs per kernel (tp 8 of a 350M model comes close, its unfused attention's score
+traffic keeps the device busier). The host's lead is not carried across a collective (it could be: launches
+are asynchronous), which makes the bound slightly pessimistic, never optimistic.
 
 **Attention scores.** Without a fused (flash) kernel, attention's two batched matmuls go through device
 memory: QKᵀ writes the a·s² scores and PV reads the dropped-out probabilities (forward); the backward
@@ -50,7 +64,7 @@ from typing import Literal
 
 from tilewright.engine.ir.hardware import Compute, RuntimeGraphs
 from tilewright.engine.ir.ops import Op, OpKind
-from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.device import DeviceModel, issues_kernels
 
 InferencePass = Literal["prefill", "decode"]
 
@@ -77,12 +91,6 @@ def kernels(op: Op, backward: bool) -> int:
     """Kernel launches of one op's forward or backward pass."""
     fwd, bwd = KERNELS.get(op.kind, (1, 1))
     return bwd if backward else fwd
-
-
-def issues_kernels(compute: Compute) -> bool:
-    """Whether a host framework runs the device kernel by kernel (a GPU: ``host_dispatch_s`` set, or a
-    runtime that replays graphs of those kernels); grids and wafers run an op as one program."""
-    return compute.grid is None and (compute.host_dispatch_s > 0 or compute.runtime_graphs is not RuntimeGraphs.none)
 
 
 def graphed(compute: Compute, kind: InferencePass) -> bool:
