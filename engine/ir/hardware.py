@@ -102,7 +102,7 @@ class Compute(QuietDefaultsModel):
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs", "programs_by_op",
-              "gemm_granule")
+              "gemm_granule", "runtime_step_s")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -149,6 +149,12 @@ class Compute(QuietDefaultsModel):
     )
     runtime_graphs: RuntimeGraphs = Field(
         RuntimeGraphs.none, description="inference passes replayed as captured graphs, without host dispatch"
+    )
+    runtime_step_s: Seconds = Field(
+        0.0,
+        description="host work of the serving runtime in each inference iteration that the device waits for "
+        "(scheduling, input preparation, the sampled tokens' copy back and output processing), paid once per "
+        "prefill or decode pass of the first pipeline stage",
     )
     comment: str = ""
 

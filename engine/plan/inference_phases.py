@@ -93,6 +93,19 @@ def _mix(a: ChunkPass, b: ChunkPass, w: float, name: str, key: tuple) -> NamedPa
     return NamedPass(a.kind, segs, a.dataflows, name=name, cache_key=key)
 
 
+def with_runtime_step(ps: NamedPass, seconds: float) -> NamedPass:
+    """``ps`` led by the serving runtime's host work for the iteration (``Compute.runtime_step_s``): the device
+    waits for it (scheduling and inputs before the step, the sampled tokens' copy back and output processing
+    after it; the wait is one per iteration, so it is placed first)."""
+    if seconds <= 0 or not ps.segments:
+        return ps
+    step = Segment(
+        label="runtime step (host)", layer=ps.segments[0].layer, busy_s=seconds, compute_s=0.0, flops=0.0,
+        dram_bytes=0.0, host_s=seconds, dispatch_wait_s=seconds,
+    )
+    return NamedPass(ps.kind, [step, *ps.segments], ps.dataflows, name=ps.name, cache_key=ps.cache_key)
+
+
 def kv_dtype(plan: Plan) -> DType:
     """The KV cache's format: ``mapping.formats.kv_cache``, else the activations' format."""
     f = plan.project.mapping.formats.kv_cache
@@ -284,6 +297,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
             ph.workspaces.append(plan.stages[r].workspace * mb / max(plan.micro_batch, 1))
         return ph
     fused = inf.attention == AttentionKind.fused
+    step_s = plan.stages[0].dev.compute.runtime_step_s  # the runtime's host work per iteration
     order = inf.prefill or plan.stages[0].dev.compute.runtime_prefill
     ph.sequential = order == PrefillOrder.sequential and mb > 1
     per_pass = 1 if ph.sequential else mb  # sequences in one prefill pass
@@ -299,7 +313,8 @@ def inference_phases(plan: Plan) -> InferencePhases:
         repeat = mb // per_pass  # sequential: the same one-sequence pass, once per sequence
         # its splits are reported once: the ops of one sequence's pass
         segments = ps.segments * repeat
-        ph.prefill.append(NamedPass(ps.kind, segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
+        named = NamedPass(ps.kind, segments, ps.dataflows, name="prefill", cache_key=("prefill",))
+        ph.prefill.append(with_runtime_step(named, step_s) if r == 0 else named)
         ops = [op for ls in layers for op in ls]
         space = workspace_bytes(_transient(ops), per_pass, m.tp, m.sequence_parallel, plan.elem_bytes)
         if decode:  # the longest context's step (materialised scores grow with it)
@@ -307,6 +322,8 @@ def inference_phases(plan: Plan) -> InferencePhases:
             space = max(space, workspace_bytes(_transient(ops), mb, m.tp, False, plan.elem_bytes))
         ph.workspaces.append(space)
     for c, graph in decode.items():
-        ph.samples[c] = [forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, False, fmt, "decode"))
-                         for r in range(plan.pp)]
+        passes = [forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, False, fmt, "decode"))
+                  for r in range(plan.pp)]
+        passes[0] = with_runtime_step(NamedPass(passes[0].kind, passes[0].segments, passes[0].dataflows), step_s)
+        ph.samples[c] = passes
     return ph

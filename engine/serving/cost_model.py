@@ -122,6 +122,7 @@ class IterationCostModel:
         self._contexts = [stage_context(plan, r, 1) for r in range(self.pp)]
         # captured graphs (``plan.launch``): which iterations issue their kernels without host dispatch
         self._graphed = {k: graphed(plan.stages[0].dev.compute, k) for k in ("prefill", "decode")}
+        self.runtime_step_s = plan.stages[0].dev.compute.runtime_step_s
         self._send_tokens = dims.seq_len * plan.micro_batch
         template = inference_graph(dims, 1, 1, 1, self.fused)
         self._kinds = {li.index: li.kind for li in template.layers}
@@ -394,6 +395,7 @@ class IterationCostModel:
             if dram.any():
                 busy = np.maximum(busy, dram * self.plan.dram_seconds_per_byte(r))
             out[r] = busy.sum() + row.comm + row.send
+        out[0] += self.runtime_step_s  # the runtime's host work for the iteration (``with_runtime_step``)
         return out
 
     def iteration_seconds(self, work: Sequence[Work]) -> float:
