@@ -8,7 +8,8 @@ optimizer step (``plan.residency``) — so each candidate that uses one is timed
 running the analytic engine: the same functions the engines use, one place for each formula, at about
 0.1 s a candidate instead of microseconds. To keep that affordable the stage varies only *seeds* from the
 first stage: the fastest candidates it kept (where ep, cp or a cheaper gradient reduction can win time)
-and the fastest that missed memory (where sharding, ep, cp or offload can make them fit).
+and the fastest that missed memory (where sharding, ep, cp or offload can make them fit); for MoE models
+also one seed per expert-parallel degree, varied at that degree only (``moe``).
 
 Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the same devices and batch:
 

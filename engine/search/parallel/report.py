@@ -46,6 +46,7 @@ def search_text(result: SearchResult) -> str:
             f"{sharding_text(c):<16} "
             f"{r.iteration_time_s:9.3f} {event} {result.global_batch / t:10.2f} {r.peak_memory_bytes / GIB:7.1f}"
         )
+    lines += [f"  note: {n}" for n in result.notes]
     best = result.ranked[0]
     if best.spatial_splits:  # grid devices: how #1 spreads each op over a chip's cores (stage 0)
         lines.append(f"  #1 per chip ({best.candidate.label()}), spatial split of each forward op:")

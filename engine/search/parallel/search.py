@@ -1,7 +1,10 @@
 """Parallelism search: the fastest tp × pp × dp × micro-batch × interleave × recompute × sequence
 parallelism × ZeRO-1 × placement for a model, system, device budget and global batch, then (second
 stage, ``extended``) expert and context parallelism, ZeRO-2/3, FSDP and optimizer offload around the best
-candidates of the first stage and the fastest that missed memory.
+candidates of the first stage and the fastest that missed memory — and, for a mixture-of-experts model, per
+expert-parallel degree the fastest that fits once its routed experts are spread over that many ranks
+(``moe``: the first stage times ep 1 only, and ep must divide dp, so seeds at ep 1 never reach the degrees
+large MoE models are trained with).
 
 Calculon (Isaev et al., SC'23) evaluates every point of this space with its analytic model; this search
 walks the same space but (1) rejects by memory before timing — closed-form state and activation bytes
@@ -38,6 +41,7 @@ from tilewright.engine.search.op_settings import fusion_allows
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Chunks, Estimator
 from tilewright.engine.search.parallel.extended import Extensions, default_extensions, exact_evaluator, variants
+from tilewright.engine.search.parallel.moe import ExpertBound, MoESeeds, moe_experts
 from tilewright.engine.search.space import Space, recompute_options, tensor_options
 from tilewright.engine.workloads import build_workload
 
@@ -185,12 +189,22 @@ def search(
     ext = extensions if extensions is not None else default_extensions(project, hw, est.dev, **(narrow or {}))
     # seeds that missed memory: the fastest, and the fastest with dp ≥ 2 (where ep, cp and sharding apply)
     misses = (_Best(SEEDS), _Best(SEEDS)) if ext.active else None
+    experts = moe_experts(project.workload)
+    bound = ExpertBound(est, experts)
+    # MoE: per expert-parallel degree, the fastest candidate that fits with its experts spread (``moe``)
+    moe = MoESeeds(bound, ext.eps) if experts and any(e > 1 for e in ext.eps) else None
     first = report.part(0.0, 1.0 / (1 + sims) * (0.8 if ext.active else 1.0))
-    _walk(space, est, best, result, first, start, misses)
+    _walk(space, est, best, result, first, start, misses, moe)
     ranked = _refine(best.sorted(), est, global_batch)
     if ext.active:
         second = report.part(0.8 / (1 + sims), 1.0 / (1 + sims))
-        ranked = _extend(project, ext, ranked, _seeds(misses), result, second)
+        moe_seeds = moe.seeds() if moe is not None else []
+        if moe_seeds:
+            result.notes.append(
+                "expert-parallel seeds (fastest that fit with the routed experts over ep ranks): "
+                + ", ".join(c.label() for c in moe_seeds)
+            )
+        ranked = _extend(project, ext, ranked, _seeds(misses), result, second, moe_seeds, bound)
     result.ranked = ranked[: best.keep]
     for r in result.ranked:
         r.spatial_splits = est.spatial_splits(r.candidate)
@@ -214,9 +228,12 @@ def _walk(
     report: Reporter,
     start: float,
     misses: tuple[_Best, _Best] | None = None,
+    moe: MoESeeds | None = None,
 ) -> None:
     """The first stage. ``misses``: where to keep the candidates that fit nowhere, by their
-    communication-free time (the second stage's seeds for sharding, ep, cp and offload)."""
+    communication-free time (the second stage's seeds for sharding, ep, cp and offload); ``moe``: where to
+    keep, per ep degree, the fastest that fit with their routed experts spread over that many ranks (a
+    larger micro-batch is tried while any candidate fits so)."""
     gb = space.global_batch
     capacity = est.capacity
     last_report = start
@@ -252,6 +269,8 @@ def _walk(
                                 chunks = est.chunks(table, key, pp, v)
                                 layouts = len(orders) * len(space.placements)
                                 fitting = _fitting(c0, m, zeros, est, chunks, capacity, result, layouts)
+                                if moe is not None and moe.offer(c0, m, chunks, est.lower_bound(c0, m, chunks)):
+                                    fits = True
                                 if not fitting:
                                     if misses is not None:
                                         miss = Ranked(c0, est.lower_bound(c0, m, chunks), 0.0)
@@ -380,20 +399,26 @@ def _extend(
     missed: list[Ranked],
     result: SearchResult,
     report: Reporter,
+    moe_seeds: list[Candidate] | None = None,
+    bound: ExpertBound | None = None,
 ) -> list[Ranked]:
     """The second stage (``extended``): every variant of the fastest ``SEEDS`` kept candidates and of the
-    fastest ``SEEDS`` that missed memory (and as many with dp ≥ 2), timed by the plan and the analytic
-    engine; those that fit join the ranking. First-stage candidates the user's restrictions exclude
-    (``Extensions.allows``) leave it."""
+    fastest ``SEEDS`` that missed memory (and as many with dp ≥ 2), and (MoE) of each ep degree's seed at
+    that degree (``moe``), timed by the plan and the analytic engine; those that fit join the ranking.
+    Variants whose memory lower bound (``moe.ExpertBound.may_fit``) exceeds the device are not planned.
+    First-stage candidates the user's restrictions exclude (``Extensions.allows``) leave it."""
     evaluate = exact_evaluator(project, result.global_batch)
-    seeds = [(r.candidate, True) for r in ranked[:SEEDS]] + [(r.candidate, False) for r in missed]
+    seeds = [(r.candidate, True, ext) for r in ranked[:SEEDS]] + [(r.candidate, False, ext) for r in missed]
+    for s in moe_seeds or []:  # at its own degree only: the others have their own seeds
+        seeds.append((s, True, replace(ext, eps=[s.ep], cps=[1], offload=None)))
     todo: list[Candidate] = []
     seen = {r.candidate for r in ranked}
-    for seed, fits in seeds:
-        for c in variants(seed, ext, project.workload, fits):
+    for seed, fits, narrowed in seeds:
+        for c in variants(seed, narrowed, project.workload, fits):
             if c not in seen:
                 seen.add(c)
-                todo.append(c)
+                if bound is None or _may_fit(c, bound, result.global_batch):
+                    todo.append(c)
     out = [r for r in ranked if ext.allows(r.candidate)]
     for i, c in enumerate(todo):
         report.check()
@@ -404,6 +429,14 @@ def _extend(
             out.append(Ranked(c, timed.iteration_time_s, timed.peak_memory_bytes))
     report(1.0, f"search: second stage, {len(todo)} candidates timed")
     return sorted(out, key=lambda r: r.iteration_time_s)
+
+
+def _may_fit(c: Candidate, bound: ExpertBound, global_batch: int) -> bool:
+    """``c`` may fit by its memory lower bound (its dense layout's activations and the plan's state)."""
+    est = bound.est
+    table, key = est.layer_table(c)
+    chunks = est.chunks(table, key, c.pp, c.interleave)
+    return bound.may_fit(c, c.micro_batches(global_batch), chunks)
 
 
 def _fmt(best: _Best) -> str:
