@@ -49,6 +49,19 @@ def model_state(params: float, per_param: StateBytes, zero: int, dp: int) -> Sta
     )
 
 
+def expert_model_state(
+    params: float, expert_params: float, per_param: StateBytes, zero: int, dp: int, ep: int
+) -> StateBytes:
+    """``model_state`` of a device holding ``expert_params`` of routed-expert parameters among its ``params``:
+    ZeRO shards the experts' state over the dp / ep replicas that hold the same experts (Megatron-Core's
+    expert-data-parallel group), every other parameter's over all dp replicas."""
+    dense = model_state(params - expert_params, per_param, zero, dp)
+    experts = model_state(expert_params, per_param, zero, max(dp // max(ep, 1), 1))
+    return StateBytes(
+        dense.weights + experts.weights, dense.gradients + experts.gradients, dense.optimizer + experts.optimizer
+    )
+
+
 def _saved(op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int) -> float:
     k = shard(op, tp, sp)
     return (op.saved_elems * elem_bytes + op.saved_bytes_fixed) * micro_batch / k

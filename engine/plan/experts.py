@@ -17,8 +17,9 @@ every replica. Per device:
 
 Gradients of the routed experts are reduced (and, with ZeRO-1/2, their updated weights gathered) over the
 dp / ep replicas that hold the same experts (Megatron-Core's expert-data-parallel group), the other weights'
-over all replicas (``Plan.dp_collective``). Not modelled: ZeRO-2/3's per-layer collectives and the optimizer
-state still shard the experts over all dp replicas, and token dropping at a capacity factor beyond the
+over all replicas (``Plan.dp_collective``); ZeRO shards the experts' optimizer state (and gradients, weights
+at stages 2, 3) over that group too (``perf.memory.expert_model_state``). Not modelled: ZeRO-2/3's per-layer
+collectives still run the experts over all dp replicas, and token dropping at a capacity factor beyond the
 FLOPs the workload already pads.
 """
 

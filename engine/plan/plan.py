@@ -22,7 +22,7 @@ from tilewright.engine.perf.memory import (
     StateBytes,
     activation_bytes,
     bytes_per_param,
-    model_state,
+    expert_model_state,
     params_on_device,
     workspace_bytes,
 )
@@ -451,6 +451,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         act: dict[int, float] = {}
         grad: dict[int, float] = {}
         expert_grad: dict[int, float] = {}
+        expert_params: dict[int, float] = {}
         all_ops: list[Op] = []
         transient = 0.0
         params = 0.0
@@ -477,12 +478,15 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             params += p
             grad[c] = p * state_per_param.gradients
             if ep > 1:
-                expert_grad[c] = params_on_device(routed_experts(ops), m.tp) * state_per_param.gradients
-        state = model_state(params, per_param, m.zero, m.dp)
+                expert_params[c] = params_on_device(routed_experts(ops), m.tp)
+                expert_grad[c] = expert_params[c] * state_per_param.gradients
+        experts = sum(expert_params.values())
+        state = expert_model_state(params, experts, per_param, m.zero, m.dp, ep)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
         opt_bytes = ADAM_BYTES_MIXED if state_per_param.optimizer > 8 else ADAM_BYTES_FP32
-        local_params = params / (m.dp if m.zero >= 1 else 1)
+        # the optimizer steps the parameters whose state this device holds (ZeRO: its shard of each group's)
+        local_params = (params - experts) / m.dp + experts / max(m.dp // ep, 1) if m.zero >= 1 else params
         stages.append(
             StagePlan(
                 rank=r,

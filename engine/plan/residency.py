@@ -24,8 +24,15 @@ from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel, shared_memory, sharing_devices
-from tilewright.engine.perf.memory import StateBytes, activation_bytes, model_state, params_on_device, workspace_bytes
+from tilewright.engine.perf.memory import (
+    StateBytes,
+    activation_bytes,
+    expert_model_state,
+    params_on_device,
+    workspace_bytes,
+)
 from tilewright.engine.perf.residency import LEVELS, Level, Residency
+from tilewright.engine.plan.experts import routed_experts
 
 AUTO = "auto"
 AUTO_ORDER = ("weights", "kv_cache", "activations", "gradients", "optimizer")
@@ -185,7 +192,8 @@ def stage_residency(
     if not m.memory_levels:
         return None
     ops = [op for layer in layers for op in layer]
-    state = model_state(params_on_device(ops, m.tp), per_param, m.zero, m.dp)
+    experts = params_on_device(routed_experts(ops), m.tp) if m.ep > 1 else 0.0
+    state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, m.dp, m.ep)
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)
     sizes = stage_sizes(project, ops, layers, state, elem)

@@ -84,15 +84,20 @@ class ExpertBound:
         FSDP), optimizer state elsewhere with ``offload``: state by ``model_state`` plus the first stage's
         activation peak and workspace (``parts``: ``Estimator.memory_parts``, if known). Below the plan's
         peak (module docstring)."""
-        s = model_state(1.0, self.est.per_param, zero, c.dp)  # bytes per parameter, linear in parameters
+        # bytes per parameter, linear in parameters: the experts' state is sharded over the dp / ep replicas
+        # that hold the same experts, the rest over all dp (``perf.memory.expert_model_state``)
+        s = model_state(1.0, self.est.per_param, zero, c.dp)
+        x = model_state(1.0, self.est.per_param, zero, max(c.dp // ep, 1))
         per = s.weights + s.gradients + (0.0 if offload else s.optimizer)
+        per_expert = x.weights + x.gradients + (0.0 if offload else x.optimizer)
         total = self.est.stage_params(c.tp, c.pp, c.interleave)
         expert = self.stage_expert_params(c.tp, c.pp, c.interleave)
         if parts is None:
             parts = self.est.memory_parts(c, m, chunks)  # (params, activations + workspace): no ZeRO in it
         stages = self.est.stages_to_check(c.pp)
         return max(
-            per * (total[r] - expert[r] * (1.0 - 1.0 / ep)) + rest for r, (_p, rest) in zip(stages, parts, strict=True)
+            per * (total[r] - expert[r]) + per_expert * expert[r] / ep + rest
+            for r, (_p, rest) in zip(stages, parts, strict=True)
         )
 
     def fits(
