@@ -4,6 +4,7 @@
 - 1T GPT on 3,072 A100s (tp 8, pp 64, dp 6, global batch 3,072)                 target < 3 s
 - PALM wafer: T-18B on palm-wafer, pp 20, tp 16, 21 micro-batches of 51, fp16,
   full recompute, full link and DRAM-port contention                            target < 2 s
+- 64 x 64-tile wafer: GPT-3 175B, tp 16, pp 64, dp 4 (issue 10's speed bar)     target < 6 s
 and the analytic engine's in-process evaluations per second (target ≥ 1,000).
 """
 
@@ -26,6 +27,8 @@ CASES = [
     ("PALM wafer T-18B", 2.0,
      ["--system", "palm-wafer", "--model", "t-18b", "--tp", "16", "--pp", "20", "--dp", "1",
       "--micro-batch", "51", "--global-batch", "1071", "--dtype", "fp16", "--recompute", "full"]),
+    ("64x64 wafer GPT-3", 6.0,
+     ["--system", "wafer-64x64", "--model", "gpt3-175b", "--tp", "16", "--pp", "64", "--dp", "4"]),
 ]
 
 

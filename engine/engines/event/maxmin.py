@@ -66,15 +66,27 @@ def max_min_rates_arrays(rows: Sequence[tuple[np.ndarray, np.ndarray]], capacity
     The same progressive filling, operation for operation, so the rates are bit-identical: links are
     numbered in order of first appearance (the dict order ``max_min_rates`` iterates in), every link's
     load is summed and reduced flow by flow in the same order, and frozen flows come from the same set."""
+    return progressive_fill(rows, capacity)[0]
+
+
+def progressive_fill(
+    rows: Sequence[tuple[np.ndarray, np.ndarray]], capacity: np.ndarray
+) -> tuple[list[float], bool]:
+    """``max_min_rates_arrays`` and whether the numerical guard picked a link to freeze.
+
+    The guard is the one step that depends on the order of the flows beyond the order loads are summed
+    in (it takes the first of equally tight links), so the flow network only reuses a solution for
+    another order of the same flows when the guard did not act (``FlowNetwork._solve``)."""
     n = len(rows)
     rates = [0.0] * n
+    guarded = False
     active = set(range(n))
     for f, (links, _u) in enumerate(rows):
         if not len(links):
             rates[f] = float("inf")
             active.discard(f)
     if not active:
-        return rates
+        return rates, guarded
     uniq, first, inverse = np.unique(
         np.concatenate([links for links, _u in rows]), return_index=True, return_inverse=True
     )
@@ -106,6 +118,7 @@ def max_min_rates_arrays(rows: Sequence[tuple[np.ndarray, np.ndarray]], capacity
         saturated = np.flatnonzero(alive & (spare <= limit))
         frozen = {f for link in saturated.tolist() for f in np.flatnonzero(on[:, link]).tolist() if f in active}
         if not frozen:  # numerical guard: freeze the tightest link's flows
+            guarded = True
             cand = np.flatnonzero(alive)
             link = int(cand[np.argmin(spare[cand] / load[cand])])
             frozen = {f for f in np.flatnonzero(on[:, link]).tolist() if f in active}
@@ -114,4 +127,4 @@ def max_min_rates_arrays(rows: Sequence[tuple[np.ndarray, np.ndarray]], capacity
             idx, u = cols[f]
             load[idx] -= u
         alive &= load > EPS
-    return rates
+    return rates, guarded

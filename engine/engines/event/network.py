@@ -8,19 +8,25 @@ simply makes older timeouts stale.
 Bookkeeping is per *usage pattern* (the link-usage dict of a collective phase, shared by every flow of
 that phase): a pattern keeps the sum of its flows' rates over time and the bytes it carried, and link
 series are derived from patterns at the end — O(1) per flow event instead of O(links).
+
+A component's max-min solution is kept by its patterns, and, when every usage is a whole number (link
+loads then add up exactly in any order), reused for every order its flows come in: the same rates, bit
+for bit (``FlowNetwork._solve``). A 64 × 64-tile wafer run solves 1.6 k components instead of 21 k.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
-from tilewright.engine.engines.event.maxmin import independent_rates, max_min_rates_arrays
+from tilewright.engine.engines.event.maxmin import independent_rates, max_min_rates_arrays, progressive_fill
 
 SYNC_COMPONENT = 8  # components up to this many flows are re-solved at once, without a batching event
+EXACT_SUM = 2.0**32  # whole usages below this add up exactly in any order (far from 2**53)
+INF = float("inf")
 
 
 @dataclass
@@ -75,11 +81,18 @@ class Pattern:
     usage: Mapping[int, float]
     solve: Mapping[int, float]  # the links the max-min solver needs (see engine.engines.event.compress)
     alone_rate: float = 0.0  # the route's bottleneck: a flow's rate with nothing else on its links
-    # the solver links that can reach flows of other patterns (and the first, which reaches this one's),
-    # in ``solve`` order, valid while ``walk_version`` is the network's pattern version
+    # the flow sets of the solver links a component walk visits (see ``FlowNetwork._walk``), in ``solve``
+    # order, valid while ``walk_version`` is the network's pattern version
     walk: list[set[int]] = field(default_factory=list)
     walk_version: int = -1
     rows: tuple[np.ndarray, np.ndarray] | None = None  # ``solve`` as (link ids, usages), for the solver
+    serial: int = 0  # creation order: the canonical order of a component's patterns (``FlowNetwork._solve``)
+    whole: bool = False  # every usage in ``solve`` a whole number below EXACT_SUM
+    # (link, its ``on_link`` set) for the links of ``solve`` in order, the sets alone, and their ``add``:
+    # a flow joins and leaves its links without a dict lookup per link (``on_link`` sets are never replaced)
+    members: list[tuple[int, set[int]]] = field(default_factory=list)
+    sets: list[set[int]] = field(default_factory=list)
+    adds: list[Callable[[int], None]] = field(default_factory=list)
     rate_sum: float = 0.0
     bytes: float = 0.0
     trace: LinkTrace = field(default_factory=LinkTrace)
@@ -124,13 +137,20 @@ class FlowNetwork:
         self._freed_links: set[int] = set()
         self._pending = False
         self._heap: list[tuple[float, int, int]] = []  # (finish time, flow id, version)
-        self._wake_at = float("inf")
+        self._wake_at = INF
         self.flow_count = 0
-        # how many patterns' solver links include each link, bumped as patterns appear (see _component)
-        self._link_patterns: dict[int, int] = {}
+        # the patterns (by ``id(usage)``) whose solver links include each link: every pattern the run can
+        # issue (``reduced``), and any other as it appears, which bumps the version (see ``_walk``)
+        self._link_users: dict[int, set[int]] = {}
+        for key, solve in self.reduced.items():
+            for link in solve:
+                self._link_users.setdefault(link, set()).add(key)
         self._pattern_version = 0
         # max-min solutions by the component's patterns in order: the solver is a pure function of them
         self._solved: dict[tuple[Pattern, ...], list[float]] = {}
+        # ... and by the patterns in canonical order (None: the solver's guard acted; see ``_solve``)
+        self._canonical: dict[tuple[Pattern, ...], list[float] | None] = {}
+        self._serial = 0
 
     # -- public -------------------------------------------------------------------------------
     def transfer(self, usage: Mapping[int, float], nbytes: float, latency: float = 0.0) -> simpy.Event:
@@ -141,24 +161,19 @@ class FlowNetwork:
         if nbytes <= 0 or not usage:
             self._finish_after(done, latency)
             return done
-        pattern = self._pattern(usage)
-        usage = pattern.solve
+        pattern = self.patterns.get(id(usage))
+        if pattern is None or pattern.usage is not usage:
+            pattern = self._pattern(usage)
         pattern.bytes += nbytes
         fid = self._next_id
         self._next_id += 1
         self.flow_count += 1
         flow = Flow(fid, pattern, float(nbytes), latency, done, updated=self.env.now)
         self.flows[fid] = flow
-        alone = True
-        on_link = self.on_link
-        for link in usage:
-            members = on_link.get(link)
-            if members is None:
-                on_link[link] = {fid}
-            else:
-                if members:  # flows that finished leave an empty set behind: that is not sharing
-                    alone = False
-                members.add(fid)
+        # alone: no other flow on any of its links (finished flows leave empty sets: that is not sharing)
+        alone = not any(pattern.sets)
+        for add in pattern.adds:
+            add(fid)
         if not self.contention or alone:
             # contention off, or nothing else on its links: its rate is its route's bottleneck, now
             rate = pattern.alone_rate
@@ -234,11 +249,24 @@ class FlowNetwork:
         if pattern is None or pattern.usage is not usage:
             solve = self.reduced.get(id(usage), usage)
             (alone_rate,) = independent_rates([solve], self.capacity)
-            pattern = self.patterns[id(usage)] = Pattern(usage, solve, alone_rate)
-            counts = self._link_patterns
+            self._serial += 1
+            whole = all(float(u).is_integer() and 0 <= u < EXACT_SUM for u in solve.values())
+            pattern = self.patterns[id(usage)] = Pattern(usage, solve, alone_rate, serial=self._serial, whole=whole)
+            on_link = self.on_link
+            pattern.members = [(link, on_link.setdefault(link, set())) for link in solve]
+            pattern.sets = [members for _link, members in pattern.members]
+            pattern.adds = [members.add for members in pattern.sets]
+            # a pattern of the universe by its usage's id (as ``reduced`` knows it); any other by its own
+            # serial, negative, so that no id reused by a new usage dict could stand for an old pattern
+            users, new = self._link_users, False
+            key = id(usage) if id(usage) in self.reduced else -self._serial
             for link in solve:
-                counts[link] = counts.get(link, 0) + 1
-            self._pattern_version += 1
+                on = users.setdefault(link, set())
+                if key not in on:
+                    on.add(key)
+                    new = True
+            if new:
+                self._pattern_version += 1
         return pattern
 
     @staticmethod
@@ -252,15 +280,24 @@ class FlowNetwork:
         return pattern.rows
 
     def _walk(self, pattern: Pattern) -> list[set[int]]:
-        """The flow sets (``on_link``) of the links of ``pattern`` a component walk must visit. Every flow
-        of a pattern is on all its links, so once its first link is visited every flow of the pattern is
-        in the component, and a link no other pattern uses can add nothing more: skipping those visits
-        the same flows in the same order. (An empty set in ``on_link`` means what a missing one does.)"""
+        """The flow sets (``on_link``) of the links of ``pattern`` a component walk must visit, in
+        ``solve`` order. Every flow of a pattern is on all its links, so once a link is visited every
+        flow of every pattern using it is in the component: a later link whose patterns all use an
+        earlier visited one can add nothing (its own pattern's private links, and the many links a
+        collective and a DRAM stream of one stage both cross). Skipping those visits the same flows in
+        the same order. Patterns that do not exist yet only make the walk visit more links (with no
+        flows of theirs), so the patterns of the whole run serve from the start. (An empty set in
+        ``on_link`` means what a missing one does.)"""
         if pattern.walk_version != self._pattern_version:
-            counts, on_link = self._link_patterns, self.on_link
-            pattern.walk = [
-                on_link.setdefault(lk, set()) for i, lk in enumerate(pattern.solve) if i == 0 or counts[lk] > 1
-            ]
+            users = self._link_users
+            covered: set[int] = set()
+            walk = []
+            for link, members in pattern.members:
+                on = users[link]
+                if not covered.issuperset(on):
+                    covered |= on
+                    walk.append(members)
+            pattern.walk = walk
             pattern.walk_version = self._pattern_version
         return pattern.walk
 
@@ -281,16 +318,21 @@ class FlowNetwork:
         seen = set(seeds)
         stack = list(seeds)
         walked: set[Pattern] = set()  # a pattern walked once has had all its links' flows seen
+        flow_of, pop, push, see, version = self.flows.get, stack.pop, stack.append, seen.add, self._pattern_version
         while stack:
-            flow = self.flows.get(stack.pop())
-            if flow is None or flow.pattern in walked:
+            flow = flow_of(pop())
+            if flow is None:
                 continue
-            walked.add(flow.pattern)
-            for members in self._walk(flow.pattern):  # a link seen before adds nothing new: no need to skip it
+            pattern = flow.pattern
+            if pattern in walked:
+                continue
+            walked.add(pattern)
+            walk = pattern.walk if pattern.walk_version == version else self._walk(pattern)
+            for members in walk:  # a link seen before adds nothing new: no need to skip it
                 for other in members:
                     if other not in seen:
-                        seen.add(other)
-                        stack.append(other)
+                        see(other)
+                        push(other)
                 if limit is not None and len(seen) > limit:
                     return seen
         return seen
@@ -316,18 +358,50 @@ class FlowNetwork:
             key = tuple(f.pattern for f in comp)
             rates = self._solved.get(key)
             if rates is None:
-                rates = self._solved[key] = max_min_rates_arrays([self._rows(p) for p in key], self._capacity)
+                rates = self._solved[key] = self._solve(key)
         for flow, rate in zip(comp, rates, strict=True):
             if rate != flow.rate:
                 self._add_rate(flow, rate - flow.rate)
             self._set_rate(flow, rate)
 
+    def _solve(self, key: tuple[Pattern, ...]) -> list[float]:
+        """Max-min rates of flows with these patterns, in this order. With whole-number usages every link
+        load is summed and reduced exactly, so the progressive filling does the same float operations on
+        every link, and takes the same steps, in whatever order the flows come; only the solver's guard
+        (see ``progressive_fill``) looks at the order. A component's flows come in many orders (set
+        order of flow ids), so the solution is kept by the patterns in creation order and reused for
+        every order — bit for bit the rates the ordered solve gives — unless the guard acted."""
+        if all(p.whole for p in key):
+            order = sorted(range(len(key)), key=lambda i: key[i].serial)
+            canon = tuple(key[i] for i in order)
+            if canon in self._canonical:
+                solved = self._canonical[canon]
+            else:
+                solved, guarded = progressive_fill([self._rows(p) for p in canon], self._capacity)
+                if guarded:
+                    solved = None
+                self._canonical[canon] = solved
+            if solved is not None:
+                rates = [0.0] * len(key)
+                for j, i in enumerate(order):
+                    rates[i] = solved[j]
+                return rates
+        return max_min_rates_arrays([self._rows(p) for p in key], self._capacity)
+
     def _add_rate(self, flow: Flow, delta: float) -> None:
+        """``LinkTrace.record`` of the pattern's new rate sum, inlined (a call per flow event)."""
         p = flow.pattern
-        p.rate_sum += delta
-        if -1e-6 < p.rate_sum < 1e-6:
-            p.rate_sum = 0.0
-        p.trace.record(self.env.now, p.rate_sum)
+        rate_sum = p.rate_sum + delta
+        if -1e-6 < rate_sum < 1e-6:
+            rate_sum = 0.0
+        p.rate_sum = rate_sum
+        trace, now = p.trace, self.env.now
+        times = trace.times
+        if times and times[-1] == now:
+            trace.loads[-1] = rate_sum
+        else:
+            times.append(now)
+            trace.loads.append(rate_sum)
 
     def _set_rate(self, flow: Flow, rate: float) -> None:
         """Give ``flow`` a rate and (re)book its finish. Finishes live in one heap with one pending
@@ -338,7 +412,7 @@ class FlowNetwork:
         flow.version += 1
         if rate <= 0:
             return
-        finish = now if rate == float("inf") else now + flow.remaining / rate
+        finish = now if rate == INF else now + flow.remaining / rate
         heapq.heappush(self._heap, (finish, flow.fid, flow.version))
         if finish < self._wake_at:
             self._wake_at = finish
@@ -347,28 +421,32 @@ class FlowNetwork:
     def _wake(self, _event: simpy.Event) -> None:
         now = self.env.now
         if now >= self._wake_at:
-            self._wake_at = float("inf")
-        heap = self._heap
+            self._wake_at = INF
+        heap, flows, pop = self._heap, self.flows, heapq.heappop
         while heap and heap[0][0] <= now:
-            _, fid, version = heapq.heappop(heap)
-            flow = self.flows.get(fid)
+            _, fid, version = pop(heap)
+            flow = flows.get(fid)
             if flow is not None and flow.version == version:
-                self._complete(flow, version)
+                self._complete(flow)
         if heap and heap[0][0] < self._wake_at:
             self._wake_at = heap[0][0]
             self.env.timeout(self._wake_at - now).callbacks.append(self._wake)
 
-    def _complete(self, flow: Flow, version: int) -> None:
-        if flow.version != version or flow.fid not in self.flows:
-            return
-        del self.flows[flow.fid]
+    def _complete(self, flow: Flow) -> None:
+        """A current flow (``_wake`` checked its version) has carried its bytes: it leaves its links."""
+        fid = flow.fid
+        del self.flows[fid]
         self._add_rate(flow, -flow.rate)
         flow.remaining = 0.0
-        for link in flow.pattern.solve:
-            members = self.on_link[link]
-            members.discard(flow.fid)
-            if self.contention and members:
-                self._freed_links.add(link)
+        if self.contention:
+            freed = self._freed_links
+            for link, members in flow.pattern.members:
+                members.discard(fid)
+                if members:
+                    freed.add(link)
+        else:
+            for _link, members in flow.pattern.members:
+                members.discard(fid)
         self._finish_after(flow.done, flow.latency)
         if self.contention and self._freed_links:
             self._schedule_recompute()

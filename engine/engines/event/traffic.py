@@ -58,7 +58,7 @@ def traffic_patterns(
     for links in tp_links.values():
         for lk in links:
             count[lk] = count.get(lk, 0) + 1
-    shared: set[int] = {lk for lk, n in count.items() if n > 1}
+    busy: set[int] = {lk for lk, n in count.items() if n > 1}  # links more than one tensor group crosses
     others: list[dict[int, float]] = []
     members = sorted({u[1] for u in units})
     for vs in range(plan.virtual_stages - 1):
@@ -74,7 +74,7 @@ def traffic_patterns(
         if any(ps.has_dram for ps in st.passes.values()):
             others += [dram_usage(plan, r, u, shared) for u in units]
     for usage in others:
-        shared |= usage.keys()
-    private = {key for key, links in tp_links.items() if links and not links & shared}
+        busy |= usage.keys()
+    private = {key for key, links in tp_links.items() if links and not links & busy}
     patterns = others + [u for key, pats in tp_patterns.items() if key not in private for u in pats]
     return private, patterns
