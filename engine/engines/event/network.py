@@ -24,6 +24,7 @@ import numpy as np
 import simpy
 from tilewright.engine.engines.event.maxmin import independent_rates, max_min_rates_arrays, progressive_fill
 
+NETWORK = "network"  # the category of bytes whose mover did not say what it is
 SYNC_COMPONENT = 8  # components up to this many flows are re-solved at once, without a batching event
 EXACT_SUM = 2.0**32  # whole usages below this add up exactly in any order (far from 2**53)
 INF = float("inf")
@@ -97,6 +98,7 @@ class Pattern:
     bytes: float = 0.0
     trace: LinkTrace = field(default_factory=LinkTrace)
     booked: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, rate) without flows
+    by_category: dict[str, float] = field(default_factory=dict)  # its bytes by what moved them (``transfer``)
 
 
 @dataclass(slots=True, eq=False)
@@ -153,8 +155,12 @@ class FlowNetwork:
         self._serial = 0
 
     # -- public -------------------------------------------------------------------------------
-    def transfer(self, usage: Mapping[int, float], nbytes: float, latency: float = 0.0) -> simpy.Event:
+    def transfer(
+        self, usage: Mapping[int, float], nbytes: float, latency: float = 0.0, category: str = NETWORK
+    ) -> simpy.Event:
         """An event that fires when ``nbytes`` have crossed every link of ``usage`` (plus ``latency``).
+        ``category``: what moves them (a time category: "tp_comm", "ep_comm", "memory", …), for the link
+        lanes' colours (``link_categories``).
 
         ``usage`` must not be mutated afterwards: flows of one pattern share it."""
         done = self.env.event()
@@ -165,6 +171,7 @@ class FlowNetwork:
         if pattern is None or pattern.usage is not usage:
             pattern = self._pattern(usage)
         pattern.bytes += nbytes
+        pattern.by_category[category] = pattern.by_category.get(category, 0.0) + nbytes
         fid = self._next_id
         self._next_id += 1
         self.flow_count += 1
@@ -191,7 +198,14 @@ class FlowNetwork:
             self._schedule_recompute()  # many flows may start at this instant: solve once for all
         return done
 
-    def account(self, usage: Mapping[int, float], nbytes: float, start: float, end: float | None = None) -> float:
+    def account(
+        self,
+        usage: Mapping[int, float],
+        nbytes: float,
+        start: float,
+        end: float | None = None,
+        category: str = NETWORK,
+    ) -> float:
         """Book a transfer that needs no flow — its links carry nothing else (the event engine folds such
         tensor-parallel collectives into compute) — from ``start``, possibly ahead of the clock: its bytes,
         and its load on every link over time, as ``transfer`` would have recorded them. Alone on its
@@ -204,6 +218,7 @@ class FlowNetwork:
             return start
         pattern = self._pattern(usage)
         pattern.bytes += nbytes
+        pattern.by_category[category] = pattern.by_category.get(category, 0.0) + nbytes
         if end is None:
             end = start + nbytes / pattern.alone_rate
         if end > start:
@@ -216,6 +231,37 @@ class FlowNetwork:
             for link, u in p.usage.items():
                 out[link] = out.get(link, 0.0) + u * p.bytes
         return out
+
+    def link_categories(self) -> dict[int, str]:
+        """Per link that carried bytes, the category that carried most of them (ties: the first seen)."""
+        per: dict[int, dict[str, float]] = {}
+        for p in self.patterns.values():
+            for link, u in p.usage.items():
+                if not u:
+                    continue
+                tally = per.setdefault(link, {})
+                for category, nbytes in p.by_category.items():
+                    tally[category] = tally.get(category, 0.0) + u * nbytes
+        return {link: max(tally, key=tally.__getitem__) for link, tally in per.items() if tally}
+
+    def category_traces(self, links: list[int]) -> dict[int, dict[str, ArrayTrace]]:
+        """Some links' loads over time split by category, each pattern under the category that moved most of
+        its bytes (a pattern is one collective phase or stream: in practice it has one). One pass over the
+        patterns, as ``iter_link_traces``."""
+        wanted = set(links)
+        parts: dict[int, dict[str, list[tuple[float, np.ndarray, np.ndarray]]]] = {lk: {} for lk in links}
+        for p in self.patterns.values():
+            if not p.by_category or (not p.trace.times and not p.booked):
+                continue
+            deltas = None
+            category = ""
+            for link, u in p.usage.items():
+                if u and link in wanted:
+                    if deltas is None:
+                        deltas = _pattern_deltas(p)
+                        category = max(p.by_category, key=p.by_category.__getitem__)
+                    parts[link].setdefault(category, []).extend((u, *part) for part in deltas)
+        return {lk: {c: _sum_traces(found) for c, found in per.items()} for lk, per in parts.items()}
 
     def link_trace(self, link: int) -> LinkTrace:
         """The load of one link over time, summed over the patterns that cross it."""

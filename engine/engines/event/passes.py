@@ -43,27 +43,27 @@ class PassRunner:
     def _init_passes(self) -> None:
         self._owed: dict[tuple[int, Unit], float] = {}  # fast-path time accounted, not yet waited
         self._totals: dict[tuple, tuple[float, float, float, str]] = {}
-        self._traffic: dict[tuple, list[tuple[dict[int, float], float]]] = {}
+        self._traffic: dict[tuple, list[tuple[dict[int, float], float, str]]] = {}
         self._arrived: dict[tuple, int] = {}
         self._barriers: dict[tuple, simpy.Event] = {}
         self._collective_seq: dict[tuple[int, Unit, str], int] = {}
 
     # --- collectives and meetings --------------------------------------------------------------------
-    def _collective(self, coll: Collective) -> Generator:
+    def _collective(self, coll: Collective, category: str) -> Generator:
         for ph in coll.phases:
-            yield self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s)
+            yield self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s, category)
 
-    def _start(self, coll: Collective) -> simpy.Event:
+    def _start(self, coll: Collective, category: str) -> simpy.Event:
         done = self.env.event()
 
         def proc():
-            yield from self._collective(coll)
+            yield from self._collective(coll, category)
             done.succeed()
 
         self.env.process(proc())
         return done
 
-    def _meet(self, key: tuple, expected: int, coll: Collective) -> simpy.Event:
+    def _meet(self, key: tuple, expected: int, coll: Collective, category: str) -> simpy.Event:
         """``expected`` units reach the same collective: the last to arrive starts it; all get its end."""
         arrived = self._arrived.get(key, 0) + 1
         self._arrived[key] = arrived
@@ -71,22 +71,24 @@ class PassRunner:
         if done is None:
             done = self._barriers[key] = self.env.event()
         if arrived == expected:
-            self._start(coll).callbacks.append(lambda _e: done.succeed())
+            self._start(coll, category).callbacks.append(lambda _e: done.succeed())
         return done
 
-    def _tensor_collective(self, r: int, u: Unit, coll: Collective, data_parallel: bool = False) -> Generator:
+    def _tensor_collective(
+        self, r: int, u: Unit, coll: Collective, category: str, data_parallel: bool = False
+    ) -> Generator:
         """A segment's collective: on the replica's tensor group, or (``data_parallel``: ``plan.sharding``,
         ``plan.context``) over the stage's replicas, which every unit of the stage reaches."""
         if u[1] == WHOLE_GROUP:
-            yield from self._collective(coll)
+            yield from self._collective(coll, category)
             return
         group = "dp" if data_parallel else "tp"
         seq = self._collective_seq.get((r, u, group), 0)
         self._collective_seq[(r, u, group)] = seq + 1
         if data_parallel:
-            yield self._meet(("dp-pass", r, seq), self.plan.tp * self.plan.dp, coll)
+            yield self._meet(("dp-pass", r, seq), self.plan.tp * self.plan.dp, coll, category)
         else:
-            yield self._meet(("tp", r, u[0], seq), self.plan.tp, coll)
+            yield self._meet(("tp", r, u[0], seq), self.plan.tp, coll, category)
 
     # --- passes --------------------------------------------------------------------------------------
     def _run_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger) -> Generator:
@@ -101,7 +103,7 @@ class PassRunner:
         for seg in ps.segments:
             start = env.now
             if seg.dram_bytes > 0:
-                dram = self.net.transfer(dram_usage(plan, r, u, self.net.contention), seg.dram_bytes)
+                dram = self.net.transfer(dram_usage(plan, r, u, self.net.contention), seg.dram_bytes, 0.0, "memory")
                 yield env.all_of([env.timeout(seg.busy_s), dram])
             else:
                 yield env.timeout(seg.busy_s)
@@ -112,8 +114,8 @@ class PassRunner:
             if seg.comm:
                 start = env.now
                 coll = plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
-                yield from self._tensor_collective(r, u, coll, spans_replicas(seg.comm[0]))
                 comm_cat = comm_category(seg.comm[0])
+                yield from self._tensor_collective(r, u, coll, comm_cat, spans_replicas(seg.comm[0]))
                 ledger.times[comm_cat] += env.now - start
                 label = f"{seg.comm[0]} {seg.label}"
                 self.rec.slice(lane, start, env.now - start, comm_cat, label, r, step.micro_batch, seg.layer)
@@ -145,8 +147,8 @@ class PassRunner:
             t = t0 + busy + comm
             self.rec.timeline.add(self.lanes[(r, u)], t0, t - t0, cat, label, r, step.micro_batch, -1)
             if u[1] in (WHOLE_GROUP, 0):  # one unit books its tensor group's traffic, spread over the pass
-                for usage, nbytes in self._pass_traffic(r, u[0], ps):
-                    self.net.account(usage, nbytes, t0, t)
+                for usage, nbytes, category in self._pass_traffic(r, u[0], ps):
+                    self.net.account(usage, nbytes, t0, t, category)
         if defer:
             self._owed[(r, u)] = t - now
             return 0.0
@@ -164,17 +166,19 @@ class PassRunner:
             hit = self._totals[key] = (busy, compute, comm, label)
         return hit
 
-    def _pass_traffic(self, r: int, j: int, ps: ChunkPass) -> list[tuple[dict[int, float], float]]:
-        """Bytes per member of each link-usage pattern the tensor-parallel collectives of a pass move."""
+    def _pass_traffic(self, r: int, j: int, ps: ChunkPass) -> list[tuple[dict[int, float], float, str]]:
+        """Bytes per member of each link-usage pattern the tensor-parallel collectives of a pass move, and
+        their category (the same pattern under two categories is booked twice)."""
         key = (r, j, getattr(ps, "cache_key", ()) or id(ps))
         hit = self._traffic.get(key)
         if hit is None:
-            totals: dict[int, tuple[dict[int, float], float]] = {}
+            totals: dict[tuple[int, str], tuple[dict[int, float], float, str]] = {}
             for seg in ps.segments:
                 if seg.comm:
+                    category = comm_category(seg.comm[0])
                     for ph in self.plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).phases:
-                        usage, nbytes = totals.get(id(ph.usage), (ph.usage, 0.0))
-                        totals[id(ph.usage)] = (usage, nbytes + ph.bytes_per_member)
+                        usage, nbytes, _c = totals.get((id(ph.usage), category), (ph.usage, 0.0, category))
+                        totals[(id(ph.usage), category)] = (usage, nbytes + ph.bytes_per_member, category)
             hit = self._traffic[key] = list(totals.values())
         return hit
 
@@ -187,12 +191,12 @@ class PassRunner:
         t += seg.busy_s
         if seg.comm:
             coll = self.plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
+            comm_cat = comm_category(seg.comm[0])
             if u[1] in (WHOLE_GROUP, 0):  # one unit books its tensor group's traffic, phase by phase
                 start = t
                 for ph in coll.phases:
-                    start = self.net.account(ph.usage, ph.bytes_per_member, start) + ph.latency_s
+                    start = self.net.account(ph.usage, ph.bytes_per_member, start, None, comm_cat) + ph.latency_s
             dur = self.plan.tp_time(r, u[0], seg.comm[0], seg.comm[1])
-            comm_cat = comm_category(seg.comm[0])
             times[comm_cat] += dur
             self.rec.slice(lane, t, dur, comm_cat, f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
             t += dur

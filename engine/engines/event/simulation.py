@@ -80,12 +80,12 @@ class Simulation(PassRunner):
 
     def _reduction(self, r: int, chunk: int, coll: Collective, part: str) -> simpy.Event:
         """A gradient reduction (or one bucket of it): starts when every unit has reached it."""
-        return self._meet(("dp", r, chunk, part), len(self.units), coll)
+        return self._meet(("dp", r, chunk, part), len(self.units), coll, "dp_comm")
 
     def _send(self, coll: Collective, key: tuple) -> None:
         if len(coll.phases) == 1:  # one flow: its own event is (or triggers) the arrival
             ph = coll.phases[0]
-            sent = self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s)
+            sent = self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s, "pp_comm")
             waiting = self.arrivals.get(key)
             if waiting is None:
                 self.arrivals[key] = sent
@@ -96,7 +96,7 @@ class Simulation(PassRunner):
         if not coll.phases:
             done.succeed()
             return
-        self._start(coll).callbacks.append(lambda _e: done.succeed())
+        self._start(coll, "pp_comm").callbacks.append(lambda _e: done.succeed())
 
     def _unit_table(self, r: int, u: Unit) -> list[tuple]:
         """Per row of stage ``r``, what the loop needs for unit ``u``, resolved once: (row, dependency
@@ -192,7 +192,7 @@ class Simulation(PassRunner):
         start = env.now
         gather = self.plan.zero_gather(r)
         if gather.phases:
-            yield self._meet(("zero", r), len(self.units), gather)
+            yield self._meet(("zero", r), len(self.units), gather, "dp_comm")
         ledger.times["dp_comm"] += env.now - start
 
     def critical_path(self, r: int) -> list[tuple[str, float, float]]:
