@@ -240,6 +240,9 @@ def link_data_note(result: Result, detail: bool = False) -> str:
         return "no link data for analytic runs" + (
             ": the analytic engine computes transfer times in closed form, without a time series; the event "
             "engine (run.engine = event) records link utilisation" if detail else "")
+    if result.devices == 1:
+        return "no link data: one device has no links to other devices" + (
+            " (its cores' NoC and DRAM traffic are under the op chosen on the canvas)" if detail else "")
     return "no link data: this run recorded no link traffic"
 
 

@@ -119,6 +119,8 @@ def port_spread(ports: list[dict[str, Any]]) -> str:
     totals = [p["read_bytes"] + p["write_bytes"] for p in ports]
     kinds = ", ".join(sorted({str(p["interleave"]) for p in ports}))
     lo, hi = min(totals), max(totals)
+    if hi <= 0:  # e.g. a device's own DRAM whose traffic the engine prices inside the op, not on the port
+        return f"{len(ports)} DRAM ports ({kinds}): the run recorded no bytes through any of them"
     ratio = f"busiest {hi / lo:.3g}× the least busy" if lo > 0 else "some ports unused"
     return f"{len(ports)} DRAM ports ({kinds}): {format_traffic(lo)} … {format_traffic(hi)} each, {ratio}"
 

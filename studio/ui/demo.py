@@ -21,6 +21,9 @@ from tilewright.studio.units import SECONDS, format_value
 FPS = 30
 LOOP_SECONDS = 12.0  # one iteration plays in this many wall seconds, whatever its simulated length
 SLIDER_STEPS = 1000
+SLIDER_MIN_PX = 100  # the scrubber stays draggable next to the op chooser in a 1280 × 720 window
+OP_TIP = "after a run on a grid device: which cores this op uses, how A and B are multicast"
+OP_CHARS = 18  # the op chooser's width in characters; its popup lists the whole descriptions
 MODES = [(Overlay.stages, "Pipeline stages"), (Overlay.cursor, "Heat at cursor"),
          (Overlay.average, "Heat averaged"), (Overlay.off, "Plain")]
 
@@ -44,6 +47,7 @@ class DemoBar(QWidget):
         self.slider.setRange(0, SLIDER_STEPS)
         self.slider.setToolTip("time in the iteration: drag to scrub")
         self.slider.valueChanged.connect(self._scrubbed)
+        self.slider.setMinimumWidth(SLIDER_MIN_PX)
         self.time_label = QLabel(self)
         self.time_label.setMinimumWidth(self.fontMetrics().horizontalAdvance("t = 888 ms of 888 ms") + 8)
         self.mode_box = QComboBox(self)
@@ -53,9 +57,9 @@ class DemoBar(QWidget):
         self.mode_box.currentIndexChanged.connect(lambda _i: overlay.set_mode(self.mode_box.currentData()))
         self.op_label = QLabel("op:", self)
         self.op_box = QComboBox(self)
-        self.op_box.setToolTip("after a run on a grid device: which cores this op uses, how A and B are multicast")
+        self.op_box.setToolTip(OP_TIP)
         self.op_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.op_box.setMinimumContentsLength(26)
+        self.op_box.setMinimumContentsLength(OP_CHARS)
         self.op_box.currentIndexChanged.connect(self._op_chosen)
         row = QHBoxLayout(self)
         row.setContentsMargins(6, 2, 6, 2)
@@ -152,6 +156,7 @@ class DemoBar(QWidget):
         self.op_box.addItem("none", None)
         for text, use in op_uses(self.overlay.doc.project, rows) if rows else []:
             self.op_box.addItem(text, use)
+            self.op_box.setItemData(self.op_box.count() - 1, text, Qt.ItemDataRole.ToolTipRole)
         self.op_box.blockSignals(False)
         has_ops = self.op_box.count() > 1
         self.op_label.setVisible(has_ops)
@@ -159,6 +164,8 @@ class DemoBar(QWidget):
         self.opChosen.emit(None)  # a new run (or none): no op chosen yet
 
     def _op_chosen(self, _index: int) -> None:
+        chosen = self.op_box.currentData()
+        self.op_box.setToolTip(self.op_box.currentText() if chosen is not None else OP_TIP)  # the whole text
         self.overlay.set_core_use(self.op_box.currentData())
         self.opChosen.emit(self.op_box.currentData())
 

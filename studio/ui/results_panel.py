@@ -34,7 +34,15 @@ from tilewright.studio.ui.results.history import RunHistory
 from tilewright.studio.ui.results.links_view import LinksView
 from tilewright.studio.ui.results.memory_view import MemoryView
 from tilewright.studio.ui.results.progress import RunProgress
-from tilewright.studio.ui.results.summary import format_metric, headline, in_columns, result_tables, table_html
+from tilewright.studio.ui.results.summary import (
+    SPLITS_TITLE,
+    format_metric,
+    headline,
+    in_columns,
+    result_tables,
+    split_rows,
+    table_html,
+)
 from tilewright.studio.ui.results.time_cursor import TimeCursor
 from tilewright.studio.units import SECONDS, format_value
 
@@ -92,6 +100,12 @@ class ResultsPanel(QWidget):
         self._columns = QHBoxLayout()
         self._columns.setSpacing(28)
         outer.addLayout(self._columns)
+        self.splits = QLabel()  # full width under the columns: one op's split is a long line
+        self.splits.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.splits.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.splits.setWordWrap(True)
+        self.splits.setVisible(False)
+        outer.addWidget(self.splits)
         outer.addStretch(1)
         scroll = QScrollArea(self)
         scroll.setWidgetResizable(True)
@@ -135,12 +149,14 @@ class ResultsPanel(QWidget):
 
     # -- summary text --------------------------------------------------------------------------------
     def text(self) -> str:
-        return "\n".join(label.text() for label in [self.headline, *self.labels])
+        shown = [self.headline, *self.labels] + ([self.splits] if self.splits.isVisibleTo(self) else [])
+        return "\n".join(label.text() for label in shown)
 
     def _set_columns(self, texts: list[str]) -> None:
         while self._columns.count():
             item = self._columns.takeAt(0)
             if item.widget() is not None:
+                item.widget().hide()  # gone from view now, not only at the next event-loop turn
                 item.widget().deleteLater()
         self.labels = []
         for text in texts:
@@ -148,6 +164,8 @@ class ResultsPanel(QWidget):
             label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             label.setWordWrap(len(texts) == 1)
+            if len(texts) > 1:  # a metric column is never cut: the summary scrolls sideways instead
+                label.setMinimumWidth(label.sizeHint().width())
             self._columns.addWidget(label, 1 if len(texts) == 1 else 0)
             self.labels.append(label)
         if len(texts) > 1:
@@ -170,6 +188,9 @@ class ResultsPanel(QWidget):
         tables = result_tables(result)
         tables[0][1].append(("run took (studio)", format_value(seconds, SECONDS)))
         self._set_columns([table_html(title, rows) for title, rows in in_columns(tables)])
+        splits = split_rows(result)
+        self.splits.setText(table_html(SPLITS_TITLE, splits) if splits else "")
+        self.splits.setVisible(bool(splits))
         self.breakdown.set_breakdown(result.metrics_json()["time_breakdown_s"])  # in the categories' order
         self.headline.setText(headline(result))
         name = result.project
@@ -220,6 +241,7 @@ class ResultsPanel(QWidget):
         self.headline.setText(f"<span style='color:#7b241c'>{html.escape(text)}</span>"
                               if text != PLACEHOLDER else "")
         self.breakdown.setVisible(False)
+        self.splits.setVisible(False)
         self._set_columns([html.escape(text)])
         self.tabs.setCurrentIndex(0)
 

@@ -111,6 +111,10 @@ class LevelScene(QGraphicsScene):
         self._shown_level = level_path
         self.rebuilt.emit(changed)
 
+    def refresh_geometry(self) -> None:
+        """Refit the frame around the children and their captions (a caption's lines changed)."""
+        self._refresh_geometry()
+
     def _refresh_geometry(self) -> None:
         grids = list(self.grids.values())
         if self.links is not None:

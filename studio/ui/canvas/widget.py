@@ -31,6 +31,7 @@ class CanvasWidget(QWidget):
         self.scene.overlay = self.overlay
         self.breadcrumb = Breadcrumb(doc, selection, self)
         self.demo = DemoBar(self.overlay, self)
+        self.demo.opChosen.connect(self._caption_changed)
         self.legend = Legend(self.overlay, self.view)
         self.view.installEventFilter(self)
         self.view.fit_reserve = self._legend_room
@@ -52,6 +53,13 @@ class CanvasWidget(QWidget):
 
     def zoom_to_fit(self) -> None:
         self.view.zoom_to_fit()
+
+    def _caption_changed(self, _use: object) -> None:
+        """Choosing an op adds lines to its device's caption: the frame grows around them (and, unless
+        the user zoomed, the level is fitted again), so the caption never spills out of the frame."""
+        self.scene.refresh_geometry()  # first: zoom-to-fit reads the frame as it stands
+        if self.view.auto_fit:
+            self.view.zoom_to_fit()
 
     def show_result(self, result: Result | None) -> None:
         self.demo.show_result(result)

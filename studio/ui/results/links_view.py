@@ -80,7 +80,6 @@ class LinksView(QWidget):
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.addWidget(self.heading)
         left_layout.addWidget(self.list, 1)
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -94,7 +93,7 @@ class LinksView(QWidget):
         right_layout.addLayout(shape_row)
         right_layout.addWidget(self.plot_widget, 1)
         right_layout.addWidget(self.readout)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter = self.curves_part = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
         splitter.addWidget(right)
         splitter.setStretchFactor(1, 1)
@@ -116,6 +115,7 @@ class LinksView(QWidget):
         outer.setSizes([600, 200])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
+        layout.addWidget(self.heading)  # above both parts: it also says why a run has no link curves
         layout.addWidget(outer)
         cursor.moved.connect(self._update_readout)
         self.set_result(None)
@@ -152,13 +152,15 @@ class LinksView(QWidget):
         if result is None:
             self.heading.setText("No run yet.")
         elif not self.ranked:
-            self.heading.setText(f"This run reports no link utilisation: {link_data_note(result, detail=True)}.")
+            self.heading.setText(f"No link utilisation to plot — {link_data_note(result, detail=True)}.")
         else:
             self.heading.setText(f"<b>{len(self.ranked)} links</b>, busiest first (average utilisation)")
         if self.span > 0:
             self.plot.setXRange(0, self.span, padding=0.01)
         self.ports = list(result.dram_ports) if result is not None else []
-        self.outer.setSizes([600, 200] if self.ranked else [120, 600])  # no links: the table is the news
+        # no links: no empty plot squeezed to a sliver above the table; the table is the news
+        self.curves_part.setVisible(result is None or bool(self.ranked))
+        self.outer.setSizes([600, 200])
         self._fill_traffic()
         self._replot()
 

@@ -28,9 +28,15 @@ def style_plot(plot: pg.PlotItem) -> None:
     plot.hideButtons()
 
 
+PLOT_MIN_PX = 130  # the time axis and the legend row take ~80 px: below this the data area was a sliver
+
+
 def make_plot(**kwargs) -> pg.PlotWidget:  # noqa: ANN003
+    """A styled plot that keeps room for its data: at 1280 × 720 the tables around the memory and link
+    plots left them a 10-px data area (and cut the time cursor's label) before they had a minimum."""
     widget = pg.PlotWidget(background=BACKGROUND, **kwargs)
     style_plot(widget.getPlotItem())
+    widget.setMinimumHeight(PLOT_MIN_PX)
     return widget
 
 

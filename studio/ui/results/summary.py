@@ -21,6 +21,7 @@ from tilewright.studio.units import (
     format_number,
     format_percent,
     format_value,
+    plural,
 )
 
 Rows = list[tuple[str, str]]
@@ -38,8 +39,13 @@ LABELS = {
     "energy_j": "energy",
     "average_power_w": "average power",
     "energy_per_token_j": "energy per token",
+    "tokens_per_s_per_user": "output tokens/s per user",
+    "tokens_per_s_per_device": "output tokens/s per device",
 }
 SKIPPED = ("energy_sources", "spatial_splits")  # shown below (splits) or in --json and the metrics CSV
+ENERGY_KEYS = ("energy_j", "average_power_w", "energy_per_token_j")
+UNKNOWN_ENERGY = "not known"
+SPLITS_TITLE = "Split over the cores"
 
 
 def format_bytes(value: float) -> str:
@@ -60,7 +66,7 @@ def format_metric(key: str, value: Any) -> str:
         return format_percent(value)
     if key.endswith("_bytes"):
         return format_bytes(value)
-    if key.endswith("tokens_per_s"):
+    if key.endswith("tokens_per_s") or key.startswith("tokens_per_s_per_"):
         return format_value(value, TOKENS_PER_S)
     if key.endswith("samples_per_s"):
         return format_value(value, SAMPLES_PER_S)
@@ -75,7 +81,7 @@ def format_metric(key: str, value: Any) -> str:
     if key.endswith("_s"):
         return format_value(value, SECONDS)
     if key == "devices":
-        return f"{int(value)} devices"
+        return f"{int(value)} {plural('device', int(value))}"
     if key == "events":
         return f"{int(value):,} events"
     return f"{value:.4g}"
@@ -90,10 +96,23 @@ def label(key: str) -> str:
     return key.replace("_", " ").replace("mfu", "MFU").replace("hfu", "HFU")
 
 
+def energy_known(metrics: dict[str, Any]) -> bool:
+    """Whether the run priced any energy: a hardware IR without pJ/byte or pJ/bit figures gives 0 J in
+    every part, which is "not known", not "free" (the command line's summary says the same)."""
+    parts = metrics.get("energy_breakdown_j")
+    return parts is not None and any(parts.values())
+
+
 def result_tables(result: Result) -> list[tuple[str, Rows]]:
-    """Headline metrics, time breakdown and memory breakdown, each a list of (label, value with unit)."""
+    """Headline metrics, time breakdown and memory breakdown, each a list of (label, value with unit).
+    The per-op core splits are not among them: their long descriptions get their own full-width block
+    (``split_rows``) instead of squeezing the metric columns."""
     m = result.metrics_json()
-    head = [(label(k), format_metric(k, v)) for k, v in m.items() if not isinstance(v, dict) and k not in SKIPPED]
+    known = energy_known(m)
+    head = [
+        (label(k), UNKNOWN_ENERGY if k in ENERGY_KEYS and not known else format_metric(k, v))
+        for k, v in m.items() if not isinstance(v, dict) and k not in SKIPPED
+    ]
     tables = [("Run", head)]
     breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
     for key, title in breakdowns:
@@ -101,21 +120,23 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
         rows = [(category_label(k), format_metric(unit_key, v)) for k, v in m[key].items() if v]
         if rows:
             tables.append((title, rows))
-    if "energy_breakdown_j" in m:
+    if "energy_breakdown_j" in m and known:
         per = "request" if m.get("mode") == "infer" else "iteration"
         names = {"sram": "SRAM", "dram": "DRAM", "noc": "NoC"}
         rows = [(names.get(k, k), format_metric("x_j", v))
                 for k, v in m["energy_breakdown_j"].items()]
         rows.append(("total", format_metric("energy_j", m["energy_j"])))
         tables.append((f"Energy per {per}", rows))
-    if result.spatial_splits:  # a grid device: how each matmul was spread over its cores
-        rows = [(f"{sp['where']} · {sp['count']} × {sp['op']}", str(sp["split"])) for sp in result.spatial_splits]
-        tables.append(("Split over the cores", rows))
     if result.oom is not None:
         need = format_metric("x_bytes", result.oom.need_bytes)
         have = format_metric("x_bytes", result.oom.capacity_bytes)
         tables.insert(0, ("OUT OF MEMORY", [(result.oom.device, f"needs {need}, has {have}")]))
     return tables
+
+
+def split_rows(result: Result) -> Rows:
+    """On a grid device, how each op was spread over the cores: ("stage 0, decode · 32 × qkv", split)."""
+    return [(f"{sp['where']} · {sp['count']} × {sp['op']}", str(sp["split"])) for sp in result.spatial_splits]
 
 
 def in_columns(tables: list[tuple[str, Rows]], rows: int = ROWS_PER_COLUMN) -> list[tuple[str, Rows]]:

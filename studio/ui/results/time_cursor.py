@@ -55,7 +55,10 @@ class CursorLine(QObject):
         self.line = pg.InfiniteLine(
             pos=cursor.position, angle=90, movable=True, pen=pg.mkPen(CURSOR_COLOUR, width=2),
             hoverPen=pg.mkPen(CURSOR_COLOUR, width=4), label="", labelOpts={
-                "position": label_position, "color": CURSOR_COLOUR, "fill": (255, 255, 255, 220), "movable": True},
+                "position": label_position, "color": CURSOR_COLOUR, "fill": (255, 255, 255, 220), "movable": True,
+                # hang below the label's point near the top, on whichever side of the line has room:
+                # centred on it (pyqtgraph's default) the upper half was cut off by the plot's edge
+                "anchors": [(0, 0), (1, 0)]},
         )
         self.line.setZValue(50)
         plot.addItem(self.line, ignoreBounds=True)

@@ -39,6 +39,12 @@ _KEY = " ".join(
     f"<span style='color:{PERCENTILE_COLOURS[p]}'>{mark} p{p}</span>"
     for p, mark in zip(PERCENTILES, ("——", "– –", "···"), strict=True)
 )
+# A horizontal line's label starts at the plot's left edge (SLO) or ends at its right edge (target),
+# below the line (the SLO line is often the plot's top; the goodput curve runs at 100 %, above the
+# target). Centred on a point near an edge, as pyqtgraph places it by default, it was cut in half
+# ("LO 100 ms", "target 90.0 9").
+_EDGE_LABEL_LEFT = {"color": "#c0392b", "position": 0.02, "anchors": [(0, 0), (0, 0)]}
+_EDGE_LABEL_RIGHT = {"color": "#c0392b", "position": 0.98, "anchors": [(1, 0), (1, 0)]}
 _STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine}
 
 
@@ -71,8 +77,9 @@ class LatencyPlots(pg.GraphicsLayoutWidget):
             else:
                 _label(plot, "left", title, "s")
             self.plots[name] = plot
+            at = 0.5 if name == "goodput" else 0.92  # the goodput curve runs along the top when the SLO is met
             best = pg.InfiniteLine(
-                angle=90, pen=BEST_PEN, movable=False, label="best", labelOpts={"color": "#2e8b57", "position": 0.92}
+                angle=90, pen=BEST_PEN, movable=False, label="best", labelOpts={"color": "#2e8b57", "position": at}
             )
             best.hide()
             plot.addItem(best)
@@ -93,7 +100,7 @@ class LatencyPlots(pg.GraphicsLayoutWidget):
                 self.curves[(name, p)] = curve
             if name in ("ttft_s", "tpot_s"):
                 line = pg.InfiniteLine(
-                    angle=0, pen=SLO_PEN, movable=False, label="SLO", labelOpts={"color": "#c0392b", "position": 0.12}
+                    angle=0, pen=SLO_PEN, movable=False, label="SLO", labelOpts=_EDGE_LABEL_LEFT
                 )
                 line.hide()
                 plot.addItem(line)
@@ -103,7 +110,7 @@ class LatencyPlots(pg.GraphicsLayoutWidget):
             [], [], pen=pg.mkPen("#2e8b57", width=2), symbol="o", symbolSize=6, symbolBrush="#2e8b57", symbolPen=NO_PEN
         )
         self.target_line = pg.InfiniteLine(
-            angle=0, pen=SLO_PEN, movable=False, label="target", labelOpts={"color": "#c0392b", "position": 0.85}
+            angle=0, pen=SLO_PEN, movable=False, label="target", labelOpts=_EDGE_LABEL_RIGHT
         )
         goodput.addItem(self.target_line)
         goodput.setYRange(0, 105)
@@ -176,8 +183,10 @@ class KVPlot(pg.PlotWidget):
             top = max(top, c.peak_percent)
             entries.append(
                 (
-                    f"{c.kind}: peak {c.peak_percent:.3g} %, mean {c.mean_percent:.3g} % of "
-                    f"{c.pages} pages × {c.page_tokens} tokens",
+                    # two lines: on one, the entry was wider than the plot in a 1280-px window and
+                    # pushed the plot's right part out of view
+                    f"{c.kind}: peak {c.peak_percent:.3g} %, mean {c.mean_percent:.3g} %<br>"
+                    f"of {c.pages} pages × {c.page_tokens} tokens",
                     colour,
                 )
             )
