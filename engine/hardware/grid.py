@@ -51,24 +51,29 @@ class GridDomain:
     def path(self, a: str, b: str) -> list[str]:
         """Nodes visited from ``a`` to ``b``: last axis (x) first, then y, then z; on a torus axis the
         shorter way round (forward on a tie), which is what keeps torus routes minimal."""
-        cur = list(self.coord(a))
-        target = self.coord(b)
-        out = [a]
         nodes = self.nodes
-        for d in reversed(range(len(self.shape))):
-            n = self.shape[d]
-            if cur[d] == target[d]:
-                continue
-            if self.wrap[d]:
-                fwd = (target[d] - cur[d]) % n
-                step, count = (1, fwd) if fwd <= n - fwd else (-1, n - fwd)
-            else:
-                step = 1 if target[d] > cur[d] else -1
-                count = abs(target[d] - cur[d])
-            for _ in range(count):
-                cur[d] = (cur[d] + step) % n
-                out.append(nodes[tuple(cur)])
-        return out
+        return [a, *(nodes[c] for c in route_coords(self.coord(a), self.coord(b), self.shape, self.wrap))]
+
+
+def route_coords(
+    src: tuple[int, ...], dst: tuple[int, ...], shape: tuple[int, ...], wrap: tuple[bool, ...]
+) -> Iterator[tuple[int, ...]]:
+    """The coordinates a dimension-ordered route from ``src`` to ``dst`` steps onto, in order (``src``
+    itself not included): last axis first, the shorter way round a torus axis (forward on a tie)."""
+    cur = list(src)
+    for d in reversed(range(len(shape))):
+        n = shape[d]
+        if cur[d] == dst[d]:
+            continue
+        if wrap[d]:
+            fwd = (dst[d] - cur[d]) % n
+            step, count = (1, fwd) if fwd <= n - fwd else (-1, n - fwd)
+        else:
+            step = 1 if dst[d] > cur[d] else -1
+            count = abs(dst[d] - cur[d])
+        for _ in range(count):
+            cur[d] = (cur[d] + step) % n
+            yield tuple(cur)
 
 
 def merge_blocks(blocks: list[np.ndarray], dims: tuple[int, ...]) -> np.ndarray:
@@ -147,23 +152,10 @@ def multicast_edges(
     edges: dict[tuple[tuple[int, ...], tuple[int, ...]], None] = {}  # insertion-ordered set
     depth = 0
     for dst in dsts:
-        cur = list(src)
-        hops = 0
-        for d in reversed(range(len(shape))):
-            n = shape[d]
-            if cur[d] == dst[d]:
-                continue
-            if wrap[d]:
-                fwd = (dst[d] - cur[d]) % n
-                step, count = (1, fwd) if fwd <= n - fwd else (-1, n - fwd)
-            else:
-                step = 1 if dst[d] > cur[d] else -1
-                count = abs(dst[d] - cur[d])
-            for _ in range(count):
-                before = tuple(cur)
-                cur[d] = (cur[d] + step) % n
-                edges[(before, tuple(cur))] = None
-                hops += 1
+        before, hops = tuple(src), 0
+        for here in route_coords(src, dst, shape, wrap):
+            edges[(before, here)] = None
+            before, hops = here, hops + 1
         depth = max(depth, hops)
     return list(edges), depth
 
