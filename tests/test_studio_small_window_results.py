@@ -130,7 +130,7 @@ def test_the_time_cursor_label_is_inside_its_plot(shown, qtbot):
 
 
 def test_port_spread_says_when_no_port_carried_a_byte():
-    """GPU and TPU runs list their local HBM ports with 0 B each: that is "no bytes recorded", not
+    """Ports that carried nothing (a host memory nothing offloads to, say) are "no bytes recorded", not
     "0 B … 0 B each, some ports unused"."""
     from tilewright.studio.model.traffic_rows import port_spread
 

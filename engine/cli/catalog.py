@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from tilewright.engine.io.json_file import dumps_strict
+from tilewright.engine.results.text import shorten
 
 KINDS = ("systems", "models", "projects")
+DESCRIPTION_WIDTH = 100  # characters of a preset's description the list shows
+# A period that ends one of these words ends no sentence ("Devlin et al. 2019", "LeCun et al., Proc. IEEE").
+ABBREVIATIONS = frozenset({"al", "e.g", "i.e", "cf", "vs", "Proc", "Fig", "Eq", "Sec", "No", "Vol", "approx"})
+SENTENCE_END = re.compile(r"\.\s+(?=[A-Z])")
+
+
+def first_sentence(text: str) -> str:
+    """The text up to the first period that ends a sentence: one followed by a capital letter, not ending
+    an abbreviation (a citation's "et al. 2019" or "Proc. IEEE" goes on)."""
+    for end in SENTENCE_END.finditer(text):
+        words = text[: end.start()].split()
+        if not words or words[-1].lstrip("(") not in ABBREVIATIONS:
+            return text[: end.start()]
+    return text.strip().rstrip(".")
 
 
 def _describe(data: dict[str, Any]) -> str:
-    text = data.get("description") or data.get("comment") or ""
-    first = text.split(". ")[0].strip().rstrip(".")
-    return first[:100]
+    """The description's (else the comment's) first sentence, cut at a word boundary with "…" when long."""
+    text = str(data.get("description") or data.get("comment") or "").strip()
+    return shorten(first_sentence(text).strip(), DESCRIPTION_WIDTH)
 
 
 def catalog() -> dict[str, list[dict[str, str]]]:

@@ -235,13 +235,29 @@ def serve_command(args: argparse.Namespace) -> int:
     except ServingSetupError as exc:
         flag = {"disaggregate": "--disaggregate", "requests": args.trace or "--requests"}.get(exc.setting, exc.setting)
         raise InputError(source, Problem(flag, exc.reason)) from None
+    head = serve_heading(project, config, rates, args.trace)
     if rates:
-        print_result(sweep.to_json(), args.json, sweep.summary_text())
+        print_result(sweep.to_json(), args.json, f"{head}\n{sweep.summary_text()}")
         return 0
     if args.csv:
         result.write_csv(args.csv)
     if args.json:
         print(dumps_strict(result.to_json(records=True), sort_keys=True))
     else:
-        print(result.summary_text())
+        print(f"{head}\n{result.summary_text()}")
     return 0
+
+
+def serve_heading(project, config, rates: list[float] | None, trace: str | None) -> str:
+    """The first line of the text report, named like ``tilewright run``'s ("NAME — infer, event engine, 8
+    devices"): the project, the devices it serves on, and what arrives."""
+    from tilewright.engine.results.text import counted, number
+
+    if config.requests is not None:
+        arrivals = f"{counted(len(config.requests), 'request')} replayed from {trace}"
+    elif rates:
+        shown = ", ".join(number(r) for r in rates) if len(rates) <= 4 else f"{number(rates[0])} … {number(rates[-1])}"
+        arrivals = f"{counted(config.count, 'request')} per rate, Poisson arrivals at {shown} requests/s"
+    else:
+        arrivals = f"{counted(config.count, 'request')}, Poisson arrivals at {number(config.rate)} requests/s"
+    return f"{project.name} — serve, {counted(project.mapping.devices, 'device')}, {arrivals}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from tilewright.engine.ir.hardware import Memory, MemoryKind
 from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.plan.passes import ChunkPass
 from tilewright.engine.plan.program import Program
 from tilewright.engine.plan.sharding import spans_replicas
 from tilewright.engine.results.result import ENERGY_PARTS, Energy
@@ -61,6 +62,40 @@ class _Usage:
         return out
 
 
+def stage_runs(program: Program, r: int) -> list[tuple[ChunkPass, int]]:
+    """Each distinct pass stage ``r`` runs in the iteration (or request), with how many times it runs it."""
+    runs: Counter[int] = Counter()
+    passes: dict[int, ChunkPass] = {}
+    for pre, ps, _grow, _free in program.work(r):
+        for p in (pre, ps):
+            if p is not None:
+                runs[id(p)] += 1
+                passes[id(p)] = p
+    return [(passes[key], n) for key, n in runs.items()]
+
+
+def device_traffic(program: Program, r: int, runs: list[tuple[ChunkPass, int]] | None = None
+                   ) -> tuple[float, float, float]:
+    """What one device of stage ``r`` moves and computes in the iteration (or request): bytes to and from
+    its own memory (its DRAM, else its SRAM; with a training iteration's optimizer step), bytes streamed
+    from remote DRAM ports, FLOPs. The count energy prices and a local DRAM port's row reports."""
+    st = program.plan.stages[r]
+    local = remote = flops = 0.0
+    for ps, n in stage_runs(program, r) if runs is None else runs:
+        for seg in ps.segments:
+            local += n * seg.local_bytes
+            remote += n * seg.dram_bytes
+            flops += n * seg.flops
+    if program.train:
+        bandwidth = st.dev.dram_bandwidth
+        optimizer = st.optimizer_s * bandwidth if math.isfinite(bandwidth) else 0.0
+        if st.dev.local_dram is not None:
+            local += optimizer
+        else:
+            remote += optimizer
+    return local, remote, flops
+
+
 def iteration_traffic(program: Program) -> Traffic:
     plan = program.plan
     replicas = range(plan.dp) if program.train else range(1)  # inference runs one tensor group per stage
@@ -68,19 +103,10 @@ def iteration_traffic(program: Program) -> Traffic:
     out = Traffic()
     for r, st in enumerate(plan.stages):
         devices = sum(len(st.groups[j]) for j in replicas)
-        runs: Counter[int] = Counter()
-        passes = {}
-        for pre, ps, _grow, _free in program.work(r):
-            for p in (pre, ps):
-                if p is not None:
-                    runs[id(p)] += 1
-                    passes[id(p)] = p
-        local = remote = flops = 0.0
-        for key, n in runs.items():
-            for seg in passes[key].segments:
-                local += n * seg.local_bytes
-                remote += n * seg.dram_bytes
-                flops += n * seg.flops
+        runs = stage_runs(program, r)
+        local, remote, flops = device_traffic(program, r, runs)
+        for ps, n in runs:
+            for seg in ps.segments:
                 for j in replicas:
                     if seg.comm and (j == replicas[0] or not spans_replicas(seg.comm[0])):  # one for all replicas
                         usage.collective(plan.tp_collective(r, j, seg.comm[0], seg.comm[1]), n)
@@ -95,12 +121,6 @@ def iteration_traffic(program: Program) -> Traffic:
                 for part in plan.dp_buckets(r, chunk):
                     usage.collective(part)
             usage.collective(plan.zero_gather(r))
-            bandwidth = st.dev.dram_bandwidth
-            optimizer = st.optimizer_s * bandwidth if math.isfinite(bandwidth) else 0.0
-            if st.dev.local_dram is not None:
-                local += optimizer
-            else:
-                remote += optimizer
         out.local_bytes.append(local * devices)
         out.remote_bytes.append(remote * devices)
         out.flops.append(flops * devices)

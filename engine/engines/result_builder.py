@@ -1,22 +1,24 @@
 """The one place a ``Result`` is built, from what an engine measured on a plan.
 
 Engines differ in timing semantics only; everything else a result carries is decided here, once: the
-memory tracks of every stage, the out-of-memory verdict, the bubble that closes a breakdown, and the
-metadata (mode, samples, tokens, FLOPs, devices, time to first token, notes) for training and inference,
-and the energy of the iteration or request (``engines.energy``, from the plan: the same for both engines).
+memory tracks of every stage, the out-of-memory verdict, the bubble that closes a breakdown (rounding
+noise reported as 0), every DRAM port's bytes, the metadata (mode, samples, tokens, FLOPs, devices, time
+to first token, notes) for training and inference, and the energy of the iteration or request
+(``engines.energy``, from the plan: the same for both engines).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilewright.engine.engines.energy import iteration_energy
+from tilewright.engine.engines.energy import device_traffic, iteration_energy
 from tilewright.engine.hardware.model import Link
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, Program
 from tilewright.engine.plan.residency import AUTO_ORDER, home_level, level_tracks
 from tilewright.engine.results.result import MEMORY_CATEGORIES, MemoryTrack, Result, Series, memory_verdict
 from tilewright.engine.results.split_traffic import with_traffic
+from tilewright.engine.results.text import counted
 from tilewright.engine.results.timeline import Timeline
 
 Columns = tuple[list[float], dict[str, list[float]]]  # times, occupancy by memory category after each
@@ -39,6 +41,16 @@ class Measurement:
     notes: list[str] = field(default_factory=list)
 
 
+# A breakdown entry below this fraction of the iteration time is the rounding of sums of floats (a bubble
+# of 4.48e-12 s in a 3.7 s request): it is reported as 0.
+BREAKDOWN_NOISE = 1e-9
+
+
+def without_noise(breakdown: dict[str, float], end: float) -> dict[str, float]:
+    """The breakdown with every entry that is rounding noise (``BREAKDOWN_NOISE`` of ``end``) set to 0."""
+    return {k: 0.0 if abs(v) < BREAKDOWN_NOISE * end else v for k, v in breakdown.items()}
+
+
 def close_breakdown(breakdown: dict[str, float], end: float, busy: float) -> dict[str, float]:
     """What the reported stage does not account for until ``end`` (it accounted for ``busy``) is bubble."""
     breakdown["bubble"] = breakdown.get("bubble", 0.0) + max(0.0, end - busy)
@@ -54,13 +66,14 @@ def constant_memory(program: Program, r: int, held: dict[str, float], times: lis
 def inference_notes(program: InferenceProgram) -> list[str]:
     ph = program.phases
     inf = program.plan.project.run.inference
-    out = [f"inference: {ph.micro_batches} micro-batch(es) of {ph.micro_batch} sequence(s) in flight"]
+    batches = counted(ph.micro_batches, "micro-batch", "micro-batches")
+    out = [f"inference: {batches} of {counted(ph.micro_batch, 'sequence')} in flight"]
     if ph.sequential:
         out.append(f"sequential prefill: the {ph.micro_batch} sequences of a micro-batch are prefilled one after "
                    "another; TTFT is the first one's first token")
     if ph.decoder:
         out.append(f"{inf.attention} attention; KV cache {ph.kv_elem_bytes:g} B per element in pages of "
-                   f"{ph.block_tokens} tokens; {ph.decode_steps} decode step(s) after the prefill")
+                   f"{ph.block_tokens} tokens; {counted(ph.decode_steps, 'decode step')} after the prefill")
         context = ph.prompt + ph.decode_steps
         if context > ph.dims.seq_len:
             out.append(f"the context reaches {context} tokens, past the model's {ph.dims.seq_len} (seq_len)")
@@ -95,9 +108,33 @@ def residency_rows(plan: Plan) -> list[dict[str, object]]:
     return rows
 
 
-def dram_port_rows(plan: Plan, links: list[Series], end: float) -> list[dict[str, object]]:
-    """Bytes through every DRAM port's channel pair over the run, from the link series (fractions of the
-    channel's bandwidth: the integral times the bandwidth); empty when the engine reports no link series."""
+def own_dram_bytes(program: Program) -> dict[tuple[str, str], float]:
+    """Bytes each device that runs moves to and from its own DRAM over the run, by (device node, memory
+    name): the passes' local bytes times the passes its stage runs, and the optimizer step — the count
+    energy prices (``energy.device_traffic``). Devices without a local DRAM (SRAM-only, or streaming from
+    remote ports, whose flows the link series carry) have none."""
+    plan = program.plan
+    replicas = range(plan.dp) if program.train else range(1)  # inference runs one tensor group per stage
+    out: dict[tuple[str, str], float] = {}
+    for r, st in enumerate(plan.stages):
+        own = st.dev.local_dram
+        if own is None:
+            continue
+        local = device_traffic(program, r)[0]
+        for j in replicas:
+            for d in st.groups[j]:
+                out[(plan.hw.devices[d].node, own.name)] = local
+    return out
+
+
+def dram_port_rows(program: Program, links: list[Series], end: float) -> list[dict[str, object]]:
+    """Every DRAM port's traffic over the run; empty when the engine reports no link series.
+
+    A ported memory's bytes are what its channel pair carried (the link series are fractions of the
+    channel's bandwidth: the integral times the bandwidth), read and write apart. A device's own (local)
+    DRAM is priced inside each op against the memory's bandwidth, never as flows on its channel, so its
+    bytes come from the plan (``own_dram_bytes``) as one total: the cost model does not tell its reads
+    from its writes, and ``read_bytes``/``write_bytes`` are None. ``bytes`` is the total either way."""
     if not links or end <= 0:
         return []
     by_link = {(s.src, s.dst): s for s in links}
@@ -106,22 +143,29 @@ def dram_port_rows(plan: Plan, links: list[Series], end: float) -> list[dict[str
         s = by_link.get((link.src, link.dst))
         return s.mean(end) * end * link.bandwidth if s is not None else 0.0
 
-    hw = plan.hw
+    hw = program.plan.hw
+    own: dict[tuple[str, str], float] | None = None
     rows: list[dict[str, object]] = []
     for port in hw.memory_ports:
         if port.memory.kind.value == "sram":
             continue
         write, read = hw.links[port.channel_in], hw.links[port.channel_out]
-        rows.append({
+        row: dict[str, object] = {
             "port": port.node,
             "memory": port.memory.name,
             "owner": port.owner,
             "interleave": port.memory.interleave.value if port.memory.ported else "local",
-            "read_bytes": carried(read),
-            "write_bytes": carried(write),
             "read_bandwidth_bytes_per_s": read.bandwidth,
             "write_bandwidth_bytes_per_s": write.bandwidth,
-        })
+        }
+        if port.memory.ported:
+            row |= {"read_bytes": carried(read), "write_bytes": carried(write)}
+            row["bytes"] = row["read_bytes"] + row["write_bytes"]
+        else:
+            own = own_dram_bytes(program) if own is None else own
+            nbytes = own.get((port.attached[0], port.memory.name), 0.0)  # a local port hangs off its device
+            row |= {"read_bytes": None, "write_bytes": None, "bytes": nbytes}
+        rows.append(row)
     return rows
 
 
@@ -180,7 +224,7 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
         iteration_time_s=m.end,
         peak_flops_per_device=plan.stages[0].dev.peak_flops,
         memory_breakdown_bytes=peak_row,
-        time_breakdown_s=m.breakdown,
+        time_breakdown_s=without_noise(m.breakdown, m.end),
         events=m.events,
         oom=oom,
         timeline=m.timeline,
@@ -190,6 +234,6 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
         lane_devices=m.lane_devices,
         energy=iteration_energy(program) if energy else None,  # a search's candidates skip it
         residency=residency_rows(plan),
-        dram_ports=dram_port_rows(plan, m.links, m.end),
+        dram_ports=dram_port_rows(program, m.links, m.end),
         **meta,
     )

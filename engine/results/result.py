@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tilewright.engine.results.text import counted, number
 from tilewright.engine.results.timeline import Timeline
 
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace")
@@ -159,8 +160,9 @@ class Result:
     # memory) — stage, device, memory_levels (as set), levels [{level, memory, capacity_bytes,
     # bandwidth_bytes_per_s, categories, track}] ("track": the ``memory`` track of that level's occupancy)
     residency: list[dict[str, Any]] = field(default_factory=list)
-    # event engine: every DRAM port's traffic over the run — port, memory, owner, interleave, read_bytes,
-    # write_bytes, read_bandwidth_bytes_per_s, write_bandwidth_bytes_per_s (empty: no link series)
+    # event engine: every DRAM port's traffic over the run — port, memory, owner, interleave, bytes (read +
+    # written), read_bytes, write_bytes (None for a device's own DRAM: its traffic is priced inside each op,
+    # one total), read_bandwidth_bytes_per_s, write_bandwidth_bytes_per_s (empty: no link series)
     dram_ports: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -226,40 +228,42 @@ class Result:
         }
 
     def summary_text(self) -> str:
+        """The text ``tilewright run`` prints: every number through ``text.number`` (one style: 3–4
+        significant digits, thousands separators, no exponents for ordinary magnitudes)."""
         m = self.metrics_json()
         gib = 2**30
         lines = [
-            f"{self.project} — {self.mode}, {self.engine} engine, {self.devices} devices",
-            f"  iteration time   {m['iteration_time_s']:.4g} s",
-            f"  throughput       {m['samples_per_s']:.4g} samples/s, {m['tokens_per_s']:.4g} tokens/s",
+            f"{self.project} — {self.mode}, {self.engine} engine, {counted(self.devices, 'device')}",
+            f"  iteration time   {number(m['iteration_time_s'])} s",
+            f"  throughput       {number(m['samples_per_s'])} samples/s, {number(m['tokens_per_s'])} tokens/s",
             f"  MFU / HFU        {100 * m['mfu']:.1f} % / {100 * m['hfu']:.1f} %",
-            f"  peak memory      {m['peak_memory_bytes'] / gib:.2f} GiB (largest device)",
+            f"  peak memory      {number(m['peak_memory_bytes'] / gib)} GiB (largest device)",
         ]
         if self.mode == "infer":
-            tpot = "— (one output token)" if self.tpot_s is None else f"{self.tpot_s * 1e3:.3f} ms"
-            user = "" if self.tpot_s is None else f", {m['tokens_per_s_per_user']:.4g} tokens/s per user"
-            lines.append(f"  TTFT / TPOT      {(self.ttft_s or 0.0) * 1e3:.3f} ms / {tpot}{user}")
-            lines.append(f"  per device       {m['tokens_per_s_per_device']:.4g} output tokens/s")
-        parts = ", ".join(f"{k} {v:.3g} s" for k, v in m["time_breakdown_s"].items() if v > 0)
+            tpot = "— (one output token)" if self.tpot_s is None else f"{number(self.tpot_s * 1e3)} ms"
+            user = "" if self.tpot_s is None else f", {number(m['tokens_per_s_per_user'])} tokens/s per user"
+            lines.append(f"  TTFT / TPOT      {number((self.ttft_s or 0.0) * 1e3)} ms / {tpot}{user}")
+            lines.append(f"  per device       {number(m['tokens_per_s_per_device'])} output tokens/s")
+        parts = ", ".join(f"{k} {number(v)} s" for k, v in m["time_breakdown_s"].items() if v > 0)
         lines.append(f"  time breakdown   {parts}")
         if self.energy is not None and not any(self.energy.by_part.values()):
             lines.append("  energy           not known: the hardware IR has no energy figures (pJ/byte, pJ/bit)")
         elif self.energy is not None:
             per = "request" if self.mode == "infer" else "iteration"
             lines.append(
-                f"  energy           {m['energy_j']:.4g} J per {per}, {m['energy_per_token_j']:.4g} J/token, "
-                f"average {m['average_power_w']:.4g} W"
+                f"  energy           {number(m['energy_j'])} J per {per}, {number(m['energy_per_token_j'])} J/token, "
+                f"average {number(m['average_power_w'])} W"
             )
             shown = ", ".join(
-                f"{k} {'n/a' if v is None else f'{v:.3g} J'}" for k, v in m["energy_breakdown_j"].items()
+                f"{k} {'n/a' if v is None else f'{number(v)} J'}" for k, v in m["energy_breakdown_j"].items()
             )
             lines.append(f"  energy by part   {shown}")
         if self.oom:
             lines.append(
-                f"  OUT OF MEMORY    {self.oom.device}: needs {self.oom.need_bytes / gib:.2f} GiB, "
-                f"has {self.oom.capacity_bytes / gib:.2f} GiB"
+                f"  OUT OF MEMORY    {self.oom.device}: needs {number(self.oom.need_bytes / gib)} GiB, "
+                f"has {number(self.oom.capacity_bytes / gib)} GiB"
             )
-        lines.append(f"  simulated in     {m['wall_time_s']:.3f} s ({self.events} events)")
+        lines.append(f"  simulated in     {number(m['wall_time_s'], 3)} s ({counted(self.events, 'event')})")
         lines += [f"  note             {n}" for n in self.notes[:4]]
         if len(self.notes) > 4:
             lines.append(f"  note             … and {len(self.notes) - 4} more (see the result notes)")
@@ -280,5 +284,5 @@ def traffic_note(traffic: dict[str, Any]) -> str:
 def _bytes(n: float) -> str:
     for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= scale:
-            return f"{n / scale:.3g} {prefix}B"
-    return f"{n:.3g} B"
+            return f"{number(n / scale, 3)} {prefix}B"
+    return f"{number(n, 3)} B"

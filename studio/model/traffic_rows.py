@@ -86,25 +86,47 @@ def op_rows(use: CoreUse) -> list[TrafficRow]:
 
 
 def port_utilisation(p: dict[str, Any], span_s: float) -> float:
-    """A port's busier direction: its bytes over its channel's bandwidth times the run's length."""
+    """A port's busier direction: its bytes over its channel's bandwidth times the run's length. A device's
+    own DRAM (no direction: ``read_bytes`` None) is priced against the memory's achievable bandwidth, which
+    its read channel carries: its total bytes over that."""
+    if span_s <= 0:
+        return 0.0
+    if p["read_bytes"] is None:
+        bandwidth = p["read_bandwidth_bytes_per_s"]
+        return p["bytes"] / (bandwidth * span_s) if bandwidth > 0 else 0.0
     utils = [
         p[f"{d}_bytes"] / (p[f"{d}_bandwidth_bytes_per_s"] * span_s)
         for d in ("read", "write")
-        if p[f"{d}_bandwidth_bytes_per_s"] > 0 and span_s > 0
+        if p[f"{d}_bandwidth_bytes_per_s"] > 0
     ]
     return max(utils, default=0.0)
 
 
+def port_total(p: dict[str, Any]) -> float:
+    """Bytes through a port over the run, read and written."""
+    return p["bytes"] if p["read_bytes"] is None else p["read_bytes"] + p["write_bytes"]
+
+
+def port_amount(p: dict[str, Any]) -> str:
+    """"read 1.2 TB · write 30 GB", or "1.77 TB read + written" for a device's own DRAM, whose traffic the
+    engine counts as one total (the cost model does not tell its reads from its writes)."""
+    if p["read_bytes"] is None:
+        return f"{format_traffic(p['bytes'])} read + written"
+    return f"read {format_traffic(p['read_bytes'])} · write {format_traffic(p['write_bytes'])}"
+
+
 def port_rows(ports: list[dict[str, Any]], span_s: float, root: str = "") -> list[TrafficRow]:
-    """Every DRAM port, busiest first: read and write bytes, utilisation of its busier direction."""
+    """Every DRAM port, busiest first: read and write bytes, utilisation of its busier direction (of its
+    bandwidth, for a device's own DRAM)."""
     out = []
-    for p in sorted(ports, key=lambda p: -(p["read_bytes"] + p["write_bytes"])):
+    for p in sorted(ports, key=lambda p: -port_total(p)):
         name = p["port"].replace(root, "", 1) if root else p["port"]
         out.append(
             TrafficRow(
                 name,
-                f"read {format_traffic(p['read_bytes'])} · write {format_traffic(p['write_bytes'])}",
-                f"{format_percent(port_utilisation(p, span_s))} busiest direction",
+                port_amount(p),
+                f"{format_percent(port_utilisation(p, span_s))} "
+                + ("of its bandwidth" if p["read_bytes"] is None else "busiest direction"),
                 f"{p['memory']}, {p['interleave']}",
             )
         )
@@ -116,10 +138,10 @@ def port_spread(ports: list[dict[str, Any]]) -> str:
     the least busy" — even when interleaved, uneven when each device uses its nearest port."""
     if not ports:
         return ""
-    totals = [p["read_bytes"] + p["write_bytes"] for p in ports]
+    totals = [port_total(p) for p in ports]
     kinds = ", ".join(sorted({str(p["interleave"]) for p in ports}))
     lo, hi = min(totals), max(totals)
-    if hi <= 0:  # e.g. a device's own DRAM whose traffic the engine prices inside the op, not on the port
+    if hi <= 0:
         return f"{len(ports)} DRAM ports ({kinds}): the run recorded no bytes through any of them"
     ratio = f"busiest {hi / lo:.3g}× the least busy" if lo > 0 else "some ports unused"
     return f"{len(ports)} DRAM ports ({kinds}): {format_traffic(lo)} … {format_traffic(hi)} each, {ratio}"
@@ -133,8 +155,5 @@ def port_loads(ports: list[dict[str, Any]], owner: str, span_s: float) -> dict[s
         head, _, name = str(p["port"]).rpartition("/")
         if head != owner:
             continue
-        out[name] = (
-            f"read {format_traffic(p['read_bytes'])} · write {format_traffic(p['write_bytes'])} · "
-            f"{format_percent(port_utilisation(p, span_s))} busy"
-        )
+        out[name] = f"{port_amount(p)} · {format_percent(port_utilisation(p, span_s))} busy"
     return out

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from tilewright.engine.plan.passes import ChunkPass
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.steps import StepRow, phase_name
+from tilewright.engine.results.text import counted
 from tilewright.engine.results.timeline import Timeline
 
 Log = list[tuple[int, StepRow, float, float]]
@@ -19,7 +20,7 @@ def stage_lanes(tl: Timeline, plan: Plan) -> tuple[list[int], dict[str, list[str
     lanes, lane_devices = [], {}
     for r, st in enumerate(plan.stages):
         nodes = [devices[d].node for g in st.groups for d in g]
-        lanes.append(tl.lane(f"stage {r}", "compute", detail=f"{len(nodes)} devices"))
+        lanes.append(tl.lane(f"stage {r}", "compute", detail=counted(len(nodes), "device")))
         lane_devices[f"stage {r}"] = nodes
     return lanes, lane_devices
 

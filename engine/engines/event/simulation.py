@@ -25,6 +25,7 @@ from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.program import Program
 from tilewright.engine.plan.recurrence import split_wait
 from tilewright.engine.plan.steps import step_name
+from tilewright.engine.results.text import counted
 
 CHECK_EVERY = 2000  # events between progress reports and cancel checks
 # Above this many passes the Gantt gets one slice per pass instead of one per segment and collective.
@@ -61,7 +62,7 @@ class Simulation(PassRunner):
         for r in range(plan.pp):
             for u in self.units:
                 name, nodes = self._lane_name(r, u)
-                self.lanes[(r, u)] = self.rec.timeline.lane(name, "compute", detail=f"{len(nodes)} devices")
+                self.lanes[(r, u)] = self.rec.timeline.lane(name, "compute", detail=counted(len(nodes), "device"))
                 self.lane_nodes[name] = nodes
 
     def _lane_name(self, r: int, u: Unit) -> tuple[str, list[str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tilewright.engine.results.text import number
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.search import SearchResult
 
@@ -18,6 +19,18 @@ def sharding_text(c: Candidate) -> str:
     return " ".join(parts) or "-"
 
 
+def column_note(result: SearchResult) -> str:
+    """What the time columns are and which one orders the rows: the fast estimate ranks every candidate
+    (and gives samples/s and memory); the event engine re-simulates the first few with contention and
+    orders those among themselves by its time."""
+    confirmed = sum(r.event is not None for r in result.ranked)
+    text = "fast: the search's estimate, which ranks the candidates (samples/s = global batch / fast)"
+    if not confirmed:
+        return text + "; event: not simulated"
+    head = "#1" if confirmed == 1 else f"#1–#{confirmed}"
+    return text + f"; event: {head} re-simulated on the event engine (with contention) and ordered by its time"
+
+
 def search_text(result: SearchResult) -> str:
     lines = [
         f"parallelism search: {result.devices:,} devices available, global batch {result.global_batch:,}",
@@ -32,20 +45,22 @@ def search_text(result: SearchResult) -> str:
     header = (
         f"  {'#':>2}  {'tp':>3} {'pp':>3} {'dp':>4} {'dev':>5} {'mb':>3} {'v':>2} {'recompute':<9} {'sp':<3} "
         f"{'zero':>4}  {'placement':<20} {'sharding':<16} "
-        f"{'iter (s)':>9} {'event (s)':>9} {'samples/s':>10} {'mem GiB':>7}"
+        f"{'fast (s)':>9} {'samples/s':>10} {'event (s)':>9} {'mem GiB':>7}"
     )
     lines.append(header)
     for i, r in enumerate(result.ranked, start=1):
         c = r.candidate
         event = f"{r.event.iteration_time_s:9.3f}" if r.event is not None else f"{'-':>9}"
-        t = r.event.iteration_time_s if r.event is not None else r.iteration_time_s
+        t = r.iteration_time_s  # samples/s beside the time it comes from: the fast estimate's
+        rate = number(result.global_batch / t) if t > 0 else "-"
         place = c.placement.value + ("" if c.rank_order == "tp-dp-pp" else f"/{c.rank_order}")
         lines.append(
             f"  {i:>2}  {c.tp:>3} {c.pp:>3} {c.dp:>4} {c.devices:>5} {c.micro_batch:>3} {c.interleave:>2} "
             f"{c.recompute.value:<9} {'yes' if c.sequence_parallel else 'no':<3} {c.zero:>4}  {place:<20} "
             f"{sharding_text(c):<16} "
-            f"{r.iteration_time_s:9.3f} {event} {result.global_batch / t:10.2f} {r.peak_memory_bytes / GIB:7.1f}"
+            f"{t:9.3f} {rate:>10} {event} {r.peak_memory_bytes / GIB:7.1f}"
         )
+    lines.append(f"  {column_note(result)}")
     lines += [f"  note: {n}" for n in result.notes]
     best = result.ranked[0]
     if best.spatial_splits:  # grid devices: how #1 spreads each op over a chip's cores (stage 0)
