@@ -31,7 +31,7 @@ def test_json_has_exactly_one_object_with_the_contract_keys(capsys):
     assert set(data["memory_breakdown_bytes"]) == {"weights", "gradients", "optimizer", "activations", "kv_cache",
                                                   "workspace"}
     assert set(data["time_breakdown_s"]) == {"compute", "recompute", "tp_comm", "ep_comm", "cp_comm", "pp_comm",
-                                            "dp_comm", "bubble", "optimizer", "memory_stall"}
+                                            "dp_comm", "bubble", "optimizer", "memory_stall", "host_wait"}
     assert data["devices"] == 8
     assert data["tokens_per_s"] == pytest.approx(data["samples_per_s"] * 512)
 

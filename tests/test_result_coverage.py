@@ -48,7 +48,11 @@ def test_analytic_timeline_busy_time_matches_its_breakdown():
     result = AnalyticEngine().run(plan)
     busy = result.timeline.busy_time(0)
     b = result.time_breakdown_s
-    accounted = b["compute"] + b["recompute"] + b["memory_stall"] + b["tp_comm"] + b["optimizer"] + b["dp_comm"]
+    accounted = (
+        b["compute"] + b["recompute"] + b["memory_stall"] + b["host_wait"] + b["tp_comm"] + b["optimizer"]
+        + b["dp_comm"]
+    )
+    assert b["host_wait"] > 0  # eager kernels on a small model: the host issues slower than they run
     assert abs(busy - accounted) <= 1e-9 * max(1.0, accounted)
 
 

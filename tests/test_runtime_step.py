@@ -38,6 +38,10 @@ def test_each_iteration_waits_once_for_the_runtime(engine):
     assert slow["tpot_s"] - base["tpot_s"] == pytest.approx(STEP, rel=1e-6)
     outputs = llama_inference().run.inference.output_tokens
     assert slow["e2e_s"] - base["e2e_s"] == pytest.approx(outputs * STEP, rel=1e-6)
+    # the breakdown says where it went: the device idle for the host, not a memory stall
+    waited = slow["time_breakdown_s"]["host_wait"] - base["time_breakdown_s"]["host_wait"]
+    assert waited == pytest.approx(outputs * STEP, rel=1e-6)
+    assert slow["time_breakdown_s"]["memory_stall"] == pytest.approx(base["time_breakdown_s"]["memory_stall"], rel=1e-9)
 
 
 def test_with_a_pipeline_only_the_first_stage_pays_it():

@@ -87,6 +87,8 @@ def _mix(a: ChunkPass, b: ChunkPass, w: float, name: str, key: tuple) -> NamedPa
             dram_bytes=sa.dram_bytes + w * (sb.dram_bytes - sa.dram_bytes),
             comm=sa.comm,
             local_bytes=sa.local_bytes + w * (sb.local_bytes - sa.local_bytes),
+            host_s=sa.host_s + w * (sb.host_s - sa.host_s),
+            dispatch_wait_s=sa.dispatch_wait_s + w * (sb.dispatch_wait_s - sa.dispatch_wait_s),
         )
         for sa, sb in zip(a.segments, b.segments, strict=True)
     ]

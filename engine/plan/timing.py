@@ -41,12 +41,21 @@ def pass_replica_comm(plan: Plan, r: int, ps: ChunkPass | None) -> dict[str, flo
     return out
 
 
-def pass_parts(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float]:
-    """(duration, compute, memory stall, tp comm) of one pass of stage ``r``, uncontended."""
+def pass_parts(plan: Plan, r: int, ps: ChunkPass | None) -> tuple[float, float, float, float, float]:
+    """(duration, compute, memory stall, tp comm, host wait) of one pass of stage ``r``, uncontended. Host
+    wait: the device idle for the host (kernels issued slower than they run, ``plan.launch``; the serving
+    runtime's step, ``Compute.runtime_step_s``); memory stall the rest of the pass's busy time beyond
+    its arithmetic."""
     if ps is None:
-        return 0.0, 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0, 0.0
     busy, compute, comm = pass_times(plan, r, ps)
-    return busy + comm, compute, busy - compute, comm
+    host = host_wait(ps, busy - compute)
+    return busy + comm, compute, busy - compute - host, comm, host
+
+
+def host_wait(ps: ChunkPass, beyond_compute: float) -> float:
+    """Seconds of a pass (or segment) the device waits for the host, at most its time beyond arithmetic."""
+    return min(ps.dispatch_wait_s, max(beyond_compute, 0.0))
 
 
 def closed_form(stage_fb: list[float], m: int, v: int, sends: list[float]) -> float:

@@ -12,7 +12,8 @@ from tilewright.engine.results.timeline import Timeline
 
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace")
 TIME_CATEGORIES = (
-    "compute", "recompute", "tp_comm", "ep_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "memory_stall"
+    "compute", "recompute", "tp_comm", "ep_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
+    "memory_stall", "host_wait",
 )
 # Where energy goes: arithmetic, SRAM and DRAM accesses, on-chip/on-wafer links (NoC), links between chips,
 # nodes and switches.

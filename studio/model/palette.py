@@ -6,7 +6,7 @@ from __future__ import annotations
 from tilewright.engine.results import CATEGORIES, MEMORY_CATEGORIES
 
 # Timeline categories (engine.results.CATEGORIES) and time-breakdown keys share names where they mean the
-# same thing; "bubble" and "memory_stall" exist only in the breakdown.
+# same thing; "bubble", "memory_stall" and "host_wait" exist only in the breakdown.
 CATEGORY_COLOURS: dict[str, str] = {
     "compute": "#4c78a8",
     "recompute": "#9ecae9",
@@ -21,6 +21,7 @@ CATEGORY_COLOURS: dict[str, str] = {
     "idle": "#bab0ac",
     "bubble": "#d8dce3",
     "memory_stall": "#9d755d",
+    "host_wait": "#79706e",
 }
 
 # What a category is called on screen: the engine's names where they read well, plain words where the
@@ -29,10 +30,13 @@ CATEGORY_LABELS: dict[str, str] = {
     "ep_comm": "expert all-to-all",
     "cp_comm": "context ring",
     "memory_stall": "memory stall",
+    "host_wait": "host wait",
 }
 CATEGORY_TIPS: dict[str, str] = {
     "ep_comm": "expert parallelism: tokens sent to their experts' devices and back (all-to-all dispatch and combine)",
     "cp_comm": "context parallelism: key/value blocks passed around the ring of context ranks",
+    "host_wait": "the device idle for the host: kernels issued slower than they run, or the serving runtime's "
+    "work between iterations (scheduling, sampling, output processing)",
 }
 
 MEMORY_COLOURS: dict[str, str] = {

@@ -20,8 +20,8 @@ from tilewright.engine.plan.timing import dram_floor, floor_note, pass_parts, pa
 from tilewright.engine.results.result import Result
 from tilewright.engine.results.timeline import Timeline
 
-PASS_CATEGORIES = ("compute", "recompute", "tp_comm", "memory_stall")
-Parts = tuple[float, float, float, float]  # duration, compute, memory stall, tp comm
+PASS_CATEGORIES = ("compute", "recompute", "tp_comm", "memory_stall", "host_wait")
+Parts = tuple[float, float, float, float, float]  # duration, compute, memory stall, tp comm, host wait
 Log = list[tuple[int, StepRow, float, float]]
 
 
@@ -60,13 +60,14 @@ class AnalyticEngine:
             for c in st.chunk_layers:
                 for kind in ("F", "R", "B"):
                     ps = st.passes.get((c, kind))
-                    dur, comp, stall, comm = parts[(r, c, kind)] = pass_parts(plan, r, ps)
+                    dur, comp, stall, comm, host = parts[(r, c, kind)] = pass_parts(plan, r, ps)
                     if kind == "F":
                         f += dur
                     else:
                         b += dur
                     sums["recompute" if kind == "R" else "compute"] += comp
                     sums["memory_stall"] += stall
+                    sums["host_wait"] += host
                     replicas = pass_replica_comm(plan, r, ps)  # ZeRO-2/3, context ring, expert all-to-all
                     sums["tp_comm"] += comm - sum(replicas.values())
                     for category, seconds in replicas.items():
@@ -132,11 +133,12 @@ class AnalyticEngine:
         ends: dict[tuple, float] = {}
         stages: list[StageTimes] = run_table(program.table, duration, program.send_times(), log, ends)
         end = stages[last].finish
-        breakdown = {k: 0.0 for k in ("compute", "memory_stall", "tp_comm", "pp_comm", "bubble")}
+        breakdown = {k: 0.0 for k in ("compute", "memory_stall", "host_wait", "tp_comm", "pp_comm", "bubble")}
         for row in program.table[last]:
-            _dur, comp, stall, comm = parts[row.dkey]
+            _dur, comp, stall, comm, host = parts[row.dkey]
             breakdown["compute"] += comp
             breakdown["memory_stall"] += stall
+            breakdown["host_wait"] += host
             breakdown["tp_comm"] += comm
         waits = stages[last].waits
         breakdown["pp_comm"] += waits.get("pp_comm", 0.0)

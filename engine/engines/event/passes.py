@@ -20,7 +20,7 @@ from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.sharding import comm_category, spans_replicas
-from tilewright.engine.plan.timing import pass_replica_comm, pass_times
+from tilewright.engine.plan.timing import host_wait, pass_replica_comm, pass_times
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
 
@@ -108,8 +108,11 @@ class PassRunner:
             else:
                 yield env.timeout(seg.busy_s)
             took = env.now - start
+            beyond = max(0.0, took - seg.compute_s)
+            host = min(seg.dispatch_wait_s, beyond)  # the device idle for the host (``plan.timing.host_wait``)
             ledger.times[cat] += min(seg.compute_s, took)
-            ledger.times["memory_stall"] += max(0.0, took - seg.compute_s)
+            ledger.times["memory_stall"] += beyond - host
+            ledger.times["host_wait"] += host
             self.rec.slice(lane, start, took, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
             if seg.comm:
                 start = env.now
@@ -138,8 +141,10 @@ class PassRunner:
         else:
             busy, compute, comm, label = self._pass_totals(r, u[0], ps)
             times = ledger.times
+            host = host_wait(ps, busy - compute)
             times[cat] += compute
-            times["memory_stall"] += busy - compute
+            times["memory_stall"] += busy - compute - host
+            times["host_wait"] += host
             replicas = pass_replica_comm(self.plan, r, ps)  # ZeRO-2/3, context ring, expert all-to-all
             times["tp_comm"] += comm - sum(replicas.values())
             for category, seconds in replicas.items():
@@ -185,8 +190,10 @@ class PassRunner:
     def _account(self, r, u, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:
         lane = self.lanes[(r, u)]
         times = ledger.times
+        host = min(seg.dispatch_wait_s, max(seg.busy_s - seg.compute_s, 0.0))
         times[cat] += seg.compute_s
-        times["memory_stall"] += seg.busy_s - seg.compute_s
+        times["memory_stall"] += seg.busy_s - seg.compute_s - host
+        times["host_wait"] += host
         self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
         t += seg.busy_s
         if seg.comm:

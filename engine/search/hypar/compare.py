@@ -56,7 +56,7 @@ def summary(result: Result) -> dict[str, Any]:
     out = {
         "iteration_time_s": result.iteration_time_s,
         "comm_s": sum(t.get(k, 0.0) for k in COMM),
-        "compute_s": t.get("compute", 0.0) + t.get("memory_stall", 0.0),
+        "compute_s": t.get("compute", 0.0) + t.get("memory_stall", 0.0) + t.get("host_wait", 0.0),  # device busy
         "time_breakdown_s": dict(t),
         "peak_memory_bytes": result.peak_memory_bytes,
         "out_of_memory": result.oom is not None,
