@@ -23,7 +23,7 @@ def tiny_gantt():
 
 def test_rows_are_grouped_under_headers(tiny_gantt):
     texts = [r.text for r in tiny_gantt.rows]
-    assert texts == ["COMPUTE · 2 lanes", "stage 0 · 2 devices", "stage 1 · 1 devices", "LINKS · 1 lane",
+    assert texts == ["COMPUTE · 2 lanes", "stage 0 · 2 devices", "stage 1 · 1 device", "LINKS · 1 lane",
                      "node[0]/gpu[0] → switch"]  # the system name common to every node id is dropped
     assert [r.is_header for r in tiny_gantt.rows] == [True, False, False, True, False]
     assert tiny_gantt.lane_row.tolist() == [1, 2, 4]

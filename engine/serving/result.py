@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from tilewright.engine.io.atomic import write_atomic
+from tilewright.engine.results.text import counted, number
 from tilewright.engine.serving.config import GOODPUT_TARGET, ServingConfig
 
 PERCENTILES = (50, 90, 99)
@@ -170,8 +171,8 @@ class ServingResult:
     def summary_text(self) -> str:
         m = self.metrics()
         lines = [
-            f"{m['requests']} requests in {m['span_s']:.4g} s, {m['iterations']} iterations, "
-            f"{m['preemptions']} preemptions"
+            f"{counted(m['requests'], 'request')} in {number(m['span_s'])} s, "
+            f"{counted(m['iterations'], 'iteration')}, {counted(m['preemptions'], 'preemption')}"
         ]
         latencies = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"))
         for name, label in (*latencies, ("kv_transfer_s", "KV transfer")):
@@ -182,8 +183,8 @@ class ServingResult:
                 )
         if m["throughput_requests_per_s"] is not None:
             lines.append(
-                f"  throughput {m['throughput_requests_per_s']:.4g} requests/s, "
-                f"{m['throughput_output_tokens_per_s']:.4g} output tokens/s"
+                f"  throughput {number(m['throughput_requests_per_s'])} requests/s, "
+                f"{number(m['throughput_output_tokens_per_s'])} output tokens/s"
             )
         g = m["goodput"]
         if g["slo_ttft_s"] is not None or g["slo_tpot_s"] is not None:
@@ -195,11 +196,11 @@ class ServingResult:
             rate = g["requests_per_s"]
             lines.append(
                 f"  goodput ({slo}): {g['fraction_meeting_slo']:.1%} of requests"
-                + (f", {rate:.4g} requests/s" if rate is not None else "")
+                + (f", {number(rate)} requests/s" if rate is not None else "")
             )
         for kind, kv in m["kv"].items():
             lines.append(
-                f"  KV cache ({kind}): {kv['pages']} pages of {kv['page_tokens']} tokens, peak "
+                f"  KV cache ({kind}): {counted(kv['pages'], 'page')} of {kv['page_tokens']:,} tokens, peak "
                 f"{kv['peak_fraction']:.1%}, mean {kv['mean_fraction']:.1%} in use"
             )
         lines += [f"  note: {n}" for n in self.notes]
@@ -238,4 +239,4 @@ def _time_mean(series: list[tuple[float, float]]) -> float:
 def _ms(seconds: float | None) -> str:
     if seconds is None:
         return "—"
-    return f"{seconds * 1e3:.4g} ms" if seconds < 1 else f"{seconds:.4g} s"
+    return f"{number(seconds * 1e3)} ms" if seconds < 1 else f"{number(seconds)} s"

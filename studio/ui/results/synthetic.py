@@ -67,7 +67,7 @@ def tiny_result() -> Result:
     """
     tl = Timeline()
     s0 = tl.lane("stage 0", "compute", "2 devices from sys/node[0]/gpu[0]")
-    s1 = tl.lane("stage 1", "compute", "1 devices from sys/node[1]/gpu[0]")
+    s1 = tl.lane("stage 1", "compute", "1 device from sys/node[1]/gpu[0]")
     link = tl.lane("sys/node[0]/gpu[0] → sys/switch", "links", "25 GB/s")
     tl.add(s0, 0.0, 4.0, "compute", "block0 F0", stage=0, micro_batch=0, layer=0)
     tl.add(s0, 4.0, 1.0, "tp_comm", "all-reduce block0", stage=0, micro_batch=0, layer=0)
