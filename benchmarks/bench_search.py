@@ -44,6 +44,7 @@ def main() -> None:
         best = data["candidates"][0]
         event = best.get("event_iteration_time_s")
         label = f"tp{best['tp']} pp{best['pp']} dp{best['dp']} mb{best['micro_batch']} v{best['interleave']}"
+        label += " ovl-grad" if best.get("overlap_grad_reduce") else ""
         times = f"{best['iteration_time_s']:.2f}" + (f" / {event:.2f}" if event else "")
         verdict = "-" if target is None else ("ok" if wall < target else "SLOW")
         failed |= verdict == "SLOW"
