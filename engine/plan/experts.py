@@ -53,7 +53,7 @@ def shard_experts(ops: list[Op], ep: int, imbalance: float) -> list[Op]:
 
 def routed_experts(ops: list[Op]) -> list[Op]:
     """The routed-expert ops of a layer: their weights are sharded over ep, their gradients reduced over the
-    dp / ep replicas that hold the same experts (``plan.plan.expert_groups``)."""
+    dp / ep replicas that hold the same experts (``plan.group_comm.expert_groups``)."""
     return [op for op in ops if op.moe is not None and op.moe.role is MoERole.expert]
 
 

@@ -15,7 +15,7 @@ from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Recompute, Schedule
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
-from tilewright.engine.perf.collectives import Collective, Phase, collective, point_to_point
+from tilewright.engine.perf.collectives import Collective, collective, point_to_point
 from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
 from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes, per_op_notes, resolve_formats
 from tilewright.engine.perf.memory import (
@@ -27,14 +27,23 @@ from tilewright.engine.perf.memory import (
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import Residency
-from tilewright.engine.plan.context import ContextComm
-from tilewright.engine.plan.experts import all_to_all, is_ep, routed_experts, shard_experts
+from tilewright.engine.plan.experts import is_ep, routed_experts, shard_experts
+from tilewright.engine.plan.group_comm import (
+    context_comm,
+    cp_group_collective,
+    dp_group_collective,
+    ep_group_collective,
+    expert_groups,
+    merge_concurrent,
+    scaled,
+    shard_comm,
+)
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.plan.placement import split_layers, stage_groups
 from tilewright.engine.plan.residency import StageResidency, optimizer_seconds, stage_residency
 from tilewright.engine.plan.residency import notes as residency_notes
-from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_dp, spans_replicas, stage_shard_comm
+from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_dp, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
 from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -252,110 +261,6 @@ class Plan:
         return total / st.params if st.params > 0 and total > 0 else 1.0
 
 
-def dp_group_collective(hw: HardwareGraph, groups: list[list[int]], kind: str, nbytes: float) -> Collective:
-    """``kind`` of ``nbytes`` (per tensor rank) over the data-parallel group of every tensor rank at once."""
-    if len(groups) <= 1:
-        return Collective(kind, "none", ())  # type: ignore[arg-type]
-    tp = len(groups[0])
-    return merge_concurrent(
-        [
-            collective(hw, kind, [g[i] for g in groups], nbytes)  # type: ignore[arg-type]
-            for i in range(tp)
-        ]
-    )
-
-
-def expert_groups(groups: list[list[int]], ep: int) -> list[list[list[int]]]:
-    """The replicas (tensor groups) that hold the same experts: expert rank e of every ep group
-    (``plan.experts``: replicas ``k·ep … k·ep + ep − 1`` form one), so routed-expert gradients are reduced
-    over len(groups) / ep replicas, one such set per expert rank."""
-    if ep <= 1:
-        return [groups]
-    return [[groups[k * ep + e] for k in range(len(groups) // ep)] for e in range(ep)]
-
-
-def cp_group_collective(hw: HardwareGraph, groups: list[list[int]], cp: int, kind: str, nbytes: float) -> Collective:
-    """``kind`` of ``nbytes`` (per tensor rank) over every context-parallel group of the stage at once:
-    replicas ``d·cp … d·cp + cp − 1`` (``plan.context``), each tensor rank on its own ring."""
-    if cp <= 1:
-        return Collective(kind, "none", ())  # type: ignore[arg-type]
-    tp = len(groups[0])
-    parts = [
-        collective(hw, kind, [groups[d * cp + c][i] for c in range(cp)], nbytes)  # type: ignore[arg-type]
-        for d in range(len(groups) // cp)
-        for i in range(tp)
-    ]
-    return merge_concurrent(parts)
-
-
-def ep_group_collective(hw: HardwareGraph, groups: list[list[int]], ep: int, nbytes: float) -> Collective:
-    """An all-to-all of ``nbytes`` per tensor rank over every expert-parallel group of the stage at once:
-    replicas ``k·ep … k·ep + ep − 1`` (``plan.experts``), each tensor rank with its peers."""
-    if ep <= 1:
-        return Collective("exchange", "none", ())
-    tp = len(groups[0])
-    parts = [
-        all_to_all(hw, [groups[k * ep + e][i] for e in range(ep)], nbytes)
-        for k in range(len(groups) // ep)
-        for i in range(tp)
-    ]
-    return merge_concurrent(parts)
-
-
-def _context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> ContextComm | None:
-    if cp <= 1:
-        return None
-    cache: dict[tuple[str, float], float] = {}
-
-    def seconds(kind: str, nbytes: float) -> float:
-        hit = cache.get((kind, nbytes))
-        if hit is None:
-            hit = cache[(kind, nbytes)] = cp_group_collective(hw, groups, cp, dp_kind(kind), nbytes).time(hw)
-        return hit
-
-    return ContextComm(cp, seconds)
-
-
-def _shard_comm(
-    project: Project, hw: HardwareGraph, groups: list[list[int]], weight_bytes: float, grad_bytes: float
-) -> ShardComm | None:
-    m = project.mapping
-    if project.run.mode is not Mode.train:
-        return None
-    cache: dict[tuple[str, float], float] = {}
-
-    def seconds(kind: str, nbytes: float) -> float:
-        hit = cache.get((kind, nbytes))
-        if hit is None:
-            hit = cache[(kind, nbytes)] = dp_group_collective(hw, groups, dp_kind(kind), nbytes).time(hw)
-        return hit
-
-    return stage_shard_comm(
-        m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds
-    )
-
-
-def scaled(coll: Collective, fraction: float) -> Collective:
-    """The same collective carrying ``fraction`` of the bytes (same link-usage objects)."""
-    phases = tuple(Phase(ph.usage, ph.bytes_per_member * fraction, ph.latency_s) for ph in coll.phases)
-    return Collective(coll.kind, coll.algorithm, phases, coll.payload_fraction)
-
-
-def merge_concurrent(parts: list[Collective]) -> Collective:
-    """Identical collectives on disjoint groups at the same time: add their link usage phase by phase."""
-    if not parts or not parts[0].phases:
-        return parts[0] if parts else Collective("all-reduce", "none", ())
-    phases = []
-    for i in range(len(parts[0].phases)):
-        usage: dict[int, float] = {}
-        for c in parts:
-            for lk, u in c.phases[i].usage.items():
-                usage[lk] = usage.get(lk, 0.0) + u
-        p0 = parts[0].phases[i]
-        phases.append(Phase(usage, p0.bytes_per_member, max(c.phases[i].latency_s for c in parts)))
-    return Collective(parts[0].kind, parts[0].algorithm, tuple(phases), parts[0].payload_fraction)
-
-
 def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float, opt_bytes: int) -> float:
     """The optimizer step's memory stream: at the device's DRAM bandwidth as always, or level by level when
     ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step)."""
@@ -430,8 +335,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ctx.rows_per_sample = workload.tokens_per_sample
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
         per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp)  # weights_by_op
-        ctx.shard = _shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients)
-        ctx.context = _context_comm(hw, groups[r], cp)
+        ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients)
+        ctx.context = context_comm(hw, groups[r], cp)
         ctx.expert_parallel = ep
         placed = stage_residency(
             project,

@@ -46,10 +46,11 @@ from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.ops import LayerKind, Op, OpKind
 from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
+from tilewright.engine.plan.group_comm import scaled
 from tilewright.engine.plan.inference_phases import kv_dtype
 from tilewright.engine.plan.launch import graphed
 from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass, fused_edges
-from tilewright.engine.plan.plan import Plan, scaled
+from tilewright.engine.plan.plan import Plan
 from tilewright.engine.serving.config import ServingSetupError
 from tilewright.engine.serving.grid_attention import GridAttention, shaped
 from tilewright.engine.workloads.transformer_inference import inference_graph, kv_cache_bytes

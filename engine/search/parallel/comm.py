@@ -20,8 +20,8 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.mapping import PlacementStrategy
 from tilewright.engine.perf.collective_grid import TIE
 from tilewright.engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, candidates, collective, point_to_point
+from tilewright.engine.plan.group_comm import merge_concurrent
 from tilewright.engine.plan.placement import placement_order
-from tilewright.engine.plan.plan import merge_concurrent
 
 REFERENCE_BYTES = float(2**30)  # well inside the bandwidth regime
 

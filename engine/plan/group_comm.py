@@ -1,0 +1,116 @@
+"""Collectives over a stage's replica groups, all groups at once: data-parallel reductions, the experts'
+all-to-all, the context ring, and the seconds functions the passes use to size what they can hide
+(``plan.sharding``, ``plan.context``). Split from ``plan.plan``, which builds plans from them."""
+
+from __future__ import annotations
+
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.perf.collectives import Collective, Phase, collective
+from tilewright.engine.plan.context import ContextComm
+from tilewright.engine.plan.experts import all_to_all
+from tilewright.engine.plan.sharding import ShardComm, dp_kind, stage_shard_comm
+
+
+def dp_group_collective(hw: HardwareGraph, groups: list[list[int]], kind: str, nbytes: float) -> Collective:
+    """``kind`` of ``nbytes`` (per tensor rank) over the data-parallel group of every tensor rank at once."""
+    if len(groups) <= 1:
+        return Collective(kind, "none", ())  # type: ignore[arg-type]
+    tp = len(groups[0])
+    return merge_concurrent(
+        [
+            collective(hw, kind, [g[i] for g in groups], nbytes)  # type: ignore[arg-type]
+            for i in range(tp)
+        ]
+    )
+
+
+def expert_groups(groups: list[list[int]], ep: int) -> list[list[list[int]]]:
+    """The replicas (tensor groups) that hold the same experts: expert rank e of every ep group
+    (``plan.experts``: replicas ``k·ep … k·ep + ep − 1`` form one), so routed-expert gradients are reduced
+    over len(groups) / ep replicas, one such set per expert rank."""
+    if ep <= 1:
+        return [groups]
+    return [[groups[k * ep + e] for k in range(len(groups) // ep)] for e in range(ep)]
+
+
+def cp_group_collective(hw: HardwareGraph, groups: list[list[int]], cp: int, kind: str, nbytes: float) -> Collective:
+    """``kind`` of ``nbytes`` (per tensor rank) over every context-parallel group of the stage at once:
+    replicas ``d·cp … d·cp + cp − 1`` (``plan.context``), each tensor rank on its own ring."""
+    if cp <= 1:
+        return Collective(kind, "none", ())  # type: ignore[arg-type]
+    tp = len(groups[0])
+    parts = [
+        collective(hw, kind, [groups[d * cp + c][i] for c in range(cp)], nbytes)  # type: ignore[arg-type]
+        for d in range(len(groups) // cp)
+        for i in range(tp)
+    ]
+    return merge_concurrent(parts)
+
+
+def ep_group_collective(hw: HardwareGraph, groups: list[list[int]], ep: int, nbytes: float) -> Collective:
+    """An all-to-all of ``nbytes`` per tensor rank over every expert-parallel group of the stage at once:
+    replicas ``k·ep … k·ep + ep − 1`` (``plan.experts``), each tensor rank with its peers."""
+    if ep <= 1:
+        return Collective("exchange", "none", ())
+    tp = len(groups[0])
+    parts = [
+        all_to_all(hw, [groups[k * ep + e][i] for e in range(ep)], nbytes)
+        for k in range(len(groups) // ep)
+        for i in range(tp)
+    ]
+    return merge_concurrent(parts)
+
+
+def context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> ContextComm | None:
+    if cp <= 1:
+        return None
+    cache: dict[tuple[str, float], float] = {}
+
+    def seconds(kind: str, nbytes: float) -> float:
+        hit = cache.get((kind, nbytes))
+        if hit is None:
+            hit = cache[(kind, nbytes)] = cp_group_collective(hw, groups, cp, dp_kind(kind), nbytes).time(hw)
+        return hit
+
+    return ContextComm(cp, seconds)
+
+
+def shard_comm(
+    project: Project, hw: HardwareGraph, groups: list[list[int]], weight_bytes: float, grad_bytes: float
+) -> ShardComm | None:
+    m = project.mapping
+    if project.run.mode is not Mode.train:
+        return None
+    cache: dict[tuple[str, float], float] = {}
+
+    def seconds(kind: str, nbytes: float) -> float:
+        hit = cache.get((kind, nbytes))
+        if hit is None:
+            hit = cache[(kind, nbytes)] = dp_group_collective(hw, groups, dp_kind(kind), nbytes).time(hw)
+        return hit
+
+    return stage_shard_comm(
+        m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds
+    )
+
+
+def scaled(coll: Collective, fraction: float) -> Collective:
+    """The same collective carrying ``fraction`` of the bytes (same link-usage objects)."""
+    phases = tuple(Phase(ph.usage, ph.bytes_per_member * fraction, ph.latency_s) for ph in coll.phases)
+    return Collective(coll.kind, coll.algorithm, phases, coll.payload_fraction)
+
+
+def merge_concurrent(parts: list[Collective]) -> Collective:
+    """Identical collectives on disjoint groups at the same time: add their link usage phase by phase."""
+    if not parts or not parts[0].phases:
+        return parts[0] if parts else Collective("all-reduce", "none", ())
+    phases = []
+    for i in range(len(parts[0].phases)):
+        usage: dict[int, float] = {}
+        for c in parts:
+            for lk, u in c.phases[i].usage.items():
+                usage[lk] = usage.get(lk, 0.0) + u
+        p0 = parts[0].phases[i]
+        phases.append(Phase(usage, p0.bytes_per_member, max(c.phases[i].latency_s for c in parts)))
+    return Collective(parts[0].kind, parts[0].algorithm, tuple(phases), parts[0].payload_fraction)
