@@ -55,6 +55,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="PyTorch FSDP (full shard): ZeRO stage 3 with the next layer's weights prefetched")
     p.add_argument("--overlap-param-gather", action="store_true", default=None,
                    help="ZeRO-3: all-gather the next layer's weights while the current one computes")
+    p.add_argument("--overlap-ep-comm", action="store_true", default=None,
+                   help="MoE: hide each expert all-to-all behind another micro-batch's compute (DualPipe-style)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"])
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--mode", choices=["train", "infer"])
@@ -213,7 +215,7 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
     axes = m.get("tp_axes")
     if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
         m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
-    for flag in ("fsdp", "overlap_param_gather"):
+    for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm"):
         if getattr(args, flag, None):
             m[flag] = True
     if args.interleave and args.interleave > 1 and m.get("schedule", "1f1b") == "1f1b":

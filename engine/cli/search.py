@@ -145,7 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--zero", metavar="LIST", help="ZeRO stages to try: 0,1,2,3 and fsdp")
     g.add_argument("--no-offload", action="store_true", help="never put the optimizer in host memory")
     g.add_argument("--no-overlap", action="store_true",
-                   help="never try reducing gradients under the last backward (--overlap-grad-reduce)")
+                   help="never try overlapping communication with compute (gradient reduction, expert all-to-all)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_search)

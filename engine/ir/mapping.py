@@ -187,6 +187,10 @@ class Mapping(QuietDefaultsModel):
         False, description="ZeRO-3/FSDP: all-gather the next layer's weights while the current one computes "
         "(prefetch; Megatron --overlap-param-gather, FSDP backward/forward prefetch)",
     )
+    overlap_ep_comm: bool = Field(
+        False, description="MoE: hide each expert all-to-all behind the compute of another micro-batch's same "
+        "layer (DeepSeek-V3's DualPipe, Megatron-Core --overlap-moe-expert-parallel-comm); only the excess shows",
+    )
     fsdp: bool = Field(
         False, description="PyTorch FSDP FULL_SHARD: ZeRO stage 3 with prefetch (sets zero 3 and overlap_param_gather)"
     )

@@ -4,6 +4,8 @@ all-to-all, the context ring, and the seconds functions the passes use to size w
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, Phase, collective
@@ -60,6 +62,20 @@ def ep_group_collective(hw: HardwareGraph, groups: list[list[int]], ep: int, nby
         for i in range(tp)
     ]
     return merge_concurrent(parts)
+
+
+def ep_seconds(hw: HardwareGraph, groups: list[list[int]], ep: int) -> Callable[[float], float]:
+    """Seconds of an expert all-to-all of that many bytes per tensor rank over the stage's ep groups at once
+    (``ep_group_collective``), cached by size: what an overlapped all-to-all has to hide."""
+    cache: dict[float, float] = {}
+
+    def seconds(nbytes: float) -> float:
+        hit = cache.get(nbytes)
+        if hit is None:
+            hit = cache[nbytes] = ep_group_collective(hw, groups, ep, nbytes).time(hw)
+        return hit
+
+    return seconds
 
 
 def context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> ContextComm | None:

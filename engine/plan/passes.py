@@ -11,6 +11,7 @@ collectives (Shoeybi et al. 2019; Korthikanti et al. 2023 for sequence paralleli
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -116,6 +117,9 @@ class PassContext:
     offload_saved: float = 0.0  # training with activations in host memory: the host link's bytes/s (else 0)
     context: ContextComm | None = None  # context parallelism's K/V ring (``plan.context``); micro_batch is per rank
     expert_parallel: int = 1  # ep: MoE ops exchange their tokens all-to-all (``plan.experts``)
+    # with mapping.overlap_ep_comm: seconds of an all-to-all of that many bytes per tensor rank (the stage's
+    # ep groups at once), to hide it behind the paired micro-batch's compute of the layer (``_a2a``)
+    ep_seconds: Callable[[float], float] | None = None
     tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
 
 
@@ -179,8 +183,8 @@ class _Builder:
         With context parallelism an attention op is followed by the exposed part of its K/V ring."""
         c = self.ctx
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
-        if a2a[0]:
-            self.dp_comms([(EP_PREFIX + "all-to-all", a2a[0])], op.layer, op.name)
+        if a2a[0] and (exposed := self._a2a(a2a[0])) > 0:
+            self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         if fused != (False, False):
             fused = _on_chip(op, fused, c)
         t = op_time(
@@ -211,8 +215,22 @@ class _Builder:
             cp = c.context.cp
             ring = c.context.exchange(op, c.micro_batch * cp, c.tp, c.elem_bytes, backward, t.busy_s)
             self.dp_comms(ring, op.layer, op.name)
-        if a2a[1]:
-            self.dp_comms([(EP_PREFIX + "all-to-all", a2a[1])], op.layer, op.name)
+        if a2a[1] and (exposed := self._a2a(a2a[1])) > 0:
+            self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
+
+    def _a2a(self, nbytes: float) -> float:
+        """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``), it runs
+        while the paired micro-batch computes the same layer — in DualPipe and Megatron-Core's overlapped 1F1B
+        one micro-batch's forward and another's backward alternate compute and communication — so it hides
+        behind as much compute as this pass has run in the layer so far (the paired pass runs the same ops)
+        and only the excess shows, charged as the same all-to-all carrying that fraction of its bytes."""
+        seconds = self.ctx.ep_seconds
+        if seconds is None or nbytes <= 0:
+            return nbytes
+        total = seconds(nbytes)
+        if total <= self.layer_busy or total <= 0:
+            return 0.0
+        return nbytes * (total - self.layer_busy) / total
 
     def next_layer(self) -> float:
         """Start a new layer; returns the device time of the one before."""

@@ -33,6 +33,7 @@ from tilewright.engine.plan.group_comm import (
     cp_group_collective,
     dp_group_collective,
     ep_group_collective,
+    ep_seconds,
     expert_groups,
     merge_concurrent,
     scaled,
@@ -338,6 +339,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients)
         ctx.context = context_comm(hw, groups[r], cp)
         ctx.expert_parallel = ep
+        if ep > 1 and m.overlap_ep_comm:
+            ctx.ep_seconds = ep_seconds(hw, groups[r], ep)
         placed = stage_residency(
             project,
             hw,

@@ -26,6 +26,7 @@ class Candidate:
     fsdp: bool = False  # FSDP FULL_SHARD (zero 3 with prefetch)
     offload: str | None = None  # host memory holding the optimizer state (mapping.memory_levels)
     overlap_grad_reduce: bool = False  # reduce gradients in buckets under the last backward (Megatron)
+    overlap_ep: bool = False  # hide the experts' all-to-all behind another micro-batch's compute (DualPipe)
 
     @property
     def devices(self) -> int:
@@ -42,6 +43,7 @@ class Candidate:
             or self.fsdp
             or self.offload is not None
             or self.overlap_grad_reduce
+            or self.overlap_ep
         )
 
     @property
@@ -75,6 +77,8 @@ class Candidate:
             fields |= {"zero": 3, "overlap_param_gather": True}
         if self.overlap_grad_reduce:  # otherwise the base's choice stands
             fields["overlap_grad_reduce"] = True
+        if self.overlap_ep:
+            fields["overlap_ep_comm"] = True
         if base is None:
             if self.offload is not None:
                 fields["memory_levels"] = {"optimizer": self.offload}
@@ -102,6 +106,7 @@ class Candidate:
             "fsdp": self.fsdp,
             "offload_optimizer": self.offload,
             "overlap_grad_reduce": self.overlap_grad_reduce,
+            "overlap_ep_comm": self.overlap_ep,
         }
 
     def label(self) -> str:
@@ -124,6 +129,8 @@ class Candidate:
             parts.append(f"opt->{self.offload}")
         if self.overlap_grad_reduce:
             parts.append("ovl-grad")
+        if self.overlap_ep:
+            parts.append("ovl-a2a")
         if self.placement is not PlacementStrategy.row_major:
             parts.append(self.placement.value)
         if self.rank_order != "tp-dp-pp":

@@ -20,7 +20,9 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
 - the optimizer state in host memory (a node with a host memory and a host link), on the seeds that
   missed memory;
 - gradients reduced in buckets under the last backward (Megatron ``--overlap-grad-reduce``), on the kept
-  seeds with dp > 1, at their own ZeRO stage and at ZeRO-2 (the overlap option; FSDP always prefetches).
+  seeds with dp > 1, at their own ZeRO stage and at ZeRO-2 (the overlap option; FSDP always prefetches);
+  and, for each expert-parallel variant at the seed's ZeRO stage, its all-to-all hidden behind another
+  micro-batch's compute (``mapping.overlap_ep_comm``, DualPipe-style).
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ class Extensions:
             zero_ok = self.fsdp
         else:
             zero_ok = c.zero in self.zeros or c.dp == 1  # without dp every stage is the same mapping
-        return zero_ok and c.ep in self.eps and c.cp in self.cps and (self.overlap or not c.overlap_grad_reduce)
+        overlap_ok = self.overlap or not (c.overlap_grad_reduce or c.overlap_ep)
+        return zero_ok and c.ep in self.eps and c.cp in self.cps and overlap_ok
 
 
 def first_stage_only() -> Extensions:
@@ -144,6 +147,9 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
     if ext.overlap and fits and seed.dp > 1:  # overlap hides time; it frees no memory
         for zero in sorted({base.zero, 2} & set(ext.zeros)):
             out.append(replace(base, zero=zero, overlap_grad_reduce=True))
+        # each expert-parallel variant at the seed's ZeRO stage, its all-to-all overlapped too
+        out += [replace(c, overlap_ep=True) for c in list(out) if c.ep > 1 and c.zero == base.zero and not c.fsdp
+                and c.cp == 1 and c.offload is None]
     seen: set[Candidate] = set()
     unique = []
     for c in out:

@@ -16,6 +16,7 @@ def sharding_text(c: Candidate) -> str:
     parts += ["fsdp"] if c.fsdp else []
     parts += [f"opt->{c.offload}"] if c.offload is not None else []
     parts += ["ovl-grad"] if c.overlap_grad_reduce else []
+    parts += ["ovl-a2a"] if c.overlap_ep else []
     return " ".join(parts) or "-"
 
 
