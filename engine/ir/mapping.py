@@ -153,6 +153,7 @@ def tp_axes_for(axes: tuple[int, int] | None, tp: int) -> tuple[int, int] | None
 class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
+        "overlap_ep_comm",
     )
 
     tp: PosInt = 1
