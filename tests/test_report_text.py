@@ -7,7 +7,6 @@ import re
 
 import numpy as np
 import pytest
-from tilewright.engine.cli import main
 from tilewright.engine.cli.catalog import DESCRIPTION_WIDTH, _describe, catalog, first_sentence
 from tilewright.engine.engines.result_builder import BREAKDOWN_NOISE
 from tilewright.engine.io.presets import load_project_preset
@@ -17,7 +16,7 @@ from tilewright.engine.search.parallel.report import search_text
 from tilewright.engine.search.parallel.search import search
 from tilewright.engine.simulate import simulate
 
-from tests.engine_cases import dgx, llama_inference
+from tests.engine_cases import dgx
 from tests.factories import cluster, small_gpt
 
 EXPONENT = re.compile(r"\d[eE][+-]?\d")
@@ -165,26 +164,3 @@ def test_search_table_gives_samples_per_second_of_the_time_beside_it():
     rates = [float(c[-3].replace(",", "")) for c in rows]
     assert rates[1:] == sorted(rates[1:], reverse=True)  # the rows after the re-simulated ones, fastest first
     assert any("event: #1–#2 re-simulated" in s for s in lines)
-
-
-# -- tilewright serve ----------------------------------------------------------------------------------------
-@pytest.fixture
-def project_file(tmp_path):
-    from tilewright.engine.io.project_file import project_to_text
-    from tilewright.engine.ir import Project
-
-    data = llama_inference().model_dump(mode="json")
-    data["run"]["inference"] |= {"prompt_tokens": 128, "output_tokens": 16}
-    data["mapping"] |= {"tp": 1, "dp": 2, "global_batch": 2}
-    path = tmp_path / "serve.json"
-    path.write_text(project_to_text(Project.model_validate(data)))
-    return str(path)
-
-
-def test_serve_names_the_project_first(project_file, capsys):
-    assert main(["serve", project_file, "--requests", "5", "--quiet"]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first == "infer — serve, 2 devices, 5 requests, Poisson arrivals at 1 requests/s"
-    assert main(["serve", project_file, "--requests", "5", "--sweep-rates", "1,2", "--quiet"]) == 0
-    assert capsys.readouterr().out.splitlines()[0].startswith("infer — serve, 2 devices, 5 requests per rate")
-
