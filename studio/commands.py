@@ -150,7 +150,10 @@ class MoveOnCanvas(SnapshotCommand):
 
 
 class SetMappingField(SnapshotCommand):
-    def __init__(self, doc: ProjectDocument, field: str, value: Any):
+    """Set one mapping field (validated with the whole mapping); ``text`` names the gesture in the Edit menu
+    ("Overlap expert all-to-all") where "Set mapping <field>" would read as code."""
+
+    def __init__(self, doc: ProjectDocument, field: str, value: Any, text: str | None = None):
         data = doc.project.mapping.model_dump(mode="json")
         data[field] = value
         try:
@@ -161,7 +164,7 @@ class SetMappingField(SnapshotCommand):
             text = friendly(str(err.get("msg", "invalid")))
             raise EditRefused(f"{loc}: {text}" if loc else text) from None
         after = doc.project.model_copy(update={"mapping": mapping})
-        super().__init__(doc, after, f"Set mapping {field}", Change.mapping)
+        super().__init__(doc, after, text or f"Set mapping {field}", Change.mapping)
 
 
 class ReplaceWorkload(SnapshotCommand):

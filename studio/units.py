@@ -81,6 +81,26 @@ def format_number(value: float, digits: int = 3) -> str:
     return text
 
 
+def format_bytes(value: float) -> str:
+    """Sizes of memory contents in binary units, as capacities are stated (12 GiB GDDR6): "59.9 GiB",
+    "512 MiB", "1018 MiB", "3 KiB"; plain bytes below a KiB."""
+    for prefix, scale in (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10)):
+        if abs(value) >= scale:
+            return f"{format_number(value / scale)} {prefix}B"
+    return f"{format_number(value)} B"
+
+
+def share_of_capacity(used: float, capacity: float, short: bool = False) -> str:
+    """"74.9 % of capacity", or "37.3× capacity" once it is far over (percentages in the thousands blur);
+    ``short``: "74.9 %", "37.3×" (in a column that says what it is a share of)."""
+    if capacity <= 0:
+        return "no capacity given"
+    share = used / capacity
+    if share >= 2:
+        return f"{share:.3g}×" + ("" if short else " capacity")
+    return format_percent(share) + ("" if short else " of capacity")
+
+
 def format_value(value: float | None, unit: Unit, digits: int = 3) -> str:
     """"2.04 TB/s", "80 GB", "1 µs"; ``None`` shows as an em dash so an absent figure is visible."""
     if value is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 from tilewright.engine.cli import main
@@ -235,3 +236,19 @@ def test_serve_names_the_project_first(project_file, capsys):
     assert first == "infer — serve, 2 devices, 5 requests, Poisson arrivals at 1 requests/s"
     assert main(["serve", project_file, "--requests", "5", "--sweep-rates", "1,2", "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("infer — serve, 2 devices, 5 requests per rate")
+
+
+def test_the_report_writes_shares_as_run_does(project_file, capsys):
+    """Goodput and KV shares read "37.5 %" (a space before the sign, as run's MFU), pages and tokens are
+    counted nouns: the same numbers as the JSON, in the report's style."""
+    args = ["serve", project_file, "--rate", "50", "--requests", "40", "--slo-ttft", "0.5", "--slo-tpot", "0.01"]
+    assert main([*args, "--json", "--quiet"]) == 0
+    m = _strict(capsys.readouterr().out)["metrics"]
+    assert main([*args, "--quiet"]) == 0
+    text = capsys.readouterr().out
+    share = f"{100 * m['goodput']['fraction_meeting_slo']:.1f} % of requests"
+    assert share in text
+    kv = m["kv"]["serve"]
+    peak, mean = (f"{100 * kv[k]:.1f} %" for k in ("peak_fraction", "mean_fraction"))
+    assert f"pages of {kv['page_tokens']:,} tokens, peak {peak}, mean {mean} in use" in text
+    assert re.search(r"\d%", text) is None  # no "100.0%" left anywhere in the report

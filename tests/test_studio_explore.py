@@ -74,7 +74,7 @@ def test_sweep_plots_a_front_and_opens_a_design(qtbot, panel, tmp_path):
     assert len(tab.points) == 3
     xs, _ = tab.plot.scatter.getData()
     assert len(xs) == 3
-    assert tab.plot.getPlotItem().getAxis("bottom").labelUnits == "GiB"
+    assert tab.plot.getPlotItem().getAxis("bottom").labelText == "peak memory (GiB)"  # no SI prefix: "mGiB" was shown
     target = next(i for i, p in enumerate(tab.points) if p["row"]["mapping.micro_batch"] == "4")
     tab.open_point(target)
     assert doc.project.hardware.name == "chiplet-mesh" and doc.project.mapping.micro_batch == 4

@@ -119,3 +119,45 @@ def test_a_moe_run_draws_the_all_to_all(make_window, qtbot):
     assert "expert all-to-all" in w.results.breakdown.toolTip()
     summary = " ".join(label.text() for label in w.results.labels)
     assert "expert all-to-all" in summary and "ep comm" not in summary
+
+
+def test_overlapping_the_all_to_all_is_one_undo_step_and_saved(make_window, tmp_path):
+    """The check box sets mapping.overlap_ep_comm at once (not staged for Auto-map), the panel follows undo
+    and redo, a degree typed but not applied stays staged, and the saved file carries the option."""
+    w = make_window(load_project(MIXTRAL))
+    panel, doc = w.workload, w.doc
+    box = panel.overlap_ep
+    assert doc.project.mapping.ep == 8 and not doc.project.mapping.overlap_ep_comm
+    assert box.isEnabled() and not box.box.isChecked() and "all-to-all" in box.toolTip()
+    panel.editors["dp"].type_and_commit("8")  # staged, not applied
+    box.box.click()
+    assert doc.project.mapping.overlap_ep_comm and doc.undo_stack.count() == 1
+    assert doc.undo_stack.undoText() == "Overlap expert all-to-all"
+    assert doc.project.mapping.dp == 16 and panel.pending == {"dp": 8} and panel.editors["dp"].value == 8
+    before = load_project(MIXTRAL).mapping
+    assert doc.project.mapping == before.model_copy(update={"overlap_ep_comm": True})  # nothing else changed
+    doc.undo_stack.undo()
+    assert not doc.project.mapping.overlap_ep_comm and not box.box.isChecked()
+    doc.undo_stack.redo()
+    assert box.box.isChecked()
+    saved = doc.save(tmp_path / "mixtral-overlap.json")
+    assert '"overlap_ep_comm": true' in saved.read_text()
+    assert load_project(saved).mapping.overlap_ep_comm
+
+
+def test_overlapping_the_all_to_all_needs_expert_parallelism(make_window):
+    """Without ep > 1 there is no all-to-all: the box is disabled and its tooltip says why, until an
+    Auto-map applies an ep."""
+    w = make_window(small_moe(ep=1))
+    panel, doc = w.workload, w.doc
+    box = panel.overlap_ep
+    assert not box.isEnabled() and "ep > 1" in box.toolTip()
+    panel.editors["ep"].type_and_commit("4")
+    assert not box.isEnabled()  # a typed ep is not the mapping's yet
+    assert panel.apply_auto_map()
+    assert box.isEnabled() and "ep > 1" not in box.toolTip()
+    box.box.click()
+    assert doc.project.mapping.overlap_ep_comm and doc.project.mapping.ep == 4
+    doc.undo_stack.undo()
+    doc.undo_stack.undo()
+    assert doc.project.mapping.ep == 1 and not box.isEnabled()

@@ -140,3 +140,9 @@ def test_port_spread_says_when_no_port_carried_a_byte():
     assert port_spread(busy).endswith("each, some ports unused")
     both = [dict(idle[0], read_bytes=2e6), dict(idle[1], write_bytes=1e6)]
     assert port_spread(both).endswith("busiest 2× the least busy")
+
+
+def test_one_device_is_singular_in_the_workload_panel(shown):
+    """The mapping's device count under the degrees: "1 of 1 device", never "1 devices"."""
+    window, _result = shown
+    assert window.workload.devices_label.text() == "tp·pp·dp = 1 of 1 device"

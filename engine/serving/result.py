@@ -195,13 +195,13 @@ class ServingResult:
             )
             rate = g["requests_per_s"]
             lines.append(
-                f"  goodput ({slo}): {g['fraction_meeting_slo']:.1%} of requests"
+                f"  goodput ({slo}): {_percent(g['fraction_meeting_slo'])} of requests"
                 + (f", {number(rate)} requests/s" if rate is not None else "")
             )
         for kind, kv in m["kv"].items():
             lines.append(
-                f"  KV cache ({kind}): {counted(kv['pages'], 'page')} of {kv['page_tokens']:,} tokens, peak "
-                f"{kv['peak_fraction']:.1%}, mean {kv['mean_fraction']:.1%} in use"
+                f"  KV cache ({kind}): {counted(kv['pages'], 'page')} of {counted(kv['page_tokens'], 'token')}, "
+                f"peak {_percent(kv['peak_fraction'])}, mean {_percent(kv['mean_fraction'])} in use"
             )
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -234,6 +234,11 @@ def _time_mean(series: list[tuple[float, float]]) -> float:
     dt = np.diff(t)
     total = dt.sum()
     return float((f[:-1] * dt).sum() / total) if total > 0 else float(f.mean())
+
+
+def _percent(fraction: float) -> str:
+    """"95.0 %": a share written as ``tilewright run`` writes MFU (a space before the sign)."""
+    return f"{100 * fraction:.1f} %"
 
 
 def _ms(seconds: float | None) -> str:

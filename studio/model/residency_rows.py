@@ -10,19 +10,12 @@ from typing import Any
 
 import numpy as np
 from tilewright.engine.results.result import MemoryTrack, Result
-from tilewright.studio.units import BYTES_PER_S, format_percent, format_value
+from tilewright.studio.units import BYTES_PER_S, format_value, share_of_capacity
+from tilewright.studio.units import format_bytes as gib
 
 CATEGORIES = ("weights", "kv_cache", "activations", "workspace", "gradients", "optimizer")
 CATEGORY_NAMES = {"kv_cache": "KV cache"}
 LEVEL_NAMES = {"sram": "SRAM", "dram": "DRAM / HBM", "host": "host memory"}
-
-
-def gib(nbytes: float) -> str:
-    """Capacities are binary (12 GiB GDDR6): "8.25 GiB", "19.9 MiB"."""
-    for prefix, scale in (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.3g} {prefix}B"
-    return f"{nbytes:.3g} B"
 
 
 @dataclass(frozen=True)
@@ -36,7 +29,9 @@ class LevelRow:
 
     def cells(self) -> list[str]:
         """Level, memory, capacity, bandwidth, one cell per category, and the peak's share of capacity."""
-        share = f"{gib(self.peak_total)} ({format_percent(self.peak_total / self.capacity)})" if self.capacity else "—"
+        share = "—"
+        if self.capacity:
+            share = f"{gib(self.peak_total)} ({share_of_capacity(self.peak_total, self.capacity, short=True)})"
         cats = [gib(self.peaks[c]) if self.peaks.get(c, 0.0) > 0 else "—" for c in CATEGORIES]
         return [self.level, self.memory, gib(self.capacity), format_value(self.bandwidth, BYTES_PER_S), *cats, share]
 

@@ -23,7 +23,8 @@ LOOP_SECONDS = 12.0  # one iteration plays in this many wall seconds, whatever i
 SLIDER_STEPS = 1000
 SLIDER_MIN_PX = 100  # the scrubber stays draggable next to the op chooser in a 1280 × 720 window
 OP_TIP = "after a run on a grid device: which cores this op uses, how A and B are multicast"
-OP_CHARS = 18  # the op chooser's width in characters; its popup lists the whole descriptions
+OP_CHARS = 15  # the op chooser's width in characters (its popup and tooltip hold the whole descriptions);
+# 18 left the hierarchy dock too narrow for its names at 1280 × 720 (the canvas took 734 px)
 MODES = [(Overlay.stages, "Pipeline stages"), (Overlay.cursor, "Heat at cursor"),
          (Overlay.average, "Heat averaged"), (Overlay.off, "Plain")]
 

@@ -20,7 +20,7 @@ from tilewright.studio.hypar_choice import (
     mapping_with,
     stores_levels,
 )
-from tilewright.studio.units import BYTES, format_value
+from tilewright.studio.units import BYTES, format_value, plural
 
 HYPAR_COLUMNS = ("HyPar", "Mapped")
 HYPAR_TIPS = (
@@ -77,8 +77,9 @@ class HyparSection(QWidget):
         if c.partition is None:
             return f"<b>HyPar</b>: {c.problem}"
         of = f" of {c.devices}" if c.devices != c.accelerators else ""
+        counted = plural("device", c.devices if of else c.accelerators)  # "1 device", "16 of 20 devices"
         share = f"{100 * c.total_bytes / c.dp_bytes:.0f} % of" if c.dp_bytes > 0 else "vs"
-        text = (f"<b>HyPar</b> · {c.accelerators}{of} devices, {c.levels} levels: "
+        text = (f"<b>HyPar</b> · {c.accelerators}{of} {counted}, {c.levels} {plural('level', c.levels)}: "
                 f"{format_value(c.total_bytes, BYTES)} exchanged per step, {share} all-dp's "
                 f"{format_value(c.dp_bytes, BYTES)}")
         if why_not:
@@ -89,7 +90,8 @@ class HyparSection(QWidget):
 
     def _inputs(self) -> str:
         c = self.choice
-        return (f"HyPar's inputs, from the project: {c.accelerators} devices (the largest power of two up to "
+        return (f"HyPar's inputs, from the project: {c.accelerators} {plural('device', c.accelerators)} "
+                f"(the largest power of two up to "
                 f"the mapping's {c.devices}), global batch {c.batch} samples, {c.dtype}. "
                 "Vary them in Explore ▸ HyPar.")
 

@@ -3,11 +3,17 @@
 Selecting a row reveals the component on the canvas (the canvas goes to its parent's level); selecting
 on the canvas selects the row. The tree is rebuilt on structural change — it is a handful of rows even
 for a wafer, because a tile array is one row, not 4,096.
+
+Names are never cut: the dock is often narrow (at 1280 × 720, once a grid chip's op chooser widens the
+canvas, it had 237 px and the name column 57, which showed the icons and no name at all). The name column
+keeps at least its contents' width; when everything does not fit, the Kind column goes first (the icon
+and the name's tooltip say the kind too), then a horizontal scroll bar appears.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTreeWidget, QTreeWidgetItem, QWidget
 from tilewright.engine.ir.hardware import Component
 from tilewright.studio.document import ProjectDocument
@@ -16,6 +22,7 @@ from tilewright.studio.summary import one_line
 from tilewright.studio.ui.selection import Selection
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
+MAX_MIN_WIDTH = 320  # px: the outline never asks for more (the canvas and the inspector need theirs)
 
 
 def instance_text(c: Component) -> str:
@@ -37,10 +44,11 @@ class Outline(QTreeWidget):
         self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.setUniformRowHeights(True)
         header = self.header()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Fixed)  # sized by ``fit_columns``
         for col in range(1, len(self.COLUMNS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(False)
+        self.headerItem().setToolTip(1, "kind of component (hidden when the panel is narrow: the icon shows it)")
         self.headerItem().setToolTip(3, "devices (computing components) in all instances")
         self.itemSelectionChanged.connect(self._on_tree_selection)
         self.itemDoubleClicked.connect(self._on_double_click)
@@ -60,6 +68,34 @@ class Outline(QTreeWidget):
             item.setExpanded(path not in collapsed)
         self._syncing = False
         self._apply_selection(self.selection.paths)
+        self.fit_columns()
+
+    def _width(self, col: int) -> int:
+        """What column ``col`` needs: its widest cell (with the indentation, for the names) or its title."""
+        return max(self.sizeHintForColumn(col), self.header().sectionSizeHint(col))
+
+    def fit_columns(self) -> None:
+        """Names whole first, then Kind if there is room; the name column takes whatever is left over."""
+        room = self.viewport().width()
+        name = self._width(0)
+        others = {col: self._width(col) for col in range(1, len(self.COLUMNS))}
+        kind_fits = name + sum(others.values()) <= room
+        self.setColumnHidden(1, not kind_fits)
+        shown = sum(w for col, w in others.items() if col != 1 or kind_fits)
+        self.header().resizeSection(0, max(name, room - shown))
+        self.updateGeometry()  # the minimum width follows the names
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """Wide enough for the names, instances and devices (not Kind), so the dock keeps them visible
+        when the canvas asks for more room; capped, so a very long name scrolls instead."""
+        hint = super().minimumSizeHint()
+        need = self._width(0) + sum(self._width(col) for col in range(2, len(self.COLUMNS)))
+        frame = self.width() - self.viewport().width()
+        return QSize(max(hint.width(), min(need + frame, MAX_MIN_WIDTH)), hint.height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.fit_columns()
 
     def _add(self, parent: QTreeWidgetItem | None, comp: Component, prefix: str) -> None:
         path = f"{prefix}/{comp.name}" if prefix else comp.name

@@ -3,7 +3,9 @@
 Three parts, top to bottom: the model's figures (read-only); the mapping — parallel degrees (tp, pp, dp,
 expert-parallel ep, context-parallel cp), the ZeRO stage and FSDP, micro- and global batch and a placement
 strategy, applied together by **Auto-map** as ONE undo command (an ep or cp the engine cannot run is
-refused with the engine's own check message, as the field is typed and again by Auto-map); and the
+refused with the engine's own check message, as the field is typed and again by Auto-map); under the
+button, options that change no degree and apply at once, each its own undo command (overlapping the
+expert all-to-all, enabled only once the mapping has ep > 1, since with ep 1 there is none); and the
 layer table (parameters, FLOPs and activations per sample, with units, the stage holding each layer
 and, for chains of conv/fc layers, HyPar's data/model-parallel choice with an Apply button; see
 ``studio.ui.hypar_column``). Selected layers drag onto the canvas, where a drop on a tile, chip or
@@ -33,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.studio.commands import SetMappingField
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping import stage_layout
 from tilewright.studio.mapping_commands import AutoMap
@@ -43,7 +46,7 @@ from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.drops import layers_mime
 from tilewright.studio.ui.fields import ChoiceEditor, FlagEditor, ValueEditor
 from tilewright.studio.ui.hypar_column import HYPAR_COLUMNS, HYPAR_TIPS, HyparSection
-from tilewright.studio.units import COUNT
+from tilewright.studio.units import COUNT, plural
 
 # (field, label, grid row, grid column); a count each. Rows 0–1 hold the parallel degrees, three a row.
 MAPPING_FIELDS = [
@@ -62,10 +65,17 @@ MAPPING_TIPS = {
     "zero": "ZeRO stage: 1 shards optimizer states over the dp replicas, 2 gradients too, 3 weights too "
             "(gathered layer by layer)",
     "fsdp": "PyTorch FSDP full sharding: ZeRO stage 3 with the next layer's weights prefetched",
+    "overlap_ep_comm": "MoE: hide each expert all-to-all (dispatch and combine) behind another micro-batch's "
+                       "compute of the same layer, as DeepSeek-V3's DualPipe and Megatron-Core's "
+                       "--overlap-moe-expert-parallel-comm; only the part longer than that compute shows. "
+                       "Applies at once (one undo step), not through Auto-map",
     "micro_batch": "samples per micro-batch",
     "global_batch": "samples per iteration, over all replicas",
 }
 ZERO_CHOICES = ["0 · none", "1 · optimizer", "2 · + gradients", "3 · + weights"]
+OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
+OVERLAP_EP_OFF_TIP = ("needs expert parallelism: with ep 1 the experts are not split, so there is no all-to-all "
+                      "to overlap (set ep > 1 and press Auto-map first)")
 ERROR_STYLE = "color: #c0392b;"
 NOTE_STYLE = "color: #566573;"
 
@@ -204,6 +214,9 @@ class WorkloadPanel(QScrollArea):
         self.auto_map.setToolTip("apply these degrees and strategy; placements made by hand are replaced")
         self.auto_map.clicked.connect(self.apply_auto_map)
         grid.addWidget(self.auto_map, 6, 0, 1, 6)
+        self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, lambda _v: None, parent=self)
+        self.overlap_ep.committed.connect(self.set_overlap_ep)
+        grid.addWidget(self.overlap_ep, 10, 0, 1, 6)  # under the messages: it applies at once, unlike the above
         self.devices_label = QLabel(self.mapping_box)
         self.devices_label.setWordWrap(True)
         self.placement_label = QLabel(self.mapping_box)
@@ -251,6 +264,10 @@ class WorkloadPanel(QScrollArea):
             self.editors[field].set_value(value)
         elif field == "zero":
             self.zero.set_value(ZERO_CHOICES[value])
+        elif field == "fsdp":
+            self.fsdp.set_value(value)
+        elif field == "placement":
+            self.strategy.setCurrentText(value)
         self._show_devices()
         self.error_label.setText("")
 
@@ -267,6 +284,22 @@ class WorkloadPanel(QScrollArea):
         except EditRefused as exc:
             self.error_label.setText(f"not applied: {exc.reason}")
             return False
+        return True
+
+    def set_overlap_ep(self, on: bool) -> bool:
+        """Push ONE command setting ``mapping.overlap_ep_comm``; degrees typed but not yet applied stay
+        staged (the model's change refreshes the panel, which would drop them)."""
+        pending = dict(self.pending)
+        text = "Overlap expert all-to-all" if on else "Stop overlapping expert all-to-all"
+        try:
+            self.doc.push(SetMappingField(self.doc, "overlap_ep_comm", on, text=text))
+        except EditRefused as exc:
+            self.overlap_ep.set_value(self.doc.project.mapping.overlap_ep_comm)
+            self.overlap_ep.show_error(exc.reason)
+            return False
+        for field, value in pending.items():
+            self._stage(field, value)
+        self.zero.setEnabled(not self.degrees()["fsdp"] and not self.doc.read_only)
         return True
 
     # -- following the model ------------------------------------------------------------------------
@@ -289,6 +322,10 @@ class WorkloadPanel(QScrollArea):
         self.fsdp.setEnabled(editable)
         self.strategy.setCurrentText(m.placement.value)
         self.strategy.setEnabled(editable)
+        self.overlap_ep.set_value(m.overlap_ep_comm)
+        self.overlap_ep.show_error(None)
+        self.overlap_ep.setEnabled(editable and m.ep > 1)
+        self.overlap_ep.setToolTip(MAPPING_TIPS["overlap_ep_comm"] if m.ep > 1 else OVERLAP_EP_OFF_TIP)
         self.auto_map.setEnabled(editable)
         self.table.setDragEnabled(editable)
         self._show_devices()
@@ -305,9 +342,10 @@ class WorkloadPanel(QScrollArea):
         product = "tp·pp·dp·cp" if d["cp"] > 1 else "tp·pp·dp"
         hw = self.doc.project.hardware
         if any(c.growable for _, c in hw.walk()):
-            self.devices_label.setText(f"{product} = {n} devices (the machine grows to fit)")
+            self.devices_label.setText(f"{product} = {n} {plural('device', n)} (the machine grows to fit)")
         else:
-            self.devices_label.setText(f"{product} = {n} of {hw.device_count()} devices")
+            have = hw.device_count()
+            self.devices_label.setText(f"{product} = {n} of {have} {plural('device', have)}")
         if d["ep"] > 1:
             self.devices_label.setText(f"{self.devices_label.text()} · ep {d['ep']}: each device holds "
                                        f"1/{d['ep']} of the routed experts")

@@ -35,7 +35,14 @@ from tilewright.studio.model.metrics import (
 )
 from tilewright.studio.model.palette import series_colour
 from tilewright.studio.model.traffic_rows import TrafficRow, op_rows, port_rows, port_spread
-from tilewright.studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, step_edges
+from tilewright.studio.ui.results.plot_style import (
+    add_legend_row,
+    elastic,
+    fit_axis_label,
+    make_plot,
+    release_plot,
+    step_edges,
+)
 from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
 from tilewright.studio.units import SECONDS, format_percent, format_value
 
@@ -65,7 +72,7 @@ class LinksView(QWidget):
         self.plot_widget = make_plot()
         self.plot = self.plot_widget.getPlotItem()
         self.plot.setLabel("bottom", "time", units="s")
-        self.plot.setLabel("left", "utilisation (%)")
+        fit_axis_label(self.plot, "left", ["utilisation (%)", "util. (%)", "%"])
         self.plot.showGrid(x=True, y=True, alpha=0.15)
         self.plot.getViewBox().setMouseEnabled(y=False)
         self.legend = add_legend_row(self.plot, columns=2)

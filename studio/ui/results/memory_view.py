@@ -20,6 +20,7 @@ from tilewright.studio.model.residency_rows import HEADER, level_rows, setting_t
 from tilewright.studio.ui.results.plot_style import (
     add_legend_row,
     elastic,
+    fit_axis_label,
     make_plot,
     release_plot,
     set_legend,
@@ -27,18 +28,10 @@ from tilewright.studio.ui.results.plot_style import (
 )
 from tilewright.studio.ui.results.summary import format_bytes as gib
 from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
-from tilewright.studio.units import SECONDS, format_percent, format_value
+from tilewright.studio.units import SECONDS, format_value, share_of_capacity
 
 GIB = 2.0**30
 OVERFLOW = "#c0392b"
-
-
-def share_of_capacity(used: float, capacity: float) -> str:
-    """"74.9 % of capacity", or "75× capacity" once it is far over (percentages in the thousands blur)."""
-    if capacity <= 0:
-        return "no capacity given"
-    share = used / capacity
-    return f"{share:.3g}× capacity" if share >= 2 else f"{format_percent(share)} of capacity"
 
 
 def stacked(track: MemoryTrack) -> list[tuple[str, np.ndarray]]:
@@ -73,7 +66,7 @@ class MemoryView(QWidget):
         self.plot_widget = make_plot()
         self.plot = self.plot_widget.getPlotItem()
         self.plot.setLabel("bottom", "time", units="s")
-        self.plot.setLabel("left", "occupancy (GiB)")
+        fit_axis_label(self.plot, "left", ["occupancy (GiB)", "GiB"])
         self.plot.showGrid(x=True, y=True, alpha=0.15)
         self.plot.getViewBox().setMouseEnabled(y=False)
         self.legend = add_legend_row(self.plot)
@@ -194,10 +187,14 @@ class MemoryView(QWidget):
         capacity = tr.capacity_bytes
         if capacity > 0:
             pen = pg.mkPen("#2c3e50", width=2, style=Qt.PenStyle.DashLine)
+            # The label goes on the roomier side of the line: above it a line near the top (the usual case,
+            # occupancy under capacity) left the label a few pixels and it was cut to a row of dots.
+            below = capacity >= 0.5 * max(peak, capacity)
+            anchor = (0, 0) if below else (0, 1)
             line = pg.InfiniteLine(capacity / GIB, angle=0, pen=pen,
                                    label=f"capacity {gib(capacity)}", labelOpts={
                                        "position": 0.08, "color": "#2c3e50", "fill": (255, 255, 255, 200),
-                                       "anchors": [(0, 1), (0, 1)]})
+                                       "anchors": [anchor, anchor]})
             line.setZValue(20)
             self._add(line)
         over = capacity > 0 and peak > capacity
@@ -206,10 +203,11 @@ class MemoryView(QWidget):
                                          brush=pg.mkBrush(192, 57, 43, 40), pen=pg.mkPen(OVERFLOW))
             region.setZValue(10)
             self._add(region)
+            # at the right end: at the left the time cursor's "0 s" covered its first letters
             label = pg.TextItem(f"OVERFLOW: needs {gib(peak)}, has {gib(capacity)} "
-                                f"({gib(peak - capacity)} too much)", color=OVERFLOW, anchor=(0, 0),
+                                f"({gib(peak - capacity)} too much)", color=OVERFLOW, anchor=(1, 0),
                                 fill=pg.mkBrush(255, 255, 255, 210))
-            label.setPos(0.0, peak / GIB)
+            label.setPos(self.span, peak / GIB)
             label.setZValue(30)
             self._add(label)
         top = max(peak, capacity) / GIB

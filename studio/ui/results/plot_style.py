@@ -4,10 +4,12 @@ the views' tool rows, so every plot reads the same and exports cleanly onto whit
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 import numpy as np
 import pyqtgraph as pg
 import shiboken6
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QLabel, QSizePolicy
 from tilewright.studio.model.palette import category_label
 
@@ -38,6 +40,31 @@ def make_plot(**kwargs) -> pg.PlotWidget:  # noqa: ANN003
     style_plot(widget.getPlotItem())
     widget.setMinimumHeight(PLOT_MIN_PX)
     return widget
+
+
+def fit_axis_label(plot: pg.PlotItem, side: str, texts: Sequence[str]) -> None:
+    """Label axis ``side`` with the first of ``texts`` (longest first, each with its unit) that its length
+    holds, chosen again whenever the plot is resized: a plot at its minimum height has ~60 px of y axis,
+    where "utilisation (%)" or "throughput (samples/s)" was cut to "utilisation" or "throughput (sam".
+    Calling it again replaces that axis's choices (one resize hook per plot)."""
+    choices: dict[str, list[str]] | None = getattr(plot, "_label_choices", None)
+    if choices is None:
+        choices = plot._label_choices = {}
+        plot.getViewBox().sigResized.connect(lambda *_args: _fit_labels(plot, choices))
+    choices[side] = list(texts)
+    _fit_labels(plot, choices)
+
+
+def _fit_labels(plot: pg.PlotItem, choices: dict[str, list[str]]) -> None:
+    rect = plot.getViewBox().sceneBoundingRect()
+    for side, texts in choices.items():
+        axis = plot.getAxis(side)
+        room = rect.height() if side in ("left", "right") else rect.width()
+        metrics = QFontMetricsF(axis.label.font())
+        margin = 2 * axis.label.document().documentMargin()
+        chosen = next((t for t in texts if metrics.horizontalAdvance(t) + margin <= room), texts[-1])
+        if axis.labelText != chosen or not axis.label.isVisible():
+            plot.setLabel(side, chosen)
 
 
 def legend_html(entries: list[tuple[str, str]]) -> str:

@@ -18,7 +18,7 @@ from tilewright.studio.units import (
     TOKENS_PER_S,
     WATTS,
     Unit,
-    format_number,
+    format_bytes,
     format_percent,
     format_value,
     plural,
@@ -46,14 +46,6 @@ SKIPPED = ("energy_sources", "spatial_splits")  # shown below (splits) or in --j
 ENERGY_KEYS = ("energy_j", "average_power_w", "energy_per_token_j")
 UNKNOWN_ENERGY = "not known"
 SPLITS_TITLE = "Split over the cores"
-
-
-def format_bytes(value: float) -> str:
-    """"59.9 GiB", "512 MiB", "3 KiB"; plain bytes below a KiB."""
-    for prefix, scale in (("Ti", GIB * 1024), ("Gi", GIB), ("Mi", 2.0**20), ("Ki", 1024.0)):
-        if abs(value) >= scale:
-            return f"{format_number(value / scale)} {prefix}B"
-    return f"{format_number(value)} B"
 
 
 def format_metric(key: str, value: Any) -> str:

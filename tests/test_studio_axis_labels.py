@@ -1,0 +1,122 @@
+"""Labels that were cut at 1280 × 720: plot axis titles (they shorten to their unit when the axis is too
+short, and return in full when it grows), the memory plot's capacity line label (on the roomier side of
+the line, inside the plot), the Pareto axes (no SI prefix on GiB: "mGiB"), and the hierarchy outline
+(names whole, Kind given up first when the dock is narrow)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pyqtgraph as pg  # noqa: E402
+import pytest  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QFontMetricsF  # noqa: E402
+from tilewright.engine.io.presets import load_project_preset  # noqa: E402
+from tilewright.studio.model.run_record import prepare_record  # noqa: E402
+from tilewright.studio.samples import dgx_project  # noqa: E402
+from tilewright.studio.ui.explore.pareto_plot import ParetoPlot  # noqa: E402
+from tilewright.studio.ui.results.plot_style import PLOT_MIN_PX  # noqa: E402
+from tilewright.studio.ui.results.synthetic import tiny_result  # noqa: E402
+from tilewright.studio.ui.results_panel import ResultsPanel  # noqa: E402
+
+
+def label_fits(plot: pg.PlotItem, side: str) -> bool:
+    """The axis title, as drawn in the label's font, is no longer than the axis."""
+    axis = plot.getAxis(side)
+    length = QFontMetricsF(axis.label.font()).horizontalAdvance(axis.labelText)
+    box = plot.getViewBox().sceneBoundingRect()
+    return length <= (box.height() if side in ("left", "right") else box.width())
+
+
+@pytest.fixture
+def panel(qtbot):
+    p = ResultsPanel()
+    qtbot.addWidget(p)
+    p.show()
+    qtbot.waitExposed(p)
+    record = prepare_record(dgx_project(), tiny_result(), 0.5)
+    p.show_result(record.result, 0.5)
+    p.show_record(record)
+    p.flush()
+    yield p
+    p.release()
+
+
+@pytest.mark.parametrize(("view", "full", "short"), [("links", "utilisation (%)", "%"),
+                                                     ("memory", "occupancy (GiB)", "GiB")])
+def test_a_y_title_shortens_on_a_short_plot_and_comes_back(panel, qtbot, view, full, short):
+    widget = getattr(panel, view)
+    panel.tabs.setCurrentWidget(widget)
+    plot = widget.plot
+    panel.resize(1400, 900)
+    qtbot.waitUntil(lambda: plot.getAxis("left").labelText == full)
+    assert label_fits(plot, "left")
+    widget.plot_widget.setFixedHeight(PLOT_MIN_PX)  # the plots' floor: a ~60 px y axis
+    qtbot.waitUntil(lambda: plot.getAxis("left").labelText != full)
+    assert label_fits(plot, "left") and plot.getAxis("left").labelText.endswith(short)
+    widget.plot_widget.setMinimumHeight(PLOT_MIN_PX)
+    widget.plot_widget.setMaximumHeight(16_777_215)
+    qtbot.waitUntil(lambda: plot.getAxis("left").labelText == full)
+
+
+@pytest.mark.parametrize("device", [0, 1])  # fullest first: 22 of 16 GiB (overflow), 70 of 80 GiB (line on top)
+def test_the_capacity_label_is_inside_the_memory_plot(panel, qtbot, device):
+    memory = panel.memory
+    panel.tabs.setCurrentWidget(memory)
+    panel.resize(1280, 430)
+    memory.device.setCurrentIndex(device)
+    qtbot.wait(20)
+    (line,) = [item for item in memory.items if isinstance(item, pg.InfiniteLine)]
+    assert line.label.toPlainText().startswith("capacity ")
+    box = memory.plot.getViewBox().sceneBoundingRect()
+    label = line.label.sceneBoundingRect()
+    assert label.height() > 0 and box.contains(label), (box, label)
+
+
+def test_pareto_axes_carry_their_unit_unprefixed_and_fit(qtbot):
+    plot = ParetoPlot()
+    qtbot.addWidget(plot)
+    plot.resize(700, 400)
+    plot.show()
+    qtbot.waitExposed(plot)
+    plot.show_points([0.51, 0.56, 0.66], [16.1, 15.7, 15.3], [0], ("peak memory", "GiB"), ("throughput", "samples/s"))
+    item = plot.getPlotItem()
+    assert item.getAxis("bottom").labelText == "peak memory (GiB)" and item.getAxis("bottom").labelUnits == ""
+    assert "mGiB" not in item.getAxis("bottom").labelString()  # pyqtgraph's prefix made half a GiB "510 mGiB"
+    assert item.getAxis("left").labelText == "throughput (samples/s)"
+    plot.resize(700, PLOT_MIN_PX)
+    qtbot.waitUntil(lambda: item.getAxis("left").labelText == "samples/s")
+    assert label_fits(item, "left")
+
+
+N150 = "wormhole-n150-llama2-7b-inference"  # a grid chip: after a run the canvas widens for its op chooser
+
+
+def test_the_outline_keeps_names_whole_in_a_small_window(make_window, qtbot):
+    from tilewright.engine.simulate import simulate
+
+    project = load_project_preset(N150)
+    window = make_window(project, size=(1280, 720), persist=False)
+    window.canvas.show_result(simulate(project))
+    qtbot.wait(50)
+    outline, header = window.outline, window.outline.header()
+    visible = [c for c in range(outline.columnCount()) if not outline.isColumnHidden(c)]
+    assert {0, 2, 3} <= set(visible)  # names, instances and devices; Kind may give way
+    assert header.sectionSize(0) >= outline.sizeHintForColumn(0)  # it was 57 px: icons and no names
+    assert all(header.sectionSize(c) >= header.sectionSizeHint(c) for c in visible)  # titles whole
+    assert sum(header.sectionSize(c) for c in visible) <= outline.viewport().width()  # nothing scrolled off
+    assert not window.inspector.scroll.horizontalScrollBar().isVisible()  # not at the inspector's expense
+
+
+def test_the_outline_shows_kind_when_there_is_room(make_window, qtbot):
+    window = make_window(load_project_preset(N150), size=(1600, 1000), persist=False)
+    outline = window.outline
+    window.resizeDocks([window.docks["outline"]], [300], Qt.Orientation.Horizontal)
+    qtbot.waitUntil(lambda: outline.isColumnHidden(1))  # "wormhole-n150" and the counts take it all
+    window.resizeDocks([window.docks["outline"]], [420], Qt.Orientation.Horizontal)
+    qtbot.waitUntil(lambda: not outline.isColumnHidden(1))
+    header = outline.header()
+    assert outline.items["wormhole-n150"].text(1) == "system"
+    assert sum(header.sectionSize(c) for c in range(4)) == outline.viewport().width()  # names take the rest
