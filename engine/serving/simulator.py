@@ -19,6 +19,7 @@ import numpy as np
 import simpy
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.results.text import counted, number
 from tilewright.engine.serving.config import ServingConfig, ServingSetupError
 from tilewright.engine.serving.cost_model import decode
 from tilewright.engine.serving.instances import InstanceModel, KVTransfer, build_instances
@@ -222,7 +223,8 @@ def _check_fits(specs: list[RequestSpec], models: list[InstanceModel], config: S
                 raise ServingSetupError(
                     "requests",
                     f"request {s.id} needs {tokens} tokens of KV cache; the {m.name} instance holds "
-                    f"{m.kv.tokens} ({m.kv.blocks} pages of {m.kv.block_tokens})",
+                    f"{counted(m.kv.tokens, 'token')} "
+                    f"({counted(m.kv.blocks, 'page')} of {counted(m.kv.block_tokens, 'token')})",
                 )
 
 
@@ -303,10 +305,10 @@ def _notes(models: list[InstanceModel], sim: _Simulation) -> list[str]:
         kv = m.kv
         mp = m.plan.project.mapping
         out.append(
-            f"{m.name}: {m.replicas} × (tp {mp.tp}, pp {mp.pp}); KV cache {kv.blocks} pages of "
-            f"{kv.block_tokens} tokens ({kv.tokens:,} tokens) per replica, "
-            f"{kv.free_bytes / 2**30:.3g} GiB per device after {kv.weights_bytes / 2**30:.3g} GiB weights "
-            f"and {kv.workspace_bytes / 2**30:.3g} GiB workspace"
+            f"{m.name}: {m.replicas} × (tp {mp.tp}, pp {mp.pp}); KV cache {counted(kv.blocks, 'page')} of "
+            f"{counted(kv.block_tokens, 'token')} ({counted(kv.tokens, 'token')}) per replica, "
+            f"{number(kv.free_bytes / 2**30)} GiB per device after {number(kv.weights_bytes / 2**30)} GiB "
+            f"weights and {number(kv.workspace_bytes / 2**30)} GiB workspace"
         )
     out.append(
         "iterations are timed uncontended (the analytic engine's pass times); link and port contention "
