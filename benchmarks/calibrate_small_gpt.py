@@ -10,7 +10,17 @@ kernel pays, each GEMM kernel's launch and fill, the bias gradients' extra pass)
 attention (score traffic included) in the forward compute, and achieved model TFLOP/s per GPU.
 
 Models: the GPT-3 paper's small sizes (Brown et al. 2020, Table 2.1), seq 2048, vocab 51200.
-Usage: python benchmarks/calibrate_small_gpt.py [--engine event|analytic] [--quick]
+
+``--vtrain``: the input space of vTrain's single-node validation instead (its public configuration files:
+2, 4 or 8 A100s of one node; GPTs of 12 or 24 layers, hidden 1024 or 2048, 16 heads, sequence 1024,
+vocabulary 51200; global batch 16, 32 or 64; micro-batch 1-8; every tp × pp × dp equal to the GPU count;
+``--checkpoint-activations``, i.e. full recompute of each layer; 1F1B; the data-parallel all-reduce after
+the backward). Each row adds the iteration's time breakdown (percent of the iteration; ``host_wait``
+includes Megatron's host synchronisations, ``optimizer`` its fp16 optimizer's extra passes:
+``engine/plan/train_step.py``); the summary gives mean iteration time and the mean breakdown by tp and by
+micro-batch. Predictions only: vTrain's measured times are held out.
+
+Usage: python benchmarks/calibrate_small_gpt.py [--engine event|analytic] [--quick] [--vtrain]
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import itertools
 
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.simulate import make_plan, simulate
 
 # name: (layers, hidden, heads), GPT-3 Table 2.1
@@ -31,6 +42,18 @@ MODELS = {
     "2.7B": (32, 2560, 32),
 }
 GLOBAL_BATCH = 32
+
+# vTrain's single-node inputs: name: (layers, hidden, heads), seq 1024, vocab 51200
+VTRAIN_MODELS = {
+    "12x1024": (12, 1024, 16),
+    "24x1024": (24, 1024, 16),
+    "12x2048": (12, 2048, 16),
+    "24x2048": (24, 2048, 16),
+}
+VTRAIN_GLOBAL_BATCHES = (16, 32, 64)
+VTRAIN_MICRO_BATCHES = (1, 2, 4, 8)
+# breakdown columns (engine/results/result.py TIME_CATEGORIES), compute and recompute merged
+COLUMNS = ("compute", "memory_stall", "host_wait", "tp_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 
 
 def project(model: str, gpus: int, tp: int, pp: int, mb: int, engine: str) -> Project:
@@ -45,6 +68,62 @@ def project(model: str, gpus: int, tp: int, pp: int, mb: int, engine: str) -> Pr
         mapping=mapping,
         run=RunSettings(dtype="fp16", engine=engine),
     )
+
+
+def vtrain_project(model: str, gpus: int, tp: int, pp: int, mb: int, gb: int, engine: str) -> Project:
+    """One of vTrain's single-node runs: seq 1024, full recompute (``--checkpoint-activations``), 1F1B."""
+    layers, hidden, heads = VTRAIN_MODELS[model]
+    spec = GPTSpec(name=f"gpt-{model}", layers=layers, hidden=hidden, heads=heads, seq_len=1024, vocab=51200)
+    mapping = Mapping(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=mb, global_batch=gb,
+                      recompute=Recompute.full)
+    return Project(name=spec.name, hardware=load_system("dgx-a100"), workload=spec, mapping=mapping,
+                   run=RunSettings(dtype="fp16", engine=engine))
+
+
+def vtrain_mappings(quick: bool) -> list[tuple[str, int, int, int, int, int]]:
+    """(model, gpus, tp, pp, mb, global batch) of every valid mapping of the vTrain input space."""
+    out = []
+    gbs = (32,) if quick else VTRAIN_GLOBAL_BATCHES
+    for model, gpus, tp, pp, gb, mb in itertools.product(
+        VTRAIN_MODELS, (2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 8), gbs, VTRAIN_MICRO_BATCHES
+    ):
+        layers, _hidden, heads = VTRAIN_MODELS[model]
+        if gpus % (tp * pp) or layers % pp or heads % tp:
+            continue
+        if gb % (mb * (gpus // (tp * pp))):
+            continue
+        out.append((model, gpus, tp, pp, mb, gb))
+    return out
+
+
+def run_vtrain(engine: str, quick: bool) -> None:
+    """Every mapping of the vTrain space: iteration time and its breakdown, then the means by tp and mb."""
+    print(f"{'model':>7} {'gpus':>4} {'tp':>2} {'pp':>2} {'dp':>2} {'mb':>2} {'gb':>3} {'iter ms':>8} "
+          + " ".join(f"{c[:7]:>7}" for c in COLUMNS) + f" {'TFLOP/s':>7}")
+    rows: list[tuple[int, int, float, dict[str, float]]] = []  # tp, mb, seconds, breakdown shares
+    for model, gpus, tp, pp, mb, gb in vtrain_mappings(quick):
+        res = simulate(vtrain_project(model, gpus, tp, pp, mb, gb, engine))
+        t = res.iteration_time_s
+        b = dict(res.time_breakdown_s)
+        b["compute"] = b.get("compute", 0.0) + b.get("recompute", 0.0)
+        share = {c: b.get(c, 0.0) / t for c in COLUMNS}
+        tflops = res.model_flops_per_iteration / t / gpus / 1e12
+        print(f"{model:>7} {gpus:>4} {tp:>2} {pp:>2} {gpus // (tp * pp):>2} {mb:>2} {gb:>3} {1e3 * t:>8.2f} "
+              + " ".join(f"{100 * share[c]:>6.1f}%" for c in COLUMNS) + f" {tflops:>7.1f}")
+        rows.append((tp, mb, t, share))
+    vtrain_summary(rows)
+
+
+def vtrain_summary(rows: list[tuple[int, int, float, dict[str, float]]]) -> None:
+    """Mean iteration time and mean breakdown shares by tp and by micro-batch."""
+    print(f"summary: {len(rows)} mappings; mean breakdown (% of iteration) by slice")
+    print(f"{'slice':>6} {'n':>4} {'iter ms':>8} " + " ".join(f"{c[:7]:>7}" for c in COLUMNS))
+    for label, idx in (("tp", 0), ("mb", 1)):
+        for v in sorted({r[idx] for r in rows}):
+            sel = [r for r in rows if r[idx] == v]
+            t = sum(r[2] for r in sel) / len(sel)
+            parts = " ".join(f"{100 * sum(r[3][c] for r in sel) / len(sel):>6.1f}%" for c in COLUMNS)
+            print(f"{label + ' ' + str(v):>6} {len(sel):>4} {1e3 * t:>8.2f} {parts}")
 
 
 def shares(p: Project) -> tuple[float, float, float]:
@@ -98,8 +177,12 @@ def _attention_seconds(plan) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", default="analytic", choices=["event", "analytic"])
-    ap.add_argument("--quick", action="store_true", help="one micro-batch size and pp 1 only")
+    ap.add_argument("--quick", action="store_true", help="one micro-batch size and pp 1 only (--vtrain: gb 32)")
+    ap.add_argument("--vtrain", action="store_true", help="vTrain's single-node input space (seq 1024, recompute)")
     args = ap.parse_args()
+    if args.vtrain:
+        run_vtrain(args.engine, args.quick)
+        return
     print(
         f"{'model':>5} {'gpus':>4} {'tp':>2} {'pp':>2} {'dp':>2} {'mb':>2} {'iteration s':>11} "
         f"{'dispatch':>8} {'fixed':>6} {'attention':>9} {'TFLOP/s/GPU':>11}"

@@ -21,7 +21,7 @@ from tilewright.engine.plan.experts import routed_experts
 from tilewright.engine.search.parallel import search as search_module
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Estimator
-from tilewright.engine.search.parallel.moe import ExpertBound, MoESeeds
+from tilewright.engine.search.parallel.moe import SHAPES_PER_DEGREE, ExpertBound, MoESeeds
 from tilewright.engine.simulate import simulate
 from tilewright.engine.workloads import build_workload
 
@@ -112,13 +112,21 @@ def test_every_degree_gets_a_seed_that_can_use_it(estimator: Estimator):
                 t = estimator.lower_bound(c, m, chunks)
                 seeds.offer(c, m, chunks, t)
                 offered.append((c, m, chunks, t))
-    got = {s.ep: s for s in seeds.seeds()}
+    got: dict[int, list[Candidate]] = {}
+    for s in seeds.seeds():
+        got.setdefault(s.ep, []).append(s)
     assert sorted(got) == [2, 4, 8, 16]
-    for e, s in got.items():
-        assert s.dp % e == 0 and EXPERTS % e == 0
-        kept_time = next(t for c, _, _, t in offered if c == Candidate(**{**_fields(s), "ep": 1}))
-        usable = [t for c, m, ch, t in offered if c.dp % e == 0 and bound.fits(c, m, ch, e)]
-        assert kept_time == min(usable)
+    for e, kept in got.items():
+        assert all(s.dp % e == 0 and EXPERTS % e == 0 for s in kept)
+        # the fastest of each (tp, pp) shape that can use e, and the SHAPES_PER_DEGREE fastest shapes
+        fastest: dict[tuple[int, int], float] = {}
+        for c, m, ch, t in offered:
+            if c.dp % e == 0 and bound.fits(c, m, ch, e):
+                fastest[(c.tp, c.pp)] = min(t, fastest.get((c.tp, c.pp), float("inf")))
+        times = [next(t for c, _, _, t in offered if c == Candidate(**{**_fields(s), "ep": 1})) for s in kept]
+        assert len({(s.tp, s.pp) for s in kept}) == len(kept) == min(SHAPES_PER_DEGREE, len(fastest))
+        assert times == sorted(fastest.values())[: len(kept)]
+        assert times[0] == min(fastest.values())
     # at ep 1 the experts need tp·pp ≥ 16: the densest layout cannot be used, the spread one can
     wide = Candidate(1, 1, 64, 1, zero=1)
     chunks = _chunks(estimator, wide)
@@ -142,8 +150,9 @@ class _NoMoESeeds(MoESeeds):
 
 def test_search_reaches_an_ep_degree_the_dense_seeds_cannot(monkeypatch):
     """Seeded at ep 1 the second stage varies ep only around the kept seeds (dp 2 here) and the fastest that
-    missed memory (which at ep 16 need ZeRO-3 or FSDP); with a seed per degree it plans a layout that
-    fits at ep 16 under ZeRO-1/2, faster here, and ranks it as ``run`` times it."""
+    missed memory; with seeds per degree (several (tp, pp) shapes each) it plans wider layouts at ep ≥ 4
+    — faster here, where tp keeps each device's share of the experts' gradient reduction small — and
+    ranks the best as ``run`` times it."""
     project = _project()
     full = search_module.search(project, DEVICES, BATCH, resimulate=False, keep=10)
     best = full.ranked[0]

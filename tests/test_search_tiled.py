@@ -105,7 +105,7 @@ def test_tp_spans_chips_up_to_the_head_count_and_splits_are_reported():
     est = Estimator(project, hw, build_workload(project.workload))
     space = build_space(project, 32, 64, len(est.blocks), est)
     assert max(space.tps) == GPT.heads
-    result = search(project, 32, 64, top=0, keep=6, resimulate=False)
+    result = search(project, 32, 64, top=0, keep=12, resimulate=False)
     assert any(r.candidate.tp > 1 for r in result.ranked)
     for r in result.ranked[:3]:
         c = r.candidate
@@ -200,8 +200,11 @@ def test_cli_keeps_the_projects_formats_and_reports_splits(tmp_path, capsys):
     project = _project("wormhole-t3000", tp=2, pp=2, dp=2, global_batch=32, formats={"weights": "bfp8"})
     path = tmp_path / "p.json"
     path.write_text(json.dumps(project.model_dump(mode="json")))
-    # no overlapped gradient reduction: the fast evaluator (``_exact``) times first-stage candidates only
-    assert main(["search", str(path), "--no-simulate", "--quiet", "--json", "--list", "3", "--no-overlap"]) == 0
+    # no overlapped gradient reduction, no ZeRO-2/3 or FSDP: the fast evaluator (``_exact``) times first-stage
+    # candidates only
+    assert main(
+        ["search", str(path), "--no-simulate", "--quiet", "--json", "--list", "3", "--no-overlap", "--zero", "0,1"]
+    ) == 0
     best = json.loads(capsys.readouterr().out)["candidates"][0]
     assert best["spatial_splits"] and not best["overlap_grad_reduce"]
     c = _candidate(best)

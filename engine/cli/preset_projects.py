@@ -96,13 +96,14 @@ PROJECTS: dict[str, dict[str, Any]] = {
             "expert parallel 8 inside each node (each GPU holds one of the 8 experts of its stage's layers, "
             "tokens exchanged all-to-all), data parallel 16 with the distributed optimizer (ZeRO-1), "
             "micro-batch 1, global batch 256 of 4,096-token sequences, bf16. Megatron-Core's fused (flash) "
-            "attention keeps no attention scores for the backward and recomputes them there: modelled as "
-            "selective recomputation of the attention core, which stores and recomputes the same."
+            "attention is the fusion chain attention → softmax: one causal kernel that never writes the attention "
+            "scores, stores none of them and recomputes them inside its backward; no other recomputation "
+            "(the recipe sets none)."
         ),
         "system": "dgx-h100",
         "model": "mixtral-8x7b",
         "mapping": {"tp": 1, "pp": 4, "dp": 16, "ep": 8, "micro_batch": 1, "global_batch": 256, "zero": 1,
-                    "recompute": "selective"},
+                    "fusion": [["attention", "softmax"]]},
         "run": {"dtype": "bf16"},
     },
     "hypar-vgg-a": {

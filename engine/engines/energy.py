@@ -124,6 +124,8 @@ def iteration_traffic(program: Program) -> Traffic:
         out.local_bytes.append(local * devices)
         out.remote_bytes.append(remote * devices)
         out.flops.append(flops * devices)
+    if program.train:
+        usage.collective(plan.tied_collective())  # the tied embedding's all-reduce, once (``plan.tied``)
     out.link_bytes = usage.links()
     return out
 

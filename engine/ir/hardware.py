@@ -102,7 +102,7 @@ class Compute(QuietDefaultsModel):
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs", "programs_by_op",
-              "gemm_granule", "runtime_step_s")
+              "gemm_granule", "runtime_step_s", "host_sync_s")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -143,6 +143,11 @@ class Compute(QuietDefaultsModel):
     )
     host_dispatch_s: Seconds = Field(
         0.0, description="host (CPU) time to issue one kernel; overlaps device work, binds when kernels are short"
+    )
+    host_sync_s: Seconds = Field(
+        0.0,
+        description="device idle per host synchronisation of an eager training framework (the device drains, "
+        "the host thread wakes and its next launch reaches the device), on top of that launch's host_dispatch_s",
     )
     runtime_prefill: PrefillOrder = Field(
         PrefillOrder.batched, description="how the device's serving runtime prefills a batch (run.inference.prefill)"

@@ -121,7 +121,7 @@ class AttentionShape(StrictModel):
 
 
 class Op(QuietDefaultsModel):
-    _quiet = ("cache_elems", "moe", "attention")
+    _quiet = ("cache_elems", "moe", "attention", "fused_flops")
 
     name: str = Field(min_length=1)
     kind: OpKind
@@ -144,6 +144,11 @@ class Op(QuietDefaultsModel):
     inputs: list[str] = Field(default_factory=list, description="names of producer ops")
     moe: ExpertInfo | None = Field(None, description="mixture-of-experts metadata (expert parallelism)")
     attention: AttentionShape | None = Field(None, description="head structure of an attention op (None: unknown)")
+    fused_flops: NonNeg | None = Field(
+        None,
+        description="forward FLOPs per sample of an attention op run as one fused (flash) kernel, which skips the "
+        "key blocks a causal mask hides entirely; None: flops (``workloads.transformer_block``)",
+    )
 
     @property
     def backward_flops(self) -> float:

@@ -6,7 +6,10 @@ parameter; fp32 training: 4 + 4 + 8. ZeRO stage 1 shards the optimizer state ove
 stage 2 also the gradients, stage 3 also the weights. Activations are what each op saves for its
 backward pass (``Op.saved_elems``): all of them without recomputation, all but the ``selective`` ones
 with selective recomputation, and only each layer's input with full recomputation (Korthikanti et al.,
-MLSys 2023).
+MLSys 2023). A fused attention kernel (``mapping.fusion`` attention → softmax: FlashAttention, cuDNN fused
+attention) stores none of its s² tensors whatever the recomputation: its backward recomputes them on chip
+from Q, K, V (stored by qkv), its output (stored by out_proj) and the per-row log-sum-exp (a·s fp32 values,
+under 0.1 % of a block's activations at any head size: not counted).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.ir.project import Optimizer
-from tilewright.engine.perf.op_cost import TP_SPLITS, shard
+from tilewright.engine.perf.op_cost import TP_SPLITS, flash_ops, shard
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,11 @@ def _saved(op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int) -> floa
 
 
 def activation_bytes(
-    layers: Iterable[list[Op]], micro_batch: int, tp: int, sp: bool, recompute: Recompute, elem_bytes: int
+    layers: Iterable[list[Op]], micro_batch: int, tp: int, sp: bool, recompute: Recompute, elem_bytes: int,
+    fused: frozenset[tuple[str, str]] = frozenset(),
 ) -> float:
-    """Stored activations of one micro-batch over the given layers (each a list of its ops)."""
+    """Stored activations of one micro-batch over the given layers (each a list of its ops); ``fused``: the
+    ``mapping.fusion`` edges (``plan.passes.fused_edges``), whose fused attention kernels store no scores."""
     total = 0.0
     for ops in layers:
         if not ops:
@@ -80,8 +85,9 @@ def activation_bytes(
             first = ops[0]
             total += first.in_elems * micro_batch * elem_bytes / (tp if sp else 1)
             continue
+        flash = flash_ops(ops, fused) if fused else frozenset()
         for op in ops:
-            if recompute is Recompute.selective and op.selective:
+            if (recompute is Recompute.selective and op.selective) or op.name in flash:
                 continue
             total += _saved(op, micro_batch, tp, sp, elem_bytes)
     return total

@@ -91,6 +91,46 @@ def _fused_attention(op: Op, fused_out: bool) -> bool:
     return fused_out or bool(op.cache_elems) or op.attention is not None
 
 
+# Backward FLOPs of a fused attention kernel over its forward's: FlashAttention's backward keeps no scores, so
+# it recomputes QKᵀ on chip and runs the four gradient GEMMs, 5 matmuls against the forward's 2 (Dao,
+# "FlashAttention-2", arXiv 2307.08691, §3.1.2 and §4.1, whose benchmarks count the backward as 2.5× the
+# forward FLOPs: flash-attention benchmarks/benchmark_flash_attention.py).
+FLASH_BACKWARD = 2.5
+
+
+def pass_flops(op: Op, backward: bool, fused_out: bool = False) -> float:
+    """FLOPs per sample of one pass of ``op``. An attention op run as one fused kernel (``_fused_attention``)
+    computes only the pairs a causal mask leaves (``Op.fused_flops``, when the model is causal) and its
+    backward recomputes them: ``FLASH_BACKWARD`` × its forward, so no separate re-run of the attention core
+    is needed (``plan.passes``). Other ops: ``flops``, ``backward_flops``."""
+    if op.kind is not OpKind.attention or not _fused_attention(op, fused_out):
+        return op.backward_flops if backward else op.flops
+    forward = op.fused_flops if op.fused_flops is not None else op.flops
+    return FLASH_BACKWARD * forward if backward else forward
+
+
+def flash_ops(ops: list[Op], fused: frozenset[tuple[str, str]]) -> frozenset[str]:
+    """Names of the ops of one layer that run inside a fused attention kernel: an attention op fused with the
+    op after it (``mapping.fusion`` attention → softmax) and the attention-core ops (``selective``: softmax,
+    attention dropout) chained on after it. The kernel keeps their s² tensors on chip, stores none of them
+    for the backward (``perf.memory``) and recomputes them inside its backward (``pass_flops``), so
+    selective recomputation has nothing of theirs to re-run (``plan.passes``). ``fused``: (producer,
+    consumer) edges by name within the layer."""
+    out: set[str] = set()
+    inside = False
+    for op, nxt in zip(ops, [*ops[1:], None], strict=True):
+        name = op.name.split(".", 1)[-1]
+        after = nxt is not None and (name, nxt.name.split(".", 1)[-1]) in fused
+        if op.kind is OpKind.attention and not op.cache_elems:
+            inside = after
+        elif not op.selective:
+            inside = False
+        if inside:
+            out.add(op.name)
+        inside = inside and after
+    return frozenset(out)
+
+
 def _bias_grad_elems(op: Op, micro_batch: int, tp: int) -> float:
     """Output-gradient elements one rank's bias-gradient kernel reads in a weighted op's backward: tokens ×
     output columns of its shard when the op has a bias (parameters beyond its weight matrix), else 0.
@@ -136,9 +176,20 @@ def op_time(
     if formats is not None:
         formats = formats.for_op(op.name)  # mapping.formats.weights_by_op / fidelity_by_op
     k = shard(op, tp, sequence_parallel)
-    flops = (op.backward_flops if backward else op.flops) * micro_batch / k
+    flash = op.kind is OpKind.attention and _fused_attention(op, fused_out)
+    flops = pass_flops(op, backward, fused_out) * micro_batch / k
+    if op.kind is OpKind.attention:
+        # the fused edge attention → softmax is the scores', which a flash kernel never writes (no score
+        # traffic is added for it, ``plan.passes``); its own output, the context, still goes to memory for
+        # out_proj (and its gradient comes back from there)
+        fused_out = False
     w_elems = op.params / (tp if op.split in TP_SPLITS else 1)
     in_elems, out_elems = op.in_elems * micro_batch / k, op.out_elems * micro_batch / k
+    if op.kind is OpKind.softmax and fused_in:
+        # inside a fused attention kernel the scores come from QKᵀ and the probabilities feed PV on chip, and
+        # the backward recomputes them there (``FLASH_BACKWARD``): no side of the softmax, forward or
+        # backward, touches memory
+        in_elems = out_elems = 0.0
     act_elems = in_elems + out_elems
     if backward:  # reads weights, saved input and output gradient; writes input and weight gradients
         traffic_elems = 2 * w_elems + act_elems + in_elems
@@ -170,7 +221,7 @@ def op_time(
         # so a fixed per-kernel cost is paid once per kernel, not once per wasted tile row.
         peak = dev.matmul_peak(formats, op.params > 0)  # fp8 GEMMs on the fp8 units (``formats.gemm_dtype``)
         shape = _sharded_gemm(op, micro_batch, tp) if op.gemm is not None else None
-        split = issues_kernels(dev.compute) and not (op.kind is OpKind.attention and _fused_attention(op, fused_out))
+        split = issues_kernels(dev.compute) and not flash
         compute_s = 0.0
         for share, dims in (gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),)):
             if not flops:

@@ -18,9 +18,9 @@ every replica. Per device:
 Gradients of the routed experts are reduced (and, with ZeRO-1/2, their updated weights gathered) over the
 dp / ep replicas that hold the same experts (Megatron-Core's expert-data-parallel group), the other weights'
 over all replicas (``Plan.dp_collective``); ZeRO shards the experts' optimizer state (and gradients, weights
-at stages 2, 3) over that group too (``perf.memory.expert_model_state``). Not modelled: ZeRO-2/3's per-layer
-collectives still run the experts over all dp replicas, and token dropping at a capacity factor beyond the
-FLOPs the workload already pads.
+at stages 2, 3) over that group too (``perf.memory.expert_model_state``), and ZeRO-2/3's per-layer gathers
+and reduce-scatters of the experts run over it (``plan.sharding``, kind ``edp:``). Not modelled: token
+dropping at a capacity factor beyond the FLOPs the workload already pads.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from collections import Counter
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.ops import MoERole, Op
 from tilewright.engine.perf.collective_phase import Collective, Phase, route_latency
-from tilewright.engine.plan.sharding import EP_PREFIX
+
+EP_PREFIX = "ep:"  # expert parallelism's all-to-all, a segment collective (``plan.sharding``)
 
 
 def shard_experts(ops: list[Op], ep: int, imbalance: float) -> list[Op]:

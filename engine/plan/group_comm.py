@@ -1,6 +1,7 @@
-"""Collectives over a stage's replica groups, all groups at once: data-parallel reductions, the experts'
-all-to-all, the context ring, and the seconds functions the passes use to size what they can hide
-(``plan.sharding``, ``plan.context``). Split from ``plan.plan``, which builds plans from them."""
+"""Collectives over a stage's replica groups, all groups at once: data-parallel reductions (the routed
+experts' over their expert-data-parallel groups), the experts' all-to-all, the context ring, the tied
+embedding's all-reduce between the first and last stage, and the seconds functions the passes use to size
+what they can hide (``plan.sharding``, ``plan.context``). Split from ``plan.plan``, which builds plans from them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, Phase, collective
 from tilewright.engine.plan.context import ContextComm
 from tilewright.engine.plan.experts import all_to_all
-from tilewright.engine.plan.sharding import ShardComm, dp_kind, stage_shard_comm
+from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_edp, stage_shard_comm
 
 
 def dp_group_collective(hw: HardwareGraph, groups: list[list[int]], kind: str, nbytes: float) -> Collective:
@@ -34,6 +35,27 @@ def expert_groups(groups: list[list[int]], ep: int) -> list[list[list[int]]]:
     if ep <= 1:
         return [groups]
     return [[groups[k * ep + e] for k in range(len(groups) // ep)] for e in range(ep)]
+
+
+def edp_group_collective(hw: HardwareGraph, groups: list[list[int]], ep: int, kind: str, nbytes: float) -> Collective:
+    """``kind`` of ``nbytes`` (per tensor rank) over every expert-data-parallel group of the stage at once
+    (``expert_groups``): the routed experts' gradient reductions and weight gathers, each tensor rank with
+    its peers in the replicas that hold the same experts."""
+    return merge_concurrent([dp_group_collective(hw, g, kind, nbytes) for g in expert_groups(groups, ep)])
+
+
+def embedding_group_collective(
+    hw: HardwareGraph, first: list[list[int]], last: list[list[int]], nbytes: float
+) -> Collective:
+    """An all-reduce of ``nbytes`` per device over every embedding group at once (``plan.tied``): the device
+    of the first stage and the one of the last stage with the same replica and tensor rank, pairs that all
+    run concurrently."""
+    parts = [
+        collective(hw, "all-reduce", [a, b], nbytes)
+        for ga, gb in zip(first, last, strict=True)
+        for a, b in zip(ga, gb, strict=True)
+    ]
+    return merge_concurrent(parts)
 
 
 def cp_group_collective(hw: HardwareGraph, groups: list[list[int]], cp: int, kind: str, nbytes: float) -> Collective:
@@ -93,8 +115,15 @@ def context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> Context
 
 
 def shard_comm(
-    project: Project, hw: HardwareGraph, groups: list[list[int]], weight_bytes: float, grad_bytes: float
+    project: Project,
+    hw: HardwareGraph,
+    groups: list[list[int]],
+    weight_bytes: float,
+    grad_bytes: float,
+    extra_params: dict[int, float] | None = None,
 ) -> ShardComm | None:
+    """A training stage's ZeRO-2/3 collectives (``plan.sharding``); ``extra_params``: per layer index, the
+    parameters it holds beyond its ops' (the tied embedding's copy, ``plan.tied``)."""
     m = project.mapping
     if project.run.mode is not Mode.train:
         return None
@@ -103,11 +132,17 @@ def shard_comm(
     def seconds(kind: str, nbytes: float) -> float:
         hit = cache.get((kind, nbytes))
         if hit is None:
-            hit = cache[(kind, nbytes)] = dp_group_collective(hw, groups, dp_kind(kind), nbytes).time(hw)
+            coll = (
+                edp_group_collective(hw, groups, m.ep, dp_kind(kind), nbytes)
+                if is_edp(kind)
+                else dp_group_collective(hw, groups, dp_kind(kind), nbytes)
+            )
+            hit = cache[(kind, nbytes)] = coll.time(hw)
         return hit
 
     return stage_shard_comm(
-        m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds
+        m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
+        m.ep, extra_params,
     )
 
 

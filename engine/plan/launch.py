@@ -25,7 +25,9 @@ LayerNorm, fused scale-mask-softmax, jit-fused bias-GeLU and bias-dropout-add, u
   backward scatters (5); the vocab-parallel cross-entropy: max, its all-reduce, shift, exp, sum, its
   all-reduce, log and the target gather (10 forward, 5 backward).
 
-Collectives launch their own NCCL kernel, whose host cost is part of the collective's latency.
+Collectives launch their own NCCL kernel, whose host cost is part of the collective's latency. The host
+synchronisations of the training loop (timers, ``.item()``, pipeline sends), which throw the host's lead
+away, are ``plan.train_step``'s.
 
 **Captured graphs.** Serving runtimes replay a captured CUDA graph for a decode step (vLLM captures the
 "uniform decode" batches, prefill and mixed batches run eager; ``Compute.runtime_graphs``): the replay

@@ -19,13 +19,12 @@ from tilewright.engine.ir.mapping import SpatialSplit
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats
-from tilewright.engine.perf.memory import params_on_device
-from tilewright.engine.perf.op_cost import OpTime, op_time, shard
+from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import ContextComm
 from tilewright.engine.plan.experts import exchange
 from tilewright.engine.plan.launch import SCORE_PASSES_FORWARD, attention_scores, extra_launches, host_seconds
-from tilewright.engine.plan.sharding import DP_PREFIX, EP_PREFIX, ShardComm, spans_replicas
+from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_comm
 
 PassKind = str  # "F" | "B" | "R"
@@ -315,13 +314,14 @@ def forward_pass(
     for i, ops in enumerate(layers):
         before = b.next_layer()
         if shard is not None and ops:
-            gather = [(DP_PREFIX + "all-gather", params_on_device(ops, ctx.tp) * shard.weight_bytes)]
+            gather = shard.layer_items("all-gather", ops, ctx.tp)
             b.dp_comms(shard.exposed(gather, before, shard.overlap_gather and i > 0), ops[0].layer, ops[0].name)
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
+        flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
         for op, fused in zip(ops, flags, strict=True):
-            if only_selective:
-                if op.selective:
+            if only_selective:  # a fused attention kernel recomputes its core inside its backward (op_cost)
+                if op.selective and op.name not in flash:
                     b.add_op(op, backward=False, scores=scores.get(op.name, 0.0))
                 continue
             column = _column(op)
@@ -354,7 +354,7 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
                 b.comm(_reduce(sp), tp_elems(pending, pending.in_elems), pending.layer, pending.name)
                 pending = None
             _shard_boundary(b, shard, ops, reduce, before, first=i == 0)
-            reduce = [(DP_PREFIX + "reduce-scatter", params_on_device(ops, ctx.tp) * shard.grad_bytes)]
+            reduce = shard.layer_items("reduce-scatter", ops, ctx.tp)
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
         for op, fused in zip(reversed(ops), reversed(flags), strict=True):
@@ -381,7 +381,7 @@ def _shard_boundary(
     it was prefetched)."""
     gather = []
     if shard.gather_weights:
-        gather = [(DP_PREFIX + "all-gather", params_on_device(ops, b.ctx.tp) * shard.weight_bytes)]
+        gather = shard.layer_items("all-gather", ops, b.ctx.tp)
     shown = shard.exposed(gather, before, shard.overlap_gather and not first)
     hidden = sum(shard.seconds(k, n) for k, n in gather) - sum(shard.seconds(k, n) for k, n in shown)
     budget = max(0.0, before - hidden) if shard.overlap_gather and not first else before

@@ -32,10 +32,10 @@ from tilewright.engine.plan.group_comm import (
     context_comm,
     cp_group_collective,
     dp_group_collective,
+    edp_group_collective,
+    embedding_group_collective,
     ep_group_collective,
     ep_seconds,
-    expert_groups,
-    merge_concurrent,
     scaled,
     shard_comm,
 )
@@ -44,9 +44,11 @@ from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass,
 from tilewright.engine.plan.placement import split_layers, stage_groups
 from tilewright.engine.plan.residency import StageResidency, optimizer_seconds, stage_residency
 from tilewright.engine.plan.residency import notes as residency_notes
-from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_dp, spans_replicas
+from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_dp, is_edp, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
 from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
+from tilewright.engine.plan.tied import TiedEmbedding, tied_embedding
+from tilewright.engine.plan.train_step import TOKEN_BYTES, add_drains, flag_allreduce_s, step_overhead
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 # Adam step traffic per parameter (bytes): read fp32 master, m, v and the fp32 gradient, write master,
@@ -94,6 +96,8 @@ class Plan:
     hardware_flops: float
     notes: list[str] = field(default_factory=list)
     formats: OpFormats | None = None  # per tensor kind; None: every tensor elem_bytes per element
+    tied: TiedEmbedding | None = None  # the word embedding's copy on the last stage (``plan.tied``)
+    tied_bytes: float = 0.0  # per device, the embedding group's gradient all-reduce (training; 0: none)
 
     @property
     def weight_bytes(self) -> float:
@@ -126,10 +130,12 @@ class Plan:
     @memo_method
     def tp_collective(self, rank: int, replica: int, kind: str, nbytes: float) -> Collective:
         """A segment's collective: on the replica's tensor group, or (kind ``dp:…``, ``plan.sharding``) on
-        the stage's data-parallel groups, every tensor rank at once, or (kind ``cp:…``, ``plan.context``)
-        on its context-parallel rings."""
+        the stage's data-parallel groups, every tensor rank at once (``edp:…``: its expert-data-parallel
+        groups), or (kind ``cp:…``, ``plan.context``) on its context-parallel rings."""
         if is_dp(kind):
             return dp_group_collective(self.hw, self.stages[rank].groups, dp_kind(kind), nbytes)
+        if is_edp(kind):  # routed experts: over the replicas holding the same experts (``plan.sharding``)
+            return edp_group_collective(self.hw, self.stages[rank].groups, self.ep, dp_kind(kind), nbytes)
         if is_ep(kind):
             return ep_group_collective(self.hw, self.stages[rank].groups, self.project.mapping.ep, nbytes)
         if spans_replicas(kind):
@@ -221,8 +227,7 @@ class Plan:
         dense = dp_group_collective(self.hw, st.groups, kind, dense_bytes)
         if expert_bytes <= 0:
             return dense
-        experts = [dp_group_collective(self.hw, g, kind, expert_bytes) for g in expert_groups(st.groups, self.ep)]
-        expert = merge_concurrent(experts)
+        expert = edp_group_collective(self.hw, st.groups, self.ep, kind, expert_bytes)
         same = dense.payload_fraction == expert.payload_fraction  # else the phases differ: data = wire bytes
         return Collective(dense.kind, dense.algorithm, dense.phases + expert.phases,
                           dense.payload_fraction if same else 1.0)
@@ -255,6 +260,21 @@ class Plan:
             rank, "all-gather", (st.params - experts) * self.weight_bytes, experts * self.weight_bytes
         )
 
+    @memo_method
+    def tied_collective(self) -> Collective:
+        """The tied embedding's gradient all-reduce over every embedding group (first and last stage of each
+        pipeline, ``plan.tied``), after both stages' data-parallel reductions and before their optimizer step."""
+        if self.tied is None or self.tied_bytes <= 0:
+            return Collective("all-reduce", "none", ())
+        first, last = self.stages[self.tied.first].groups, self.stages[self.tied.last].groups
+        return embedding_group_collective(self.hw, first, last, self.tied_bytes)
+
+    def tied_ranks(self) -> tuple[int, ...]:
+        """The pipeline ranks that take part in the tied embedding's all-reduce (none without one)."""
+        if not self.tied_collective().phases:
+            return ()
+        return (self.tied.first, self.tied.last)  # type: ignore[union-attr]
+
     def stage_grad_per_param(self, rank: int) -> float:
         """Gradient bytes per parameter of a stage (its ``grad_bytes`` over its ``params``)."""
         st = self.stages[rank]
@@ -280,8 +300,14 @@ def offloaded_activations(res: Residency) -> tuple[float, Residency]:
     return res.host_bandwidth, Residency(levels, res.host_bandwidth)
 
 
-def layer_params(workload: WorkloadGraph, indices: list[int], tp: int) -> list[float]:
-    return [params_on_device(workload.layer_ops(i), tp) for i in indices]
+def layer_params(
+    workload: WorkloadGraph, indices: list[int], tp: int, ep: int = 1, extra: dict[int, float] | None = None
+) -> list[float]:
+    """Each layer's parameters on one device: its experts sharded over ep, plus ``extra`` (per layer index:
+    the tied embedding's copy, ``plan.tied``)."""
+    extra = extra or {}
+    layers = _layers(workload, indices, ep)
+    return [params_on_device(ops, tp) + extra.get(i, 0.0) for i, ops in zip(indices, layers, strict=True)]
 
 
 def gathered_bytes(shard: ShardComm | None, layer_params: list[float]) -> float:
@@ -324,6 +350,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         for lst in per_virtual:
             lst.sort()
     state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer)
+    tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
     notes_residency: list[tuple[int, StageResidency, dict[str, float]]] = []
@@ -336,7 +363,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ctx.rows_per_sample = workload.tokens_per_sample
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
         per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp)  # weights_by_op
-        ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients)
+        tied_copy = {tied.layer: tied.params} if tied is not None and r == tied.last else {}  # plan.tied
+        ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients, tied_copy)
         ctx.context = context_comm(hw, groups[r], cp)
         ctx.expert_parallel = ep
         if ep > 1 and m.overlap_ep_comm:
@@ -373,21 +401,23 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 passes[(c, "R")] = forward_pass(layers, ctx, "R")
             elif m.recompute is Recompute.selective:
                 passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True)
-            act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem)  # type: ignore[arg-type]
+            act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem, ctx.fused)  # type: ignore[arg-type]
             if m.recompute is Recompute.full:
                 transient = max(
                     [transient]
                     + [
-                        activation_bytes([ls], mb, m.tp, m.sequence_parallel, Recompute.none, elem)  # type: ignore[arg-type]
+                        activation_bytes([ls], mb, m.tp, m.sequence_parallel, Recompute.none, elem, ctx.fused)  # type: ignore[arg-type]
                         for ls in layers
                     ]
                 )
-            p = params_on_device(ops, m.tp)
+            p = params_on_device(ops, m.tp) + sum(tied_copy.get(i, 0.0) for i in idx)
             params += p
             grad[c] = p * state_per_param.gradients
             if ep > 1:
                 expert_params[c] = params_on_device(routed_experts(ops), m.tp)
                 expert_grad[c] = expert_params[c] * state_per_param.gradients
+        if run.mode is Mode.train:  # the framework's host synchronisations (``plan.train_step``)
+            add_drains(passes, m.pp, r, dev.compute, m.tp, mb * (workload.tokens_per_sample + 1) * TOKEN_BYTES)
         experts = sum(expert_params.values())
         state = expert_model_state(params, experts, per_param, m.zero, m.dp, ep)
         if run.mode is Mode.infer:
@@ -407,13 +437,17 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 state=state,
                 workspace=workspace_bytes(all_ops, mb, m.tp, m.sequence_parallel, elem)  # type: ignore[arg-type]
                 + gathered_bytes(
-                    ctx.shard, [p for idx in chunk_layers.values() for p in layer_params(workload, idx, m.tp)]
+                    ctx.shard,
+                    [p for idx in chunk_layers.values() for p in layer_params(workload, idx, m.tp, ep, tied_copy)],
                 ),
                 capacity=device_capacity(hw, first, dev),
                 params=params,
                 grad_bytes=grad,
                 expert_grad_bytes=expert_grad,
                 optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, opt_bytes)
+                + step_overhead(dev, placed[0] if placed else None, local_params, opt_bytes == ADAM_BYTES_MIXED,
+                                run.dtype.value == "fp16", flag_allreduce_s(hw, [d for g in groups for d in g[0]]),
+                                m.dp)
                 if run.mode is Mode.train
                 else 0.0,
                 label=f"stage {r}",
@@ -476,6 +510,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         p2p_bytes=p2p,
         model_flops=model_flops,
         hardware_flops=hardware_flops,
+        tied=tied,
+        tied_bytes=tied.allreduce_bytes(state_per_param.gradients, m.zero, m.dp)
+        if tied is not None and run.mode is Mode.train
+        else 0.0,
     )
 
 

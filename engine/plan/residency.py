@@ -33,6 +33,7 @@ from tilewright.engine.perf.memory import (
 )
 from tilewright.engine.perf.residency import LEVELS, Level, Residency
 from tilewright.engine.plan.experts import routed_experts
+from tilewright.engine.plan.passes import fused_edges
 
 AUTO = "auto"
 AUTO_ORDER = ("weights", "kv_cache", "activations", "gradients", "optimizer")
@@ -94,10 +95,11 @@ def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: 
     activations of the micro-batches in flight (1F1B holds at most ``pp``) with the largest workspace,
     and, for inference, the KV cache of the whole request."""
     m, run = project.mapping, project.run
+    fused = fused_edges(m.fusion)  # a fused attention kernel stores no scores
     acts = workspace_bytes(ops, m.micro_batch, m.tp, m.sequence_parallel, elem)  # inference keeps no more
     if run.mode is Mode.train:
         in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
-        acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem) * in_flight
+        acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused) * in_flight
     kv = 0.0
     w = project.workload
     if run.mode is Mode.infer and isinstance(w, TransformerDims):
@@ -163,10 +165,14 @@ def resolve(
     return StageResidency(Residency(dict(placed), host), in_use, placed, tuple(chosen))
 
 
-def optimizer_seconds(dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool) -> float:
+def optimizer_seconds(
+    dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, split: dict[str, int] | None = None
+) -> float:
     """The optimizer step's streams at each level, overlapped: the slowest level's bytes over its bandwidth
-    (a device without DRAM streams its SRAM: never free)."""
-    split = ADAM_SPLIT_MIXED if mixed else ADAM_SPLIT_FP32
+    (a device without DRAM streams its SRAM: never free). ``split``: bytes per parameter by category, default
+    one fused Adam step's (``ADAM_SPLIT_*``); ``plan.train_step`` streams the fp16 optimizer's extra passes."""
+    if split is None:
+        split = ADAM_SPLIT_MIXED if mixed else ADAM_SPLIT_FP32
     per_level: dict[Level, float] = {}
     for cat, nbytes in split.items():
         lv = res.placed.get(cat, home_level(dev)) if res else home_level(dev)

@@ -20,36 +20,55 @@ the same way.) The exposed part is charged as the same collective carrying the e
 bytes, so both engines time it like any collective; the hidden bytes still cross the links but are not
 drawn as link traffic.
 
-The collectives ride on ``Segment.comm`` with the kind prefixed ``dp:``; ``Plan.tp_collective`` resolves
-them on the data-parallel group of the stage (all tensor ranks at once, as ``Plan.dp_collective``).
+Mixture-of-experts models (``mapping.ep``, ``plan.experts``): a layer's routed-expert weights are held by
+the dp / ep replicas with the same expert rank only (Megatron-Core's expert-data-parallel group, DeepSpeed-MoE's
+expert data parallelism), so their gathers and reduce-scatters run over that group — kind prefixed ``edp:`` —
+and the layer's other weights' over all dp replicas; with dp = ep every replica holds its own experts and
+they need none. The tied word embedding's copy on the last pipeline stage (``plan.tied``) is gathered and
+reduced with the head layer that uses it (``ShardComm.extra_params``).
+
+The collectives ride on ``Segment.comm`` with the kind prefixed ``dp:`` (or ``edp:``); ``Plan.tp_collective``
+resolves them on the data-parallel (expert-data-parallel) groups of the stage, all tensor ranks at once, as
+``Plan.dp_collective`` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from tilewright.engine.ir.ops import Op
+from tilewright.engine.perf.memory import params_on_device
+from tilewright.engine.plan.experts import EP_PREFIX, routed_experts
 
 DP_PREFIX = "dp:"
+EDP_PREFIX = "edp:"  # over the expert-data-parallel groups: the replicas holding the same experts
 CP_PREFIX = "cp:"  # context parallelism's ring exchange (``plan.context``)
-EP_PREFIX = "ep:"  # expert parallelism's all-to-all (``plan.experts``)
 
 
 def dp_kind(kind: str) -> str:
-    """The collective kind of a ``dp:``-, ``cp:``- or ``ep:``-prefixed segment collective."""
-    return kind.removeprefix(DP_PREFIX).removeprefix(CP_PREFIX).removeprefix(EP_PREFIX)
+    """The collective kind of a ``dp:``-, ``edp:``-, ``cp:``- or ``ep:``-prefixed segment collective."""
+    for prefix in REPLICA_CATEGORIES:
+        if kind.startswith(prefix):
+            return kind.removeprefix(prefix)
+    return kind
 
 
 def is_dp(kind: str) -> bool:
     return kind.startswith(DP_PREFIX)
 
 
-REPLICA_CATEGORIES = {DP_PREFIX: "dp_comm", CP_PREFIX: "cp_comm", EP_PREFIX: "ep_comm"}
+def is_edp(kind: str) -> bool:
+    return kind.startswith(EDP_PREFIX)
+
+
+REPLICA_CATEGORIES = {DP_PREFIX: "dp_comm", EDP_PREFIX: "dp_comm", CP_PREFIX: "cp_comm", EP_PREFIX: "ep_comm"}
 
 
 def comm_category(kind: str) -> str:
     """The time category a segment collective is reported under: sharded data parallelism's gathers and
-    reductions ``dp_comm``, the context-parallel ring ``cp_comm``, the experts' all-to-all ``ep_comm``, and a
-    tensor group's collectives ``tp_comm``."""
+    reductions ``dp_comm`` (the experts' over their expert-data-parallel groups too), the context-parallel
+    ring ``cp_comm``, the experts' all-to-all ``ep_comm``, and a tensor group's collectives ``tp_comm``."""
     for prefix, category in REPLICA_CATEGORIES.items():
         if kind.startswith(prefix):
             return category
@@ -59,7 +78,7 @@ def comm_category(kind: str) -> str:
 def spans_replicas(kind: str) -> bool:
     """A segment collective over several replicas of the stage (data- or context-parallel), not within
     one tensor group: every unit of the stage reaches it."""
-    return kind.startswith((DP_PREFIX, CP_PREFIX, EP_PREFIX))
+    return kind.startswith(tuple(REPLICA_CATEGORIES))
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,23 @@ class ShardComm:
     overlap_reduce: bool  # a layer's reduce-scatter hides behind the next backward layer's compute
     weight_bytes: float  # per parameter, as stored for compute (the weights' format)
     grad_bytes: float  # per parameter, as reduced (the gradients' format)
-    seconds: Callable[[str, float], float]  # uncontended time of a ``dp:`` collective of that many bytes
+    seconds: Callable[[str, float], float]  # uncontended time of a ``dp:``/``edp:`` collective of that many bytes
+    expert_dp: int = 0  # replicas holding the same experts (dp / ep); 0: no expert parallelism, one dp group
+    extra_params: Mapping[int, float] = field(default_factory=dict)  # per layer index, beyond its ops' (per device)
+
+    def layer_items(self, kind: str, ops: list[Op], tp: int) -> list[tuple[str, float]]:
+        """One layer's all-gather of its weights or reduce-scatter of its gradients (``kind``), per tensor rank:
+        (``dp:`` kind, the layer's bytes) over all replicas, or with expert parallelism the routed experts'
+        bytes apart, over their expert-data-parallel group (``edp:``; none when that group is one replica)."""
+        if not ops:
+            return []
+        per = self.weight_bytes if kind == "all-gather" else self.grad_bytes
+        experts = params_on_device(routed_experts(ops), tp) if self.expert_dp else 0.0
+        dense = params_on_device(ops, tp) - experts + self.extra_params.get(ops[0].layer, 0.0)
+        items = [(DP_PREFIX + kind, dense * per)]
+        if experts > 0 and self.expert_dp > 1:
+            items.append((EDP_PREFIX + kind, experts * per))
+        return items
 
     def exposed(self, items: list[tuple[str, float]], hide_s: float, overlap: bool) -> list[tuple[str, float]]:
         """The collectives ``items`` ((dp: kind, bytes)) running behind ``hide_s`` seconds of compute: each
@@ -95,8 +130,15 @@ def stage_shard_comm(
     weight_bytes: float,
     grad_bytes: float,
     seconds: Callable[[str, float], float],
+    ep: int = 1,
+    extra_params: Mapping[int, float] | None = None,
 ) -> ShardComm | None:
-    """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism)."""
+    """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism). ``ep``:
+    the expert-parallel degree (its routed experts are sharded over dp / ep replicas); ``extra_params``:
+    per layer index, parameters it holds beyond its ops' (``ShardComm.extra_params``)."""
     if dp <= 1 or zero < 2:
         return None
-    return ShardComm(zero >= 3, True, overlap_gather, overlap_reduce, weight_bytes, grad_bytes, seconds)
+    return ShardComm(
+        zero >= 3, True, overlap_gather, overlap_reduce, weight_bytes, grad_bytes, seconds,
+        expert_dp=max(dp // ep, 1) if ep > 1 else 0, extra_params=dict(extra_params or {}),
+    )

@@ -17,6 +17,8 @@ Choices worth knowing:
 - BERT is post-norm as published (norm after each residual add, plus one after the embeddings) with
   token-type embeddings (2 types) and the masked-LM head (dense, GeLU, LayerNorm, tied decoder with a
   V-sized bias) computed on every position, as Megatron and Hugging Face do; no pooler/NSP head.
+- Attention is causal in GPT and LLaMA (decoders) and not in BERT: a fused kernel then computes about half
+  the query-key pairs (``Op.fused_flops``); ``flops`` keep every pair (``transformer_block``).
 - The loss stores the softmax of the logits in fp32 whatever the run's data type (Megatron and Hugging
   Face upcast logits before the cross-entropy), hence ``saved_bytes_fixed = 4·s·V``.
 """
@@ -40,7 +42,7 @@ def build_gpt(spec: GPTSpec) -> WorkloadGraph:
     _word_embedding(ops, spec)
     ops.add("position_embedding", OpKind.embedding, REP, params=s * h, in_elems=s * h, out_elems=s * h)
     add_dropout(ops, "embedding_dropout", s * h)
-    _blocks(ops, spec, dropout=True, pre_norm=True)
+    _blocks(ops, spec, dropout=True, pre_norm=True, causal=True)
     ops.layer("head", LayerKind.head)
     add_norm(ops, "final_norm", s * h, _norm_params(spec))
     _logits_and_loss(ops, spec, weight_params=0 if spec.tie_embeddings else spec.vocab * h)
@@ -52,7 +54,7 @@ def build_llama(spec: LlamaSpec) -> WorkloadGraph:
     ops = OpList()
     ops.layer("embedding", LayerKind.embedding)
     _word_embedding(ops, spec)
-    _blocks(ops, spec, dropout=False, pre_norm=True)
+    _blocks(ops, spec, dropout=False, pre_norm=True, causal=True)
     ops.layer("head", LayerKind.head)
     add_norm(ops, "final_norm", s * h, _norm_params(spec))
     _logits_and_loss(ops, spec, weight_params=0 if spec.tie_embeddings else spec.vocab * h)
@@ -69,7 +71,7 @@ def build_bert(spec: BertSpec) -> WorkloadGraph:
     ops.add("token_type_embedding", OpKind.embedding, REP, params=BERT_TOKEN_TYPES * h, in_elems=sh, out_elems=sh)
     add_norm(ops, "embedding_norm", sh, _norm_params(spec))
     add_dropout(ops, "embedding_dropout", sh)
-    _blocks(ops, spec, dropout=True, pre_norm=False)
+    _blocks(ops, spec, dropout=True, pre_norm=False, causal=False)
     ops.layer("head", LayerKind.head)
     # Megatron's BERT LM head uses a plain (not tensor-parallel) dense layer: every rank runs it whole.
     add_matmul(ops, "mlm_dense", REP, s, h, h, h * h + h)
@@ -93,12 +95,14 @@ def _norm_params(spec: TransformerDims) -> int:
     return (2 if spec.norm == "layernorm" else 1) * spec.hidden
 
 
-def _blocks(ops: OpList, spec: TransformerDims, *, dropout: bool, pre_norm: bool) -> None:
+def _blocks(ops: OpList, spec: TransformerDims, *, dropout: bool, pre_norm: bool, causal: bool) -> None:
+    """The transformer blocks; ``causal``: a decoder's masked self-attention (GPT, LLaMA), which a fused kernel
+    computes over about half the pairs (``transformer_block.flash_pairs``); BERT's encoder attends both ways."""
     block_input = ops.last
     for i in range(spec.layers):
         ops.layer(f"block{i}", LayerKind.transformer)
-        block_input = add_block(ops, BlockShape.of(spec, spec.seq_len, i, dropout=dropout, pre_norm=pre_norm),
-                                block_input)
+        shape = BlockShape.of(spec, spec.seq_len, i, dropout=dropout, pre_norm=pre_norm, causal=causal)
+        block_input = add_block(ops, shape, block_input)
 
 
 def _logits_and_loss(ops: OpList, spec: TransformerDims, weight_params: int, bias: bool = False) -> None:

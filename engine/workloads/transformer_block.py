@@ -16,6 +16,18 @@ The ``attention`` op (QKᵀ and the context matmul, 4·s²·h FLOPs) is marked `
 stores nothing: Megatron's selective recomputation re-runs the whole core attention, so recomputing the
 selective ops must also pay for those two matmuls.
 
+Causal attention. ``flops`` count every (query, key) pair, s² per head: what Megatron-LM's unfused core
+attention (``baddbmm`` QKᵀ, masked softmax, ``bmm``) computes — it masks the upper triangle after computing it
+— and the "model FLOPs" of the Megatron (Narayanan et al. SC'21, 96·B·s·l·h²·(1 + s/6h + …)) and PaLM (6N +
+12·l·h·s) conventions, which MFU keeps (``plan.model_flops`` sums ``flops``, whatever the kernel). A decoder's
+(GPT, LLaMA; not BERT) attention also carries ``fused_flops``: the pairs a fused causal kernel (FlashAttention-2,
+cuDNN fused attention, as Megatron-Core runs) really computes. It tiles the queries in blocks of
+``FLASH_BLOCK`` rows and skips the key blocks past a tile's last row (and, with a sliding window, before its
+first row's window), so it computes s·(s + B)/2 pairs, not s(s + 1)/2: the diagonal tiles are computed whole
+and masked. ``perf.op_cost`` charges them when the op runs fused (``mapping.fusion`` attention → softmax).
+NVIDIA's own "model TFLOP/s" counts the causal pairs (6N + 6·l·s·h per token for Llama-3 8B): to compare,
+compare tokens/s (``benchmarks/calibrate_nemo_h100.py``).
+
 Block variants (``TransformerDims`` fields) keep those rules and change shapes:
 
 - ``head_dim`` ≠ h/a and GQA/MQA (``kv_heads``): qkv is h × (a + 2·kv)·d, out_proj a·d × h; attention costs
@@ -35,12 +47,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tilewright.engine.ir.ops import ExpertInfo, MoERole, OpKind, TensorSplit
 from tilewright.engine.ir.workload import MLASpec, MoESpec, TransformerDims
 from tilewright.engine.workloads.builder import OpList
 
 COL, ROW, HEADS, REP = TensorSplit.column, TensorSplit.row, TensorSplit.heads, TensorSplit.replicated
+
+# Query rows per tile of a fused attention kernel, the granularity at which a causal (or windowed) kernel skips
+# masked keys: FlashAttention-2 tiles Q and K/V in blocks of {64, 128} × {64, 128} (Dao, "FlashAttention-2",
+# arXiv 2307.08691, §3.3) and runs 128-row query tiles at head sizes 64-128 on A100/H100 (flash-attention
+# csrc/flash_attn/src/flash_fwd_launch_template.h, kBlockM = 128); FlashAttention-3 and cuDNN's fused attention
+# on Hopper use 128-row query tiles as well.
+FLASH_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -66,10 +86,13 @@ class BlockShape:
     window: int | None = None  # sliding-window attention span in tokens
     mla: MLASpec | None = None
     moe: MoESpec | None = None  # set only on MoE blocks
+    causal: bool = False  # a decoder's masked attention (a fused kernel skips the masked key blocks)
 
     @classmethod
-    def of(cls, spec: TransformerDims, seq: int, block: int, *, dropout: bool, pre_norm: bool) -> BlockShape:
-        """Block ``block`` of ``spec`` over ``seq`` tokens."""
+    def of(
+        cls, spec: TransformerDims, seq: int, block: int, *, dropout: bool, pre_norm: bool, causal: bool = False
+    ) -> BlockShape:
+        """Block ``block`` of ``spec`` over ``seq`` tokens; ``causal`` for a decoder."""
         norm_factor = 2 if spec.norm == "layernorm" else 1
         moe = spec.moe if spec.moe is not None and spec.moe.is_moe_block(block) else None
         return cls(
@@ -77,7 +100,7 @@ class BlockShape:
             ffn=spec.ffn_dim, gated_mlp=spec.gated_mlp, qkv_bias=spec.qkv_bias, out_bias=spec.out_bias,
             mlp_bias=spec.mlp_bias, dropout=dropout, norm_params=norm_factor * spec.hidden, pre_norm=pre_norm,
             parallel=spec.parallel_block, parallel_norms=spec.parallel_norms, sandwich=spec.sandwich_norm,
-            window=spec.window_of(block), mla=spec.mla, moe=moe,
+            window=spec.window_of(block), mla=spec.mla, moe=moe, causal=causal,
         )
 
     @property
@@ -111,6 +134,20 @@ def attention_flops_per_pair(dims: TransformerDims) -> float:
     if dims.mla is not None:
         return 2.0 * dims.heads * (dims.mla.qk_head_dim + dims.mla.v_head_dim)
     return 4.0 * dims.heads * dims.head_dim_n
+
+
+@lru_cache(maxsize=256)
+def flash_pairs(seq: int, window: int | None = None, block: int = FLASH_BLOCK) -> float:
+    """(query, key) pairs per head a fused causal kernel computes over ``seq`` tokens: each tile of ``block``
+    query rows runs over whole key blocks, from the block holding the first key any of its rows sees (0, or
+    with a ``window`` the first row's w-th key back) to the block holding its last row (the diagonal tile is
+    computed whole, then masked). ``block`` 1 gives the exact causal count, s(s + 1)/2 without a window."""
+    total = 0
+    for lo in range(0, seq, block):
+        hi = min(lo + block, seq)
+        first = 0 if window is None else max(0, lo - window + 1) // block * block
+        total += (hi - lo) * (hi - first)
+    return float(total)
 
 
 def add_norm(ops: OpList, name: str, sh: int, params: int, split: TensorSplit = REP, **fields: object) -> str:
@@ -187,6 +224,7 @@ def _add_attention(ops: OpList, b: BlockShape, attn_in: str) -> str:
     ops.add(
         "attention", OpKind.attention, HEADS, flops=pair_flops * s * b.keys, in_elems=qkv_elems,
         out_elems=s * b.q_width, selective=True, inputs=inputs,
+        fused_flops=pair_flops * flash_pairs(s, b.window) if b.causal else None,
     )
     ops.add("softmax", OpKind.softmax, HEADS, in_elems=as2, out_elems=as2, saved_elems=as2, selective=True)
     if b.dropout:

@@ -124,6 +124,7 @@ def inference_graph(
                 "flops": per_pair * attention_pairs(tokens, context, causal=fused, window=window),
                 "in_elems": op.in_elems + cached,
                 "cache_elems": cached,
+                "fused_flops": None,  # ``flops`` above already count the pass's causal pairs when fused
             }
             if fused and dims.mla is None:  # a flash kernel: its head structure sizes the grid split
                 update["attention"] = AttentionShape(heads=heads, kv_heads=dims.kv_heads_n,

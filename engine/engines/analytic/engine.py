@@ -91,7 +91,9 @@ class AnalyticEngine:
                     stages[r].last_backward[c] + late.time(hw),
                 )
             reduced_at.append(reduced)
-            finishes.append(reduced + st.optimizer_s + plan.zero_gather(r).time(hw))
+        ready, tied = tied_allreduce(plan, reduced_at)
+        for r, st in enumerate(plan.stages):
+            finishes.append(ready[r] + st.optimizer_s + plan.zero_gather(r).time(hw))
         tail = program.reported_stage(finishes)
         total = finishes[tail]
         slowest = max(range(pp), key=lambda r: per_stage[r][0] + per_stage[r][1])
@@ -104,7 +106,7 @@ class AnalyticEngine:
             total = floor_s
         breakdown["pp_comm"] = stages[tail].waits["pp_comm"]
         breakdown["dp_comm"] = (reduced_at[tail] - stages[tail].finish + plan.zero_gather(tail).time(hw)
-                                + m * per_stage[tail][2]["dp_comm"])
+                                + m * per_stage[tail][2]["dp_comm"] + (tied[1] - tied[0] if tail in tied[2] else 0.0))
         for category in ("ep_comm", "cp_comm"):
             breakdown[category] = m * per_stage[tail][2][category]
         breakdown["optimizer"] = plan.stages[tail].optimizer_s
@@ -114,7 +116,7 @@ class AnalyticEngine:
         tl, lane_devices = Timeline(), {}
         if log is not None:
             lanes, lane_devices = stage_lanes(tl, plan)
-            training_timeline(tl, lanes, plan, parts, log, reduced_at, finishes)
+            training_timeline(tl, lanes, plan, parts, log, reduced_at, finishes, ready, tied)
         return Measurement(
             engine=self.name, end=total, breakdown=breakdown, memory=memory, timeline=tl,
             lane_devices=lane_devices, critical=[(f"stage {slowest} sets the pace", 0.0, total)], notes=notes,
@@ -156,6 +158,21 @@ class AnalyticEngine:
             lane_devices=lane_devices, critical=[("request", 0.0, end)],
             phase_ends={name: ends.get(key, 0.0) for name, key in program.phase_ends.items()},
         )
+
+
+def tied_allreduce(plan: Plan, reduced_at: list[float]) -> tuple[list[float], tuple[float, float, tuple[int, ...]]]:
+    """When each stage may step its optimizer, and (start, end, ranks) of the tied embedding's all-reduce
+    (``plan.tied``): it starts once the first and the last stage have both reduced their gradients over the
+    replicas; a stage without it steps when its own reduction is done."""
+    ready = list(reduced_at)
+    ranks = plan.tied_ranks()
+    if not ranks:
+        return ready, (0.0, 0.0, ())
+    start = max(reduced_at[r] for r in ranks)
+    end = start + plan.tied_collective().time(plan.hw)
+    for r in ranks:
+        ready[r] = end
+    return ready, (start, end, ranks)
 
 
 def _peak_activations(program: TrainingProgram, r: int) -> float:

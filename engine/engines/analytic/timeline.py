@@ -32,10 +32,13 @@ def _pass_label(ps: ChunkPass | None, kind: str) -> str:
 
 def training_timeline(
     tl: Timeline, lanes: list[int], plan: Plan, parts: Mapping[tuple, tuple[float, ...]], log: Log,
-    reduced_at: list[float], ends: list[float],
+    reduced_at: list[float], ends: list[float], ready: list[float] | None = None,
+    tied: tuple[float, float, tuple[int, ...]] = (0.0, 0.0, ()),
 ) -> None:
     """Each pass as a slice (a backward split into its recompute and backward parts), then the wait for
-    the gradient reduction, the optimizer step and the ZeRO weight gather."""
+    the gradient reduction, the tied embedding's all-reduce (``tied``: start, end, its stages; ``ready``:
+    when each stage may step), the optimizer step and the ZeRO weight gather."""
+    ready = ready if ready is not None else reduced_at
     labels: dict[tuple[int, int, str], tuple[str, float]] = {}
     for r, st in enumerate(plan.stages):
         for c in st.chunk_layers:
@@ -55,11 +58,13 @@ def training_timeline(
     for r, st in enumerate(plan.stages):
         if reduced_at[r] > last[r]:
             tl.add(lanes[r], last[r], reduced_at[r] - last[r], "dp_comm", "gradient reduction", r, -1, -1)
+        if r in tied[2]:
+            tl.add(lanes[r], tied[0], tied[1] - tied[0], "dp_comm", "tied embedding all-reduce", r, -1, -1)
         if st.optimizer_s > 0:
-            tl.add(lanes[r], reduced_at[r], st.optimizer_s, "optimizer", "optimizer step", r, -1, -1)
-        gather = ends[r] - reduced_at[r] - st.optimizer_s
+            tl.add(lanes[r], ready[r], st.optimizer_s, "optimizer", "optimizer step", r, -1, -1)
+        gather = ends[r] - ready[r] - st.optimizer_s
         if gather > 0:
-            tl.add(lanes[r], reduced_at[r] + st.optimizer_s, gather, "dp_comm", "ZeRO weight gather", r, -1, -1)
+            tl.add(lanes[r], ready[r] + st.optimizer_s, gather, "dp_comm", "ZeRO weight gather", r, -1, -1)
 
 
 def inference_timeline(tl: Timeline, lanes: list[int], duration: Mapping[tuple, float], log: Log) -> None:

@@ -51,6 +51,7 @@ class Simulation(PassRunner):
         self.last_step: dict[tuple[int, Unit], tuple | None] = {}
         self.producer_end: dict[tuple, float] = {}
         self.events = 0
+        self._tied_start = 0.0  # when the last unit reached the tied embedding's all-reduce (``_tied``)
         self.private_tp, patterns = traffic_patterns(plan, self.units, contention)
         capacity = [lk.bandwidth for lk in plan.hw.links]
         self.net = FlowNetwork(
@@ -186,6 +187,8 @@ class Simulation(PassRunner):
             yield env.all_of(reductions)
             self.rec.slice(lane, start, env.now - start, "dp_comm", "gradient reduction", r, -1, -1)
         ledger.times["dp_comm"] += env.now - start
+        if r in self.plan.tied_ranks():
+            yield from self._tied(r, u, ledger)
         start = env.now
         yield env.timeout(st.optimizer_s)
         ledger.times["optimizer"] += st.optimizer_s
@@ -195,6 +198,19 @@ class Simulation(PassRunner):
         if gather.phases:
             yield self._meet(("zero", r), len(self.units), gather, "dp_comm")
         ledger.times["dp_comm"] += env.now - start
+
+    def _tied(self, r: int, u: Unit, ledger: StageLedger) -> Generator:
+        """The tied embedding's all-reduce (``plan.tied``): every unit of the first and the last stage meets
+        it; the last to arrive starts it. Waiting for the other stage is bubble, the all-reduce ``dp_comm``."""
+        env, key = self.env, ("tied",)
+        arrived = env.now
+        self._tied_start = max(self._tied_start, arrived)
+        done = self._meet(key, 2 * len(self.units), self.plan.tied_collective(), "dp_comm")
+        yield done
+        start = self._tied_start
+        ledger.times["bubble"] += start - arrived
+        ledger.times["dp_comm"] += env.now - start
+        self.rec.slice(self.lanes[(r, u)], start, env.now - start, "dp_comm", "tied embedding all-reduce", r, -1, -1)
 
     def critical_path(self, r: int) -> list[tuple[str, float, float]]:
         """Steps that set the finish time of stage ``r``, earliest first: from its last step, follow

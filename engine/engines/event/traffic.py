@@ -73,6 +73,7 @@ def traffic_patterns(
         others += [ph.usage for ph in plan.zero_gather(r).phases]
         if any(ps.has_dram for ps in st.passes.values()):
             others += [dram_usage(plan, r, u, shared) for u in units]
+    others += [ph.usage for ph in plan.tied_collective().phases]  # the tied embedding's all-reduce
     for usage in others:
         busy |= usage.keys()
     private = {key for key, links in tp_links.items() if links and not links & busy}

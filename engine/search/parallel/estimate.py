@@ -28,14 +28,23 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.hardware.interleave import stream_usage
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import Project
-from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
+from tilewright.engine.perf.collectives import collective
+from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, split_rows
 from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
 from tilewright.engine.plan.recurrence import run_pipeline
 from tilewright.engine.plan.residency import StageResidency, resolve
+from tilewright.engine.plan.tied import TiedEmbedding, copy_params
 from tilewright.engine.plan.timing import closed_form
+from tilewright.engine.plan.train_step import (
+    SIZES_BYTES,
+    TOKEN_BYTES,
+    flag_allreduce_s,
+    lead_seconds,
+    step_overhead,
+)
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.comm import CommModel, Layout
@@ -92,6 +101,8 @@ class Estimator:
         self.out_elems = [ops[-1].out_elems if ops else 0.0 for ops in self.costs.ops]
         self._stream: dict[tuple[int, ...], dict[int, float]] = {}  # a stage's devices → their DRAM usage
         self._residency: dict[tuple, StageResidency | None] = {}
+        self._framework: dict[tuple, tuple[Chunks, Chunks]] = {}  # plan.train_step's pass leads, by chunks
+        self._flags: dict[tuple[int, ...], float] = {}  # the optimizer's flag all-reduce, by model group
 
     # --- layer → stage --------------------------------------------------------------------------------
 
@@ -154,7 +165,10 @@ class Estimator:
         k = (tp, pp, v)
         p = self._params.get(k)
         if p is None:
-            p = self._params[k] = self._sum(self.costs.params(tp), pp, v)
+            p = self._sum(self.costs.params(tp), pp, v)
+            if pp > 1:  # the last stage holds the tied word embedding's copy (``plan.tied``)
+                p[-1, -1] += copy_params(self.workload, tp)
+            self._params[k] = p
         return p
 
     def layer_table(self, c: Candidate, placed: StageResidency | None = None) -> tuple[LayerTable, tuple]:
@@ -170,11 +184,31 @@ class Estimator:
         its residency (``memory_levels``), and on a grid every stage on its own tensor group."""
         placed = self.residency(c, m, chunks)
         if not self.per_stage:
-            if placed is None:
-                return chunks
-            table, key = self.layer_table(c, placed)
-            return self.chunks(table, key, c.pp, c.interleave)
-        return self.stage_chunks(c, placed)
+            if placed is not None:
+                chunks = self.chunks(*self.layer_table(c, placed), c.pp, c.interleave)
+        else:
+            chunks = self.stage_chunks(c, placed)
+        return self.framework_chunks(c, chunks)
+
+    def framework_chunks(self, c: Candidate, chunks: Chunks) -> Chunks:
+        """``chunks`` with each pass led by the training framework's drains and, a forward, its batch
+        broadcasts over the tensor group, as the plan leads them (``plan.train_step``)."""
+        if not issues_kernels(self.dev.compute):
+            return chunks
+        group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
+        batch = c.micro_batch / c.cp * (self.workload.tokens_per_sample + 1) * TOKEN_BYTES
+        k = (id(chunks), group, batch, c.pp, c.interleave)
+        hit = self._framework.get(k)
+        if hit is None:
+            bcast = sum(collective(self.hw, "broadcast", list(group), n).time(self.hw) for n in (SIZES_BYTES, batch))
+            fwd, bwd, vss = chunks.fwd.copy(), chunks.bwd.copy(), c.pp * c.interleave
+            for ch in range(c.interleave):
+                for r in range(c.pp):
+                    fwd[ch, r] += lead_seconds(self.dev.compute, "F", ch * c.pp + r, vss, bcast)
+                    bwd[ch, r] += lead_seconds(self.dev.compute, "B", ch * c.pp + r, vss, bcast)
+            fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
+            hit = self._framework[k] = (chunks, replace(chunks, fwd=fwd, bwd=bwd, fb=fb))  # holds the key's chunks
+        return hit[1]
 
     def stage_chunks(self, c: Candidate, placed: StageResidency | None) -> Chunks:
         """Chunks whose stage r is timed on stage r's tensor group — its collectives' links and, on tiles
@@ -378,25 +412,51 @@ class Estimator:
         pp backward steps of each later chunk before the stage's end (interleaved 1F1B's cool-down)."""
         v, pp = c.interleave, c.pp
         stage_params = self.stage_params(c.tp, pp, v)
-        # the last stage can only finish after stage 0 with more parameters to reduce and update
-        stages = [0, pp - 1] if pp > 1 and stage_params[pp - 1] > stage_params[0] else [0]
-        end = 0.0
+        # the last stage can only finish after stage 0 with more parameters to reduce and update, or when
+        # both wait for the tied embedding's all-reduce
+        tied = self._tied_s(c) > 0
+        stages = [0, pp - 1] if pp > 1 and (tied or stage_params[pp - 1] > stage_params[0]) else [0]
+        reduced = {}
         for r in stages:
             finish = t_pipe - sum(chunks.bwd[0, q] + hops[q] for q in range(r))
             last_backward, offset = [], 0.0
             for ch in range(v):
                 last_backward.append(finish - offset)
                 offset += pp * chunks.bwd[ch, r]
-            end = max(end, self._stage_end(c, r, finish, last_backward, placed))
-        return end - t_pipe
+            reduced[r] = self._reduced(c, r, finish, last_backward)
+        return self._ends(c, reduced, placed) - t_pipe
 
-    def _stage_end(
-        self, c: Candidate, r: int, finish: float, last_backward: list[float], placed: StageResidency | None
-    ) -> float:
-        """As the analytic engine: each chunk's reduction starts at its last backward; then the optimizer
-        step and, with ZeRO, the weight all-gather."""
+    def _tied_s(self, c: Candidate) -> float:
+        """The tied embedding's all-reduce between the first and last stage of every pipeline (``plan.tied``),
+        as ``Plan.tied_collective``: each device with its peer of the same replica and tensor rank."""
+        copy = copy_params(self.workload, c.tp) if c.pp > 1 else 0.0
+        if copy <= 0:
+            return 0.0
+        layout = Layout(c.placement, c.rank_order)
+        pairs = tuple(
+            (a, b)
+            for j in range(c.dp)
+            for a, b in zip(
+                self.comm.tensor_group(layout, c.tp, c.pp, c.dp, 0, j),
+                self.comm.tensor_group(layout, c.tp, c.pp, c.dp, c.pp - 1, j),
+                strict=True,
+            )
+        )
+        nbytes = TiedEmbedding(0, c.pp - 1, -1, copy).allreduce_bytes(self.per_param.gradients, c.zero, c.dp)
+        return self.comm.concurrent_time("all-reduce", pairs, nbytes, ("tied", layout, c.tp, c.pp, c.dp))
+
+    def _ends(self, c: Candidate, reduced: dict[int, float], placed: StageResidency | None) -> float:
+        """The last of these stages' ends, from when each has reduced its gradients (as the analytic engine,
+        ``tied_allreduce``): the first and last stage then all-reduce the tied embedding together."""
+        ready = dict(reduced)
+        tied = self._tied_s(c)
+        if tied > 0 and 0 in ready and c.pp - 1 in ready:
+            ready[0] = ready[c.pp - 1] = max(ready[0], ready[c.pp - 1]) + tied
+        return max(self._after_reduction(c, r, t, placed) for r, t in ready.items())
+
+    def _reduced(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
+        """As the analytic engine: each chunk's reduction starts at its last backward."""
         params = self.params(c.tp, c.pp, c.interleave)
-        stage_params = self.stage_params(c.tp, c.pp, c.interleave)
         layout = Layout(c.placement, c.rank_order)
         kind = "reduce-scatter" if c.zero >= 1 else "all-reduce"
         name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
@@ -405,12 +465,31 @@ class Estimator:
         for ch, t in enumerate(last_backward):
             nbytes = params[ch, r] * self.per_param.gradients
             reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
+        return reduced
+
+    def _after_reduction(self, c: Candidate, r: int, reduced: float, placed: StageResidency | None) -> float:
+        """The optimizer step and, with ZeRO, the weight all-gather after the stage's gradients are reduced."""
+        stage_params = self.stage_params(c.tp, c.pp, c.interleave)
+        layout = Layout(c.placement, c.rank_order)
+        name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
+        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
         local = stage_params[r] / (c.dp if c.zero >= 1 else 1)
-        opt = optimizer_s(self.dev, placed, local, self.opt_bytes)
+        opt = optimizer_s(self.dev, placed, local, self.opt_bytes) + self._step_overhead(c, placed, local)
         gather = 0.0
         if c.zero >= 1 and groups:
             gather = self.comm.concurrent_time("all-gather", groups, stage_params[r] * self.weight_bytes, name)
         return reduced + opt + gather
+
+    def _step_overhead(self, c: Candidate, placed: StageResidency | None, local: float) -> float:
+        """Megatron's fp16 optimizer beyond a fused Adam step (``plan.train_step``), its flags all-reduced over
+        the model-parallel group (replica 0's tensor ranks of every stage)."""
+        layout = Layout(c.placement, c.rank_order)
+        group = tuple(d for r in range(c.pp) for d in self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0))
+        flag = self._flags.get(group)
+        if flag is None:
+            flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
+        fp16 = self.project.run.dtype.value == "fp16"
+        return step_overhead(self.dev, placed, local, self.opt_bytes == ADAM_BYTES_MIXED, fp16, flag, c.dp)
 
     def exact_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
         """The pipeline by the analytic engine's recurrence (``run_pipeline``) instead of the closed form:
@@ -427,8 +506,8 @@ class Estimator:
             send[(vs, False)] = send[(vs, True)] = hops[vs % pp]
         stages = run_pipeline(c.schedule, pp, m, v, duration, send)
         placed = self.residency(c, m, chunks)
-        end = max(
-            self._stage_end(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)], placed)
+        reduced = {
+            r: self._reduced(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)])
             for r, st in enumerate(stages)
-        )
-        return max(end, self.dram_floor(c, m, chunks))
+        }
+        return max(self._ends(c, reduced, placed), self.dram_floor(c, m, chunks))

@@ -126,8 +126,10 @@ class LayerCosts:
             elif rc is Recompute.selective:
                 passes.append(selective)
             dram = sum(seg.dram_bytes for ps in passes for seg in ps.segments)
-            act = activation_bytes(layer, mb, tp, sp, rc, self.elem)
-            transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem) if rc is Recompute.full else 0
+            act = activation_bytes(layer, mb, tp, sp, rc, self.elem, self.settings.fused)
+            full = rc is Recompute.full
+            fused = self.settings.fused
+            transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem, fused) if full else 0
             ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem)
             out[k] = (passes, act, transient, ws, dram)
             self.evaluated_layers += 1

@@ -21,8 +21,13 @@ the fastest (communication-free) candidate whose dp e divides and that fits in m
 spread over e ranks (``ExpertBound.fits``: the plan's state accounting with the routed experts divided by e,
 beside the first stage's activation peak). The second stage then plans each of those seeds at its e, so the
 all-to-all's price at each reach — one node, 8 nodes, the whole cluster — is compared at the best dense
-layout that reach permits. That is one seed per degree > 1 (8 for 256 experts) whatever the space's size, each planned
-at ZeRO 0–3/FSDP and with the overlapped gradient reduction.
+layout that reach permits. The communication-free time cannot see what tp does to the routed experts'
+gradient reduction (tp halves the expert bytes each device reduces over its dp / ep group, often over the
+network) nor tp's own all-reduces, so each degree keeps the fastest candidate of each of its
+``SHAPES_PER_DEGREE`` fastest (tp, pp) shapes, not one: on a 64-GPU DeepSeek-like model the third shape (tp 8
+at ep 2) was 5 % faster than anything the first two reached. That is at most 3 seeds per degree > 1 (24 for
+256 experts) whatever the space's size, each planned at ZeRO 0–3/FSDP and with the overlapped gradient
+reduction.
 
 The bound is a lower bound on what the plan charges (the same state formula, ``perf.memory.model_state``,
 with ZeRO-3's gathered layers, all-to-all buffers and workspace beyond it not counted), so it is also used
@@ -116,11 +121,16 @@ class ExpertBound:
         return self.need(c, m, chunks, c.ep, zero, offload=c.offload is not None) <= self.est.capacity
 
 
+# seeds kept per ep degree, each of its own (tp, pp) shape (module docstring)
+SHAPES_PER_DEGREE = 3
+
+
 class MoESeeds:
     """Per ep degree, the fastest first-stage candidates (communication-free time) that fit with their
-    routed experts over that many ranks: the second stage's seeds for expert parallelism."""
+    routed experts over that many ranks, one per (tp, pp) shape: the second stage's seeds for expert
+    parallelism."""
 
-    def __init__(self, bound: ExpertBound, eps: list[int], keep: int = 1) -> None:
+    def __init__(self, bound: ExpertBound, eps: list[int], keep: int = SHAPES_PER_DEGREE) -> None:
         self.bound = bound
         self.allowed = sorted(e for e in eps if e > 1)
         self.keep = keep
@@ -138,7 +148,12 @@ class MoESeeds:
                 break
             fits_any = True
             kept = self.best[e]
-            if len(kept) < self.keep or time_s < kept[-1][0]:
+            same = next((i for i, (_t, k) in enumerate(kept) if (k.tp, k.pp) == (c.tp, c.pp)), None)
+            if same is not None:  # one seed per shape: its micro-batch and recompute variants are the
+                if time_s < kept[same][0]:  # second stage's to try
+                    kept[same] = (time_s, c)
+                    kept.sort(key=lambda t: t[0])
+            elif len(kept) < self.keep or time_s < kept[-1][0]:
                 kept.append((time_s, c))
                 kept.sort(key=lambda t: t[0])
                 del kept[self.keep :]

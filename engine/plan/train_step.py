@@ -1,0 +1,160 @@
+"""What Megatron-LM's training step pays outside the layers' kernels: host synchronisations and the
+mixed-precision optimizer's own passes. Small jobs feel these; large ones do not.
+
+The plan's kernels are Megatron-LM's of the ``--checkpoint-activations`` era (v2.x–v3.0, 2021–22:
+``plan.launch``), the version of Megatron's SC'21 measurements and the era of the flags vTrain's
+single-node runs give. That version's training loop stops the host's run-ahead many times an iteration
+(newer Megatron-Core creates only the timers its ``--timing-log-level`` asks for):
+
+- **Timers.** Every ``Timers`` start and stop calls ``torch.cuda.synchronize()`` (``megatron/global_vars.py``
+  ``_Timer``), and the schedule times every micro-batch: ``forward-compute`` and ``backward-compute`` around
+  each forward and backward step, ``batch-generator`` around ``get_batch`` (``pretrain_gpt.forward_step``);
+- **Batch broadcast.** ``get_batch`` (every stage, every micro-batch) broadcasts the batch over the tensor
+  group with ``tensor_parallel.broadcast_data``: first the key sizes, which come back to the host with
+  ``.cpu()``, then the flattened int64 tokens — two small broadcasts, charged as tensor-parallel
+  communication at the head of each forward;
+- **Pipeline sends.** ``p2p_communication._communicate`` waits on its ``batch_isend_irecv`` requests and then
+  calls ``torch.cuda.synchronize()`` ("to protect against race condition");
+- **Optimizer.** ``Float16OptimizerWithFloat16Params.step`` reads the found-inf flag of the loss scaler with
+  ``.item()`` (fp16 only: bf16 has no scaler) and the gradient norm with ``.item()`` (``clip_grad_norm_fp32``),
+  and times its copy-back (``optimizer-copy-main-to-model-params``); ``backward-params-all-reduce`` times
+  the data-parallel reduction.
+
+A synchronisation costs the device only when it drains queued work: the device then idles until the host
+has woken and issued the next kernel (``Compute.host_sync_s`` plus that kernel's ``host_dispatch_s``: the
+host has no lead to hide it). Back-to-back syncs with nothing queued between (a timer's stop and the next
+timer's start) cost nothing more. Counted per pass (``DRAINS``): a forward drains three times (the sizes'
+``.cpu()``, ``batch-generator`` stop, ``forward-compute`` stop), a backward once (``backward-compute``
+stop), each pipeline send once (its ``synchronize``, which also waits for the transfer, already timed as
+``pp_comm``). The drain is put first in the pass and reported as ``host_wait``.
+
+**The mixed-precision optimizer's passes.** ``ADAM_BYTES_*`` (``plan.plan``) streams one fused Adam step
+(fp32 gradient, master weights and moments read, the three written, the low-precision copy written).
+Megatron's step makes more passes (``megatron/optimizer/optimizer.py``, local DDP with its contiguous
+gradient buffer, ``megatron/model/distributed.py``; the buffer is fp32 only with
+``--accumulate-allreduce-grads-in-fp32``, which bf16 forces and fp16 leaves off): ``zero_grad_buffer`` writes
+the buffer (fp16: 2 B per parameter, bf16: 4); fp16 copies it into fp32 main gradients
+(``main_grad.float()``: 2 B read, 4 written; a no-op on bf16's fp32 buffer) and unscales them
+(``_amp_foreach_non_finite_check_and_unscale_``: 8 B); ``clip_grad_norm_fp32`` reads them once more
+(``multi_tensor_l2norm``, 4 B); apex's ``FusedAdam`` writes the fp32 master weights and
+``_copy_main_params_to_model_params`` reads them back to write the low-precision copy
+(``multi_tensor_scale``: 4 B more than a fused step). fp16: 24 B per parameter beyond the fused step, bf16: 12.
+The found-inf flag (fp16) and the norm are each all-reduced over the model-parallel group (every tensor and
+pipeline rank of a replica) before their ``.item()``. Not charged: the clipping's scale pass (it runs only
+when the norm exceeds the threshold), the optimizer's Python loops over parameter tensors and fp16's one
+cast kernel per parameter tensor (host-bound: ~12 per GPT layer × ``host_dispatch_s``), the multi-tensor
+kernels' launches (a few per pass). Also Megatron's, not modelled here: fp16 reduces the fp16 buffer over
+the data-parallel group (2 B per parameter), where the plan reduces fp32 gradients.
+"""
+
+from __future__ import annotations
+
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.hardware import Compute
+from tilewright.engine.perf.collectives import collective
+from tilewright.engine.perf.device import DeviceModel, issues_kernels
+from tilewright.engine.plan.passes import ChunkPass, Segment
+from tilewright.engine.plan.residency import StageResidency, home_level, optimizer_seconds
+
+# Drains of queued device work per pass (module docstring): forward, backward, and per pipeline send.
+DRAINS = {"F": 3, "B": 1}
+SEND_DRAINS = 1
+# Per optimizer step: the gradient norm's .item() and the copy-back timer's stop, the found-inf .item()
+# with a loss scaler (fp16), the data-parallel reduction's timer stop with replicas.
+STEP_DRAINS = 2
+SCALER_DRAINS = 1
+DP_DRAINS = 1
+
+# Bytes per parameter Megatron's mixed-precision optimizer streams beyond one fused Adam step, by the
+# category of state they touch (``residency.ADAM_SPLIT_MIXED``; module docstring): fp16 zeroes its fp16
+# gradient buffer (2), copies it into fp32 main gradients (2 + 4), unscales them (4 + 4) and reads them for
+# the norm (4); bf16 zeroes its fp32 buffer (4) and reads it for the norm (4); both read the master
+# weights back for the low-precision copy (4).
+FP16_EXTRA_SPLIT = {"gradients": 2 + (2 + 4) + (4 + 4) + 4, "optimizer": 4}
+BF16_EXTRA_SPLIT = {"gradients": 4 + 4, "optimizer": 4}
+STATE = ("weights", "gradients", "optimizer")  # what the step streams: off the device, another runtime's step
+FLAG_BYTES = 4  # the found-inf flag and the squared norm: one fp32 each
+# broadcast_data's key sizes: max_dim (8) int64 per key, GPT's one key ('text'); the batch itself is
+# micro-batch × (sequence + 1) int64 tokens (the labels are the tokens shifted by one)
+SIZES_BYTES = 8 * 8
+TOKEN_BYTES = 8
+
+
+def drain_seconds(compute: Compute) -> float:
+    """Device idle per drain: the host's wake-up and relaunch, then the next kernel's dispatch."""
+    if not compute.host_sync_s or not issues_kernels(compute):
+        return 0.0
+    return compute.host_sync_s + compute.host_dispatch_s
+
+
+def pass_drains(kind: str, virtual_stage: int, virtual_stages: int) -> int:
+    """Drains of one forward ("F") or backward ("B") pass of a virtual stage (a recompute pass runs inside
+    the backward's timer: none of its own)."""
+    drains = DRAINS.get(kind, 0)
+    if kind == "F" and virtual_stage < virtual_stages - 1:
+        drains += SEND_DRAINS
+    if kind == "B" and virtual_stage > 0:
+        drains += SEND_DRAINS
+    return drains
+
+
+def add_drains(
+    passes: dict[tuple[int, str], ChunkPass], pp: int, rank: int, compute: Compute, tp: int, batch_bytes: float
+) -> None:
+    """Lead each training pass of a stage (``passes`` by (chunk, kind)) with the device's idle time for the
+    framework's synchronisations, reported as host wait; a forward also with ``get_batch``'s two broadcasts
+    over the tensor group (``broadcast_data``: the key sizes, ``SIZES_BYTES``, then the flattened batch,
+    ``batch_bytes``), reported as tensor-parallel communication."""
+    if not issues_kernels(compute) or not passes:
+        return
+    each = drain_seconds(compute)
+    virtual_stages = pp * (1 + max(c for c, _ in passes))
+    for (chunk, kind), ps in passes.items():
+        if not ps.segments:
+            continue
+        layer = ps.segments[0].layer
+        seconds = pass_drains(kind, chunk * pp + rank, virtual_stages) * each
+        lead = []
+        if seconds > 0:
+            lead.append(Segment(
+                label="host synchronisation", layer=layer, busy_s=seconds, compute_s=0.0, flops=0.0,
+                dram_bytes=0.0, host_s=seconds, dispatch_wait_s=seconds,
+            ))
+        if kind == "F" and tp > 1:
+            for label, nbytes in (("batch sizes broadcast", SIZES_BYTES), ("batch broadcast", batch_bytes)):
+                lead.append(Segment(label=label, layer=layer, busy_s=0.0, compute_s=0.0, flops=0.0, dram_bytes=0.0,
+                                    comm=("broadcast", nbytes)))
+        ps.segments[:0] = lead
+
+
+def flag_allreduce_s(hw: HardwareGraph, model_group: list[int]) -> float:
+    """One flag's all-reduce (the found-inf flag, the squared norm) over the model-parallel group."""
+    return collective(hw, "all-reduce", model_group, FLAG_BYTES).time(hw)
+
+
+def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int, broadcasts_s: float) -> float:
+    """Seconds ``add_drains`` puts at the head of a pass, for an estimator that sums passes without building
+    them: its drains and, a forward, the batch broadcasts' time (``broadcasts_s``, 0 with tp 1)."""
+    if not issues_kernels(compute):
+        return 0.0
+    drains = pass_drains(kind, virtual_stage, virtual_stages) * drain_seconds(compute)
+    return drains + (broadcasts_s if kind == "F" else 0.0)
+
+
+def step_overhead(
+    dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, fp16: bool, flag_s: float, dp: int,
+) -> float:
+    """Seconds Megatron's mixed-precision optimizer step adds to a fused Adam step on a device whose kernels
+    a host framework issues (module docstring): its extra passes over ``params`` parameters, its drains and
+    its flag all-reduces, ``flag_s`` each (``flag_allreduce_s``); fp32 training: nothing. When
+    ``mapping.memory_levels`` (``res``) moves model state off the device, the step is an offloading
+    runtime's (DeepSpeed's ZeRO-Offload and the like, which writes the low-precision copy in the same pass),
+    not Megatron's fp16 optimizer: nothing is added either; naming the device's own memory changes nothing."""
+    if not mixed or not issues_kernels(dev.compute) or params <= 0:
+        return 0.0
+    if res is not None and any(res.placed.get(cat, home_level(dev)) != home_level(dev) for cat in STATE):
+        return 0.0
+    stream = optimizer_seconds(dev, None, params, True, FP16_EXTRA_SPLIT if fp16 else BF16_EXTRA_SPLIT)
+    drains = STEP_DRAINS + (SCALER_DRAINS if fp16 else 0) + (DP_DRAINS if dp > 1 else 0)
+    flags = 2 if fp16 else 1
+    return stream + drains * drain_seconds(dev.compute) + flags * flag_s
