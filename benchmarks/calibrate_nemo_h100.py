@@ -111,6 +111,10 @@ RECIPE_RECOMPUTE = {
     "deepseek-v3": "recompute_modules=[mla_up_proj, mlp]",
 }
 A2A_OVERLAP = {"qwen3-235b-a22b": True}  # moe_a2a_overlap=True in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*
+# The token dispatcher: DeepSeek-V3's H100 recipe uses the flex dispatcher with the HybridEP backend
+# (moe_flex_dispatcher_backend="hybridep": each token once per destination node, forwarded over NVLink,
+# ``plan.experts`` "deepep"); the others Megatron-Core's all-to-all dispatcher.
+DISPATCHER = {"deepseek-v3": "deepep"}
 # Tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers): Megatron-Bridge's
 # llama recipes map H100 fp8 to userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (70B) and
 # userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) (COMM_OVERLAP_CONFIG_MAP).
@@ -165,12 +169,13 @@ def model_spec(name: str, seq: int) -> TransformerDims:
             mla=MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                         v_head_dim=128),
             moe=MoESpec(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, first_dense_layers=3,
-                        router_bias=True),
+                        router_bias=True, max_nodes_per_token=4),
             comment="deepseek-ai/DeepSeek-V3 config.json: hidden 7168, 61 layers, 128 heads, MLA (q_lora_rank "
                     "1536, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128), dense intermediate 18432 in the "
                     "first 3 blocks, then 256 routed experts of 2048 (top-8) + 1 shared, noaux_tc router bias; "
                     "vocabulary 129,280, untied. DeepSeek-V3 report (arXiv 2412.19437): 671 B parameters, 37 B "
-                    "activated; the multi-token-prediction module (14 B) is left out.",
+                    "activated; the multi-token-prediction module (14 B) is left out. Node-limited routing: "
+                    "topk_group 4 of n_group 8 (each token to at most 4 nodes).",
         )
     else:
         raise KeyError(name)
@@ -298,7 +303,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, sequence_parallel=p.tp > 1, interleave=interleave,
         micro_batch=p.mbs, global_batch=p.gbs, recompute="selective", fusion=FLASH, stages=stages,
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
-        overlap_ep_comm=A2A_OVERLAP.get(p.model, False),
+        overlap_ep_comm=A2A_OVERLAP.get(p.model, False), ep_dispatcher=DISPATCHER.get(p.model, "alltoall"),
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=p.precision, engine=engine))

@@ -148,11 +148,11 @@ class _NoMoESeeds(MoESeeds):
         return []
 
 
-def test_search_reaches_an_ep_degree_the_dense_seeds_cannot(monkeypatch):
+def test_expert_seeds_find_a_faster_mapping_than_the_dense_seeds(monkeypatch):
     """Seeded at ep 1 the second stage varies ep only around the kept seeds (dp 2 here) and the fastest that
-    missed memory; with seeds per degree (several (tp, pp) shapes each) it plans wider layouts at ep ≥ 4
-    — faster here, where tp keeps each device's share of the experts' gradient reduction small — and
-    ranks the best as ``run`` times it."""
+    missed memory (whose layout decides which ep it reaches); with seeds per degree (several (tp, pp) shapes
+    each) it plans layouts at ep ≥ 4 that fit without recomputation — faster here — and ranks the best as
+    ``run`` times it."""
     project = _project()
     full = search_module.search(project, DEVICES, BATCH, resimulate=False, keep=10)
     best = full.ranked[0]
@@ -165,5 +165,4 @@ def test_search_reaches_an_ep_degree_the_dense_seeds_cannot(monkeypatch):
 
     monkeypatch.setattr(search_module, "MoESeeds", _NoMoESeeds)
     dense_seeded = search_module.search(project, DEVICES, BATCH, resimulate=False, keep=10)
-    assert dense_seeded.ranked[0].candidate.ep < best.candidate.ep
-    assert best.iteration_time_s < dense_seeded.ranked[0].iteration_time_s
+    assert best.iteration_time_s < 0.95 * dense_seeded.ranked[0].iteration_time_s

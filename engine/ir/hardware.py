@@ -102,7 +102,8 @@ class Compute(QuietDefaultsModel):
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs", "programs_by_op",
-              "gemm_granule", "runtime_step_s", "host_sync_s")
+              "gemm_granule", "runtime_step_s", "host_sync_s", "flash_forward_efficiency",
+              "flash_backward_efficiency")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -129,6 +130,15 @@ class Compute(QuietDefaultsModel):
     vector_cores: Annotated[int, Field(ge=0)] = 1
     efficiency: EfficiencyCurve | None = Field(
         None, description="matrix-op efficiency versus FLOPs per op; None means always peak"
+    )
+    flash_forward_efficiency: Fraction | None = Field(
+        None,
+        description="fraction of the matrix peak a fused (flash) attention kernel's forward reaches at large "
+        "sizes, over the tiles it computes; None: the GEMM efficiency curve's best (the curve's fixed part, "
+        "launch and fill, is paid either way)",
+    )
+    flash_backward_efficiency: Fraction | None = Field(
+        None, description="the same for the fused attention kernel's backward (recompute and four gradient GEMMs)"
     )
     overlap_compute_memory: bool = Field(
         True, description="roofline overlap of compute and memory time (max) instead of their sum"

@@ -153,7 +153,7 @@ def tp_axes_for(axes: tuple[int, int] | None, tp: int) -> tuple[int, int] | None
 class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
-        "overlap_ep_comm",
+        "overlap_ep_comm", "ep_dispatcher",
     )
 
     tp: PosInt = 1
@@ -191,6 +191,12 @@ class Mapping(QuietDefaultsModel):
     overlap_ep_comm: bool = Field(
         False, description="MoE: hide each expert all-to-all behind the compute of another micro-batch's same "
         "layer (DeepSeek-V3's DualPipe, Megatron-Core --overlap-moe-expert-parallel-comm); only the excess shows",
+    )
+    ep_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="MoE token exchange: 'alltoall' sends each token to every expert's rank "
+        "(Megatron-Core's alltoall dispatcher); 'deepep' sends it once per destination node over the network, "
+        "then forwards it over the node's fabric to the GPUs of its experts (DeepEP, Megatron-Core's flex "
+        "dispatcher; plan.experts)",
     )
     fsdp: bool = Field(
         False, description="PyTorch FSDP FULL_SHARD: ZeRO stage 3 with prefetch (sets zero 3 and overlap_param_gather)"

@@ -37,7 +37,7 @@ class MLASpec(StrictModel):
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
-class MoESpec(StrictModel):
+class MoESpec(QuietDefaultsModel):
     """Mixture-of-experts MLP (Switch/GShard, Mixtral, DeepSeekMoE): a router sends each token to ``top_k`` of
     ``experts`` routed expert MLPs (``expert_ffn`` wide); ``shared_experts`` run on every token. Which blocks
     are MoE follows DeepSeek's config: block i is MoE when i ≥ ``first_dense_layers`` and
@@ -56,6 +56,12 @@ class MoESpec(StrictModel):
     first_dense_layers: Annotated[int, Field(ge=0)] = Field(0, description="leading blocks with a dense MLP")
     layer_freq: PosInt = Field(1, description="every layer_freq-th block (by index) is MoE")
     router_bias: bool = Field(False, description="router has a per-expert bias (DeepSeek-V3's score correction)")
+    max_nodes_per_token: PosInt | None = Field(
+        None, description="node-limited routing: a token's experts lie on at most this many nodes (DeepSeek-V3: "
+        "4, config.json topk_group of n_group groups, one group per node); None = unlimited"
+    )
+
+    _quiet = ("max_nodes_per_token",)  # added after files were written: left out of a dump at its default
 
     @property
     def shared_ffn(self) -> int:

@@ -71,6 +71,19 @@ class DeviceModel:
         fill = max(0.0, at_curve - flops / (peak * self._best_efficiency))
         return at_curve - fill, fill
 
+    def flash_parts(self, flops: float, peak: float, backward: bool) -> tuple[float, float]:
+        """(throughput part, fixed part) of one fused (flash) attention kernel. The kernel's FLOPs are GEMMs
+        interleaved with an online softmax on the same SMs (exponentials, row max and sum, rescaling) and, in
+        the backward, atomic or separate reductions of dQ: at large sizes it reaches a lower fraction of the
+        matrix peak than a plain GEMM (``Compute.flash_forward_efficiency`` / ``flash_backward_efficiency``,
+        measured kernel rates; None: the GEMM curve's best). The fixed part — launch, pipeline fill and drain
+        — is a GEMM kernel's of the same FLOPs (``matmul_parts``): the same machinery starts and drains."""
+        throughput_s, fill_s = self.matmul_parts(flops, peak)
+        rate = self.compute.flash_backward_efficiency if backward else self.compute.flash_forward_efficiency
+        if rate is None or flops <= 0:
+            return throughput_s, fill_s
+        return flops / (peak * rate), fill_s
+
     @cached_property
     def _best_efficiency(self) -> float:
         curve = self.compute.efficiency

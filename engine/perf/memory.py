@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
-from tilewright.engine.ir.project import Optimizer
+from tilewright.engine.ir.project import DType, Optimizer
 from tilewright.engine.perf.op_cost import TP_SPLITS, flash_ops, shard
 
 
@@ -30,12 +30,22 @@ class StateBytes:
     optimizer: float
 
 
-def bytes_per_param(elem_bytes: int, master_fp32: bool, optimizer: Optimizer) -> StateBytes:
+def bytes_per_param(
+    elem_bytes: float, master_fp32: bool, optimizer: Optimizer, dtype: DType | None = None
+) -> StateBytes:
+    """Weights, gradients and optimizer state per parameter. Mixed precision keeps fp32 master weights in
+    the optimizer state; its gradient buffer — what the backward accumulates into and the data-parallel
+    reduction moves — is fp32, except for fp16 (``dtype``), where Megatron-LM keeps it in fp16 (its
+    ``--accumulate-allreduce-grads-in-fp32`` is off by default and forced on only for bf16:
+    ``megatron/model/distributed.py`` ``_get_buffer_type``, ``megatron/arguments.py``) and DeepSpeed's fp16
+    optimizer reduces fp16 gradients (``communication_data_type`` defaults to the model's). The optimizer
+    step's fp32 copy of them is transient (``plan.train_step``)."""
     mixed = master_fp32 and elem_bytes < 4
     moments = 8.0 if optimizer is Optimizer.adam else 4.0
+    low = mixed and dtype is DType.fp16
     return StateBytes(
         weights=float(elem_bytes),
-        gradients=4.0 if mixed else float(elem_bytes),
+        gradients=float(elem_bytes) if low or not mixed else 4.0,
         optimizer=moments + (4.0 if mixed else 0.0),
     )
 

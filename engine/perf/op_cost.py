@@ -11,15 +11,16 @@ Bytes per element follow each tensor's format (``mapping.formats``: weights, act
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from tilewright.engine.ir.common import DEFAULT_FIDELITY
+from tilewright.engine.ir.common import DEFAULT_FIDELITY, DType
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import SpatialSplit
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
-from tilewright.engine.perf.formats import OpFormats
+from tilewright.engine.perf.formats import OpFormats, gemm_dtype
 from tilewright.engine.perf.residency import OpBytes, Residency, op_memory
 from tilewright.engine.perf.spatial import device_chip
 from tilewright.engine.perf.spatial_op import GridOpCost, OnChip, OpTensors, gemm_op, stream_op
@@ -226,8 +227,10 @@ def op_time(
         for share, dims in (gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),)):
             if not flops:
                 break
-            padded = flops * share / (dev.compute.shape_efficiency(*dims) if dims is not None else 1.0)
-            throughput_s, fill_s = dev.matmul_parts(padded, peak)  # the fill is never hidden under streaming
+            padded = flops * share / (_kernel_efficiency(op, dev.compute, dims, shape) if dims is not None else 1.0)
+            # the fill is never hidden under streaming; a fused attention kernel runs at its own measured rate
+            throughput_s, fill_s = (dev.flash_parts(padded, peak, backward) if flash
+                                    else _gemm_parts(op, dev, padded, peak))
             compute_s += throughput_s
             fixed_s += fill_s
         # the bias gradient is its own reduction kernel after the GEMMs: one more pass over the output gradient
@@ -235,6 +238,10 @@ def op_time(
         if split and backward and bias_bytes and dev.local_dram is not None:
             fixed_s += bias_bytes / dev.dram_bandwidth
             traffic_elems += bias_bytes / bytes_per_elem
+        cast = fp8_cast_passes(op, formats, backward, in_elems, out_elems) if split and dev.local_dram else None
+        if cast is not None:  # Transformer Engine's quantization kernels around an fp8 GEMM (memory-bound)
+            fixed_s += cast[0] / dev.dram_bandwidth + cast[1] * dev.compute.fixed_op_s
+            traffic_elems += cast[0] / bytes_per_elem
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
     if residency is None and dev.local_dram is not None:
@@ -310,3 +317,99 @@ def _experts_reached(op: Op) -> float:
         return 1.0
     _m, n, k = op.gemm
     return max(1.0, op.params / (n * k)) if n * k else 1.0
+
+
+
+# Concurrent streams Transformer Engine's ``GroupedLinear`` spreads its per-expert GEMMs over on a GPU:
+# ``nvte_multi_stream_cublas_gemm`` issues GEMM i on compute stream i mod ``num_streams`` (4 by default,
+# ``nvte_get_num_compute_streams``; TransformerEngine ``common/gemm/cublaslt_gemm.cu``; its PyTorch grouped
+# GEMM: "For now, we only have multi-stream cublas backend").
+GROUPED_GEMM_STREAMS = 4
+
+
+def _kernel_efficiency(
+    op: Op, compute: Compute, dims: tuple[float, float, float], shape: tuple[float, float, float] | None
+) -> float:
+    """Tile and wave quantization of one GEMM kernel a GPU runs for ``op`` (``dims``: the kernel's M×N×K,
+    ``shape``: the op's forward M×N×K). A routed-expert op runs as a grouped GEMM (``grouped_efficiency``);
+    any other op as one GEMM (``Compute.shape_efficiency``)."""
+    experts = _experts_reached(op)
+    if experts == 1.0 or shape is None:
+        return compute.shape_efficiency(*dims)
+    return grouped_efficiency(compute, dims, shape[0], experts)
+
+
+def _gemm_parts(op: Op, dev: DeviceModel, padded: float, peak: float) -> tuple[float, float]:
+    """(throughput, fill) seconds of one GEMM kernel of ``op`` on a GPU doing ``padded`` FLOPs (tile and wave
+    quantization included). A routed-expert op is a grouped GEMM: one GEMM per local expert, each with its own
+    fill on the efficiency curve at its own size, ``GROUPED_GEMM_STREAMS`` of them at once (their fills
+    overlap that many at a time, their tiles share the units: ``grouped_efficiency``)."""
+    experts = _experts_reached(op)
+    if experts == 1.0:
+        return dev.matmul_parts(padded, peak)
+    throughput_s, _ = dev.matmul_parts(padded, peak)
+    _, fill_one = dev.matmul_parts(padded / experts, peak)
+    return throughput_s, fill_one * math.ceil(experts / GROUPED_GEMM_STREAMS)
+
+
+def grouped_efficiency(compute: Compute, dims: tuple[float, float, float], tokens: float, experts: float) -> float:
+    """Tile and wave quantization of a grouped GEMM over ``experts`` local experts sharing ``tokens``
+    token-slots evenly (Megatron-Core's ``--moe-grouped-gemm``: CUTLASS's grouped GEMM, whose tile scheduler
+    deals every problem's tiles to one persistent grid, or Transformer Engine's ``GroupedLinear``, one cuBLAS
+    GEMM per expert spread over 4 concurrent streams). Each expert's problem is tiled on its own: its M (the
+    forward's and the data gradient's token rows) is padded to whole tiles per expert, not once over all
+    token-slots; the tiles of all experts then fill the units in shared waves. The weight gradient reduces
+    over the tokens and writes one K×N output per expert: the experts' outputs stacked, each tiled whole.
+    ``dims``: the kernel's M×N×K over all experts; ``tokens``: the token-slots (the forward's M). One kernel
+    launch and fill for the group (the caller's efficiency curve sees the group's work)."""
+    m, n, k = dims
+    per = tokens / experts
+    if m == tokens:  # forward or data gradient: rows per expert
+        tile = compute.gemm_tile or compute.pe_array
+        if tile is None or compute.gemm_granule is not None or per <= 0:
+            return compute.shape_efficiency(per, n, k)
+        tm = min(tile[0], max(16, 1 << max(0, math.ceil(math.log2(per)))))  # as ``shape_efficiency`` picks it
+        rows = math.ceil(per / tm) * tm
+        return per / rows * compute.shape_efficiency(experts * rows, n, k)
+    # weight gradient (K×N per expert, reducing over the expert's token-slots): outputs stacked along M
+    return compute.shape_efficiency(experts * m, n, per)
+
+
+# Transformer Engine's fp8 current scaling (``recipe.Float8CurrentScaling``, NVIDIA's "FP8-CS" rows): the
+# scale comes from the tensor's own amax, which must be known before its first element is cast, so a tensor
+# is quantized by an amax reduction over it, a one-thread scale kernel and then the scaled cast (TE's C API:
+# nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize, as tests/cpp/operator/
+# test_cast_current_scaling.cu calls them); delayed scaling (``DelayedScaling``) takes the scale from an amax
+# history and fuses the amax into the cast (not modelled: the published rows are FP8-CS). vLLM's dynamic
+# per-tensor fp8 quantization of an activation is the same reduction then cast. Bytes per element: the amax
+# pass reads bf16; the cast reads bf16 and writes fp8.
+FP8_AMAX_READ = 2.0
+FP8_CAST_BYTES = 2.0 + 1.0
+FP8_CAST_KERNELS = 3  # amax, scale from amax, cast (nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize)
+# A gated MLP's up and gate projections (``transformer_block._add_mlp``: "mlp_up"/"mlp_gate",
+# "experts_up"/"experts_gate") are one GEMM in Megatron-Core (``linear_fc1`` of twice the width), so their
+# shared input is quantized once: the gate op pays no input-side cast of its own.
+SHARED_INPUT_SUFFIX = "_gate"
+
+
+def fp8_cast_passes(
+    op: Op, formats: OpFormats | None, backward: bool, in_elems: float, out_elems: float
+) -> tuple[float, int] | None:
+    """(bytes moved, kernels) of the quantization passes one rank runs around a weighted fp8 GEMM kernel
+    by kernel (a GPU): None when the op is not one (``formats.gemm_dtype``). Forward: the input activation
+    (its local shard: with sequence parallelism TE casts before the fp8 all-gather) gets an amax pass and a
+    cast. Backward: the output gradient the same, its cast also writing the transposed fp8 copy the weight
+    gradient needs (``cast_transpose``, one more fp8 write per element), and the input's transposed fp8 copy
+    for the weight gradient (TE writes it in the forward's cast when the input needs a gradient; charged
+    here, with the pass only training runs, so a forward-only inference pass pays just its row-wise cast).
+    Weights are cast once per optimizer step (TE caches them over the micro-batches of a step,
+    ``is_first_microbatch``): not charged per micro-batch. Elements: ``in_elems``/``out_elems`` of the rank."""
+    if formats is None or op.params <= 0 or op.kind not in (OpKind.matmul, OpKind.fc, OpKind.conv):
+        return None
+    if gemm_dtype(formats, True) is not DType.fp8:
+        return None
+    shared = op.name.split(".", 1)[-1].endswith(SHARED_INPUT_SUFFIX)
+    if not backward:
+        return (0.0, 0) if shared else (in_elems * (FP8_AMAX_READ + FP8_CAST_BYTES), FP8_CAST_KERNELS)
+    grad = out_elems * (FP8_AMAX_READ + FP8_CAST_BYTES + 1.0)
+    return grad + (0.0 if shared else in_elems * 1.0), FP8_CAST_KERNELS

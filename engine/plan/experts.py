@@ -13,7 +13,10 @@ every replica. Per device:
   each of its expert slots) and after the last (combine: the outputs back); the backward moves the same
   amounts in reverse. Of a device's buffer, (ep − 1)/ep leaves it. With tensor parallelism each tensor rank
   sends 1/tp of it (tokens split by sequence, Megatron's all-to-all dispatcher). All pairs exchange at once:
-  one phase whose per-link use counts the routes crossing it (``all_to_all``).
+  one phase whose per-link use counts the routes crossing it (``all_to_all``). With ``Mapping.ep_dispatcher``
+  'deepep' (DeepEP, Megatron-Core's flex dispatcher with DeepEP or HybridEP) a token crosses the network
+  once per destination node and is forwarded inside the node (``hierarchical_all_to_all``), its nodes capped
+  by node-limited routing (``MoESpec.max_nodes_per_token``).
 
 Gradients of the routed experts are reduced (and, with ZeRO-1/2, their updated weights gathered) over the
 dp / ep replicas that hold the same experts (Megatron-Core's expert-data-parallel group), the other weights'
@@ -21,15 +24,40 @@ over all replicas (``Plan.dp_collective``); ZeRO shards the experts' optimizer s
 at stages 2, 3) over that group too (``perf.memory.expert_model_state``), and ZeRO-2/3's per-layer gathers
 and reduce-scatters of the experts run over it (``plan.sharding``, kind ``edp:``). Not modelled: token
 dropping at a capacity factor beyond the FLOPs the workload already pads.
+
+**The dispatcher's own work on a GPU** (Megatron-Core's ``MoEAlltoAllTokenDispatcher``,
+``megatron/core/transformer/moe/token_dispatcher.py``, with ``moe_permute_fusion``: one kernel per
+permutation), beyond the router GEMM, the routing op and the combine (the un-permutation, weighted by the
+router's probabilities) that the workload already has (``dispatch_work``):
+
+- ``dispatch_preprocess`` permutes the rank's tokens into expert order (``permute``: each token's hidden
+  vector gathered once per expert slot, token-slots × hidden elements read and written);
+- ``dispatch_postprocess`` sorts the received token-slots by local expert when a rank holds more than one
+  (``sort_chunks_by_idxs``: read and written once more), and ``combine_preprocess`` sorts them back before
+  the combine's all-to-all (the combine's un-permutation is the workload's ``combine`` op);
+- the backward runs each permutation's inverse over the gradients: the same traffic, in reverse order;
+- dropless (no capacity factor), ``preprocess`` copies the per-expert token counts to the host
+  (``tokens_per_expert``, the all-to-all's ``input_splits``/``output_splits``, the grouped GEMM's
+  ``m_splits``) and ``_maybe_dtoh_and_synchronize`` waits for them at one sync point per layer forward
+  (``before_ep_alltoall`` with ep > 1 or several local experts, else ``before_finish``): the host's lead is
+  thrown away once per MoE layer per forward (``launch.drain_seconds``). The backward reuses the counts (the
+  all-to-all's autograd function and ``GroupedLinear`` keep the splits): no sync. With a capacity factor
+  Megatron-Core pads every expert to its capacity (``drop_and_pad``) and never syncs.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from dataclasses import dataclass
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.ops import MoERole, Op
+from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collective_phase import Collective, Phase, route_latency
+from tilewright.engine.perf.device import issues_kernels
+from tilewright.engine.plan.launch import drain_seconds
 
 EP_PREFIX = "ep:"  # expert parallelism's all-to-all, a segment collective (``plan.sharding``)
 
@@ -76,17 +104,114 @@ def all_to_all(hw: HardwareGraph, group: list[int], nbytes: float) -> Collective
     p = len(group)
     if p <= 1 or nbytes <= 0:
         return Collective("exchange", "none", ())
+    return Collective("exchange", "all-to-all", (_pairs_phase(hw, [group], (p - 1) / p * nbytes),))
+
+
+def _pairs_phase(hw: HardwareGraph, groups: list[list[int]], per_member: float) -> Phase:
+    """One phase in which every member of each group (disjoint, all at once) sends ``per_member`` bytes split
+    evenly over its routes to the group's other members: ``usage[link]`` = routes crossing it / (p − 1)."""
     usage: Counter = Counter()
     latency = 0.0
-    for a in group:
-        for b in group:
-            if a != b:
-                route = hw.device_route(a, b)
-                usage.update(route)
-                latency = max(latency, route_latency(hw, route))
-    share = {lk: n / (p - 1) for lk, n in usage.items()}
-    return Collective("exchange", "all-to-all", (Phase(share, (p - 1) / p * nbytes, latency),))
+    for group in groups:
+        for a in group:
+            for b in group:
+                if a != b:
+                    route = hw.device_route(a, b)
+                    usage.update({lk: 1.0 / (len(group) - 1) for lk in route})
+                    latency = max(latency, route_latency(hw, route))
+    return Phase(dict(usage), per_member, latency)
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """What a node-deduplicated exchange needs of the router (``MoESpec``): experts, top_k, node limit."""
+
+    experts: int
+    top_k: int
+    max_nodes: int | None = None
+
+
+def routing_for(project: Project) -> Routing | None:
+    """The router of a project whose mapping exchanges tokens node by node (``Mapping.ep_dispatcher``
+    'deepep'), else None (the flat all-to-all). A custom workload has no ``MoESpec``: flat."""
+    moe = getattr(project.workload, "moe", None)
+    if project.mapping.ep_dispatcher != "deepep" or moe is None:
+        return None
+    return Routing(moe.experts, moe.top_k, moe.max_nodes_per_token)
+
+
+def distinct_nodes(r: Routing, nodes: int) -> float:
+    """Expected nodes a token's top_k experts lie on, the experts spread evenly over ``nodes`` and chosen
+    uniformly (a balanced router): nodes · (1 − P(no expert on a given node)), P = C(E − E/n, k) / C(E, k);
+    at most the node limit (DeepSeek-V3's node-limited routing keeps each token within M nodes)."""
+    if nodes <= 1:
+        return 1.0
+    per = r.experts / nodes
+    miss = math.comb(r.experts - round(per), r.top_k) / math.comb(r.experts, r.top_k)
+    expected = nodes * (1.0 - miss)
+    return min(expected, float(r.max_nodes)) if r.max_nodes is not None else expected
+
+
+def hierarchical_all_to_all(hw: HardwareGraph, group: list[int], nbytes: float, r: Routing) -> Collective:
+    """DeepEP's node-deduplicated exchange (``Mapping.ep_dispatcher`` 'deepep'; DeepSeek-V3 report §3.2.2)
+    of a member's ``nbytes`` (top_k copies of each token's vector, as ``all_to_all`` sends them). Two phases:
+
+    - network: each token goes once to every other node holding one of its experts, to the GPU there with
+      the sender's local index: ``distinct_nodes`` × (n − 1)/n of a token's vector instead of top_k ×
+      (n − 1)/n of it, spread evenly over the n − 1 peers of the same local index;
+    - node fabric: the arrivals (and the node's own tokens) forwarded to the GPUs of their experts within the
+      node: every copy once, (g − 1)/g of them to another of the node's g members, an all-to-all per node.
+
+    The phases run one after the other (DeepEP pipelines them in chunks: an upper bound on its time). A group
+    within one node is the flat all-to-all; one member per node has no forwarding."""
+    by_node: dict[str, list[int]] = {}
+    for d in group:
+        by_node.setdefault(hw.devices[d].node.rsplit("/", 1)[0], []).append(d)
+    nodes = list(by_node.values())
+    n, g = len(nodes), min(len(m) for m in nodes)
+    if n <= 1 or nbytes <= 0:
+        return all_to_all(hw, group, nbytes)
+    same_index = [[members[i] for members in nodes] for i in range(g)]
+    phases = [_pairs_phase(hw, same_index, nbytes * distinct_nodes(r, n) / r.top_k * (n - 1) / n)]
+    if g > 1:
+        phases.append(_pairs_phase(hw, nodes, (g - 1) / g * nbytes))
+    return Collective("exchange", "hierarchical all-to-all", tuple(phases))
 
 
 def is_ep(kind: str) -> bool:
     return kind.startswith(EP_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchWork:
+    """The token dispatcher's device work beside one op's pass (module docstring): bytes its permutation
+    kernel streams through device memory on the far side of the op's all-to-all (the dispatch side's
+    ``permute``: before it in the forward, its inverse after it in the backward), bytes its sort kernel
+    streams between the op and its all-to-all (``sort_chunks_by_idxs`` or its inverse), and the device's
+    idle time draining the host before any of it (dropless forward)."""
+
+    permute_bytes: float = 0.0
+    sort_bytes: float = 0.0
+    sync_s: float = 0.0
+
+
+NO_DISPATCH = DispatchWork()
+
+
+def dispatch_work(
+    op: Op, backward: bool, tokens_scale: float, tp: int, ep: int, elem_bytes: float, compute: Compute
+) -> DispatchWork:
+    """The dispatcher's work around a routed-expert op on a device a host framework drives kernel by kernel
+    (``issues_kernels``; grids and wafers run their own dataflow): on the dispatch side (the op whose input
+    the all-to-all brings) the permutation, the sort by local expert and, dropless forward, the host sync; on
+    the combine side (the op whose output goes back) the sort back. Each pass reads and writes the side's
+    token-slots once. ``tokens_scale``: samples per pass."""
+    info = op.moe
+    if info is None or info.role is not MoERole.expert or not issues_kernels(compute):
+        return NO_DISPATCH
+    dispatch, combine = exchange(op, False, tokens_scale, tp, elem_bytes)  # token-slot bytes each side
+    if not dispatch and not combine:
+        return NO_DISPATCH
+    sorts = 1 if info.experts / ep > 1 else 0  # sort_chunks_by_idxs only with several local experts
+    sync = dispatch > 0 and not backward and info.capacity_factor is None
+    return DispatchWork(2 * dispatch, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0)

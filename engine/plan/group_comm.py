@@ -11,7 +11,7 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, Phase, collective
 from tilewright.engine.plan.context import ContextComm
-from tilewright.engine.plan.experts import all_to_all
+from tilewright.engine.plan.experts import Routing, all_to_all, hierarchical_all_to_all
 from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_edp, stage_shard_comm
 
 
@@ -72,21 +72,30 @@ def cp_group_collective(hw: HardwareGraph, groups: list[list[int]], cp: int, kin
     return merge_concurrent(parts)
 
 
-def ep_group_collective(hw: HardwareGraph, groups: list[list[int]], ep: int, nbytes: float) -> Collective:
+def ep_group_collective(
+    hw: HardwareGraph, groups: list[list[int]], ep: int, nbytes: float, routing: Routing | None = None
+) -> Collective:
     """An all-to-all of ``nbytes`` per tensor rank over every expert-parallel group of the stage at once:
-    replicas ``k·ep … k·ep + ep − 1`` (``plan.experts``), each tensor rank with its peers."""
+    replicas ``k·ep … k·ep + ep − 1`` (``plan.experts``), each tensor rank with its peers; node by node
+    (``experts.hierarchical_all_to_all``) when ``routing`` is given (``Mapping.ep_dispatcher`` 'deepep')."""
     if ep <= 1:
         return Collective("exchange", "none", ())
     tp = len(groups[0])
+
+    def exchange(group: list[int]) -> Collective:
+        return all_to_all(hw, group, nbytes) if routing is None else hierarchical_all_to_all(hw, group, nbytes, routing)
+
     parts = [
-        all_to_all(hw, [groups[k * ep + e][i] for e in range(ep)], nbytes)
+        exchange([groups[k * ep + e][i] for e in range(ep)])
         for k in range(len(groups) // ep)
         for i in range(tp)
     ]
     return merge_concurrent(parts)
 
 
-def ep_seconds(hw: HardwareGraph, groups: list[list[int]], ep: int) -> Callable[[float], float]:
+def ep_seconds(
+    hw: HardwareGraph, groups: list[list[int]], ep: int, routing: Routing | None = None
+) -> Callable[[float], float]:
     """Seconds of an expert all-to-all of that many bytes per tensor rank over the stage's ep groups at once
     (``ep_group_collective``), cached by size: what an overlapped all-to-all has to hide."""
     cache: dict[float, float] = {}
@@ -94,7 +103,7 @@ def ep_seconds(hw: HardwareGraph, groups: list[list[int]], ep: int) -> Callable[
     def seconds(nbytes: float) -> float:
         hit = cache.get(nbytes)
         if hit is None:
-            hit = cache[nbytes] = ep_group_collective(hw, groups, ep, nbytes).time(hw)
+            hit = cache[nbytes] = ep_group_collective(hw, groups, ep, nbytes, routing).time(hw)
         return hit
 
     return seconds

@@ -150,7 +150,7 @@ def build_hypar_plan(project: Project, hw: HardwareGraph, workload: WorkloadGrap
     comm = hypar_comm(tensors, layer_choices(m, tensors), len(array), samples, elem)
     forward = _PassBuilder("F", dev, elem, comm)
     backward = _PassBuilder("B", dev, elem, comm)
-    per_param = bytes_per_param(elem, run.master_weights_fp32, run.optimizer)
+    per_param = bytes_per_param(elem, run.master_weights_fp32, run.optimizer, run.dtype)
     params = act = workspace = 0.0
     for i, lay in enumerate(tensors):
         ops = workload.layer_ops(lay.index)

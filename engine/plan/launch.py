@@ -119,6 +119,14 @@ def extra_launches(op: Op, backward: bool, compute: Compute) -> float:
     return (kernels(op, backward) - 1) * compute.fixed_op_s
 
 
+def drain_seconds(compute: Compute) -> float:
+    """Device idle per host synchronisation that drains queued work (``plan.train_step``): the host's
+    wake-up and relaunch, then the next kernel's dispatch (the host has no lead left to hide it)."""
+    if not compute.host_sync_s or not issues_kernels(compute):
+        return 0.0
+    return compute.host_sync_s + compute.host_dispatch_s
+
+
 def host_seconds(op: Op, backward: bool, host_dispatch_s: float) -> float:
     """Host time to issue one op's kernels."""
     return kernels(op, backward) * host_dispatch_s

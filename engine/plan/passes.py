@@ -22,7 +22,7 @@ from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import ContextComm
-from tilewright.engine.plan.experts import exchange
+from tilewright.engine.plan.experts import dispatch_work, exchange
 from tilewright.engine.plan.launch import SCORE_PASSES_FORWARD, attention_scores, extra_launches, host_seconds
 from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_comm
@@ -182,8 +182,18 @@ class _Builder:
         With context parallelism an attention op is followed by the exposed part of its K/V ring."""
         c = self.ctx
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
+        moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute)
+        if moe.sync_s:
+            self._host_sync(op, moe.sync_s)
+        if not backward:
+            self._stream(op, moe.permute_bytes)
         if a2a[0] and (exposed := self._a2a(a2a[0])) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
+        # the sort sits between the op and the side's all-to-all: before the op on the dispatch side of a
+        # forward and the combine side of a backward, after it otherwise
+        sort_first = (moe.permute_bytes > 0) != backward
+        if sort_first:
+            self._stream(op, moe.sort_bytes)
         if fused != (False, False):
             fused = _on_chip(op, fused, c)
         t = op_time(
@@ -214,8 +224,36 @@ class _Builder:
             cp = c.context.cp
             ring = c.context.exchange(op, c.micro_batch * cp, c.tp, c.elem_bytes, backward, t.busy_s)
             self.dp_comms(ring, op.layer, op.name)
+        if not sort_first:
+            self._stream(op, moe.sort_bytes)
         if a2a[1] and (exposed := self._a2a(a2a[1])) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
+        if backward:
+            self._stream(op, moe.permute_bytes)
+
+    def _stream(self, op: Op, nbytes: float) -> None:
+        """One memory-bound kernel of the MoE token dispatcher (``experts.dispatch_work``) in the open
+        segment: its bytes through device memory, the per-kernel floor, the host's dispatch of it."""
+        c = self.ctx
+        if nbytes <= 0 or c.dev.local_dram is None:
+            return
+        seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
+                                                 compute_s=0, flops=0, dram_bytes=0)
+        seconds = nbytes / c.dev.dram_bandwidth + c.dev.compute.fixed_op_s
+        seg.busy_s += seconds
+        seg.local_bytes += nbytes
+        seg.host_s += c.dev.compute.host_dispatch_s
+        self.layer_busy += seconds
+
+    def _host_sync(self, op: Op, seconds: float) -> None:
+        """A host synchronisation of the MoE token dispatcher: a segment of its own, reported as host wait."""
+        if self._open is not None:
+            self._open.close()
+            self.out.segments.append(self._open)
+            self._open = None
+        self.out.segments.append(Segment(label="MoE host synchronisation", layer=op.layer, busy_s=seconds,
+                                         compute_s=0.0, flops=0.0, dram_bytes=0.0, host_s=seconds,
+                                         dispatch_wait_s=seconds))
 
     def _a2a(self, nbytes: float) -> float:
         """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``), it runs

@@ -27,7 +27,7 @@ from tilewright.engine.perf.memory import (
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import Residency
-from tilewright.engine.plan.experts import is_ep, routed_experts, shard_experts
+from tilewright.engine.plan.experts import is_ep, routed_experts, routing_for, shard_experts
 from tilewright.engine.plan.group_comm import (
     context_comm,
     cp_group_collective,
@@ -137,7 +137,8 @@ class Plan:
         if is_edp(kind):  # routed experts: over the replicas holding the same experts (``plan.sharding``)
             return edp_group_collective(self.hw, self.stages[rank].groups, self.ep, dp_kind(kind), nbytes)
         if is_ep(kind):
-            return ep_group_collective(self.hw, self.stages[rank].groups, self.project.mapping.ep, nbytes)
+            return ep_group_collective(self.hw, self.stages[rank].groups, self.project.mapping.ep, nbytes,
+                                       routing_for(self.project))
         if spans_replicas(kind):
             return cp_group_collective(
                 self.hw, self.stages[rank].groups, self.project.mapping.cp, dp_kind(kind), nbytes
@@ -349,7 +350,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             target.append(idx)
         for lst in per_virtual:
             lst.sort()
-    state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer)
+    state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)
     tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
@@ -368,7 +369,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ctx.context = context_comm(hw, groups[r], cp)
         ctx.expert_parallel = ep
         if ep > 1 and m.overlap_ep_comm:
-            ctx.ep_seconds = ep_seconds(hw, groups[r], ep)
+            ctx.ep_seconds = ep_seconds(hw, groups[r], ep, routing_for(project))
         placed = stage_residency(
             project,
             hw,

@@ -43,8 +43,8 @@ The found-inf flag (fp16) and the norm are each all-reduced over the model-paral
 pipeline rank of a replica) before their ``.item()``. Not charged: the clipping's scale pass (it runs only
 when the norm exceeds the threshold), the optimizer's Python loops over parameter tensors and fp16's one
 cast kernel per parameter tensor (host-bound: ~12 per GPT layer × ``host_dispatch_s``), the multi-tensor
-kernels' launches (a few per pass). Also Megatron's, not modelled here: fp16 reduces the fp16 buffer over
-the data-parallel group (2 B per parameter), where the plan reduces fp32 gradients.
+kernels' launches (a few per pass). fp16's data-parallel reduction moves that fp16 buffer (2 B per
+parameter: ``perf.memory.bytes_per_param``).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
+from tilewright.engine.plan.launch import drain_seconds
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.residency import StageResidency, home_level, optimizer_seconds
 
@@ -78,13 +79,6 @@ FLAG_BYTES = 4  # the found-inf flag and the squared norm: one fp32 each
 # micro-batch × (sequence + 1) int64 tokens (the labels are the tokens shifted by one)
 SIZES_BYTES = 8 * 8
 TOKEN_BYTES = 8
-
-
-def drain_seconds(compute: Compute) -> float:
-    """Device idle per drain: the host's wake-up and relaunch, then the next kernel's dispatch."""
-    if not compute.host_sync_s or not issues_kernels(compute):
-        return 0.0
-    return compute.host_sync_s + compute.host_dispatch_s
 
 
 def pass_drains(kind: str, virtual_stage: int, virtual_stages: int) -> int:

@@ -194,6 +194,11 @@ def deepseek(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
             "layer_freq": r.get_int("moe_layer_freq", 1),
             "router_bias": r.get_str("topk_method", "greedy") == "noaux_tc",
         }
+        groups = r.get_count("n_group")
+        if r.get_str("topk_method", "greedy") == "noaux_tc" and groups > 1 and r.get_count("topk_group") < groups:
+            # V3's node-limited routing (report §2.1.2): the experts in n_group groups, one per node, each token's
+            # top-k within its topk_group best groups (V2's group-limited greedy limits devices, not nodes)
+            fields["moe"]["max_nodes_per_token"] = r.get_int("topk_group")
     mtp = r.get_count("num_nextn_predict_layers")
     if mtp:
         r.notes.append(f"{mtp} multi-token-prediction layer(s) left out, as Hugging Face's model does")

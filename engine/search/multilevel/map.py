@@ -141,7 +141,7 @@ def build_problem(
         settings,
         report,
     )
-    per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer)  # type: ignore[arg-type]
+    per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)  # type: ignore[arg-type]
     last_block = workload.layer_ops(workload.block_layers[0])
     pb = ml.Problem(
         dims=dims,

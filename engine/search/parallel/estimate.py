@@ -81,7 +81,7 @@ class Estimator:
         first = hw.devices[0]
         self.dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
         self.capacity = device_capacity(hw, 0, self.dev)
-        self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer)  # type: ignore[arg-type]
+        self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)  # type: ignore[arg-type]
         self.opt_bytes = ADAM_BYTES_MIXED if self.per_param.optimizer > 8 else ADAM_BYTES_FP32
         self.levels = bool(project.mapping.memory_levels)
         self.comm = CommModel(hw)

@@ -258,9 +258,10 @@ def _walk(
                     for dp in space.dps(tp, pp):
                         orders = space.rank_orders if pp > 1 and dp > 1 else space.rank_orders[:1]
                         zeros = space.zeros if dp > 1 else [0]
+                        dense_done = False  # a micro-batch the dense walk would have stopped at was passed
                         for mb in space.micro_batches(dp):
                             m = gb // (dp * mb)
-                            fits = False
+                            fits = dense_fits = False
                             for v in space.interleaves(pp, m):
                                 c0 = Candidate(tp, pp, dp, mb, v, rc, sp, 0)
                                 if mb not in tables:
@@ -272,13 +273,14 @@ def _walk(
                                 if moe is not None and moe.offer(c0, m, chunks, est.lower_bound(c0, m, chunks)):
                                     fits = True
                                 if not fitting:
-                                    if misses is not None:
+                                    # the seeds that missed memory are the dense walk's, whatever MoE walks on
+                                    if misses is not None and not dense_done:
                                         miss = Ranked(c0, est.lower_bound(c0, m, chunks), 0.0)
                                         misses[0].offer(miss)
                                         if dp > 1:
                                             misses[1].offer(miss)
                                     continue
-                                fits = True
+                                fits = dense_fits = True
                                 # without any communication: if that is already slower than the worst
                                 # kept, no ZeRO setting or rank order of this candidate can enter the list
                                 bound = est.lower_bound(c0, m, chunks)
@@ -287,6 +289,7 @@ def _walk(
                                     continue
                                 for zero, need in fitting:
                                     _time_layouts(c0, chunks, bound, m, zero, need, space, orders, est, best, result)
+                            dense_done = dense_done or not dense_fits
                             if not fits:
                                 break  # activations grow with the micro-batch: larger ones fit nowhere either
 
