@@ -16,7 +16,7 @@ from tilewright.engine.ir.mapping import Recompute, Schedule
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, collective, point_to_point
-from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
+from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes, per_op_notes, resolve_formats
 from tilewright.engine.perf.memory import (
     StateBytes,
@@ -354,6 +354,17 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
+    flags: list[float] = []
+
+    def flag_s(dev: DeviceModel) -> float:
+        """The optimizer's flag all-reduce over the model-parallel group (one group for every stage), timed
+        once and only for devices a host framework drives (``plan.train_step``)."""
+        if not issues_kernels(dev.compute):
+            return 0.0
+        if not flags:
+            flags.append(flag_allreduce_s(hw, [d for g in groups for d in g[0]]))
+        return flags[0]
+
     notes_residency: list[tuple[int, StageResidency, dict[str, float]]] = []
     for r in range(m.pp):
         first = groups[r][0][0]
@@ -447,8 +458,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 expert_grad_bytes=expert_grad,
                 optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, opt_bytes)
                 + step_overhead(dev, placed[0] if placed else None, local_params, opt_bytes == ADAM_BYTES_MIXED,
-                                run.dtype.value == "fp16", flag_allreduce_s(hw, [d for g in groups for d in g[0]]),
-                                m.dp)
+                                run.dtype.value == "fp16", flag_s(dev), m.dp)
                 if run.mode is Mode.train
                 else 0.0,
                 label=f"stage {r}",

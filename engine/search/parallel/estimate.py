@@ -483,6 +483,8 @@ class Estimator:
     def _step_overhead(self, c: Candidate, placed: StageResidency | None, local: float) -> float:
         """Megatron's fp16 optimizer beyond a fused Adam step (``plan.train_step``), its flags all-reduced over
         the model-parallel group (replica 0's tensor ranks of every stage)."""
+        if not issues_kernels(self.dev.compute):  # no host framework: no flags to all-reduce (nothing added)
+            return 0.0
         layout = Layout(c.placement, c.rank_order)
         group = tuple(d for r in range(c.pp) for d in self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0))
         flag = self._flags.get(group)
