@@ -94,6 +94,13 @@ class RuntimeGraphs(StrEnum):
     all = "all"
 
 
+def _tile_side(largest: int, extent: float) -> int:
+    """A GEMM tile's side along an extent: libraries pick narrower tiles for skinny products (decode, small
+    batches), never taller or wider than the problem rounded up to a power of two (at least 16, the MMA
+    granule)."""
+    return min(largest, max(16, 1 << max(0, math.ceil(math.log2(extent)))))
+
+
 class Compute(QuietDefaultsModel):
     """Arithmetic of one device instance.
 
@@ -213,16 +220,21 @@ class Compute(QuietDefaultsModel):
         if tile is None or m <= 0 or n <= 0:
             return 1.0
         units = self.gemm_units or self.tensor_cores
-        # Libraries pick narrower tiles for skinny products (decode, small batches): never a tile taller or
-        # wider than the problem rounded up to a power of two (at least 16, the MMA granule).
-        tm = min(tile[0], max(16, 1 << max(0, math.ceil(math.log2(m)))))
-        tn = min(tile[1], max(16, 1 << max(0, math.ceil(math.log2(n)))))
+        tm, tn = _tile_side(tile[0], m), _tile_side(tile[1], n)
         rows, cols = math.ceil(m / tm), math.ceil(n / tn)
         tiles = rows * cols
         if tiles < units and k > 0:
             tiles *= max(1, min(units // tiles, math.ceil(k / 256)))
         waves = math.ceil(tiles / units)
         return (m * n) / (rows * tm * cols * tn) * tiles / (waves * units)
+
+    def tile_rows(self, m: float) -> float | None:
+        """The output-tile height a GEMM library picks for ``m`` rows (``shape_efficiency``); None without
+        tiles or on a systolic array (``gemm_granule``)."""
+        tile = self.gemm_tile or self.pe_array
+        if tile is None or self.gemm_granule is not None or m <= 0:
+            return None
+        return _tile_side(tile[0], m)
 
     def _granule_efficiency(self, m: float, n: float, k: float) -> float:
         """A systolic array holds a K × N block of the weights and streams M rows past it, a few rows per

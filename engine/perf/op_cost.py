@@ -319,7 +319,6 @@ def _experts_reached(op: Op) -> float:
     return max(1.0, op.params / (n * k)) if n * k else 1.0
 
 
-
 # Concurrent streams Transformer Engine's ``GroupedLinear`` spreads its per-expert GEMMs over on a GPU:
 # ``nvte_multi_stream_cublas_gemm`` issues GEMM i on compute stream i mod ``num_streams`` (4 by default,
 # ``nvte_get_num_compute_streams``; TransformerEngine ``common/gemm/cublaslt_gemm.cu``; its PyTorch grouped
@@ -365,10 +364,9 @@ def grouped_efficiency(compute: Compute, dims: tuple[float, float, float], token
     m, n, k = dims
     per = tokens / experts
     if m == tokens:  # forward or data gradient: rows per expert
-        tile = compute.gemm_tile or compute.pe_array
-        if tile is None or compute.gemm_granule is not None or per <= 0:
+        tm = compute.tile_rows(per)
+        if tm is None:
             return compute.shape_efficiency(per, n, k)
-        tm = min(tile[0], max(16, 1 << max(0, math.ceil(math.log2(per)))))  # as ``shape_efficiency`` picks it
         rows = math.ceil(per / tm) * tm
         return per / rows * compute.shape_efficiency(experts * rows, n, k)
     # weight gradient (K×N per expert, reducing over the expert's token-slots): outputs stacked along M

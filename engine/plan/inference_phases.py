@@ -102,10 +102,7 @@ def with_runtime_step(ps: NamedPass, seconds: float) -> NamedPass:
     after it; the wait is one per iteration, so it is placed first)."""
     if seconds <= 0 or not ps.segments:
         return ps
-    step = Segment(
-        label="runtime step (host)", layer=ps.segments[0].layer, busy_s=seconds, compute_s=0.0, flops=0.0,
-        dram_bytes=0.0, host_s=seconds, dispatch_wait_s=seconds,
-    )
+    step = Segment.host_wait("runtime step (host)", ps.segments[0].layer, seconds)
     return NamedPass(ps.kind, [step, *ps.segments], ps.dataflows, name=ps.name, cache_key=ps.cache_key)
 
 

@@ -44,6 +44,13 @@ class Segment:
     offload_s: float = 0.0  # stored activations copied to (forward) or from (backward) host memory
     dispatch_wait_s: float = 0.0  # part of busy_s the device waited for the host (host_s past device time)
 
+    @classmethod
+    def host_wait(cls, label: str, layer: int, seconds: float) -> Segment:
+        """The device idle while the host works (a framework's synchronisation, a runtime's step): reported
+        as host wait."""
+        return cls(label=label, layer=layer, busy_s=seconds, compute_s=0.0, flops=0.0, dram_bytes=0.0,
+                   host_s=seconds, dispatch_wait_s=seconds)
+
     def close(self) -> None:
         """The device cannot finish before the host has issued every kernel (``plan.launch``), nor before
         the copy engines have moved the stored activations over the host link (activation offload)."""
@@ -251,9 +258,7 @@ class _Builder:
             self._open.close()
             self.out.segments.append(self._open)
             self._open = None
-        self.out.segments.append(Segment(label="MoE host synchronisation", layer=op.layer, busy_s=seconds,
-                                         compute_s=0.0, flops=0.0, dram_bytes=0.0, host_s=seconds,
-                                         dispatch_wait_s=seconds))
+        self.out.segments.append(Segment.host_wait("MoE host synchronisation", op.layer, seconds))
 
     def _a2a(self, nbytes: float) -> float:
         """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``), it runs

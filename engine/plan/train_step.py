@@ -110,10 +110,7 @@ def add_drains(
         seconds = pass_drains(kind, chunk * pp + rank, virtual_stages) * each
         lead = []
         if seconds > 0:
-            lead.append(Segment(
-                label="host synchronisation", layer=layer, busy_s=seconds, compute_s=0.0, flops=0.0,
-                dram_bytes=0.0, host_s=seconds, dispatch_wait_s=seconds,
-            ))
+            lead.append(Segment.host_wait("host synchronisation", layer, seconds))
         if kind == "F" and tp > 1:
             for label, nbytes in (("batch sizes broadcast", SIZES_BYTES), ("batch broadcast", batch_bytes)):
                 lead.append(Segment(label=label, layer=layer, busy_s=0.0, compute_s=0.0, flops=0.0, dram_bytes=0.0,
