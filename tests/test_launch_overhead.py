@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+from tilewright.engine.ir.hardware import RuntimeGraphs
 from tilewright.engine.ir.ops import OpKind
 from tilewright.engine.perf.device import device_model
 from tilewright.engine.perf.op_cost import op_time
-from tilewright.engine.plan.launch import attention_scores, kernels
+from tilewright.engine.plan.launch import attention_scores, host_calls, kernels, pass_device
 from tilewright.engine.plan.passes import PassContext, _costed, backward_pass, forward_pass
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
@@ -21,10 +24,14 @@ def _spec(layers: int = 2) -> GPTSpec:
     return GPTSpec(name="gpt-tiny", layers=layers, hidden=HIDDEN, heads=HEADS, seq_len=SEQ, vocab=4096)
 
 
-def _gpu(host_s: float | None = None, gap_s: float | None = None):
+def _gpu(host_s: float | None = None, gap_s: float | None = None, call_s: float | None = None):
+    """The DGX A100's GPU; ``host_s`` also sets the host's other calls (``call_s``) unless given."""
     system = load_system("dgx-a100")
     gpu = system.children[0].children[0]
-    update = {k: v for k, v in (("host_dispatch_s", host_s), ("fixed_op_s", gap_s)) if v is not None}
+    if call_s is None and host_s is not None:
+        call_s = host_s
+    pairs = (("host_dispatch_s", host_s), ("fixed_op_s", gap_s), ("host_call_s", call_s))
+    update = {k: v for k, v in pairs if v is not None}
     return device_model(gpu.compute.model_copy(update=update), gpu.memories, None, "bf16")
 
 
@@ -42,14 +49,26 @@ def test_gpt_layer_launches_as_many_kernels_as_megatron():
     assert 1.5 * 16 <= sum(kernels(op, backward=True) for op in ops) <= 2.5 * 16
 
 
+def test_gpt_layer_makes_as_many_other_calls_as_megatron():
+    """Beside its kernels Megatron-LM's GPT layer makes about 100 framework calls that launch nothing in its
+    forward (views, module calls, Functions, the RNG fork) and 68 in its backward (``plan.launch``), and
+    every linear layer makes the same number."""
+    ops = _block(_spec())[0]
+    assert sum(host_calls(op, backward=False) for op in ops) == 100
+    assert sum(host_calls(op, backward=True) for op in ops) == 68
+    linear = {host_calls(op, False) for op in ops if op.kind is OpKind.matmul}
+    assert linear == {8}
+
+
 def test_short_kernels_wait_for_the_host():
-    """With tp 1 a pass is one segment: it lasts at least its kernels × the host's dispatch time, and a
-    host twice as slow makes a host-bound pass twice as long."""
+    """With tp 1 a pass is one segment: it lasts at least its kernels × the host's dispatch time plus its
+    other calls × their time, and a host twice as slow makes a host-bound pass twice as long."""
     layers = _block(_spec())
     n = sum(kernels(op, backward=False) for ls in layers for op in ls)
-    slow = forward_pass(layers, PassContext(_gpu(1e-3), 1, 1, False, 2))
-    slower = forward_pass(layers, PassContext(_gpu(2e-3), 1, 1, False, 2))
-    assert slow.busy_s == pytest.approx(n * 1e-3)
+    calls = sum(host_calls(op, backward=False) for ls in layers for op in ls)
+    slow = forward_pass(layers, PassContext(_gpu(1e-3, call_s=0.25e-3), 1, 1, False, 2))
+    slower = forward_pass(layers, PassContext(_gpu(2e-3, call_s=0.5e-3), 1, 1, False, 2))
+    assert slow.busy_s == pytest.approx(n * 1e-3 + calls * 0.25e-3)
     assert slower.busy_s == pytest.approx(2 * slow.busy_s)
     assert slow.dispatch_wait_s == pytest.approx(
         slow.busy_s - forward_pass(layers, PassContext(_gpu(FREE_HOST), 1, 1, False, 2)).busy_s
@@ -101,7 +120,7 @@ def test_unfused_attention_moves_its_score_matrices():
 
 def test_backward_pass_is_dispatch_bound_like_the_forward():
     layers = _block(_spec())
-    n = sum(kernels(op, backward=True) for ls in layers for op in ls)
+    n = sum(kernels(op, backward=True) + host_calls(op, backward=True) for ls in layers for op in ls)
     assert backward_pass(layers, PassContext(_gpu(1e-3), 1, 1, False, 2)).busy_s == pytest.approx(n * 1e-3)
 
 
@@ -113,3 +132,13 @@ def test_every_kernel_pays_the_device_side_gap():
         with_gap = build(layers, PassContext(_gpu(FREE_HOST, 1e-3), 16, 1, False, 2)).busy_s
         without = build(layers, PassContext(_gpu(FREE_HOST, 0.0), 16, 1, False, 2)).busy_s
         assert with_gap - without == pytest.approx(n * 1e-3)
+
+
+def test_graphed_passes_pay_no_host_calls():
+    """A pass the runtime replays as a captured graph pays neither the kernels' dispatch nor the other calls:
+    the graph issues everything from the device."""
+    gpu = _gpu(1e-3, call_s=0.5e-3)
+    gpu = dataclasses.replace(gpu, compute=gpu.compute.model_copy(update={"runtime_graphs": RuntimeGraphs.decode}))
+    dev = pass_device(gpu, "decode")
+    assert dev.compute.host_dispatch_s == 0.0 and dev.compute.host_call_s == 0.0
+    assert pass_device(gpu, "prefill").compute.host_call_s == 0.5e-3

@@ -108,8 +108,8 @@ class Compute(QuietDefaultsModel):
     format are then derived from the grid (cores × FLOP/cycle at the format's default fidelity × clock) and
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
-    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "runtime_prefill", "runtime_graphs", "programs_by_op",
-              "gemm_granule", "runtime_step_s", "host_sync_s", "flash_forward_efficiency",
+    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
+              "programs_by_op", "gemm_granule", "runtime_step_s", "host_sync_s", "flash_forward_efficiency",
               "flash_backward_efficiency")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
@@ -160,6 +160,11 @@ class Compute(QuietDefaultsModel):
     )
     host_dispatch_s: Seconds = Field(
         0.0, description="host (CPU) time to issue one kernel; overlaps device work, binds when kernels are short"
+    )
+    host_call_s: Seconds = Field(
+        0.0,
+        description="host time of a framework call that issues no kernel (a view, a module call, a Python "
+        "autograd Function's apply counts three), which an eager framework makes between its kernels",
     )
     host_sync_s: Seconds = Field(
         0.0,

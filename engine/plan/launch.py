@@ -5,7 +5,7 @@ the autograd and ATen dispatchers, the library's algorithm lookup and ``cudaLaun
 µs each (``Compute.host_dispatch_s``, per kernel). Launches are asynchronous, so the host runs ahead of
 the device while kernels are long; when they are short the device waits for the host. A segment (the
 work between two tensor-parallel collectives, where ranks meet anyway) therefore lasts
-``max(device time, kernels × host_dispatch_s)``.
+``max(device time, host time)``, the host's time being its kernel launches and its other calls (below).
 
 Our operator graph has one op where Megatron-LM launches one or more kernels. ``KERNELS`` counts them
 per op kind (forward, backward), from Megatron-LM's GPT layer with its fused kernels (apex fused
@@ -24,6 +24,31 @@ LayerNorm, fused scale-mask-softmax, jit-fused bias-GeLU and bias-dropout-add, u
 - embedding: vocab-parallel lookup masks the out-of-range ids, gathers and zeroes (5 kernels), its
   backward scatters (5); the vocab-parallel cross-entropy: max, its all-reduce, shift, exp, sum, its
   all-reduce, log and the target gather (10 forward, 5 backward).
+
+**Framework calls that launch nothing.** Megatron-LM's Python makes many more calls than it launches
+kernels, and each costs the host time even when it issues none: views, transposes, ``size()`` reads and
+splits, every ``nn.Module`` call, the CUDA RNG tracker's fork around attention dropout, and its autograd
+``Function``s (the tensor-parallel regions, the fused LayerNorm, softmax and bias-GeLU, the linear layers'
+own matmul Function), whose Python ``apply`` costs about three plain calls. ``HOST_CALLS`` counts them per
+op kind (forward, backward), from Megatron-LM's GPT layer (``megatron/model/transformer.py`` and
+``megatron/mpu``/``core/tensor_parallel``, unfused attention, tensor parallel, fp16, fused kernels), each
+paid at ``Compute.host_call_s``; the kernel-issuing calls are ``KERNELS`` at ``host_dispatch_s``:
+
+- forward, per layer (100): each LayerNorm a module call, its Function and the contiguous/save calls (8,
+  the first also the layer's and its checkpoint's module calls); each linear layer a module call, the
+  copy-to / reduce-from region Function, the matmul Function and its saves (8); core attention the head
+  views, the three transposes, the buffer fetch, the result and context views, the permute and the RNG
+  tracker's fork (get the CUDA RNG state, set it twice: 25 with the QKV split); the fused softmax's module
+  call, kernel check, views and Function (9); each dropout its module call and ``F.dropout``'s Python (3);
+  the residual adds and bias-GeLU the TorchScript call, its grad-mode context and the bias expand (3);
+- backward, per layer (68): the Python ``backward`` of every Function above (3 each) and the autograd
+  nodes of the views and transposes;
+- embedding: the vocab-parallel mask, clone and region Function (6 forward, 3 backward); the vocab-parallel
+  cross-entropy's Function, views and index arithmetic (11, 6).
+
+A kernel-issuing call costs ``host_dispatch_s`` in all; so a layer's forward costs its host
+``16 × host_dispatch_s + 100 × host_call_s`` (about 430 µs on a DGX A100's host), which small layers
+(tp 8, micro-batch 1) cannot hide.
 
 Collectives launch their own NCCL kernel, whose host cost is part of the collective's latency. The host
 synchronisations of the training loop (timers, ``.item()``, pipeline sends), which throw the host's lead
@@ -46,11 +71,11 @@ backward is the data-gradient (M×K) and the weight-gradient (K×N) GEMM of ``KE
 attention two batched GEMMs forward and four backward. The third, the bias gradient, streams the whole output
 gradient once more (``op_cost``), serial with the GEMMs.
 
-**Why the host rarely binds.** A segment lasts ``max(device, kernels × host_dispatch_s)``: with 8 µs per
-kernel the host issues a Megatron GPT layer's forward in 128 µs, which the device only undercuts when a
-layer's work is a few µs per kernel (tp 8 of a 350M model comes close, its unfused attention's score
-traffic keeps the device busier). The host's lead is not carried across a collective (it could be: launches
-are asynchronous), which makes the bound slightly pessimistic, never optimistic.
+**When the host binds.** A segment lasts ``max(device, kernels × host_dispatch_s + calls ×
+host_call_s)``: with 8 µs per kernel and 3 µs per other call the host issues a Megatron GPT layer's forward
+in about 430 µs, which the device undercuts when a layer's work is small (a hidden size of 1-2 k at
+micro-batch 1, or tp 4-8). The host's lead is not carried across a collective (it could be: launches are
+asynchronous), which makes the bound slightly pessimistic, never optimistic.
 
 **Attention scores.** Without a fused (flash) kernel, attention's two batched matmuls go through device
 memory: QKᵀ writes the a·s² scores and PV reads the dropped-out probabilities (forward); the backward
@@ -85,6 +110,22 @@ KERNELS: dict[OpKind, tuple[int, int]] = {
     OpKind.loss: (10, 5),
 }
 
+# (forward, backward) framework calls per op of each kind that issue no kernel (module docstring); kinds
+# Megatron-LM does not have pay a module call and its functional's Python.
+HOST_CALLS: dict[OpKind, tuple[int, int]] = {
+    OpKind.matmul: (8, 8),
+    OpKind.fc: (2, 1),
+    OpKind.conv: (2, 1),
+    OpKind.attention: (25, 12),
+    OpKind.softmax: (9, 5),
+    OpKind.norm: (8, 5),
+    OpKind.elementwise: (3, 2),
+    OpKind.dropout: (3, 1),
+    OpKind.embedding: (6, 3),
+    OpKind.pool: (2, 1),
+    OpKind.loss: (11, 6),
+}
+
 SCORE_PASSES_FORWARD = 2  # QKᵀ writes S, PV reads P
 SCORE_PASSES_BACKWARD = 2 * SCORE_PASSES_FORWARD  # reads P (∂V), writes ∂P, reads ∂S for ∂Q and ∂K
 
@@ -104,9 +145,10 @@ def graphed(compute: Compute, kind: InferencePass) -> bool:
 def pass_device(dev: DeviceModel, kind: InferencePass) -> DeviceModel:
     """The device as an inference pass of ``kind`` sees it: without host dispatch when the runtime replays
     the pass as a graph (its kernels and their device gaps unchanged), else ``dev`` itself."""
-    if not dev.compute.host_dispatch_s or not graphed(dev.compute, kind):
+    if not (dev.compute.host_dispatch_s or dev.compute.host_call_s) or not graphed(dev.compute, kind):
         return dev
-    return dataclasses.replace(dev, compute=dev.compute.model_copy(update={"host_dispatch_s": 0.0}))
+    host_free = {"host_dispatch_s": 0.0, "host_call_s": 0.0}
+    return dataclasses.replace(dev, compute=dev.compute.model_copy(update=host_free))
 
 
 def extra_launches(op: Op, backward: bool, compute: Compute) -> float:
@@ -127,9 +169,15 @@ def drain_seconds(compute: Compute) -> float:
     return compute.host_sync_s + compute.host_dispatch_s
 
 
-def host_seconds(op: Op, backward: bool, host_dispatch_s: float) -> float:
-    """Host time to issue one op's kernels."""
-    return kernels(op, backward) * host_dispatch_s
+def host_calls(op: Op, backward: bool) -> int:
+    """Framework calls of one op's forward or backward pass that issue no kernel."""
+    fwd, bwd = HOST_CALLS.get(op.kind, (1, 1))
+    return bwd if backward else fwd
+
+
+def host_seconds(op: Op, backward: bool, compute: Compute) -> float:
+    """Host time to run one op's pass in the framework: its kernel launches and its other calls."""
+    return kernels(op, backward) * compute.host_dispatch_s + host_calls(op, backward) * compute.host_call_s
 
 
 def attention_scores(ops: list[Op]) -> dict[str, float]:

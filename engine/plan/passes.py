@@ -223,7 +223,7 @@ class _Builder:
             )
         seg.add(t, self.out.dataflows)
         seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
-        seg.host_s += host_seconds(op, backward, c.dev.compute.host_dispatch_s)
+        seg.host_s += host_seconds(op, backward, c.dev.compute)
         if c.offload_saved:
             seg.offload_s += saved_bytes(op, c) / c.offload_saved
         self.layer_busy += t.busy_s
