@@ -9,6 +9,7 @@ from typing import Any
 from tilewright.engine.cli.common import COMMAND_LINE, print_result, require_positive
 from tilewright.engine.cli.run import DIM_FLAGS, add_model_variant_arguments
 from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.search.parallel.candidate import DISPATCHERS
 
 # What a project's mapping says besides the parallelism the search chooses: how each op is costed (tensor
 # formats, fidelity, spatial split over a grid device's cores, fusion) and where state lives.
@@ -113,6 +114,12 @@ def _narrowing(args: argparse.Namespace) -> dict:
         if not zeros or bad:
             raise InputError(COMMAND_LINE, Problem("--zero", f"{args.zero!r}: choose from 0, 1, 2, 3, fsdp"))
         out["zeros"] = zeros
+    if args.ep_dispatcher is not None:
+        chosen = [d.strip() for d in args.ep_dispatcher.split(",") if d.strip()]
+        if not chosen or any(d not in DISPATCHERS for d in chosen):
+            raise InputError(COMMAND_LINE, Problem("--ep-dispatcher",
+                                                   f"{args.ep_dispatcher!r}: choose from {', '.join(DISPATCHERS)}"))
+        out["dispatchers"] = chosen
     if args.no_offload:
         out["offload"] = False
     if args.no_overlap:
@@ -143,6 +150,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--ep", metavar="LIST", help="expert-parallel sizes to try, e.g. 1,2,4,8")
     g.add_argument("--cp", metavar="LIST", help="context-parallel sizes to try, e.g. 1,2,4")
     g.add_argument("--zero", metavar="LIST", help="ZeRO stages to try: 0,1,2,3 and fsdp")
+    g.add_argument("--ep-dispatcher", metavar="LIST",
+                   help="MoE token exchanges to try: alltoall (flat) and deepep (node by node); default both")
     g.add_argument("--no-offload", action="store_true", help="never put the optimizer in host memory")
     g.add_argument("--no-overlap", action="store_true",
                    help="never try overlapping communication with compute (gradient reduction, expert all-to-all)")

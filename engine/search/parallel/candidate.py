@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Recompute, Schedule, tp_axes_for
+
+DISPATCHERS: tuple[str, ...] = get_args(Mapping.model_fields["ep_dispatcher"].annotation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,7 @@ class Candidate:
     offload: str | None = None  # host memory holding the optimizer state (mapping.memory_levels)
     overlap_grad_reduce: bool = False  # reduce gradients in buckets under the last backward (Megatron)
     overlap_ep: bool = False  # hide the experts' all-to-all behind another micro-batch's compute (DualPipe)
+    dispatcher: str = "alltoall"  # MoE token exchange (mapping.ep_dispatcher): flat, or 'deepep' node by node
 
     @property
     def devices(self) -> int:
@@ -35,7 +38,7 @@ class Candidate:
     @property
     def extended(self) -> bool:
         """Uses a dimension the fast evaluator does not time (``extended``): ep, cp, ZeRO-2/3, offload,
-        overlapped gradient reduction."""
+        overlapped gradient reduction or all-to-all, the MoE dispatcher."""
         return (
             self.ep > 1
             or self.cp > 1
@@ -44,6 +47,7 @@ class Candidate:
             or self.offload is not None
             or self.overlap_grad_reduce
             or self.overlap_ep
+            or self.dispatcher != "alltoall"
         )
 
     @property
@@ -79,6 +83,8 @@ class Candidate:
             fields["overlap_grad_reduce"] = True
         if self.overlap_ep:
             fields["overlap_ep_comm"] = True
+        if self.dispatcher != "alltoall":
+            fields["ep_dispatcher"] = self.dispatcher
         if base is None:
             if self.offload is not None:
                 fields["memory_levels"] = {"optimizer": self.offload}
@@ -107,6 +113,7 @@ class Candidate:
             "offload_optimizer": self.offload,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_ep_comm": self.overlap_ep,
+            "ep_dispatcher": self.dispatcher,
         }
 
     def label(self) -> str:
@@ -131,6 +138,8 @@ class Candidate:
             parts.append("ovl-grad")
         if self.overlap_ep:
             parts.append("ovl-a2a")
+        if self.dispatcher != "alltoall":
+            parts.append(self.dispatcher)
         if self.placement is not PlacementStrategy.row_major:
             parts.append(self.placement.value)
         if self.rank_order != "tp-dp-pp":

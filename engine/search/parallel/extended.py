@@ -22,7 +22,11 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
 - gradients reduced in buckets under the last backward (Megatron ``--overlap-grad-reduce``), on the kept
   seeds with dp > 1, at their own ZeRO stage and at ZeRO-2 (the overlap option; FSDP always prefetches);
   and, for each expert-parallel variant at the seed's ZeRO stage, its all-to-all hidden behind another
-  micro-batch's compute (``mapping.overlap_ep_comm``, DualPipe-style).
+  micro-batch's compute (``mapping.overlap_ep_comm``, DualPipe-style);
+- the MoE token exchange node by node (``mapping.ep_dispatcher`` 'deepep': one copy per destination node
+  over the network, forwarded inside it) for each expert-parallel variant whose group spans nodes, at the
+  seed's ZeRO stage, with and without the overlap: the flat all-to-all sends each token to each of its
+  experts' ranks, so which one wins depends on top-k, the node limit and the two fabrics.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.plan import build_plan
 from tilewright.engine.plan.residency import available_levels
-from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.candidate import DISPATCHERS, Candidate
 from tilewright.engine.search.space import divisors
 from tilewright.engine.workloads import build_workload
 
@@ -58,6 +62,8 @@ class Extensions:
     fsdp: bool = True
     offload: str | None = None  # host memory name, None: no offload
     overlap: bool = True  # try overlapping the gradient reduction with the last backward
+    dispatchers: list[str] = field(default_factory=lambda: ["alltoall"])  # MoE token exchanges to try
+    node_devices: int = 0  # devices per node (0: unknown), where an ep group starts to span nodes
 
     @property
     def active(self) -> bool:
@@ -68,6 +74,7 @@ class Extensions:
             or self.fsdp
             or self.offload is not None
             or self.overlap
+            or any(d != "alltoall" for d in self.dispatchers)
         )
 
     def allows(self, c: Candidate) -> bool:
@@ -77,7 +84,8 @@ class Extensions:
         else:
             zero_ok = c.zero in self.zeros or c.dp == 1  # without dp every stage is the same mapping
         overlap_ok = self.overlap or not (c.overlap_grad_reduce or c.overlap_ep)
-        return zero_ok and c.ep in self.eps and c.cp in self.cps and overlap_ok
+        return (zero_ok and c.ep in self.eps and c.cp in self.cps and overlap_ok
+                and c.dispatcher in self.dispatchers)
 
 
 def first_stage_only() -> Extensions:
@@ -94,6 +102,7 @@ def default_extensions(
     zeros: list[str] | None = None,
     offload: bool = True,
     overlap: bool = True,
+    dispatchers: list[str] | None = None,
 ) -> Extensions:
     """The default space for this model and system, narrowed by the CLI's lists (None: the default)."""
     spec = project.workload
@@ -104,6 +113,8 @@ def default_extensions(
     if cps is None:
         cps = [c for c in (1, 2, 4, 8) if seq % c == 0] if seq >= LONG_SEQUENCE else [1]
     chosen = zeros if zeros is not None else list(ZERO_CHOICES)
+    if dispatchers is None:
+        dispatchers = list(DISPATCHERS) if moe is not None else ["alltoall"]
     return Extensions(
         eps=sorted(set(eps)),
         cps=sorted(set(cps)),
@@ -111,7 +122,18 @@ def default_extensions(
         fsdp="fsdp" in chosen,
         offload=host_memory(hw, dev) if offload else None,
         overlap=overlap,
+        dispatchers=sorted(set(dispatchers)),
+        node_devices=node_devices(hw),
     )
+
+
+def node_devices(hw: HardwareGraph) -> int:
+    """Devices per node (the fewest any node holds): an expert-parallel group of more ranks spans nodes."""
+    counts: dict[str, int] = {}
+    for d in hw.devices:
+        parent = d.node.rsplit("/", 1)[0]
+        counts[parent] = counts.get(parent, 0) + 1
+    return min(counts.values(), default=0)
 
 
 def host_memory(hw: HardwareGraph, dev: DeviceModel) -> str | None:
@@ -150,6 +172,12 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
         # each expert-parallel variant at the seed's ZeRO stage, its all-to-all overlapped too
         out += [replace(c, overlap_ep=True) for c in list(out) if c.ep > 1 and c.zero == base.zero and not c.fsdp
                 and c.cp == 1 and c.offload is None]
+    if "deepep" in ext.dispatchers and ext.node_devices:
+        # the node-by-node exchange only differs from the flat one when an ep group spans nodes: with
+        # Megatron's rank order (tp fastest, then dp) a group is tp × ep consecutive ranks
+        out += [replace(c, dispatcher="deepep") for c in list(out)
+                if c.ep > 1 and c.zero == base.zero and not c.fsdp and c.cp == 1 and c.offload is None
+                and c.tp * c.ep > ext.node_devices]
     seen: set[Candidate] = set()
     unique = []
     for c in out:
