@@ -17,7 +17,9 @@ right) and changed where inference differs from training:
   An inference pass graph puts those rows in the op's ``params`` (the weight elements the op reads), for
   ``sequences`` sequences at once; the model's weights in memory come from the model's own graph;
 - the head computes logits for the last token of each sequence only (decoders sample one token from
-  it); an encoder (BERT) keeps its head over every token;
+  it); an encoder (BERT) keeps its head over every token. Logits tied to the word embedding (GPT-2, OPT,
+  Gemma) hold no weight of their own in the model's graph, but the pass reads the V × h table all the same:
+  their ``params`` here are its elements, so a decode step streams them;
 - no loss, no dropout (inference runs in eval mode);
 - a sliding window (``TransformerDims.sliding_window``) limits each query to the last w keys; the KV
   cache is still sized for the whole context (as engines without a ring-buffer cache allocate it);
@@ -139,6 +141,8 @@ def inference_graph(
             m, n, k = op.gemm
             update |= {"flops": op.flops / m, "in_elems": op.in_elems / m, "out_elems": op.out_elems / m,
                        "gemm": (1, n, k), "bwd_flops": None}
+            if not op.params:  # tied to the word embedding: the pass still reads the V × h weight
+                update["params"] = float(n * k)
         ops.append(op.model_copy(update=update))
         prev = op.name
     return WorkloadGraph.from_ops(base.name, base.spec, base.layers, ops, dims=base.dims)
