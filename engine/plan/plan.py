@@ -13,7 +13,7 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.hardware.interleave import stream_usage
 from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Recompute, Schedule
-from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.ir.ops import Op
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, collective, point_to_point
 from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, issues_kernels, remote_memory
@@ -39,6 +39,7 @@ from tilewright.engine.plan.group_comm import (
     scaled,
     shard_comm,
 )
+from tilewright.engine.plan.hardware_flops import hardware_flops_per_sample
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.plan.placement import split_layers, stage_groups
@@ -474,12 +475,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     fwd_sample = sum(op.flops for op in workload.ops())
     if run.mode is Mode.train:
         model_flops = per_sample * m.global_batch
-        recompute = 0.0
-        if m.recompute is Recompute.full:
-            recompute = sum(op.flops for op in workload.ops() if op.kind is not OpKind.embedding and op.layer in blocks)
-        elif m.recompute is Recompute.selective:
-            recompute = sum(op.flops for op in workload.ops() if op.selective)
-        hardware_flops = model_flops + recompute * m.global_batch
+        hardware_flops = hardware_flops_per_sample(workload, m.recompute, fused_edges(m.fusion)) * m.global_batch
     else:
         model_flops = hardware_flops = fwd_sample * run.inference.batch
     notes = format_notes(project, stages[0].dev, formats)

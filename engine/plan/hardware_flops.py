@@ -1,0 +1,38 @@
+"""The FLOPs a training iteration's devices execute (HFU's numerator), as the cost model runs them.
+
+MFU counts the model's FLOPs by the SC'21 / PaLM convention: every query-key pair of attention, forward and
+twice that backward, no recomputation. The hardware does something else, and HFU should say what:
+
+- a fused (flash) attention kernel computes only the tiles a causal mask leaves and recomputes its scores in
+  its backward (``op_cost.pass_flops``: the forward's causal pairs, ``FLASH_BACKWARD`` × that backward);
+- full recomputation re-runs every block op's forward (at the pass's own FLOPs, so a fused attention's
+  causal pairs); selective recomputation re-runs the attention core (``Op.selective``) except what runs
+  inside a fused kernel (``op_cost.flash_ops``), which has nothing to re-run.
+"""
+
+from __future__ import annotations
+
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.ops import OpKind
+from tilewright.engine.perf.op_cost import flash_ops, pass_flops
+from tilewright.engine.workloads.graph import WorkloadGraph
+
+
+def hardware_flops_per_sample(
+    workload: WorkloadGraph, recompute: Recompute, fused: frozenset[tuple[str, str]]
+) -> float:
+    """FLOPs per sample of one training iteration: forward, backward and re-run forward of every op."""
+    blocks = set(workload.block_layers)
+    total = 0.0
+    for layer in workload.layers:
+        ops = workload.layer_ops(layer.index)
+        flash = flash_ops(ops, fused) if fused else frozenset()
+        for op in ops:
+            inside = op.name in flash
+            forward = pass_flops(op, False, inside)
+            total += forward + pass_flops(op, True, inside)
+            if recompute is Recompute.full and op.layer in blocks and op.kind is not OpKind.embedding:
+                total += forward
+            elif recompute is Recompute.selective and op.selective and not inside:
+                total += forward
+    return total
