@@ -106,10 +106,11 @@ _ROWS = (
 # Recipe settings per model on H100 (Megatron-Bridge scripts/performance/configs): activation recomputation
 # beyond the flash core, and whether the MoE all-to-all overlaps another micro-batch's compute.
 RECIPE_RECOMPUTE = {
-    "llama3-8b": "recompute_num_layers=5 (full recomputation of 5 of 32 layers)",
     "gpt-oss-120b": "recompute_modules=[layernorm, moe_act]",
     "deepseek-v3": "recompute_modules=[mla_up_proj, mlp]",
 }
+# recompute_granularity full, recompute_method block, recompute_num_layers N: mapping.recompute_layers
+RECOMPUTE_LAYERS = {"llama3-8b": 5}
 A2A_OVERLAP = {"qwen3-235b-a22b": True}  # moe_a2a_overlap=True in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*
 # The token dispatcher: DeepSeek-V3's H100 recipe uses the flex dispatcher with the HybridEP backend
 # (moe_flex_dispatcher_backend="hybridep": each token once per destination node, forwarded over NVLink,
@@ -301,7 +302,9 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
     row.gaps = gaps
     mapping = Mapping(
         tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, sequence_parallel=p.tp > 1, interleave=interleave,
-        micro_batch=p.mbs, global_batch=p.gbs, recompute="selective", fusion=FLASH, stages=stages,
+        micro_batch=p.mbs, global_batch=p.gbs, fusion=FLASH, stages=stages,
+        recompute="full" if p.model in RECOMPUTE_LAYERS else "selective",
+        recompute_layers=RECOMPUTE_LAYERS.get(p.model),
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
         overlap_ep_comm=A2A_OVERLAP.get(p.model, False), ep_dispatcher=DISPATCHER.get(p.model, "alltoall"),
     )

@@ -24,6 +24,7 @@ MAPPING_FLAGS = (
     "micro_batch",
     "interleave",
     "recompute",
+    "recompute_layers",
     "zero",
     "schedule",
 )
@@ -48,6 +49,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expert-imbalance", type=float, metavar="X",
                    help="busiest expert rank's tokens over the mean (default 1, a balanced router)")
     p.add_argument("--recompute", choices=["none", "selective", "full"])
+    p.add_argument("--recompute-layers", type=int, metavar="N",
+                   help="with --recompute full: re-run only the first N layers of each model chunk (Megatron's "
+                   "--recompute-method block --recompute-num-layers N)")
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
                    help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights sharded over dp (per-layer gathers)")

@@ -153,7 +153,7 @@ def tp_axes_for(axes: tuple[int, int] | None, tp: int) -> tuple[int, int] | None
 class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
-        "overlap_ep_comm", "ep_dispatcher",
+        "overlap_ep_comm", "ep_dispatcher", "recompute_layers",
     )
 
     tp: PosInt = 1
@@ -180,6 +180,11 @@ class Mapping(QuietDefaultsModel):
     global_batch: PosInt = 1
     schedule: Schedule = Schedule.one_f_one_b
     recompute: Recompute = Recompute.none
+    recompute_layers: PosInt | None = Field(
+        None, description="with recompute 'full': re-run only the first N transformer layers of each model chunk "
+        "and keep every activation of the others (Megatron --recompute-method block --recompute-num-layers N); "
+        "None: every layer",
+    )
     zero: Annotated[int, Field(ge=0, le=3)] = 0
     overlap_grad_reduce: bool = Field(
         False, description="reduce gradients in buckets during the last backward (Megatron --overlap-grad-reduce)"
@@ -229,6 +234,9 @@ class Mapping(QuietDefaultsModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> Mapping:
+        if self.recompute_layers is not None and self.recompute is not Recompute.full:
+            raise ValueError(f"recompute_layers: recomputing {self.recompute_layers} whole layers needs recompute "
+                             f"'full', not '{self.recompute.value}'")
         if self.tp_axes is not None and self.tp_axes[0] * self.tp_axes[1] != self.tp:
             raise ValueError(f"tp_axes: {self.tp_axes[0]} × {self.tp_axes[1]} is not tp ({self.tp})")
         if self.fsdp:

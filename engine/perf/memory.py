@@ -80,18 +80,36 @@ def _saved(op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int) -> floa
     return (op.saved_elems * elem_bytes + op.saved_bytes_fixed) * micro_batch / k
 
 
+BLOCK_SPLITS = frozenset({TensorSplit.column, TensorSplit.row, TensorSplit.heads})
+
+
+def recomputed_layers(
+    layers: Iterable[list[Op]], recompute: Recompute, count: int | None = None
+) -> list[list[Op]]:
+    """The layers of a model chunk that full recomputation re-runs: every layer with tensor-parallel weights
+    (a transformer block: Megatron checkpoints its transformer layers; the embedding and the head, whose
+    only split is the vocabulary, stay outside), or only the first ``count`` of them
+    (``mapping.recompute_layers``, Megatron's block method)."""
+    if recompute is not Recompute.full:
+        return []
+    out = [ops for ops in layers if any(o.split in BLOCK_SPLITS for o in ops)]
+    return out if count is None else out[:count]
+
+
 def activation_bytes(
     layers: Iterable[list[Op]], micro_batch: int, tp: int, sp: bool, recompute: Recompute, elem_bytes: int,
-    fused: frozenset[tuple[str, str]] = frozenset(),
+    fused: frozenset[tuple[str, str]] = frozenset(), recompute_layers: int | None = None,
 ) -> float:
     """Stored activations of one micro-batch over the given layers (each a list of its ops); ``fused``: the
-    ``mapping.fusion`` edges (``plan.passes.fused_edges``), whose fused attention kernels store no scores."""
+    ``mapping.fusion`` edges (``plan.passes.fused_edges``), whose fused attention kernels store no scores;
+    ``recompute_layers``: full recomputation of only the first N transformer layers (``recomputed_layers``)."""
+    layers = list(layers)
+    rerun = {id(ops) for ops in recomputed_layers(layers, recompute, recompute_layers)}
     total = 0.0
     for ops in layers:
         if not ops:
             continue
-        recomputable = ops[0].kind is not OpKind.embedding and any(o.split is not TensorSplit.none for o in ops)
-        if recompute is Recompute.full and recomputable:
+        if id(ops) in rerun:
             first = ops[0]
             total += first.in_elems * micro_batch * elem_bytes / (tp if sp else 1)
             continue

@@ -6,8 +6,9 @@ twice that backward, no recomputation. The hardware does something else, and HFU
 - a fused (flash) attention kernel computes only the tiles a causal mask leaves and recomputes its scores in
   its backward (``op_cost.pass_flops``: the forward's causal pairs, ``FLASH_BACKWARD`` × that backward);
 - full recomputation re-runs every block op's forward (at the pass's own FLOPs, so a fused attention's
-  causal pairs); selective recomputation re-runs the attention core (``Op.selective``) except what runs
-  inside a fused kernel (``op_cost.flash_ops``), which has nothing to re-run.
+  causal pairs), or those of the layers ``mapping.recompute_layers`` picks; selective recomputation re-runs
+  the attention core (``Op.selective``) except what runs inside a fused kernel (``op_cost.flash_ops``),
+  which has nothing to re-run.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from tilewright.engine.workloads.graph import WorkloadGraph
 
 
 def hardware_flops_per_sample(
-    workload: WorkloadGraph, recompute: Recompute, fused: frozenset[tuple[str, str]]
+    workload: WorkloadGraph, recompute: Recompute, fused: frozenset[tuple[str, str]],
+    rerun: frozenset[int] | None = None,
 ) -> float:
-    """FLOPs per sample of one training iteration: forward, backward and re-run forward of every op."""
-    blocks = set(workload.block_layers)
+    """FLOPs per sample of one training iteration: forward, backward and re-run forward of every op;
+    ``rerun``: the layers full recomputation re-runs (None: every block, ``mapping.recompute_layers`` unset)."""
+    blocks = set(workload.block_layers) if rerun is None else rerun
     total = 0.0
     for layer in workload.layers:
         ops = workload.layer_ops(layer.index)

@@ -24,6 +24,7 @@ from tilewright.engine.perf.memory import (
     bytes_per_param,
     expert_model_state,
     params_on_device,
+    recomputed_layers,
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import Residency
@@ -367,6 +368,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         return flags[0]
 
     notes_residency: list[tuple[int, StageResidency, dict[str, float]]] = []
+    rerun_layers: set[int] = set()  # layers full recomputation re-runs (mapping.recompute_layers)
     for r in range(m.pp):
         first = groups[r][0][0]
         d = hw.devices[first]
@@ -410,19 +412,21 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             all_ops += ops
             passes[(c, "F")] = forward_pass(layers, ctx)
             passes[(c, "B")] = backward_pass(layers, ctx)
-            if m.recompute is Recompute.full:
-                passes[(c, "R")] = forward_pass(layers, ctx, "R")
+            rerun = recomputed_layers(layers, m.recompute, m.recompute_layers)
+            rerun_layers.update(ls[0].layer for ls in rerun)
+            if rerun:
+                passes[(c, "R")] = forward_pass(rerun, ctx, "R")
             elif m.recompute is Recompute.selective:
                 passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True)
-            act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem, ctx.fused)  # type: ignore[arg-type]
-            if m.recompute is Recompute.full:
-                transient = max(
-                    [transient]
-                    + [
-                        activation_bytes([ls], mb, m.tp, m.sequence_parallel, Recompute.none, elem, ctx.fused)  # type: ignore[arg-type]
-                        for ls in layers
-                    ]
-                )
+            act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem, ctx.fused,  # type: ignore[arg-type]
+                                      m.recompute_layers)
+            transient = max(
+                [transient]
+                + [
+                    activation_bytes([ls], mb, m.tp, m.sequence_parallel, Recompute.none, elem, ctx.fused)  # type: ignore[arg-type]
+                    for ls in rerun
+                ]
+            )
             p = params_on_device(ops, m.tp) + sum(tied_copy.get(i, 0.0) for i in idx)
             params += p
             grad[c] = p * state_per_param.gradients
@@ -475,7 +479,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     fwd_sample = sum(op.flops for op in workload.ops())
     if run.mode is Mode.train:
         model_flops = per_sample * m.global_batch
-        hardware_flops = hardware_flops_per_sample(workload, m.recompute, fused_edges(m.fusion)) * m.global_batch
+        rerun_of = frozenset(rerun_layers) if m.recompute_layers is not None else None
+        hardware_flops = (
+            hardware_flops_per_sample(workload, m.recompute, fused_edges(m.fusion), rerun_of) * m.global_batch
+        )
     else:
         model_flops = hardware_flops = fwd_sample * run.inference.batch
     notes = format_notes(project, stages[0].dev, formats)

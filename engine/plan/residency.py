@@ -99,7 +99,9 @@ def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: 
     acts = workspace_bytes(ops, m.micro_batch, m.tp, m.sequence_parallel, elem)  # inference keeps no more
     if run.mode is Mode.train:
         in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
-        acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused) * in_flight
+        rerun = m.recompute_layers * m.interleave if m.recompute_layers is not None else None  # per chunk
+        acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused,
+                                 rerun) * in_flight
     kv = 0.0
     w = project.workload
     if run.mode is Mode.infer and isinstance(w, TransformerDims):

@@ -68,6 +68,7 @@ class Candidate:
             "interleave": self.interleave,
             "schedule": self.schedule,
             "recompute": self.recompute,
+            "recompute_layers": None,  # the search tries whole recomputation choices only
             "sequence_parallel": self.sequence_parallel,
             "zero": self.zero,
             "placement": self.placement,
