@@ -1,4 +1,5 @@
-"""Undo commands of the mapping editor: Auto-map and placing layers by drag-and-drop.
+"""Undo commands of the mapping editor: Auto-map, an option applied at once, and placing layers by
+drag-and-drop.
 
 Like every command (``studio.commands``), each computes the new project when built (a refused edit
 raises ``EditRefused`` and never reaches the undo stack) and redo/undo swap immutable values.
@@ -12,7 +13,7 @@ from tilewright.engine.ir.mapping import Mapping
 from tilewright.studio.commands import SnapshotCommand
 from tilewright.studio.document import Change, ProjectDocument
 from tilewright.studio.mapping import LayerRange, format_ranges, stage_layout
-from tilewright.studio.mapping_edit import checked_auto_mapping, place_layers
+from tilewright.studio.mapping_edit import checked_auto_mapping, checked_option, place_layers
 
 
 def degrees_text(m: Mapping) -> str:
@@ -31,6 +32,15 @@ class AutoMap(SnapshotCommand):
         after = doc.project.model_copy(update={"mapping": mapping})
         text = f"Auto-map {degrees_text(mapping)} ({mapping.placement.value})"
         super().__init__(doc, after, text, Change.mapping)
+
+
+class SetMappingOption(SnapshotCommand):
+    """Set one option of the mapping (recomputation, the MoE token exchange, an overlap) and nothing else;
+    refused with the engine's message when the option brings a problem (``mapping_edit.checked_option``)."""
+
+    def __init__(self, doc: ProjectDocument, field: str, value: Any, text: str):
+        mapping = checked_option(doc.project, field, value)
+        super().__init__(doc, doc.project.model_copy(update={"mapping": mapping}), text, Change.mapping)
 
 
 class PlaceLayers(SnapshotCommand):

@@ -83,6 +83,39 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
     return [p for p in after if p not in parallel_problems(project)] if after else []
 
 
+OPTION_FIELDS = ("recompute", "overlap_grad_reduce", "ep_dispatcher", "overlap_ep_comm")  # set one at a time
+
+
+def _problems_at(project: Project, field: str) -> list[str]:
+    """The engine's problems (``engine.plan.checks``) at ``mapping.<field>``; a workload that does not build
+    gives none here (the status bar says why)."""
+    from tilewright.engine.plan.checks import check_project
+
+    try:
+        problems = check_project(project)
+    except (ValueError, TypeError, KeyError):
+        return []
+    path = f"mapping.{field}"
+    return [str(p) for p in problems if p.path == path or p.path.startswith(f"{path}.")]
+
+
+def checked_option(project: Project, field: str, value: Any) -> Mapping:
+    """``project``'s mapping with one option set: a field no degree or placement depends on, so it applies
+    at once rather than through Auto-map. Refused (``EditRefused``) with the model's own message, or the
+    engine's when the option brings a problem at ``mapping.<field>`` the project had not (a HyPar partition
+    runs without recomputation, say): the editor shows the very words a run would fail with."""
+    if field not in OPTION_FIELDS:
+        raise EditRefused(f"not a mapping option: {field}")
+    data = project.mapping.model_dump(mode="json")
+    data[field] = value
+    mapping = _validated(data)
+    after = _problems_at(project.model_copy(update={"mapping": mapping}), field)
+    new = [p for p in after if p not in _problems_at(project, field)] if after else []
+    if new:
+        raise EditRefused("; ".join(new))
+    return mapping
+
+
 def group_around(layout: StageLayout, device: int, mapping: Mapping) -> list[int]:
     """The stage-sized group (tp × dp devices, in the strategy's order) holding ``device``: a drop on
     one tile of a stage that needs sixteen takes the sixteen the strategy would put together."""

@@ -1,16 +1,16 @@
 """The workload dock: what model runs, its layers, and how it is split over the hardware.
 
-Three parts, top to bottom: the model's figures (read-only); the mapping — parallel degrees (tp, pp, dp,
+Four parts, top to bottom: the model's figures (read-only); the mapping — parallel degrees (tp, pp, dp,
 expert-parallel ep, context-parallel cp), the ZeRO stage and FSDP, micro- and global batch and a placement
 strategy, applied together by **Auto-map** as ONE undo command (an ep or cp the engine cannot run is
-refused with the engine's own check message, as the field is typed and again by Auto-map); under the
-button, options that change no degree and apply at once, each its own undo command (overlapping the
-expert all-to-all, enabled only once the mapping has ep > 1, since with ep 1 there is none); and the
-layer table (parameters, FLOPs and activations per sample, with units, the stage holding each layer
-and, for chains of conv/fc layers, HyPar's data/model-parallel choice with an Apply button; see
-``studio.ui.hypar_column``). Selected layers drag onto the canvas, where a drop on a tile, chip or
-selected group places them (``studio.ui.canvas.drops``). Every edit is an undo command; the panel
-follows the model's signals.
+refused with the engine's own check message, as the field is typed and again by Auto-map); under it, the
+options that change no degree and apply at once, each its own undo command (activation recompute,
+reducing gradients under the backward, the expert token exchange and overlapping the expert all-to-all;
+``studio.ui.mapping_options``); and the layer table (parameters, FLOPs and activations per sample, with
+units, the stage holding each layer and, for chains of conv/fc layers, HyPar's data/model-parallel choice
+with an Apply button; see ``studio.ui.hypar_column``). Selected layers drag onto the canvas, where a drop
+on a tile, chip or selected group places them (``studio.ui.canvas.drops``). Every edit is an undo command;
+the panel follows the model's signals.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QMimeData, Qt
-from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtGui import QColor, QIcon, QPixmap, QUndoCommand
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -35,7 +35,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tilewright.engine.ir.mapping import PlacementStrategy
-from tilewright.studio.commands import SetMappingField
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping import stage_layout
 from tilewright.studio.mapping_commands import AutoMap
@@ -46,6 +45,7 @@ from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.drops import layers_mime
 from tilewright.studio.ui.fields import ChoiceEditor, FlagEditor, ValueEditor
 from tilewright.studio.ui.hypar_column import HYPAR_COLUMNS, HYPAR_TIPS, HyparSection
+from tilewright.studio.ui.mapping_options import MappingOptions
 from tilewright.studio.units import COUNT, plural
 
 # (field, label, grid row, grid column); a count each. Rows 0–1 hold the parallel degrees, three a row.
@@ -65,17 +65,10 @@ MAPPING_TIPS = {
     "zero": "ZeRO stage: 1 shards optimizer states over the dp replicas, 2 gradients too, 3 weights too "
             "(gathered layer by layer)",
     "fsdp": "PyTorch FSDP full sharding: ZeRO stage 3 with the next layer's weights prefetched",
-    "overlap_ep_comm": "MoE: hide each expert all-to-all (dispatch and combine) behind another micro-batch's "
-                       "compute of the same layer, as DeepSeek-V3's DualPipe and Megatron-Core's "
-                       "--overlap-moe-expert-parallel-comm; only the part longer than that compute shows. "
-                       "Applies at once (one undo step), not through Auto-map",
     "micro_batch": "samples per micro-batch",
     "global_batch": "samples per iteration, over all replicas",
 }
 ZERO_CHOICES = ["0 · none", "1 · optimizer", "2 · + gradients", "3 · + weights"]
-OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
-OVERLAP_EP_OFF_TIP = ("needs expert parallelism: with ep 1 the experts are not split, so there is no all-to-all "
-                      "to overlap (set ep > 1 and press Auto-map first)")
 ERROR_STYLE = "color: #c0392b;"
 NOTE_STYLE = "color: #566573;"
 
@@ -149,6 +142,8 @@ class WorkloadPanel(QScrollArea):
         self.model_form = QFormLayout(self.model_box)
         self.mapping_box = QGroupBox("Mapping", body)
         self._build_mapping()
+        self.options = MappingOptions(doc, self._push_keeping_staged, body)
+        self.overlap_ep = self.options.overlap_ep
         self.layers_box = QGroupBox("Layers", body)
         self.table = LayerTable(self.layers_box)
         self.totals_label = QLabel(self.layers_box)
@@ -170,6 +165,7 @@ class WorkloadPanel(QScrollArea):
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.model_box)
         layout.addWidget(self.mapping_box)
+        layout.addWidget(self.options)
         layout.addWidget(self.layers_box, 1)
         layout.addWidget(self.run_label)
         for sig in (doc.mappingChanged, doc.workloadChanged, doc.projectReplaced, doc.structureChanged,
@@ -214,9 +210,6 @@ class WorkloadPanel(QScrollArea):
         self.auto_map.setToolTip("apply these degrees and strategy; placements made by hand are replaced")
         self.auto_map.clicked.connect(self.apply_auto_map)
         grid.addWidget(self.auto_map, 6, 0, 1, 6)
-        self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, lambda _v: None, parent=self)
-        self.overlap_ep.committed.connect(self.set_overlap_ep)
-        grid.addWidget(self.overlap_ep, 10, 0, 1, 6)  # under the messages: it applies at once, unlike the above
         self.devices_label = QLabel(self.mapping_box)
         self.devices_label.setWordWrap(True)
         self.placement_label = QLabel(self.mapping_box)
@@ -287,20 +280,17 @@ class WorkloadPanel(QScrollArea):
         return True
 
     def set_overlap_ep(self, on: bool) -> bool:
-        """Push ONE command setting ``mapping.overlap_ep_comm``; degrees typed but not yet applied stay
-        staged (the model's change refreshes the panel, which would drop them)."""
+        """Push ONE command setting ``mapping.overlap_ep_comm`` (``MappingOptions.set_option``)."""
+        return self.options.set_option("overlap_ep_comm", on)
+
+    def _push_keeping_staged(self, command: QUndoCommand) -> None:
+        """Push an option's command; degrees typed but not yet applied stay staged (the model's change
+        refreshes the panel, which would drop them)."""
         pending = dict(self.pending)
-        text = "Overlap expert all-to-all" if on else "Stop overlapping expert all-to-all"
-        try:
-            self.doc.push(SetMappingField(self.doc, "overlap_ep_comm", on, text=text))
-        except EditRefused as exc:
-            self.overlap_ep.set_value(self.doc.project.mapping.overlap_ep_comm)
-            self.overlap_ep.show_error(exc.reason)
-            return False
+        self.doc.push(command)
         for field, value in pending.items():
             self._stage(field, value)
         self.zero.setEnabled(not self.degrees()["fsdp"] and not self.doc.read_only)
-        return True
 
     # -- following the model ------------------------------------------------------------------------
     def refresh(self, *_args: Any) -> None:
@@ -322,10 +312,7 @@ class WorkloadPanel(QScrollArea):
         self.fsdp.setEnabled(editable)
         self.strategy.setCurrentText(m.placement.value)
         self.strategy.setEnabled(editable)
-        self.overlap_ep.set_value(m.overlap_ep_comm)
-        self.overlap_ep.show_error(None)
-        self.overlap_ep.setEnabled(editable and m.ep > 1)
-        self.overlap_ep.setToolTip(MAPPING_TIPS["overlap_ep_comm"] if m.ep > 1 else OVERLAP_EP_OFF_TIP)
+        self.options.refresh()
         self.auto_map.setEnabled(editable)
         self.table.setDragEnabled(editable)
         self._show_devices()

@@ -1,0 +1,188 @@
+"""The mapping's options: choices that change no parallel degree and no placement, so each applies at once
+as its own undo step instead of waiting for Auto-map like the degrees above them.
+
+Four of them, in a group under the Mapping box of the workload dock:
+
+- activation recompute (``mapping.recompute``): none, selective or full; training only;
+- reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training;
+- the expert token exchange (``mapping.ep_dispatcher``): flat all-to-all or DeepEP node by node; ep > 1;
+- overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1.
+
+A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
+(``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
+engine would refuse (recomputation under a HyPar partition, say) snaps back with the engine's own message
+(``mapping_edit.checked_option``). The widget pushes commands through a callback of its panel, which keeps
+the degrees the user has typed but not applied (the model's change refreshes the panel, which would drop
+them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtGui import QUndoCommand
+from PySide6.QtWidgets import QComboBox, QGridLayout, QGroupBox, QLabel, QWidget
+from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.studio.document import ProjectDocument
+from tilewright.studio.mapping_commands import SetMappingOption
+from tilewright.studio.mapping_edit import checked_option
+from tilewright.studio.tree_edit import EditRefused
+from tilewright.studio.ui.fields import Check, ChoiceEditor, FlagEditor
+
+TITLE = "Options · each applies at once"
+RECOMPUTE_TEXT = "activation recompute"
+DISPATCHER_TEXT = "expert token exchange"
+OVERLAP_GRAD_TEXT = "reduce gradients under the last backward"
+OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
+RECOMPUTE_CHOICES = [r.value for r in Recompute]
+DISPATCHER_LABELS = {"alltoall": "alltoall (flat)", "deepep": "deepep (node by node)"}
+APPLIES = "Applies at once (one undo step), not through Auto-map"
+
+OPTION_TIPS = {
+    "recompute": "activation recomputation, trading compute for memory: none keeps every activation for the "
+                 "backward; selective drops the attention scores (QKᵀ, softmax, dropout) and recomputes them in "
+                 "the backward (Korthikanti et al. 2022, Megatron --recompute-activations); full keeps only each "
+                 "layer's input and runs the layer's forward again before its backward "
+                 f"(--recompute-granularity full). {APPLIES}",
+    "overlap_grad_reduce": "data parallel: reduce the gradients in buckets while the last micro-batch's backward "
+                           "still runs, so only the reduction of the first layers shows (Megatron "
+                           f"--overlap-grad-reduce); off, the whole reduction waits for the backward. {APPLIES}",
+    "ep_dispatcher": "MoE: how tokens reach their experts. alltoall (flat) sends each token to every rank "
+                     "holding one of its experts (Megatron-Core's alltoall dispatcher); deepep (node by node) "
+                     "sends it once per destination node over the network, then forwards it over the node's "
+                     "fabric to the GPUs of its experts (DeepEP, Megatron-Core's flex dispatcher). "
+                     f"{APPLIES}",
+    "overlap_ep_comm": "MoE: hide each expert all-to-all (dispatch and combine) behind another micro-batch's "
+                       "compute of the same layer, as DeepSeek-V3's DualPipe and Megatron-Core's "
+                       "--overlap-moe-expert-parallel-comm; only the part longer than that compute shows. "
+                       f"{APPLIES}",
+}
+TRAINING_ONLY = "training only: an inference run has no backward pass, so this option changes nothing"
+OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradients to reduce across replicas "
+                        "(set dp > 1 and press Auto-map first)")
+OVERLAP_EP_OFF_TIP = ("needs expert parallelism: with ep 1 the experts are not split, so there is no all-to-all "
+                      "to overlap (set ep > 1 and press Auto-map first)")
+DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
+                      "is exchanged (set ep > 1 and press Auto-map first)")
+
+
+def disabled_reason(field: str, project: Project) -> str | None:
+    """Why the option ``field`` cannot matter for ``project`` as applied, or None when it can."""
+    m, training = project.mapping, project.run.mode is Mode.train
+    if field == "recompute":
+        return None if training else TRAINING_ONLY
+    if field == "overlap_grad_reduce":
+        return TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1 else None
+    if field == "ep_dispatcher":
+        return DISPATCHER_OFF_TIP if m.ep == 1 else None
+    if field == "overlap_ep_comm":
+        return OVERLAP_EP_OFF_TIP if m.ep == 1 else None
+    raise KeyError(field)
+
+
+def undo_text(field: str, value: Any) -> str:
+    """The Edit menu's name of the gesture ("Activation recompute selective", not "Set mapping recompute")."""
+    if field == "recompute":
+        return f"Activation recompute {value}"
+    if field == "ep_dispatcher":
+        return f"Expert token exchange {DISPATCHER_LABELS[value]}"
+    if field == "overlap_grad_reduce":
+        return "Reduce gradients under the last backward" if value else "Reduce gradients after the backward"
+    if field == "overlap_ep_comm":
+        return "Overlap expert all-to-all" if value else "Stop overlapping expert all-to-all"
+    raise KeyError(field)
+
+
+class LabelledChoice(ChoiceEditor):
+    """A choice shown in words ("deepep (node by node)") while the model holds the bare value ("deepep")."""
+
+    def __init__(self, value: str, labels: dict[str, str], check: Check, parent: QWidget | None = None):
+        self.labels = labels
+        super().__init__(labels[value], list(labels.values()), lambda text: check(self.model_value(text)), parent)
+
+    def set_value(self, value: str) -> None:
+        super().set_value(self.labels[value])
+
+    def model_value(self, chosen: str) -> object:
+        return next(value for value, text in self.labels.items() if text == chosen)
+
+
+def _compact(combo: QComboBox) -> None:
+    """Let the combo shrink to the dock's width (1280 × 720) instead of widening the panel to its longest item."""
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(8)
+
+
+class MappingOptions(QGroupBox):
+    """The four option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+
+    def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
+        super().__init__(TITLE, parent)
+        self.doc = doc
+        self.push = push
+        m = doc.project.mapping
+        self.recompute = ChoiceEditor(m.recompute.value, RECOMPUTE_CHOICES, self._check("recompute"), parent=self)
+        self.overlap_grad = FlagEditor(m.overlap_grad_reduce, OVERLAP_GRAD_TEXT, self._check("overlap_grad_reduce"),
+                                       parent=self)
+        self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
+                                            parent=self)
+        self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
+        self.editors: dict[str, ChoiceEditor | FlagEditor] = {
+            "recompute": self.recompute, "overlap_grad_reduce": self.overlap_grad,
+            "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
+        }
+        for field, editor in self.editors.items():
+            editor.committed.connect(lambda value, f=field: self.set_option(f, value))
+        for combo in (self.recompute.combo, self.ep_dispatcher.combo):
+            _compact(combo)
+        self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self), "ep_dispatcher": QLabel(DISPATCHER_TEXT, self)}
+        grid = QGridLayout(self)
+        grid.addWidget(self.labels["recompute"], 0, 0)
+        grid.addWidget(self.recompute, 0, 1)
+        grid.addWidget(self.overlap_grad, 1, 0, 1, 2)
+        grid.addWidget(self.labels["ep_dispatcher"], 2, 0)
+        grid.addWidget(self.ep_dispatcher, 2, 1)
+        grid.addWidget(self.overlap_ep, 3, 0, 1, 2)
+        grid.setColumnStretch(1, 1)
+
+    def _check(self, field: str) -> Check:
+        def check(value: Any) -> str | None:
+            try:
+                checked_option(self.doc.project, field, value)
+            except EditRefused as exc:
+                return exc.reason
+            return None
+
+        return check
+
+    def current(self, field: str) -> Any:
+        value = getattr(self.doc.project.mapping, field)
+        return value.value if isinstance(value, Recompute) else value
+
+    def set_option(self, field: str, value: Any) -> bool:
+        """Push ONE ``SetMappingOption``; a refusal puts the control back to the model's value and says why."""
+        editor = self.editors[field]
+        try:
+            command = SetMappingOption(self.doc, field, value, undo_text(field, value))
+        except EditRefused as exc:
+            editor.set_value(self.current(field))
+            editor.show_error(exc.reason)
+            return False
+        self.push(command)
+        return True
+
+    def refresh(self) -> None:
+        """Follow the model: values, enabled states and the tooltips that say what a control does or why it is off."""
+        editable = not self.doc.read_only
+        for field, editor in self.editors.items():
+            editor.set_value(self.current(field))
+            editor.show_error(None)
+            reason = disabled_reason(field, self.doc.project)
+            editor.setEnabled(editable and reason is None)
+            tip = reason or OPTION_TIPS[field]
+            editor.setToolTip(tip)
+            if field in self.labels:
+                self.labels[field].setToolTip(tip)
+                self.labels[field].setEnabled(editable and reason is None)
