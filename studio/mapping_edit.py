@@ -83,7 +83,9 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
     return [p for p in after if p not in parallel_problems(project)] if after else []
 
 
-OPTION_FIELDS = ("recompute", "overlap_grad_reduce", "ep_dispatcher", "overlap_ep_comm")  # set one at a time
+OPTION_FIELDS = (  # set one at a time
+    "recompute", "recompute_layers", "overlap_grad_reduce", "ep_dispatcher", "overlap_ep_comm",
+)
 
 
 def _problems_at(project: Project, field: str) -> list[str]:
@@ -108,6 +110,8 @@ def checked_option(project: Project, field: str, value: Any) -> Mapping:
         raise EditRefused(f"not a mapping option: {field}")
     data = project.mapping.model_dump(mode="json")
     data[field] = value
+    if field == "recompute" and value != "full":  # a count of whole layers to re-run means nothing then
+        data["recompute_layers"] = None
     mapping = _validated(data)
     after = _problems_at(project.model_copy(update={"mapping": mapping}), field)
     new = [p for p in after if p not in _problems_at(project, field)] if after else []

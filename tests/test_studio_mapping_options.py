@@ -85,6 +85,28 @@ def test_recompute_is_one_undo_step_the_combo_follows(make_window):
     assert combo.combo.currentText() == "selective"
 
 
+def test_layers_re_run_follow_full_recompute(make_window):
+    """The layer count is off until recompute is full; typed, it is one undo step; leaving full recomputation
+    clears it in the same step (a count of whole layers means nothing then), and undo brings both back."""
+    w = make_window(load_project(MIXTRAL))
+    doc, opts = w.doc, w.workload.options
+    layers = opts.recompute_layers
+    assert not layers.isEnabled() and "full" in layers.toolTip()
+    choose(opts.recompute, "full")
+    assert layers.isEnabled() and layers.line_edit.text() == ""
+    layers.type_and_commit("3")
+    assert doc.project.mapping.recompute_layers == 3 and doc.undo_stack.count() == 2
+    assert "Recompute 3 layers" in doc.undo_stack.undoText()
+    choose(opts.recompute, "selective")
+    assert doc.project.mapping.recompute is Recompute.selective and doc.project.mapping.recompute_layers is None
+    assert doc.undo_stack.count() == 3 and not layers.isEnabled()
+    doc.undo_stack.undo()
+    assert doc.project.mapping.recompute_layers == 3 and layers.line_edit.text() == "3" and layers.isEnabled()
+    layers.type_and_commit("0")  # refused with the reason; nothing is pushed
+    assert doc.undo_stack.index() == 2 and doc.undo_stack.count() == 3 and doc.project.mapping.recompute_layers == 3
+    assert "recompute_layers" in layers.error and "1" in layers.error
+
+
 def test_the_combo_refuses_what_the_engine_refuses(make_window):
     w = make_window(load_project(HYPAR))
     panel, doc = w.workload, w.doc

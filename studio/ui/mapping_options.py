@@ -1,9 +1,11 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Four of them, in a group under the Mapping box of the workload dock:
+Five of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
+- with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
+  all; Megatron's block method); leaving full recomputation clears it;
 - reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training;
 - the expert token exchange (``mapping.ep_dispatcher``): flat all-to-all or DeepEP node by node; ep > 1;
 - overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1.
@@ -29,10 +31,12 @@ from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping_commands import SetMappingOption
 from tilewright.studio.mapping_edit import checked_option
 from tilewright.studio.tree_edit import EditRefused
-from tilewright.studio.ui.fields import Check, ChoiceEditor, FlagEditor
+from tilewright.studio.ui.fields import Check, ChoiceEditor, FlagEditor, ValueEditor
+from tilewright.studio.units import COUNT
 
 TITLE = "Options · each applies at once"
 RECOMPUTE_TEXT = "activation recompute"
+RECOMPUTE_LAYERS_TEXT = "layers re-run per chunk"
 DISPATCHER_TEXT = "expert token exchange"
 OVERLAP_GRAD_TEXT = "reduce gradients under the last backward"
 OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
@@ -46,6 +50,9 @@ OPTION_TIPS = {
                  "the backward (Korthikanti et al. 2022, Megatron --recompute-activations); full keeps only each "
                  "layer's input and runs the layer's forward again before its backward "
                  f"(--recompute-granularity full). {APPLIES}",
+    "recompute_layers": "full recomputation of only the first N transformer layers of each model chunk, the "
+                        "others keeping every activation (Megatron --recompute-method block "
+                        f"--recompute-num-layers N); empty: every layer. {APPLIES}",
     "overlap_grad_reduce": "data parallel: reduce the gradients in buckets while the last micro-batch's backward "
                            "still runs, so only the reduction of the first layers shows (Megatron "
                            f"--overlap-grad-reduce); off, the whole reduction waits for the backward. {APPLIES}",
@@ -64,6 +71,7 @@ OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradient
                         "(set dp > 1 and press Auto-map first)")
 OVERLAP_EP_OFF_TIP = ("needs expert parallelism: with ep 1 the experts are not split, so there is no all-to-all "
                       "to overlap (set ep > 1 and press Auto-map first)")
+RECOMPUTE_LAYERS_OFF_TIP = "needs full recomputation (choose 'full' above): only whole layers are re-run"
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
                       "is exchanged (set ep > 1 and press Auto-map first)")
 
@@ -73,6 +81,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
     m, training = project.mapping, project.run.mode is Mode.train
     if field == "recompute":
         return None if training else TRAINING_ONLY
+    if field == "recompute_layers":
+        return TRAINING_ONLY if not training else None if m.recompute is Recompute.full else RECOMPUTE_LAYERS_OFF_TIP
     if field == "overlap_grad_reduce":
         return TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1 else None
     if field == "ep_dispatcher":
@@ -86,6 +96,8 @@ def undo_text(field: str, value: Any) -> str:
     """The Edit menu's name of the gesture ("Activation recompute selective", not "Set mapping recompute")."""
     if field == "recompute":
         return f"Activation recompute {value}"
+    if field == "recompute_layers":
+        return "Recompute every layer" if value is None else f"Recompute {value} layers per chunk"
     if field == "ep_dispatcher":
         return f"Expert token exchange {DISPATCHER_LABELS[value]}"
     if field == "overlap_grad_reduce":
@@ -116,7 +128,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The four option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The five option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -124,27 +136,34 @@ class MappingOptions(QGroupBox):
         self.push = push
         m = doc.project.mapping
         self.recompute = ChoiceEditor(m.recompute.value, RECOMPUTE_CHOICES, self._check("recompute"), parent=self)
+        self.recompute_layers = ValueEditor(m.recompute_layers, COUNT, self._check("recompute_layers"),
+                                            optional=True, parent=self)
         self.overlap_grad = FlagEditor(m.overlap_grad_reduce, OVERLAP_GRAD_TEXT, self._check("overlap_grad_reduce"),
                                        parent=self)
         self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
                                             parent=self)
         self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
-        self.editors: dict[str, ChoiceEditor | FlagEditor] = {
-            "recompute": self.recompute, "overlap_grad_reduce": self.overlap_grad,
+        self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
+            "recompute": self.recompute, "recompute_layers": self.recompute_layers,
+            "overlap_grad_reduce": self.overlap_grad,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
         for combo in (self.recompute.combo, self.ep_dispatcher.combo):
             _compact(combo)
-        self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self), "ep_dispatcher": QLabel(DISPATCHER_TEXT, self)}
+        self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
+                       "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
+                       "ep_dispatcher": QLabel(DISPATCHER_TEXT, self)}
         grid = QGridLayout(self)
         grid.addWidget(self.labels["recompute"], 0, 0)
         grid.addWidget(self.recompute, 0, 1)
-        grid.addWidget(self.overlap_grad, 1, 0, 1, 2)
-        grid.addWidget(self.labels["ep_dispatcher"], 2, 0)
-        grid.addWidget(self.ep_dispatcher, 2, 1)
-        grid.addWidget(self.overlap_ep, 3, 0, 1, 2)
+        grid.addWidget(self.labels["recompute_layers"], 1, 0)
+        grid.addWidget(self.recompute_layers, 1, 1)
+        grid.addWidget(self.overlap_grad, 2, 0, 1, 2)
+        grid.addWidget(self.labels["ep_dispatcher"], 3, 0)
+        grid.addWidget(self.ep_dispatcher, 3, 1)
+        grid.addWidget(self.overlap_ep, 4, 0, 1, 2)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:
