@@ -305,6 +305,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         micro_batch=p.mbs, global_batch=p.gbs, fusion=FLASH, stages=stages,
         recompute="full" if p.model in RECOMPUTE_LAYERS else "selective",
         recompute_layers=RECOMPUTE_LAYERS.get(p.model),
+        fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
         overlap_ep_comm=A2A_OVERLAP.get(p.model, False), ep_dispatcher=DISPATCHER.get(p.model, "alltoall"),
     )

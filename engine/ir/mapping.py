@@ -153,7 +153,7 @@ def tp_axes_for(axes: tuple[int, int] | None, tp: int) -> tuple[int, int] | None
 class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
-        "overlap_ep_comm", "ep_dispatcher", "recompute_layers",
+        "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy",
     )
 
     tp: PosInt = 1
@@ -184,6 +184,10 @@ class Mapping(QuietDefaultsModel):
         None, description="with recompute 'full': re-run only the first N transformer layers of each model chunk "
         "and keep every activation of the others (Megatron --recompute-method block --recompute-num-layers N); "
         "None: every layer",
+    )
+    fused_cross_entropy: bool = Field(
+        False, description="GPUs: the cross-entropy as one fused kernel (Megatron-Core --cross-entropy-loss-fusion, "
+        "NVIDIA's recipes) instead of Megatron-LM's eager vocab-parallel kernels over fp32 logits (plan.launch)",
     )
     zero: Annotated[int, Field(ge=0, le=3)] = 0
     overlap_grad_reduce: bool = Field(

@@ -42,7 +42,10 @@ router's probabilities) that the workload already has (``dispatch_work``):
   (``before_ep_alltoall`` with ep > 1 or several local experts, else ``before_finish``): the host's lead is
   thrown away once per MoE layer per forward (``launch.drain_seconds``). The backward reuses the counts (the
   all-to-all's autograd function and ``GroupedLinear`` keep the splits): no sync. With a capacity factor
-  Megatron-Core pads every expert to its capacity (``drop_and_pad``) and never syncs.
+  Megatron-Core pads every expert to its capacity (``drop_and_pad``) and never syncs;
+- the host's own work around every MoE op (router, routing, dispatcher, ``GroupedLinear`` per local expert,
+  combine: ``plan.moe_host``) replaces the op kind's generic ``launch.host_seconds`` (``DispatchWork.host_s``):
+  it binds where the device runs the layer faster than the host issues it.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collective_phase import Collective, Phase, route_latency
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.plan.launch import drain_seconds
+from tilewright.engine.plan.moe_host import framework_host
 
 EP_PREFIX = "ep:"  # expert parallelism's all-to-all, a segment collective (``plan.sharding``)
 
@@ -187,31 +191,38 @@ class DispatchWork:
     """The token dispatcher's device work beside one op's pass (module docstring): bytes its permutation
     kernel streams through device memory on the far side of the op's all-to-all (the dispatch side's
     ``permute``: before it in the forward, its inverse after it in the backward), bytes its sort kernel
-    streams between the op and its all-to-all (``sort_chunks_by_idxs`` or its inverse), and the device's
-    idle time draining the host before any of it (dropless forward)."""
+    streams between the op and its all-to-all (``sort_chunks_by_idxs`` or its inverse), the device's
+    idle time draining the host before any of it (dropless forward), and the host seconds of Megatron-Core's
+    code behind the op's pass (``moe_host.framework_host``), charged instead of ``launch.host_seconds``
+    (None: the generic charge stands)."""
 
     permute_bytes: float = 0.0
     sort_bytes: float = 0.0
     sync_s: float = 0.0
+    host_s: float | None = None
 
 
 NO_DISPATCH = DispatchWork()
 
 
 def dispatch_work(
-    op: Op, backward: bool, tokens_scale: float, tp: int, ep: int, elem_bytes: float, compute: Compute
+    op: Op, backward: bool, tokens_scale: float, tp: int, ep: int, elem_bytes: float, compute: Compute,
+    fp8: bool = False, framework: bool = True,
 ) -> DispatchWork:
     """The dispatcher's work around a routed-expert op on a device a host framework drives kernel by kernel
     (``issues_kernels``; grids and wafers run their own dataflow): on the dispatch side (the op whose input
     the all-to-all brings) the permutation, the sort by local expert and, dropless forward, the host sync; on
     the combine side (the op whose output goes back) the sort back. Each pass reads and writes the side's
-    token-slots once. ``tokens_scale``: samples per pass."""
+    token-slots once. ``tokens_scale``: samples per pass. With ``framework`` (Megatron-Core training) every
+    MoE op also carries its host work (``moe_host``; ``fp8``: its GroupedLinear quantizes per expert)."""
     info = op.moe
-    if info is None or info.role is not MoERole.expert or not issues_kernels(compute):
+    if info is None or not issues_kernels(compute):
         return NO_DISPATCH
+    host = framework_host(op, backward, ep, fp8, compute) if framework else None
     dispatch, combine = exchange(op, False, tokens_scale, tp, elem_bytes)  # token-slot bytes each side
-    if not dispatch and not combine:
-        return NO_DISPATCH
+    if info.role is not MoERole.expert or (not dispatch and not combine):
+        return NO_DISPATCH if host is None else DispatchWork(host_s=host)
     sorts = 1 if info.experts / ep > 1 else 0  # sort_chunks_by_idxs only with several local experts
     sync = dispatch > 0 and not backward and info.capacity_factor is None
-    return DispatchWork(2 * dispatch, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0)
+    return DispatchWork(2 * dispatch, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0,
+                        host)

@@ -77,6 +77,17 @@ in about 430 µs, which the device undercuts when a layer's work is small (a hid
 micro-batch 1, or tp 4-8). The host's lead is not carried across a collective (it could be: launches are
 asynchronous), which makes the bound slightly pessimistic, never optimistic.
 
+**Cross-entropy.** Megatron-LM's vocab-parallel cross-entropy runs as eager kernels, each streaming the
+rank's fp32 logit shard (``megatron/mpu/cross_entropy.py``, ``_VocabParallelCrossEntropy``): forward, the
+max (read 4 B per logit), subtracting it in place (read and write, 8), exp in place (8), the sum (4) and
+dividing by it in place (8), keeping the softmax for the backward; backward, scaling it in place (8) after a
+small scatter at the targets. GPT's ``post_language_model_processing`` first casts the logits to fp32
+(``.float()`` unless --fp16-lm-cross-entropy): read at the activation width and written at 4 B, the gradient
+cast back. ``op_cost`` charges any loss one read of the logits forward and two backward, what a fused kernel
+(Megatron-Core's --cross-entropy-loss-fusion, ``mapping.fused_cross_entropy``) moves; the eager kernels' bytes
+beyond that are ``eager_cross_entropy_bytes``. For a small GPT (hidden 1024, vocabulary 51,200) the logits
+outweigh a layer's activations fifty-fold.
+
 **Attention scores.** Without a fused (flash) kernel, attention's two batched matmuls go through device
 memory: QKᵀ writes the a·s² scores and PV reads the dropped-out probabilities (forward); the backward
 reads the probabilities for ∂V, writes ∂P and reads ∂S twice (for ∂Q and ∂K). The softmax and dropout
@@ -90,7 +101,7 @@ import dataclasses
 from typing import Literal
 
 from tilewright.engine.ir.hardware import Compute, RuntimeGraphs
-from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 
 InferencePass = Literal["prefill", "decode"]
@@ -178,6 +189,19 @@ def host_calls(op: Op, backward: bool) -> int:
 def host_seconds(op: Op, backward: bool, compute: Compute) -> float:
     """Host time to run one op's pass in the framework: its kernel launches and its other calls."""
     return kernels(op, backward) * compute.host_dispatch_s + host_calls(op, backward) * compute.host_call_s
+
+
+CROSS_ENTROPY_BYTES = (32.0, 8.0)  # (forward, backward) bytes per fp32 logit of the eager kernels (docstring)
+
+
+def eager_cross_entropy_bytes(op: Op, backward: bool, elem_bytes: float) -> float:
+    """Bytes per logit element of a rank's shard that the eager vocab-parallel cross-entropy streams beyond
+    what ``op_cost`` charges a loss (one read of the logits forward, two backward); 0 for any other op."""
+    if op.kind is not OpKind.loss or op.split is not TensorSplit.vocab:
+        return 0.0
+    cast = elem_bytes + 4.0 if elem_bytes < 4 else 0.0  # the .float() and, backward, the gradient cast back
+    charged = (2.0 if backward else 1.0) * elem_bytes
+    return max(0.0, CROSS_ENTROPY_BYTES[backward] + cast - charged)
 
 
 def attention_scores(ops: list[Op]) -> dict[str, float]:

@@ -15,15 +15,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.mapping import SpatialSplit
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
-from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import ContextComm
 from tilewright.engine.plan.experts import dispatch_work, exchange
-from tilewright.engine.plan.launch import SCORE_PASSES_FORWARD, attention_scores, extra_launches, host_seconds
+from tilewright.engine.plan.launch import (
+    SCORE_PASSES_FORWARD,
+    attention_scores,
+    eager_cross_entropy_bytes,
+    extra_launches,
+    host_seconds,
+)
 from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_comm
 
@@ -127,6 +134,8 @@ class PassContext:
     # ep groups at once), to hide it behind the paired micro-batch's compute of the layer (``_a2a``)
     ep_seconds: Callable[[float], float] | None = None
     tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
+    fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
+    moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
 
 
 def fused_edges(chains: list[list[str]]) -> frozenset[tuple[str, str]]:
@@ -189,7 +198,9 @@ class _Builder:
         With context parallelism an attention op is followed by the exposed part of its K/V ring."""
         c = self.ctx
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
-        moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute)
+        fp8 = c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
+        moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute,
+                            fp8, c.moe_framework)
         if moe.sync_s:
             self._host_sync(op, moe.sync_s)
         if not backward:
@@ -223,7 +234,13 @@ class _Builder:
             )
         seg.add(t, self.out.dataflows)
         seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
-        seg.host_s += host_seconds(op, backward, c.dev.compute)
+        if not c.fused_loss and c.dev.local_dram is not None and issues_kernels(c.dev.compute):
+            if per_logit := eager_cross_entropy_bytes(op, backward, c.elem_bytes):  # launch.py: eager kernels
+                nbytes = per_logit * op.in_elems * c.micro_batch / shard(op, c.tp, c.sequence_parallel)
+                seg.busy_s += nbytes / c.dev.dram_bandwidth
+                seg.local_bytes += nbytes
+                self.layer_busy += nbytes / c.dev.dram_bandwidth
+        seg.host_s += host_seconds(op, backward, c.dev.compute) if moe.host_s is None else moe.host_s
         if c.offload_saved:
             seg.offload_s += saved_bytes(op, c) / c.offload_saved
         self.layer_busy += t.busy_s
@@ -378,6 +395,11 @@ def forward_pass(
                 op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)
             ):
                 b.comm(_reduce(sp), tp_elems(op, op.out_elems), op.layer, op.name)
+            if op.kind is OpKind.loss and op.split is TensorSplit.vocab:
+                # the vocab-parallel cross-entropy combines its shards' max, target logit and sum of
+                # exponentials: three all-reduces of one fp32 value per token (megatron/mpu/cross_entropy.py)
+                for _ in range(3):
+                    b.comm("all-reduce", ctx.rows_per_sample * 4 / ctx.elem_bytes, op.layer, op.name)
             prev_column = column
     return b.finish()
 

@@ -376,6 +376,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ctx = PassContext(dev, mb, m.tp, m.sequence_parallel, elem, fused_edges(m.fusion), formats, m.spatial)
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
         ctx.rows_per_sample = workload.tokens_per_sample
+        ctx.fused_loss = m.fused_cross_entropy
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
         per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp)  # weights_by_op
         tied_copy = {tied.layer: tied.params} if tied is not None and r == tied.last else {}  # plan.tied

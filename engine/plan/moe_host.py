@@ -1,0 +1,164 @@
+"""Host (CPU) work of Megatron-Core's MoE layer per pass, beside what ``plan.launch`` charges a dense layer.
+
+A GPU's segment lasts max(device, host) (``plan.launch``). ``launch.KERNELS``/``HOST_CALLS`` count one op kind's
+framework work from Megatron-LM's GPT layer; an MoE layer's ops (router, routing, routed experts, combine) stand
+for far more Python than a dense op of the same kind: the router's top-k, score and aux-loss bookkeeping, the
+token dispatcher's metadata, device-to-host copies and autograd Functions, and Transformer Engine's
+``GroupedLinear``, whose work grows with the local experts (experts / ep). This module counts it for one MoE
+layer, per op of ours, and the plan charges the count *instead of* the op kind's generic one (``host_s``).
+
+Counted from the public code (NVIDIA/Megatron-LM ``megatron/core/transformer/moe``; NVIDIA/TransformerEngine
+``transformer_engine/pytorch/module/grouped_linear.py`` and ``csrc/extensions/cast.cpp``) for the configuration
+NVIDIA's published MoE runs use: the all-to-all dispatcher, ``moe_permute_fusion``, dropless, aux-loss load
+balancing (softmax scores, top-k before softmax), ``TEGroupedMLP`` with the fused weighted SwiGLU, expert tensor
+parallelism 1; bf16, or fp8 with current scaling (FP8-CS). Three kinds of host work, each at its own cost:
+
+- ``kernels``: launches through PyTorch's eager path (Python, autograd, ATen dispatch): ``host_dispatch_s``;
+- ``calls``: framework calls that launch nothing (views, module and method calls, ``torch.empty``, stream and
+  event calls, a D2H copy's bookkeeping; a Python autograd ``Function``'s apply or backward counts 3, as in
+  ``plan.launch``): ``host_call_s``;
+- ``per_expert``: calls made once per local expert inside each ``GroupedLinear`` (two per layer: fc1 with gate
+  and up fused, fc2), at ``host_call_s``. Kernels TE launches from a C++ loop (a cuBLAS GEMM per expert on its
+  multi-stream path; current scaling's amax, scale and cast-transpose per expert) pay the library lookup and
+  ``cudaLaunchKernel`` without Python, autograd or ATen: counted here as calls.
+
+Per group (forward; backward), ``n`` = local experts:
+
+- router (``router.py`` ``TopKRouter.forward``/``gating``, ``moe_utils.router_gating_linear``): the input and
+  weight casts to the router's fp32 and the logits GEMM (3 kernels); module, jitter, bias-dtype and gating
+  calls, the gating Function (9 calls). Backward: its Function (3), the two GEMMs and the cast back (3 kernels).
+- routing (``router.py`` ``routing``/``aux_loss_load_balancing``/``apply_load_balancing_loss``,
+  ``moe_utils.topk_routing_with_score_function``, ``compute_routing_scores_for_aux_loss``,
+  ``get_tokens_per_expert_and_token_count``, ``switch_load_balancing_loss_func``, ``MoEAuxLossAutoScaler``,
+  ``save_to_aux_losses_tracker``): top-k, softmax, cast, the probabilities' and the map's zeros/scatter/int/bool
+  (9); the aux loss's own softmax, top-k and map (6), the counts' sum, the loss's sum, product, sum and scale
+  (5); the tracker's division and accumulation (2) — 22 kernels; 27 calls (views, nested helpers, the
+  reduction region's and the auto-scaler's Functions, the tracker). Backward: 11 kernels (the auto-scaler's
+  ones and product, the loss's and both softmaxes' and top-k's gradients), 8 calls.
+- dispatch (``token_dispatcher.py`` ``MoEAlltoAllTokenDispatcher.dispatch_preprocess``,
+  ``preprocess``, ``_maybe_dtoh_and_synchronize``, ``dispatch_all_to_all``, ``dispatch_postprocess``;
+  ``moe_utils.permute``/``sort_chunks_by_idxs``; ``tensor_parallel.mappings.all_to_all``): the counts' sums,
+  the metadata all-gather over tp × ep and its reshapes (8 kernels), four non-blocking D2H copies of the
+  splits (4), the fused permutation's three row-id-map kernels and the sort's chunk map (4: the permutation
+  and sort kernels themselves are ``passes._stream``'s), the probabilities' all-to-all (1; the tokens' is the
+  plan's collective) — 17 kernels; 58 calls (asserts and views, the four sync-point checks, the side stream's
+  wait, context and event, each copy's ``record_stream`` and ``numpy``, the permutation's, sort's and two
+  all-to-alls' Functions and buffers, ``TEGroupedMLP.forward``'s ``tolist`` and ``unsqueeze``), fp8 4 more
+  (``Fp8Padding`` of the tokens and the probabilities). The host issues 15 kernels and 36 calls of it
+  (metadata, copies, permutation) before the dropless forward's host sync, right after routing: they are
+  charged with our routing op ("preprocess"), where the device still has the layer's earlier work to run;
+  the rest (all-to-all calls, the sort's map, ``TEGroupedMLP``'s entry) with ``experts_up`` and fc1. Backward:
+  the probabilities' all-to-all (1 kernel); the sort's, two all-to-alls' and the permutation's Functions and
+  buffers (15 calls).
+- gate: Megatron-Core's fc1 computes gate and up in one ``GroupedLinear``: nothing of its own.
+- activation (``experts.py`` ``bias_act_func``, ``fusions/fused_bias_swiglu.weighted_bias_swiglu_impl``): 1
+  kernel, 7 calls; backward 2 kernels (input and probabilities), 3 calls.
+- combine side, on our ``experts_down``: ``_apply_bias`` (1 call), the sort back (``combine_preprocess``: the
+  transposed splits' ``ravel`` copy and the chunk map, 2 kernels; Function and buffers), the combine's
+  all-to-all Function — 13 calls, fp8 3 more (``Fp8Unpadding``). Backward: 6 calls.
+- combine (``combine_postprocess``: the fused un-permutation's Function and buffer; ``MoELayer.forward``'s
+  module call and its route/dispatch/compute/combine methods): 1 kernel, 15 calls; backward 1 kernel, 4 calls.
+- each ``GroupedLinear`` (TE ``GroupedLinear.forward``/``_GroupedLinear.forward``, Megatron-Core's
+  ``TEGroupedLinear``): fixed 27 calls (module calls, ``prepare_forward``, quantizer lookup, the Function, the
+  output buffer, the grouped-GEMM wrapper, saving, the multi-stream events); per expert bf16 5 (the weight's
+  attribute, its split view, its ``cast_if_needed``, its cuBLAS GEMM, its saved tensors), fp8 13 (the attribute,
+  two quantizers' ``set_usage``, ``split_quantize``'s three buffers and current scaling's three kernels — its
+  fused multi-tensor kernel is for delayed scaling only —, the weight workspace, the GEMM, saving, usage).
+  Backward fixed 22 calls (the Function, restore, the dgrad buffer, two grouped GEMMs' wrappers and events);
+  per expert bf16 7 (main-grad lookup, split view, dgrad and wgrad GEMMs, ``handle_custom_ddp_from_mcore`` and
+  its dummy ``torch.empty``, ``clear_tensor_data``), fp8 13 (the grad output's three buffers and three
+  quantize kernels instead of the view, the weight's usage).
+
+Not counted: NCCL's per-peer calls inside an uneven all-to-all, the tensor-parallel gathers of an expert-TP
+layer, the shared experts (an ordinary MLP: ``plan.launch``'s counts), capacity-factor routing (padded: the
+dispatcher's counts shrink; charged as dropless), and the extra kernels' device floors (host time only). The
+flex dispatcher (``Mapping.ep_dispatcher`` 'deepep') is charged the all-to-all dispatcher's counts (its router
+and GroupedLinear are the same code); fp8 with delayed scaling would quantize all experts in one fused kernel
+(fewer calls than the current scaling counted here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilewright.engine.ir.hardware import Compute
+from tilewright.engine.ir.ops import MoERole, Op, OpKind
+from tilewright.engine.perf.device import issues_kernels
+
+
+@dataclass(frozen=True, slots=True)
+class HostCount:
+    """Host work of one group of Megatron-Core's MoE code in one pass (module docstring)."""
+
+    kernels: int = 0  # eager launches: host_dispatch_s each
+    calls: int = 0  # calls that launch nothing: host_call_s each
+    per_expert: int = 0  # calls per local expert (GroupedLinear): host_call_s each
+
+    def seconds(self, local_experts: int, compute: Compute) -> float:
+        calls = self.calls + self.per_expert * local_experts
+        return self.kernels * compute.host_dispatch_s + calls * compute.host_call_s
+
+
+# group → (forward, backward), module docstring
+GROUPS: dict[str, tuple[HostCount, HostCount]] = {
+    "router": (HostCount(3, 9), HostCount(3, 3)),
+    "routing": (HostCount(22, 27), HostCount(11, 8)),
+    "preprocess": (HostCount(15, 36), HostCount()),  # the dispatcher before the host sync
+    "dispatch": (HostCount(2, 22), HostCount(1, 15)),  # after it: all-to-all calls, sort map, TEGroupedMLP entry
+    "gate": (HostCount(), HostCount()),
+    "activation": (HostCount(1, 7), HostCount(2, 3)),
+    "combine_side": (HostCount(2, 13), HostCount(0, 6)),
+    "combine": (HostCount(1, 15), HostCount(1, 4)),
+}
+FP8_PADDING: dict[str, int] = {"dispatch": 4, "combine_side": 3}  # Fp8Padding / Fp8Unpadding calls, forward
+# one GroupedLinear: (forward, backward), bf16 and fp8
+GROUPED_LINEAR: dict[bool, tuple[HostCount, HostCount]] = {
+    False: (HostCount(0, 27, 5), HostCount(0, 22, 7)),
+    True: (HostCount(0, 27, 13), HostCount(0, 22, 13)),
+}
+# the groups that run a GroupedLinear: fc1 after the dispatch, fc2 on the combine side
+LINEAR_GROUPS = frozenset({"dispatch", "combine_side"})
+
+
+def groups(op: Op) -> tuple[str, ...]:
+    """The groups of Megatron-Core's MoE layer an op of ours stands for (the routing op also for the
+    dispatcher's work before the host sync: the host issues it right after routing); () for an op without MoE
+    metadata or a shared expert (an ordinary MLP)."""
+    info = op.moe
+    if info is None:
+        return ()
+    if info.role is MoERole.router:
+        return ("router",)
+    if info.role is MoERole.routing:
+        return ("routing", "preprocess")
+    if info.role is MoERole.combine:
+        return ("combine",)
+    if info.role is not MoERole.expert:
+        return ()
+    if info.dispatch_elems_per_token > 0:
+        return ("dispatch",)
+    if info.combine_elems_per_token > 0:
+        return ("combine_side",)
+    return ("activation",) if op.kind is OpKind.elementwise else ("gate",)
+
+
+def count(name: str, backward: bool, fp8: bool) -> tuple[HostCount, ...]:
+    """The counts one group's pass runs: its own, its GroupedLinear's, fp8's padding calls."""
+    out = [GROUPS[name][backward]]
+    if name in LINEAR_GROUPS:
+        out.append(GROUPED_LINEAR[fp8][backward])
+        if fp8 and not backward:
+            out.append(HostCount(calls=FP8_PADDING[name]))
+    return tuple(out)
+
+
+def framework_host(op: Op, backward: bool, ep: int, fp8: bool, compute: Compute) -> float | None:
+    """Host seconds of Megatron-Core's code behind one MoE op's pass on a device a host framework drives kernel
+    by kernel (``issues_kernels``), to be charged instead of ``launch.host_seconds``; None elsewhere (grids and
+    wafers, non-MoE ops, shared experts): the generic charge stands. ``ep``: expert-parallel ranks (the local
+    experts are experts / ep)."""
+    names = groups(op)
+    if not names or not issues_kernels(compute):
+        return None
+    local = max(1, op.moe.experts // max(ep, 1))  # type: ignore[union-attr]
+    return sum(c.seconds(local, compute) for name in names for c in count(name, backward, fp8))
