@@ -142,3 +142,14 @@ def test_graphed_passes_pay_no_host_calls():
     dev = pass_device(gpu, "decode")
     assert dev.compute.host_dispatch_s == 0.0 and dev.compute.host_call_s == 0.0
     assert pass_device(gpu, "prefill").compute.host_call_s == 0.5e-3
+
+
+def test_a_recomputed_layer_pays_its_checkpoint_on_the_host():
+    """Megatron-LM's CheckpointFunction saves and restores the RNG states and calls backward from inside its
+    own backward: ``CHECKPOINT_CALLS`` framework calls per re-run layer, charged with the re-run pass."""
+    from tilewright.engine.plan.launch import CHECKPOINT_CALLS
+
+    layers = _block(_spec()) * 3
+    ctx = PassContext(_gpu(1e-3, call_s=0.5e-3), 1, 1, False, 2)  # host-bound: a pass lasts its host time
+    rerun, forward = forward_pass(layers, ctx, "R"), forward_pass(layers, ctx, "F")
+    assert rerun.busy_s - forward.busy_s == pytest.approx(3 * CHECKPOINT_CALLS * 0.5e-3)

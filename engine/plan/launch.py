@@ -46,6 +46,13 @@ paid at ``Compute.host_call_s``; the kernel-issuing calls are ``KERNELS`` at ``h
 - embedding: the vocab-parallel mask, clone and region Function (6 forward, 3 backward); the vocab-parallel
   cross-entropy's Function, views and index arithmetic (11, 6).
 
+Full recomputation wraps each layer in Megatron-LM's ``CheckpointFunction`` (``megatron/mpu/random.py``),
+whose Python saves the CPU, CUDA and RNG-tracker states in the forward (its Function, three state reads, the
+no-grad context and the save: 9 calls) and in the backward reads the current states, restores the forward's,
+detaches the inputs, re-runs the layer under ``enable_grad``, restores the states again and calls
+``torch.autograd.backward`` on the layer from inside its own backward (23): ``CHECKPOINT_CALLS`` per re-run
+layer, charged with its re-run.
+
 A kernel-issuing call costs ``host_dispatch_s`` in all; so a layer's forward costs its host
 ``16 × host_dispatch_s + 100 × host_call_s`` (about 430 µs on a DGX A100's host), which small layers
 (tp 8, micro-batch 1) cannot hide.
@@ -137,6 +144,8 @@ HOST_CALLS: dict[OpKind, tuple[int, int]] = {
     OpKind.loss: (11, 6),
 }
 
+CHECKPOINT_CALLS = 9 + 23  # CheckpointFunction's forward and backward per re-run layer (module docstring)
+
 SCORE_PASSES_FORWARD = 2  # QKᵀ writes S, PV reads P
 SCORE_PASSES_BACKWARD = 2 * SCORE_PASSES_FORWARD  # reads P (∂V), writes ∂P, reads ∂S for ∂Q and ∂K
 
@@ -184,6 +193,11 @@ def host_calls(op: Op, backward: bool) -> int:
     """Framework calls of one op's forward or backward pass that issue no kernel."""
     fwd, bwd = HOST_CALLS.get(op.kind, (1, 1))
     return bwd if backward else fwd
+
+
+def checkpoint_host_seconds(compute: Compute) -> float:
+    """Host time of the activation checkpoint around one fully recomputed layer (``CHECKPOINT_CALLS``)."""
+    return CHECKPOINT_CALLS * compute.host_call_s
 
 
 def host_seconds(op: Op, backward: bool, compute: Compute) -> float:

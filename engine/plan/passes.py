@@ -27,6 +27,7 @@ from tilewright.engine.plan.experts import dispatch_work, exchange
 from tilewright.engine.plan.launch import (
     SCORE_PASSES_FORWARD,
     attention_scores,
+    checkpoint_host_seconds,
     eager_cross_entropy_bytes,
     extra_launches,
     host_seconds,
@@ -379,7 +380,7 @@ def forward_pass(
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
         flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
-        for op, fused in zip(ops, flags, strict=True):
+        for j, (op, fused) in enumerate(zip(ops, flags, strict=True)):
             if only_selective:  # a fused attention kernel recomputes its core inside its backward (op_cost)
                 if op.selective and op.name not in flash:
                     b.add_op(op, backward=False, scores=scores.get(op.name, 0.0))
@@ -388,6 +389,8 @@ def forward_pass(
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
                 b.comm("all-gather", tp_elems(op, op.in_elems), op.layer, op.name)
             b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0))
+            if kind == "R" and j == 0 and b._open is not None:  # the layer's activation checkpoint (launch.py)
+                b._open.host_s += checkpoint_host_seconds(ctx.dev.compute)
             if ctx.tp_axes is not None:
                 if _weighted(op):  # 2-D tensor parallelism: every weighted op reduces along one axis
                     b.comm(*axis_comm(op, ctx.tp_axes), op.layer, op.name)

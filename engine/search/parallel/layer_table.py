@@ -20,7 +20,7 @@ from tilewright.engine.hardware.interleave import stream_usage
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import DeviceModel
-from tilewright.engine.perf.memory import activation_bytes, params_on_device, workspace_bytes
+from tilewright.engine.perf.memory import activation_bytes, params_on_device, recomputed_layers, workspace_bytes
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.passes import ChunkPass, backward_pass, forward_pass
 from tilewright.engine.search.op_settings import OpSettings
@@ -119,15 +119,15 @@ class LayerCosts:
         out = {}
         for k, i in self.representative.items():
             layer = [self.ops[i]]
-            forward, backward, selective = base[k]
+            forward, backward, selective, rerun = base[k]
             passes = [forward, backward]
-            if rc is Recompute.full:
-                passes.append(forward)  # the recomputed forward is the forward again (``forward_pass(..., "R")``)
+            full = bool(recomputed_layers(layer, rc))  # a transformer layer under full recomputation
+            if full:
+                passes.append(rerun)  # its forward again with its activation checkpoint (``forward_pass(..., "R")``)
             elif rc is Recompute.selective:
                 passes.append(selective)
             dram = sum(seg.dram_bytes for ps in passes for seg in ps.segments)
             act = activation_bytes(layer, mb, tp, sp, rc, self.elem, self.settings.fused)
-            full = rc is Recompute.full
             fused = self.settings.fused
             transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem, fused) if full else 0
             ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem)
@@ -138,9 +138,9 @@ class LayerCosts:
 
     def _base_passes(
         self, tp: int, mb: int, sp: bool, residency: Residency | None
-    ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass]]:
-        """Per layer class: its forward, backward and selective-recompute passes, shared by the three
-        recompute settings (the op costs on a grid of cores are the expensive part of a search)."""
+    ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass, ChunkPass]]:
+        """Per layer class: its forward, backward, selective-recompute and full re-run passes, shared by the
+        three recompute settings (the op costs on a grid of cores are the expensive part of a search)."""
         key = (tp, mb, sp, residency)
         hit = self._base.get(key)
         if hit is None:
@@ -150,6 +150,7 @@ class LayerCosts:
                     forward_pass([self.ops[i]], ctx),
                     backward_pass([self.ops[i]], ctx),
                     forward_pass([self.ops[i]], ctx, "R", only_selective=True),
+                    forward_pass([self.ops[i]], ctx, "R"),
                 )
                 for k, i in self.representative.items()
             }
