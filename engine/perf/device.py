@@ -43,10 +43,12 @@ class DeviceModel:
 
     def matmul_peak(self, formats: OpFormats | None, weighted: bool) -> float:
         """Peak FLOP/s of a matrix op: the format it computes in (``formats.gemm_dtype``: fp8 GEMMs on the
-        fp8 units, attention in the activations' format); the run's data type without formats."""
-        if formats is None:
-            return self.peak_flops
-        return self.compute.peak(gemm_dtype(formats, weighted))
+        fp8 units, attention in the activations' format); the run's data type without formats. A format that
+        reaches a lower share of its datasheet peak than the efficiency curve says (``Compute.format_efficiency``:
+        fp8 on Hopper) has its peak scaled by that share."""
+        dtype = self.dtype if formats is None else gemm_dtype(formats, weighted)
+        peak = self.peak_flops if formats is None else self.compute.peak(dtype)
+        return peak * self.compute.format_efficiency.get(DType(dtype), 1.0)
 
     def matmul_efficiency(self, flops: float) -> float:
         if self.compute.efficiency is None:
