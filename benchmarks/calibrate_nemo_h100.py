@@ -289,9 +289,6 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         gaps.append(f"vp {p.vp}: pp×vp = {p.pp * p.vp} does not divide {spec.layers} layers; ours interleaves "
                     f"only equal chunks (no Megatron pipeline layout): run non-interleaved with {layout}, so "
                     f"the bubble is ~{p.vp}× NVIDIA's")
-    if p.model in TP_OVERLAP:
-        gaps.append(f"recipe overlaps tp communication with the GEMMs ({TP_OVERLAP[p.model]}); ours exposes it "
-                    f"(no mapping field)")
     recompute = RECIPE_RECOMPUTE.get(p.model)
     if recompute:
         gaps.append(f"recipe recompute {recompute} not expressible; flash core only")
@@ -306,6 +303,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         recompute="full" if p.model in RECOMPUTE_LAYERS else "selective",
         recompute_layers=RECOMPUTE_LAYERS.get(p.model),
         fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe
+        overlap_tp_comm=p.model in TP_OVERLAP and p.tp > 1,  # tp_comm_overlap with the recipe's userbuffers
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
         overlap_ep_comm=A2A_OVERLAP.get(p.model, False), ep_dispatcher=DISPATCHER.get(p.model, "alltoall"),
     )

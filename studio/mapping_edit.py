@@ -84,7 +84,7 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
 
 
 OPTION_FIELDS = (  # set one at a time
-    "recompute", "recompute_layers", "overlap_grad_reduce", "ep_dispatcher", "overlap_ep_comm",
+    "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
 )
 
 

@@ -107,6 +107,21 @@ def test_layers_re_run_follow_full_recompute(make_window):
     assert "recompute_layers" in layers.error and "1" in layers.error
 
 
+def test_overlapping_tensor_parallel_communication_needs_sequence_parallelism(make_window):
+    """On for a tp 8 + sequence-parallel mapping (one undo step, undo follows); off, saying why, for tp 1."""
+    w = make_window(load_project("presets/projects/gpt3-dgx-a100.json"))
+    doc, flag = w.doc, w.workload.options.overlap_tp
+    assert flag.isEnabled() and not doc.project.mapping.overlap_tp_comm
+    flag.box.click()  # what a user does
+    assert doc.project.mapping.overlap_tp_comm and doc.undo_stack.count() == 1
+    assert "Overlap tensor-parallel" in doc.undo_stack.undoText()
+    doc.undo_stack.undo()
+    assert not doc.project.mapping.overlap_tp_comm and not flag.box.isChecked()
+    w2 = make_window(load_project(MIXTRAL))  # tp 1
+    assert not w2.workload.options.overlap_tp.isEnabled()
+    assert "sequence parallelism" in w2.workload.options.overlap_tp.toolTip()
+
+
 def test_the_combo_refuses_what_the_engine_refuses(make_window):
     w = make_window(load_project(HYPAR))
     panel, doc = w.workload, w.doc

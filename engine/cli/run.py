@@ -61,6 +61,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="ZeRO-3: all-gather the next layer's weights while the current one computes")
     p.add_argument("--overlap-ep-comm", action="store_true", default=None,
                    help="MoE: hide each expert all-to-all behind another micro-batch's compute (DualPipe-style)")
+    p.add_argument("--overlap-tp-comm", action="store_true", default=None,
+                   help="with --sequence-parallel: hide tensor-parallel all-gathers and reduce-scatters behind the "
+                   "GEMMs beside them (Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap)")
     p.add_argument("--fused-cross-entropy", action="store_true", default=None,
                    help="GPUs: the loss as one fused kernel (Megatron-Core --cross-entropy-loss-fusion) instead of "
                    "Megatron-LM's eager kernels over fp32 logits")
@@ -222,7 +225,7 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
     axes = m.get("tp_axes")
     if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
         m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
-    for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy"):
+    for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy", "overlap_tp_comm"):
         if getattr(args, flag, None):
             m[flag] = True
     if args.interleave and args.interleave > 1 and m.get("schedule", "1f1b") == "1f1b":

@@ -154,6 +154,7 @@ class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy",
+        "overlap_tp_comm",
     )
 
     tp: PosInt = 1
@@ -197,6 +198,11 @@ class Mapping(QuietDefaultsModel):
         False, description="ZeRO-3/FSDP: all-gather the next layer's weights while the current one computes "
         "(prefetch; Megatron --overlap-param-gather, FSDP backward/forward prefetch)",
     )
+    overlap_tp_comm: bool = Field(
+        False, description="with sequence parallelism: pipeline each tensor-parallel all-gather and reduce-scatter "
+        "with the GEMM beside it in tp chunks (Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap); "
+        "only what the GEMM cannot cover and one chunk show (plan.tp_overlap)",
+    )
     overlap_ep_comm: bool = Field(
         False, description="MoE: hide each expert all-to-all behind the compute of another micro-batch's same "
         "layer (DeepSeek-V3's DualPipe, Megatron-Core --overlap-moe-expert-parallel-comm); only the excess shows",
@@ -238,6 +244,9 @@ class Mapping(QuietDefaultsModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> Mapping:
+        if self.overlap_tp_comm and self.tp > 1 and not self.sequence_parallel:
+            raise ValueError("overlap_tp_comm: overlapping tensor-parallel communication with the GEMMs needs "
+                             "sequence_parallel (its all-gathers and reduce-scatters are what it pipelines)")
         if self.recompute_layers is not None and self.recompute is not Recompute.full:
             raise ValueError(f"recompute_layers: recomputing {self.recompute_layers} whole layers needs recompute "
                              f"'full', not '{self.recompute.value}'")

@@ -109,6 +109,20 @@ def ep_seconds(
     return seconds
 
 
+def tp_seconds(hw: HardwareGraph, group: list[int]) -> Callable[[str, float], float]:
+    """Seconds of a tensor-parallel collective of that kind and size on one tensor group, cached: what an
+    overlapped collective has to hide (``plan.tp_overlap``)."""
+    cache: dict[tuple[str, float], float] = {}
+
+    def seconds(kind: str, nbytes: float) -> float:
+        hit = cache.get((kind, nbytes))
+        if hit is None:
+            hit = cache[(kind, nbytes)] = collective(hw, kind, group, nbytes).time(hw)  # type: ignore[arg-type]
+        return hit
+
+    return seconds
+
+
 def context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> ContextComm | None:
     if cp <= 1:
         return None

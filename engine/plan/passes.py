@@ -34,6 +34,7 @@ from tilewright.engine.plan.launch import (
 )
 from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_comm
+from tilewright.engine.plan.tp_overlap import TpOverlap
 
 PassKind = str  # "F" | "B" | "R"
 
@@ -136,6 +137,8 @@ class PassContext:
     ep_seconds: Callable[[float], float] | None = None
     tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
     fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
+    # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
+    tp_seconds: Callable[[str, float], float] | None = None
     moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
 
 
@@ -193,6 +196,9 @@ class _Builder:
         self.out = ChunkPass(kind)
         self._open: Segment | None = None
         self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
+        seconds = ctx.tp_seconds
+        self.tp_overlap = (TpOverlap(seconds, ctx.tp, ctx.dev.compute.gemm_units, kind == "B")
+                           if seconds is not None and ctx.tp > 1 else None)
 
     def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0) -> None:
         """``scores``: the a·s² score elements per sample of an attention op (``launch.attention_scores``).
@@ -234,6 +240,8 @@ class _Builder:
                 label=op.name.split(".")[0], layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0
             )
         seg.add(t, self.out.dataflows)
+        if self.tp_overlap is not None and _weighted(op) and op.kind in (OpKind.matmul, OpKind.fc):
+            self.tp_overlap.gemm(t.busy_s)
         seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
         if not c.fused_loss and c.dev.local_dram is not None and issues_kernels(c.dev.compute):
             if per_logit := eager_cross_entropy_bytes(op, backward, c.elem_bytes):  # launch.py: eager kernels
@@ -306,12 +314,18 @@ class _Builder:
             self.out.segments.append(seg)
             self._open = None
 
-    def comm(self, kind: str, elems: float, layer: int, label: str) -> None:
+    def comm(self, kind: str, elems: float, layer: int, label: str, overlap: bool = True) -> None:
+        """A tensor-parallel collective closing the open segment; ``overlap``: one the GEMMs beside it may
+        hide (``plan.tp_overlap``), not the cross-entropy's."""
         c = self.ctx
         if c.tp <= 1 or elems <= 0:
             return
         seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
         seg.comm = (kind, elems * c.micro_batch * c.elem_bytes)
+        if self.tp_overlap is not None and overlap:  # hidden behind the GEMM beside it (``plan.tp_overlap``)
+            seg.comm, slower = self.tp_overlap.collective(seg, *seg.comm)
+            seg.busy_s += slower  # the GEMM's SMs the pipelined reduce-scatter takes
+            self.layer_busy += slower
         seg.close()
         self.out.segments.append(seg)
         self._open = None
@@ -402,7 +416,7 @@ def forward_pass(
                 # the vocab-parallel cross-entropy combines its shards' max, target logit and sum of
                 # exponentials: three all-reduces of one fp32 value per token (megatron/mpu/cross_entropy.py)
                 for _ in range(3):
-                    b.comm("all-reduce", ctx.rows_per_sample * 4 / ctx.elem_bytes, op.layer, op.name)
+                    b.comm("all-reduce", ctx.rows_per_sample * 4 / ctx.elem_bytes, op.layer, op.name, overlap=False)
             prev_column = column
     return b.finish()
 

@@ -39,6 +39,7 @@ from tilewright.engine.plan.group_comm import (
     ep_seconds,
     scaled,
     shard_comm,
+    tp_seconds,
 )
 from tilewright.engine.plan.hardware_flops import hardware_flops_per_sample
 from tilewright.engine.plan.memo import memo_method
@@ -377,6 +378,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
         ctx.rows_per_sample = workload.tokens_per_sample
         ctx.fused_loss = m.fused_cross_entropy
+        if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
+            ctx.tp_seconds = tp_seconds(hw, groups[r][0])
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
         per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp)  # weights_by_op
         tied_copy = {tied.layer: tied.params} if tied is not None and r == tied.last else {}  # plan.tied

@@ -1,12 +1,14 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Five of them, in a group under the Mapping box of the workload dock:
+Six of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
   all; Megatron's block method); leaving full recomputation clears it;
 - reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training;
+- overlapping tensor-parallel communication with the GEMMs (``mapping.overlap_tp_comm``); needs tp > 1 and
+  sequence parallelism;
 - the expert token exchange (``mapping.ep_dispatcher``): flat all-to-all or DeepEP node by node; ep > 1;
 - overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1.
 
@@ -40,6 +42,7 @@ RECOMPUTE_LAYERS_TEXT = "layers re-run per chunk"
 DISPATCHER_TEXT = "expert token exchange"
 OVERLAP_GRAD_TEXT = "reduce gradients under the last backward"
 OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
+OVERLAP_TP_TEXT = "overlap tp communication with GEMMs"
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
 DISPATCHER_LABELS = {"alltoall": "alltoall (flat)", "deepep": "deepep (node by node)"}
 APPLIES = "Applies at once (one undo step), not through Auto-map"
@@ -56,6 +59,10 @@ OPTION_TIPS = {
     "overlap_grad_reduce": "data parallel: reduce the gradients in buckets while the last micro-batch's backward "
                            "still runs, so only the reduction of the first layers shows (Megatron "
                            f"--overlap-grad-reduce); off, the whole reduction waits for the backward. {APPLIES}",
+    "overlap_tp_comm": "tensor parallelism with sequence parallelism: pipeline each all-gather and reduce-scatter "
+                       "with the GEMM beside it in chunks (Transformer Engine userbuffers, Megatron-Core "
+                       "--tp-comm-overlap); only what the GEMM cannot cover and one chunk show, and the pipelined "
+                       f"reduce-scatters take a few of the GEMM's SMs. {APPLIES}",
     "ep_dispatcher": "MoE: how tokens reach their experts. alltoall (flat) sends each token to every rank "
                      "holding one of its experts (Megatron-Core's alltoall dispatcher); deepep (node by node) "
                      "sends it once per destination node over the network, then forwards it over the node's "
@@ -72,6 +79,8 @@ OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradient
 OVERLAP_EP_OFF_TIP = ("needs expert parallelism: with ep 1 the experts are not split, so there is no all-to-all "
                       "to overlap (set ep > 1 and press Auto-map first)")
 RECOMPUTE_LAYERS_OFF_TIP = "needs full recomputation (choose 'full' above): only whole layers are re-run"
+OVERLAP_TP_OFF_TIP = ("needs tensor parallelism with sequence parallelism: the all-gathers and reduce-scatters it "
+                      "pipelines exist only then (set tp > 1 and sequence parallelism, then press Auto-map)")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
                       "is exchanged (set ep > 1 and press Auto-map first)")
 
@@ -85,6 +94,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return TRAINING_ONLY if not training else None if m.recompute is Recompute.full else RECOMPUTE_LAYERS_OFF_TIP
     if field == "overlap_grad_reduce":
         return TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1 else None
+    if field == "overlap_tp_comm":
+        return OVERLAP_TP_OFF_TIP if m.tp == 1 or not m.sequence_parallel else None
     if field == "ep_dispatcher":
         return DISPATCHER_OFF_TIP if m.ep == 1 else None
     if field == "overlap_ep_comm":
@@ -104,6 +115,8 @@ def undo_text(field: str, value: Any) -> str:
         return "Reduce gradients under the last backward" if value else "Reduce gradients after the backward"
     if field == "overlap_ep_comm":
         return "Overlap expert all-to-all" if value else "Stop overlapping expert all-to-all"
+    if field == "overlap_tp_comm":
+        return "Overlap tensor-parallel communication" if value else "Stop overlapping tensor-parallel communication"
     raise KeyError(field)
 
 
@@ -128,7 +141,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The five option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The six option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -140,12 +153,13 @@ class MappingOptions(QGroupBox):
                                             optional=True, parent=self)
         self.overlap_grad = FlagEditor(m.overlap_grad_reduce, OVERLAP_GRAD_TEXT, self._check("overlap_grad_reduce"),
                                        parent=self)
+        self.overlap_tp = FlagEditor(m.overlap_tp_comm, OVERLAP_TP_TEXT, self._check("overlap_tp_comm"), parent=self)
         self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
                                             parent=self)
         self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
-            "overlap_grad_reduce": self.overlap_grad,
+            "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
         }
         for field, editor in self.editors.items():
@@ -161,9 +175,10 @@ class MappingOptions(QGroupBox):
         grid.addWidget(self.labels["recompute_layers"], 1, 0)
         grid.addWidget(self.recompute_layers, 1, 1)
         grid.addWidget(self.overlap_grad, 2, 0, 1, 2)
-        grid.addWidget(self.labels["ep_dispatcher"], 3, 0)
-        grid.addWidget(self.ep_dispatcher, 3, 1)
-        grid.addWidget(self.overlap_ep, 4, 0, 1, 2)
+        grid.addWidget(self.overlap_tp, 3, 0, 1, 2)
+        grid.addWidget(self.labels["ep_dispatcher"], 4, 0)
+        grid.addWidget(self.ep_dispatcher, 4, 1)
+        grid.addWidget(self.overlap_ep, 5, 0, 1, 2)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:

@@ -30,6 +30,7 @@ class Candidate:
     overlap_grad_reduce: bool = False  # reduce gradients in buckets under the last backward (Megatron)
     overlap_ep: bool = False  # hide the experts' all-to-all behind another micro-batch's compute (DualPipe)
     dispatcher: str = "alltoall"  # MoE token exchange (mapping.ep_dispatcher): flat, or 'deepep' node by node
+    overlap_tp: bool = False  # tensor-parallel collectives pipelined with their GEMMs (mapping.overlap_tp_comm)
 
     @property
     def devices(self) -> int:
@@ -38,7 +39,7 @@ class Candidate:
     @property
     def extended(self) -> bool:
         """Uses a dimension the fast evaluator does not time (``extended``): ep, cp, ZeRO-2/3, offload,
-        overlapped gradient reduction or all-to-all, the MoE dispatcher."""
+        overlapped gradient reduction, all-to-all or tensor-parallel communication, the MoE dispatcher."""
         return (
             self.ep > 1
             or self.cp > 1
@@ -48,6 +49,7 @@ class Candidate:
             or self.overlap_grad_reduce
             or self.overlap_ep
             or self.dispatcher != "alltoall"
+            or self.overlap_tp
         )
 
     @property
@@ -86,6 +88,8 @@ class Candidate:
             fields["overlap_ep_comm"] = True
         if self.dispatcher != "alltoall":
             fields["ep_dispatcher"] = self.dispatcher
+        if self.overlap_tp:
+            fields["overlap_tp_comm"] = True
         if base is None:
             if self.offload is not None:
                 fields["memory_levels"] = {"optimizer": self.offload}
@@ -115,6 +119,7 @@ class Candidate:
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_ep_comm": self.overlap_ep,
             "ep_dispatcher": self.dispatcher,
+            "overlap_tp_comm": self.overlap_tp,
         }
 
     def label(self) -> str:
@@ -141,6 +146,8 @@ class Candidate:
             parts.append("ovl-a2a")
         if self.dispatcher != "alltoall":
             parts.append(self.dispatcher)
+        if self.overlap_tp:
+            parts.append("ovl-tp")
         if self.placement is not PlacementStrategy.row_major:
             parts.append(self.placement.value)
         if self.rank_order != "tp-dp-pp":

@@ -19,6 +19,8 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
 - ZeRO 2, ZeRO 3 and FSDP (dp > 1), each also with ep;
 - the optimizer state in host memory (a node with a host memory and a host link), on the seeds that
   missed memory;
+- tensor-parallel all-gathers and reduce-scatters pipelined with their GEMMs (``mapping.overlap_tp_comm``,
+  Transformer Engine's userbuffers) on the kept seeds with tp > 1 and sequence parallelism;
 - gradients reduced in buckets under the last backward (Megatron ``--overlap-grad-reduce``), on the kept
   seeds with dp > 1, at their own ZeRO stage and at ZeRO-2 (the overlap option; FSDP always prefetches);
   and, for each expert-parallel variant at the seed's ZeRO stage, its all-to-all hidden behind another
@@ -83,7 +85,7 @@ class Extensions:
             zero_ok = self.fsdp
         else:
             zero_ok = c.zero in self.zeros or c.dp == 1  # without dp every stage is the same mapping
-        overlap_ok = self.overlap or not (c.overlap_grad_reduce or c.overlap_ep)
+        overlap_ok = self.overlap or not (c.overlap_grad_reduce or c.overlap_ep or c.overlap_tp)
         return (zero_ok and c.ep in self.eps and c.cp in self.cps and overlap_ok
                 and c.dispatcher in self.dispatchers)
 
@@ -166,6 +168,8 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
                     out.append(replace(base, dp=dp, cp=cp, zero=zero if dp > 1 else 0, fsdp=fsdp and dp > 1))
     if ext.offload is not None and not fits:
         out += [replace(c, offload=ext.offload) for c in out if c.zero >= 1 or c.dp == 1]
+    if ext.overlap and fits and seed.tp > 1 and seed.sequence_parallel:  # its GEMMs hide the seed's tp comm
+        out.append(replace(base, overlap_tp=True))
     if ext.overlap and fits and seed.dp > 1:  # overlap hides time; it frees no memory
         for zero in sorted({base.zero, 2} & set(ext.zeros)):
             out.append(replace(base, zero=zero, overlap_grad_reduce=True))
