@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 
 from tilewright.engine.io.presets import load_model, load_system
 from tilewright.engine.ir import Mapping, Project, RunSettings
-from tilewright.engine.ir.mapping import StagePlacement
 from tilewright.engine.ir.workload import LlamaSpec, MLASpec, MoESpec, TransformerDims
 from tilewright.engine.simulate import simulate
 
@@ -231,12 +230,13 @@ def _largest_divisor(n: int, limit: int, also: int) -> int:
     return max(d for d in range(1, limit + 1) if n % d == 0 and also % d == 0)
 
 
-def rank_layers(model: str, layers: int, pp: int, vp: int) -> list[int]:
-    """Transformer layers each pipeline rank holds under Megatron's interleaved layout, for the models whose
-    layers pp × vp does not divide. DeepSeek-V3 on H100 gives it (pp_layout "Et|(tt|)*30mL": virtual stage 0
-    embedding + 1 layer, 30 of 2 layers, the last MTP + loss; rank r holds virtual stages r, r + pp, …); the
-    others count the embedding and the loss as one layer each (Megatron's account_for_embedding/loss_in_
-    pipeline_split, an assumption: the recipe files do not show it), so every chunk holds equal units."""
+def chunk_layers(model: str, layers: int, pp: int, vp: int) -> list[int]:
+    """Transformer layers of each virtual stage under Megatron's interleaved layout (``mapping.pipeline_layers``),
+    for the models whose layers pp × vp does not divide. DeepSeek-V3 on H100 gives it (pp_layout
+    "Et|(tt|)*30mL": virtual stage 0 embedding + 1 layer, 30 of 2 layers, the last MTP + loss; MTP is not
+    modelled); the others count the embedding and the loss as one layer each (Megatron's
+    account_for_embedding/loss_in_pipeline_split, an assumption: the recipe files do not show it), so every
+    chunk holds equal units."""
     if model == "deepseek-v3":
         chunks = [1] + [2] * 30 + [0]
     else:
@@ -246,20 +246,8 @@ def rank_layers(model: str, layers: int, pp: int, vp: int) -> list[int]:
         chunks = [per] * (pp * vp)
         chunks[0] -= 1
         chunks[-1] -= 1
-    counts = [sum(chunks[c] for c in range(r, pp * vp, pp)) for r in range(pp)]
-    assert sum(counts) == layers, (model, counts)
-    return counts
-
-
-def explicit_stages(counts: list[int], layers: int) -> list[StagePlacement]:
-    """Consecutive workload layers per stage (index 0 the embedding, ``layers`` + 1 the head)."""
-    out, start = [], 0
-    for r, n in enumerate(counts):
-        end = start + n + (1 if r == 0 else 0) + (1 if r == len(counts) - 1 else 0)
-        out.append(StagePlacement(stage=r, layers=(start, end)))
-        start = end
-    assert start == layers + 2
-    return out
+    assert sum(chunks) == layers and len(chunks) == pp * vp, (model, chunks)
+    return chunks
 
 
 def project_for(row: Row, engine: str = "analytic") -> Project:
@@ -277,18 +265,9 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
     if ep > 1 and p.tp > 1:
         gaps.append(f"expert tensor parallelism: recipe ETP 1 (whole experts per rank), ours splits experts over "
                     f"tp {p.tp} as well")
-    interleave, stages = p.vp, []
-    if p.vp > 1 and spec.layers % (p.pp * p.vp):
-        interleave = 1
-        counts = rank_layers(p.model, spec.layers, p.pp, p.vp)
-        layout = f"Megatron's per-rank layers {counts}"
-        if p.cp > 1:  # explicit stages and context parallelism are not simulated together (plan.checks)
-            layout = "the default split (earlier stages one more layer; cp with explicit stages not simulated)"
-        else:
-            stages = explicit_stages(counts, spec.layers)
-        gaps.append(f"vp {p.vp}: pp×vp = {p.pp * p.vp} does not divide {spec.layers} layers; ours interleaves "
-                    f"only equal chunks (no Megatron pipeline layout): run non-interleaved with {layout}, so "
-                    f"the bubble is ~{p.vp}× NVIDIA's")
+    layout = None
+    if p.vp > 1 and spec.layers % (p.pp * p.vp):  # Megatron's uneven interleaved layout
+        layout = chunk_layers(p.model, spec.layers, p.pp, p.vp)
     recompute = RECIPE_RECOMPUTE.get(p.model)
     if recompute:
         gaps.append(f"recipe recompute {recompute} not expressible; flash core only")
@@ -298,8 +277,8 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         gaps.append("recipe pp_layout 'Et|(tt|)*30mL' includes the MTP layer, ours leaves MTP out")
     row.gaps = gaps
     mapping = Mapping(
-        tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, sequence_parallel=p.tp > 1, interleave=interleave,
-        micro_batch=p.mbs, global_batch=p.gbs, fusion=FLASH, stages=stages,
+        tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, sequence_parallel=p.tp > 1, interleave=p.vp,
+        pipeline_layers=layout, micro_batch=p.mbs, global_batch=p.gbs, fusion=FLASH,
         recompute="full" if p.model in RECOMPUTE_LAYERS else "selective",
         recompute_layers=RECOMPUTE_LAYERS.get(p.model),
         fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe

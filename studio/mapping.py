@@ -24,7 +24,8 @@ from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.mapping import Mapping, Schedule
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.plan.budget import estimate
-from tilewright.engine.plan.placement import split_layers, stage_groups
+from tilewright.engine.plan.placement import stage_groups
+from tilewright.engine.plan.placement import virtual_stage_layers as engine_virtual_stage_layers
 from tilewright.engine.workloads import WorkloadGraph, build_workload
 
 LayerRange = tuple[int, int]  # [first, last) workload layer indices
@@ -113,11 +114,9 @@ def virtual_stage_layers(mapping: Mapping, workload: WorkloadGraph, chunks: int)
     if mapping.stages:
         return [list(range(s.layers[0], s.layers[1])) for s in sorted(mapping.stages, key=lambda s: s.stage)]
     blocks = workload.block_layers
-    per_virtual = split_layers(blocks, mapping.pp * chunks)
-    for li in workload.layers:
-        if li.index not in blocks:
-            (per_virtual[0] if li.index < blocks[0] else per_virtual[-1]).append(li.index)
-    return [sorted(lst) for lst in per_virtual]
+    others = [li.index for li in workload.layers if li.index not in blocks]
+    layout = mapping.pipeline_layers if len(mapping.pipeline_layers or []) == mapping.pp * chunks else None
+    return engine_virtual_stage_layers(blocks, others, mapping.pp * chunks, layout)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-from calibrate_nemo_h100 import MODEL_CARD, model_spec, project_for, rank_layers, rows  # noqa: E402
+from calibrate_nemo_h100 import MODEL_CARD, chunk_layers, model_spec, project_for, rows  # noqa: E402
 from tilewright.engine.ir.ops import OpKind  # noqa: E402
 from tilewright.engine.plan.checks import check_project  # noqa: E402
 from tilewright.engine.workloads import build_workload  # noqa: E402
@@ -75,6 +75,12 @@ def test_every_row_maps_to_a_runnable_project_on_the_published_gpus(row):
     ("llama3.1-405b", 126, 8, 8), ("qwen3-235b-a22b", 94, 8, 4), ("deepseek-v3", 61, 8, 4),
 ])
 def test_megatron_layouts_hold_every_layer_once(model, layers, pp, vp):
-    counts = rank_layers(model, layers, pp, vp)
-    assert len(counts) == pp and sum(counts) == layers
+    """Each virtual stage's layers (``mapping.pipeline_layers``): every layer once, ranks (virtual stages r,
+    r + pp, …) balanced but for the ends, and the project runs interleaved with the layout."""
+    chunks = chunk_layers(model, layers, pp, vp)
+    assert len(chunks) == pp * vp and sum(chunks) == layers
+    counts = [sum(chunks[c] for c in range(r, pp * vp, pp)) for r in range(pp)]
     assert max(counts) - min(counts) <= 2  # Megatron balances ranks; only the ends lose a layer or two
+    row = next(r for r in rows() if r.pub.model == model)
+    m = project_for(row).mapping
+    assert m.interleave == vp and m.pipeline_layers == chunks

@@ -48,6 +48,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep", type=int, metavar="N", help="expert parallelism: routed experts split over N dp ranks")
     p.add_argument("--expert-imbalance", type=float, metavar="X",
                    help="busiest expert rank's tokens over the mean (default 1, a balanced router)")
+    p.add_argument("--pipeline-layers", metavar="LIST",
+                   help="transformer layers per virtual stage (pp × interleave of them, N*K repeats), the "
+                   "embedding on the first and the head on the last: Megatron-Core's pipeline layout")
     p.add_argument("--recompute", choices=["none", "selective", "full"])
     p.add_argument("--recompute-layers", type=int, metavar="N",
                    help="with --recompute full: re-run only the first N layers of each model chunk (Megatron's "
@@ -214,8 +217,26 @@ def model_data(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[st
     return data | _model_variants(args, data)
 
 
+def pipeline_layout(text: str) -> list[int]:
+    """``--pipeline-layers``: layers per virtual stage, comma-separated, ``N*K`` for K stages of N layers
+    ("1,2*30,0": DeepSeek-V3's 'Et|(tt|)*30mL')."""
+    out: list[int] = []
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            count, _, times = part.partition("*")
+            out += [int(count)] * (int(times) if times else 1)
+    except ValueError:
+        out = []
+    if not out or any(n < 0 for n in out):
+        raise InputError(COMMAND_LINE, Problem("--pipeline-layers", f"{text!r}: give layers per virtual stage, "
+                                               "comma-separated, N*K for K stages of N (e.g. 1,2*30,0)"))
+    return out
+
+
 def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int | None) -> dict[str, Any]:
     m = dict(base)
+    if getattr(args, "pipeline_layers", None) is not None:
+        m["pipeline_layers"] = pipeline_layout(args.pipeline_layers)
     for name in MAPPING_FLAGS:
         value = getattr(args, name)
         if value is not None:

@@ -154,7 +154,7 @@ class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy",
-        "overlap_tp_comm",
+        "overlap_tp_comm", "pipeline_layers",
     )
 
     tp: PosInt = 1
@@ -177,6 +177,11 @@ class Mapping(QuietDefaultsModel):
     )
     sequence_parallel: bool = False
     interleave: PosInt = Field(1, description="model chunks per device (interleaved 1F1B)")
+    pipeline_layers: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="transformer layers of each virtual stage in order (pp × interleave entries, virtual "
+        "stage k on pipeline rank k mod pp), the embedding joining the first and the head the last (Megatron-Core "
+        "pipeline_model_parallel_layout, e.g. NVIDIA's 'Et|(tt|)*30mL'); None: an even split",
+    )
     micro_batch: PosInt = 1
     global_batch: PosInt = 1
     schedule: Schedule = Schedule.one_f_one_b

@@ -73,11 +73,24 @@ def _pipeline_checks(blocks: int, m: Mapping) -> list[Problem]:
     out: list[Problem] = []
     chunks = m.pp * m.interleave
     if m.stages:
+        if m.pipeline_layers is not None:
+            out.append(Problem("mapping.pipeline_layers", "give either explicit stages or a pipeline layout, not both"))
         return out
-    if chunks > blocks:
+    if m.pipeline_layers is not None:
+        layout = m.pipeline_layers
+        if len(layout) != chunks:
+            out.append(Problem("mapping.pipeline_layers",
+                               f"{len(layout)} virtual stages listed, pp × interleave is {chunks}"))
+        elif sum(layout) != blocks:
+            out.append(Problem("mapping.pipeline_layers", f"the virtual stages hold {sum(layout)} layers, "
+                               f"the model has {blocks}"))
+        elif any(n == 0 for n in layout[1:-1]):
+            out.append(Problem("mapping.pipeline_layers", "a virtual stage between the first and the last is empty"))
+    elif chunks > blocks:
         out.append(Problem("mapping.pp", f"pp × interleave = {chunks} exceeds the model's layers ({blocks})"))
     elif m.interleave > 1 and blocks % chunks:
-        out.append(Problem("mapping.interleave", f"pp × interleave = {chunks} does not divide layers ({blocks})"))
+        out.append(Problem("mapping.interleave", f"pp × interleave = {chunks} does not divide layers ({blocks}); "
+                           "mapping.pipeline_layers gives an uneven layout"))
     if m.schedule is Schedule.interleaved and m.micro_batches % m.pp:
         out.append(
             Problem(

@@ -79,6 +79,22 @@ def stage_groups(devices: list[Device], mapping: Mapping) -> list[list[list[int]
     return groups
 
 
+def virtual_stage_layers(
+    blocks: list[int], others: list[int], parts: int, layout: list[int] | None = None
+) -> list[list[int]]:
+    """Layers of each of ``parts`` virtual stages: the repeated blocks in order, ``layout[k]`` of them on
+    virtual stage k (``mapping.pipeline_layers``, Megatron-Core's pipeline layout) or an even split (the
+    earlier stages one more); the other layers (embedding, head) to the first and the last virtual stage."""
+    if layout is None:
+        per_virtual = split_layers(blocks, parts)
+    else:
+        starts = [sum(layout[:k]) for k in range(len(layout))]
+        per_virtual = [blocks[s : s + n] for s, n in zip(starts, layout, strict=True)]
+    for idx in others:  # embedding to the first virtual stage, head to the last
+        (per_virtual[0] if idx < blocks[0] else per_virtual[-1]).append(idx)
+    return [sorted(lst) for lst in per_virtual]
+
+
 def split_layers(blocks: list[int], parts: int) -> list[list[int]]:
     """Consecutive blocks per virtual stage; when uneven, the earlier stages take one more."""
     base, extra = divmod(len(blocks), parts)

@@ -44,7 +44,7 @@ from tilewright.engine.plan.group_comm import (
 from tilewright.engine.plan.hardware_flops import hardware_flops_per_sample
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
-from tilewright.engine.plan.placement import split_layers, stage_groups
+from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
 from tilewright.engine.plan.residency import StageResidency, optimizer_seconds, stage_residency
 from tilewright.engine.plan.residency import notes as residency_notes
 from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_dp, is_edp, spans_replicas
@@ -346,13 +346,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ordered = sorted(m.stages, key=lambda s: s.stage)
         per_virtual = [list(range(s.layers[0], s.layers[1])) for s in ordered]
     else:
-        per_virtual = split_layers(blocks, m.pp * v)
         extra = [li.index for li in workload.layers if li.index not in blocks]
-        for idx in extra:  # embedding to the first virtual stage, head to the last
-            target = per_virtual[0] if idx < blocks[0] else per_virtual[-1]
-            target.append(idx)
-        for lst in per_virtual:
-            lst.sort()
+        per_virtual = virtual_stage_layers(blocks, extra, m.pp * v, m.pipeline_layers)
     state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)
     tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1

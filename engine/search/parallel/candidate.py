@@ -71,6 +71,7 @@ class Candidate:
             "schedule": self.schedule,
             "recompute": self.recompute,
             "recompute_layers": None,  # the search tries whole recomputation choices only
+            "pipeline_layers": None,  # an even split of its own pp × interleave
             "sequence_parallel": self.sequence_parallel,
             "zero": self.zero,
             "placement": self.placement,
