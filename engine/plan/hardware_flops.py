@@ -24,7 +24,7 @@ def hardware_flops_per_sample(
     rerun: frozenset[int] | None = None,
 ) -> float:
     """FLOPs per sample of one training iteration: forward, backward and re-run forward of every op;
-    ``rerun``: the layers full recomputation re-runs (None: every block, ``mapping.recompute_layers`` unset)."""
+    ``rerun``: the layers full recomputation re-runs (the plan's R passes; None: every block)."""
     blocks = set(workload.block_layers) if rerun is None else rerun
     total = 0.0
     for layer in workload.layers:

@@ -478,7 +478,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     fwd_sample = sum(op.flops for op in workload.ops())
     if run.mode is Mode.train:
         model_flops = per_sample * m.global_batch
-        rerun_of = frozenset(rerun_layers) if m.recompute_layers is not None else None
+        rerun_of = frozenset(rerun_layers) if m.recompute is Recompute.full else None  # what the R passes re-run
         hardware_flops = (
             hardware_flops_per_sample(workload, m.recompute, fused_edges(m.fusion), rerun_of) * m.global_batch
         )
