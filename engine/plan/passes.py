@@ -278,6 +278,11 @@ class _Builder:
         seg.host_s += c.dev.compute.host_dispatch_s
         self.layer_busy += seconds
 
+    def host(self, seconds: float) -> None:
+        """Host work beside the open segment's kernels (it binds when the device is faster)."""
+        if self._open is not None:
+            self._open.host_s += seconds
+
     def _host_sync(self, op: Op, seconds: float) -> None:
         """A host synchronisation of the MoE token dispatcher: a segment of its own, reported as host wait."""
         if self._open is not None:
@@ -403,8 +408,8 @@ def forward_pass(
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
                 b.comm("all-gather", tp_elems(op, op.in_elems), op.layer, op.name)
             b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0))
-            if kind == "R" and j == 0 and b._open is not None:  # the layer's activation checkpoint (launch.py)
-                b._open.host_s += checkpoint_host_seconds(ctx.dev.compute)
+            if kind == "R" and j == 0:  # the layer's activation checkpoint (``launch.CHECKPOINT_CALLS``)
+                b.host(checkpoint_host_seconds(ctx.dev.compute))
             if ctx.tp_axes is not None:
                 if _weighted(op):  # 2-D tensor parallelism: every weighted op reduces along one axis
                     b.comm(*axis_comm(op, ctx.tp_axes), op.layer, op.name)
