@@ -45,6 +45,8 @@ def auto_mapping(mapping: Mapping, **degrees: Any) -> Mapping:
         raise EditRefused(f"not a mapping degree: {', '.join(sorted(unknown))}")
     data = mapping.model_dump(mode="json")
     data.update({k: (PlacementStrategy(v).value if k == "placement" else v) for k, v in degrees.items()})
+    if any(k in degrees and degrees[k] != getattr(mapping, k) for k in ("pp", "interleave")):
+        data["pipeline_layers"] = None  # a layout is for one pp × interleave (``mapping.pipeline_layers``)
     if data.get("fsdp") and "zero" not in degrees:
         data["zero"] = 3  # FSDP shards like ZeRO stage 3 (the engine refuses FSDP with stage 1 or 2)
     data["stages"] = []
@@ -85,6 +87,7 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
 
 OPTION_FIELDS = (  # set one at a time
     "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
+    "fused_cross_entropy", "pipeline_layers",
 )
 
 
@@ -192,7 +195,7 @@ def place_layers(mapping: Mapping, layout: StageLayout, layers: LayerRange, devi
                 )
         stages.append({"stage": len(stages), "layers": [a, b], "devices": devs})
     data = mapping.model_dump(mode="json")
-    data.update(stages=stages, pp=len(stages), interleave=1)
+    data.update(stages=stages, pp=len(stages), interleave=1, pipeline_layers=None)
     if mapping.schedule is Schedule.interleaved:
         data["schedule"] = Schedule.one_f_one_b.value
     return _validated(data)

@@ -122,6 +122,37 @@ def test_overlapping_tensor_parallel_communication_needs_sequence_parallelism(ma
     assert "sequence parallelism" in w2.workload.options.overlap_tp.toolTip()
 
 
+def test_the_fused_loss_is_one_undo_step(make_window):
+    w = make_window(load_project("presets/projects/gpt3-dgx-a100.json"))
+    doc, flag = w.doc, w.workload.options.fused_loss
+    assert flag.isEnabled() and not doc.project.mapping.fused_cross_entropy
+    flag.box.click()
+    assert doc.project.mapping.fused_cross_entropy and doc.undo_stack.count() == 1
+    doc.undo_stack.undo()
+    assert not doc.project.mapping.fused_cross_entropy and not flag.box.isChecked()
+
+
+def test_a_pipeline_layout_is_typed_checked_and_cleared_by_a_new_pp(make_window):
+    """gpt3-dgx-a100: 96 layers on pp 8 × interleave 3 = 24 virtual stages. A layout in the short form is one
+    undo step and reads back in the short form; a wrong count is refused in the engine's words and a typo in
+    the parser's; an Auto-map to another pp clears the layout with it (it was for 24 virtual stages)."""
+    w = make_window(load_project("presets/projects/gpt3-dgx-a100.json"))
+    doc, panel = w.doc, w.workload
+    layout = panel.options.layout
+    assert layout.isEnabled() and layout.line_edit.text() == ""
+    layout.type_and_commit("3,5,4*22")
+    assert doc.project.mapping.pipeline_layers == [3, 5] + [4] * 22 and doc.undo_stack.count() == 1
+    assert layout.line_edit.text() == "3,5,4*22"
+    layout.type_and_commit("4*23")
+    assert doc.undo_stack.count() == 1 and "24" in layout.error  # the engine: 23 listed, pp × interleave is 24
+    layout.type_and_commit("4*x")
+    assert doc.undo_stack.count() == 1 and "N*K" in layout.error
+    auto_map(panel, pp="4")
+    assert doc.project.mapping.pp == 4 and doc.project.mapping.pipeline_layers is None
+    doc.undo_stack.undo()
+    assert doc.project.mapping.pipeline_layers == [3, 5] + [4] * 22 and layout.line_edit.text() == "3,5,4*22"
+
+
 def test_the_combo_refuses_what_the_engine_refuses(make_window):
     w = make_window(load_project(HYPAR))
     panel, doc = w.workload, w.doc

@@ -10,7 +10,7 @@ from typing import Any
 from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
 from tilewright.engine.io.json_file import dumps_strict
-from tilewright.engine.ir.mapping import tp_axes_for
+from tilewright.engine.ir.mapping import parse_pipeline_layout, tp_axes_for
 
 DIM_FLAGS = ("layers", "hidden", "heads", "ffn", "seq_len", "vocab")
 MAPPING_FLAGS = (
@@ -220,17 +220,10 @@ def model_data(args: argparse.Namespace, base: dict[str, Any] | None) -> dict[st
 def pipeline_layout(text: str) -> list[int]:
     """``--pipeline-layers``: layers per virtual stage, comma-separated, ``N*K`` for K stages of N layers
     ("1,2*30,0": DeepSeek-V3's 'Et|(tt|)*30mL')."""
-    out: list[int] = []
     try:
-        for part in (p.strip() for p in text.split(",") if p.strip()):
-            count, _, times = part.partition("*")
-            out += [int(count)] * (int(times) if times else 1)
-    except ValueError:
-        out = []
-    if not out or any(n < 0 for n in out):
-        raise InputError(COMMAND_LINE, Problem("--pipeline-layers", f"{text!r}: give layers per virtual stage, "
-                                               "comma-separated, N*K for K stages of N (e.g. 1,2*30,0)"))
-    return out
+        return parse_pipeline_layout(text)
+    except ValueError as exc:
+        raise InputError(COMMAND_LINE, Problem("--pipeline-layers", str(exc))) from None
 
 
 def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int | None) -> dict[str, Any]:

@@ -150,6 +150,38 @@ def tp_axes_for(axes: tuple[int, int] | None, tp: int) -> tuple[int, int] | None
     return axes if axes is not None and axes[0] * axes[1] == tp else None
 
 
+def parse_pipeline_layout(text: str) -> list[int]:
+    """``mapping.pipeline_layers`` as written by hand: layers per virtual stage, comma-separated, ``N*K`` for K
+    stages of N ("1,2*30,0": DeepSeek-V3's 'Et|(tt|)*30mL'). ValueError names what is wrong."""
+    out: list[int] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        count, _, times = part.partition("*")
+        try:
+            n, k = int(count), int(times) if times else 1
+        except ValueError:
+            raise ValueError(f"{part!r}: give layers per virtual stage, N*K for K stages of N "
+                             "(e.g. 1,2*30,0)") from None
+        if n < 0 or k < 1:
+            raise ValueError(f"{part!r}: layers must be ≥ 0 and repeats ≥ 1")
+        out += [n] * k
+    if not out:
+        raise ValueError("give layers per virtual stage, comma-separated (e.g. 1,2*30,0)")
+    return out
+
+
+def format_pipeline_layout(layout: list[int]) -> str:
+    """The short form ``parse_pipeline_layout`` reads: runs of equal counts as ``N*K``."""
+    parts: list[str] = []
+    i = 0
+    while i < len(layout):
+        j = i
+        while j < len(layout) and layout[j] == layout[i]:
+            j += 1
+        parts.append(str(layout[i]) if j - i == 1 else f"{layout[i]}*{j - i}")
+        i = j
+    return ",".join(parts)
+
+
 class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",

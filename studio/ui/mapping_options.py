@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Six of them, in a group under the Mapping box of the workload dock:
+Eight of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -9,6 +9,9 @@ Six of them, in a group under the Mapping box of the workload dock:
 - reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training;
 - overlapping tensor-parallel communication with the GEMMs (``mapping.overlap_tp_comm``); needs tp > 1 and
   sequence parallelism;
+- the loss as one fused kernel (``mapping.fused_cross_entropy``); training;
+- the layers of each virtual stage (``mapping.pipeline_layers``, "1,2*30,0"; empty: an even split); needs
+  pp × interleave > 1, and Auto-map with another pp or interleave clears it;
 - the expert token exchange (``mapping.ep_dispatcher``): flat all-to-all or DeepEP node by node; ep > 1;
 - overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1.
 
@@ -27,7 +30,7 @@ from typing import Any
 
 from PySide6.QtGui import QUndoCommand
 from PySide6.QtWidgets import QComboBox, QGridLayout, QGroupBox, QLabel, QWidget
-from tilewright.engine.ir.mapping import Recompute
+from tilewright.engine.ir.mapping import Recompute, format_pipeline_layout, parse_pipeline_layout
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping_commands import SetMappingOption
@@ -43,6 +46,8 @@ DISPATCHER_TEXT = "expert token exchange"
 OVERLAP_GRAD_TEXT = "reduce gradients under the last backward"
 OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
 OVERLAP_TP_TEXT = "overlap tp communication with GEMMs"
+FUSED_LOSS_TEXT = "fused cross-entropy kernel"
+LAYOUT_TEXT = "layers per virtual stage"
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
 DISPATCHER_LABELS = {"alltoall": "alltoall (flat)", "deepep": "deepep (node by node)"}
 APPLIES = "Applies at once (one undo step), not through Auto-map"
@@ -63,6 +68,12 @@ OPTION_TIPS = {
                        "with the GEMM beside it in chunks (Transformer Engine userbuffers, Megatron-Core "
                        "--tp-comm-overlap); only what the GEMM cannot cover and one chunk show, and the pipelined "
                        f"reduce-scatters take a few of the GEMM's SMs. {APPLIES}",
+    "fused_cross_entropy": "the loss as one fused kernel over the logits (Megatron-Core --cross-entropy-loss-fusion, "
+                           "NVIDIA's recipes) instead of Megatron-LM's eager vocab-parallel kernels, each streaming "
+                           f"the fp32 logits. {APPLIES}",
+    "pipeline_layers": "transformer layers of each virtual stage, in order (pp × interleave of them; N*K repeats: "
+                       "1,2*30,0), the embedding on the first and the head on the last (Megatron-Core's pipeline "
+                       f"layout); empty: an even split. {APPLIES}",
     "ep_dispatcher": "MoE: how tokens reach their experts. alltoall (flat) sends each token to every rank "
                      "holding one of its experts (Megatron-Core's alltoall dispatcher); deepep (node by node) "
                      "sends it once per destination node over the network, then forwards it over the node's "
@@ -79,6 +90,7 @@ OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradient
 OVERLAP_EP_OFF_TIP = ("needs expert parallelism: with ep 1 the experts are not split, so there is no all-to-all "
                       "to overlap (set ep > 1 and press Auto-map first)")
 RECOMPUTE_LAYERS_OFF_TIP = "needs full recomputation (choose 'full' above): only whole layers are re-run"
+LAYOUT_OFF_TIP = "needs a pipeline: with pp × interleave = 1 every layer is on one stage (set pp > 1 first)"
 OVERLAP_TP_OFF_TIP = ("needs tensor parallelism with sequence parallelism: the all-gathers and reduce-scatters it "
                       "pipelines exist only then (set tp > 1 and sequence parallelism, then press Auto-map)")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
@@ -96,6 +108,10 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1 else None
     if field == "overlap_tp_comm":
         return OVERLAP_TP_OFF_TIP if m.tp == 1 or not m.sequence_parallel else None
+    if field == "fused_cross_entropy":
+        return None if training else TRAINING_ONLY
+    if field == "pipeline_layers":
+        return LAYOUT_OFF_TIP if m.pp * m.interleave == 1 or m.stages else None
     if field == "ep_dispatcher":
         return DISPATCHER_OFF_TIP if m.ep == 1 else None
     if field == "overlap_ep_comm":
@@ -117,7 +133,31 @@ def undo_text(field: str, value: Any) -> str:
         return "Overlap expert all-to-all" if value else "Stop overlapping expert all-to-all"
     if field == "overlap_tp_comm":
         return "Overlap tensor-parallel communication" if value else "Stop overlapping tensor-parallel communication"
+    if field == "fused_cross_entropy":
+        return "Fused cross-entropy" if value else "Eager cross-entropy"
+    if field == "pipeline_layers":
+        return "Even pipeline split" if value is None else f"Pipeline layout {format_pipeline_layout(value)}"
     raise KeyError(field)
+
+
+class LayoutEditor(ValueEditor):
+    """``mapping.pipeline_layers`` typed in its short form ("1,2*30,0"); empty means an even split."""
+
+    def __init__(self, value: list[int] | None, check: Check, parent: QWidget | None = None):
+        super().__init__(value, None, check, optional=True, parent=parent)
+        self.line_edit.setPlaceholderText("even split")
+
+    def display(self, value: Any) -> str:
+        return format_pipeline_layout(value) if value else ""
+
+    def evaluate(self, text: str) -> tuple[Any, str | None]:
+        if not text.strip():
+            return None, self.check(None)
+        try:
+            value = parse_pipeline_layout(text)
+        except ValueError as exc:
+            return None, str(exc)
+        return value, self.check(value)
 
 
 class LabelledChoice(ChoiceEditor):
@@ -141,7 +181,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The six option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The eight option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -154,12 +194,16 @@ class MappingOptions(QGroupBox):
         self.overlap_grad = FlagEditor(m.overlap_grad_reduce, OVERLAP_GRAD_TEXT, self._check("overlap_grad_reduce"),
                                        parent=self)
         self.overlap_tp = FlagEditor(m.overlap_tp_comm, OVERLAP_TP_TEXT, self._check("overlap_tp_comm"), parent=self)
+        self.fused_loss = FlagEditor(m.fused_cross_entropy, FUSED_LOSS_TEXT, self._check("fused_cross_entropy"),
+                                     parent=self)
+        self.layout = LayoutEditor(m.pipeline_layers, self._check("pipeline_layers"), parent=self)
         self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
                                             parent=self)
         self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
+            "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
         }
         for field, editor in self.editors.items():
@@ -168,6 +212,7 @@ class MappingOptions(QGroupBox):
             _compact(combo)
         self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
+                       "pipeline_layers": QLabel(LAYOUT_TEXT, self),
                        "ep_dispatcher": QLabel(DISPATCHER_TEXT, self)}
         grid = QGridLayout(self)
         grid.addWidget(self.labels["recompute"], 0, 0)
@@ -176,9 +221,12 @@ class MappingOptions(QGroupBox):
         grid.addWidget(self.recompute_layers, 1, 1)
         grid.addWidget(self.overlap_grad, 2, 0, 1, 2)
         grid.addWidget(self.overlap_tp, 3, 0, 1, 2)
-        grid.addWidget(self.labels["ep_dispatcher"], 4, 0)
-        grid.addWidget(self.ep_dispatcher, 4, 1)
-        grid.addWidget(self.overlap_ep, 5, 0, 1, 2)
+        grid.addWidget(self.fused_loss, 4, 0, 1, 2)
+        grid.addWidget(self.labels["pipeline_layers"], 5, 0)
+        grid.addWidget(self.layout, 5, 1)
+        grid.addWidget(self.labels["ep_dispatcher"], 6, 0)
+        grid.addWidget(self.ep_dispatcher, 6, 1)
+        grid.addWidget(self.overlap_ep, 7, 0, 1, 2)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:
