@@ -200,9 +200,14 @@ def checkpoint_host_seconds(compute: Compute) -> float:
     return CHECKPOINT_CALLS * compute.host_call_s
 
 
+def host_time(launches: float, calls: float, compute: Compute) -> float:
+    """Host time of framework work: kernel launches at ``host_dispatch_s``, other calls at ``host_call_s``."""
+    return launches * compute.host_dispatch_s + calls * compute.host_call_s
+
+
 def host_seconds(op: Op, backward: bool, compute: Compute) -> float:
     """Host time to run one op's pass in the framework: its kernel launches and its other calls."""
-    return kernels(op, backward) * compute.host_dispatch_s + host_calls(op, backward) * compute.host_call_s
+    return host_time(kernels(op, backward), host_calls(op, backward), compute)
 
 
 CROSS_ENTROPY_BYTES = (32.0, 8.0)  # (forward, backward) bytes per fp32 logit of the eager kernels (docstring)

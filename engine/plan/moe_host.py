@@ -84,6 +84,7 @@ from dataclasses import dataclass
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.ops import MoERole, Op, OpKind
 from tilewright.engine.perf.device import issues_kernels
+from tilewright.engine.plan.launch import host_time
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +96,7 @@ class HostCount:
     per_expert: int = 0  # calls per local expert (GroupedLinear): host_call_s each
 
     def seconds(self, local_experts: int, compute: Compute) -> float:
-        calls = self.calls + self.per_expert * local_experts
-        return self.kernels * compute.host_dispatch_s + calls * compute.host_call_s
+        return host_time(self.kernels, self.calls + self.per_expert * local_experts, compute)
 
 
 # group → (forward, backward), module docstring
