@@ -2,10 +2,11 @@
 
 When cells are too small for their own text, or one cell holds several stages (a die whose tile rows
 are four stages), the stages are named where they are. Tags keep a fixed pixel size and are placed
-greedily: a tag that would cover one already drawn is left out at this zoom (the legend still names
-every stage), so zooming in reveals more of them, never a pile of overlapping text. A tag that would
-cover a caption (a component's name and figures, the level's title, a memory port's name or load)
-moves up or down by its height if it stays on its component's cells, and is otherwise left out too.
+greedily. A tag that would cover a caption (a component's name and figures, the level's title, a memory
+port's name or load) or a tag already drawn moves up or down by its height if it stays on its component's
+cells, so the tags of narrow side-by-side stages (eight GPUs of a node) stagger; with no free place it is
+left out at this zoom (the legend still names every stage), so zooming in reveals more of them, never a
+pile of overlapping text.
 """
 
 from __future__ import annotations
@@ -136,9 +137,8 @@ class StageTags(QGraphicsItem):
     @staticmethod
     def _free_box(box: QRectF, cells: QRectF, captions: list[QRectF], taken: list[QRectF]) -> QRectF | None:
         """``box`` clear of earlier tags and of captions — moved up or down by its height, its centre still
-        on the component's ``cells``, if a caption is in the way; None if no place is free."""
-        if any(box.intersects(t) for t in taken):
-            return None
+        on the component's ``cells``, if a caption or a neighbour's tag is in the way (narrow neighbours' tags
+        stagger); None if no place is free."""
         for nudge in NUDGES:
             moved = box.translated(0, nudge * box.height())
             if nudge and not cells.contains(moved.center()):
