@@ -6,15 +6,22 @@ import time
 
 from tilewright.engine.engines import engine_for
 from tilewright.engine.hardware import elaborate
-from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.jobs import CancelFn, ProgressFn
 from tilewright.engine.plan.plan import Plan, build_plan
 from tilewright.engine.results.result import Result
 from tilewright.engine.workloads import build_workload
+from tilewright.engine.workloads.transformer_inference import without_mtp
 
 
 def make_plan(project: Project) -> Plan:
-    workload = build_workload(project.workload)
+    """The plan of ``project``; an inference run plans the served model, without the multi-token-prediction
+    depths that only training runs (``workloads.transformer_inference``)."""
+    spec = project.workload
+    if project.run.mode is not Mode.train and isinstance(spec, TransformerDims):
+        spec = without_mtp(spec)
+    workload = build_workload(spec)
     hw = elaborate(project.hardware, devices_needed=project.mapping.devices)
     return build_plan(project, hw, workload)
 

@@ -40,7 +40,7 @@ def import_hf_command(args: argparse.Namespace) -> int:
     data = require_object(read_json(args.config), args.config)
     name = args.name or data.get("_name_or_path") or Path(args.config).resolve().parent.name
     try:
-        spec = import_hf_config(data, source_name=str(name), seq_len=args.seq_len)
+        spec = import_hf_config(data, source_name=str(name), seq_len=args.seq_len, mtp=args.mtp)
     except ConfigError as exc:
         raise InputError(args.config, Problem(exc.field, exc.reason)) from None
     seq = getattr(spec, "seq_len", None)
@@ -152,4 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"sequences per iteration (default: {DEFAULT_GLOBAL_BATCH}, or the devices if more)")
     p.add_argument("--allow-large", action="store_true",
                    help="map even past the size limits (devices, layers) that a run has")
+    p.add_argument("--mtp", action="store_true",
+                   help="keep the config's multi-token-prediction layers (num_nextn_predict_layers) for training; "
+                        "left out by default, as Hugging Face's model skips them")
     p.set_defaults(handler=import_hf_command)

@@ -99,6 +99,7 @@ _NEW_FIELDS = (
     "sliding_window_layers",
     "mla",
     "moe",
+    "mtp_layers",
 )
 
 
@@ -136,6 +137,10 @@ class TransformerDims(QuietDefaultsModel):
     )
     mla: MLASpec | None = Field(None, description="multi-head latent attention instead of Q/K/V projections")
     moe: MoESpec | None = Field(None, description="mixture-of-experts MLP")
+    mtp_layers: Annotated[int, Field(ge=0)] = Field(
+        0, description="multi-token-prediction depths trained after the head (DeepSeek-V3 num_nextn_predict_layers, "
+        "Megatron-Core --mtp-num-layers); training only, inference leaves them out"
+    )
 
     @property
     def ffn_dim(self) -> int:
@@ -209,6 +214,8 @@ class BertSpec(TransformerDims):
     def _post_norm_block(self) -> BertSpec:
         if self.parallel_block or self.sandwich_norm:
             raise ValueError("parallel_block: BERT's post-norm block is sequential, without sandwich norms")
+        if self.mtp_layers:
+            raise ValueError("mtp_layers: multi-token prediction extends a decoder's next-token loss; BERT has none")
         return self
 
 

@@ -49,11 +49,14 @@ class TiedEmbedding:
 
 
 def ties_embeddings(workload: WorkloadGraph) -> bool:
-    """The logits reuse the word embedding: ``tie_embeddings`` of a GPT/LLaMA spec; BERT's decoder always."""
+    """The last stage needs the word embedding too: the logits reuse it (``tie_embeddings`` of a GPT/LLaMA
+    spec; BERT's decoder always), or multi-token-prediction depths (``mtp_layers``) look it up again there —
+    Megatron keeps the same copy and all-reduce for them (finalize_model_grads: ``share_embeddings_and_output_
+    weights or mtp_num_layers``)."""
     dims = workload.dims
     if dims is None:
         return False
-    return bool(getattr(dims, "tie_embeddings", isinstance(dims, BertSpec)))
+    return bool(getattr(dims, "tie_embeddings", isinstance(dims, BertSpec))) or dims.mtp_layers > 0
 
 
 def _word_embedding(workload: WorkloadGraph) -> Op | None:

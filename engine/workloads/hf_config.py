@@ -24,9 +24,10 @@ class Reader:
     """Typed access to config keys, raising ``ConfigError`` that names the key; ``notes`` go into the spec's
     comment (what the spec approximates or leaves out is said there, never silently dropped)."""
 
-    def __init__(self, config: Mapping[str, Any], seq_len: int | None) -> None:
+    def __init__(self, config: Mapping[str, Any], seq_len: int | None, mtp: bool = False) -> None:
         self.config = config
         self.seq_len_override = seq_len
+        self.mtp = mtp  # keep the multi-token-prediction layers the config declares (``import_hf_config``)
         self.seq_note = ""
         self.notes: list[str] = []
 

@@ -200,8 +200,11 @@ def deepseek(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
             # top-k within its topk_group best groups (V2's group-limited greedy limits devices, not nodes)
             fields["moe"]["max_nodes_per_token"] = r.get_int("topk_group")
     mtp = r.get_count("num_nextn_predict_layers")
-    if mtp:
-        r.notes.append(f"{mtp} multi-token-prediction layer(s) left out, as Hugging Face's model does")
+    if mtp and r.mtp:
+        fields["mtp_layers"] = mtp
+        r.notes.append(f"{mtp} multi-token-prediction layer(s) kept for training (Hugging Face's model skips them)")
+    elif mtp:
+        r.notes.append(f"{mtp} multi-token-prediction layer(s) left out, as Hugging Face's model does (mtp keeps them)")
     return LlamaSpec, fields
 
 

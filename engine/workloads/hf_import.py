@@ -8,7 +8,7 @@ The family comes from ``model_type``, or from ``architectures`` when ``model_typ
 Nothing is approximated silently: a mixture-of-experts config (``num_local_experts``, ``n_routed_experts``,
 ``num_experts``, ``moe_num_experts``) is MoE whatever its model_type says, or refused when its family has no
 MoE reader; encoder-decoder models (``is_encoder_decoder``, e.g. T5) and unknown families are refused; what
-a spec leaves out (soft-capping, ALiBi, multi-token prediction) is written in its comment.
+a spec leaves out (soft-capping, ALiBi, multi-token prediction unless ``mtp``) is written in its comment.
 
 Sequence length: config.json holds the context limit (``max_position_embeddings``: 32k for Mistral, 128k
 for Llama 3.1), not the training length, and attention memory grows with s². The importer therefore takes
@@ -73,11 +73,16 @@ def import_hf_config(
     source_name: str | None = None,
     *,
     seq_len: int | None = None,
+    mtp: bool = False,
 ) -> WorkloadSpec:
     """The spec of a Hugging Face model config (a config.json path, its folder, or the parsed dict).
 
     ``source_name`` names the spec and is cited in its comment (default: the config's ``_name_or_path``
     or the folder holding the file). ``seq_len`` overrides the capped ``max_position_embeddings``.
+    ``mtp`` keeps the multi-token-prediction layers (``num_nextn_predict_layers``) as ``mtp_layers``: by
+    default they are left out, as transformers' DeepseekV3 model skips their weights when loading
+    (``_keys_to_ignore_on_load_unexpected`` = layer 61), so an imported DeepSeek-V3 has the reference
+    implementation's 671 B parameters; with ``mtp`` it gains the 11.6 B of its MTP module (``transformer_mtp``).
     """
     config, default_source = _load(path_or_dict)
     source = source_name or default_source
@@ -88,8 +93,11 @@ def import_hf_config(
         )
     family = detect_family(config)
     _refuse_unread_moe(config, family)
-    reader = Reader(config, seq_len)
+    reader = Reader(config, seq_len, mtp)
     spec_type, fields = FAMILIES[family](reader)
+    if mtp and not fields.get("mtp_layers"):
+        raise ConfigError("num_nextn_predict_layers", f"multi-token prediction asked for; this {family} config "
+                          "declares no MTP layers (or its family's reader does not build them)")
     notes = [f"{family} config, seq_len {reader.seq_note}", *reader.notes]
     comment = f"Imported from Hugging Face config.json ({source}); " + "; ".join(notes)
     try:

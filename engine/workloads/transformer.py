@@ -19,6 +19,8 @@ Choices worth knowing:
   V-sized bias) computed on every position, as Megatron and Hugging Face do; no pooler/NSP head.
 - Attention is causal in GPT and LLaMA (decoders) and not in BERT: a fused kernel then computes about half
   the query-key pairs (``Op.fused_flops``); ``flops`` keep every pair (``transformer_block``).
+- ``mtp_layers`` (GPT, LLaMA) appends the multi-token-prediction depths after the head
+  (``transformer_mtp``); BERT refuses them.
 - The loss stores the softmax of the logits in fp32 whatever the run's data type (Megatron and Hugging
   Face upcast logits before the cross-entropy), hence ``saved_bytes_fixed = 4·s·V``.
 """
@@ -30,6 +32,7 @@ from tilewright.engine.ir.workload import BertSpec, GPTSpec, LlamaSpec, Transfor
 from tilewright.engine.workloads.builder import OpList
 from tilewright.engine.workloads.graph import WorkloadGraph
 from tilewright.engine.workloads.transformer_block import REP, BlockShape, add_block, add_dropout, add_matmul, add_norm
+from tilewright.engine.workloads.transformer_mtp import add_mtp_depth
 
 VOCAB = TensorSplit.vocab
 BERT_TOKEN_TYPES = 2
@@ -44,8 +47,9 @@ def build_gpt(spec: GPTSpec) -> WorkloadGraph:
     add_dropout(ops, "embedding_dropout", s * h)
     _blocks(ops, spec, dropout=True, pre_norm=True, causal=True)
     ops.layer("head", LayerKind.head)
-    add_norm(ops, "final_norm", s * h, _norm_params(spec))
+    final = add_norm(ops, "final_norm", s * h, _norm_params(spec))
     _logits_and_loss(ops, spec, weight_params=0 if spec.tie_embeddings else spec.vocab * h)
+    _mtp(ops, spec, final, dropout=True)
     return ops.graph(_name(spec), spec, dims=spec)
 
 
@@ -56,8 +60,9 @@ def build_llama(spec: LlamaSpec) -> WorkloadGraph:
     _word_embedding(ops, spec)
     _blocks(ops, spec, dropout=False, pre_norm=True, causal=True)
     ops.layer("head", LayerKind.head)
-    add_norm(ops, "final_norm", s * h, _norm_params(spec))
+    final = add_norm(ops, "final_norm", s * h, _norm_params(spec))
     _logits_and_loss(ops, spec, weight_params=0 if spec.tie_embeddings else spec.vocab * h)
+    _mtp(ops, spec, final, dropout=False)
     return ops.graph(_name(spec), spec, dims=spec)
 
 
@@ -103,6 +108,15 @@ def _blocks(ops: OpList, spec: TransformerDims, *, dropout: bool, pre_norm: bool
         ops.layer(f"block{i}", LayerKind.transformer)
         shape = BlockShape.of(spec, spec.seq_len, i, dropout=dropout, pre_norm=pre_norm, causal=causal)
         block_input = add_block(ops, shape, block_input)
+
+
+def _mtp(ops: OpList, spec: TransformerDims, hidden: str, *, dropout: bool) -> None:
+    """The multi-token-prediction depths of a decoder (``transformer_mtp``): each reads the previous depth's
+    output and ends with the shared head's logits (no weight of their own) and its own loss."""
+    for k in range(spec.mtp_layers):
+        hidden = add_mtp_depth(ops, spec, k, hidden, dropout=dropout, causal=True)
+        ops.layer(f"mtp{k}_head", LayerKind.head)
+        _logits_and_loss(ops, spec, weight_params=0)
 
 
 def _logits_and_loss(ops: OpList, spec: TransformerDims, weight_params: int, bias: bool = False) -> None:

@@ -21,6 +21,10 @@ right) and changed where inference differs from training:
   Gemma) hold no weight of their own in the model's graph, but the pass reads the V × h table all the same:
   their ``params`` here are its elements, so a decode step streams them;
 - no loss, no dropout (inference runs in eval mode);
+- no multi-token-prediction depths (``TransformerDims.mtp_layers``): serving uses them only as the draft
+  model of speculative decoding (vLLM's and SGLang's DeepSeek MTP drafters), which plain prefill and decode
+  do not run, and no speculative mode exists here yet, so a pass is built from the spec with ``mtp_layers``
+  0 (``without_mtp``) and the model's weights in memory leave them out too (``simulate.make_plan``);
 - a sliding window (``TransformerDims.sliding_window``) limits each query to the last w keys; the KV
   cache is still sized for the whole context (as engines without a ring-buffer cache allocate it);
 - multi-head latent attention caches the latent (kv_lora_rank + qk_rope_head_dim per token and layer,
@@ -88,6 +92,11 @@ def attention_pairs(tokens: int, context: int, causal: bool, window: int | None 
     return ramp + (context - ramp_end) * window
 
 
+def without_mtp(dims: TransformerDims) -> TransformerDims:
+    """The spec an inference pass serves: the multi-token-prediction depths left out (module docstring)."""
+    return dims.model_copy(update={"mtp_layers": 0}) if dims.mtp_layers else dims
+
+
 def touched_experts(experts: int, top_k: int, tokens: int) -> float:
     """Experts that ``tokens`` tokens reach on average when each picks ``top_k`` of ``experts`` uniformly."""
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
@@ -102,7 +111,7 @@ def inference_graph(
 
     if not 1 <= tokens <= context:
         raise ValueError(f"tokens: {tokens} new tokens over a context of {context}")
-    base = build_workload(dims.model_copy(update={"seq_len": tokens}))
+    base = build_workload(without_mtp(dims).model_copy(update={"seq_len": tokens}))
     encoder = isinstance(dims, BertSpec)
     head = {li.index for li in base.layers if li.kind is LayerKind.head}
     width, heads, per_pair = kv_cache_width(dims), dims.heads, attention_flops_per_pair(dims)
