@@ -104,10 +104,19 @@ _ROWS = (
 
 # Recipe settings per model on H100 (Megatron-Bridge scripts/performance/configs): activation recomputation
 # beyond the flash core, and whether the MoE all-to-all overlaps another micro-batch's compute.
+# recompute_modules (mapping.recompute_modules, selective): GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2)
+# in gpt_oss_workload_base_configs.py, DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 in deepseek_workload_base_configs.py.
+# The Qwen3 recipes set recompute_granularity None (set_qwen3_common_configs) and the Llama ones the core only
+# or full layers (RECOMPUTE_LAYERS): with the flash core, selective 'core_attn' re-runs and stores nothing.
 RECIPE_RECOMPUTE = {
-    "gpt-oss-120b": "recompute_modules=[layernorm, moe_act]",
-    "deepseek-v3": "recompute_modules=[mla_up_proj, mlp]",
+    "gpt-oss-120b": ["layernorm", "moe_act"],
+    "deepseek-v3": ["mla_up_proj", "mlp"],
 }
+# Expert tensor parallelism of the MoE recipes with tp > 1 (mapping.expert_tp; Megatron-Bridge
+# scripts/performance/configs/{qwen,deepseek}/*workload_base_configs.py: BASE_QWEN3_235B_A22B_CONFIG and
+# BASE_DEEPSEEK_V3_CONFIG set expert_tensor_parallel_size=1, whole experts per rank with the ep ranks folded
+# over tp × dp). The tp-1 MoE rows (Qwen3-30B, gpt-oss) have no tensor split to choose.
+RECIPE_EXPERT_TP = {"qwen3-235b-a22b": 1, "deepseek-v3": 1}
 # recompute_granularity full, recompute_method block, recompute_num_layers N: mapping.recompute_layers
 RECOMPUTE_LAYERS = {"llama3-8b": 5}
 A2A_OVERLAP = {"qwen3-235b-a22b": True}  # moe_a2a_overlap=True in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*
@@ -115,6 +124,10 @@ A2A_OVERLAP = {"qwen3-235b-a22b": True}  # moe_a2a_overlap=True in QWEN3_235B_A2
 # (moe_flex_dispatcher_backend="hybridep": each token once per destination node, forwarded over NVLink,
 # ``plan.experts`` "deepep"); the others Megatron-Core's all-to-all dispatcher.
 DISPATCHER = {"deepseek-v3": "deepep"}
+# Multi-token-prediction depths the recipe trains (mtp_num_layers; DeepSeek-V3's recipe sets 1, on the last
+# pipeline stage beside the loss: the 'm' of its pp_layout). ``model_spec`` stays the main model, which the
+# model cards count; the project adds the depths (``TransformerDims.mtp_layers``).
+MTP_LAYERS = {"deepseek-v3": 1}
 # Tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers): Megatron-Bridge's
 # llama recipes map H100 fp8 to userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (70B) and
 # userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) (COMM_OVERLAP_CONFIG_MAP).
@@ -174,7 +187,8 @@ def model_spec(name: str, seq: int) -> TransformerDims:
                     "1536, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128), dense intermediate 18432 in the "
                     "first 3 blocks, then 256 routed experts of 2048 (top-8) + 1 shared, noaux_tc router bias; "
                     "vocabulary 129,280, untied. DeepSeek-V3 report (arXiv 2412.19437): 671 B parameters, 37 B "
-                    "activated; the multi-token-prediction module (14 B) is left out. Node-limited routing: "
+                    "activated; the multi-token-prediction module (11.5 B unique, 14 B with its copies of the "
+                    "embedding and head) is added by project_for (MTP_LAYERS). Node-limited routing: "
                     "topk_group 4 of n_group 8 (each token to at most 4 nodes).",
         )
     else:
@@ -233,10 +247,10 @@ def _largest_divisor(n: int, limit: int, also: int) -> int:
 def chunk_layers(model: str, layers: int, pp: int, vp: int) -> list[int]:
     """Transformer layers of each virtual stage under Megatron's interleaved layout (``mapping.pipeline_layers``),
     for the models whose layers pp × vp does not divide. DeepSeek-V3 on H100 gives it (pp_layout
-    "Et|(tt|)*30mL": virtual stage 0 embedding + 1 layer, 30 of 2 layers, the last MTP + loss; MTP is not
-    modelled); the others count the embedding and the loss as one layer each (Megatron's
-    account_for_embedding/loss_in_pipeline_split, an assumption: the recipe files do not show it), so every
-    chunk holds equal units."""
+    "Et|(tt|)*30mL": virtual stage 0 embedding + 1 layer, 30 of 2 layers, the last MTP + loss; the MTP depth
+    rides with the head, outside the layout's count); the others count the embedding and the loss as one layer
+    each (Megatron's account_for_embedding/loss_in_pipeline_split, an assumption: the recipe files do not show
+    it), so every chunk holds equal units."""
     if model == "deepseek-v3":
         chunks = [1] + [2] * 30 + [0]
     else:
@@ -257,30 +271,24 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
     gaps: list[str] = []
     dp = p.gpus // (p.tp * p.pp * p.cp)
     ep = p.ep
-    if ep > 1 and dp % ep:
+    etp = RECIPE_EXPERT_TP.get(p.model, p.tp) if ep > 1 and p.tp > 1 else None  # None: tp (ours and Megatron's)
+    if ep > 1 and (p.tp * dp) % (ep * (etp or p.tp)):
         experts = spec.moe.experts if spec.moe else 1
         ep = _largest_divisor(dp, dp, experts)
-        gaps.append(f"ep {p.ep} spans tp×dp (Megatron-Core MoE parallel folding, ETP 1); ours carves ep from dp "
-                    f"({dp}): run at ep {ep}")
-    if ep > 1 and p.tp > 1:
-        gaps.append(f"expert tensor parallelism: recipe ETP 1 (whole experts per rank), ours splits experts over "
-                    f"tp {p.tp} as well")
+        gaps.append(f"ep {p.ep} × expert tp {etp or p.tp} does not fold over tp×dp ({p.tp}×{dp}): run at ep {ep}")
     layout = None
     if p.vp > 1 and spec.layers % (p.pp * p.vp):  # Megatron's uneven interleaved layout
         layout = chunk_layers(p.model, spec.layers, p.pp, p.vp)
-    recompute = RECIPE_RECOMPUTE.get(p.model)
-    if recompute:
-        gaps.append(f"recipe recompute {recompute} not expressible; flash core only")
     if p.token_drop:
         gaps.append("token-drop run: ours is dropless (forced balance makes the two alike at capacity 1)")
-    if p.model == "deepseek-v3":
-        gaps.append("recipe pp_layout 'Et|(tt|)*30mL' includes the MTP layer, ours leaves MTP out")
+    if p.model in MTP_LAYERS:
+        spec = spec.model_copy(update={"mtp_layers": MTP_LAYERS[p.model]})
     row.gaps = gaps
     mapping = Mapping(
-        tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, sequence_parallel=p.tp > 1, interleave=p.vp,
+        tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, expert_tp=etp, sequence_parallel=p.tp > 1, interleave=p.vp,
         pipeline_layers=layout, micro_batch=p.mbs, global_batch=p.gbs, fusion=FLASH,
         recompute="full" if p.model in RECOMPUTE_LAYERS else "selective",
-        recompute_layers=RECOMPUTE_LAYERS.get(p.model),
+        recompute_layers=RECOMPUTE_LAYERS.get(p.model), recompute_modules=RECIPE_RECOMPUTE.get(p.model),
         fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe
         overlap_tp_comm=p.model in TP_OVERLAP and p.tp > 1,  # tp_comm_overlap with the recipe's userbuffers
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
@@ -348,7 +356,7 @@ def whatif_projects(row: Row) -> list[Project]:
     out.append(base.model_copy(update={"workload": spec}))
     m = m.model_copy(update={"fusion": [["attention", "softmax", "out_proj"]]})
     out.append(base.model_copy(update={"workload": spec, "mapping": m}))
-    m = m.model_copy(update={"recompute": "none"})
+    m = m.model_copy(update={"recompute": "none", "recompute_modules": None})
     out.append(base.model_copy(update={"workload": spec, "mapping": m}))
     return out
 

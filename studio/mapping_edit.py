@@ -22,8 +22,11 @@ from tilewright.engine.plan.placement import placement_order
 from tilewright.studio.mapping import LayerRange, StageLayout, format_ranges
 from tilewright.studio.tree_edit import EditRefused, friendly
 
-AUTO_FIELDS = ("tp", "pp", "dp", "ep", "cp", "zero", "fsdp", "micro_batch", "global_batch", "placement")
-CHECKED_FIELDS = ("mapping.ep", "mapping.cp")  # the engine's cross-part checks an edit of them must pass
+AUTO_FIELDS = (
+    "tp", "pp", "dp", "ep", "expert_tp", "cp", "zero", "fsdp", "micro_batch", "global_batch", "placement",
+)
+# the engine's cross-part checks an edit of them must pass
+CHECKED_FIELDS = ("mapping.ep", "mapping.expert_tp", "mapping.cp")
 CONTEXT_NO_STAGES = "context parallelism (cp > 1) is simulated without hand-placed stages: set cp 1 first"
 
 
@@ -58,7 +61,7 @@ def parallel_problems(project: Project) -> list[str]:
     e.g. ep must divide dp and the routed experts, cp the sequence. Empty when both degrees are 1 (the
     checks build the workload graph; a project without ep or cp need not pay for it here)."""
     m = project.mapping
-    if m.ep == 1 and m.cp == 1:
+    if m.ep == 1 and m.cp == 1 and m.expert_tp is None:
         return []
     from tilewright.engine.plan.checks import check_project
 
@@ -87,7 +90,7 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
 
 OPTION_FIELDS = (  # set one at a time
     "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
-    "fused_cross_entropy", "pipeline_layers",
+    "fused_cross_entropy", "pipeline_layers", "recompute_modules",
 )
 
 
@@ -115,6 +118,8 @@ def checked_option(project: Project, field: str, value: Any) -> Mapping:
     data[field] = value
     if field == "recompute" and value != "full":  # a count of whole layers to re-run means nothing then
         data["recompute_layers"] = None
+    if field == "recompute" and value != "selective":  # nor the modules selective recomputation re-runs
+        data["recompute_modules"] = None
     mapping = _validated(data)
     after = _problems_at(project.model_copy(update={"mapping": mapping}), field)
     new = [p for p in after if p not in _problems_at(project, field)] if after else []

@@ -114,7 +114,8 @@ def test_search_explores_expert_parallelism_and_times_it_as_run_does():
     assert full.ranked[0].iteration_time_s <= dense.ranked[0].iteration_time_s * (1 + 1e-9)
     for r in ranked_ep[:2]:
         c = r.candidate
-        assert c.dp % c.ep == 0 and EXPERTS % c.ep == 0
+        etp = c.expert_tp or c.tp  # expert tp below tp folds ep over tp × dp (``plan.experts``)
+        assert (c.tp * c.dp) % (c.ep * etp) == 0 and EXPERTS % c.ep == 0
         mapping = c.mapping(16, project.mapping)
         assert mapping.ep == c.ep
         run = simulate(project.model_copy(update={"mapping": mapping}))

@@ -19,6 +19,7 @@ MAPPING_FLAGS = (
     "dp",
     "cp",
     "ep",
+    "expert_tp",
     "expert_imbalance",
     "global_batch",
     "micro_batch",
@@ -46,6 +47,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{flag}", type=int, metavar="N")
     p.add_argument("--cp", type=int, metavar="N", help="context parallelism: each sequence split over N devices")
     p.add_argument("--ep", type=int, metavar="N", help="expert parallelism: routed experts split over N dp ranks")
+    p.add_argument("--expert-tp", type=int, metavar="N",
+                   help="expert tensor parallelism: each routed expert split over N tensor ranks (default tp; 1: "
+                   "whole experts, the ep × N expert ranks folded over tp × dp, Megatron-Core's ETP)")
     p.add_argument("--expert-imbalance", type=float, metavar="X",
                    help="busiest expert rank's tokens over the mean (default 1, a balanced router)")
     p.add_argument("--pipeline-layers", metavar="LIST",
@@ -55,6 +59,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute-layers", type=int, metavar="N",
                    help="with --recompute full: re-run only the first N layers of each model chunk (Megatron's "
                    "--recompute-method block --recompute-num-layers N)")
+    p.add_argument("--recompute-modules", metavar="LIST",
+                   help="selective recomputation of these parts of each layer, comma-separated (Megatron-Core's "
+                   "--recompute-modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts); "
+                   "sets --recompute selective unless given")
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
                    help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights sharded over dp (per-layer gathers)")
@@ -234,6 +242,11 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
         value = getattr(args, name)
         if value is not None:
             m[name] = value
+    modules = getattr(args, "recompute_modules", None)
+    if modules is not None:  # as Megatron-Bridge's recompute_modules override: selective unless said otherwise
+        m["recompute_modules"] = [part.strip() for part in modules.split(",") if part.strip()]
+        if args.recompute is None and m.get("recompute", "none") == "none":
+            m["recompute"] = "selective"
     if args.sequence_parallel:
         m["sequence_parallel"] = True
     axes = m.get("tp_axes")

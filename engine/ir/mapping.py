@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from tilewright.engine.ir.common import DType, MathFidelity, QuietDefaultsModel, StrictModel
 
 PosInt = Annotated[int, Field(ge=1)]
@@ -185,8 +185,8 @@ def format_pipeline_layout(layout: list[int]) -> str:
 class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
-        "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy",
-        "overlap_tp_comm", "pipeline_layers",
+        "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy",
+        "overlap_tp_comm", "pipeline_layers", "recompute_modules",
     )
 
     tp: PosInt = 1
@@ -202,7 +202,13 @@ class Mapping(QuietDefaultsModel):
         1, description="context parallelism: each sequence split over cp ranks, K/V passed around a ring (training)"
     )
     ep: PosInt = Field(
-        1, description="expert parallelism: routed experts split over ep of the dp replicas, tokens sent all-to-all"
+        1, description="expert parallelism: routed experts split over ep of the dp replicas (of the tp × dp ranks "
+        "with expert_tp below tp), tokens sent all-to-all"
+    )
+    expert_tp: PosInt | None = Field(
+        None, description="expert tensor parallelism: each routed expert's weights split over expert_tp ranks "
+        "(Megatron-Core --expert-tensor-parallel-size); the ep × expert_tp expert ranks fold over the stage's "
+        "tp × dp ranks (MoE parallel folding, plan.experts); None: tp",
     )
     expert_imbalance: Annotated[float, Field(ge=1.0)] = Field(
         1.0, description="busiest expert-parallel rank's routed tokens over the mean (1 = a balanced router)"
@@ -222,6 +228,11 @@ class Mapping(QuietDefaultsModel):
         None, description="with recompute 'full': re-run only the first N transformer layers of each model chunk "
         "and keep every activation of the others (Megatron --recompute-method block --recompute-num-layers N); "
         "None: every layer",
+    )
+    recompute_modules: list[str] | None = Field(
+        None, description="with recompute 'selective': the parts of each layer re-run in the backward, Megatron-Core's "
+        "recompute_modules (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; perf.recompute); "
+        "None: ['core_attn'], the attention core",
     )
     fused_cross_entropy: bool = Field(
         False, description="GPUs: the cross-entropy as one fused kernel (Megatron-Core --cross-entropy-loss-fusion, "
@@ -278,6 +289,14 @@ class Mapping(QuietDefaultsModel):
     spatial: SpatialSplit = Field(
         default_factory=SpatialSplit, description="split of each op over the cores of a grid device"
     )
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _module_list(cls, value: object) -> object:
+        """A comma-separated string ("layernorm,moe_act", as ``--set`` passes it) is the list it names."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _coherent(self) -> Mapping:

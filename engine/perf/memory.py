@@ -4,23 +4,25 @@ Model state under mixed precision with Adam (Rajbhandari et al., ZeRO, SC'20 §3
 main gradients): weights 2 B, gradients 4 B, optimizer 12 B (fp32 master copy, momentum, variance) per
 parameter; fp32 training: 4 + 4 + 8. ZeRO stage 1 shards the optimizer state over data-parallel ranks,
 stage 2 also the gradients, stage 3 also the weights. Activations are what each op saves for its
-backward pass (``Op.saved_elems``): all of them without recomputation, all but the ``selective`` ones
-with selective recomputation, and only each layer's input with full recomputation (Korthikanti et al.,
-MLSys 2023). A fused attention kernel (``mapping.fusion`` attention → softmax: FlashAttention, cuDNN fused
-attention) stores none of its s² tensors whatever the recomputation: its backward recomputes them on chip
-from Q, K, V (stored by qkv), its output (stored by out_proj) and the per-row log-sum-exp (a·s fp32 values,
-under 0.1 % of a block's activations at any head size: not counted).
+backward pass (``Op.saved_elems``): all of them without recomputation, all but what the recomputed
+modules drop with selective recomputation (``perf.recompute``; by default the ``selective`` attention
+core), and only each layer's input with full recomputation (Korthikanti et al., MLSys 2023). A fused
+attention kernel (``mapping.fusion`` attention → softmax: FlashAttention, cuDNN fused attention) stores
+none of its s² tensors whatever the recomputation: its backward recomputes them on chip from Q, K, V
+(stored by qkv), its output (stored by out_proj) and the per-row log-sum-exp (a·s fp32 values, under
+0.1 % of a block's activations at any head size: not counted).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.ir.project import DType, Optimizer
 from tilewright.engine.perf.op_cost import TP_SPLITS, flash_ops, shard
+from tilewright.engine.perf.recompute import OpRecompute, selection
 
 
 @dataclass(frozen=True)
@@ -63,20 +65,27 @@ def model_state(params: float, per_param: StateBytes, zero: int, dp: int) -> Sta
 
 
 def expert_model_state(
-    params: float, expert_params: float, per_param: StateBytes, zero: int, dp: int, ep: int
+    params: float, expert_params: float, per_param: StateBytes, zero: int, dp: int, ep: int, edp: int | None = None
 ) -> StateBytes:
     """``model_state`` of a device holding ``expert_params`` of routed-expert parameters among its ``params``:
     ZeRO shards the experts' state over the dp / ep replicas that hold the same experts (Megatron-Core's
-    expert-data-parallel group), every other parameter's over all dp replicas."""
+    expert-data-parallel group; ``edp``: its size when expert tensor parallelism folds it over tensor ranks
+    too, ``plan.experts.expert_dp``), every other parameter's over all dp replicas."""
     dense = model_state(params - expert_params, per_param, zero, dp)
-    experts = model_state(expert_params, per_param, zero, max(dp // max(ep, 1), 1))
+    experts = model_state(expert_params, per_param, zero, edp if edp is not None else max(dp // max(ep, 1), 1))
     return StateBytes(
         dense.weights + experts.weights, dense.gradients + experts.gradients, dense.optimizer + experts.optimizer
     )
 
 
-def _saved(op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int) -> float:
+def _saved(
+    op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int, dropped: OpRecompute | None = None
+) -> float:
+    """``dropped``: what selective recomputation no longer stores of it (``perf.recompute``)."""
     k = shard(op, tp, sp)
+    if dropped is not None:
+        fixed = 0.0 if dropped.drop_fixed else op.saved_bytes_fixed
+        return ((op.saved_elems - dropped.drop_elems) * elem_bytes + fixed) * micro_batch / k
     return (op.saved_elems * elem_bytes + op.saved_bytes_fixed) * micro_batch / k
 
 
@@ -99,10 +108,12 @@ def recomputed_layers(
 def activation_bytes(
     layers: Iterable[list[Op]], micro_batch: int, tp: int, sp: bool, recompute: Recompute, elem_bytes: int,
     fused: frozenset[tuple[str, str]] = frozenset(), recompute_layers: int | None = None,
+    recompute_modules: Sequence[str] | None = None,
 ) -> float:
     """Stored activations of one micro-batch over the given layers (each a list of its ops); ``fused``: the
     ``mapping.fusion`` edges (``plan.passes.fused_edges``), whose fused attention kernels store no scores;
-    ``recompute_layers``: full recomputation of only the first N transformer layers (``recomputed_layers``)."""
+    ``recompute_layers``: full recomputation of only the first N transformer layers (``recomputed_layers``);
+    ``recompute_modules``: what selective recomputation drops (``perf.recompute``; None: the attention core)."""
     layers = list(layers)
     rerun = {id(ops) for ops in recomputed_layers(layers, recompute, recompute_layers)}
     total = 0.0
@@ -114,10 +125,14 @@ def activation_bytes(
             total += first.in_elems * micro_batch * elem_bytes / (tp if sp else 1)
             continue
         flash = flash_ops(ops, fused) if fused else frozenset()
+        drops = selection(ops, recompute_modules) if recompute is Recompute.selective else {}
         for op in ops:
-            if (recompute is Recompute.selective and op.selective) or op.name in flash:
+            dropped = drops.get(op.name)
+            if op.name in flash or (dropped is not None and dropped.drop_elems >= op.saved_elems
+                                    and (dropped.drop_fixed or not op.saved_bytes_fixed)):
                 continue
-            total += _saved(op, micro_batch, tp, sp, elem_bytes)
+            partial = dropped is not None and (dropped.drop_elems > 0 or dropped.drop_fixed)
+            total += _saved(op, micro_batch, tp, sp, elem_bytes, dropped if partial else None)
     return total
 
 

@@ -43,8 +43,10 @@ def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
     if dims.ffn_dim % m.tp:
         out.append(Problem("mapping.tp", f"{m.tp} does not divide ffn ({dims.ffn_dim})"))
     moe = dims.moe
-    if moe is not None and moe.expert_ffn % m.tp:
-        out.append(Problem("mapping.tp", f"{m.tp} does not divide moe.expert_ffn ({moe.expert_ffn})"))
+    etp = m.expert_tp if m.expert_tp is not None else m.tp  # routed experts' tensor split (``plan.experts``)
+    if moe is not None and moe.expert_ffn % etp:
+        field = "mapping.tp" if etp == m.tp else "mapping.expert_tp"
+        out.append(Problem(field, f"{etp} does not divide moe.expert_ffn ({moe.expert_ffn})"))
     if m.sequence_parallel and dims.seq_len % m.tp:
         out.append(Problem("mapping.sequence_parallel", f"tp ({m.tp}) does not divide seq_len ({dims.seq_len})"))
     if m.cp > 1 and dims.seq_len % m.cp:
@@ -53,20 +55,65 @@ def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
 
 
 def _expert_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
-    """``ep`` splits the routed experts over ep of the dp replicas (``plan.experts``)."""
+    """``ep`` splits the routed experts over ep of the dp replicas, or with ``expert_tp`` below tp over
+    ep × expert_tp of the stage's tp × dp ranks (MoE parallel folding, ``plan.experts``)."""
+    etp = m.expert_tp if m.expert_tp is not None else m.tp
     if m.ep <= 1:
-        return []
+        if etp == m.tp:
+            return []
+        return [Problem("mapping.expert_tp", f"{etp} below tp ({m.tp}) needs expert parallelism (mapping.ep > 1): "
+                        "without it the routed experts are split like any other op")]
     experts = {op.moe.experts for op in graph.ops() if op.moe is not None}
     if not experts:
         return [Problem("mapping.ep", f"{m.ep}: the model has no mixture-of-experts layers to split")]
     out = []
-    if m.dp % m.ep:
+    if m.tp % etp:
+        out.append(Problem("mapping.expert_tp", f"{etp} does not divide tp ({m.tp})"))
+    elif etp == m.tp and m.dp % m.ep:
         out.append(Problem("mapping.ep", f"{m.ep} does not divide dp ({m.dp}): expert ranks are data-parallel ranks"))
+    elif (m.tp * m.dp) % (m.ep * etp):
+        out.append(Problem("mapping.ep", f"ep × expert_tp ({m.ep} × {etp}) does not divide tp × dp ({m.tp} × {m.dp}):"
+                           " the expert ranks fold over one pipeline stage's tensor and data-parallel ranks"))
+    if etp != m.tp and m.tp_axes is not None:
+        out.append(Problem("mapping.expert_tp", "expert tensor parallelism below tp with 2-D tensor parallelism "
+                           "(mapping.tp_axes) is not simulated"))
     if any(e % m.ep for e in experts):
         out.append(Problem("mapping.ep", f"{m.ep} does not divide the routed experts ({min(experts)})"))
     if m.cp > 1:
         out.append(Problem("mapping.ep", "expert parallelism together with context parallelism is not simulated"))
     return out
+
+
+def _recompute_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
+    """``recompute_modules`` names Megatron-Core's modules (``perf.recompute``), each one this workload has,
+    under selective recomputation (as Megatron-Core, which reads the list only then)."""
+    from tilewright.engine.perf.recompute import MODULES, present, unknown_modules
+
+    modules = m.recompute_modules
+    if modules is None:
+        return []
+    field = "mapping.recompute_modules"
+    if m.recompute is not Recompute.selective:
+        return [Problem(field, f"{', '.join(modules) or '[]'}: module recomputation needs recompute 'selective', "
+                               f"not '{m.recompute.value}'")]
+    unknown = unknown_modules(modules)
+    if unknown:
+        return [Problem(field, f"unknown module{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                               f"(known: {', '.join(MODULES)})")]
+    layers = [graph.layer_ops(i) for i in graph.block_layers]
+    return [Problem(field, f"'{name}': the model has nothing it recomputes: {_ABSENT.get(name, 'no such part')}")
+            for name in dict.fromkeys(modules) if not any(present(ops, name) for ops in layers)]
+
+
+_ABSENT = {  # why a module may be missing from a workload
+    "moe_act": "no mixture-of-experts layers",
+    "moe": "no mixture-of-experts layers",
+    "shared_experts": "no shared experts",
+    "mla_up_proj": "no multi-head latent attention",
+    "mlp": "no dense MLP",
+    "layernorm": "every norm is fused into the linear after it (Transformer Engine's LayerNormLinear)",
+    "core_attn": "no unfused attention core",
+}
 
 
 def _pipeline_checks(blocks: int, m: Mapping) -> list[Problem]:
@@ -255,6 +302,7 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
         out += _transformer_checks(project.workload, m)
     graph = build_workload(project.workload)
     out += _expert_checks(m, graph)
+    out += _recompute_checks(m, graph)
     out += _pipeline_checks(len(graph.block_layers), m)
     out += _stage_checks(project, len(graph.layers), capacity)
     out += _hypar_checks(m, graph)

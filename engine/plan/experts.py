@@ -3,26 +3,42 @@
 
 The ep ranks are carved out of the data-parallel replicas (ep divides dp): replicas ``k·ep … k·ep + ep − 1``
 of a stage share their experts, each holding experts / ep of them, while every other weight stays whole on
-every replica. Per device:
+every replica. That is Megatron-Core's layout with the experts split over the tensor group like any other
+column/row op (expert tensor parallelism ``etp`` = tp, its default). With ``Mapping.expert_tp`` below tp
+(MoE parallel folding, Liu et al. 2025, arXiv 2504.14960; Megatron-Core ``--expert-tensor-parallel-size``,
+every Megatron-Bridge MoE recipe runs ETP 1) the MoE layer re-reads the stage's ranks: flattened
+r = d·tp + t (replica d, tensor rank t) becomes r = ((k·ep) + e)·etp + u (expert-tensor rank u, expert rank
+e, expert-data-parallel index k), Megatron-Core's expert rank generator (order tp-ep-dp). An ep group shares
+(k, u) — ep × etp must divide tp × dp, not ep dp — an expert-tensor group shares (k, e) (etp consecutive
+tensor ranks of one replica), an expert-data-parallel group shares (e, u): tp·dp / (ep·etp) ranks
+(``group_comm.folded_groups``). The dense ops keep tp. Per device:
 
-- routed-expert weights (``role == expert``): ``params / ep``;
+- routed-expert weights (``role == expert``): ``params / ep`` (and / etp instead of / tp when folded:
+  ``shard_experts`` rewrites the op so the plan's split by tp yields ``params / (ep·etp)``);
 - routed-expert work: unchanged on a balanced router — the device runs the token-slots the ep ranks route
   to its experts, as many as its own tokens have — times ``mapping.expert_imbalance`` (≥ 1), the busiest
   device's load over the mean, which sets the pace of every rank that waits for it in the combine;
 - an all-to-all over the ep group before the first routed-expert op (dispatch: each token's hidden vector to
   each of its expert slots) and after the last (combine: the outputs back); the backward moves the same
   amounts in reverse. Of a device's buffer, (ep − 1)/ep leaves it. With tensor parallelism each tensor rank
-  sends 1/tp of it (tokens split by sequence, Megatron's all-to-all dispatcher). All pairs exchange at once:
+  sends 1/tp of it (tokens split by sequence, Megatron's all-to-all dispatcher), whatever etp. After the
+  dispatch Megatron-Core's dispatcher gathers the received tokens over the expert-tensor group and
+  reduce-scatters them before the combine (``dispatch_postprocess``, ``combine_preprocess``); the plan keeps
+  the tensor-parallel gather and reduction it already sized around the routed experts (``passes.tp_elems``,
+  tokens · hidden) and runs them over the expert-tensor groups with etp / tp of the bytes, none at etp 1
+  (``expert_tp_comm``). A device's expert GEMMs then run etp / tp of its replica's token-slots on 1/etp of
+  the width: FLOPs per device stay flops / tp on a balanced router. All pairs exchange at once:
   one phase whose per-link use counts the routes crossing it (``all_to_all``). With ``Mapping.ep_dispatcher``
   'deepep' (DeepEP, Megatron-Core's flex dispatcher with DeepEP or HybridEP) a token crosses the network
   once per destination node and is forwarded inside the node (``hierarchical_all_to_all``), its nodes capped
   by node-limited routing (``MoESpec.max_nodes_per_token``).
 
 Gradients of the routed experts are reduced (and, with ZeRO-1/2, their updated weights gathered) over the
-dp / ep replicas that hold the same experts (Megatron-Core's expert-data-parallel group), the other weights'
-over all replicas (``Plan.dp_collective``); ZeRO shards the experts' optimizer state (and gradients, weights
-at stages 2, 3) over that group too (``perf.memory.expert_model_state``), and ZeRO-2/3's per-layer gathers
-and reduce-scatters of the experts run over it (``plan.sharding``, kind ``edp:``). Not modelled: token
+dp / ep replicas that hold the same experts (Megatron-Core's expert-data-parallel group; tp·dp / (ep·etp)
+ranks when folded, ``expert_dp``), the other weights' over all replicas (``Plan.dp_collective``); ZeRO
+shards the experts' optimizer state (and gradients, weights at stages 2, 3) over that group too
+(``perf.memory.expert_model_state``), and ZeRO-2/3's per-layer gathers and reduce-scatters of the experts
+run over it (``plan.sharding``, kind ``edp:``). Not modelled: token
 dropping at a capacity factor beyond the FLOPs the workload already pads.
 
 **The dispatcher's own work on a GPU** (Megatron-Core's ``MoEAlltoAllTokenDispatcher``,
@@ -56,7 +72,8 @@ from dataclasses import dataclass
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.hardware import Compute
-from tilewright.engine.ir.ops import MoERole, Op
+from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.ops import MoERole, Op, TensorSplit
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collective_phase import Collective, Phase, route_latency
 from tilewright.engine.perf.device import issues_kernels
@@ -64,24 +81,59 @@ from tilewright.engine.plan.launch import drain_seconds
 from tilewright.engine.plan.moe_host import framework_host
 
 EP_PREFIX = "ep:"  # expert parallelism's all-to-all, a segment collective (``plan.sharding``)
+ETP_PREFIX = "etp:"  # a routed expert's tensor-parallel collective over its expert-tensor group (etp < tp)
 
 
-def shard_experts(ops: list[Op], ep: int, imbalance: float) -> list[Op]:
-    """A layer's ops as one ep rank holds and runs them (module docstring)."""
-    if ep <= 1 and imbalance == 1.0:
+def expert_tp_of(mapping: Mapping, train: bool = True) -> int:
+    """The expert-tensor-parallel degree in force: ``mapping.expert_tp`` (None: tp, Megatron's default);
+    tp without expert parallelism in the plan (ep 1, or a pass that is not training)."""
+    if not train or mapping.ep <= 1 or mapping.expert_tp is None:
+        return mapping.tp
+    return mapping.expert_tp
+
+
+def expert_dp(tp: int, dp: int, ep: int, etp: int) -> int:
+    """Ranks of a stage holding the same routed-expert shard (Megatron-Core's expert-data-parallel group):
+    tp · dp / (ep · etp); dp / ep when etp = tp."""
+    return max(tp * dp // max(ep * etp, 1), 1)
+
+
+def shard_experts(ops: list[Op], ep: int, imbalance: float, tp: int = 1, etp: int | None = None) -> list[Op]:
+    """A layer's ops as one ep rank holds and runs them (module docstring). With ``etp`` below ``tp`` (MoE
+    parallel folding) a routed-expert op is rewritten so that the plan's tensor-parallel split by tp
+    (``perf.op_cost``, ``perf.memory``) yields one device's share: params · tp / etp (→ params / (ep · etp)),
+    the stacked GEMM's rows · etp / tp and its split dimension · tp / etp (→ m · etp / tp, width / etp); its
+    FLOPs and tensors stay (→ / tp: the same token-slot share of the stage's work, ``flops / tp``)."""
+    fold = etp is not None and etp != tp
+    if ep <= 1 and imbalance == 1.0 and not fold:
         return ops
     out = []
     for op in ops:
         if op.moe is not None and op.moe.role is MoERole.expert:
-            op = op.model_copy(
-                update={
-                    "params": op.params / ep,
-                    "flops": op.flops * imbalance,
-                    "bwd_flops": op.backward_flops * imbalance,
-                }
-            )
+            update: dict[str, object] = {
+                "params": op.params / ep,
+                "flops": op.flops * imbalance,
+                "bwd_flops": op.backward_flops * imbalance,
+            }
+            if fold:
+                update["params"] = op.params / ep * tp / etp  # type: ignore[operator]
+                if op.gemm is not None:
+                    update["gemm"] = folded_gemm(op, tp, etp)  # type: ignore[arg-type]
+            op = op.model_copy(update=update)
         out.append(op)
     return out
+
+
+def folded_gemm(op: Op, tp: int, etp: int) -> tuple[float, float, float]:
+    """A routed-expert GEMM (m, n, k) rewritten for expert tensor parallelism ``etp`` under the plan's
+    split by ``tp`` (``shard_experts``): after the all-to-all and the gather over the expert-tensor group a
+    device runs etp / tp of the replica's token-slots (m) on 1 / etp of the width (n for column-split, k for
+    row-split ops)."""
+    m, n, k = op.gemm  # type: ignore[misc]
+    f = tp / etp
+    if op.split is TensorSplit.row:
+        return m / f, n, k * f
+    return m / f, n * f, k
 
 
 def routed_experts(ops: list[Op]) -> list[Op]:
@@ -184,6 +236,25 @@ def hierarchical_all_to_all(hw: HardwareGraph, group: list[int], nbytes: float, 
 
 def is_ep(kind: str) -> bool:
     return kind.startswith(EP_PREFIX)
+
+
+def is_etp(kind: str) -> bool:
+    return kind.startswith(ETP_PREFIX)
+
+
+def expert_tp_comm(op: Op, kind: str, elems: float, tp: int, etp: int | None) -> tuple[str, float] | None:
+    """A tensor-parallel collective at a routed-expert op's input or output ((kind, elements per sample) as
+    ``plan.passes`` sizes it for the tensor group) under expert tensor parallelism ``etp``: unchanged at etp =
+    tp (None); none at etp 1 (whole experts: the dispatcher gathers nothing); otherwise over the op's
+    expert-tensor group (``ETP_PREFIX``, etp consecutive tensor ranks), carrying etp / tp of the elements —
+    the same per-device share, gathered over etp ranks instead of tp (Megatron-Core's dispatcher gathers the
+    received tokens over the expert-tensor group after the dispatch and reduce-scatters them before the
+    combine)."""
+    if etp is None or etp == tp or op.moe is None or op.moe.role is not MoERole.expert:
+        return kind, elems
+    if etp <= 1:
+        return None
+    return ETP_PREFIX + kind, elems * etp / tp
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, Phase, collective
 from tilewright.engine.plan.context import ContextComm
-from tilewright.engine.plan.experts import Routing, all_to_all, hierarchical_all_to_all
+from tilewright.engine.plan.experts import Routing, all_to_all, expert_dp, expert_tp_of, hierarchical_all_to_all
 from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_edp, stage_shard_comm
 
 
@@ -37,11 +37,44 @@ def expert_groups(groups: list[list[int]], ep: int) -> list[list[list[int]]]:
     return [[groups[k * ep + e] for k in range(len(groups) // ep)] for e in range(ep)]
 
 
-def edp_group_collective(hw: HardwareGraph, groups: list[list[int]], ep: int, kind: str, nbytes: float) -> Collective:
+def folded(groups: list[list[int]], etp: int | None) -> bool:
+    """Expert tensor parallelism below tp (``plan.experts``, MoE parallel folding): the expert groups are
+    laid over the flattened stage, not replica by replica."""
+    return etp is not None and etp != len(groups[0])
+
+
+def folded_groups(groups: list[list[int]], ep: int, etp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """(ep groups, expert-data-parallel groups) of a stage under MoE parallel folding (Megatron-Core's
+    expert rank generator, order tp-ep-dp): the stage's ranks flattened r = d · tp + t (``groups[d][t]``)
+    and re-read as r = ((k · ep) + e) · etp + u — an ep group shares (k, u) (stride etp), an
+    expert-data-parallel group shares (e, u) (stride ep · etp), tp · dp / (ep · etp) ranks."""
+    flat = [dev for g in groups for dev in g]
+    k_n = len(flat) // (ep * etp)
+    eps = [[flat[(k * ep + e) * etp + u] for e in range(ep)] for k in range(k_n) for u in range(etp)]
+    edps = [[flat[(k * ep + e) * etp + u] for k in range(k_n)] for e in range(ep) for u in range(etp)]
+    return eps, edps
+
+
+def edp_group_collective(
+    hw: HardwareGraph, groups: list[list[int]], ep: int, kind: str, nbytes: float, etp: int | None = None
+) -> Collective:
     """``kind`` of ``nbytes`` (per tensor rank) over every expert-data-parallel group of the stage at once
     (``expert_groups``): the routed experts' gradient reductions and weight gathers, each tensor rank with
-    its peers in the replicas that hold the same experts."""
+    its peers in the replicas that hold the same experts; with ``etp`` below tp over ``folded_groups``."""
+    if folded(groups, etp):
+        edps = folded_groups(groups, ep, etp)[1]  # type: ignore[arg-type]
+        if len(edps[0]) <= 1:
+            return Collective(kind, "none", ())  # type: ignore[arg-type]
+        return merge_concurrent([collective(hw, kind, g, nbytes) for g in edps])  # type: ignore[arg-type]
     return merge_concurrent([dp_group_collective(hw, g, kind, nbytes) for g in expert_groups(groups, ep)])
+
+
+def etp_group_collective(hw: HardwareGraph, group: list[int], etp: int, kind: str, nbytes: float) -> Collective:
+    """``kind`` of ``nbytes`` (full tensor of one expert-tensor group) on every expert-tensor group of one
+    replica's tensor group at once: etp consecutive tensor ranks (``folded_groups``: same k and e, u
+    varying), the gathers and reduce-scatters of the routed experts' tokens (``experts.expert_tp_comm``)."""
+    parts = [group[j * etp:(j + 1) * etp] for j in range(len(group) // etp)]
+    return merge_concurrent([collective(hw, kind, g, nbytes) for g in parts])  # type: ignore[arg-type]
 
 
 def embedding_group_collective(
@@ -73,11 +106,13 @@ def cp_group_collective(hw: HardwareGraph, groups: list[list[int]], cp: int, kin
 
 
 def ep_group_collective(
-    hw: HardwareGraph, groups: list[list[int]], ep: int, nbytes: float, routing: Routing | None = None
+    hw: HardwareGraph, groups: list[list[int]], ep: int, nbytes: float, routing: Routing | None = None,
+    etp: int | None = None,
 ) -> Collective:
     """An all-to-all of ``nbytes`` per tensor rank over every expert-parallel group of the stage at once:
-    replicas ``k·ep … k·ep + ep − 1`` (``plan.experts``), each tensor rank with its peers; node by node
-    (``experts.hierarchical_all_to_all``) when ``routing`` is given (``Mapping.ep_dispatcher`` 'deepep')."""
+    replicas ``k·ep … k·ep + ep − 1`` (``plan.experts``), each tensor rank with its peers, or with ``etp``
+    below tp the folded ep groups (``folded_groups``); node by node (``experts.hierarchical_all_to_all``)
+    when ``routing`` is given (``Mapping.ep_dispatcher`` 'deepep')."""
     if ep <= 1:
         return Collective("exchange", "none", ())
     tp = len(groups[0])
@@ -85,6 +120,8 @@ def ep_group_collective(
     def exchange(group: list[int]) -> Collective:
         return all_to_all(hw, group, nbytes) if routing is None else hierarchical_all_to_all(hw, group, nbytes, routing)
 
+    if folded(groups, etp):
+        return merge_concurrent([exchange(g) for g in folded_groups(groups, ep, etp)[0]])  # type: ignore[arg-type]
     parts = [
         exchange([groups[k * ep + e][i] for e in range(ep)])
         for k in range(len(groups) // ep)
@@ -94,7 +131,7 @@ def ep_group_collective(
 
 
 def ep_seconds(
-    hw: HardwareGraph, groups: list[list[int]], ep: int, routing: Routing | None = None
+    hw: HardwareGraph, groups: list[list[int]], ep: int, routing: Routing | None = None, etp: int | None = None
 ) -> Callable[[float], float]:
     """Seconds of an expert all-to-all of that many bytes per tensor rank over the stage's ep groups at once
     (``ep_group_collective``), cached by size: what an overlapped all-to-all has to hide."""
@@ -103,7 +140,7 @@ def ep_seconds(
     def seconds(nbytes: float) -> float:
         hit = cache.get(nbytes)
         if hit is None:
-            hit = cache[nbytes] = ep_group_collective(hw, groups, ep, nbytes, routing).time(hw)
+            hit = cache[nbytes] = ep_group_collective(hw, groups, ep, nbytes, routing, etp).time(hw)
         return hit
 
     return seconds
@@ -156,16 +193,17 @@ def shard_comm(
         hit = cache.get((kind, nbytes))
         if hit is None:
             coll = (
-                edp_group_collective(hw, groups, m.ep, dp_kind(kind), nbytes)
+                edp_group_collective(hw, groups, m.ep, dp_kind(kind), nbytes, etp)
                 if is_edp(kind)
                 else dp_group_collective(hw, groups, dp_kind(kind), nbytes)
             )
             hit = cache[(kind, nbytes)] = coll.time(hw)
         return hit
 
+    etp = expert_tp_of(m)
     return stage_shard_comm(
         m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
-        m.ep, extra_params,
+        m.ep, extra_params, expert_dp(m.tp, m.dp, m.ep, etp),
     )
 
 

@@ -7,35 +7,41 @@ twice that backward, no recomputation. The hardware does something else, and HFU
   its backward (``op_cost.pass_flops``: the forward's causal pairs, ``FLASH_BACKWARD`` × that backward);
 - full recomputation re-runs every block op's forward (at the pass's own FLOPs, so a fused attention's
   causal pairs), or those of the layers ``mapping.recompute_layers`` picks; selective recomputation re-runs
-  the attention core (``Op.selective``) except what runs inside a fused kernel (``op_cost.flash_ops``),
-  which has nothing to re-run.
+  the ops of ``mapping.recompute_modules`` (``perf.recompute``; by default the attention core,
+  ``Op.selective``) except what runs inside a fused kernel (``op_cost.flash_ops``), which has nothing to
+  re-run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import OpKind
 from tilewright.engine.perf.op_cost import flash_ops, pass_flops
+from tilewright.engine.perf.recompute import selection
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 
 def hardware_flops_per_sample(
     workload: WorkloadGraph, recompute: Recompute, fused: frozenset[tuple[str, str]],
-    rerun: frozenset[int] | None = None,
+    rerun: frozenset[int] | None = None, modules: Sequence[str] | None = None,
 ) -> float:
     """FLOPs per sample of one training iteration: forward, backward and re-run forward of every op;
-    ``rerun``: the layers full recomputation re-runs (the plan's R passes; None: every block)."""
+    ``rerun``: the layers full recomputation re-runs (the plan's R passes; None: every block); ``modules``:
+    what selective recomputation re-runs (``mapping.recompute_modules``)."""
     blocks = set(workload.block_layers) if rerun is None else rerun
     total = 0.0
     for layer in workload.layers:
         ops = workload.layer_ops(layer.index)
         flash = flash_ops(ops, fused) if fused else frozenset()
+        again = selection(ops, modules) if recompute is Recompute.selective else {}
         for op in ops:
             inside = op.name in flash
             forward = pass_flops(op, False, inside)
             total += forward + pass_flops(op, True, inside)
             if recompute is Recompute.full and op.layer in blocks and op.kind is not OpKind.embedding:
                 total += forward
-            elif recompute is Recompute.selective and op.selective and not inside:
+            elif op.name in again and again[op.name].rerun and not inside:
                 total += forward
     return total

@@ -11,7 +11,7 @@ collectives (Shoeybi et al. 2019; Korthikanti et al. 2023 for sequence paralleli
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -21,9 +21,10 @@ from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
+from tilewright.engine.perf.recompute import selection
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import ContextComm
-from tilewright.engine.plan.experts import dispatch_work, exchange
+from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
 from tilewright.engine.plan.launch import (
     SCORE_PASSES_FORWARD,
     attention_scores,
@@ -132,6 +133,7 @@ class PassContext:
     offload_saved: float = 0.0  # training with activations in host memory: the host link's bytes/s (else 0)
     context: ContextComm | None = None  # context parallelism's K/V ring (``plan.context``); micro_batch is per rank
     expert_parallel: int = 1  # ep: MoE ops exchange their tokens all-to-all (``plan.experts``)
+    expert_tp: int | None = None  # routed experts' tensor parallelism (None: tp; ``experts.expert_tp_comm``)
     # with mapping.overlap_ep_comm: seconds of an all-to-all of that many bytes per tensor rank (the stage's
     # ep groups at once), to hide it behind the paired micro-batch's compute of the layer (``_a2a``)
     ep_seconds: Callable[[float], float] | None = None
@@ -319,6 +321,15 @@ class _Builder:
             self.out.segments.append(seg)
             self._open = None
 
+    def op_comm(self, kind: str, op: Op, elems: float) -> None:
+        """The tensor-parallel collective at an op's input or output (``elems`` per sample, as the op counts
+        them): a routed expert's sized by ``tp_elems`` and, with expert tensor parallelism below tp, over its
+        expert-tensor groups or none (``experts.expert_tp_comm``)."""
+        c = self.ctx
+        routed = expert_tp_comm(op, kind, tp_elems(op, elems), c.tp, c.expert_tp)
+        if routed is not None:
+            self.comm(routed[0], routed[1], op.layer, op.name, overlap=not is_etp(routed[0]))
+
     def comm(self, kind: str, elems: float, layer: int, label: str, overlap: bool = True) -> None:
         """A tensor-parallel collective closing the open segment; ``overlap``: one the GEMMs beside it may
         hide (``plan.tp_overlap``), not the cross-entropy's."""
@@ -385,8 +396,13 @@ def _column(op: Op) -> bool:
 
 
 def forward_pass(
-    layers: list[list[Op]], ctx: PassContext, kind: PassKind = "F", only_selective: bool = False
+    layers: list[list[Op]], ctx: PassContext, kind: PassKind = "F", only_selective: bool = False,
+    modules: Sequence[str] | None = None,
 ) -> ChunkPass:
+    """``only_selective``: the R pass of selective recomputation, the forward of what ``modules`` re-run
+    (``perf.recompute``; None: the attention core). A normally checkpointed module (``Part.whole``) re-runs
+    with its tensor-parallel collectives, an output-discarding one as its bare kernels; a fused attention
+    kernel recomputes its core inside its backward (``op_cost``), so nothing of it re-runs here."""
     b = _Builder(ctx, kind)
     sp = ctx.sequence_parallel
     prev_column = False
@@ -399,16 +415,21 @@ def forward_pass(
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
         flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
+        rerun = selection(ops, modules) if only_selective else {}
         for j, (op, fused) in enumerate(zip(ops, flags, strict=True)):
-            if only_selective:  # a fused attention kernel recomputes its core inside its backward (op_cost)
-                if op.selective and op.name not in flash:
+            if only_selective:
+                how = rerun.get(op.name)
+                if how is None or not how.rerun or op.name in flash:
+                    continue
+                if not how.whole:
                     b.add_op(op, backward=False, scores=scores.get(op.name, 0.0))
-                continue
+                    continue
+                fused = (False, False)  # re-run kernel by kernel, as the selective core always was
             column = _column(op)
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
-                b.comm("all-gather", tp_elems(op, op.in_elems), op.layer, op.name)
+                b.op_comm("all-gather", op, op.in_elems)
             b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0))
-            if kind == "R" and j == 0:  # the layer's activation checkpoint (``launch.CHECKPOINT_CALLS``)
+            if kind == "R" and j == 0 and not only_selective:  # the layer's checkpoint (``launch.CHECKPOINT_CALLS``)
                 b.host(checkpoint_host_seconds(ctx.dev.compute))
             if ctx.tp_axes is not None:
                 if _weighted(op):  # 2-D tensor parallelism: every weighted op reduces along one axis
@@ -416,7 +437,7 @@ def forward_pass(
             elif _weighted(op) and (
                 op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)
             ):
-                b.comm(_reduce(sp), tp_elems(op, op.out_elems), op.layer, op.name)
+                b.op_comm(_reduce(sp), op, op.out_elems)
             if op.kind is OpKind.loss and op.split is TensorSplit.vocab:
                 # the vocab-parallel cross-entropy combines its shards' max, target logit and sum of
                 # exponentials: three all-reduces of one fp32 value per token (megatron/mpu/cross_entropy.py)
@@ -438,7 +459,7 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
         before = b.next_layer()
         if shard is not None and ops:
             if pending is not None:
-                b.comm(_reduce(sp), tp_elems(pending, pending.in_elems), pending.layer, pending.name)
+                b.op_comm(_reduce(sp), pending, pending.in_elems)
                 pending = None
             _shard_boundary(b, shard, ops, reduce, before, first=i == 0)
             reduce = shard.layer_items("reduce-scatter", ops, ctx.tp)
@@ -446,15 +467,15 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
         scores = attention_scores(ops)
         for op, fused in zip(reversed(ops), reversed(flags), strict=True):
             if pending is not None and not _column(op):
-                b.comm(_reduce(sp), tp_elems(pending, pending.in_elems), pending.layer, pending.name)
+                b.op_comm(_reduce(sp), pending, pending.in_elems)
                 pending = None
             if sp and op.split is TensorSplit.row and _weighted(op):
-                b.comm("all-gather", tp_elems(op, op.out_elems), op.layer, op.name)
+                b.op_comm("all-gather", op, op.out_elems)
             b.add_op(op, backward=True, fused=fused, scores=scores.get(op.name, 0.0))
             if _column(op):
                 pending = op
     if pending is not None:
-        b.comm(_reduce(sp), tp_elems(pending, pending.in_elems), pending.layer, pending.name)
+        b.op_comm(_reduce(sp), pending, pending.in_elems)
     if shard is not None and reduce and layers:
         b.dp_comms(reduce, layers[0][0].layer if layers[0] else 0, "gradients")  # nothing left to hide behind
     return b.finish()

@@ -28,7 +28,16 @@ from tilewright.engine.perf.memory import (
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import Residency
-from tilewright.engine.plan.experts import is_ep, routed_experts, routing_for, shard_experts
+from tilewright.engine.plan.experts import (
+    ETP_PREFIX,
+    expert_dp,
+    expert_tp_of,
+    is_ep,
+    is_etp,
+    routed_experts,
+    routing_for,
+    shard_experts,
+)
 from tilewright.engine.plan.group_comm import (
     context_comm,
     cp_group_collective,
@@ -37,6 +46,7 @@ from tilewright.engine.plan.group_comm import (
     embedding_group_collective,
     ep_group_collective,
     ep_seconds,
+    etp_group_collective,
     scaled,
     shard_comm,
     tp_seconds,
@@ -138,10 +148,14 @@ class Plan:
         if is_dp(kind):
             return dp_group_collective(self.hw, self.stages[rank].groups, dp_kind(kind), nbytes)
         if is_edp(kind):  # routed experts: over the replicas holding the same experts (``plan.sharding``)
-            return edp_group_collective(self.hw, self.stages[rank].groups, self.ep, dp_kind(kind), nbytes)
+            return edp_group_collective(self.hw, self.stages[rank].groups, self.ep, dp_kind(kind), nbytes,
+                                        self.expert_tp)
         if is_ep(kind):
             return ep_group_collective(self.hw, self.stages[rank].groups, self.project.mapping.ep, nbytes,
-                                       routing_for(self.project))
+                                       routing_for(self.project), self.expert_tp)
+        if is_etp(kind):  # a routed expert's gather or reduce-scatter over its expert-tensor groups
+            return etp_group_collective(self.hw, self.stages[rank].groups[replica], self.expert_tp,
+                                        kind.removeprefix(ETP_PREFIX), nbytes)
         if spans_replicas(kind):
             return cp_group_collective(
                 self.hw, self.stages[rank].groups, self.project.mapping.cp, dp_kind(kind), nbytes
@@ -217,7 +231,7 @@ class Plan:
     def dp_collective(self, rank: int, chunk: int) -> Collective:
         """Gradient reduction of one chunk across replicas, all tensor ranks at once (one ring each)."""
         st = self.stages[rank]
-        if self.dp <= 1 or self.project.mapping.zero >= 2:  # stage ≥ 2 reduces in every backward pass
+        if self.replicas <= 1 or self.project.mapping.zero >= 2:  # stage ≥ 2 reduces in every backward pass
             return Collective("all-reduce", "none", ())
         kind = "reduce-scatter" if self.project.mapping.zero >= 1 else "all-reduce"
         experts = st.expert_grad_bytes.get(chunk, 0.0)
@@ -231,7 +245,7 @@ class Plan:
         dense = dp_group_collective(self.hw, st.groups, kind, dense_bytes)
         if expert_bytes <= 0:
             return dense
-        expert = edp_group_collective(self.hw, st.groups, self.ep, kind, expert_bytes)
+        expert = edp_group_collective(self.hw, st.groups, self.ep, kind, expert_bytes, self.expert_tp)
         same = dense.payload_fraction == expert.payload_fraction  # else the phases differ: data = wire bytes
         return Collective(dense.kind, dense.algorithm, dense.phases + expert.phases,
                           dense.payload_fraction if same else 1.0)
@@ -239,6 +253,19 @@ class Plan:
     @property
     def ep(self) -> int:
         return self.project.mapping.ep if self.project.run.mode is Mode.train else 1
+
+    @property
+    def expert_tp(self) -> int:
+        """The routed experts' tensor-parallel degree (``plan.experts.expert_tp_of``)."""
+        return expert_tp_of(self.project.mapping, self.project.run.mode is Mode.train)
+
+    @property
+    def replicas(self) -> int:
+        """The largest group a gradient is reduced over: dp, or the routed experts' expert-data-parallel
+        group when expert tensor parallelism folds it over tensor ranks too (``experts.expert_dp``)."""
+        if self.ep <= 1:
+            return self.dp
+        return max(self.dp, expert_dp(self.tp, self.dp, self.ep, self.expert_tp))
 
     @memo_method
     def dp_buckets(self, rank: int, chunk: int) -> tuple[Collective, Collective]:
@@ -257,7 +284,7 @@ class Plan:
         """ZeRO 1 and 2: all-gather the updated weights after the sharded optimizer step (stage 3 keeps them
         sharded: each layer gathers its weights when it runs, ``plan.sharding``)."""
         st = self.stages[rank]
-        if self.dp <= 1 or self.project.mapping.zero < 1 or self.project.mapping.zero >= 3:
+        if self.replicas <= 1 or self.project.mapping.zero < 1 or self.project.mapping.zero >= 3:
             return Collective("all-gather", "none", ())
         experts = sum(st.expert_grad_bytes.values()) / self.stage_grad_per_param(rank)
         return self._replica_collective(
@@ -305,12 +332,13 @@ def offloaded_activations(res: Residency) -> tuple[float, Residency]:
 
 
 def layer_params(
-    workload: WorkloadGraph, indices: list[int], tp: int, ep: int = 1, extra: dict[int, float] | None = None
+    workload: WorkloadGraph, indices: list[int], tp: int, ep: int = 1, extra: dict[int, float] | None = None,
+    etp: int | None = None,
 ) -> list[float]:
-    """Each layer's parameters on one device: its experts sharded over ep, plus ``extra`` (per layer index:
-    the tied embedding's copy, ``plan.tied``)."""
+    """Each layer's parameters on one device: its experts sharded over ep (and etp, ``plan.experts``), plus
+    ``extra`` (per layer index: the tied embedding's copy, ``plan.tied``)."""
     extra = extra or {}
-    layers = _layers(workload, indices, ep)
+    layers = _layers(workload, indices, ep, 1.0, tp, etp)
     return [params_on_device(ops, tp) + extra.get(i, 0.0) for i, ops in zip(indices, layers, strict=True)]
 
 
@@ -322,9 +350,12 @@ def gathered_bytes(shard: ShardComm | None, layer_params: list[float]) -> float:
     return max(layer_params) * (2 * shard.weight_bytes + shard.grad_bytes)
 
 
-def _layers(workload: WorkloadGraph, indices: list[int], ep: int = 1, imbalance: float = 1.0) -> list[list[Op]]:
+def _layers(
+    workload: WorkloadGraph, indices: list[int], ep: int = 1, imbalance: float = 1.0, tp: int = 1,
+    etp: int | None = None,
+) -> list[list[Op]]:
     """The ops of these layers as one device holds and runs them (expert parallelism: ``plan.experts``)."""
-    return [shard_experts(workload.layer_ops(i), ep, imbalance) for i in indices]
+    return [shard_experts(workload.layer_ops(i), ep, imbalance, tp, etp) for i in indices]
 
 
 def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> Plan:
@@ -341,6 +372,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     groups = stage_groups(hw.devices, m if cp == 1 else m.model_copy(update={"dp": m.dp * cp}))
     mb = m.micro_batch / cp  # samples' worth of tokens one device runs per micro-batch (``plan.context``)
     ep = m.ep if run.mode is Mode.train else 1
+    etp = expert_tp_of(m, run.mode is Mode.train)  # MoE parallel folding (``plan.experts``)
+    edp = expert_dp(m.tp, m.dp, ep, etp)
     blocks = workload.block_layers
     if m.stages:
         ordered = sorted(m.stages, key=lambda s: s.stage)
@@ -381,14 +414,15 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients, tied_copy)
         ctx.context = context_comm(hw, groups[r], cp)
         ctx.expert_parallel = ep
+        ctx.expert_tp = etp
         if ep > 1 and m.overlap_ep_comm:
-            ctx.ep_seconds = ep_seconds(hw, groups[r], ep, routing_for(project))
+            ctx.ep_seconds = ep_seconds(hw, groups[r], ep, routing_for(project), etp)
         placed = stage_residency(
             project,
             hw,
             first,
             dev,
-            [ls for idx in chunk_layers.values() for ls in _layers(workload, idx, ep, m.expert_imbalance)],
+            [ls for idx in chunk_layers.values() for ls in _layers(workload, idx, ep, m.expert_imbalance, m.tp, etp)],
             per_param,
             elem,
         )
@@ -406,7 +440,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         transient = 0.0
         params = 0.0
         for c, idx in chunk_layers.items():
-            layers = _layers(workload, idx, ep, m.expert_imbalance)
+            layers = _layers(workload, idx, ep, m.expert_imbalance, m.tp, etp)
             ops = [op for ls in layers for op in ls]
             all_ops += ops
             passes[(c, "F")] = forward_pass(layers, ctx)
@@ -416,9 +450,9 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             if rerun:
                 passes[(c, "R")] = forward_pass(rerun, ctx, "R")
             elif m.recompute is Recompute.selective:
-                passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True)
+                passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True, modules=m.recompute_modules)
             act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem, ctx.fused,  # type: ignore[arg-type]
-                                      m.recompute_layers)
+                                      m.recompute_layers, m.recompute_modules)
             transient = max(
                 [transient]
                 + [
@@ -435,12 +469,12 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         if run.mode is Mode.train:  # the framework's host synchronisations (``plan.train_step``)
             add_drains(passes, m.pp, r, dev.compute, m.tp, mb * (workload.tokens_per_sample + 1) * TOKEN_BYTES)
         experts = sum(expert_params.values())
-        state = expert_model_state(params, experts, per_param, m.zero, m.dp, ep)
+        state = expert_model_state(params, experts, per_param, m.zero, m.dp, ep, edp if ep > 1 else None)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
         opt_bytes = ADAM_BYTES_MIXED if state_per_param.optimizer > 8 else ADAM_BYTES_FP32
         # the optimizer steps the parameters whose state this device holds (ZeRO: its shard of each group's)
-        local_params = (params - experts) / m.dp + experts / max(m.dp // ep, 1) if m.zero >= 1 else params
+        local_params = (params - experts) / m.dp + experts / edp if m.zero >= 1 else params
         stages.append(
             StagePlan(
                 rank=r,
@@ -454,7 +488,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 workspace=workspace_bytes(all_ops, mb, m.tp, m.sequence_parallel, elem)  # type: ignore[arg-type]
                 + gathered_bytes(
                     ctx.shard,
-                    [p for idx in chunk_layers.values() for p in layer_params(workload, idx, m.tp, ep, tied_copy)],
+                    [p for idx in chunk_layers.values()
+                     for p in layer_params(workload, idx, m.tp, ep, tied_copy, etp)],
                 ),
                 capacity=device_capacity(hw, first, dev),
                 params=params,
@@ -480,7 +515,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         model_flops = per_sample * m.global_batch
         rerun_of = frozenset(rerun_layers) if m.recompute is Recompute.full else None  # what the R passes re-run
         hardware_flops = (
-            hardware_flops_per_sample(workload, m.recompute, fused_edges(m.fusion), rerun_of) * m.global_batch
+            hardware_flops_per_sample(workload, m.recompute, fused_edges(m.fusion), rerun_of, m.recompute_modules)
+            * m.global_batch
         )
     else:
         model_flops = hardware_flops = fwd_sample * run.inference.batch

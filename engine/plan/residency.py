@@ -32,7 +32,7 @@ from tilewright.engine.perf.memory import (
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import LEVELS, Level, Residency
-from tilewright.engine.plan.experts import routed_experts
+from tilewright.engine.plan.experts import expert_dp, expert_tp_of, routed_experts
 from tilewright.engine.plan.passes import fused_edges
 
 AUTO = "auto"
@@ -101,7 +101,7 @@ def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: 
         in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
         rerun = m.recompute_layers * m.interleave if m.recompute_layers is not None else None  # per chunk
         acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused,
-                                 rerun) * in_flight
+                                 rerun, m.recompute_modules) * in_flight
     kv = 0.0
     w = project.workload
     if run.mode is Mode.infer and isinstance(w, TransformerDims):
@@ -200,8 +200,9 @@ def stage_residency(
     if not m.memory_levels:
         return None
     ops = [op for layer in layers for op in layer]
-    experts = params_on_device(routed_experts(ops), m.tp) if m.ep > 1 else 0.0
-    state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, m.dp, m.ep)
+    experts = params_on_device(routed_experts(ops), m.tp) if m.ep > 1 else 0.0  # ops as sharded (``shard_experts``)
+    edp = expert_dp(m.tp, m.dp, m.ep, expert_tp_of(m)) if m.ep > 1 else None
+    state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, m.dp, m.ep, edp)
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)
     sizes = stage_sizes(project, ops, layers, state, elem)

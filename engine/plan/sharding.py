@@ -132,13 +132,16 @@ def stage_shard_comm(
     seconds: Callable[[str, float], float],
     ep: int = 1,
     extra_params: Mapping[int, float] | None = None,
+    edp: int | None = None,
 ) -> ShardComm | None:
     """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism). ``ep``:
     the expert-parallel degree (its routed experts are sharded over dp / ep replicas); ``extra_params``:
-    per layer index, parameters it holds beyond its ops' (``ShardComm.extra_params``)."""
-    if dp <= 1 or zero < 2:
+    per layer index, parameters it holds beyond its ops' (``ShardComm.extra_params``); ``edp``: the routed
+    experts' expert-data-parallel group (``experts.expert_dp``; None: dp / ep)."""
+    expert_dp = (edp if edp is not None else max(dp // ep, 1)) if ep > 1 else 0
+    if max(dp, expert_dp) <= 1 or zero < 2:
         return None
     return ShardComm(
         zero >= 3, True, overlap_gather, overlap_reduce, weight_bytes, grad_bytes, seconds,
-        expert_dp=max(dp // ep, 1) if ep > 1 else 0, extra_params=dict(extra_params or {}),
+        expert_dp=expert_dp, extra_params=dict(extra_params or {}),
     )

@@ -1,11 +1,13 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Eight of them, in a group under the Mapping box of the workload dock:
+Nine of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
   all; Megatron's block method); leaving full recomputation clears it;
+- with selective recomputation, the parts of each layer it re-runs (``mapping.recompute_modules``,
+  "layernorm,moe_act"; empty: the attention core); leaving selective recomputation clears it;
 - reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training;
 - overlapping tensor-parallel communication with the GEMMs (``mapping.overlap_tp_comm``); needs tp > 1 and
   sequence parallelism;
@@ -48,6 +50,7 @@ OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
 OVERLAP_TP_TEXT = "overlap tp communication with GEMMs"
 FUSED_LOSS_TEXT = "fused cross-entropy kernel"
 LAYOUT_TEXT = "layers per virtual stage"
+MODULES_TEXT = "modules re-run"
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
 DISPATCHER_LABELS = {"alltoall": "alltoall (flat)", "deepep": "deepep (node by node)"}
 APPLIES = "Applies at once (one undo step), not through Auto-map"
@@ -61,6 +64,10 @@ OPTION_TIPS = {
     "recompute_layers": "full recomputation of only the first N transformer layers of each model chunk, the "
                         "others keeping every activation (Megatron --recompute-method block "
                         f"--recompute-num-layers N); empty: every layer. {APPLIES}",
+    "recompute_modules": "selective recomputation of these parts of each layer, comma-separated (Megatron-Core's "
+                         "--recompute-modules): core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
+                         "shared_experts; each drops what it stores and re-runs in the backward; empty: core_attn. "
+                         f"{APPLIES}",
     "overlap_grad_reduce": "data parallel: reduce the gradients in buckets while the last micro-batch's backward "
                            "still runs, so only the reduction of the first layers shows (Megatron "
                            f"--overlap-grad-reduce); off, the whole reduction waits for the backward. {APPLIES}",
@@ -90,6 +97,7 @@ OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradient
 OVERLAP_EP_OFF_TIP = ("needs expert parallelism: with ep 1 the experts are not split, so there is no all-to-all "
                       "to overlap (set ep > 1 and press Auto-map first)")
 RECOMPUTE_LAYERS_OFF_TIP = "needs full recomputation (choose 'full' above): only whole layers are re-run"
+MODULES_OFF_TIP = "needs selective recomputation (choose 'selective' above): it names what that re-runs"
 LAYOUT_OFF_TIP = "needs a pipeline: with pp × interleave = 1 every layer is on one stage (set pp > 1 first)"
 OVERLAP_TP_OFF_TIP = ("needs tensor parallelism with sequence parallelism: the all-gathers and reduce-scatters it "
                       "pipelines exist only then (set tp > 1 and sequence parallelism, then press Auto-map)")
@@ -104,6 +112,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return None if training else TRAINING_ONLY
     if field == "recompute_layers":
         return TRAINING_ONLY if not training else None if m.recompute is Recompute.full else RECOMPUTE_LAYERS_OFF_TIP
+    if field == "recompute_modules":
+        return TRAINING_ONLY if not training else None if m.recompute is Recompute.selective else MODULES_OFF_TIP
     if field == "overlap_grad_reduce":
         return TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1 else None
     if field == "overlap_tp_comm":
@@ -125,6 +135,8 @@ def undo_text(field: str, value: Any) -> str:
         return f"Activation recompute {value}"
     if field == "recompute_layers":
         return "Recompute every layer" if value is None else f"Recompute {value} layers per chunk"
+    if field == "recompute_modules":
+        return "Recompute the attention core" if value is None else f"Recompute {', '.join(value)}"
     if field == "ep_dispatcher":
         return f"Expert token exchange {DISPATCHER_LABELS[value]}"
     if field == "overlap_grad_reduce":
@@ -160,6 +172,21 @@ class LayoutEditor(ValueEditor):
         return value, self.check(value)
 
 
+class ModulesEditor(ValueEditor):
+    """``mapping.recompute_modules`` typed comma-separated ("layernorm,moe_act"); empty: the default."""
+
+    def __init__(self, value: list[str] | None, check: Check, parent: QWidget | None = None):
+        super().__init__(value, None, check, optional=True, parent=parent)
+        self.line_edit.setPlaceholderText("core_attn")
+
+    def display(self, value: Any) -> str:
+        return ",".join(value) if value else ""
+
+    def evaluate(self, text: str) -> tuple[Any, str | None]:
+        value = [part.strip() for part in text.split(",") if part.strip()] or None
+        return value, self.check(value)
+
+
 class LabelledChoice(ChoiceEditor):
     """A choice shown in words ("deepep (node by node)") while the model holds the bare value ("deepep")."""
 
@@ -181,7 +208,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The eight option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The nine option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -197,6 +224,7 @@ class MappingOptions(QGroupBox):
         self.fused_loss = FlagEditor(m.fused_cross_entropy, FUSED_LOSS_TEXT, self._check("fused_cross_entropy"),
                                      parent=self)
         self.layout = LayoutEditor(m.pipeline_layers, self._check("pipeline_layers"), parent=self)
+        self.modules = ModulesEditor(m.recompute_modules, self._check("recompute_modules"), parent=self)
         self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
                                             parent=self)
         self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
@@ -205,6 +233,7 @@ class MappingOptions(QGroupBox):
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
+            "recompute_modules": self.modules,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
@@ -213,7 +242,8 @@ class MappingOptions(QGroupBox):
         self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
                        "pipeline_layers": QLabel(LAYOUT_TEXT, self),
-                       "ep_dispatcher": QLabel(DISPATCHER_TEXT, self)}
+                       "ep_dispatcher": QLabel(DISPATCHER_TEXT, self),
+                       "recompute_modules": QLabel(MODULES_TEXT, self)}
         grid = QGridLayout(self)
         grid.addWidget(self.labels["recompute"], 0, 0)
         grid.addWidget(self.recompute, 0, 1)
@@ -227,6 +257,8 @@ class MappingOptions(QGroupBox):
         grid.addWidget(self.labels["ep_dispatcher"], 6, 0)
         grid.addWidget(self.ep_dispatcher, 6, 1)
         grid.addWidget(self.overlap_ep, 7, 0, 1, 2)
+        grid.addWidget(self.labels["recompute_modules"], 8, 0)
+        grid.addWidget(self.modules, 8, 1)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:

@@ -49,9 +49,12 @@ from tilewright.studio.ui.mapping_options import MappingOptions
 from tilewright.studio.units import COUNT, plural
 
 # (field, label, grid row, grid column); a count each. Rows 0–1 hold the parallel degrees, three a row.
+# Row 1: the experts' tensor split (its label in the wide first column), ep beside it, cp; rows 2–3 the
+# ZeRO stage and FSDP.
 MAPPING_FIELDS = [
-    ("tp", "tp", 0, 0), ("pp", "pp", 0, 2), ("dp", "dp", 0, 4), ("ep", "ep", 1, 0), ("cp", "cp", 1, 2),
-    ("micro_batch", "micro-batch (samples)", 3, 0), ("global_batch", "global batch (samples)", 4, 0),
+    ("tp", "tp", 0, 0), ("pp", "pp", 0, 2), ("dp", "dp", 0, 4), ("expert_tp", "expert tp", 1, 0), ("ep", "ep", 1, 2),
+    ("cp", "cp", 1, 4),
+    ("micro_batch", "micro-batch (samples)", 4, 0), ("global_batch", "global batch (samples)", 5, 0),
 ]
 FLAG_FIELDS = ("zero", "fsdp")  # edited by a choice and a check box
 MAPPING_TIPS = {
@@ -59,7 +62,10 @@ MAPPING_TIPS = {
     "pp": "pipeline parallel: stages the layers are split into",
     "dp": "data parallel: replicas of the whole pipeline",
     "ep": "expert parallel: the routed experts split over ep of the dp replicas, tokens sent to them and "
-          "back all-to-all (mixture-of-experts models; must divide dp and the experts)",
+          "back all-to-all (mixture-of-experts models; must divide dp and the experts, or with expert tp "
+          "below tp ep × expert tp must divide tp × dp)",
+    "expert_tp": "expert tensor parallel: each routed expert split over this many of the tp ranks (default tp; "
+                 "1: whole experts, the ep × expert tp expert ranks folded over tp × dp, Megatron-Core's ETP)",
     "cp": "context parallel: each sequence split over cp devices, keys and values passed around a ring "
           "(training; must divide the sequence; a stage takes tp × cp × dp devices)",
     "zero": "ZeRO stage: 1 shards optimizer states over the dp replicas, 2 gradients too, 3 weights too "
@@ -78,6 +84,12 @@ WORKLOAD_FIELDS = [
     ("ffn", "FFN width"), ("seq_len", "sequence (tokens)"), ("vocab", "vocabulary (tokens)"),
     ("arch", "architecture"), ("image_size", "image (pixels)"), ("layer_sizes", "layer widths"),
 ]
+
+
+def _shown(m: Any, field: str) -> Any:
+    """A degree as its editor shows it: expert tp None (= tp, ``Mapping.expert_tp``) as tp."""
+    value = getattr(m, field)
+    return m.tp if field == "expert_tp" and value is None else value
 
 
 def workload_rows(spec: Any) -> list[tuple[str, str]]:
@@ -179,8 +191,8 @@ class WorkloadPanel(QScrollArea):
         self.editors: dict[str, ValueEditor] = {}
         m = self.doc.project.mapping
         for field, label, row, col in MAPPING_FIELDS:
-            check = self._degree_check(field) if field in ("ep", "cp") else self._positive
-            editor = ValueEditor(getattr(m, field), COUNT, check, parent=self)
+            check = self._degree_check(field) if field in ("ep", "expert_tp", "cp") else self._positive
+            editor = ValueEditor(_shown(m, field), COUNT, check, parent=self)
             editor.setToolTip(MAPPING_TIPS[field])
             editor.committed.connect(lambda v, f=field: self._stage(f, v))
             text = QLabel(label, self.mapping_box)
@@ -198,18 +210,18 @@ class WorkloadPanel(QScrollArea):
         self.fsdp = FlagEditor(m.fsdp, "FSDP", lambda _v: None, parent=self)
         self.fsdp.setToolTip(MAPPING_TIPS["fsdp"])
         self.fsdp.committed.connect(self._stage_fsdp)
-        grid.addWidget(self.fsdp, 1, 4, 1, 2)  # beside ep and cp: the ZeRO choice takes its own row
+        grid.addWidget(self.fsdp, 3, 1, 1, 5)  # under the ZeRO choice it sets
         self.strategy = QComboBox(self.mapping_box)
         self.strategy.addItems([s.value for s in PlacementStrategy])
         self.strategy.setToolTip("order in which stages take devices: row-major, snake (neighbouring stages "
                                  "stay neighbours) or block (each stage a compact rectangle)")
         self.strategy.activated.connect(lambda _i: self._stage("placement", self.strategy.currentText()))
-        grid.addWidget(QLabel("placement", self.mapping_box), 5, 0)
-        grid.addWidget(self.strategy, 5, 1, 1, 5)
+        grid.addWidget(QLabel("placement", self.mapping_box), 6, 0)
+        grid.addWidget(self.strategy, 6, 1, 1, 5)
         self.auto_map = QPushButton("Auto-map", self.mapping_box)
         self.auto_map.setToolTip("apply these degrees and strategy; placements made by hand are replaced")
         self.auto_map.clicked.connect(self.apply_auto_map)
-        grid.addWidget(self.auto_map, 6, 0, 1, 6)
+        grid.addWidget(self.auto_map, 7, 0, 1, 6)
         self.devices_label = QLabel(self.mapping_box)
         self.devices_label.setWordWrap(True)
         self.placement_label = QLabel(self.mapping_box)
@@ -218,9 +230,9 @@ class WorkloadPanel(QScrollArea):
         self.error_label = QLabel(self.mapping_box)
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet(ERROR_STYLE)
-        grid.addWidget(self.devices_label, 7, 0, 1, 6)
-        grid.addWidget(self.placement_label, 8, 0, 1, 6)
-        grid.addWidget(self.error_label, 9, 0, 1, 6)
+        grid.addWidget(self.devices_label, 8, 0, 1, 6)
+        grid.addWidget(self.placement_label, 9, 0, 1, 6)
+        grid.addWidget(self.error_label, 10, 0, 1, 6)
 
     @staticmethod
     def _positive(value: Any) -> str | None:
@@ -304,8 +316,12 @@ class WorkloadPanel(QScrollArea):
         m = project.mapping
         editable = not self.doc.read_only
         for field, editor in self.editors.items():
-            editor.set_value(getattr(m, field))
+            editor.set_value(_shown(m, field))
             editor.setEnabled(editable)
+        moe = getattr(project.workload, "moe", None) is not None
+        self.editors["expert_tp"].setEnabled(editable and moe)
+        self.editors["expert_tp"].setToolTip(MAPPING_TIPS["expert_tp"] if moe else
+                                             "expert tensor parallel: the model has no mixture-of-experts layers")
         self.zero.set_value(ZERO_CHOICES[m.zero])
         self.zero.setEnabled(editable and not m.fsdp)
         self.fsdp.set_value(m.fsdp)

@@ -24,6 +24,7 @@ class Candidate:
     rank_order: str = "tp-dp-pp"
     # the dimensions ``extended`` explores, each timed by the plan and the analytic engine
     ep: int = 1  # expert parallelism (MoE): routed experts over ep of the dp replicas
+    expert_tp: int | None = None  # routed experts' tensor parallelism (None: tp; 1: ep folded over tp × dp)
     cp: int = 1  # context parallelism: each sequence over cp ranks, devices tp·pp·dp·cp
     fsdp: bool = False  # FSDP FULL_SHARD (zero 3 with prefetch)
     offload: str | None = None  # host memory holding the optimizer state (mapping.memory_levels)
@@ -71,6 +72,7 @@ class Candidate:
             "schedule": self.schedule,
             "recompute": self.recompute,
             "recompute_layers": None,  # the search tries whole recomputation choices only
+            "recompute_modules": None,  # … and the default selective modules (its layer table's)
             "pipeline_layers": None,  # an even split of its own pp × interleave
             "sequence_parallel": self.sequence_parallel,
             "zero": self.zero,
@@ -78,6 +80,7 @@ class Candidate:
             "rank_order": self.rank_order,
             "stages": [],
             "ep": self.ep,
+            "expert_tp": self.expert_tp,
             "cp": self.cp,
             "fsdp": self.fsdp,
         }
@@ -114,6 +117,7 @@ class Candidate:
             "placement": self.placement.value,
             "rank_order": self.rank_order,
             "ep": self.ep,
+            "expert_tp": self.expert_tp,
             "cp": self.cp,
             "fsdp": self.fsdp,
             "offload_optimizer": self.offload,
@@ -133,6 +137,8 @@ class Candidate:
             parts.append("sp")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if self.expert_tp is not None and self.expert_tp != self.tp:
+            parts.append(f"etp{self.expert_tp}")
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
         if self.fsdp:

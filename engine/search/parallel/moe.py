@@ -42,7 +42,7 @@ from dataclasses import replace
 import numpy as np
 from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.memory import model_state, params_on_device
-from tilewright.engine.plan.experts import routed_experts
+from tilewright.engine.plan.experts import expert_dp, routed_experts
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Chunks, Estimator
 
@@ -89,10 +89,12 @@ class ExpertBound:
         FSDP), optimizer state elsewhere with ``offload``: state by ``model_state`` plus the first stage's
         activation peak and workspace (``parts``: ``Estimator.memory_parts``, if known). Below the plan's
         peak (module docstring)."""
-        # bytes per parameter, linear in parameters: the experts' state is sharded over the dp / ep replicas
-        # that hold the same experts, the rest over all dp (``perf.memory.expert_model_state``)
+        # bytes per parameter, linear in parameters: the experts' state is sharded over the ranks that hold
+        # the same experts (dp / ep replicas; tp·dp / (ep·etp) ranks with expert tp below tp, ``plan.experts``),
+        # the rest over all dp (``perf.memory.expert_model_state``)
+        etp = c.expert_tp if c.expert_tp is not None and ep > 1 else c.tp
         s = model_state(1.0, self.est.per_param, zero, c.dp)
-        x = model_state(1.0, self.est.per_param, zero, max(c.dp // ep, 1))
+        x = model_state(1.0, self.est.per_param, zero, expert_dp(c.tp, c.dp, ep, etp))
         per = s.weights + s.gradients + (0.0 if offload else s.optimizer)
         per_expert = x.weights + x.gradients + (0.0 if offload else x.optimizer)
         total = self.est.stage_params(c.tp, c.pp, c.interleave)
@@ -101,7 +103,7 @@ class ExpertBound:
             parts = self.est.memory_parts(c, m, chunks)  # (params, activations + workspace): no ZeRO in it
         stages = self.est.stages_to_check(c.pp)
         return max(
-            per * (total[r] - expert[r]) + per_expert * expert[r] / ep + rest
+            per * (total[r] - expert[r]) + per_expert * expert[r] * c.tp / etp / ep + rest
             for r, (_p, rest) in zip(stages, parts, strict=True)
         )
 
