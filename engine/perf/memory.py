@@ -78,15 +78,34 @@ def expert_model_state(
     )
 
 
+# The cross-entropy's logits in fp32 (``workloads.transformer``: the loss's ``saved_bytes_fixed`` is the fp32
+# softmax, 4 B per logit). A fused loss kernel (``mapping.fused_cross_entropy``) keeps them at the activations'
+# width instead: Transformer Engine's ``parallel_cross_entropy`` (``transformer_engine/pytorch/cross_entropy.py``,
+# which Megatron-Core's ``cross_entropy_fusion_impl='te'`` calls) takes the bf16 logits, computes in fp32
+# inside the kernel, saves the bf16 input and a few values per row for its backward, and writes the gradient
+# in the input's dtype.
+LOSS_FP32_BYTES = 4
+
+
+def loss_width(elem_bytes: float, fused_loss: bool) -> float:
+    """Bytes per logit the loss holds: fp32 unless a fused kernel keeps the activations' width."""
+    return elem_bytes if fused_loss else LOSS_FP32_BYTES
+
+
 def _saved(
-    op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int, dropped: OpRecompute | None = None
+    op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int, dropped: OpRecompute | None = None,
+    fused_loss: bool = False,
 ) -> float:
-    """``dropped``: what selective recomputation no longer stores of it (``perf.recompute``)."""
+    """``dropped``: what selective recomputation no longer stores of it (``perf.recompute``); ``fused_loss``: a
+    fused cross-entropy kernel stores the logits at the activations' width (``loss_width``)."""
     k = shard(op, tp, sp)
+    fixed = op.saved_bytes_fixed
+    if op.kind is OpKind.loss and fused_loss:
+        fixed *= loss_width(elem_bytes, True) / LOSS_FP32_BYTES
     if dropped is not None:
-        fixed = 0.0 if dropped.drop_fixed else op.saved_bytes_fixed
+        fixed = 0.0 if dropped.drop_fixed else fixed
         return ((op.saved_elems - dropped.drop_elems) * elem_bytes + fixed) * micro_batch / k
-    return (op.saved_elems * elem_bytes + op.saved_bytes_fixed) * micro_batch / k
+    return (op.saved_elems * elem_bytes + fixed) * micro_batch / k
 
 
 BLOCK_SPLITS = frozenset({TensorSplit.column, TensorSplit.row, TensorSplit.heads})
@@ -108,12 +127,13 @@ def recomputed_layers(
 def activation_bytes(
     layers: Iterable[list[Op]], micro_batch: int, tp: int, sp: bool, recompute: Recompute, elem_bytes: int,
     fused: frozenset[tuple[str, str]] = frozenset(), recompute_layers: int | None = None,
-    recompute_modules: Sequence[str] | None = None,
+    recompute_modules: Sequence[str] | None = None, fused_loss: bool = False,
 ) -> float:
     """Stored activations of one micro-batch over the given layers (each a list of its ops); ``fused``: the
     ``mapping.fusion`` edges (``plan.passes.fused_edges``), whose fused attention kernels store no scores;
     ``recompute_layers``: full recomputation of only the first N transformer layers (``recomputed_layers``);
-    ``recompute_modules``: what selective recomputation drops (``perf.recompute``; None: the attention core)."""
+    ``recompute_modules``: what selective recomputation drops (``perf.recompute``; None: the attention core);
+    ``fused_loss``: ``mapping.fused_cross_entropy`` (``loss_width``)."""
     layers = list(layers)
     rerun = {id(ops) for ops in recomputed_layers(layers, recompute, recompute_layers)}
     total = 0.0
@@ -132,15 +152,25 @@ def activation_bytes(
                                     and (dropped.drop_fixed or not op.saved_bytes_fixed)):
                 continue
             partial = dropped is not None and (dropped.drop_elems > 0 or dropped.drop_fixed)
-            total += _saved(op, micro_batch, tp, sp, elem_bytes, dropped if partial else None)
+            total += _saved(op, micro_batch, tp, sp, elem_bytes, dropped if partial else None, fused_loss)
     return total
 
 
-def workspace_bytes(ops: Iterable[Op], micro_batch: int, tp: int, sp: bool, elem_bytes: int) -> float:
-    """The largest transient buffer: an op's input plus output, with the loss/logits kept in fp32."""
+def workspace_bytes(
+    ops: Iterable[Op], micro_batch: int, tp: int, sp: bool, elem_bytes: int, fused_loss: bool = False,
+    fused: frozenset[tuple[str, str]] = frozenset(),
+) -> float:
+    """The largest transient buffer: an op's input plus output, the loss's logits in fp32 unless a fused
+    kernel keeps them at the activations' width (``loss_width``). Ops inside a fused attention kernel
+    (``fused``: the ``mapping.fusion`` edges, ``op_cost.flash_ops``) have none: their s² scores stay on chip,
+    and the kernel's Q, K, V and output are the neighbouring projections' tensors."""
+    ops = list(ops)
+    inside = flash_ops(ops, fused) if fused else frozenset()
     best = 0.0
     for op in ops:
+        if op.name in inside:
+            continue
         k = shard(op, tp, sp)
-        width = 4 if op.kind is OpKind.loss else elem_bytes
+        width = loss_width(elem_bytes, fused_loss) if op.kind is OpKind.loss else elem_bytes
         best = max(best, (op.in_elems + op.out_elems) * micro_batch * width / k)
     return best

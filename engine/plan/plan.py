@@ -452,7 +452,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             elif m.recompute is Recompute.selective:
                 passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True, modules=m.recompute_modules)
             act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem, ctx.fused,  # type: ignore[arg-type]
-                                      m.recompute_layers, m.recompute_modules)
+                                      m.recompute_layers, m.recompute_modules, m.fused_cross_entropy)
             transient = max(
                 [transient]
                 + [
@@ -485,7 +485,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 act_bytes=act,
                 transient_bytes=transient,
                 state=state,
-                workspace=workspace_bytes(all_ops, mb, m.tp, m.sequence_parallel, elem)  # type: ignore[arg-type]
+                workspace=workspace_bytes(all_ops, mb, m.tp, m.sequence_parallel, elem,  # type: ignore[arg-type]
+                                          m.fused_cross_entropy, ctx.fused)
                 + gathered_bytes(
                     ctx.shard,
                     [p for idx in chunk_layers.values()

@@ -96,12 +96,13 @@ def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: 
     and, for inference, the KV cache of the whole request."""
     m, run = project.mapping, project.run
     fused = fused_edges(m.fusion)  # a fused attention kernel stores no scores
-    acts = workspace_bytes(ops, m.micro_batch, m.tp, m.sequence_parallel, elem)  # inference keeps no more
+    acts = workspace_bytes(ops, m.micro_batch, m.tp, m.sequence_parallel, elem,  # inference keeps no more
+                           m.fused_cross_entropy, fused)
     if run.mode is Mode.train:
         in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
         rerun = m.recompute_layers * m.interleave if m.recompute_layers is not None else None  # per chunk
         acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused,
-                                 rerun, m.recompute_modules) * in_flight
+                                 rerun, m.recompute_modules, m.fused_cross_entropy) * in_flight
     kv = 0.0
     w = project.workload
     if run.mode is Mode.infer and isinstance(w, TransformerDims):

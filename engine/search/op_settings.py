@@ -29,13 +29,15 @@ class OpSettings:
     fused: frozenset[tuple[str, str]]
     spatial: SpatialSplit
     rows_per_sample: int
+    fused_loss: bool = False  # mapping.fused_cross_entropy: the loss's kernels and its logits' width
 
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
         m = project.mapping
         formats = resolve_formats(project.run.dtype, m.formats, m.fidelity)
         return cls(
-            formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample
+            formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
+            m.fused_cross_entropy,
         )
 
     @property
@@ -49,6 +51,7 @@ class OpSettings:
         ctx = PassContext(dev, micro_batch, tp, sp, self.elem_bytes, self.fused, self.formats, self.spatial)
         ctx.rows_per_sample = self.rows_per_sample
         ctx.residency = residency
+        ctx.fused_loss = self.fused_loss
         return ctx
 
 

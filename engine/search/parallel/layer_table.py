@@ -127,10 +127,10 @@ class LayerCosts:
             elif rc is Recompute.selective:
                 passes.append(selective)
             dram = sum(seg.dram_bytes for ps in passes for seg in ps.segments)
-            act = activation_bytes(layer, mb, tp, sp, rc, self.elem, self.settings.fused)
-            fused = self.settings.fused
+            fused, loss = self.settings.fused, self.settings.fused_loss
+            act = activation_bytes(layer, mb, tp, sp, rc, self.elem, fused, fused_loss=loss)
             transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem, fused) if full else 0
-            ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem)
+            ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem, loss, fused)
             out[k] = (passes, act, transient, ws, dram)
             self.evaluated_layers += 1
         self._passes[key] = out
