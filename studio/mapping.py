@@ -24,6 +24,7 @@ from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.mapping import Mapping, Schedule
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.plan.budget import estimate
+from tilewright.engine.plan.experts import expert_tp_of
 from tilewright.engine.plan.placement import stage_groups
 from tilewright.engine.plan.placement import virtual_stage_layers as engine_virtual_stage_layers
 from tilewright.engine.workloads import WorkloadGraph, build_workload
@@ -86,6 +87,13 @@ def format_ranges(ranges: list[LayerRange]) -> str:
     return ", ".join(parts)
 
 
+def expert_tp_text(mapping: Mapping) -> int | None:
+    """The expert tensor parallelism worth showing: only when it differs from tp (Megatron's default, so
+    "etp" would otherwise repeat tp) and experts are split at all (ep > 1; ``plan.experts.expert_tp_of``)."""
+    etp = expert_tp_of(mapping)
+    return etp if mapping.ep > 1 and etp != mapping.tp else None
+
+
 def stage_split(mapping: Mapping) -> tuple[int, str]:
     """Devices per pipeline stage and how they split it: (16, "tp 1 × dp 16 · ep 8"). Context ranks
     multiply a stage (tp × cp × dp devices); expert ranks are data-parallel ranks, so ep adds none."""
@@ -93,6 +101,8 @@ def stage_split(mapping: Mapping) -> tuple[int, str]:
     text = f"tp {mapping.tp}" + (f" × cp {cp}" if cp > 1 else "") + f" × dp {mapping.dp}"
     if mapping.ep > 1:
         text += f" · ep {mapping.ep}"
+        if (etp := expert_tp_text(mapping)) is not None:
+            text += f" · etp {etp}"
     return mapping.tp * cp * mapping.dp, text
 
 

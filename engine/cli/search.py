@@ -9,7 +9,6 @@ from typing import Any
 from tilewright.engine.cli.common import COMMAND_LINE, print_result, require_positive
 from tilewright.engine.cli.run import DIM_FLAGS, add_model_variant_arguments
 from tilewright.engine.errors import InputError, Problem
-from tilewright.engine.search.parallel.candidate import DISPATCHERS
 
 # What a project's mapping says besides the parallelism the search chooses: how each op is costed (tensor
 # formats, fidelity, spatial split over a grid device's cores, fusion) and where state lives.
@@ -89,42 +88,12 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_list(flag: str, text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or any(v < 1 for v in values):
-        raise InputError(COMMAND_LINE, Problem(flag, f"{text!r}: give whole numbers ≥ 1, comma-separated (e.g. 1,2,4)"))
-    return values
-
-
 def _narrowing(args: argparse.Namespace) -> dict:
     """The second stage's space as the flags narrow it (``extended.default_extensions``' keywords)."""
-    out: dict = {}
-    if (eps := _int_list("--ep", args.ep)) is not None:
-        out["eps"] = eps
-    if (cps := _int_list("--cp", args.cp)) is not None:
-        out["cps"] = cps
-    if args.zero is not None:
-        zeros = [z.strip() for z in args.zero.split(",") if z.strip()]
-        bad = [z for z in zeros if z not in ("0", "1", "2", "3", "fsdp")]
-        if not zeros or bad:
-            raise InputError(COMMAND_LINE, Problem("--zero", f"{args.zero!r}: choose from 0, 1, 2, 3, fsdp"))
-        out["zeros"] = zeros
-    if args.ep_dispatcher is not None:
-        chosen = [d.strip() for d in args.ep_dispatcher.split(",") if d.strip()]
-        if not chosen or any(d not in DISPATCHERS for d in chosen):
-            raise InputError(COMMAND_LINE, Problem("--ep-dispatcher",
-                                                   f"{args.ep_dispatcher!r}: choose from {', '.join(DISPATCHERS)}"))
-        out["dispatchers"] = chosen
-    if args.no_offload:
-        out["offload"] = False
-    if args.no_overlap:
-        out["overlap"] = False
-    return out
+    from tilewright.engine.search.parallel.narrowing import narrowing
+
+    return narrowing(COMMAND_LINE, ep=args.ep, cp=args.cp, zero=args.zero, ep_dispatcher=args.ep_dispatcher,
+                     offload=not args.no_offload, overlap=not args.no_overlap)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -98,6 +98,9 @@ def workload_rows(spec: Any) -> list[tuple[str, str]]:
         value = getattr(spec, attr, None)
         if value is not None:
             rows.append((label, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
+        if attr == "layers" and getattr(spec, "mtp_layers", 0):
+            # Multi-token prediction: extra depths after the head, trained only (engine/workloads/transformer_mtp).
+            rows.append(("MTP depths", f"{spec.mtp_layers} (training only)"))
     return rows
 
 

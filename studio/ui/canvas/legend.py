@@ -14,7 +14,7 @@ from enum import Enum
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
-from tilewright.studio.mapping import stage_split
+from tilewright.studio.mapping import expert_tp_text, stage_split
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.canvas.stage_tags import tag_text
@@ -51,7 +51,8 @@ def stage_legend(overlay: OverlayController, size: Size = Size.full, max_rows: i
     each = f"{per_stage} {'device' if per_stage == 1 else 'devices'} each ({split})"
     head = f"<b>Pipeline stages</b> · {layout.stages}"
     if size is Size.compact and (m.ep > 1 or m.cp > 1):
-        head += "".join(f" · {k} {v}" for k, v in (("ep", m.ep), ("cp", m.cp)) if v > 1)
+        shown = [("ep", m.ep if m.ep > 1 else None), ("etp", expert_tp_text(m)), ("cp", m.cp if m.cp > 1 else None)]
+        head += "".join(f" · {k} {v}" for k, v in shown if v is not None)
     if size is Size.full:
         head += f"<br><span style='color:#566573'>{each}<br>{how} · L = model layers</span>"
     name = layout.label if size is Size.full else (lambda s: tag_text(layout, s))

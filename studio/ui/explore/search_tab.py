@@ -14,12 +14,14 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from tilewright.engine.errors import InputError
 from tilewright.engine.search.parallel.report import sharding_text
 from tilewright.engine.search.parallel.search import SearchResult, search
 from tilewright.engine.search.pareto import pareto_front
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.explore_commands import AdoptMapping
 from tilewright.studio.ui.explore.controls import RunBar, input_row
+from tilewright.studio.ui.explore.narrowing_row import NarrowingRow
 from tilewright.studio.ui.explore.pareto_plot import ParetoPlot
 from tilewright.studio.ui.explore.runner import ExploreRunner
 
@@ -39,8 +41,18 @@ class SearchTab(QWidget):
         self.top = QSpinBox(minimum=1, maximum=20, value=3)
         self.resimulate = QCheckBox("re-simulate the best with the event engine", checked=True)
         self.resimulate.setMinimumWidth(self.resimulate.sizeHint().width())
+        # Narrowing is opt-in: the row shows (and applies) only while this box is ticked, so the tab keeps its
+        # height in a small window and a hidden narrowing never silently shrinks the space.
+        self.narrow_box = QCheckBox("narrow the second stage", checked=False)
+        self.narrow_box.setToolTip("show and apply the second stage's narrowing (ep, cp, ZeRO, token exchange, "
+                                   "offload, overlap), as tilewright search's --ep … --no-overlap; unticked: the "
+                                   "default space")
+        self.narrow_box.setMinimumWidth(self.narrow_box.sizeHint().width())
         form = input_row(("Devices", self.devices), ("Global batch (samples)", self.batch),
-                         ("Keep best", self.top), ("", self.resimulate))
+                         ("Keep best", self.top), ("", self.resimulate), ("", self.narrow_box))
+        self.narrowing = NarrowingRow()
+        self.narrowing.setVisible(False)
+        self.narrow_box.toggled.connect(self.narrowing.setVisible)
         self.bar = RunBar(self.runner, "Search")
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -54,6 +66,7 @@ class SearchTab(QWidget):
         side.addWidget(self.plot, 2)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.narrowing)
         layout.addWidget(self.bar)
         layout.addLayout(side, 1)
         layout.addWidget(self.adopt)
@@ -74,7 +87,12 @@ class SearchTab(QWidget):
         project = self.doc.project.model_copy(deep=True)
         devices, batch, top = self.devices.value(), self.batch.value(), self.top.value()
         again = self.resimulate.isChecked()
-        self.runner.run(partial(search, project, devices, batch, top=top, resimulate=again))
+        try:
+            narrow = self.narrowing.narrow() if self.narrow_box.isChecked() else {}
+        except InputError as exc:  # shown where the run's status goes, as the sweep tab shows a bad spec
+            self.bar.status.setText(str(exc))
+            return
+        self.runner.run(partial(search, project, devices, batch, top=top, resimulate=again, narrow=narrow))
 
     def show_result(self, result: SearchResult, seconds: float) -> None:
         self.result = result
