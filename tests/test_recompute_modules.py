@@ -11,7 +11,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 from tilewright.engine.cli import main  # noqa: E402
-from tilewright.engine.io import load_project  # noqa: E402
 from tilewright.engine.io.presets import load_system  # noqa: E402
 from tilewright.engine.ir import Mapping, Project, RunSettings  # noqa: E402
 from tilewright.engine.ir.mapping import Recompute  # noqa: E402
@@ -183,30 +182,3 @@ def test_cli_sets_the_modules_and_refuses_bad_ones_with_exit_2(capsys):
     assert "needs recompute 'selective'" in capsys.readouterr().err
     assert main([*GPT, "--set", "mapping.recompute_modules=5"]) == 2
     assert "mapping.recompute_modules" in capsys.readouterr().err
-
-
-# -- studio ---------------------------------------------------------------------------------------------
-MIXTRAL = "presets/projects/mixtral-8x7b-dgx-h100.json"
-
-
-def choose(editor, text: str) -> None:
-    editor.combo.setCurrentText(text)
-    editor.combo.activated.emit(editor.combo.currentIndex())
-
-
-def test_studio_modules_follow_selective_recompute_one_undo_step(make_window):
-    w = make_window(load_project(MIXTRAL))
-    doc, opts = w.doc, w.workload.options
-    modules = opts.modules
-    assert not modules.isEnabled() and "selective" in modules.toolTip()
-    choose(opts.recompute, "selective")
-    assert modules.isEnabled() and modules.line_edit.text() == ""
-    modules.type_and_commit("layernorm, moe_act")
-    assert doc.project.mapping.recompute_modules == ["layernorm", "moe_act"] and doc.undo_stack.count() == 2
-    assert modules.line_edit.text() == "layernorm,moe_act" and "layernorm" in doc.undo_stack.undoText()
-    modules.type_and_commit("mla_up_proj")  # Mixtral has no latent attention: the engine's words, nothing pushed
-    assert doc.undo_stack.count() == 2 and "latent attention" in modules.error
-    choose(opts.recompute, "full")  # leaving selective recomputation clears the modules in the same step
-    assert doc.project.mapping.recompute_modules is None and doc.undo_stack.count() == 3
-    doc.undo_stack.undo()
-    assert doc.project.mapping.recompute_modules == ["layernorm", "moe_act"] and modules.isEnabled()

@@ -259,3 +259,21 @@ def test_the_options_fit_the_workload_dock_at_1280x720(make_window, qtbot):
         assert editor.geometry().right() <= options.contentsRect().right(), editor
         assert editor.width() >= editor.minimumSizeHint().width()
     assert options.mapTo(panel.widget(), options.rect().topLeft()).y() > panel.mapping_box.geometry().bottom()
+
+
+def test_studio_modules_follow_selective_recompute_one_undo_step(make_window):
+    w = make_window(load_project(MIXTRAL))
+    doc, opts = w.doc, w.workload.options
+    modules = opts.modules
+    assert not modules.isEnabled() and "selective" in modules.toolTip()
+    choose(opts.recompute, "selective")
+    assert modules.isEnabled() and modules.line_edit.text() == ""
+    modules.type_and_commit("layernorm, moe_act")
+    assert doc.project.mapping.recompute_modules == ["layernorm", "moe_act"] and doc.undo_stack.count() == 2
+    assert modules.line_edit.text() == "layernorm,moe_act" and "layernorm" in doc.undo_stack.undoText()
+    modules.type_and_commit("mla_up_proj")  # Mixtral has no latent attention: the engine's words, nothing pushed
+    assert doc.undo_stack.count() == 2 and "latent attention" in modules.error
+    choose(opts.recompute, "full")  # leaving selective recomputation clears the modules in the same step
+    assert doc.project.mapping.recompute_modules is None and doc.undo_stack.count() == 3
+    doc.undo_stack.undo()
+    assert doc.project.mapping.recompute_modules == ["layernorm", "moe_act"] and modules.isEnabled()
