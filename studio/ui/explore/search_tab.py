@@ -49,11 +49,12 @@ class SearchTab(QWidget):
                                    "default space")
         self.narrow_box.setMinimumWidth(self.narrow_box.sizeHint().width())
         form = input_row(("Devices", self.devices), ("Global batch (samples)", self.batch),
-                         ("Keep best", self.top), ("", self.resimulate), ("", self.narrow_box))
+                         ("Keep best", self.top), ("", self.resimulate))
         self.narrowing = NarrowingRow()
         self.narrowing.setVisible(False)
         self.narrow_box.toggled.connect(self.narrowing.setVisible)
         self.bar = RunBar(self.runner, "Search")
+        self.bar.layout().insertWidget(2, self.narrow_box)  # beside Search: the inputs' row keeps its width
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
@@ -66,8 +67,8 @@ class SearchTab(QWidget):
         side.addWidget(self.plot, 2)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
-        layout.addWidget(self.narrowing)
         layout.addWidget(self.bar)
+        layout.addWidget(self.narrowing)
         layout.addLayout(side, 1)
         layout.addWidget(self.adopt)
         self.bar.run_button.clicked.connect(self.start)
