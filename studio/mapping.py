@@ -103,7 +103,7 @@ def stage_split(mapping: Mapping) -> tuple[int, str]:
         text += f" · ep {mapping.ep}"
         if (etp := expert_tp_text(mapping)) is not None:
             text += f" · etp {etp}"
-    return mapping.tp * cp * mapping.dp, text
+    return mapping.stage_devices, text
 
 
 def to_ranges(indices: list[int]) -> list[LayerRange]:

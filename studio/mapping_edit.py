@@ -27,7 +27,6 @@ AUTO_FIELDS = (
 )
 # the engine's cross-part checks an edit of them must pass
 CHECKED_FIELDS = ("mapping.ep", "mapping.expert_tp", "mapping.cp")
-CONTEXT_NO_STAGES = "context parallelism (cp > 1) is simulated without hand-placed stages: set cp 1 first"
 
 
 def _validated(data: dict[str, Any]) -> Mapping:
@@ -129,22 +128,21 @@ def checked_option(project: Project, field: str, value: Any) -> Mapping:
 
 
 def group_around(layout: StageLayout, device: int, mapping: Mapping) -> list[int]:
-    """The stage-sized group (tp × dp devices, in the strategy's order) holding ``device``: a drop on
+    """The stage-sized group (tp × cp × dp devices, in the strategy's order) holding ``device``: a drop on
     one tile of a stage that needs sixteen takes the sixteen the strategy would put together."""
-    if mapping.cp > 1:
-        raise EditRefused(CONTEXT_NO_STAGES)
-    size = mapping.tp * mapping.dp
+    size = mapping.stage_devices
     order = [d.index for d in placement_order(layout.devices, mapping.placement, size)]
     pos = order.index(device)
     start = pos - pos % size
     group = order[start : start + size]
     if len(group) < size:
-        raise EditRefused(f"a stage needs tp × dp = {size} devices; only {len(group)} remain from here")
+        raise EditRefused(f"a stage needs {mapping.stage_split_text} = {size} devices; only {len(group)} remain "
+                          "from here")
     return group
 
 
 def _free_groups(layout: StageLayout, mapping: Mapping, taken: set[int]) -> list[list[int]]:
-    size = mapping.tp * mapping.dp
+    size = mapping.stage_devices
     free = [d.index for d in placement_order(layout.devices, mapping.placement, size) if d.index not in taken]
     return [free[i : i + size] for i in range(0, len(free) - size + 1, size)]
 
@@ -155,15 +153,13 @@ def place_layers(mapping: Mapping, layout: StageLayout, layers: LayerRange, devi
     n_layers = layout.layers
     if layout.problem:
         raise EditRefused(f"the mapping has no layout yet: {layout.problem}")
-    if mapping.cp > 1:
-        raise EditRefused(CONTEXT_NO_STAGES)
     if not 0 <= first < last <= n_layers:
         raise EditRefused(f"layers {first}–{last - 1}: the model has layers 0–{n_layers - 1}")
-    size = mapping.tp * mapping.dp
+    size = mapping.stage_devices
     devices = list(dict.fromkeys(devices))
     if not devices or len(devices) % size:
         raise EditRefused(
-            f"a stage needs tp × dp = {size} devices; the drop target has {len(devices)} "
+            f"a stage needs {mapping.stage_split_text} = {size} devices; the drop target has {len(devices)} "
             "(drop onto a tile or chip to take the strategy's group around it, or select a group of that size)"
         )
     current = layout.contiguous_stages()

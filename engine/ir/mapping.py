@@ -337,6 +337,16 @@ class Mapping(QuietDefaultsModel):
         return self.tp * self.pp * self.dp * self.cp
 
     @property
+    def stage_devices(self) -> int:
+        """Devices of one pipeline stage: its tensor, context and data-parallel ranks (tp × cp × dp)."""
+        return self.tp * self.cp * self.dp
+
+    @property
+    def stage_split_text(self) -> str:
+        """How a stage's devices split, as messages name it: "tp × dp", or "tp × cp × dp" with cp > 1."""
+        return "tp × cp × dp" if self.cp > 1 else "tp × dp"
+
+    @property
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per iteration."""
         return self.global_batch // (self.micro_batch * self.dp)

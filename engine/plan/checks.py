@@ -165,10 +165,11 @@ def _stage_checks(project: Project, n_layers: int, capacity: int | None) -> list
         if last > n_layers:
             out.append(Problem(f"mapping.stages.{i}.layers", f"ends at {last}, the model has {n_layers} layers"))
         expect = last
-        if st.devices and len(st.devices) != m.tp * m.dp:
+        if st.devices and len(st.devices) != m.stage_devices:
             out.append(
                 Problem(
-                    f"mapping.stages.{i}.devices", f"{len(st.devices)} devices, a stage needs tp × dp = {m.tp * m.dp}"
+                    f"mapping.stages.{i}.devices",
+                    f"{len(st.devices)} devices, a stage needs {m.stage_split_text} = {m.stage_devices}",
                 )
             )
         if capacity is not None:
@@ -295,9 +296,9 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
             grow(project.hardware, m.devices)
         except ValueError as e:
             out.append(Problem("hardware", str(e)))
-    if m.cp > 1 and (project.run.mode is not Mode.train or m.layer_parallelism or m.stages):
+    if m.cp > 1 and (project.run.mode is not Mode.train or m.layer_parallelism):
         out.append(Problem("mapping.cp", f"{m.cp}: context parallelism is simulated for training without "
-                           "layer_parallelism or explicit stage placements"))
+                           "layer_parallelism"))
     if isinstance(project.workload, TransformerDims):
         out += _transformer_checks(project.workload, m)
     graph = build_workload(project.workload)

@@ -4,7 +4,7 @@
   a memory template goes onto the component under the cursor (or the level itself).
 - A range of layers from the workload panel: placed on the instance under the cursor — or on the whole
   selection when dropped onto a selected component — as explicit pipeline stages (``PlaceLayers``).
-  A target holding fewer devices than a stage needs (tp × dp) takes the group the placement strategy
+  A target holding fewer devices than a stage needs (tp × cp × dp) takes the group the placement strategy
   forms around it, so dropping onto one tile of a 16-tile stage does the expected thing.
 """
 
@@ -103,7 +103,7 @@ def _drop_layers(scene: LevelScene, layers: tuple[int, int], pos: QPointF) -> bo
     if not devices:
         raise EditRefused(f"{name} holds no devices the run can use")
     m = doc.project.mapping
-    size = m.tp * m.dp
+    size = m.stage_devices
     if len(devices) < size:
         devices = group_around(stage_layout(doc.project, chunks=1), devices[0], m)
         name = f"{name} and its group of {size}"
