@@ -89,7 +89,7 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
 
 OPTION_FIELDS = (  # set one at a time
     "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
-    "fused_cross_entropy", "pipeline_layers", "recompute_modules",
+    "fused_cross_entropy", "pipeline_layers", "recompute_modules", "cuda_graph_scope",
 )
 
 

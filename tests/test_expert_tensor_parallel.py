@@ -129,7 +129,7 @@ def test_expert_tensor_collectives_follow_etp():
     etp2 = _comms(at[2], "etp:")
     assert not _comms(at[1], "etp:") and not _comms(at[None], "etp:")
     assert len(etp2) == 2 * LAYERS  # gather before experts_up, reduce-scatter after experts_down
-    full = SEQ * MB * HIDDEN * BF16  # the old sizing: tokens · hidden (``passes.tp_elems``)
+    full = SEQ * MB * TOP_K * HIDDEN * BF16  # the received token-slots (``experts.gathered_elems``)
     assert all(n == pytest.approx(full * 2 / tp) for _, n in etp2)
     tp_comms = lambda p: sum(1 for s in p.stages[0].passes[(0, "F")].segments if s.comm and ":" not in s.comm[0])  # noqa: E731
     assert tp_comms(at[None]) - tp_comms(at[1]) == 2 * LAYERS

@@ -277,3 +277,18 @@ def test_studio_modules_follow_selective_recompute_one_undo_step(make_window):
     assert doc.project.mapping.recompute_modules is None and doc.undo_stack.count() == 3
     doc.undo_stack.undo()
     assert doc.project.mapping.recompute_modules == ["layernorm", "moe_act"] and modules.isEnabled()
+
+
+def test_studio_cuda_graphs_one_undo_step_and_the_engines_refusal(make_window):
+    """The "CUDA graphs" field sets ``mapping.cuda_graph_scope`` in one undo step; a scope the model lacks is
+    refused in the engine's words; the run's host wait falls as the engine says (``plan.cuda_graphs``)."""
+    w = make_window(small_moe(dp=8, ep=8))
+    doc, graphs = w.doc, w.workload.options.graphs
+    assert graphs.isEnabled() and graphs.line_edit.text() == "" and "cuda-graph-scope" in graphs.toolTip()
+    graphs.type_and_commit("mlp")  # a dense MLP scope on a model whose every MLP is MoE: nothing pushed
+    assert doc.undo_stack.count() == 0 and "mlp" in graphs.error
+    graphs.type_and_commit("attn, moe_router")
+    assert doc.project.mapping.cuda_graph_scope == ["attn", "moe_router"] and doc.undo_stack.count() == 1
+    assert graphs.line_edit.text() == "attn,moe_router" and "CUDA graphs attn" in doc.undo_stack.undoText()
+    doc.undo_stack.undo()
+    assert doc.project.mapping.cuda_graph_scope is None and graphs.line_edit.text() == ""

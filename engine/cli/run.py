@@ -63,6 +63,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="selective recomputation of these parts of each layer, comma-separated (Megatron-Core's "
                    "--recompute-modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts); "
                    "sets --recompute selective unless given")
+    p.add_argument("--cuda-graph-scope", metavar="LIST",
+                   help="GPU training: replay these parts of each layer as CUDA graphs, comma-separated "
+                   "(Megatron-Core's --cuda-graph-scope: attn, mlp, moe, moe_router, moe_preprocess, mamba, or "
+                   "full_iteration alone); their kernels cost the host one graph launch instead of one dispatch each")
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
                    help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights sharded over dp (per-layer gathers)")
@@ -247,6 +251,9 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
         m["recompute_modules"] = [part.strip() for part in modules.split(",") if part.strip()]
         if args.recompute is None and m.get("recompute", "none") == "none":
             m["recompute"] = "selective"
+    scope = getattr(args, "cuda_graph_scope", None)
+    if scope is not None:  # checked with the project (plan.checks: mapping.cuda_graph_scope)
+        m["cuda_graph_scope"] = [part.strip() for part in scope.split(",") if part.strip()]
     if args.sequence_parallel:
         m["sequence_parallel"] = True
     axes = m.get("tp_axes")

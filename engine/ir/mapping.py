@@ -186,7 +186,7 @@ class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy",
-        "overlap_tp_comm", "pipeline_layers", "recompute_modules",
+        "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope",
     )
 
     tp: PosInt = 1
@@ -233,6 +233,12 @@ class Mapping(QuietDefaultsModel):
         None, description="with recompute 'selective': the parts of each layer re-run in the backward, Megatron-Core's "
         "recompute_modules (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; perf.recompute); "
         "None: ['core_attn'], the attention core",
+    )
+    cuda_graph_scope: list[str] | None = Field(
+        None, description="GPU training: the parts of each layer replayed as CUDA graphs, Megatron-Core's "
+        "--cuda-graph-scope (attn, mlp, moe, moe_router, moe_preprocess, mamba; full_iteration alone, "
+        "--cuda-graph-impl local): their kernels cost the host one graph launch instead of one dispatch each "
+        "(plan.cuda_graphs); None: no graphs, eager",
     )
     fused_cross_entropy: bool = Field(
         False, description="GPUs: the cross-entropy as one fused kernel (Megatron-Core --cross-entropy-loss-fusion, "
@@ -290,7 +296,7 @@ class Mapping(QuietDefaultsModel):
         default_factory=SpatialSplit, description="split of each op over the cores of a grid device"
     )
 
-    @field_validator("recompute_modules", mode="before")
+    @field_validator("recompute_modules", "cuda_graph_scope", mode="before")
     @classmethod
     def _module_list(cls, value: object) -> object:
         """A comma-separated string ("layernorm,moe_act", as ``--set`` passes it) is the list it names."""

@@ -68,27 +68,31 @@ class ExpertInfo(StrictModel):
     is padded), its ``params`` every routed expert's weights, its ``gemm`` the expert GEMMs stacked into one
     (m = token-slots per sample); one expert's own GEMM has ``expert_rows`` rows, m / experts.
 
-    Expert parallelism over ``ep`` devices (not yet in the plan) would follow from these fields:
+    Expert parallelism over ``ep`` devices (``mapping.ep``, ``engine.plan.experts``) follows from these fields:
 
     - weights per device: ``op.params / ep`` for ``role == expert`` ops (each device holds experts / ep; in
       an inference pass graph ``params`` are the weights of the experts the pass's tokens reach);
-    - work per device: ``op.flops / ep`` for a balanced router; a load-imbalance factor multiplies the
-      busiest device's share (each expert gets ``tokens_fraction`` of the layer's tokens on average);
+    - work per device: unchanged on a balanced router (the device runs as many token-slots as its own tokens
+      have); a load-imbalance factor multiplies the busiest device's share (each expert gets
+      ``tokens_fraction`` of the layer's tokens on average);
     - all-to-all: before the op, each token sends ``dispatch_elems_per_token`` elements (its hidden vector
       to each of its top_k experts) and after it receives ``combine_elems_per_token`` back; a fraction
       (ep − 1) / ep of them leaves the device. Multiply by ``tokens`` (tokens per sample of this pass) and
-      the micro-batch for the elements of one pass, and by the activation format's bytes per element for
-      bytes. The backward pass moves the same amounts again (gradients of dispatch and combine).
+      the device's samples per micro-batch (micro-batch / cp with context parallelism) for the elements of
+      one pass, and by the activation format's bytes per element for bytes. The backward pass moves the same
+      amounts again (gradients of dispatch and combine).
     - dispatch is on the first expert op that reads the routed tokens (``experts_up``), combine on the
       last (``experts_down``); the other ops have zeros.
 
-    Tensor parallelism already applies to expert ops through their ``split`` (column/row, as Megatron-Core
-    does without expert parallelism), but ``engine.plan`` sizes the reduction after ``experts_down`` by its
-    ``out_elems`` (token-slots · hidden) and, with sequence parallelism, the all-gather before
-    ``experts_up`` by its ``in_elems``; Megatron-Core gathers and reduce-scatters ``tokens`` · hidden (the
-    routing permutes and combines locally), so those collectives are top_k × too large until the plan
-    uses ``tokens`` for MoE ops. A grid device's GEMM model (``perf.spatial_op``) reads ``gemm``'s n × k
-    weights, one expert's, not all of ``params``.
+    Tensor parallelism applies to expert ops through their ``split`` (column/row). The plan sizes the
+    tensor-parallel collectives around the routed experts (the gather before ``experts_up``, the reduction
+    after ``experts_down``) by ``engine.plan.experts.gathered_elems``: with ep > 1 by the received
+    token-slots, the op's ``in_elems`` / ``out_elems`` (token-slots · hidden: Megatron-Core's all-to-all
+    dispatcher gathers what the device received over the expert-tensor group), over etp ranks with
+    ``mapping.expert_tp`` below tp (none at etp 1); without expert parallelism by ``tokens`` · hidden, the
+    slots over top_k (× capacity factor): the all-gather dispatcher gathers the layer's tokens before routing
+    and permutes and combines locally. A grid device's GEMM model (``perf.spatial_op``) reads ``gemm``'s
+    n × k weights, one expert's, not all of ``params``.
     """
 
     role: MoERole

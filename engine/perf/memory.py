@@ -10,7 +10,8 @@ core), and only each layer's input with full recomputation (Korthikanti et al., 
 attention kernel (``mapping.fusion`` attention → softmax: FlashAttention, cuDNN fused attention) stores
 none of its s² tensors whatever the recomputation: its backward recomputes them on chip from Q, K, V
 (stored by qkv), its output (stored by out_proj) and the per-row log-sum-exp (a·s fp32 values, under
-0.1 % of a block's activations at any head size: not counted).
+0.1 % of a block's activations at any head size: not counted). Under fp8 the weighted GEMMs' saved inputs
+are their fp8 copies (``fp8_saved``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.ir.project import DType, Optimizer
+from tilewright.engine.perf.formats import OpFormats, gemm_dtype
 from tilewright.engine.perf.op_cost import TP_SPLITS, flash_ops, shard
-from tilewright.engine.perf.recompute import OpRecompute, selection
+from tilewright.engine.perf.recompute import OpRecompute, consumers, fused_norm, selection
 
 
 @dataclass(frozen=True)
@@ -92,20 +95,73 @@ def loss_width(elem_bytes: float, fused_loss: bool) -> float:
     return elem_bytes if fused_loss else LOSS_FP32_BYTES
 
 
+# Transformer Engine under fp8 (``transformer_engine/pytorch/module/linear.py``, ``layernorm_linear.py``,
+# ``grouped_linear.py``): a weighted GEMM quantizes its input and saves that fp8 tensor for the backward
+# (``saved_inputmat = inputmat``, its row-wise data dropped and only the column-wise copy the weight gradient
+# reads kept: 1 B per element), never the bf16 original; ``LayerNormLinear`` has the norm kernel write its
+# output already quantized and saves that fp8 ``ln_out`` (the norm's bf16 input stays, for the norm's
+# backward). TE does not look whether the bf16 tensor is kept elsewhere: out_proj saves its fp8 copy of the
+# attention output even though a fused attention kernel (``FusedAttnFunc``) keeps that output in bf16.
+FP8_BYTES = dtype_bytes(DType.fp8)
+# GEMMs of ``workloads.transformer_block`` whose ``saved_elems`` is their own input (the others save their
+# output, as qkv, or nothing: their input is the saved output of the norm before them).
+INPUT_SAVING_GEMMS = frozenset({"out_proj", "mlp_down", "shared_down", "experts_up", "experts_down"})
+
+
+@dataclass(frozen=True)
+class Fp8Saved:
+    """Of one op's saved elements, ``narrow`` are stored as fp8 copies instead of at the activations' width;
+    ``extra`` fp8 elements are stored on top (a GEMM input also kept in bf16 by another op)."""
+
+    narrow: float = 0.0
+    extra: float = 0.0
+
+
+def _fp8_gemm(op: Op, formats: OpFormats) -> bool:
+    """A weighted GEMM on the fp8 units (``formats.gemm_dtype``, as ``op_cost`` charges it)."""
+    return op.kind is OpKind.matmul and op.params > 0 and gemm_dtype(formats.for_op(op.name), True) is DType.fp8
+
+
+def fp8_saved(op: Op, ops: list[Op], formats: OpFormats | None, flash: frozenset[str]) -> Fp8Saved:
+    """Which of ``op``'s saved elements Transformer Engine keeps in fp8 (``FP8_BYTES``): a fp8 GEMM's saved
+    input, and a norm's output when the norm is fused into the fp8 GEMMs reading it (``recompute.fused_norm``,
+    ``LayerNormLinear``). Out_proj's input under a fused attention kernel (``flash``: ``op_cost.flash_ops``)
+    stays bf16 for the kernel and gets TE's fp8 copy on top. Norms with other readers (an MoE layer's pre-MLP
+    norm, read by the router; MLA's input norm, read by two separate down projections that each save an fp8
+    copy, 2 × 1 B) keep their bf16 count. None without fp8 GEMMs."""
+    if formats is None:
+        return Fp8Saved()
+    name = op.name.split(".", 1)[-1]
+    if name in INPUT_SAVING_GEMMS and _fp8_gemm(op, formats):
+        if name == "out_proj" and flash:
+            return Fp8Saved(extra=op.saved_elems)
+        return Fp8Saved(narrow=op.saved_elems)
+    if op.kind is OpKind.norm and fused_norm(op, ops):
+        if all(_fp8_gemm(r, formats) for r in consumers(op, ops)):
+            return Fp8Saved(narrow=min(op.out_elems, op.saved_elems))
+    return Fp8Saved()
+
+
 def _saved(
     op: Op, micro_batch: int, tp: int, sp: bool, elem_bytes: int, dropped: OpRecompute | None = None,
-    fused_loss: bool = False,
+    fused_loss: bool = False, fp8: Fp8Saved = Fp8Saved(),
 ) -> float:
     """``dropped``: what selective recomputation no longer stores of it (``perf.recompute``); ``fused_loss``: a
-    fused cross-entropy kernel stores the logits at the activations' width (``loss_width``)."""
+    fused cross-entropy kernel stores the logits at the activations' width (``loss_width``); ``fp8``: its
+    elements saved as fp8 copies (``fp8_saved``) — what recomputation drops of a GEMM's input or a norm's
+    output is that fp8 tensor."""
     k = shard(op, tp, sp)
     fixed = op.saved_bytes_fixed
     if op.kind is OpKind.loss and fused_loss:
         fixed *= loss_width(elem_bytes, True) / LOSS_FP32_BYTES
+    drop = 0.0
     if dropped is not None:
         fixed = 0.0 if dropped.drop_fixed else fixed
-        return ((op.saved_elems - dropped.drop_elems) * elem_bytes + fixed) * micro_batch / k
-    return (op.saved_elems * elem_bytes + fixed) * micro_batch / k
+        drop = dropped.drop_elems
+    narrow = max(fp8.narrow - drop, 0.0)
+    extra = max(fp8.extra - drop, 0.0)
+    wide = op.saved_elems - drop - narrow
+    return (wide * elem_bytes + (narrow + extra) * FP8_BYTES + fixed) * micro_batch / k
 
 
 BLOCK_SPLITS = frozenset({TensorSplit.column, TensorSplit.row, TensorSplit.heads})
@@ -127,13 +183,14 @@ def recomputed_layers(
 def activation_bytes(
     layers: Iterable[list[Op]], micro_batch: int, tp: int, sp: bool, recompute: Recompute, elem_bytes: int,
     fused: frozenset[tuple[str, str]] = frozenset(), recompute_layers: int | None = None,
-    recompute_modules: Sequence[str] | None = None, fused_loss: bool = False,
+    recompute_modules: Sequence[str] | None = None, fused_loss: bool = False, formats: OpFormats | None = None,
 ) -> float:
     """Stored activations of one micro-batch over the given layers (each a list of its ops); ``fused``: the
     ``mapping.fusion`` edges (``plan.passes.fused_edges``), whose fused attention kernels store no scores;
     ``recompute_layers``: full recomputation of only the first N transformer layers (``recomputed_layers``);
     ``recompute_modules``: what selective recomputation drops (``perf.recompute``; None: the attention core);
-    ``fused_loss``: ``mapping.fused_cross_entropy`` (``loss_width``)."""
+    ``fused_loss``: ``mapping.fused_cross_entropy`` (``loss_width``); ``formats``: the run's formats, whose fp8
+    GEMMs save their inputs in fp8 (``fp8_saved``; None: every tensor at ``elem_bytes``)."""
     layers = list(layers)
     rerun = {id(ops) for ops in recomputed_layers(layers, recompute, recompute_layers)}
     total = 0.0
@@ -152,7 +209,8 @@ def activation_bytes(
                                     and (dropped.drop_fixed or not op.saved_bytes_fixed)):
                 continue
             partial = dropped is not None and (dropped.drop_elems > 0 or dropped.drop_fixed)
-            total += _saved(op, micro_batch, tp, sp, elem_bytes, dropped if partial else None, fused_loss)
+            total += _saved(op, micro_batch, tp, sp, elem_bytes, dropped if partial else None, fused_loss,
+                            fp8_saved(op, ops, formats, flash))
     return total
 
 

@@ -57,15 +57,15 @@ class OpRecompute:
     drop_fixed: bool
 
 
-def _local(op: Op) -> str:
+def local_name(op: Op) -> str:
     return op.name.split(".", 1)[-1]
 
 
-def _named(*names: str) -> Callable[[Op, list[Op]], bool]:
-    return lambda op, _ops: _local(op) in names
+def named(*names: str) -> Callable[[Op, list[Op]], bool]:
+    return lambda op, _ops: local_name(op) in names
 
 
-def _consumers(op: Op, ops: list[Op]) -> list[Op]:
+def consumers(op: Op, ops: list[Op]) -> list[Op]:
     """Ops of the layer reading ``op``'s output (an op without ``inputs`` reads the op before it)."""
     out = []
     for prev, o in zip([None, *ops], ops, strict=False):
@@ -74,10 +74,11 @@ def _consumers(op: Op, ops: list[Op]) -> list[Op]:
     return out
 
 
-def _fused_norm(op: Op, ops: list[Op]) -> bool:
+def fused_norm(op: Op, ops: list[Op]) -> bool:
     """A norm Transformer Engine fuses into the linear after it (``TELayerNormColumnParallelLinear``: every
-    reader a dense column-parallel GEMM, as qkv or a dense MLP's up/gate), so no norm module of its own."""
-    readers = _consumers(op, ops)
+    reader a dense column-parallel GEMM, as qkv or a dense MLP's up/gate), so no norm module of its own
+    (``perf.memory``: under fp8 its output is saved quantized)."""
+    readers = consumers(op, ops)
     return bool(readers) and all(
         r.kind is OpKind.matmul and r.split is TensorSplit.column and r.moe is None for r in readers
     )
@@ -88,29 +89,29 @@ DENSE_MLP = ("mlp_up", "mlp_gate", "activation", "mlp_down")
 
 
 def _own_norm(op: Op, ops: list[Op]) -> bool:
-    return op.kind is OpKind.norm and _local(op) in BLOCK_NORMS and not _fused_norm(op, ops)
+    return op.kind is OpKind.norm and local_name(op) in BLOCK_NORMS and not fused_norm(op, ops)
 
 
 def _mlp_norm(op: Op, ops: list[Op]) -> bool:
     """The pre-MLP norm fused into a dense MLP's first linear: part of the checkpointed MLP module."""
-    return (op.kind is OpKind.norm and _local(op) in BLOCK_NORMS and _fused_norm(op, ops)
-            and any(_local(r) in DENSE_MLP for r in _consumers(op, ops)))
+    return (op.kind is OpKind.norm and local_name(op) in BLOCK_NORMS and fused_norm(op, ops)
+            and any(local_name(r) in DENSE_MLP for r in consumers(op, ops)))
 
 
-def _role(*roles: MoERole) -> Callable[[Op, list[Op]], bool]:
+def with_role(*roles: MoERole) -> Callable[[Op, list[Op]], bool]:
     return lambda op, _ops: op.moe is not None and op.moe.role in roles
 
 
 MODULES: dict[str, tuple[Part, ...]] = {
     "core_attn": (Part(lambda op, _ops: op.selective, True, "saved", True),),
-    "moe_act": (Part(_named("experts_activation"), True, "none", False),
-                Part(_named("experts_down"), False, "input", False)),
+    "moe_act": (Part(named("experts_activation"), True, "none", False),
+                Part(named("experts_down"), False, "input", False)),
     "layernorm": (Part(_own_norm, True, "output", False),),
-    "mla_up_proj": (Part(_named("q_up", "q_proj", "kv_up"), True, "output", False),),
-    "mlp": (Part(lambda op, _ops: op.moe is None and _local(op) in DENSE_MLP, True, "saved", True),
+    "mla_up_proj": (Part(named("q_up", "q_proj", "kv_up"), True, "output", False),),
+    "mlp": (Part(lambda op, _ops: op.moe is None and local_name(op) in DENSE_MLP, True, "saved", True),
             Part(_mlp_norm, True, "output", True)),
     "moe": (Part(lambda op, _ops: op.moe is not None, True, "saved", True),),
-    "shared_experts": (Part(_role(MoERole.shared), True, "saved", True),),
+    "shared_experts": (Part(with_role(MoERole.shared), True, "saved", True),),
 }
 DEFAULT_MODULES = ("core_attn",)  # Megatron-Core's default (recompute_modules None)
 

@@ -55,8 +55,10 @@ def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
 
 
 def _expert_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
-    """``ep`` splits the routed experts over ep of the dp replicas, or with ``expert_tp`` below tp over
-    ep × expert_tp of the stage's tp × dp ranks (MoE parallel folding, ``plan.experts``)."""
+    """``ep`` splits the routed experts over ep of the stage's replicas (dp, times cp with context parallelism:
+    Megatron-Core's expert rank generator folds the MoE layer over tp × cp × dp), or with ``expert_tp`` below tp
+    over ep × expert_tp of the stage's tp × cp × dp ranks (MoE parallel folding, ``plan.experts``). Messages
+    name cp only when it is above 1, so the cp 1 wording the studio shows stays."""
     etp = m.expert_tp if m.expert_tp is not None else m.tp
     if m.ep <= 1:
         if etp == m.tp:
@@ -67,20 +69,22 @@ def _expert_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     if not experts:
         return [Problem("mapping.ep", f"{m.ep}: the model has no mixture-of-experts layers to split")]
     out = []
+    replicas = m.dp * m.cp  # the stage's replicas of the tensor group (``plan.plan.build_plan``)
+    names, sizes = ("cp × dp", f"{m.cp} × {m.dp}") if m.cp > 1 else ("dp", f"{m.dp}")
     if m.tp % etp:
         out.append(Problem("mapping.expert_tp", f"{etp} does not divide tp ({m.tp})"))
-    elif etp == m.tp and m.dp % m.ep:
-        out.append(Problem("mapping.ep", f"{m.ep} does not divide dp ({m.dp}): expert ranks are data-parallel ranks"))
-    elif (m.tp * m.dp) % (m.ep * etp):
-        out.append(Problem("mapping.ep", f"ep × expert_tp ({m.ep} × {etp}) does not divide tp × dp ({m.tp} × {m.dp}):"
-                           " the expert ranks fold over one pipeline stage's tensor and data-parallel ranks"))
+    elif etp == m.tp and replicas % m.ep:
+        out.append(Problem("mapping.ep", f"{m.ep} does not divide {names} ({sizes}): expert ranks are "
+                           f"{'context- and ' if m.cp > 1 else ''}data-parallel ranks"))
+    elif (m.tp * replicas) % (m.ep * etp):
+        out.append(Problem("mapping.ep", f"ep × expert_tp ({m.ep} × {etp}) does not divide tp × {names} ({m.tp} × "
+                           f"{sizes}): the expert ranks fold over one pipeline stage's tensor"
+                           f"{', context' if m.cp > 1 else ''} and data-parallel ranks"))
     if etp != m.tp and m.tp_axes is not None:
         out.append(Problem("mapping.expert_tp", "expert tensor parallelism below tp with 2-D tensor parallelism "
                            "(mapping.tp_axes) is not simulated"))
     if any(e % m.ep for e in experts):
         out.append(Problem("mapping.ep", f"{m.ep} does not divide the routed experts ({min(experts)})"))
-    if m.cp > 1:
-        out.append(Problem("mapping.ep", "expert parallelism together with context parallelism is not simulated"))
     return out
 
 
@@ -103,6 +107,20 @@ def _recompute_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     layers = [graph.layer_ops(i) for i in graph.block_layers]
     return [Problem(field, f"'{name}': the model has nothing it recomputes: {_ABSENT.get(name, 'no such part')}")
             for name in dict.fromkeys(modules) if not any(present(ops, name) for ops in layers)]
+
+
+def _cuda_graph_checks(project: Project, graph: WorkloadGraph) -> list[Problem]:
+    """``cuda_graph_scope`` names Megatron-Core's graph scopes, each one this workload has, in Megatron-Core's
+    combinations (``plan.cuda_graphs``)."""
+    from tilewright.engine.plan.cuda_graphs import problems
+
+    m = project.mapping
+    if m.cuda_graph_scope is None:
+        return []
+    layers = [graph.layer_ops(i) for i in graph.block_layers]
+    found = problems(m.cuda_graph_scope, layers, project.run.mode is Mode.train, m.recompute.value,
+                     m.recompute_modules)
+    return [Problem("mapping.cuda_graph_scope", text) for text in found]
 
 
 _ABSENT = {  # why a module may be missing from a workload
@@ -304,6 +322,7 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     graph = build_workload(project.workload)
     out += _expert_checks(m, graph)
     out += _recompute_checks(m, graph)
+    out += _cuda_graph_checks(project, graph)
     out += _pipeline_checks(len(graph.block_layers), m)
     out += _stage_checks(project, len(graph.layers), capacity)
     out += _hypar_checks(m, graph)

@@ -11,7 +11,15 @@ r = d·tp + t (replica d, tensor rank t) becomes r = ((k·ep) + e)·etp + u (exp
 e, expert-data-parallel index k), Megatron-Core's expert rank generator (order tp-ep-dp). An ep group shares
 (k, u) — ep × etp must divide tp × dp, not ep dp — an expert-tensor group shares (k, e) (etp consecutive
 tensor ranks of one replica), an expert-data-parallel group shares (e, u): tp·dp / (ep·etp) ranks
-(``group_comm.folded_groups``). The dense ops keep tp. Per device:
+(``group_comm.folded_groups``). The dense ops keep tp.
+
+With context parallelism (``mapping.cp``) the stage's replicas are its dp · cp ones (replica d · cp + c,
+Megatron's dense order tp-cp-dp; ``plan.plan.build_plan``), and the MoE layer folds over all of them:
+Megatron-Core's expert rank generator has cp = 1 and expert data parallelism tp · cp · dp / (ep · etp) of a
+stage (``initialize_model_parallel``), so everything above reads dp · cp for dp — ep divides cp · dp
+(ep × etp divides tp × cp × dp when folded), an ep group may span context and data-parallel ranks, and the
+expert-data-parallel group (gradient reduction, ZeRO sharding) is tp · cp · dp / (ep · etp) ranks. Each
+device runs micro_batch / cp samples' worth of tokens, so its all-to-all carries those tokens. Per device:
 
 - routed-expert weights (``role == expert``): ``params / ep`` (and / etp instead of / tp when folded:
   ``shard_experts`` rewrites the op so the plan's split by tp yields ``params / (ep·etp)``);
@@ -22,12 +30,21 @@ tensor ranks of one replica), an expert-data-parallel group shares (e, u): tp·d
   each of its expert slots) and after the last (combine: the outputs back); the backward moves the same
   amounts in reverse. Of a device's buffer, (ep − 1)/ep leaves it. With tensor parallelism each tensor rank
   sends 1/tp of it (tokens split by sequence, Megatron's all-to-all dispatcher), whatever etp. After the
-  dispatch Megatron-Core's dispatcher gathers the received tokens over the expert-tensor group and
-  reduce-scatters them before the combine (``dispatch_postprocess``, ``combine_preprocess``); the plan keeps
-  the tensor-parallel gather and reduction it already sized around the routed experts (``passes.tp_elems``,
-  tokens · hidden) and runs them over the expert-tensor groups with etp / tp of the bytes, none at etp 1
-  (``expert_tp_comm``). A device's expert GEMMs then run etp / tp of its replica's token-slots on 1/etp of
-  the width: FLOPs per device stay flops / tp on a balanced router. All pairs exchange at once:
+  dispatch Megatron-Core's all-to-all dispatcher gathers what the device *received* — token-slots, each
+  token once per expert slot routed to it — over the expert-tensor group, and reduce-scatters as many
+  before the combine (``MoEAlltoAllTokenDispatcher.dispatch_postprocess``, ``combine_preprocess``:
+  ``gather_from_sequence_parallel_region`` / ``reduce_scatter_to_sequence_parallel_region`` over
+  ``expt_tp_group``). So with ep > 1 the plan sizes the gather and reduction around the routed experts by
+  the token-slots (``gathered_elems``: token-slots · hidden, top_k × the dense layer's tokens · hidden,
+  times the capacity factor when padded), over the tensor group at etp = tp, over the expert-tensor groups
+  with etp / tp of the bytes below it, none at etp 1 (``expert_tp_comm``). Without expert parallelism
+  (ep 1, and every pass that is not training) the all-gather dispatcher's collective is the dense one:
+  ``MoEAllGatherTokenDispatcher`` gathers the layer's tokens before routing (tokens · hidden) and
+  reduce-scatters them after the local un-permutation. A device's expert GEMMs then run etp / tp of its
+  replica's token-slots on 1/etp of the width: FLOPs per device stay flops / tp on a balanced router. The
+  flex dispatcher (``'deepep'``) has no separate gather — its exchange spans the tp × ep group and sends a
+  token to every tensor rank of an expert — but moves the same token-slots to the same ranks, so the plan
+  charges it the same gather. All pairs exchange at once:
   one phase whose per-link use counts the routes crossing it (``all_to_all``). With ``Mapping.ep_dispatcher``
   'deepep' (DeepEP, Megatron-Core's flex dispatcher with DeepEP or HybridEP) a token crosses the network
   once per destination node and is forwarded inside the node (``hierarchical_all_to_all``), its nodes capped
@@ -94,7 +111,8 @@ def expert_tp_of(mapping: Mapping, train: bool = True) -> int:
 
 def expert_dp(tp: int, dp: int, ep: int, etp: int) -> int:
     """Ranks of a stage holding the same routed-expert shard (Megatron-Core's expert-data-parallel group):
-    tp · dp / (ep · etp); dp / ep when etp = tp."""
+    tp · dp / (ep · etp); dp / ep when etp = tp. With context parallelism ``dp`` is the stage's dp · cp
+    replicas (the expert rank generator folds cp in)."""
     return max(tp * dp // max(ep * etp, 1), 1)
 
 
@@ -242,15 +260,33 @@ def is_etp(kind: str) -> bool:
     return kind.startswith(ETP_PREFIX)
 
 
-def expert_tp_comm(op: Op, kind: str, elems: float, tp: int, etp: int | None) -> tuple[str, float] | None:
-    """A tensor-parallel collective at a routed-expert op's input or output ((kind, elements per sample) as
-    ``plan.passes`` sizes it for the tensor group) under expert tensor parallelism ``etp``: unchanged at etp =
-    tp (None); none at etp 1 (whole experts: the dispatcher gathers nothing); otherwise over the op's
-    expert-tensor group (``ETP_PREFIX``, etp consecutive tensor ranks), carrying etp / tp of the elements —
-    the same per-device share, gathered over etp ranks instead of tp (Megatron-Core's dispatcher gathers the
-    received tokens over the expert-tensor group after the dispatch and reduce-scatters them before the
-    combine)."""
-    if etp is None or etp == tp or op.moe is None or op.moe.role is not MoERole.expert:
+def gathered_elems(op: Op, elems: float, ep: int) -> float:
+    """Elements per sample of the tensor-parallel collective at a routed-expert op's input or output
+    (``elems``, as the op counts them: token-slots · hidden, tokens · top_k times the capacity factor when
+    capacity is padded). With expert parallelism (ep > 1, Megatron-Core's all-to-all dispatcher) the
+    expert-tensor group gathers the token-slots the all-to-all brought and reduce-scatters them before the
+    combine: ``elems``. Without it (the all-gather dispatcher) the layer's tokens are gathered before routing
+    permutes them and reduced after the combine un-permutes them locally: tokens · hidden, the slots over
+    top_k (× capacity factor). Any other op: ``elems``."""
+    info = op.moe
+    if info is None or info.role is not MoERole.expert or ep > 1:
+        return elems
+    return elems / (info.top_k * (info.capacity_factor or 1.0))
+
+
+def expert_tp_comm(
+    op: Op, kind: str, elems: float, tp: int, etp: int | None, ep: int = 1
+) -> tuple[str, float] | None:
+    """A tensor-parallel collective at an op's input or output ((kind, elements per sample), ``elems`` as
+    the op counts them) under expert parallelism ``ep`` and expert tensor parallelism ``etp``: any op but a
+    routed expert unchanged; a routed expert's sized by ``gathered_elems`` (token-slots with ep > 1, tokens
+    without), over the tensor group at etp = tp (None), none at etp 1 (whole experts: the dispatcher gathers
+    nothing), otherwise over the op's expert-tensor group (``ETP_PREFIX``, etp consecutive tensor ranks)
+    carrying etp / tp of the elements — the same per-device share, gathered over etp ranks instead of tp."""
+    if op.moe is None or op.moe.role is not MoERole.expert:
+        return kind, elems
+    elems = gathered_elems(op, elems, ep)
+    if etp is None or etp == tp:
         return kind, elems
     if etp <= 1:
         return None

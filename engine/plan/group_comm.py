@@ -31,7 +31,8 @@ def dp_group_collective(hw: HardwareGraph, groups: list[list[int]], kind: str, n
 def expert_groups(groups: list[list[int]], ep: int) -> list[list[list[int]]]:
     """The replicas (tensor groups) that hold the same experts: expert rank e of every ep group
     (``plan.experts``: replicas ``k·ep … k·ep + ep − 1`` form one), so routed-expert gradients are reduced
-    over len(groups) / ep replicas, one such set per expert rank."""
+    over len(groups) / ep replicas, one such set per expert rank. ``groups`` are the stage's dp · cp replicas
+    with context parallelism: the experts fold over both."""
     if ep <= 1:
         return [groups]
     return [[groups[k * ep + e] for k in range(len(groups) // ep)] for e in range(ep)]
@@ -203,7 +204,7 @@ def shard_comm(
     etp = expert_tp_of(m)
     return stage_shard_comm(
         m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
-        m.ep, extra_params, expert_dp(m.tp, m.dp, m.ep, etp),
+        m.ep, extra_params, expert_dp(m.tp, m.dp * m.cp, m.ep, etp),  # cp ranks fold into the experts' dp
     )
 
 

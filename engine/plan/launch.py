@@ -64,7 +64,8 @@ away, are ``plan.train_step``'s.
 **Captured graphs.** Serving runtimes replay a captured CUDA graph for a decode step (vLLM captures the
 "uniform decode" batches, prefill and mixed batches run eager; ``Compute.runtime_graphs``): the replay
 launches every kernel of the pass from the device, so the host's per-kernel dispatch is not paid — the
-segment lasts its device time. The per-kernel device gap (``fixed_op_s``) stays. Training is eager.
+segment lasts its device time. The per-kernel device gap (``fixed_op_s``) stays. Training is eager unless
+``mapping.cuda_graph_scope`` names Megatron-Core's graphed parts of each layer (``plan.cuda_graphs``).
 
 **Per-kernel floor.** Even when the host is far ahead, a kernel costs the device a fixed time whatever its
 size — the grid's launch, the tiny kernel itself, the gap to the next one: ``Compute.fixed_op_s``, per

@@ -160,5 +160,13 @@ def framework_host(op: Op, backward: bool, ep: int, fp8: bool, compute: Compute)
     names = groups(op)
     if not names or not issues_kernels(compute):
         return None
-    local = max(1, op.moe.experts // max(ep, 1))  # type: ignore[union-attr]
+    return group_seconds(op, names, backward, ep, fp8, compute)
+
+
+def group_seconds(op: Op, names: tuple[str, ...] | frozenset[str], backward: bool, ep: int, fp8: bool,
+                  compute: Compute) -> float:
+    """Host seconds of the named groups of one MoE op's pass: all of ``framework_host``, or the part a CUDA
+    graph replays instead (``plan.cuda_graphs``: the router and routing under ``moe_router``, the dispatcher's
+    work before the host sync under ``moe_preprocess``)."""
+    local = max(1, op.moe.experts // max(ep, 1)) if op.moe is not None else 1
     return sum(c.seconds(local, compute) for name in names for c in count(name, backward, fp8))

@@ -17,13 +17,14 @@ from functools import cached_property
 
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.mapping import SpatialSplit
-from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.recompute import selection
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import ContextComm
+from tilewright.engine.plan.cuda_graphs import Capture, layer_graphs
 from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
 from tilewright.engine.plan.launch import (
     SCORE_PASSES_FORWARD,
@@ -142,6 +143,7 @@ class PassContext:
     # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
     tp_seconds: Callable[[str, float], float] | None = None
     moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
+    cuda_graph_scope: tuple[str, ...] = ()  # training's CUDA graphs (mapping.cuda_graph_scope, ``plan.cuda_graphs``)
 
 
 def fused_edges(chains: list[list[str]]) -> frozenset[tuple[str, str]]:
@@ -197,15 +199,19 @@ class _Builder:
         self.ctx = ctx
         self.out = ChunkPass(kind)
         self._open: Segment | None = None
+        self._graph: Capture | None = None  # the op being added, as CUDA graphs capture it
         self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
         seconds = ctx.tp_seconds
         self.tp_overlap = (TpOverlap(seconds, ctx.tp, ctx.dev.compute.gemm_units, kind == "B")
                            if seconds is not None and ctx.tp > 1 else None)
 
-    def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0) -> None:
+    def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0,
+               graph: Capture | None = None) -> None:
         """``scores``: the a·s² score elements per sample of an attention op (``launch.attention_scores``).
-        With context parallelism an attention op is followed by the exposed part of its K/V ring."""
+        With context parallelism an attention op is followed by the exposed part of its K/V ring. ``graph``:
+        what a CUDA graph replays of it (``plan.cuda_graphs``), its host work gone."""
         c = self.ctx
+        self._graph = graph
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
         fp8 = c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
         moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute,
@@ -251,7 +257,10 @@ class _Builder:
                 seg.busy_s += nbytes / c.dev.dram_bandwidth
                 seg.local_bytes += nbytes
                 self.layer_busy += nbytes / c.dev.dram_bandwidth
-        seg.host_s += host_seconds(op, backward, c.dev.compute) if moe.host_s is None else moe.host_s
+        host = host_seconds(op, backward, c.dev.compute) if moe.host_s is None else moe.host_s
+        if graph is not None:
+            host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute)
+        seg.host_s += host
         if c.offload_saved:
             seg.offload_s += saved_bytes(op, c) / c.offload_saved
         self.layer_busy += t.busy_s
@@ -277,7 +286,8 @@ class _Builder:
         seconds = nbytes / c.dev.dram_bandwidth + c.dev.compute.fixed_op_s
         seg.busy_s += seconds
         seg.local_bytes += nbytes
-        seg.host_s += c.dev.compute.host_dispatch_s
+        if self._graph is None or not self._graph.whole:  # a graph replays the kernel (``plan.cuda_graphs``)
+            seg.host_s += c.dev.compute.host_dispatch_s
         self.layer_busy += seconds
 
     def host(self, seconds: float) -> None:
@@ -323,10 +333,10 @@ class _Builder:
 
     def op_comm(self, kind: str, op: Op, elems: float) -> None:
         """The tensor-parallel collective at an op's input or output (``elems`` per sample, as the op counts
-        them): a routed expert's sized by ``tp_elems`` and, with expert tensor parallelism below tp, over its
-        expert-tensor groups or none (``experts.expert_tp_comm``)."""
+        them): a routed expert's sized by what the token dispatcher gathers and, with expert tensor parallelism
+        below tp, over its expert-tensor groups or none (``experts.expert_tp_comm``)."""
         c = self.ctx
-        routed = expert_tp_comm(op, kind, tp_elems(op, elems), c.tp, c.expert_tp)
+        routed = expert_tp_comm(op, kind, elems, c.tp, c.expert_tp, c.expert_parallel)
         if routed is not None:
             self.comm(routed[0], routed[1], op.layer, op.name, overlap=not is_etp(routed[0]))
 
@@ -380,17 +390,6 @@ def _weighted(op: Op) -> bool:
     return op.params > 0 and op.kind in (OpKind.matmul, OpKind.fc, OpKind.conv, OpKind.embedding)
 
 
-def tp_elems(op: Op, elems: float) -> float:
-    """Elements per sample of a tensor-parallel collective at an op's input or output (``elems``). A routed
-    expert GEMM's tensors count token-slots (tokens · top_k, times the capacity factor), but Megatron-Core
-    gathers and reduces the layer's tokens before routing permutes them and after the combine un-permutes
-    them locally (``ir.ops.ExpertInfo``): tokens · hidden, the slots over top_k."""
-    info = op.moe
-    if info is None or info.role is not MoERole.expert:
-        return elems
-    return elems / (info.top_k * (info.capacity_factor or 1.0))
-
-
 def _column(op: Op) -> bool:
     return op.split is TensorSplit.column and _weighted(op)
 
@@ -416,6 +415,7 @@ def forward_pass(
         scores = attention_scores(ops)
         flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
         rerun = selection(ops, modules) if only_selective else {}
+        graphs = {} if only_selective else layer_graphs(ops, ctx.cuda_graph_scope)  # R: eager (cuda_graphs)
         for j, (op, fused) in enumerate(zip(ops, flags, strict=True)):
             if only_selective:
                 how = rerun.get(op.name)
@@ -428,7 +428,7 @@ def forward_pass(
             column = _column(op)
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
                 b.op_comm("all-gather", op, op.in_elems)
-            b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0))
+            b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0), graph=graphs.get(op.name))
             if kind == "R" and j == 0 and not only_selective:  # the layer's checkpoint (``launch.CHECKPOINT_CALLS``)
                 b.host(checkpoint_host_seconds(ctx.dev.compute))
             if ctx.tp_axes is not None:
@@ -465,13 +465,14 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
             reduce = shard.layer_items("reduce-scatter", ops, ctx.tp)
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
+        graphs = layer_graphs(ops, ctx.cuda_graph_scope)
         for op, fused in zip(reversed(ops), reversed(flags), strict=True):
             if pending is not None and not _column(op):
                 b.op_comm(_reduce(sp), pending, pending.in_elems)
                 pending = None
             if sp and op.split is TensorSplit.row and _weighted(op):
                 b.op_comm("all-gather", op, op.out_elems)
-            b.add_op(op, backward=True, fused=fused, scores=scores.get(op.name, 0.0))
+            b.add_op(op, backward=True, fused=fused, scores=scores.get(op.name, 0.0), graph=graphs.get(op.name))
             if _column(op):
                 pending = op
     if pending is not None:

@@ -373,7 +373,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     mb = m.micro_batch / cp  # samples' worth of tokens one device runs per micro-batch (``plan.context``)
     ep = m.ep if run.mode is Mode.train else 1
     etp = expert_tp_of(m, run.mode is Mode.train)  # MoE parallel folding (``plan.experts``)
-    edp = expert_dp(m.tp, m.dp, ep, etp)
+    edp = expert_dp(m.tp, m.dp * cp, ep, etp)  # the MoE layer folds over the stage's dp · cp replicas too
     blocks = workload.block_layers
     if m.stages:
         ordered = sorted(m.stages, key=lambda s: s.stage)
@@ -406,6 +406,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
         ctx.rows_per_sample = workload.tokens_per_sample
         ctx.fused_loss = m.fused_cross_entropy
+        ctx.cuda_graph_scope = tuple(m.cuda_graph_scope or ())  # plan.cuda_graphs
         if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
             ctx.tp_seconds = tp_seconds(hw, groups[r][0])
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
@@ -452,7 +453,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             elif m.recompute is Recompute.selective:
                 passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True, modules=m.recompute_modules)
             act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem, ctx.fused,  # type: ignore[arg-type]
-                                      m.recompute_layers, m.recompute_modules, m.fused_cross_entropy)
+                                      m.recompute_layers, m.recompute_modules, m.fused_cross_entropy, formats)
             transient = max(
                 [transient]
                 + [

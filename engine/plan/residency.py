@@ -24,6 +24,7 @@ from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel, shared_memory, sharing_devices
+from tilewright.engine.perf.formats import resolve_formats
 from tilewright.engine.perf.memory import (
     StateBytes,
     activation_bytes,
@@ -101,8 +102,9 @@ def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: 
     if run.mode is Mode.train:
         in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
         rerun = m.recompute_layers * m.interleave if m.recompute_layers is not None else None  # per chunk
+        formats = resolve_formats(run.dtype, m.formats, m.fidelity)  # fp8 GEMMs save fp8 inputs
         acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused,
-                                 rerun, m.recompute_modules, m.fused_cross_entropy) * in_flight
+                                 rerun, m.recompute_modules, m.fused_cross_entropy, formats) * in_flight
     kv = 0.0
     w = project.workload
     if run.mode is Mode.infer and isinstance(w, TransformerDims):
@@ -202,7 +204,7 @@ def stage_residency(
         return None
     ops = [op for layer in layers for op in layer]
     experts = params_on_device(routed_experts(ops), m.tp) if m.ep > 1 else 0.0  # ops as sharded (``shard_experts``)
-    edp = expert_dp(m.tp, m.dp, m.ep, expert_tp_of(m)) if m.ep > 1 else None
+    edp = expert_dp(m.tp, m.dp * m.cp, m.ep, expert_tp_of(m)) if m.ep > 1 else None  # folds over cp too
     state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, m.dp, m.ep, edp)
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)

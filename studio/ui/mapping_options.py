@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Nine of them, in a group under the Mapping box of the workload dock:
+Ten of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -15,7 +15,9 @@ Nine of them, in a group under the Mapping box of the workload dock:
 - the layers of each virtual stage (``mapping.pipeline_layers``, "1,2*30,0"; empty: an even split); needs
   pp × interleave > 1, and Auto-map with another pp or interleave clears it;
 - the expert token exchange (``mapping.ep_dispatcher``): flat all-to-all or DeepEP node by node; ep > 1;
-- overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1.
+- overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1;
+- the parts of each layer replayed from CUDA graphs (``mapping.cuda_graph_scope``, "attn,mlp"; empty: eager
+  kernels); training.
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
 (``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
@@ -51,6 +53,7 @@ OVERLAP_TP_TEXT = "overlap tp communication with GEMMs"
 FUSED_LOSS_TEXT = "fused cross-entropy kernel"
 LAYOUT_TEXT = "layers per virtual stage"
 MODULES_TEXT = "modules re-run"
+GRAPHS_TEXT = "CUDA graphs"
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
 DISPATCHER_LABELS = {"alltoall": "alltoall (flat)", "deepep": "deepep (node by node)"}
 APPLIES = "Applies at once (one undo step), not through Auto-map"
@@ -86,6 +89,10 @@ OPTION_TIPS = {
                      "sends it once per destination node over the network, then forwards it over the node's "
                      "fabric to the GPUs of its experts (DeepEP, Megatron-Core's flex dispatcher). "
                      f"{APPLIES}",
+    "cuda_graph_scope": "the parts of each layer captured in CUDA graphs and replayed with one launch, "
+                        "comma-separated (Megatron-Core's --cuda-graph-scope): attn, mlp, moe, moe_router, "
+                        "moe_preprocess, full_iteration; their kernels cost the host no dispatch; empty: every "
+                        f"kernel launched eagerly. {APPLIES}",
     "overlap_ep_comm": "MoE: hide each expert all-to-all (dispatch and combine) behind another micro-batch's "
                        "compute of the same layer, as DeepSeek-V3's DualPipe and Megatron-Core's "
                        "--overlap-moe-expert-parallel-comm; only the part longer than that compute shows. "
@@ -126,6 +133,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return DISPATCHER_OFF_TIP if m.ep == 1 else None
     if field == "overlap_ep_comm":
         return OVERLAP_EP_OFF_TIP if m.ep == 1 else None
+    if field == "cuda_graph_scope":
+        return None if training else TRAINING_ONLY
     raise KeyError(field)
 
 
@@ -137,6 +146,8 @@ def undo_text(field: str, value: Any) -> str:
         return "Recompute every layer" if value is None else f"Recompute {value} layers per chunk"
     if field == "recompute_modules":
         return "Recompute the attention core" if value is None else f"Recompute {', '.join(value)}"
+    if field == "cuda_graph_scope":
+        return "Launch kernels eagerly" if value is None else f"CUDA graphs {', '.join(value)}"
     if field == "ep_dispatcher":
         return f"Expert token exchange {DISPATCHER_LABELS[value]}"
     if field == "overlap_grad_reduce":
@@ -172,12 +183,13 @@ class LayoutEditor(ValueEditor):
         return value, self.check(value)
 
 
-class ModulesEditor(ValueEditor):
-    """``mapping.recompute_modules`` typed comma-separated ("layernorm,moe_act"); empty: the default."""
+class NamesEditor(ValueEditor):
+    """A list of names typed comma-separated ("layernorm,moe_act": ``mapping.recompute_modules``,
+    ``mapping.cuda_graph_scope``); empty: None, the default the placeholder names."""
 
-    def __init__(self, value: list[str] | None, check: Check, parent: QWidget | None = None):
+    def __init__(self, value: list[str] | None, placeholder: str, check: Check, parent: QWidget | None = None):
         super().__init__(value, None, check, optional=True, parent=parent)
-        self.line_edit.setPlaceholderText("core_attn")
+        self.line_edit.setPlaceholderText(placeholder)
 
     def display(self, value: Any) -> str:
         return ",".join(value) if value else ""
@@ -208,7 +220,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The nine option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The ten option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -224,7 +236,8 @@ class MappingOptions(QGroupBox):
         self.fused_loss = FlagEditor(m.fused_cross_entropy, FUSED_LOSS_TEXT, self._check("fused_cross_entropy"),
                                      parent=self)
         self.layout = LayoutEditor(m.pipeline_layers, self._check("pipeline_layers"), parent=self)
-        self.modules = ModulesEditor(m.recompute_modules, self._check("recompute_modules"), parent=self)
+        self.modules = NamesEditor(m.recompute_modules, "core_attn", self._check("recompute_modules"), parent=self)
+        self.graphs = NamesEditor(m.cuda_graph_scope, "eager", self._check("cuda_graph_scope"), parent=self)
         self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
                                             parent=self)
         self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
@@ -233,7 +246,7 @@ class MappingOptions(QGroupBox):
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
-            "recompute_modules": self.modules,
+            "recompute_modules": self.modules, "cuda_graph_scope": self.graphs,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
@@ -243,7 +256,8 @@ class MappingOptions(QGroupBox):
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
                        "pipeline_layers": QLabel(LAYOUT_TEXT, self),
                        "ep_dispatcher": QLabel(DISPATCHER_TEXT, self),
-                       "recompute_modules": QLabel(MODULES_TEXT, self)}
+                       "recompute_modules": QLabel(MODULES_TEXT, self),
+                       "cuda_graph_scope": QLabel(GRAPHS_TEXT, self)}
         grid = QGridLayout(self)
         grid.addWidget(self.labels["recompute"], 0, 0)
         grid.addWidget(self.recompute, 0, 1)
@@ -259,6 +273,8 @@ class MappingOptions(QGroupBox):
         grid.addWidget(self.overlap_ep, 7, 0, 1, 2)
         grid.addWidget(self.labels["recompute_modules"], 8, 0)
         grid.addWidget(self.modules, 8, 1)
+        grid.addWidget(self.labels["cuda_graph_scope"], 9, 0)
+        grid.addWidget(self.graphs, 9, 1)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:
