@@ -82,13 +82,69 @@ def test_time_never_increases(scope, tp, mb):
 
 
 def test_full_iteration_charges_no_launch_per_pass():
-    """One graph for the whole forward-backward: no op of any layer (embedding and loss too) issues anything;
-    the training step's host synchronisations (``plan.train_step``, segments without device work) stay."""
+    """One graph for the whole forward-backward: no op of any layer (embedding and loss too) issues anything,
+    and no pass waits on the host (the training step's per-pass syncs cannot be captured: ``plan.train_step``)."""
     plan = make_plan(_gpt(["full_iteration"]))
     segments = [s for st in plan.stages for ps in st.passes.values() for s in ps.segments]
-    assert [s.host_s for s in segments if s.flops > 0 or s.dram_bytes > 0] == [0.0] * sum(
-        1 for s in segments if s.flops > 0 or s.dram_bytes > 0)
-    assert all(s.host_s == s.dispatch_wait_s == s.busy_s for s in segments if s.host_s > 0)  # pure host waits
+    assert segments and [s.host_s for s in segments] == [0.0] * len(segments)
+
+
+def _dgx(scope: list[str] | None, engine: str = "analytic", dtype: str = "fp16") -> Project:
+    """tp 2 × pp 2 × dp 2 on one DGX A100: every kind of per-pass sync (timers, the batch broadcast's sizes,
+    pipeline sends) and the data-parallel reduction's."""
+    spec = GPTSpec(name="small", layers=4, hidden=HIDDEN, heads=HEADS, seq_len=SEQ, vocab=VOCAB)
+    return Project(name="small", hardware=load_system("dgx-a100"), workload=spec,
+                   mapping=Mapping(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8, cuda_graph_scope=scope),
+                   run=RunSettings(dtype=dtype, engine=engine, contention=False))
+
+
+def _lead(plan, label: str) -> list[tuple[int, str, float]]:
+    """(stage, pass kind, host seconds or bytes) of the training step's segments called ``label``."""
+    return [(st.rank, k, s.host_s if s.comm is None else s.comm[1])
+            for st in plan.stages for (_c, k), ps in st.passes.items() for s in ps.segments if s.label == label]
+
+
+def test_full_iteration_drops_the_per_pass_syncs_and_keeps_the_batch_broadcast():
+    """Eager (Megatron-LM's training step, ``plan.train_step``): stage 0's forward drains 3 times (the sizes'
+    .cpu(), two timers) + 1 pipeline send, its backward once; stage 1 (last) forward 3, backward 1 + 1 send.
+    Under full_iteration none of them: the schedule runs inside the captured region. The token broadcast
+    (micro-batch × (sequence + 1) int64) is an NCCL collective the graph replays: it stays; the key sizes'
+    broadcast goes with its .cpu()."""
+    c = _compute(_dgx(None))
+    drain = c.host_sync_s + c.host_dispatch_s
+    eager, graphed = make_plan(_dgx(None)), make_plan(_dgx(["full_iteration"]))
+    got = sorted(_lead(eager, "host synchronisation"))
+    want = [(0, "B", drain), (0, "F", 4 * drain), (1, "B", 2 * drain), (1, "F", 3 * drain)]
+    assert [g[:2] for g in got] == [w[:2] for w in want]
+    assert [g[2] for g in got] == pytest.approx([w[2] for w in want], rel=1e-12)
+    assert _lead(graphed, "host synchronisation") == []
+    tokens = 1 * (SEQ + 1) * 8
+    assert sorted(_lead(eager, "batch broadcast")) == sorted(_lead(graphed, "batch broadcast")) == [
+        (0, "F", tokens), (1, "F", tokens)]
+    assert len(_lead(eager, "batch sizes broadcast")) == 2 and _lead(graphed, "batch sizes broadcast") == []
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_full_iteration_keeps_the_optimizer_steps_syncs(dtype):
+    """``optimizer.step()`` runs after the replayed graph, eagerly: its norm .item(), copy-back timer and (fp16)
+    found-inf .item() stay; only the data-parallel reduction's timer drain (``finalize_model_grads``, inside
+    ``forward_backward_func``) goes, one drain, and only with replicas."""
+    from tilewright.engine.plan.train_step import step_overhead
+
+    dev = make_plan(_dgx(None)).stages[0].dev
+    drain = dev.compute.host_sync_s + dev.compute.host_dispatch_s
+    fp16 = dtype == "fp16"
+    for dp in (1, 2):
+        eager = step_overhead(dev, None, 1e8, True, fp16, 1e-5, dp)
+        graphed = step_overhead(dev, None, 1e8, True, fp16, 1e-5, dp, full_iteration=True)
+        assert eager - graphed == pytest.approx(drain if dp > 1 else 0.0, abs=1e-15)
+        assert graphed > (2 + fp16) * drain  # the step's own drains and flag all-reduces remain
+
+
+def test_full_iteration_is_faster_and_both_engines_agree():
+    runs = {e: simulate(_dgx(["full_iteration"], engine=e)) for e in ("analytic", "event")}
+    assert runs["analytic"].iteration_time_s == pytest.approx(runs["event"].iteration_time_s, rel=1e-9)
+    assert runs["analytic"].iteration_time_s < simulate(_dgx(None)).iteration_time_s
 
 
 def test_both_engines_agree():
@@ -154,16 +210,18 @@ def test_moe_scope_on_drop_and_pad_graphs_the_whole_moe_layer():
     """With a capacity factor there is no host sync: attention and the MoE layer (norm, router, routing,
     dispatcher kernels, experts, combine, residual) replay as one graph per layer and pass. What is left on the
     host beyond full_iteration's nothing: the embedding's and head's ops, eager (``launch.host_seconds``,
-    read as a primitive), and one launch per layer."""
+    read as a primitive), one launch per layer, and the training step's per-pass drains (tp 1, pp 1: three
+    per forward, one per backward; ``plan.train_step``), which full_iteration does not have."""
     project = _moe(["attn", "moe"], capacity=1.0)
     c = _compute(project)
     graph = build_workload(project.workload)
     outside = [op for i in range(len(graph.layers)) if i not in graph.block_layers for op in graph.layer_ops(i)]
     whole = make_plan(_moe(["full_iteration"], capacity=1.0))
-    for kind in ("F", "B"):
+    drain = c.host_sync_s + c.host_dispatch_s
+    for kind, drains in (("F", 3), ("B", 1)):
         eager_rest = sum(host_seconds(op, kind == "B", c) for op in outside)
         left = _host(make_plan(project), kind) - _host(whole, kind)
-        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s, rel=1e-9)
+        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s + drains * drain, rel=1e-9)
 
 
 def test_cli_flag(capsys):

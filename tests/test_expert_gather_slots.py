@@ -128,3 +128,40 @@ def test_both_engines_agree(etp):
     a, e = simulate(_project(engine="analytic", **kw)), simulate(_project(engine="event", **kw))
     assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
     assert e.time_breakdown_s["tp_comm"] == pytest.approx(a.time_breakdown_s["tp_comm"], rel=1e-9)
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_dispatch_sorts_cover_the_expert_tensor_groups_gathered_slots(etp):
+    """tp 2, ep 2 (4 local experts: the sort runs). Per device and forward: the dispatch permutation reads
+    and writes the device's own token-slots, s · b · top_k · h / tp bf16, whatever etp; the sort by local
+    expert after the expert-tensor gather, and its inverse before the reduce-scatter, read and write the etp
+    ranks' gathered slots, etp × as many (Megatron-Core ``dispatch_postprocess`` / ``combine_preprocess``).
+    The up projection is the dispatch side, the down projection the combine side."""
+    from tilewright.engine.plan.experts import dispatch_work
+
+    tp, ep = 2, 2
+    plan = make_plan(_project(tp=tp, ep=ep, etp=etp))
+    ops = {op.name.split(".", 1)[-1]: op for op in plan.workload.layer_ops(1)}
+    compute = plan.stages[0].dev.compute
+    own = SEQ * MB * TOP_K * HIDDEN * BF16 / tp
+    up = dispatch_work(ops["experts_up"], False, MB, tp, ep, BF16, compute, etp=etp)
+    down = dispatch_work(ops["experts_down"], False, MB, tp, ep, BF16, compute, etp=etp)
+    assert up.permute_bytes == pytest.approx(2 * own) and down.permute_bytes == 0.0
+    assert up.sort_bytes == pytest.approx(2 * etp * own) and down.sort_bytes == pytest.approx(2 * etp * own)
+    back = dispatch_work(ops["experts_up"], True, MB, tp, ep, BF16, compute, etp=etp)
+    assert (back.permute_bytes, back.sort_bytes) == pytest.approx((up.permute_bytes, up.sort_bytes))
+    default = dispatch_work(ops["experts_up"], False, MB, tp, ep, BF16, compute)  # None: etp = tp
+    assert default.sort_bytes == pytest.approx(2 * tp * own)
+
+
+@pytest.mark.parametrize("etp", [1, 2])
+def test_the_plan_sizes_the_sorts_by_its_expert_tp(etp, monkeypatch):
+    """``passes.add_op`` hands the mapping's expert tensor parallelism to ``dispatch_work`` (its last
+    argument), so the plan's sorts are the ones sized above."""
+    from tilewright.engine.plan import passes
+
+    seen = []
+    real = passes.dispatch_work
+    monkeypatch.setattr(passes, "dispatch_work", lambda *a, **k: seen.append(a[-1]) or real(*a, **k))
+    make_plan(_project(tp=2, ep=2, etp=etp))
+    assert seen and set(seen) == {etp}

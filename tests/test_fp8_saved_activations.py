@@ -107,3 +107,51 @@ def test_recomputing_the_mlp_leaves_only_the_attention_side_fp8_saving():
                                 formats=resolve_formats(dtype, TensorFormats(), None))
 
     assert acts(DType.bf16) - acts(DType.fp8) == pytest.approx(LAYERS * MB * 2 * S * H)
+
+
+def _shared_blocks(k: int, f: int) -> list[list]:
+    spec = SPEC.model_copy(update={"moe": MoESpec(experts=8, top_k=k, expert_ffn=f, shared_experts=1)})
+    w = build_workload(spec)
+    return [w.layer_ops(i) for i in range(1, LAYERS + 1)]
+
+
+def _moe_acts(blocks: list[list], dtype: DType, tp: int = 1, sp: bool = False,
+              recompute: Recompute = Recompute.none, modules: list[str] | None = None) -> float:
+    return activation_bytes(blocks, MB, tp, sp, recompute, 2, recompute_modules=modules,
+                            formats=resolve_formats(dtype, TensorFormats(), None))
+
+
+def test_shared_experts_save_their_own_fp8_copy_of_the_pre_mlp_norm_output():
+    """MoE block with one shared expert (width f): as without it, norm1's output and out_proj's input (s·h
+    each), the experts' up input (s·k·h) and down input (s·k·f) shrink by 1 B, and so does the shared down
+    projection's input (s·f); the router still reads the pre-MLP norm's bf16 output, and the shared experts'
+    fused up/gate GEMM (a TE Linear) saves its own fp8 copy of it on top: +s·h · 1 B."""
+    k, f = 2, 384
+    blocks = _shared_blocks(k, f)
+    shrunk = 2 * S * H + S * k * H + S * k * f + S * f
+    copy = S * H
+    assert _moe_acts(blocks, DType.bf16) - _moe_acts(blocks, DType.fp8) == pytest.approx(LAYERS * MB * (shrunk - copy))
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_the_shared_experts_fp8_copy_is_sharded_like_the_norm_output(sp: bool):
+    """tp 2: the copy is of the replicated norm output, a sequence shard (/ tp) with sequence parallelism and
+    whole on every rank without; every tensor-split saving divides by tp, norm1's fused fp8 ln_out like the
+    copy (/ tp with sequence parallelism only)."""
+    k, f, tp = 2, 384, 2
+    blocks = _shared_blocks(k, f)
+    split = S * H + S * k * H + S * k * f + S * f  # out_proj's, the experts' and shared_down's inputs
+    replicated = S * H - S * H  # norm1's ln_out saves a byte, the copy costs one
+    norm_div = tp if sp else 1
+    expected = LAYERS * MB * (split / tp + replicated / norm_div)
+    assert _moe_acts(blocks, DType.bf16, tp, sp) - _moe_acts(blocks, DType.fp8, tp, sp) == pytest.approx(expected)
+
+
+def test_recomputing_the_shared_experts_drops_their_fp8_copy():
+    """``shared_experts``: the checkpointed shared MLP stores nothing (neither its fp8 input copy nor the down
+    projection's input); the rest of the fp8 saving is the routed experts' and the attention side's."""
+    k, f = 2, 384
+    blocks = _shared_blocks(k, f)
+    diff = (_moe_acts(blocks, DType.bf16, recompute=Recompute.selective, modules=["shared_experts"])
+            - _moe_acts(blocks, DType.fp8, recompute=Recompute.selective, modules=["shared_experts"]))
+    assert diff == pytest.approx(LAYERS * MB * (2 * S * H + S * k * H + S * k * f))

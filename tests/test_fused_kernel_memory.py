@@ -60,8 +60,9 @@ def test_the_search_counts_the_fused_loss_as_the_engine_does():
         assert mapping.fused_cross_entropy
         r = AnalyticEngine().run(make_plan(project.model_copy(update={"mapping": mapping})))
         assert est.memory(c, m, chunks) == pytest.approx(r.peak_memory_bytes, rel=1e-6)
-        if c.tp == 2:
-            assert est.exact_time(c, m, chunks) == pytest.approx(r.iteration_time_s, rel=1e-3)
+        if c.tp == 2:  # timed as the search times it: each pass led by the framework's drains and broadcasts
+            timed = est.timed_chunks(c, m, chunks)
+            assert est.exact_time(c, m, timed) == pytest.approx(r.iteration_time_s, rel=1e-3)
 
 
 def test_a_fused_attention_kernel_holds_no_scores_in_the_workspace():

@@ -150,13 +150,15 @@ def test_a_dropless_forward_drains_the_host_once_per_moe_layer():
 def test_permutations_stream_the_token_slots(ep, kind, monkeypatch):
     """Per MoE layer and tensor rank (tokens split over tp 2): the permutation reads and writes the s·b·top_k
     token-slots' hidden vectors; with more than one local expert (ep 4: 2) the sort by expert and the sort
-    back each do too, with one (ep 8) neither runs. The backward runs the inverses: the same bytes. (The
-    framework's other host work around the MoE ops is ``plan.moe_host``'s, left out here.)"""
+    back each do too, over the expert-tensor group's gathered slots (etp = tp = 2 of them), with one (ep 8)
+    neither runs. The backward runs the inverses: the same bytes. (The framework's other host work around the
+    MoE ops is ``plan.moe_host``'s, left out here.)"""
     monkeypatch.setattr(experts, "framework_host", lambda *a, **k: None)
     plan = _plan(ep)
+    etp = 2
     slots_bytes = SEQ * MB * TOP_K * HIDDEN * BF16 / 2
     sorts = 2 if EXPERTS // ep > 1 else 0
-    expected = MOE.layers * 2 * slots_bytes * (1 + sorts)
+    expected = MOE.layers * 2 * slots_bytes * (1 + sorts * etp)
     on = sum(s.local_bytes for s in _segments(plan, kind))
     host_on = sum(s.host_s for s in _segments(plan, kind))
     off_plan = _plan(ep, off=True, monkeypatch=monkeypatch)

@@ -106,15 +106,19 @@ FP8_BYTES = dtype_bytes(DType.fp8)
 # GEMMs of ``workloads.transformer_block`` whose ``saved_elems`` is their own input (the others save their
 # output, as qkv, or nothing: their input is the saved output of the norm before them).
 INPUT_SAVING_GEMMS = frozenset({"out_proj", "mlp_down", "shared_down", "experts_up", "experts_down"})
+SHARED_FC1 = "shared_up"  # the shared experts' fused up/gate GEMM: its input is the pre-MLP norm's bf16 output
 
 
 @dataclass(frozen=True)
 class Fp8Saved:
     """Of one op's saved elements, ``narrow`` are stored as fp8 copies instead of at the activations' width;
-    ``extra`` fp8 elements are stored on top (a GEMM input also kept in bf16 by another op)."""
+    ``extra`` fp8 elements are stored on top (a GEMM input also kept in bf16 by another op), ``input_copy``
+    fp8 elements of its replicated input on top, sharded as that input (by tp with sequence parallelism
+    only, not as the op's own tensor-split outputs)."""
 
     narrow: float = 0.0
     extra: float = 0.0
+    input_copy: float = 0.0
 
 
 def _fp8_gemm(op: Op, formats: OpFormats) -> bool:
@@ -128,7 +132,11 @@ def fp8_saved(op: Op, ops: list[Op], formats: OpFormats | None, flash: frozenset
     ``LayerNormLinear``). Out_proj's input under a fused attention kernel (``flash``: ``op_cost.flash_ops``)
     stays bf16 for the kernel and gets TE's fp8 copy on top. Norms with other readers (an MoE layer's pre-MLP
     norm, read by the router; MLA's input norm, read by two separate down projections that each save an fp8
-    copy, 2 × 1 B) keep their bf16 count. None without fp8 GEMMs."""
+    copy, 2 × 1 B) keep their bf16 count. The shared experts' first GEMM (Megatron-Core's ``SharedExpertMLP``
+    ``linear_fc1``, a plain TE ``Linear`` holding up and gate in one GEMM: one copy for ``shared_up`` and
+    ``shared_gate``) saves its own fp8 copy of that pre-MLP norm's output beside the router's bf16 one: +1 B
+    per element of its input (``input_copy``; gone with the op when its module is recomputed). None without
+    fp8 GEMMs."""
     if formats is None:
         return Fp8Saved()
     name = op.name.split(".", 1)[-1]
@@ -136,6 +144,8 @@ def fp8_saved(op: Op, ops: list[Op], formats: OpFormats | None, flash: frozenset
         if name == "out_proj" and flash:
             return Fp8Saved(extra=op.saved_elems)
         return Fp8Saved(narrow=op.saved_elems)
+    if name == SHARED_FC1 and _fp8_gemm(op, formats):
+        return Fp8Saved(input_copy=op.in_elems)
     if op.kind is OpKind.norm and fused_norm(op, ops):
         if all(_fp8_gemm(r, formats) for r in consumers(op, ops)):
             return Fp8Saved(narrow=min(op.out_elems, op.saved_elems))
@@ -161,7 +171,8 @@ def _saved(
     narrow = max(fp8.narrow - drop, 0.0)
     extra = max(fp8.extra - drop, 0.0)
     wide = op.saved_elems - drop - narrow
-    return (wide * elem_bytes + (narrow + extra) * FP8_BYTES + fixed) * micro_batch / k
+    copy = fp8.input_copy * FP8_BYTES * micro_batch / (tp if sp else 1)
+    return (wide * elem_bytes + (narrow + extra) * FP8_BYTES + fixed) * micro_batch / k + copy
 
 
 BLOCK_SPLITS = frozenset({TensorSplit.column, TensorSplit.row, TensorSplit.heads})

@@ -39,8 +39,11 @@ kernel). ``full_iteration`` launches once per iteration: nothing per pass. The d
 (``Compute.fixed_op_s``, ``launch.extra_launches``) stays: a graph removes the host's dispatch, not the
 kernels. Collectives keep their latency (their NCCL launch is part of it).
 
-Not modelled: the graphs' memory (static input/output buffers and the capture pools), the per-micro-batch host
-synchronisations ``plan.train_step`` charges (a full-iteration graph would absorb some), the selective
+**Host synchronisations.** ``full_iteration`` also removes the per-pass drains ``plan.train_step`` charges
+and the data-parallel reduction's, not the optimizer step's (``plan.train_step``'s docstring; the passes carry
+``ChunkPass.captured``); the partial scopes leave them all (they sit between the captured callables).
+
+Not modelled: the graphs' memory (static input/output buffers and the capture pools), the selective
 recompute pass (it re-runs only modules outside the captured scopes, eagerly, as Megatron-Core refuses the
 others), and a shared expert overlapped with the dispatch.
 """

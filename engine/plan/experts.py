@@ -67,7 +67,10 @@ router's probabilities) that the workload already has (``dispatch_work``):
   vector gathered once per expert slot, token-slots × hidden elements read and written);
 - ``dispatch_postprocess`` sorts the received token-slots by local expert when a rank holds more than one
   (``sort_chunks_by_idxs``: read and written once more), and ``combine_preprocess`` sorts them back before
-  the combine's all-to-all (the combine's un-permutation is the workload's ``combine`` op);
+  the combine's all-to-all (the combine's un-permutation is the workload's ``combine`` op). Both run on the
+  far side of the expert-tensor collective — the sort after ``gather_from_sequence_parallel_region`` over
+  the expert-tensor group, its inverse before the reduce-scatter — so with expert tensor parallelism they
+  cover the etp ranks' gathered token-slots: etp × the slots the device's own all-to-all brings;
 - the backward runs each permutation's inverse over the gradients: the same traffic, in reverse order;
 - dropless (no capacity factor), ``preprocess`` copies the per-expert token counts to the host
   (``tokens_per_expert``, the all-to-all's ``input_splits``/``output_splits``, the grouped GEMM's
@@ -314,14 +317,16 @@ NO_DISPATCH = DispatchWork()
 
 def dispatch_work(
     op: Op, backward: bool, tokens_scale: float, tp: int, ep: int, elem_bytes: float, compute: Compute,
-    fp8: bool = False, framework: bool = True,
+    fp8: bool = False, framework: bool = True, etp: int | None = None,
 ) -> DispatchWork:
     """The dispatcher's work around a routed-expert op on a device a host framework drives kernel by kernel
     (``issues_kernels``; grids and wafers run their own dataflow): on the dispatch side (the op whose input
     the all-to-all brings) the permutation, the sort by local expert and, dropless forward, the host sync; on
     the combine side (the op whose output goes back) the sort back. Each pass reads and writes the side's
-    token-slots once. ``tokens_scale``: samples per pass. With ``framework`` (Megatron-Core training) every
-    MoE op also carries its host work (``moe_host``; ``fp8``: its GroupedLinear quantizes per expert)."""
+    token-slots once: the permutation the device's own (1/tp of the replica's), the sorts, with ep > 1, the
+    ``etp`` expert-tensor ranks' gathered ones (None: tp; module docstring). ``tokens_scale``: samples per
+    pass. With ``framework`` (Megatron-Core training) every MoE op also carries its host work (``moe_host``;
+    ``fp8``: its GroupedLinear quantizes per expert)."""
     info = op.moe
     if info is None or not issues_kernels(compute):
         return NO_DISPATCH
@@ -330,6 +335,8 @@ def dispatch_work(
     if info.role is not MoERole.expert or (not dispatch and not combine):
         return NO_DISPATCH if host is None else DispatchWork(host_s=host)
     sorts = 1 if info.experts / ep > 1 else 0  # sort_chunks_by_idxs only with several local experts
+    if ep > 1:  # the all-to-all dispatcher sorts after the expert-tensor gather: etp ranks' slots
+        sorts *= tp if etp is None else etp
     sync = dispatch > 0 and not backward and info.capacity_factor is None
     return DispatchWork(2 * dispatch, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0,
                         host)

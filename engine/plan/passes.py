@@ -24,7 +24,7 @@ from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.recompute import selection
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import ContextComm
-from tilewright.engine.plan.cuda_graphs import Capture, layer_graphs
+from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture, layer_graphs
 from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
 from tilewright.engine.plan.launch import (
     SCORE_PASSES_FORWARD,
@@ -89,6 +89,7 @@ class ChunkPass:
     kind: PassKind
     segments: list[Segment] = field(default_factory=list)
     dataflows: Counter = field(default_factory=Counter)  # SRAM tiling choices / grid splits of its ops
+    captured: bool = False  # inside a full-iteration CUDA graph: no host syncs (``plan.train_step``)
 
     @property
     def busy_s(self) -> float:
@@ -197,7 +198,7 @@ def _on_chip(op: Op, fused: tuple[bool, bool], c: PassContext) -> tuple[bool, bo
 class _Builder:
     def __init__(self, ctx: PassContext, kind: PassKind):
         self.ctx = ctx
-        self.out = ChunkPass(kind)
+        self.out = ChunkPass(kind, captured=FULL_ITERATION in ctx.cuda_graph_scope)
         self._open: Segment | None = None
         self._graph: Capture | None = None  # the op being added, as CUDA graphs capture it
         self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
@@ -215,7 +216,7 @@ class _Builder:
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
         fp8 = c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
         moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute,
-                            fp8, c.moe_framework)
+                            fp8, c.moe_framework, c.expert_tp)
         if moe.sync_s:
             self._host_sync(op, moe.sync_s)
         if not backward:

@@ -45,6 +45,27 @@ when the norm exceeds the threshold), the optimizer's Python loops over paramete
 cast kernel per parameter tensor (host-bound: ~12 per GPT layer × ``host_dispatch_s``), the multi-tensor
 kernels' launches (a few per pass). fp16's data-parallel reduction moves that fp16 buffer (2 B per
 parameter: ``perf.memory.bytes_per_param``).
+
+**Full-iteration CUDA graphs** (``mapping.cuda_graph_scope`` ``full_iteration``, ``plan.cuda_graphs``;
+Megatron-Core ``--cuda-graph-impl local``). ``training.py`` wraps ``forward_backward_func`` in
+``FullCudaGraphWrapper`` (``megatron/core/full_cuda_graph.py``), which captures it once and then replays
+it; nothing the host waits on can sit inside a capture (a ``synchronize`` or ``.item()`` there fails it).
+What stays and what goes, from where each sync runs:
+
+- gone: every per-pass drain (the schedule's timers, ``get_batch``'s key-size ``.cpu()``, the pipeline
+  sends' ``synchronize``) — they run inside ``forward_backward_func``; the key-size broadcast goes with its
+  ``.cpu()`` (Megatron-Core's ``get_batch_on_this_tp_rank`` broadcasts fixed-shape tensors), the token
+  broadcast stays, an NCCL collective the graph replays. The wrapper's ``data_read`` copies every
+  micro-batch into static buffers before the replay on a side stream the compute stream waits on: no host
+  sync (not charged: a host-to-device copy of a few KiB per micro-batch);
+- gone: the data-parallel reduction's drain (``DP_DRAINS``): Megatron-Core reduces the gradients in
+  ``finalize_model_grads``, which the schedule calls at the end of ``forward_backward_func``, inside the
+  graph (``arguments.py`` also demands ``--no-check-for-nan-in-loss-and-grad``, whose check would sync there);
+- kept: the optimizer step (``STEP_DRAINS``, ``SCALER_DRAINS``, the flag all-reduces, the extra passes):
+  ``optimizer.step()`` runs after the wrapper returns, eagerly; its gradient-norm ``.item()`` drains the
+  replayed graph as it drains the eager iteration.
+
+The graph's one replay per iteration costs one launch's host time, left out as ``plan.cuda_graphs`` does.
 """
 
 from __future__ import annotations
@@ -98,7 +119,8 @@ def add_drains(
     """Lead each training pass of a stage (``passes`` by (chunk, kind)) with the device's idle time for the
     framework's synchronisations, reported as host wait; a forward also with ``get_batch``'s two broadcasts
     over the tensor group (``broadcast_data``: the key sizes, ``SIZES_BYTES``, then the flattened batch,
-    ``batch_bytes``), reported as tensor-parallel communication."""
+    ``batch_bytes``), reported as tensor-parallel communication. A pass inside a full-iteration CUDA graph
+    (``ChunkPass.captured``) has no drain and only the batch's broadcast (module docstring)."""
     if not issues_kernels(compute) or not passes:
         return
     each = drain_seconds(compute)
@@ -107,15 +129,22 @@ def add_drains(
         if not ps.segments:
             continue
         layer = ps.segments[0].layer
-        seconds = pass_drains(kind, chunk * pp + rank, virtual_stages) * each
+        seconds = 0.0 if ps.captured else pass_drains(kind, chunk * pp + rank, virtual_stages) * each
         lead = []
         if seconds > 0:
             lead.append(Segment.host_wait("host synchronisation", layer, seconds))
         if kind == "F" and tp > 1:
-            for label, nbytes in (("batch sizes broadcast", SIZES_BYTES), ("batch broadcast", batch_bytes)):
+            for label, nbytes in broadcasts(batch_bytes, ps.captured):
                 lead.append(Segment(label=label, layer=layer, busy_s=0.0, compute_s=0.0, flops=0.0, dram_bytes=0.0,
                                     comm=("broadcast", nbytes)))
         ps.segments[:0] = lead
+
+
+def broadcasts(batch_bytes: float, captured: bool = False) -> list[tuple[str, float]]:
+    """``get_batch``'s broadcasts over the tensor group, (label, bytes): the key sizes and the batch, the
+    batch alone inside a full-iteration graph (module docstring)."""
+    sizes = [] if captured else [("batch sizes broadcast", float(SIZES_BYTES))]
+    return [*sizes, ("batch broadcast", batch_bytes)]
 
 
 def flag_allreduce_s(hw: HardwareGraph, model_group: list[int]) -> float:
@@ -123,29 +152,34 @@ def flag_allreduce_s(hw: HardwareGraph, model_group: list[int]) -> float:
     return collective(hw, "all-reduce", model_group, FLAG_BYTES).time(hw)
 
 
-def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int, broadcasts_s: float) -> float:
+def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int, broadcasts_s: float,
+                 captured: bool = False) -> float:
     """Seconds ``add_drains`` puts at the head of a pass, for an estimator that sums passes without building
-    them: its drains and, a forward, the batch broadcasts' time (``broadcasts_s``, 0 with tp 1)."""
+    them: its drains (none ``captured`` in a full-iteration graph) and, a forward, the batch broadcasts'
+    time (``broadcasts_s``, 0 with tp 1; the caller sizes them with ``broadcasts``)."""
     if not issues_kernels(compute):
         return 0.0
-    drains = pass_drains(kind, virtual_stage, virtual_stages) * drain_seconds(compute)
+    drains = 0.0 if captured else pass_drains(kind, virtual_stage, virtual_stages) * drain_seconds(compute)
     return drains + (broadcasts_s if kind == "F" else 0.0)
 
 
 def step_overhead(
     dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, fp16: bool, flag_s: float, dp: int,
+    full_iteration: bool = False,
 ) -> float:
     """Seconds Megatron's mixed-precision optimizer step adds to a fused Adam step on a device whose kernels
     a host framework issues (module docstring): its extra passes over ``params`` parameters, its drains and
     its flag all-reduces, ``flag_s`` each (``flag_allreduce_s``); fp32 training: nothing. When
     ``mapping.memory_levels`` (``res``) moves model state off the device, the step is an offloading
     runtime's (DeepSpeed's ZeRO-Offload and the like, which writes the low-precision copy in the same pass),
-    not Megatron's fp16 optimizer: nothing is added either; naming the device's own memory changes nothing."""
+    not Megatron's fp16 optimizer: nothing is added either; naming the device's own memory changes nothing.
+    ``full_iteration``: the data-parallel reduction runs inside a full-iteration CUDA graph, its timer's
+    drain gone; the step itself stays eager (module docstring)."""
     if not mixed or not issues_kernels(dev.compute) or params <= 0:
         return 0.0
     if res is not None and any(res.placed.get(cat, home_level(dev)) != home_level(dev) for cat in STATE):
         return 0.0
     stream = optimizer_seconds(dev, None, params, True, FP16_EXTRA_SPLIT if fp16 else BF16_EXTRA_SPLIT)
-    drains = STEP_DRAINS + (SCALER_DRAINS if fp16 else 0) + (DP_DRAINS if dp > 1 else 0)
+    drains = STEP_DRAINS + (SCALER_DRAINS if fp16 else 0) + (DP_DRAINS if dp > 1 and not full_iteration else 0)
     flags = 2 if fp16 else 1
     return stream + drains * drain_seconds(dev.compute) + flags * flag_s

@@ -4,7 +4,8 @@ A phase of ``engine.perf.collectives`` takes ``bytes_per_member · worst_link + 
 member are a fixed fraction of the message, so each algorithm's time is ``a·n + b`` in the message size n
 (fitted from two sizes, as a reduce-scatter's handshake pauses grow with n too); the engine picks the
 cheapest algorithm at each size, so a collective's time is the lower envelope of those lines (the
-small-message tree regime is piecewise, handled exactly). One decomposition per group shape and kind
+small-message tree regime is piecewise, handled exactly, and so is a fabric that names its library's
+protocols, whose pick by size is no line: ``CommModel._exact``). One decomposition per group shape and kind
 therefore serves every micro-batch size, hidden size and gradient bucket the search tries — which is what
 makes ranking thousands of candidates cheap, while staying what ``make_plan`` would compute.
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.engine.perf.collective_costs import has_protocols
 from tilewright.engine.perf.collective_grid import TIE
 from tilewright.engine.perf.collectives import SMALL_MESSAGE_BYTES, Collective, candidates, collective, point_to_point
 from tilewright.engine.plan.group_comm import merge_concurrent
@@ -116,6 +118,7 @@ class CommModel:
         self._linear: dict[tuple, Linear] = {}
         self._envelopes: dict[tuple, Envelope | EngineChoice] = {}
         self._small: dict[tuple, float] = {}
+        self._has_protocols: dict[tuple, bool] = {}
         self._groups: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self.decompositions = 0  # how many collectives were decomposed on the topology (for reports)
         default = tuple(d.index for d in hw.devices)
@@ -175,7 +178,7 @@ class CommModel:
         if nbytes <= 0 or not groups or len(groups[0]) <= 1:
             return 0.0
         ident = groups if name is None else name
-        if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and len(groups[0]) > 2:
+        if self._exact(kind, groups, ident, nbytes):
             key = (kind, ident, nbytes)
             t = self._small.get(key)
             if t is None:
@@ -186,6 +189,22 @@ class CommModel:
         if env is None:
             env = self._envelopes[key] = self._envelope(kind, groups)
         return env.at(nbytes)
+
+    def _exact(self, kind: str, groups: tuple[tuple[int, ...], ...], ident: tuple, nbytes: float) -> bool:
+        """Whether no line serves this collective, so it is decomposed at its own size (cached by size):
+        an all-reduce in the small-message tree regime, or any collective on a fabric that names its
+        library's protocols (NCCL's LL, LL128, Simple: ``collective_costs.protocol_phases``). The engine
+        takes the protocol that finishes first at each size, with latencies that are not one line in the
+        size; one line read at 1 GiB (Simple) overstated a small GPT's 256 KiB tensor-parallel all-reduce
+        on a DGX A100 by 50-190 % (tp 2-8), and lines read at sampled sizes still missed by ~0.5 % between
+        them. A search sees few distinct sizes per group (its layers' activations, its chunks' gradients)."""
+        if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and len(groups[0]) > 2:
+            return True
+        key = ("protocols", ident)
+        hit = self._has_protocols.get(key)
+        if hit is None:
+            hit = self._has_protocols[key] = all(has_protocols(self.hw, list(g)) for g in groups)
+        return hit
 
     def _decompose(self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float) -> Collective:
         self.decompositions += 1

@@ -143,11 +143,36 @@ class Estimator:
             out[-1] = max(out[-1], values[self.last_extra].max())
         return out.reshape(v, pp).max(axis=0)
 
+    def _passes(self, table: LayerTable, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward (+ recompute) seconds of each virtual stage, shaped (v, pp): the sums of its
+        layers' passes plus the joins (``layer_table.join_seconds``) of each two consecutive layers in it,
+        since the plan runs a chunk's layers as one pass; without collectives, one segment per pass."""
+        if table.single is not None:  # tp 1: each pass of a chunk is one segment (``layer_table.single_segment``)
+            f, b, r = (np.maximum(self._sum(table.single[:, j, 0], pp, v), self._sum(table.single[:, j, 1], pp, v))
+                       for j in range(3))
+            return f, b + r
+        fwd, bwd = self._sum(table.fwd, pp, v), self._sum(table.bwd, pp, v)
+        if not table.joins:
+            return fwd, bwd
+        order = np.concatenate((self.first_extra, self.blocks, self.last_extra)).astype(int)
+        klass = self.costs.klass[order]
+        pairs = np.array([table.joins[(int(a), int(b))] for a, b in zip(klass[:-1], klass[1:], strict=True)])
+        if not pairs.size or not pairs.any():
+            return fwd, bwd
+        pre = np.vstack((np.zeros((1, 2)), np.cumsum(pairs, axis=0)))  # pre[k]: the pairs before position k
+        starts, ends = self._ranges(pp, v)
+        lo = starts + self.first_extra.size
+        hi = ends + self.first_extra.size
+        lo[0] = 0  # the first virtual stage also runs the layers before the blocks, the last those after
+        hi[-1] = order.size
+        inside = pre[np.maximum(hi - 1, lo)] - pre[lo]  # the pairs (k, k+1) with lo ≤ k < hi − 1
+        return fwd + inside[:, 0].reshape(v, pp), bwd + inside[:, 1].reshape(v, pp)
+
     def chunks(self, table: LayerTable, key: tuple, pp: int, v: int) -> Chunks:
         k = (key, pp, v)
         ch = self._chunks.get(k)
         if ch is None:
-            fwd, bwd, act = self._sum(table.fwd, pp, v), self._sum(table.bwd, pp, v), self._sum(table.act, pp, v)
+            (fwd, bwd), act = self._passes(table, pp, v), self._sum(table.act, pp, v)
             ch = self._chunks[k] = Chunks(
                 fwd,
                 bwd,
@@ -229,7 +254,7 @@ class Estimator:
             for r, g in enumerate(groups[1:], start=1):
                 if g not in sums:
                     table = self.costs.table(*knobs, g, res)
-                    sums[g] = (self._sum(table.fwd, c.pp, c.interleave), self._sum(table.bwd, c.pp, c.interleave))
+                    sums[g] = self._passes(table, c.pp, c.interleave)
                 fwd[:, r], bwd[:, r] = sums[g][0][:, r], sums[g][1][:, r]
             fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
             ch = self._chunks[k] = replace(first, fwd=fwd, bwd=bwd, fb=fb)

@@ -22,7 +22,7 @@ from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, recomputed_layers, workspace_bytes
 from tilewright.engine.perf.residency import Residency
-from tilewright.engine.plan.passes import ChunkPass, backward_pass, forward_pass
+from tilewright.engine.plan.passes import ChunkPass, Segment, backward_pass, forward_pass
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.comm import CommModel
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -39,6 +39,12 @@ class LayerTable:
     workspace: np.ndarray
     dram: np.ndarray | None = None  # bytes each member streams from remote DRAM (forward, backward, recompute)
     splits: dict[int, Counter] = field(default_factory=dict)  # layer class → its forward ops' grid splits
+    # (class of layer i, class of layer i+1) → seconds their forward, and backward + recompute, change by
+    # running in one pass (``join_seconds``): ≤ 0, added for each such pair inside a chunk
+    joins: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    # when no layer's pass has a collective (tp 1): per layer, the device and host seconds of its forward,
+    # backward and recompute pass, shaped (layers, 3, 2) — a chunk's pass is then one segment (``single``)
+    single: np.ndarray | None = None
 
 
 def _signature(ops: list[Op]) -> tuple:
@@ -104,7 +110,26 @@ class LayerCosts:
         cols = np.array([per_class[int(k)] for k in self.klass], dtype=float).reshape(len(self.klass), 6)
         dram = cols[:, 5].copy()
         splits = {k: passes[0].dataflows for k, (passes, *_rest) in built.items()}
-        return LayerTable(*(cols[:, j].copy() for j in range(5)), dram=dram if dram.any() else None, splits=splits)
+        spb = self.dram_seconds_per_byte(group) if any(ps.has_dram for v in built.values() for ps in v[0]) else 0.0
+        joins = {}
+        for a, (pa, *_ra) in built.items():
+            for b, (pb, *_rb) in built.items():
+                fwd = join_seconds(pa[0], pb[0], spb)
+                bwd = join_seconds(pb[1], pa[1], spb)  # the backward runs the later layer first
+                if len(pa) > 2 and len(pb) > 2:  # recompute: forward order
+                    bwd += join_seconds(pa[2], pb[2], spb)
+                joins[(a, b)] = (fwd, bwd)
+        parts = {k: single_segment(passes) for k, (passes, *_rest) in built.items()}
+        single = None
+        if spb == 0 and all(v is not None for v in parts.values()):
+            single = np.array([parts[int(k)] for k in self.klass], dtype=float)
+        return LayerTable(
+            *(cols[:, j].copy() for j in range(5)),
+            dram=dram if dram.any() else None,
+            splits=splits,
+            joins=joins,
+            single=single,
+        )
 
     def _layer_passes(
         self, tp: int, mb: int, sp: bool, rc: Recompute, residency: Residency | None
@@ -177,3 +202,59 @@ class LayerCosts:
             usage = stream_usage(hw, group, mem) if mem is not None else {}
             spb = self._dram_spb[group] = max((u / hw.links[lk].bandwidth for lk, u in usage.items()), default=0.0)
         return spb
+
+
+def _raw(seg: Segment) -> tuple[float, float, float, float] | None:
+    """(device, host, DRAM bytes, activation offload seconds) of a segment before ``Segment.close``; None for
+    one that cannot join its neighbour (a host-wait segment stands alone)."""
+    device = seg.busy_s - seg.dispatch_wait_s
+    if seg.dispatch_wait_s > 0 and device <= 0 and seg.flops <= 0:
+        return None
+    return device, seg.host_s, seg.dram_bytes, seg.offload_s
+
+
+def _seconds(device: float, host: float, dram: float, offload: float, spb: float) -> float:
+    """A closed segment's time as ``Segment.close`` and ``Plan.segment_seconds`` make it."""
+    return max(device, host, offload, dram * spb)
+
+
+def single_segment(passes: list[ChunkPass]) -> list[list[float]] | None:
+    """(device, host) seconds of a layer's forward, backward and recompute pass when each is at most one
+    segment without a collective, activation offload or host wait (tp 1); None otherwise. A chunk of such
+    layers runs each pass as one segment, max(Σ device, Σ host) (``plan.launch``), which neither per-layer
+    sums nor pairs of layers (``join_seconds``) express when some layers are host-bound and others not."""
+    out = [[0.0, 0.0] for _ in range(3)]
+    for j, ps in enumerate(passes[:3]):
+        if len(ps.segments) > 1:
+            return None
+        for seg in ps.segments:
+            raw = _raw(seg)
+            if seg.comm is not None or raw is None or raw[3] > 0:
+                return None
+            out[j] = [raw[0], raw[1]]
+    return out
+
+
+def join_seconds(first: ChunkPass, second: ChunkPass, spb: float) -> float:
+    """What running ``second`` right after ``first`` in one pass changes, in seconds (≤ 0).
+
+    A segment is the work between two collectives and lasts max(device, host) (``plan.launch``). A pass
+    over several layers (the plan's) does not close its segment at a layer boundary: the ops after one
+    layer's last collective (its dropout and residual) and the next layer's ops up to its first (LayerNorm,
+    QKV, attention core) form one segment, whose host and device times add before the max. Timing each
+    layer alone splits that segment in two and overstates it wherever one side is host-bound and the other
+    device-bound. Joined only where the second layer's first segment ends in a collective, so no segment
+    is counted in two joins and the pairs add up exactly, unless a layer without any collective sits
+    between two others (its two joins would be one three-layer segment): that boundary is left unjoined,
+    Σ max(device, host) above the plan's max(Σ device, Σ host) — conservative. Where no layer has a
+    collective (tp 1), ``single_segment`` times each chunk's pass as the one segment it is."""
+    if not first.segments or not second.segments:
+        return 0.0
+    tail, head = first.segments[-1], second.segments[0]
+    if tail.comm is not None or head.comm is None:  # nothing to join, or a layer without a collective
+        return 0.0
+    a, b = _raw(tail), _raw(head)
+    if a is None or b is None:
+        return 0.0
+    merged = _seconds(*(x + y for x, y in zip(a, b, strict=True)), spb)
+    return merged - _seconds(*a, spb) - _seconds(*b, spb)
