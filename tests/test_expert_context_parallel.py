@@ -131,14 +131,15 @@ def test_folded_groups_with_context_parallelism():
 @pytest.mark.parametrize("zero", [1, 2])
 def test_zero_shards_experts_over_the_expert_data_parallel_group(zero):
     """ZeRO-1/2: the routed experts' optimizer state (and gradients at 2) divided by cp·dp / ep, the dense
-    weights' as without experts; derived from the unsharded state of the same stage."""
+    weights' by cp·dp (Megatron-Core's distributed optimizer shards over the data-parallel group with context
+    parallelism, ``plan.sharding``); derived from the unsharded state of the same stage."""
     tp, cp, dp, ep = 1, 2, 4, 4
     plain, sharded = make_plan(_project(tp=tp, cp=cp, dp=dp, ep=ep, zero=0)), make_plan(
         _project(tp=tp, cp=cp, dp=dp, ep=ep, zero=zero))
     st0, st = plain.stages[0], sharded.stages[0]
     per_param_opt = st0.state.optimizer / st0.params
     experts = sum(st.expert_grad_bytes.values()) / (sum(st.grad_bytes.values()) / st.params)
-    dense_dp = sharded.project.mapping.dp  # the dense weights' sharding is unchanged by this feature
+    dense_dp = cp * dp  # context ranks hold the same dense weights: their state is sharded over them too
     expect = (st.params - experts) * per_param_opt / dense_dp + experts * per_param_opt / (cp * dp // ep)
     assert st.state.optimizer == pytest.approx(expect)
 

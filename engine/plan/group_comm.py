@@ -184,10 +184,13 @@ def shard_comm(
     extra_params: dict[int, float] | None = None,
 ) -> ShardComm | None:
     """A training stage's ZeRO-2/3 collectives (``plan.sharding``); ``extra_params``: per layer index, the
-    parameters it holds beyond its ops' (the tied embedding's copy, ``plan.tied``)."""
+    parameters it holds beyond its ops' (the tied embedding's copy, ``plan.tied``). ``groups`` are the stage's
+    dp · cp replicas: the weights are sharded, gathered and reduced over all of them (context ranks hold the
+    same weights), so a stage with dp 1 and cp > 1 shards too."""
     m = project.mapping
     if project.run.mode is not Mode.train:
         return None
+    replicas = m.dp * m.cp  # len(groups): cp is in force in training (``plan.context``)
     cache: dict[tuple[str, float], float] = {}
 
     def seconds(kind: str, nbytes: float) -> float:
@@ -203,8 +206,8 @@ def shard_comm(
 
     etp = expert_tp_of(m)
     return stage_shard_comm(
-        m.zero, m.dp, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
-        m.ep, extra_params, expert_dp(m.tp, m.dp * m.cp, m.ep, etp),  # cp ranks fold into the experts' dp
+        m.zero, replicas, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
+        m.ep, extra_params, expert_dp(m.tp, replicas, m.ep, etp),  # cp ranks fold into the experts' dp
     )
 
 

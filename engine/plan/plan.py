@@ -373,7 +373,11 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     mb = m.micro_batch / cp  # samples' worth of tokens one device runs per micro-batch (``plan.context``)
     ep = m.ep if run.mode is Mode.train else 1
     etp = expert_tp_of(m, run.mode is Mode.train)  # MoE parallel folding (``plan.experts``)
-    edp = expert_dp(m.tp, m.dp * cp, ep, etp)  # the MoE layer folds over the stage's dp · cp replicas too
+    # ZeRO shards the dense weights' state over the dp · cp replicas: context ranks hold the same weights, and
+    # Megatron-Core's distributed optimizer and its gradient buffers use the data-parallel group with context
+    # parallelism (``plan.sharding``)
+    shard_dp = m.dp * cp
+    edp = expert_dp(m.tp, shard_dp, ep, etp)  # the MoE layer folds over the stage's dp · cp replicas too
     blocks = workload.block_layers
     if m.stages:
         ordered = sorted(m.stages, key=lambda s: s.stage)
@@ -426,6 +430,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             [ls for idx in chunk_layers.values() for ls in _layers(workload, idx, ep, m.expert_imbalance, m.tp, etp)],
             per_param,
             elem,
+            mb,
+            shard_dp,
         )
         if placed is not None:
             ctx.residency = placed[0].residency
@@ -470,12 +476,12 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         if run.mode is Mode.train:  # the framework's host synchronisations (``plan.train_step``)
             add_drains(passes, m.pp, r, dev.compute, m.tp, mb * (workload.tokens_per_sample + 1) * TOKEN_BYTES)
         experts = sum(expert_params.values())
-        state = expert_model_state(params, experts, per_param, m.zero, m.dp, ep, edp if ep > 1 else None)
+        state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, edp if ep > 1 else None)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
         opt_bytes = ADAM_BYTES_MIXED if state_per_param.optimizer > 8 else ADAM_BYTES_FP32
         # the optimizer steps the parameters whose state this device holds (ZeRO: its shard of each group's)
-        local_params = (params - experts) / m.dp + experts / edp if m.zero >= 1 else params
+        local_params = (params - experts) / shard_dp + experts / edp if m.zero >= 1 else params
         stages.append(
             StagePlan(
                 rank=r,
@@ -499,7 +505,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 expert_grad_bytes=expert_grad,
                 optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, opt_bytes)
                 + step_overhead(dev, placed[0] if placed else None, local_params, opt_bytes == ADAM_BYTES_MIXED,
-                                run.dtype.value == "fp16", flag_s(dev), m.dp)
+                                run.dtype.value == "fp16", flag_s(dev), shard_dp,
+                                full_iteration="full_iteration" in (m.cuda_graph_scope or ()))
                 if run.mode is Mode.train
                 else 0.0,
                 label=f"stage {r}",
@@ -562,7 +569,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         model_flops=model_flops,
         hardware_flops=hardware_flops,
         tied=tied,
-        tied_bytes=tied.allreduce_bytes(state_per_param.gradients, m.zero, m.dp)
+        tied_bytes=tied.allreduce_bytes(state_per_param.gradients, m.zero, shard_dp)
         if tied is not None and run.mode is Mode.train
         else 0.0,
     )

@@ -91,19 +91,23 @@ def home_level(dev: DeviceModel) -> Level:
     return "dram" if dev.local_dram is not None or dev.remote_dram is not None else "sram"
 
 
-def stage_sizes(project: Project, ops: list[Op], layers: list[list[Op]], state: StateBytes, elem: float) -> dict:
+def stage_sizes(
+    project: Project, ops: list[Op], layers: list[list[Op]], state: StateBytes, elem: float, micro_batch: float
+) -> dict:
     """Bytes per device of each category for one stage (what ``auto`` must fit): model state, stored
     activations of the micro-batches in flight (1F1B holds at most ``pp``) with the largest workspace,
-    and, for inference, the KV cache of the whole request."""
+    and, for inference, the KV cache of the whole request. ``micro_batch``: the samples' worth of tokens one
+    device runs per micro-batch, the plan's own figure (``mapping.micro_batch / cp`` with context
+    parallelism, ``plan.context``), so what ``auto`` fits is what the plan's memory tracks hold."""
     m, run = project.mapping, project.run
     fused = fused_edges(m.fusion)  # a fused attention kernel stores no scores
-    acts = workspace_bytes(ops, m.micro_batch, m.tp, m.sequence_parallel, elem,  # inference keeps no more
-                           m.fused_cross_entropy, fused)
+    acts = workspace_bytes(ops, micro_batch, m.tp, m.sequence_parallel, elem,  # type: ignore[arg-type]
+                           m.fused_cross_entropy, fused)  # inference keeps no more
     if run.mode is Mode.train:
         in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
         rerun = m.recompute_layers * m.interleave if m.recompute_layers is not None else None  # per chunk
         formats = resolve_formats(run.dtype, m.formats, m.fidelity)  # fp8 GEMMs save fp8 inputs
-        acts += activation_bytes(layers, m.micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused,
+        acts += activation_bytes(layers, micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused,  # type: ignore[arg-type]
                                  rerun, m.recompute_modules, m.fused_cross_entropy, formats) * in_flight
     kv = 0.0
     w = project.workload
@@ -196,19 +200,22 @@ def optimizer_seconds(
 
 def stage_residency(
     project: Project, hw: HardwareGraph, device: int, dev: DeviceModel, layers: list[list[Op]],
-    per_param: StateBytes, elem: float,
+    per_param: StateBytes, elem: float, micro_batch: float, replicas: int,
 ) -> tuple[StageResidency, dict[str, float]] | None:
-    """Resolve ``memory_levels`` for a stage holding ``layers`` (all its chunks); None without it."""
+    """Resolve ``memory_levels`` for a stage holding ``layers`` (all its chunks); None without it. The plan's
+    figures, so the sizes ``auto`` fits are the ones it charges: ``micro_batch``, what one device runs per
+    micro-batch (``stage_sizes``); ``replicas``, the dp · cp replicas ZeRO shards the weights' state over
+    (``plan.sharding``; dp outside training, where cp is not simulated)."""
     m = project.mapping
     if not m.memory_levels:
         return None
     ops = [op for layer in layers for op in layer]
     experts = params_on_device(routed_experts(ops), m.tp) if m.ep > 1 else 0.0  # ops as sharded (``shard_experts``)
-    edp = expert_dp(m.tp, m.dp * m.cp, m.ep, expert_tp_of(m)) if m.ep > 1 else None  # folds over cp too
-    state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, m.dp, m.ep, edp)
+    edp = expert_dp(m.tp, replicas, m.ep, expert_tp_of(m)) if m.ep > 1 else None  # folds over cp too
+    state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, replicas, m.ep, edp)
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)
-    sizes = stage_sizes(project, ops, layers, state, elem)
+    sizes = stage_sizes(project, ops, layers, state, elem, micro_batch)
     res = resolve(m, hw, device, dev, sizes)
     assert res is not None
     return res, sizes

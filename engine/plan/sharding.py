@@ -1,7 +1,12 @@
 """Sharded data parallelism inside the passes: ZeRO stages 2 and 3 and FSDP (Rajbhandari et al., SC'20).
 
 What each stage communicates over the data-parallel group (each tensor-parallel rank with its peers in the
-other replicas), per training iteration of ``m`` micro-batches:
+other replicas), per training iteration of ``m`` micro-batches. With context parallelism (``mapping.cp``,
+``plan.context``) that group is the dp · cp replicas: the context ranks hold the same weights, and
+Megatron-Core shards its distributed optimizer and its gradient and parameter buffers over the
+data-parallel group *with* context parallelism (``DistributedDataParallel`` allocates the dense buffers on
+``intra_dp_cp_group``; ``get_megatron_optimizer`` builds the ``DistributedOptimizer`` on the same group), so
+every shard below is 1 / (dp · cp) and every gather and reduce-scatter runs over dp · cp ranks:
 
 - stage 1 (and Megatron's distributed optimizer): a reduce-scatter of the gradients after the last
   backward and an all-gather of the updated weights after the optimizer step (``Plan.dp_collective``,
@@ -134,7 +139,8 @@ def stage_shard_comm(
     extra_params: Mapping[int, float] | None = None,
     edp: int | None = None,
 ) -> ShardComm | None:
-    """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism). ``ep``:
+    """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism). ``dp``:
+    the replicas the weights are sharded over (dp · cp with context parallelism, module docstring); ``ep``:
     the expert-parallel degree (its routed experts are sharded over dp / ep replicas); ``extra_params``:
     per layer index, parameters it holds beyond its ops' (``ShardComm.extra_params``); ``edp``: the routed
     experts' expert-data-parallel group (``experts.expert_dp``; None: dp / ep)."""
