@@ -191,6 +191,7 @@ def _messages(project: Project) -> list[str]:
         (_moe(["moe"]), "drop-and-pad MoE only"),
         (_moe(["moe", "moe_router"], capacity=1.0), "give 'moe' or 'moe_router'"),
         (_moe(["mlp"]), "no dense MLP"),
+        (_moe(["full_iteration"]), "cannot capture dropless MoE"),
     ],
 )
 def test_bad_scopes_are_refused_naming_the_field(project, fragment):
@@ -200,7 +201,8 @@ def test_bad_scopes_are_refused_naming_the_field(project, fragment):
 @pytest.mark.parametrize(
     "project",
     [_gpt(["attn", "mlp"]), _gpt(["full_iteration"]), _gpt(["mlp"], recompute="selective"),
-     _moe(["attn", "moe_router", "moe_preprocess"]), _moe(["moe"], capacity=1.0)],
+     _moe(["attn", "moe_router", "moe_preprocess"]), _moe(["moe"], capacity=1.0),
+     _moe(["full_iteration"], capacity=1.0)],
 )
 def test_megatron_combinations_are_accepted(project):
     assert _messages(project) == []

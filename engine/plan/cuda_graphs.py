@@ -170,6 +170,11 @@ _ABSENT = {
 }
 
 
+def _dropless(layers: Sequence[list[Op]]) -> bool:
+    """Whether an MoE layer routes without a capacity factor: its dispatcher syncs the host on the counts."""
+    return any(op.moe is not None and op.moe.capacity_factor is None for ops in layers for op in ops)
+
+
 def problems(scope: list[str], layers: Sequence[list[Op]], train: bool, recompute: str,
              recompute_modules: list[str] | None) -> list[str]:
     """What is wrong with ``mapping.cuda_graph_scope`` for a workload's transformer ``layers`` (Megatron-Core's
@@ -188,6 +193,9 @@ def problems(scope: list[str], layers: Sequence[list[Op]], train: bool, recomput
         if recompute != "none":
             return [f"{FULL_ITERATION} (cuda_graph_impl local) does not run with activation recomputation "
                     f"(recompute '{recompute}')"]
+        if _dropless(layers):
+            return [f"{FULL_ITERATION} cannot capture dropless MoE: its dispatcher copies the token counts to the "
+                    "host every layer, which a captured iteration cannot wait for (give the MoE a capacity factor)"]
         return []
     out = [f"'{name}': the model has nothing it captures: {_ABSENT.get(name, 'no such part')}"
            for name in dict.fromkeys(scope) if not present(layers, name)]
@@ -195,7 +203,7 @@ def problems(scope: list[str], layers: Sequence[list[Op]], train: bool, recomput
         out.append("'moe_preprocess' needs 'moe_router' (the dispatcher's preprocessing follows the router)")
     if "moe" in scope and "moe_router" in scope:
         out.append("'moe' already captures the router: give 'moe' or 'moe_router', not both")
-    if "moe" in scope and any(op.moe is not None and op.moe.capacity_factor is None for ops in layers for op in ops):
+    if "moe" in scope and _dropless(layers):
         out.append("'moe' captures drop-and-pad MoE only: dropless routing syncs the host on the token counts "
                    "(use 'moe_router' and 'moe_preprocess', or give the MoE a capacity factor)")
     if recompute == "full":
