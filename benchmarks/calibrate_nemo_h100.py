@@ -1,33 +1,52 @@
 """Check the dgx-h100 preset against NVIDIA's published Megatron-Core pre-training throughput on DGX-H100.
 
-Source: NVIDIA-NeMo/Megatron-Bridge, ``docs/performance-summary.md`` and ``docs/performance-summary-archive.md``
-(NeMo containers 25.09, 25.11, 26.02; "System: DGX-H100" tables and the 26.02 per-model tables' DGX-H100
-rows). DGX-H100: 8 H100 SXM per node on NVLink4/NVSwitch, 8 × 400 Gb/s InfiniBand per node. NVIDIA notes that
-MoE runs force-balance the router ("we force-balance the token distribution among experts") and are
-dropless unless the row says token-drop. These are measurements to *check* the model against, never to fit
-a constant to: nothing here feeds back into a preset.
+Sources:
+
+- NVIDIA-NeMo/Megatron-Bridge, ``docs/performance-summary.md`` and ``docs/performance-summary-archive.md``
+  (NeMo containers 25.09, 25.11, 26.02; "System: DGX-H100" tables and the 26.02 per-model tables' DGX-H100
+  rows), run with the Megatron-Bridge performance recipes (``scripts/performance/configs/*/
+  *workload_base_configs.py``): ``release`` is the container, the recipe ``BRIDGE_H100``.
+- NVIDIA/Megatron-LM pull request #5728 ("docs: refresh Qwen3 MoE recipe performance", open when read): the
+  median model TFLOP/s/GPU over steady-state iterations 30–45 of Megatron-LM's own H100 MoE recipes
+  (``examples/moe_recipes/qwen3_30b/h100/{bf16,fp8}_32GPU_TP1PP1EP8.yaml``,
+  ``qwen3_235b/h100/bf16_256GPU_TP2PP8EP32.yaml``), measured with the matching Megatron-Bridge recipes
+  (Megatron-Bridge #4469) and, the PR says, the same GPU count, parallelism, batch sizes, sequence length,
+  precision and CUDA-graph mode as the YAML; the README values it replaces (pull request #5289, "curated
+  benchmark sources") are the older measurements of the same recipes. ``release`` "MLM#5728" / "MLM#5289",
+  the recipe on the row (``Published.recipe``). The PR publishes TFLOP/s only: tokens/s per GPU is that over
+  NVIDIA's FLOPs per token (``nv_gflop_per_token``). Its other H100 recipes (DeepSeek-V3 bf16 and fp8) have
+  no published number (#5289 left their cells empty "pending accuracy review").
+
+DGX-H100: 8 H100 SXM per node on NVLink4/NVSwitch, 8 × 400 Gb/s InfiniBand per node. NVIDIA notes that MoE
+runs force-balance the router ("we force-balance the token distribution among experts"; the Megatron-LM
+recipes set ``moe_router_force_load_balancing``) and are dropless unless the row says token-drop. These are
+measurements to *check* the model against, never to fit a constant to: nothing here feeds back into a preset.
 
 Each distinct configuration is one row (identical configurations published by several releases are merged;
 the row compares with the newest release and lists the others). Mappings follow the published columns and
-the Megatron-Bridge performance recipes (``scripts/performance/configs/*/*workload_base_configs.py``):
+the row's recipe (``Recipe``):
 
-- sequence parallelism on whenever tp > 1 (``WorkloadBaseConfig.__post_init__``);
+- sequence parallelism on whenever tp > 1 (``WorkloadBaseConfig.__post_init__``; the Megatron-LM recipes set
+  ``sequence_parallel``);
 - Megatron-Core's fused (flash) attention: selective recomputation of the attention core (it stores what a
   flash kernel stores) plus the fusion chain attention → softmax (one kernel, no score traffic), as
-  ``presets/projects/tpu-v4-llama2-7b.json`` expresses it;
+  ``presets/projects/tpu-v4-llama2-7b.json`` expresses it; a recipe without recomputation runs 'none', which
+  with the fused chain stores and runs the same;
 - the distributed optimizer (ZeRO-1) with overlapped gradient reduction, or FSDP (ZeRO-3 with prefetch)
-  where the FSDP column says so; fp8 rows run ``--dtype fp8`` (weighted GEMMs on the fp8 units);
-- MoE: experts balanced (``expert_imbalance`` 1), the expert all-to-all overlapped only where the recipe
-  sets ``moe_a2a_overlap`` (Qwen3-235B on H100).
+  where the FSDP column says so; fp8 rows run ``--dtype fp8`` (weighted GEMMs on the fp8 units, with current
+  scaling's quantization passes: ``Recipe.fp8_recipe`` says which scaling the run used);
+- MoE: experts balanced (``expert_imbalance`` 1); the recipe's expert tensor parallelism, token dispatcher,
+  expert all-to-all overlap, selective recomputation modules and CUDA-graph scopes.
 
-Where a published mapping cannot be expressed, the nearest one that can is run and the row says what was
-changed (``Row.gaps``): that list is the point of this check as much as the errors are.
+Where a published mapping or recipe setting cannot be expressed, the nearest one that can is run and the row
+says what was changed (``Row.gaps``): that list is the point of this check as much as the errors are.
 
 Model FLOPs: NVIDIA's "Model TFLOP/s/GPU" counts causal attention (Llama-3 8B at s 8192: 51.5 GFLOP per
 token = 6·N + 6·l·s·h), so tokens/s per GPU is the quantity compared; ``nv_tflops`` re-expresses our
 tokens/s in NVIDIA's FLOPs per token (their TFLOP/s over their tokens/s), ``our_tflops`` is our own count.
 
 Usage: python benchmarks/calibrate_nemo_h100.py [--engine analytic|event] [--only SUBSTRING] [--whatif | --detail]
+  --only    rows whose label or release contains it (e.g. "MLM" for the Megatron-LM recipes)
   --whatif  attention-costing proxies per row (WHATIF); --detail  per-op times of one block per row
 """
 
@@ -47,13 +66,64 @@ FLASH = [["attention", "softmax"]]  # Megatron-Core's fused attention: one kerne
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """What a run's recipe sets beyond the published columns, as the mapping fields it becomes. One recipe per
+    run: NVIDIA's two sources run the same model with different recipes (Megatron-Bridge's Qwen3-235B uses the
+    all-to-all dispatcher and no recomputation, Megatron-LM's HybridEP, ``moe_act``/``layernorm``
+    recomputation and CUDA graphs), so the recipe belongs to the row, not to the model."""
+
+    recompute: str = "selective"  # mapping.recompute: 'selective' (the flash core: nothing extra), 'full', 'none'
+    recompute_layers: int | None = None  # recompute_method block, recompute_num_layers N (recompute 'full')
+    recompute_modules: tuple[str, ...] | None = None  # recompute_modules (selective); None: the attention core
+    expert_tp: int | None = None  # expert_tensor_parallel_size; None: tp (ours and Megatron's default)
+    overlap_ep_comm: bool = False  # moe_a2a_overlap / overlap_moe_expert_parallel_comm
+    dispatcher: str = "alltoall"  # mapping.ep_dispatcher: 'alltoall', or 'deepep' for the flex dispatcher
+    mtp_layers: int = 0  # mtp_num_layers: multi-token-prediction depths trained beside the model
+    tp_overlap: str | None = None  # tp_comm_overlap's userbuffers configuration (mapping.overlap_tp_comm)
+    cuda_graph_scope: tuple[str, ...] | None = None  # cuda_graph_impl transformer_engine, cuda_graph_scope
+    fp8_recipe: str = "current"  # Transformer Engine scaling of an fp8 run: 'current' (FP8-CS) or 'blockwise'
+    unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
+
+
+# Megatron-Bridge's H100 recipes per model (scripts/performance/configs/*/*workload_base_configs.py), the
+# recipe of every NeMo row:
+# - recompute_modules: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2) in gpt_oss_workload_base_configs.py,
+#   DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 in deepseek_workload_base_configs.py. The Qwen3 recipes set
+#   recompute_granularity None (set_qwen3_common_configs) and the Llama ones the core only or full layers:
+#   with the flash core, selective 'core_attn' re-runs and stores nothing.
+# - recompute_layers: Llama 3 8B's recompute_granularity full, recompute_method block, recompute_num_layers 5.
+# - expert_tp: BASE_QWEN3_235B_A22B_CONFIG and BASE_DEEPSEEK_V3_CONFIG set expert_tensor_parallel_size=1, whole
+#   experts per rank with the ep ranks folded over tp × dp. The tp-1 MoE rows (Qwen3-30B, gpt-oss) have no
+#   tensor split to choose.
+# - overlap_ep_comm: moe_a2a_overlap=True in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*.
+# - dispatcher: DeepSeek-V3's H100 recipe uses the flex dispatcher with the HybridEP backend
+#   (moe_flex_dispatcher_backend="hybridep": each token once per destination node, forwarded over NVLink,
+#   ``plan.experts`` "deepep"); the others Megatron-Core's all-to-all dispatcher.
+# - mtp_layers: DeepSeek-V3's recipe sets mtp_num_layers 1, on the last pipeline stage beside the loss (the 'm'
+#   of its pp_layout). ``model_spec`` stays the main model, which the model cards count; the project adds the
+#   depths (``TransformerDims.mtp_layers``).
+# - tp_overlap: the llama recipes map H100 fp8 to userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (70B) and
+#   userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) (COMM_OVERLAP_CONFIG_MAP).
+BRIDGE_H100 = {
+    "llama3-8b": Recipe(recompute="full", recompute_layers=5),
+    "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4"),
+    "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2"),
+    "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act")),
+    "qwen3-30b-a3b": Recipe(),
+    "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True),
+    "deepseek-v3": Recipe(recompute_modules=("mla_up_proj", "mlp"), expert_tp=1, dispatcher="deepep",
+                          mtp_layers=1),
+}
+
+
+@dataclass(frozen=True)
 class Published:
-    """One DGX-H100 row of NVIDIA's tables (columns as published)."""
+    """One DGX-H100 measurement (columns as published) and the recipe it ran."""
 
     model: str
-    release: str
+    release: str  # NeMo container ("26.02") or Megatron-LM pull request ("MLM#5728")
     gpus: int
-    precision: str  # "fp8" (FP8-CS) or "bf16"
+    precision: str  # "fp8" or "bf16" (the fp8 scaling: recipe.fp8_recipe)
     gbs: int
     mbs: int
     seq: int
@@ -67,17 +137,22 @@ class Published:
     tflops_per_gpu: float
     token_drop: bool = False
     note: str = ""
+    recipe: Recipe | None = None  # None: Megatron-Bridge's H100 recipe of the model (BRIDGE_H100)
+
+    @property
+    def run_recipe(self) -> Recipe:
+        return self.recipe if self.recipe is not None else BRIDGE_H100[self.model]
 
     @property
     def config(self) -> tuple:
         """What identifies a configuration (the release and measurements do not)."""
         return (self.model, self.gpus, self.precision, self.gbs, self.mbs, self.seq, self.fsdp, self.tp, self.pp,
-                self.cp, self.vp, self.ep, self.token_drop)
+                self.cp, self.vp, self.ep, self.token_drop, self.run_recipe)
 
 
-# DGX-H100 rows, newest release first within a configuration. 25.09's table has no precision column; its
-# footnote gives the H100 fp8 block-scaling variant in parentheses, so those rows are the FP8-CS runs.
-_ROWS = (
+# Megatron-Bridge's DGX-H100 rows, newest release first within a configuration. 25.09's table has no precision
+# column; its footnote gives the H100 fp8 block-scaling variant in parentheses, so those rows are the FP8-CS runs.
+_BRIDGE_ROWS = (
     Published("llama3-8b", "25.11", 8, "fp8", 128, 1, 8192, True, 1, 1, 1, 1, 1, 14451, 744),
     Published("llama3-8b", "25.09", 8, "fp8", 128, 1, 8192, True, 1, 1, 1, 1, 1, 14079, 725),
     Published("llama3-70b", "26.02", 64, "fp8", 256, 1, 8192, False, 4, 8, 1, 5, 1, 1621, 728),
@@ -102,37 +177,79 @@ _ROWS = (
     Published("deepseek-v3", "25.09", 1024, "fp8", 8192, 1, 4096, False, 2, 8, 1, 4, 64, 1297, 338),
 )
 
-# Recipe settings per model on H100 (Megatron-Bridge scripts/performance/configs): activation recomputation
-# beyond the flash core, and whether the MoE all-to-all overlaps another micro-batch's compute.
-# recompute_modules (mapping.recompute_modules, selective): GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2)
-# in gpt_oss_workload_base_configs.py, DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 in deepseek_workload_base_configs.py.
-# The Qwen3 recipes set recompute_granularity None (set_qwen3_common_configs) and the Llama ones the core only
-# or full layers (RECOMPUTE_LAYERS): with the flash core, selective 'core_attn' re-runs and stores nothing.
-RECIPE_RECOMPUTE = {
-    "gpt-oss-120b": ["layernorm", "moe_act"],
-    "deepseek-v3": ["mla_up_proj", "mlp"],
-}
-# Expert tensor parallelism of the MoE recipes with tp > 1 (mapping.expert_tp; Megatron-Bridge
-# scripts/performance/configs/{qwen,deepseek}/*workload_base_configs.py: BASE_QWEN3_235B_A22B_CONFIG and
-# BASE_DEEPSEEK_V3_CONFIG set expert_tensor_parallel_size=1, whole experts per rank with the ep ranks folded
-# over tp × dp). The tp-1 MoE rows (Qwen3-30B, gpt-oss) have no tensor split to choose.
-RECIPE_EXPERT_TP = {"qwen3-235b-a22b": 1, "deepseek-v3": 1}
-# recompute_granularity full, recompute_method block, recompute_num_layers N: mapping.recompute_layers
-RECOMPUTE_LAYERS = {"llama3-8b": 5}
-A2A_OVERLAP = {"qwen3-235b-a22b": True}  # moe_a2a_overlap=True in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*
-# The token dispatcher: DeepSeek-V3's H100 recipe uses the flex dispatcher with the HybridEP backend
-# (moe_flex_dispatcher_backend="hybridep": each token once per destination node, forwarded over NVLink,
-# ``plan.experts`` "deepep"); the others Megatron-Core's all-to-all dispatcher.
-DISPATCHER = {"deepseek-v3": "deepep"}
-# Multi-token-prediction depths the recipe trains (mtp_num_layers; DeepSeek-V3's recipe sets 1, on the last
-# pipeline stage beside the loss: the 'm' of its pp_layout). ``model_spec`` stays the main model, which the
-# model cards count; the project adds the depths (``TransformerDims.mtp_layers``).
-MTP_LAYERS = {"deepseek-v3": 1}
-# Tensor-parallel communication overlapped with the GEMMs (Transformer Engine userbuffers): Megatron-Bridge's
-# llama recipes map H100 fp8 to userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (70B) and
-# userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) (COMM_OVERLAP_CONFIG_MAP).
-TP_OVERLAP = {"llama3-70b": "userbuffers_fp8_h100_h8192_tp4", "llama3.1-405b": "userbuffers_fp8_h100_h16384_tp8_cp2"}
 
+def nv_gflop_per_token(model: str, seq: int) -> float:
+    """NVIDIA's model GFLOP per token of ``model`` at sequence length ``seq``: their TFLOP/s over their tokens/s,
+    pooled over the Megatron-Bridge rows of that model and length (each TFLOP/s is printed to three digits, a
+    ±0.4 % rounding on one row; pooling shrinks it). Megatron-Bridge computes the same FLOPs for the runs behind
+    pull request #5728 (measured through its recipes), so this converts that PR's TFLOP/s to tokens/s."""
+    same = [p for p in _BRIDGE_ROWS if p.model == model and p.seq == seq]
+    if not same:
+        raise KeyError(f"no Megatron-Bridge row of {model} at s {seq} gives NVIDIA's FLOPs per token")
+    return sum(p.tflops_per_gpu for p in same) / sum(p.tokens_per_gpu for p in same) * 1e3
+
+
+def from_tflops(model: str, release: str, gpus: int, precision: str, gbs: int, mbs: int, seq: int, tp: int,
+                pp: int, vp: int, ep: int, tflops: float, recipe: Recipe, note: str) -> Published:
+    """A measurement published as model TFLOP/s/GPU only (no cp, no FSDP, dropless), with the tokens/s per GPU
+    it stands for in NVIDIA's FLOPs per token (``nv_gflop_per_token``)."""
+    tokens = tflops * 1e3 / nv_gflop_per_token(model, seq)
+    return Published(model, release, gpus, precision, gbs, mbs, seq, False, tp, pp, 1, vp, ep, tokens, tflops,
+                     note=note, recipe=recipe)
+
+
+# Megatron-LM's H100 MoE recipes (NVIDIA/Megatron-LM examples/moe_recipes/*/h100/*.yaml, ARGS), as read:
+# - Qwen3-30B-A3B bf16_32GPU_TP1PP1EP8.yaml: seq_length 4096, tp 1, pp 1, ep 8, expert_tensor_parallel_size 1,
+#   mbs 1, gbs 256, bf16; moe_token_dispatcher_type flex with moe_flex_dispatcher_backend hybridep (HybridEP,
+#   ``plan.experts`` 'deepep': with ep 8 inside one node it is NVLink only), moe_permute_fusion,
+#   moe_router_fusion, moe_router_dtype fp32, moe_grouped_gemm; no recompute_granularity, no CUDA graphs; the
+#   distributed optimizer with overlap_grad_reduce and overlap_param_gather; cross_entropy_loss_fusion (te).
+# - Qwen3-30B-A3B fp8_32GPU_TP1PP1EP8.yaml: the same, plus fp8_recipe blockwise (e4m3), fp8_param_gather, the
+#   precision-aware optimizer (bf16 Adam moments, fp32 main parameters and gradients), and cuda_graph_impl
+#   transformer_engine with cuda_graph_scope attn, moe_router, moe_preprocess.
+# - Qwen3-235B-A22B bf16_256GPU_TP2PP8EP32.yaml: seq_length 4096, tp 2, pp 8, ep 32, expert_tensor_parallel_size
+#   1, num_layers_per_virtual_pipeline_stage 3 with account_for_embedding/loss_in_pipeline_split (94 + 2 units
+#   in 32 chunks of 3: vp 4, ``chunk_layers``), mbs 1, gbs 2048, bf16; HybridEP with permute and router
+#   fusion; overlap_moe_expert_parallel_comm with delay_wgrad_compute; recompute_granularity selective,
+#   recompute_modules moe_act layernorm; cuda_graph_impl transformer_engine, cuda_graph_scope moe_router
+#   moe_preprocess; NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24.
+# Settings every one of them shares that the mapping cannot express (gaps of each row):
+_MLM_COMMON = (
+    "moe_router_fusion (one fused top-k/score/aux-loss kernel): charged as the unfused router's kernels and calls",
+    "HybridEP's host work charged as the all-to-all dispatcher's (plan.moe_host counts that dispatcher)",
+    "overlap_param_gather with the distributed optimizer: ours gathers the updated weights after the step, exposed",
+)
+MLM_QWEN3_30B_BF16 = Recipe(recompute="none", expert_tp=1, dispatcher="deepep", unmodelled=_MLM_COMMON)
+MLM_QWEN3_30B_FP8 = Recipe(
+    recompute="none", expert_tp=1, dispatcher="deepep", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"),
+    fp8_recipe="blockwise", unmodelled=(*_MLM_COMMON,
+        "fp8_param_gather (weights gathered in fp8) and the precision-aware optimizer's bf16 Adam moments: "
+        "ours gathers and stores them as --dtype fp8 does"),
+)
+MLM_QWEN3_235B_BF16 = Recipe(
+    recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, dispatcher="deepep",
+    cuda_graph_scope=("moe_router", "moe_preprocess"), unmodelled=(*_MLM_COMMON,
+        "delay_wgrad_compute (expert weight gradients deferred to cover the combine all-to-all): only "
+        "overlap_ep_comm's hiding of each all-to-all behind another micro-batch's compute",
+        "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled"),
+)
+_MLM_NOTE = "Megatron-LM H100 recipe; TFLOP/s published, tokens/s = TFLOP/s over NVIDIA's FLOPs per token"
+_MLM_OLD = "README value #5728 replaced (#5289: 'curated benchmark sources'), same recipe"
+_MLM_ROWS = (
+    from_tflops("qwen3-30b-a3b", "MLM#5728", 32, "bf16", 256, 1, 4096, 1, 1, 1, 8, 240.5, MLM_QWEN3_30B_BF16,
+                _MLM_NOTE),
+    from_tflops("qwen3-30b-a3b", "MLM#5289", 32, "bf16", 256, 1, 4096, 1, 1, 1, 8, 234.1, MLM_QWEN3_30B_BF16,
+                _MLM_OLD),
+    from_tflops("qwen3-30b-a3b", "MLM#5728", 32, "fp8", 256, 1, 4096, 1, 1, 1, 8, 242.9, MLM_QWEN3_30B_FP8,
+                _MLM_NOTE),
+    from_tflops("qwen3-30b-a3b", "MLM#5289", 32, "fp8", 256, 1, 4096, 1, 1, 1, 8, 232.4, MLM_QWEN3_30B_FP8,
+                _MLM_OLD),
+    from_tflops("qwen3-235b-a22b", "MLM#5728", 256, "bf16", 2048, 1, 4096, 2, 8, 4, 32, 302.0,
+                MLM_QWEN3_235B_BF16, _MLM_NOTE),
+    from_tflops("qwen3-235b-a22b", "MLM#5289", 256, "bf16", 2048, 1, 4096, 2, 8, 4, 32, 214.3,
+                MLM_QWEN3_235B_BF16, _MLM_OLD),
+)
+_ROWS = _BRIDGE_ROWS + _MLM_ROWS
 
 def model_spec(name: str, seq: int) -> TransformerDims:
     """The model at the published sequence length: our presets where they exist, else the Hugging Face
@@ -188,7 +305,7 @@ def model_spec(name: str, seq: int) -> TransformerDims:
                     "first 3 blocks, then 256 routed experts of 2048 (top-8) + 1 shared, noaux_tc router bias; "
                     "vocabulary 129,280, untied. DeepSeek-V3 report (arXiv 2412.19437): 671 B parameters, 37 B "
                     "activated; the multi-token-prediction module (11.5 B unique, 14 B with its copies of the "
-                    "embedding and head) is added by project_for (MTP_LAYERS). Node-limited routing: "
+                    "embedding and head) is added by project_for (Recipe.mtp_layers). Node-limited routing: "
                     "topk_group 4 of n_group 8 (each token to at most 4 nodes).",
         )
     else:
@@ -249,8 +366,9 @@ def chunk_layers(model: str, layers: int, pp: int, vp: int) -> list[int]:
     for the models whose layers pp × vp does not divide. DeepSeek-V3 on H100 gives it (pp_layout
     "Et|(tt|)*30mL": virtual stage 0 embedding + 1 layer, 30 of 2 layers, the last MTP + loss; the MTP depth
     rides with the head, outside the layout's count); the others count the embedding and the loss as one layer
-    each (Megatron's account_for_embedding/loss_in_pipeline_split, an assumption: the recipe files do not show
-    it), so every chunk holds equal units."""
+    each (Megatron's account_for_embedding/loss_in_pipeline_split: Megatron-LM's Qwen3-235B H100 recipe sets
+    both with 3 units per virtual stage; the Megatron-Bridge recipe files do not show it, an assumption there),
+    so every chunk holds equal units."""
     if model == "deepseek-v3":
         chunks = [1] + [2] * 30 + [0]
     else:
@@ -266,12 +384,12 @@ def chunk_layers(model: str, layers: int, pp: int, vp: int) -> list[int]:
 
 def project_for(row: Row, engine: str = "analytic") -> Project:
     """The nearest expressible project; fills ``row.gaps`` with what differs from the published run."""
-    p = row.pub
+    p, r = row.pub, row.pub.run_recipe
     spec = model_spec(p.model, p.seq)
     gaps: list[str] = []
     dp = p.gpus // (p.tp * p.pp * p.cp)
     ep = p.ep
-    etp = RECIPE_EXPERT_TP.get(p.model, p.tp) if ep > 1 and p.tp > 1 else None  # None: tp (ours and Megatron's)
+    etp = (r.expert_tp or p.tp) if ep > 1 and p.tp > 1 else None  # None: tp (ours and Megatron's)
     if ep > 1 and (p.tp * dp) % (ep * (etp or p.tp)):
         experts = spec.moe.experts if spec.moe else 1
         ep = _largest_divisor(dp, dp, experts)
@@ -281,18 +399,24 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         layout = chunk_layers(p.model, spec.layers, p.pp, p.vp)
     if p.token_drop:
         gaps.append("token-drop run: ours is dropless (forced balance makes the two alike at capacity 1)")
-    if p.model in MTP_LAYERS:
-        spec = spec.model_copy(update={"mtp_layers": MTP_LAYERS[p.model]})
+    if p.precision == "fp8" and r.fp8_recipe != "current":
+        gaps.append(f"fp8 {r.fp8_recipe} scaling (1×128 activation, 128×128 weight blocks, each scale found inside "
+                    "the cast): ours charges current scaling's amax pass, scale kernel and cast per quantized "
+                    "tensor (perf.op_cost, plan.moe_host) and the per-tensor-scaled GEMM rate")
+    gaps.extend(r.unmodelled)
+    if r.mtp_layers:
+        spec = spec.model_copy(update={"mtp_layers": r.mtp_layers})
     row.gaps = gaps
     mapping = Mapping(
         tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, expert_tp=etp, sequence_parallel=p.tp > 1, interleave=p.vp,
         pipeline_layers=layout, micro_batch=p.mbs, global_batch=p.gbs, fusion=FLASH,
-        recompute="full" if p.model in RECOMPUTE_LAYERS else "selective",
-        recompute_layers=RECOMPUTE_LAYERS.get(p.model), recompute_modules=RECIPE_RECOMPUTE.get(p.model),
+        recompute=r.recompute, recompute_layers=r.recompute_layers,
+        recompute_modules=list(r.recompute_modules) if r.recompute_modules is not None else None,
+        cuda_graph_scope=list(r.cuda_graph_scope) if r.cuda_graph_scope is not None else None,
         fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe
-        overlap_tp_comm=p.model in TP_OVERLAP and p.tp > 1,  # tp_comm_overlap with the recipe's userbuffers
+        overlap_tp_comm=r.tp_overlap is not None and p.tp > 1,  # tp_comm_overlap with the recipe's userbuffers
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
-        overlap_ep_comm=A2A_OVERLAP.get(p.model, False), ep_dispatcher=DISPATCHER.get(p.model, "alltoall"),
+        overlap_ep_comm=r.overlap_ep_comm, ep_dispatcher=r.dispatcher,
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=p.precision, engine=engine))
@@ -426,11 +550,11 @@ def detail(row: Row) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", default="analytic", choices=["analytic", "event"])
-    ap.add_argument("--only", default="", help="run only rows whose label contains this")
+    ap.add_argument("--only", default="", help="run only rows whose label or release contains this")
     ap.add_argument("--whatif", action="store_true", help="attention-costing variants (WHATIF) per row")
     ap.add_argument("--detail", action="store_true", help="per-op times of one block of each selected row")
     args = ap.parse_args()
-    selected = [row for row in rows() if args.only in row.label]
+    selected = [row for row in rows() if args.only in row.label or args.only in row.pub.release]
     if args.whatif:
         return whatif(selected)
     if args.detail:
@@ -438,7 +562,7 @@ def main() -> None:
             detail(row)
         return None
     outcomes = []
-    print(f"{'row':40} {'rel':>5} {'meas tok/s':>10} {'pred':>8} {'error':>7} {'NV TF':>6} {'ourTF':>6} "
+    print(f"{'row':40} {'rel':>9} {'meas tok/s':>10} {'pred':>8} {'error':>7} {'NV TF':>6} {'ourTF':>6} "
           f"{'wall':>5}  breakdown (s per iteration)")
     for row in selected:
         o = evaluate(row, args.engine)
@@ -446,13 +570,13 @@ def main() -> None:
         p = row.pub
         rel = p.release + ("+" if row.others else "")
         parts = ", ".join(f"{k} {v:.2f}" for k, v in o.breakdown.items() if v > 0.005)
-        print(f"{row.label:40} {rel:>5} {p.tokens_per_gpu:>10.0f} {o.tokens_per_gpu:>8.0f} {100 * o.error:>+6.1f}% "
+        print(f"{row.label:40} {rel:>9} {p.tokens_per_gpu:>10.0f} {o.tokens_per_gpu:>8.0f} {100 * o.error:>+6.1f}% "
               f"{o.nv_tflops:>6.0f} {o.our_tflops:>6.0f} {o.wall_s:>5.1f}  {parts}{'  OOM' if o.oom else ''}")
         for other in row.others:
             err = o.tokens_per_gpu / other.tokens_per_gpu - 1
-            print(f"{'':40} {other.release:>5} {other.tokens_per_gpu:>10.0f} {'':>8} {100 * err:>+6.1f}%")
+            print(f"{'':40} {other.release:>9} {other.tokens_per_gpu:>10.0f} {'':>8} {100 * err:>+6.1f}%")
         for gap in row.gaps:
-            print(f"{'':42}gap: {gap}")
+            print(f"{'':46}gap: {gap}")
     if outcomes:
         s = summary(outcomes)
         print("mean |error| of tokens/s/GPU: " + ", ".join(f"{k} {100 * v:.1f} % (n={n})" for k, v, n in (

@@ -3,19 +3,30 @@
 What could silently break the comparison: a model built with the wrong architecture (checked against the
 parameter counts on each model card, which the specs were not derived from), a published configuration
 that no longer maps onto a runnable project (device count, batch arithmetic), or merged releases that
-differ in configuration. No assertion on the errors: the rows are a check, not a target.
+differ in configuration; for the Megatron-LM rows (published as TFLOP/s only), the FLOPs per token that
+convert them to tokens/s and the recipe settings the YAML files give. No assertion on the errors: the rows are
+a check, not a target.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-from calibrate_nemo_h100 import MODEL_CARD, chunk_layers, model_spec, project_for, rows  # noqa: E402
+from calibrate_nemo_h100 import (  # noqa: E402
+    BRIDGE_H100,
+    MODEL_CARD,
+    chunk_layers,
+    model_spec,
+    nv_gflop_per_token,
+    project_for,
+    rows,
+)
 from tilewright.engine.ir.ops import OpKind  # noqa: E402
 from tilewright.engine.plan.checks import check_project  # noqa: E402
 from tilewright.engine.workloads import build_workload  # noqa: E402
@@ -84,3 +95,69 @@ def test_megatron_layouts_hold_every_layer_once(model, layers, pp, vp):
     row = next(r for r in rows() if r.pub.model == model)
     m = project_for(row).mapping
     assert m.interleave == vp and m.pipeline_layers == chunks
+
+
+def _bridge_qwen3_gflop_per_token(model: str, seq: int) -> float:
+    """Megatron-Bridge's ``qwen3_flops`` (flop_utils) per token, counted here from the Hugging Face dimensions:
+    GQA attention 6·l·h²·(q/h)·((2·kv/heads + 1) + s/h + 1), SwiGLU experts 6·l·h·3·(expert_ffn·top_k),
+    head 6·h·vocab. Written from that formula, not from the benchmark's pooled ratio it checks."""
+    spec = model_spec(model, seq)
+    h, layers, heads, kv = spec.hidden, spec.layers, spec.heads, spec.kv_heads
+    q_ratio = spec.head_dim * heads / h
+    attention = 6 * layers * h * h * q_ratio * ((2 * kv / heads + 1) + seq / h + 1)
+    experts = 6 * layers * h * 3 * spec.moe.expert_ffn * spec.moe.top_k
+    head = 6 * h * spec.vocab
+    return (attention + experts + head) / 1e9
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "qwen3-235b-a22b"])
+def test_nvidia_flops_per_token_is_megatron_bridges_count(model):
+    """The TFLOP/s → tokens/s conversion of the Megatron-LM rows uses the NeMo rows' TFLOP/s over tokens/s;
+    it must be Megatron-Bridge's own FLOPs per token to within the three-digit rounding of those TFLOP/s."""
+    assert nv_gflop_per_token(model, 4096) == pytest.approx(_bridge_qwen3_gflop_per_token(model, 4096), rel=0.004)
+
+
+def test_mlm_rows_are_published_tflops_in_tokens():
+    mlm = [r for r in rows() if r.pub.release.startswith("MLM")]
+    assert {(r.pub.model, r.pub.precision) for r in mlm} == {
+        ("qwen3-30b-a3b", "bf16"), ("qwen3-30b-a3b", "fp8"), ("qwen3-235b-a22b", "bf16")}
+    for row in mlm:
+        for pub in (row.pub, *row.others):
+            gflop = _bridge_qwen3_gflop_per_token(pub.model, pub.seq)
+            assert pub.tokens_per_gpu == pytest.approx(pub.tflops_per_gpu * 1e3 / gflop, rel=0.004)
+
+
+def test_mlm_recipes_map_as_their_yaml_says():
+    """examples/moe_recipes/qwen3_30b/h100/{bf16,fp8}_32GPU_TP1PP1EP8.yaml, qwen3_235b/h100/
+    bf16_256GPU_TP2PP8EP32.yaml: HybridEP (flex dispatcher), no recomputation and CUDA graphs over attn,
+    moe_router, moe_preprocess on the 30B fp8 run only; the 235B run's moe_act/layernorm recomputation,
+    router/preprocess graphs, EP overlap, expert tp 1 and 3 layer units per virtual stage."""
+    by = {(r.pub.model, r.pub.precision): project_for(r).mapping for r in rows() if r.pub.release.startswith("MLM")}
+    bf16, fp8, big = by["qwen3-30b-a3b", "bf16"], by["qwen3-30b-a3b", "fp8"], by["qwen3-235b-a22b", "bf16"]
+    assert {m.ep_dispatcher for m in (bf16, fp8, big)} == {"deepep"}
+    assert bf16.recompute.value == fp8.recompute.value == "none"
+    assert bf16.cuda_graph_scope is None
+    assert fp8.cuda_graph_scope == ["attn", "moe_router", "moe_preprocess"]
+    assert big.recompute.value == "selective" and sorted(big.recompute_modules) == ["layernorm", "moe_act"]
+    assert big.cuda_graph_scope == ["moe_router", "moe_preprocess"]
+    assert big.overlap_ep_comm and big.expert_tp == 1 and big.tp == 2 and big.pp == 8 and big.ep == 32
+    units = [n + (i == 0) + (i == len(big.pipeline_layers) - 1) for i, n in enumerate(big.pipeline_layers)]
+    assert units == [3] * 32  # embedding and loss each one layer's worth, 3 per virtual stage
+
+
+def test_only_the_blockwise_fp8_row_reports_its_scaling_gap():
+    for row in rows():
+        project_for(row)
+        blockwise = any("blockwise" in g for g in row.gaps)
+        assert blockwise == (row.pub.precision == "fp8" and row.pub.run_recipe.fp8_recipe == "blockwise"), row.label
+
+
+def test_bridge_rows_run_their_models_bridge_recipe_and_the_recipe_is_part_of_a_configuration():
+    """Same columns under another recipe (Megatron-Bridge's instead of Megatron-LM's) is another configuration:
+    the two sources' measurements of one model never merge into one row."""
+    for row in rows():
+        if not row.pub.release.startswith("MLM"):
+            assert row.pub.run_recipe is BRIDGE_H100[row.pub.model]
+    mlm = next(r.pub for r in rows() if r.pub.model == "qwen3-235b-a22b" and r.pub.release.startswith("MLM"))
+    assert replace(mlm, recipe=None).config != mlm.config
+    assert replace(mlm, release="26.02", tokens_per_gpu=1.0).config == mlm.config
