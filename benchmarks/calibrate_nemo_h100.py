@@ -33,8 +33,8 @@ the row's recipe (``Recipe``):
   ``presets/projects/tpu-v4-llama2-7b.json`` expresses it; a recipe without recomputation runs 'none', which
   with the fused chain stores and runs the same;
 - the distributed optimizer (ZeRO-1) with overlapped gradient reduction, or FSDP (ZeRO-3 with prefetch)
-  where the FSDP column says so; fp8 rows run ``--dtype fp8`` (weighted GEMMs on the fp8 units, with current
-  scaling's quantization passes: ``Recipe.fp8_recipe`` says which scaling the run used);
+  where the FSDP column says so; fp8 rows run ``--dtype fp8`` (weighted GEMMs on the fp8 units, with
+  the quantization passes of ``Recipe.fp8_recipe``, the scaling the run used: ``mapping.formats.fp8_scaling``);
 - MoE: experts balanced (``expert_imbalance`` 1); the recipe's expert tensor parallelism, token dispatcher,
   expert all-to-all overlap, selective recomputation modules and CUDA-graph scopes.
 
@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 
 from tilewright.engine.io.presets import load_model, load_system
 from tilewright.engine.ir import Mapping, Project, RunSettings
+from tilewright.engine.ir.mapping import Fp8Scaling, TensorFormats
 from tilewright.engine.ir.workload import LlamaSpec, MLASpec, MoESpec, TransformerDims
 from tilewright.engine.simulate import simulate
 
@@ -83,6 +84,9 @@ class Recipe:
     cuda_graph_scope: tuple[str, ...] | None = None  # cuda_graph_impl transformer_engine, cuda_graph_scope
     fp8_recipe: str = "current"  # Transformer Engine scaling of an fp8 run: 'current' (FP8-CS) or 'blockwise'
     unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
+
+
+FP8_SCALING = {"current": Fp8Scaling.tensor, "blockwise": Fp8Scaling.block}  # Recipe.fp8_recipe → ours
 
 
 # Megatron-Bridge's H100 recipes per model (scripts/performance/configs/*/*workload_base_configs.py), the
@@ -399,10 +403,8 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         layout = chunk_layers(p.model, spec.layers, p.pp, p.vp)
     if p.token_drop:
         gaps.append("token-drop run: ours is dropless (forced balance makes the two alike at capacity 1)")
-    if p.precision == "fp8" and r.fp8_recipe != "current":
-        gaps.append(f"fp8 {r.fp8_recipe} scaling (1×128 activation, 128×128 weight blocks, each scale found inside "
-                    "the cast): ours charges current scaling's amax pass, scale kernel and cast per quantized "
-                    "tensor (perf.op_cost, plan.moe_host) and the per-tensor-scaled GEMM rate")
+    # the fp8 rows' scaling recipe (mapping.formats.fp8_scaling: perf.op_cost's quantization kernels)
+    formats = TensorFormats(fp8_scaling=FP8_SCALING[r.fp8_recipe]) if p.precision == "fp8" else TensorFormats()
     gaps.extend(r.unmodelled)
     if r.mtp_layers:
         spec = spec.model_copy(update={"mtp_layers": r.mtp_layers})
@@ -416,7 +418,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe
         overlap_tp_comm=r.tp_overlap is not None and p.tp > 1,  # tp_comm_overlap with the recipe's userbuffers
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
-        overlap_ep_comm=r.overlap_ep_comm, ep_dispatcher=r.dispatcher,
+        overlap_ep_comm=r.overlap_ep_comm, ep_dispatcher=r.dispatcher, formats=formats,
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=p.precision, engine=engine))

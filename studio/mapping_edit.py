@@ -89,8 +89,23 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
 
 OPTION_FIELDS = (  # set one at a time
     "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
-    "fused_cross_entropy", "pipeline_layers", "recompute_modules", "cuda_graph_scope",
+    "fused_cross_entropy", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "fp8_scaling",
 )
+# options held inside a part of the mapping: option → (part, field), the engine's problems at mapping.part.field
+NESTED_OPTIONS = {"fp8_scaling": ("formats", "fp8_scaling")}
+
+
+def option_path(field: str) -> str:
+    """Where the option lives under ``mapping`` ("recompute", "formats.fp8_scaling")."""
+    return ".".join(NESTED_OPTIONS.get(field, (field,)))
+
+
+def option_value(mapping: Mapping, field: str) -> Any:
+    """The option's value as the mapping holds it (the nested ones read from their part)."""
+    if field in NESTED_OPTIONS:
+        part, name = NESTED_OPTIONS[field]
+        return getattr(getattr(mapping, part), name)
+    return getattr(mapping, field)
 
 
 def _problems_at(project: Project, field: str) -> list[str]:
@@ -102,7 +117,7 @@ def _problems_at(project: Project, field: str) -> list[str]:
         problems = check_project(project)
     except (ValueError, TypeError, KeyError):
         return []
-    path = f"mapping.{field}"
+    path = f"mapping.{option_path(field)}"
     return [str(p) for p in problems if p.path == path or p.path.startswith(f"{path}.")]
 
 
@@ -114,7 +129,13 @@ def checked_option(project: Project, field: str, value: Any) -> Mapping:
     if field not in OPTION_FIELDS:
         raise EditRefused(f"not a mapping option: {field}")
     data = project.mapping.model_dump(mode="json")
-    data[field] = value
+    if field == "fp8_scaling" and value == "tensor":  # the default recipe stays unset: the file saves as before
+        value = None
+    if field in NESTED_OPTIONS:
+        part, name = NESTED_OPTIONS[field]
+        data[part] = dict(data.get(part) or {}) | {name: value}
+    else:
+        data[field] = value
     if field == "recompute" and value != "full":  # a count of whole layers to re-run means nothing then
         data["recompute_layers"] = None
     if field == "recompute" and value != "selective":  # nor the modules selective recomputation re-runs

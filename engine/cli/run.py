@@ -10,7 +10,7 @@ from typing import Any
 from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
 from tilewright.engine.io.json_file import dumps_strict
-from tilewright.engine.ir.mapping import parse_pipeline_layout, tp_axes_for
+from tilewright.engine.ir.mapping import Fp8Scaling, parse_pipeline_layout, tp_axes_for
 
 DIM_FLAGS = ("layers", "hidden", "heads", "ffn", "seq_len", "vocab")
 MAPPING_FLAGS = (
@@ -84,6 +84,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "Megatron-LM's eager kernels over fp32 logits")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"])
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
+    p.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Scaling],
+                   help="with fp8: Transformer Engine's scaling recipe (mapping.formats.fp8_scaling): delayed "
+                   "(amax history, amax fused into the cast), tensor (current scaling, the default), block "
+                   "(1×128 / 128×128 blocks, DeepSeek-V3), mxfp8 (Blackwell's 1×32 microscaling)")
     p.add_argument("--mode", choices=["train", "infer"])
     p.add_argument("--engine", choices=["event", "analytic"])
     p.add_argument("--no-aggregate", action="store_true", help="simulate every device, not one per symmetric group")
@@ -320,6 +324,9 @@ def assemble_project(args: argparse.Namespace):
             run[key] = getattr(args, key)
     if args.no_aggregate:
         run["aggregate"] = False
+    if getattr(args, "fp8_recipe", None):  # validation refuses it without an fp8 tensor to scale
+        data["mapping"]["formats"] = (_object(data["mapping"].get("formats"), "mapping.formats")
+                                      | {"fp8_scaling": args.fp8_recipe})
     inference_flags = _inference_flags(args, run, data["mapping"])
     data["run"] = run
     for option in args.set:

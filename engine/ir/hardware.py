@@ -110,7 +110,7 @@ class Compute(QuietDefaultsModel):
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
               "programs_by_op", "gemm_granule", "runtime_step_s", "host_sync_s", "flash_forward_efficiency",
-              "flash_backward_efficiency", "format_efficiency")
+              "flash_backward_efficiency", "format_efficiency", "microscaling")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -151,6 +151,12 @@ class Compute(QuietDefaultsModel):
         default_factory=dict,
         description="per data type, the share of the efficiency curve a GEMM in that format reaches (its peak is "
         "scaled by it): a format whose datasheet peak the same SMs cannot feed as well (fp8 on Hopper); 1 if absent",
+    )
+    microscaling: bool = Field(
+        False,
+        description="the matrix units apply block scales themselves (OCP microscaling, MXFP8: one E8M0 scale per "
+        "32 elements, Blackwell's tensor cores); without it an fp8 run cannot use mapping.formats.fp8_scaling "
+        "'mxfp8'",
     )
     overlap_compute_memory: bool = Field(
         True, description="roofline overlap of compute and memory time (max) instead of their sum"

@@ -94,12 +94,23 @@ class StagePlacement(StrictModel):
 MemoryCategory = Literal["weights", "gradients", "optimizer", "activations", "kv_cache"]
 
 
+class Fp8Scaling(StrEnum):
+    """How an fp8 run scales its tensors: Transformer Engine's training recipes
+    (transformer_engine/common/recipe/__init__.py). The recipe decides the quantization kernels around every fp8
+    GEMM (``perf.op_cost.fp8_cast_passes``), so it is a cost, not only a numerics, choice."""
+
+    delayed = "delayed"  # DelayedScaling: the scale from an amax history, the amax fused into the cast
+    tensor = "tensor"  # Float8CurrentScaling (FP8-CS): per-tensor amax pass, then the scaled cast
+    block = "block"  # Float8BlockScaling: 1×128 activation / 128×128 weight blocks, fp32 scales (DeepSeek-V3)
+    mxfp8 = "mxfp8"  # MXFP8BlockScaling: 1×32 blocks, E8M0 scales applied by the tensor cores (Blackwell)
+
+
 class TensorFormats(QuietDefaultsModel):
     """Storage format of each kind of tensor; None = the run's data type. Real deployments mix them
     (bfp8 attention weights, bfp4 MLP weights, bf16 activations, bfp8 KV cache); every byte count of the
     plan (weight streams, activations, the KV cache) uses the format of the tensor it moves."""
 
-    _quiet = ("weights_by_op", "fidelity_by_op")
+    _quiet = ("weights_by_op", "fidelity_by_op", "fp8_scaling")
 
     weights: DType | None = None
     activations: DType | None = None
@@ -114,6 +125,12 @@ class TensorFormats(QuietDefaultsModel):
         default_factory=dict,
         description="matrix-engine fidelity of the ops matching a glob pattern, over ``mapping.fidelity``; "
         "unmatched ops keep it (or the default of their weights' format)",
+    )
+    fp8_scaling: Fp8Scaling | None = Field(
+        None,
+        description="scaling recipe of the fp8 GEMMs (Transformer Engine's): 'delayed', 'tensor' (current "
+        "scaling, the default), 'block' (1×128 / 128×128 blocks) or 'mxfp8' (Blackwell's 1×32 microscaling); "
+        "only with fp8 weights",
     )
 
 

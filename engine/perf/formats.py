@@ -20,7 +20,8 @@ from functools import lru_cache
 
 from tilewright.engine.errors import Problem
 from tilewright.engine.ir.common import DEFAULT_FIDELITY, DType, MathFidelity, dtype_bytes
-from tilewright.engine.ir.mapping import TensorFormats
+from tilewright.engine.ir.hardware import Compute
+from tilewright.engine.ir.mapping import Fp8Scaling, TensorFormats
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class OpFormats:
     weights_by_op: tuple[tuple[str, DType], ...] = ()  # (glob pattern, format), first match wins
     fidelity_by_op: tuple[tuple[str, MathFidelity], ...] = ()
     explicit_fidelity: MathFidelity | None = None  # mapping.fidelity: else the default of each op's weights
+    fp8_scaling: Fp8Scaling = Fp8Scaling.tensor  # mapping.formats.fp8_scaling: the quantization of fp8 GEMMs
 
     @property
     def uniform(self) -> bool:
@@ -97,6 +99,7 @@ def resolve_formats(run_dtype: DType, formats: TensorFormats, fidelity: MathFide
         weights_by_op=tuple(formats.weights_by_op.items()),
         fidelity_by_op=tuple(formats.fidelity_by_op.items()),
         explicit_fidelity=fidelity,
+        fp8_scaling=formats.fp8_scaling or Fp8Scaling.tensor,
     )
 
 
@@ -135,6 +138,40 @@ def per_op_problems(formats: TensorFormats, op_names: Iterable[str]) -> list[Pro
                     Problem(f"mapping.formats.{field}.{pattern}", f"matches no op of the workload (ops: {known})")
                 )
     return out
+
+
+def _weight_formats(run_dtype: DType, formats: TensorFormats) -> set[DType]:
+    return {formats.weights or run_dtype, *formats.weights_by_op.values()}
+
+
+def has_fp8_gemms(run_dtype: DType, formats: TensorFormats) -> bool:
+    """Whether any weighted GEMM runs in fp8 (``gemm_dtype``: fp8 weights make an fp8 GEMM), so that an fp8
+    scaling recipe has something to scale."""
+    return DType.fp8 in _weight_formats(run_dtype, formats)
+
+
+def fp8_scaling_problems(
+    run_dtype: DType, formats: TensorFormats, devices: Iterable[tuple[str, Compute]]
+) -> list[Problem]:
+    """A scaling recipe needs fp8 GEMMs to scale (else it is a setting that silently does nothing), and
+    'mxfp8' needs matrix units that apply the 1×32 block scales themselves (``Compute.microscaling``):
+    Transformer Engine refuses MXFP8BlockScaling before Blackwell, and so do we. ``devices``: (name, compute)
+    of every computing component of the system."""
+    recipe = formats.fp8_scaling
+    if recipe is None:
+        return []
+    field = "mapping.formats.fp8_scaling"
+    if not has_fp8_gemms(run_dtype, formats):
+        weights = ", ".join(sorted(w.value for w in _weight_formats(run_dtype, formats)))
+        return [Problem(field, f"'{recipe.value}' but no tensor runs in fp8 (run.dtype {run_dtype.value}, weights "
+                               f"{weights}): set --dtype fp8 or mapping.formats.weights fp8, or drop fp8_scaling")]
+    if recipe is Fp8Scaling.mxfp8:
+        lacking = sorted({name for name, c in devices if not c.microscaling})
+        if lacking:
+            return [Problem(field, f"'mxfp8' needs hardware microscaling (Blackwell's 1×32 E8M0 block scales, "
+                                   f"compute.microscaling); {', '.join(lacking)} has none: use 'block', 'tensor' "
+                                   "or 'delayed'")]
+    return []
 
 
 def per_op_notes(formats: OpFormats, op_names: Iterable[str]) -> list[str]:

@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 
 from tilewright.engine.ir.common import DEFAULT_FIDELITY, DType
 from tilewright.engine.ir.hardware import Compute
-from tilewright.engine.ir.mapping import SpatialSplit
+from tilewright.engine.ir.mapping import Fp8Scaling, SpatialSplit
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats, gemm_dtype
@@ -373,17 +373,52 @@ def grouped_efficiency(compute: Compute, dims: tuple[float, float, float], token
     return compute.shape_efficiency(experts * m, n, per)
 
 
-# Transformer Engine's fp8 current scaling (``recipe.Float8CurrentScaling``, NVIDIA's "FP8-CS" rows): the
-# scale comes from the tensor's own amax, which must be known before its first element is cast, so a tensor
-# is quantized by an amax reduction over it, a one-thread scale kernel and then the scaled cast (TE's C API:
-# nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize, as tests/cpp/operator/
-# test_cast_current_scaling.cu calls them); delayed scaling (``DelayedScaling``) takes the scale from an amax
-# history and fuses the amax into the cast (not modelled: the published rows are FP8-CS). vLLM's dynamic
-# per-tensor fp8 quantization of an activation is the same reduction then cast. Bytes per element: the amax
-# pass reads bf16; the cast reads bf16 and writes fp8.
-FP8_AMAX_READ = 2.0
-FP8_CAST_BYTES = 2.0 + 1.0
+# Transformer Engine's fp8 training recipes (transformer_engine/common/recipe/__init__.py), each a different set
+# of quantization kernels around an fp8 GEMM (``mapping.formats.fp8_scaling``). Bytes per element of the tensor
+# quantized, and kernels, per quantized tensor:
+# - 'tensor', current scaling (``Float8CurrentScaling``, NVIDIA's "FP8-CS" rows, the default): the scale comes
+#   from the tensor's own amax, which must be known before its first element is cast, so a tensor is quantized
+#   by an amax reduction over it, a one-thread scale kernel and then the scaled cast (TE's C API:
+#   nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize, as tests/cpp/operator/
+#   test_cast_current_scaling.cu calls them). The amax pass reads bf16; the cast reads bf16 and writes fp8.
+#   vLLM's dynamic per-tensor fp8 quantization of an activation is the same reduction then cast.
+# - 'delayed' (``DelayedScaling``): the scale is the one the amax history gave before this step, so the cast
+#   runs at once and records the tensor's amax as it goes (the amax fused into the cast and cast-transpose
+#   kernels): one kernel, one bf16 read and the fp8 writes. Once per autocast pass the amaxes are all-reduced
+#   and one multi-tensor kernel updates every history and scale (quantization.py
+#   ``reduce_and_update_fp8_tensors``: one amax all-reduce and ``tex.fused_amax_and_scale_update_after_
+#   reduction``, forward and backward): not charged (a few microseconds per micro-batch).
+# - 'block' (``Float8BlockScaling``, DeepSeek-V3's recipe: x and grad in 1×128 blocks, weights in 128×128): each
+#   block's scale is its own amax, which the quantize kernel finds in the block it holds
+#   (``quantize_transpose_vector_blockwise``: the row-wise and the column-wise copy, each with its scales, from
+#   one read of the bf16 input): one kernel, fp8 writes plus one fp32 scale per 128 elements per copy.
+# - 'mxfp8' (``MXFP8BlockScaling``, Blackwell): the same single pass with 1×32 blocks and one E8M0 (1-byte) scale
+#   per 32 elements per copy; the tensor cores apply the scales (``Compute.microscaling``).
+# The per-block scales' GEMM rate stays the per-tensor fp8 rate: the fp8 GEMM efficiency of the presets
+# (dgx-h100 ``format_efficiency`` fp8) is already DeepGEMM's, a 1×128/128×128 block-scaled kernel.
+FP8_AMAX_READ = 2.0  # current scaling's amax pass reads the bf16 tensor
+FP8_SOURCE_READ = 2.0  # every cast reads the bf16 tensor once
 FP8_CAST_KERNELS = 3  # amax, scale from amax, cast (nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize)
+
+
+@dataclass(frozen=True, slots=True)
+class Fp8Quantization:
+    """One recipe's quantization of a tensor: bytes read per element before the cast (a separate amax pass),
+    fp8 bytes written per element per copy (with its scales), and kernels per quantized tensor."""
+
+    amax_read: float
+    copy_bytes: float
+    kernels: int
+
+
+FP8_QUANTIZATION: dict[Fp8Scaling, Fp8Quantization] = {
+    Fp8Scaling.tensor: Fp8Quantization(FP8_AMAX_READ, 1.0, FP8_CAST_KERNELS),
+    Fp8Scaling.delayed: Fp8Quantization(0.0, 1.0, 1),
+    Fp8Scaling.block: Fp8Quantization(0.0, 1.0 + 4.0 / 128, 1),  # fp32 scale per 1×128 block
+    Fp8Scaling.mxfp8: Fp8Quantization(0.0, 1.0 + 1.0 / 32, 1),  # E8M0 scale per 1×32 block
+}
+
+
 # A gated MLP's up and gate projections (``transformer_block._add_mlp``: "mlp_up"/"mlp_gate",
 # "experts_up"/"experts_gate") are one GEMM in Megatron-Core (``linear_fc1`` of twice the width), so their
 # shared input is quantized once: the gate op pays no input-side cast of its own.
@@ -394,8 +429,10 @@ def fp8_cast_passes(
     op: Op, formats: OpFormats | None, backward: bool, in_elems: float, out_elems: float
 ) -> tuple[float, int] | None:
     """(bytes moved, kernels) of the quantization passes one rank runs around a weighted fp8 GEMM kernel
-    by kernel (a GPU): None when the op is not one (``formats.gemm_dtype``). Forward: the input activation
-    (its local shard: with sequence parallelism TE casts before the fp8 all-gather) gets an amax pass and a
+    by kernel (a GPU): None when the op is not one (``formats.gemm_dtype``). The recipe
+    (``formats.fp8_scaling``, ``FP8_QUANTIZATION``) says whether an amax pass precedes the cast, what each fp8
+    copy carries in scales and how many kernels a quantized tensor takes. Forward: the input activation
+    (its local shard: with sequence parallelism TE casts before the fp8 all-gather) gets (an amax pass and) a
     cast. Backward: the output gradient the same, its cast also writing the transposed fp8 copy the weight
     gradient needs (``cast_transpose``, one more fp8 write per element), and the input's transposed fp8 copy
     for the weight gradient (TE writes it in the forward's cast when the input needs a gradient; charged
@@ -407,7 +444,8 @@ def fp8_cast_passes(
     if gemm_dtype(formats, True) is not DType.fp8:
         return None
     shared = op.name.split(".", 1)[-1].endswith(SHARED_INPUT_SUFFIX)
+    q = FP8_QUANTIZATION[formats.fp8_scaling]
     if not backward:
-        return (0.0, 0) if shared else (in_elems * (FP8_AMAX_READ + FP8_CAST_BYTES), FP8_CAST_KERNELS)
-    grad = out_elems * (FP8_AMAX_READ + FP8_CAST_BYTES + 1.0)
-    return grad + (0.0 if shared else in_elems * 1.0), FP8_CAST_KERNELS
+        return (0.0, 0) if shared else (in_elems * (q.amax_read + FP8_SOURCE_READ + q.copy_bytes), q.kernels)
+    grad = out_elems * (q.amax_read + FP8_SOURCE_READ + 2 * q.copy_bytes)
+    return grad + (0.0 if shared else in_elems * q.copy_bytes), q.kernels

@@ -293,7 +293,7 @@ def _spatial_checks(project: Project) -> list[Problem]:
 def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
     (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
-    from tilewright.engine.perf.formats import per_op_problems
+    from tilewright.engine.perf.formats import fp8_scaling_problems, per_op_problems
     from tilewright.engine.plan.budget import estimate
     from tilewright.engine.plan.tensor_axes import problems as tensor_axes_problems
     from tilewright.engine.workloads import build_workload
@@ -329,6 +329,8 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     out += _fusion_checks(m, graph)
     out += _spatial_checks(project)
     out += per_op_problems(m.formats, (op.name for op in graph.ops()))  # mapping.formats.*_by_op
+    out += fp8_scaling_problems(project.run.dtype, m.formats,
+                                ((path, c.compute) for path, c in project.hardware.walk() if c.compute is not None))
     out += tensor_axes_problems(project)  # mapping.tp_axes
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.ops import MoERole, Op, OpKind
 from tilewright.engine.perf.recompute import DEFAULT_MODULES, DENSE_MLP, consumers, local_name, named, with_role
-from tilewright.engine.plan.moe_host import group_seconds
+from tilewright.engine.plan.moe_host import Fp8, group_seconds
 
 Match = Callable[[Op, list[Op]], bool]
 
@@ -120,7 +120,7 @@ class Capture:
     groups: frozenset[str] = frozenset()
     launches: int = 0
 
-    def host(self, op: Op, backward: bool, host: float, framework: bool, ep: int, fp8: bool,
+    def host(self, op: Op, backward: bool, host: float, framework: bool, ep: int, fp8: Fp8,
              compute: Compute) -> float:
         """The op's host seconds under graphs, from its eager ``host`` (``framework``: ``host`` counts
         Megatron-Core's MoE groups, ``moe_host``; else a partial capture saves nothing we could name)."""

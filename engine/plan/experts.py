@@ -98,7 +98,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collective_phase import Collective, Phase, route_latency
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.plan.launch import drain_seconds
-from tilewright.engine.plan.moe_host import framework_host
+from tilewright.engine.plan.moe_host import Fp8, framework_host
 
 EP_PREFIX = "ep:"  # expert parallelism's all-to-all, a segment collective (``plan.sharding``)
 ETP_PREFIX = "etp:"  # a routed expert's tensor-parallel collective over its expert-tensor group (etp < tp)
@@ -317,7 +317,7 @@ NO_DISPATCH = DispatchWork()
 
 def dispatch_work(
     op: Op, backward: bool, tokens_scale: float, tp: int, ep: int, elem_bytes: float, compute: Compute,
-    fp8: bool = False, framework: bool = True, etp: int | None = None,
+    fp8: Fp8 = False, framework: bool = True, etp: int | None = None,
 ) -> DispatchWork:
     """The dispatcher's work around a routed-expert op on a device a host framework drives kernel by kernel
     (``issues_kernels``; grids and wafers run their own dataflow): on the dispatch side (the op whose input
@@ -326,7 +326,7 @@ def dispatch_work(
     token-slots once: the permutation the device's own (1/tp of the replica's), the sorts, with ep > 1, the
     ``etp`` expert-tensor ranks' gathered ones (None: tp; module docstring). ``tokens_scale``: samples per
     pass. With ``framework`` (Megatron-Core training) every MoE op also carries its host work (``moe_host``;
-    ``fp8``: its GroupedLinear quantizes per expert)."""
+    ``fp8``: its GroupedLinear quantizes per expert, by the recipe given)."""
     info = op.moe
     if info is None or not issues_kernels(compute):
         return NO_DISPATCH

@@ -73,8 +73,19 @@ Not counted: NCCL's per-peer calls inside an uneven all-to-all, the tensor-paral
 layer, the shared experts (an ordinary MLP: ``plan.launch``'s counts), capacity-factor routing (padded: the
 dispatcher's counts shrink; charged as dropless), and the extra kernels' device floors (host time only). The
 flex dispatcher (``Mapping.ep_dispatcher`` 'deepep') is charged the all-to-all dispatcher's counts (its router
-and GroupedLinear are the same code); fp8 with delayed scaling would quantize all experts in one fused kernel
-(fewer calls than the current scaling counted here).
+and GroupedLinear are the same code).
+
+The fp8 recipe (``mapping.formats.fp8_scaling``) changes ``split_quantize``'s per-expert work (TE
+``csrc/extensions/cast.cpp``: ``split_quantize``, ``multi_tensor_quantize_impl``,
+``bulk_allocate_fp8_blockwise_tensors``), counted above for current scaling ('tensor'), the same for the
+grad output's quantization in the backward:
+
+- 'delayed': every expert's Float8Quantizer with a column-wise copy takes TE's one fused kernel for all
+  tensors (``nvte_multi_cast_transpose``): the three kernels per expert go, one launch per GroupedLinear comes;
+- 'block': the outputs are allocated in bulk (one row-wise and one column-wise buffer for all experts) and each
+  expert is quantized by one kernel (``quantize_transpose_vector_blockwise`` computes its own scales): the
+  three buffers and two of the three kernels per expert go, two allocations per GroupedLinear come;
+- 'mxfp8': buffers allocated per expert as for current scaling, one kernel per expert instead of three.
 """
 
 from __future__ import annotations
@@ -82,6 +93,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewright.engine.ir.hardware import Compute
+from tilewright.engine.ir.mapping import Fp8Scaling
 from tilewright.engine.ir.ops import MoERole, Op, OpKind
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.plan.launch import host_time
@@ -116,6 +128,25 @@ GROUPED_LINEAR: dict[bool, tuple[HostCount, HostCount]] = {
     False: (HostCount(0, 27, 5), HostCount(0, 22, 7)),
     True: (HostCount(0, 27, 13), HostCount(0, 22, 13)),
 }
+# split_quantize per recipe against current scaling's (module docstring): (calls per GroupedLinear, per expert)
+FP8_SPLIT_QUANTIZE: dict[Fp8Scaling, tuple[int, int]] = {
+    Fp8Scaling.tensor: (0, 0),
+    Fp8Scaling.delayed: (1, -3),  # one fused multi-tensor cast-transpose instead of 3 kernels per expert
+    Fp8Scaling.block: (2, -5),  # two bulk buffers instead of 3 per expert; 1 kernel per expert instead of 3
+    Fp8Scaling.mxfp8: (0, -2),  # 1 kernel per expert instead of 3
+}
+Fp8 = bool | Fp8Scaling  # an fp8 GroupedLinear's recipe; True: current scaling ('tensor'); False: bf16
+
+
+def grouped_linear(backward: bool, fp8: Fp8) -> HostCount:
+    """One GroupedLinear's host work in one pass, bf16 or under an fp8 recipe."""
+    base = GROUPED_LINEAR[bool(fp8)][backward]
+    if not fp8:
+        return base
+    calls, per_expert = FP8_SPLIT_QUANTIZE[Fp8Scaling.tensor if fp8 is True else Fp8Scaling(fp8)]
+    return HostCount(base.kernels, base.calls + calls, base.per_expert + per_expert)
+
+
 # the groups that run a GroupedLinear: fc1 after the dispatch, fc2 on the combine side
 LINEAR_GROUPS = frozenset({"dispatch", "combine_side"})
 
@@ -142,17 +173,17 @@ def groups(op: Op) -> tuple[str, ...]:
     return ("activation",) if op.kind is OpKind.elementwise else ("gate",)
 
 
-def count(name: str, backward: bool, fp8: bool) -> tuple[HostCount, ...]:
+def count(name: str, backward: bool, fp8: Fp8) -> tuple[HostCount, ...]:
     """The counts one group's pass runs: its own, its GroupedLinear's, fp8's padding calls."""
     out = [GROUPS[name][backward]]
     if name in LINEAR_GROUPS:
-        out.append(GROUPED_LINEAR[fp8][backward])
+        out.append(grouped_linear(backward, fp8))
         if fp8 and not backward:
             out.append(HostCount(calls=FP8_PADDING[name]))
     return tuple(out)
 
 
-def framework_host(op: Op, backward: bool, ep: int, fp8: bool, compute: Compute) -> float | None:
+def framework_host(op: Op, backward: bool, ep: int, fp8: Fp8, compute: Compute) -> float | None:
     """Host seconds of Megatron-Core's code behind one MoE op's pass on a device a host framework drives kernel
     by kernel (``issues_kernels``), to be charged instead of ``launch.host_seconds``; None elsewhere (grids and
     wafers, non-MoE ops, shared experts): the generic charge stands. ``ep``: expert-parallel ranks (the local
@@ -163,7 +194,7 @@ def framework_host(op: Op, backward: bool, ep: int, fp8: bool, compute: Compute)
     return group_seconds(op, names, backward, ep, fp8, compute)
 
 
-def group_seconds(op: Op, names: tuple[str, ...] | frozenset[str], backward: bool, ep: int, fp8: bool,
+def group_seconds(op: Op, names: tuple[str, ...] | frozenset[str], backward: bool, ep: int, fp8: Fp8,
                   compute: Compute) -> float:
     """Host seconds of the named groups of one MoE op's pass: all of ``framework_host``, or the part a CUDA
     graph replays instead (``plan.cuda_graphs``: the router and routing under ``moe_router``, the dispatcher's

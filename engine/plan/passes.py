@@ -214,7 +214,8 @@ class _Builder:
         c = self.ctx
         self._graph = graph
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
-        fp8 = c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
+        fp8 = (c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
+               and c.formats.fp8_scaling)  # by its recipe (``moe_host.grouped_linear``)
         moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute,
                             fp8, c.moe_framework, c.expert_tp)
         if moe.sync_s:

@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Ten of them, in a group under the Mapping box of the workload dock:
+Eleven of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -17,7 +17,10 @@ Ten of them, in a group under the Mapping box of the workload dock:
 - the expert token exchange (``mapping.ep_dispatcher``): flat all-to-all or DeepEP node by node; ep > 1;
 - overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1;
 - the parts of each layer replayed from CUDA graphs (``mapping.cuda_graph_scope``, "attn,mlp"; empty: eager
-  kernels); training.
+  kernels); training;
+- the fp8 scaling recipe (``mapping.formats.fp8_scaling``): tensor (current scaling, stored unset), delayed,
+  block or mxfp8; needs fp8 GEMMs (the run's data type or the weights' format fp8). The run's data type itself
+  is not edited in the studio, so the recipe sits here, with the other options of how the mapping runs.
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
 (``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
@@ -34,11 +37,12 @@ from typing import Any
 
 from PySide6.QtGui import QUndoCommand
 from PySide6.QtWidgets import QComboBox, QGridLayout, QGroupBox, QLabel, QWidget
-from tilewright.engine.ir.mapping import Recompute, format_pipeline_layout, parse_pipeline_layout
+from tilewright.engine.ir.mapping import Fp8Scaling, Recompute, format_pipeline_layout, parse_pipeline_layout
 from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.perf.formats import has_fp8_gemms
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping_commands import SetMappingOption
-from tilewright.studio.mapping_edit import checked_option
+from tilewright.studio.mapping_edit import checked_option, option_value
 from tilewright.studio.tree_edit import EditRefused
 from tilewright.studio.ui.fields import Check, ChoiceEditor, FlagEditor, ValueEditor
 from tilewright.studio.units import COUNT
@@ -54,6 +58,9 @@ FUSED_LOSS_TEXT = "fused cross-entropy kernel"
 LAYOUT_TEXT = "layers per virtual stage"
 MODULES_TEXT = "modules re-run"
 GRAPHS_TEXT = "CUDA graphs"
+FP8_TEXT = "fp8 scaling"
+FP8_LABELS = {"tensor": "tensor (current)", "delayed": "delayed (amax history)", "block": "block (1×128)",
+              "mxfp8": "mxfp8 (Blackwell)"}
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
 DISPATCHER_LABELS = {"alltoall": "alltoall (flat)", "deepep": "deepep (node by node)"}
 APPLIES = "Applies at once (one undo step), not through Auto-map"
@@ -97,6 +104,11 @@ OPTION_TIPS = {
                        "compute of the same layer, as DeepSeek-V3's DualPipe and Megatron-Core's "
                        "--overlap-moe-expert-parallel-comm; only the part longer than that compute shows. "
                        f"{APPLIES}",
+    "fp8_scaling": "how the fp8 GEMMs' tensors are scaled, Transformer Engine's recipes: tensor (current "
+                   "scaling: an amax pass, a scale kernel and the cast per tensor), delayed (the scale from an "
+                   "amax history, the amax taken inside the cast: one pass), block (DeepSeek-V3's 1×128 and "
+                   "128×128 blocks, each scale found inside the one cast), mxfp8 (1×32 blocks the tensor cores "
+                   f"scale: Blackwell only). {APPLIES}",
 }
 TRAINING_ONLY = "training only: an inference run has no backward pass, so this option changes nothing"
 OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradients to reduce across replicas "
@@ -108,6 +120,8 @@ MODULES_OFF_TIP = "needs selective recomputation (choose 'selective' above): it 
 LAYOUT_OFF_TIP = "needs a pipeline: with pp × interleave = 1 every layer is on one stage (set pp > 1 first)"
 OVERLAP_TP_OFF_TIP = ("needs tensor parallelism with sequence parallelism: the all-gathers and reduce-scatters it "
                       "pipelines exist only then (set tp > 1 and sequence parallelism, then press Auto-map)")
+FP8_OFF_TIP = ("needs fp8 GEMMs: the run's data type (run.dtype, --dtype fp8) or the weights' format "
+               "(mapping.formats.weights) must be fp8 for a scaling recipe to matter")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
                       "is exchanged (set ep > 1 and press Auto-map first)")
 
@@ -135,6 +149,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return OVERLAP_EP_OFF_TIP if m.ep == 1 else None
     if field == "cuda_graph_scope":
         return None if training else TRAINING_ONLY
+    if field == "fp8_scaling":
+        return None if has_fp8_gemms(project.run.dtype, m.formats) else FP8_OFF_TIP
     raise KeyError(field)
 
 
@@ -160,6 +176,8 @@ def undo_text(field: str, value: Any) -> str:
         return "Fused cross-entropy" if value else "Eager cross-entropy"
     if field == "pipeline_layers":
         return "Even pipeline split" if value is None else f"Pipeline layout {format_pipeline_layout(value)}"
+    if field == "fp8_scaling":
+        return f"fp8 scaling {FP8_LABELS[value or Fp8Scaling.tensor.value]}"
     raise KeyError(field)
 
 
@@ -220,7 +238,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The ten option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The eleven option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -241,23 +259,26 @@ class MappingOptions(QGroupBox):
         self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
                                             parent=self)
         self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
+        self.fp8_scaling = LabelledChoice(self.current("fp8_scaling"), FP8_LABELS, self._check("fp8_scaling"),
+                                          parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
-            "recompute_modules": self.modules, "cuda_graph_scope": self.graphs,
+            "recompute_modules": self.modules, "cuda_graph_scope": self.graphs, "fp8_scaling": self.fp8_scaling,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
-        for combo in (self.recompute.combo, self.ep_dispatcher.combo):
+        for combo in (self.recompute.combo, self.ep_dispatcher.combo, self.fp8_scaling.combo):
             _compact(combo)
         self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
                        "pipeline_layers": QLabel(LAYOUT_TEXT, self),
                        "ep_dispatcher": QLabel(DISPATCHER_TEXT, self),
                        "recompute_modules": QLabel(MODULES_TEXT, self),
-                       "cuda_graph_scope": QLabel(GRAPHS_TEXT, self)}
+                       "cuda_graph_scope": QLabel(GRAPHS_TEXT, self),
+                       "fp8_scaling": QLabel(FP8_TEXT, self)}
         grid = QGridLayout(self)
         grid.addWidget(self.labels["recompute"], 0, 0)
         grid.addWidget(self.recompute, 0, 1)
@@ -275,6 +296,8 @@ class MappingOptions(QGroupBox):
         grid.addWidget(self.modules, 8, 1)
         grid.addWidget(self.labels["cuda_graph_scope"], 9, 0)
         grid.addWidget(self.graphs, 9, 1)
+        grid.addWidget(self.labels["fp8_scaling"], 10, 0)
+        grid.addWidget(self.fp8_scaling, 10, 1)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:
@@ -288,7 +311,9 @@ class MappingOptions(QGroupBox):
         return check
 
     def current(self, field: str) -> Any:
-        value = getattr(self.doc.project.mapping, field)
+        value = option_value(self.doc.project.mapping, field)
+        if field == "fp8_scaling":  # unset is current scaling, what the engine runs then
+            return (value or Fp8Scaling.tensor).value
         return value.value if isinstance(value, Recompute) else value
 
     def set_option(self, field: str, value: Any) -> bool:
