@@ -145,11 +145,18 @@ def test_mlm_recipes_map_as_their_yaml_says():
     assert units == [3] * 32  # embedding and loss each one layer's worth, 3 per virtual stage
 
 
-def test_only_the_blockwise_fp8_row_reports_its_scaling_gap():
+def test_fp8_rows_run_their_published_scaling_and_report_no_scaling_gap():
+    """The blockwise row runs block scaling, the FP8-CS rows current (per-tensor) scaling, bf16 rows none: the
+    recipe is expressed (``mapping.formats.fp8_scaling``), so no row lists it as a gap."""
+    want = {"blockwise": "block", "current": "tensor"}
     for row in rows():
-        project_for(row)
-        blockwise = any("blockwise" in g for g in row.gaps)
-        assert blockwise == (row.pub.precision == "fp8" and row.pub.run_recipe.fp8_recipe == "blockwise"), row.label
+        project = project_for(row)
+        scaling = project.mapping.formats.fp8_scaling
+        if row.pub.precision == "fp8":
+            assert scaling is not None and scaling.value == want[row.pub.run_recipe.fp8_recipe], row.label
+        else:
+            assert scaling is None, row.label
+        assert not any("blockwise" in g for g in row.gaps), row.label
 
 
 def test_bridge_rows_run_their_models_bridge_recipe_and_the_recipe_is_part_of_a_configuration():
