@@ -18,6 +18,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
 from tilewright.engine.plan.passes import PassContext, collective_between, fused_edges, local_name
 from tilewright.engine.workloads.graph import WorkloadGraph
 
@@ -30,6 +31,9 @@ class OpSettings:
     spatial: SpatialSplit
     rows_per_sample: int
     fused_loss: bool = False  # mapping.fused_cross_entropy: the loss's kernels and its logits' width
+    # mapping.cuda_graph_scope: what CUDA graphs replay (``plan.cuda_graphs``): the captured ops' host work and,
+    # under 'full_iteration', the passes' host syncs (``plan.train_step``) are gone, as in the plan
+    cuda_graph_scope: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
@@ -37,7 +41,7 @@ class OpSettings:
         formats = resolve_formats(project.run.dtype, m.formats, m.fidelity)
         return cls(
             formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
-            m.fused_cross_entropy,
+            m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()),
         )
 
     @property
@@ -52,7 +56,13 @@ class OpSettings:
         ctx.rows_per_sample = self.rows_per_sample
         ctx.residency = residency
         ctx.fused_loss = self.fused_loss
+        ctx.cuda_graph_scope = self.cuda_graph_scope
         return ctx
+
+    @property
+    def full_iteration(self) -> bool:
+        """The whole forward-backward is one CUDA graph: its passes carry no host syncs (``ChunkPass.captured``)."""
+        return FULL_ITERATION in self.cuda_graph_scope
 
 
 def fusion_allows(workload: WorkloadGraph, fused: frozenset[tuple[str, str]], tp: int) -> bool:

@@ -32,6 +32,8 @@ class Candidate:
     overlap_ep: bool = False  # hide the experts' all-to-all behind another micro-batch's compute (DualPipe)
     dispatcher: str = "alltoall"  # MoE token exchange (mapping.ep_dispatcher): flat, or 'deepep' node by node
     overlap_tp: bool = False  # tensor-parallel collectives pipelined with their GEMMs (mapping.overlap_tp_comm)
+    # what selective recomputation re-runs (mapping.recompute_modules; None: Megatron-Core's default, core_attn)
+    recompute_modules: tuple[str, ...] | None = None
 
     @property
     def devices(self) -> int:
@@ -40,7 +42,8 @@ class Candidate:
     @property
     def extended(self) -> bool:
         """Uses a dimension the fast evaluator does not time (``extended``): ep, cp, ZeRO-2/3, offload,
-        overlapped gradient reduction, all-to-all or tensor-parallel communication, the MoE dispatcher."""
+        overlapped gradient reduction, all-to-all or tensor-parallel communication, the MoE dispatcher, a
+        recompute-modules list (``extended.RECOMPUTE_RECIPES``)."""
         return (
             self.ep > 1
             or self.cp > 1
@@ -51,6 +54,7 @@ class Candidate:
             or self.overlap_ep
             or self.dispatcher != "alltoall"
             or self.overlap_tp
+            or self.recompute_modules is not None
         )
 
     @property
@@ -72,7 +76,8 @@ class Candidate:
             "schedule": self.schedule,
             "recompute": self.recompute,
             "recompute_layers": None,  # the search tries whole recomputation choices only
-            "recompute_modules": None,  # … and the default selective modules (its layer table's)
+            # … and the default selective modules, or a recipe's list (second stage)
+            "recompute_modules": list(self.recompute_modules) if self.recompute_modules is not None else None,
             "pipeline_layers": None,  # an even split of its own pp × interleave
             "sequence_parallel": self.sequence_parallel,
             "zero": self.zero,
@@ -112,6 +117,7 @@ class Candidate:
             "micro_batch": self.micro_batch,
             "interleave": self.interleave,
             "recompute": self.recompute.value,
+            "recompute_modules": list(self.recompute_modules) if self.recompute_modules is not None else None,
             "sequence_parallel": self.sequence_parallel,
             "zero": self.zero,
             "placement": self.placement.value,
@@ -133,6 +139,8 @@ class Candidate:
             parts.append(f"v{self.interleave}")
         if self.recompute is not Recompute.none:
             parts.append(f"rc-{self.recompute.value}")
+        if self.recompute_modules is not None:
+            parts.append(f"rm-{modules_text(self.recompute_modules)}")
         if self.sequence_parallel:
             parts.append("sp")
         if self.ep > 1:
@@ -160,3 +168,8 @@ class Candidate:
         if self.rank_order != "tp-dp-pp":
             parts.append(self.rank_order)
         return " ".join(parts)
+
+
+def modules_text(modules: tuple[str, ...]) -> str:
+    """A recompute-modules list as the result lines show it: ``core_attn+mlp``."""
+    return "+".join(modules) or "none"

@@ -15,7 +15,11 @@ Ops are costed with the plan's own ``PassContext`` (``search.op_settings``): per
 fidelity, fusion, the spatial split over a grid device's cores and per-op fixed costs count as they do in
 the engines. With ``mapping.memory_levels``, each candidate's residency is resolved by the plan's rule
 (``plan.residency.resolve``) from its stage-0 sizes; it then decides the op traffic, the optimizer
-step's streams and the per-level capacity check.
+step's streams and the per-level capacity check. CUDA graphs (``mapping.cuda_graph_scope``) drop the captured
+ops' host work in the layer table and, under 'full_iteration', the passes' host syncs and the sizes broadcast
+(``framework_chunks``) and the reduction's drain (``_step_overhead``), as in the plan. With context
+parallelism a device runs ``micro_batch / cp`` (``Estimator.micro_batch``) and ZeRO shards over dp · cp
+(``replicas``), the plan's figures; the K/V ring is the plan's to time (``extended``).
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from tilewright.engine.plan.residency import StageResidency, resolve
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
 from tilewright.engine.plan.timing import closed_form
 from tilewright.engine.plan.train_step import (
-    SIZES_BYTES,
     TOKEN_BYTES,
+    broadcasts,
     flag_allreduce_s,
     lead_seconds,
     step_overhead,
@@ -49,8 +53,15 @@ from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.comm import CommModel, Layout
 from tilewright.engine.search.parallel.inflight import peak_activation
-from tilewright.engine.search.parallel.layer_table import LayerCosts, LayerTable
+from tilewright.engine.search.parallel.layer_table import LayerCosts, LayerTable, fold
 from tilewright.engine.workloads.graph import WorkloadGraph
+
+
+def replicas(c: Candidate) -> int:
+    """The replicas ZeRO shards a stage's dense model state over: dp · cp, as ``build_plan``'s ``shard_dp``
+    (context ranks hold the same weights; Megatron-Core's distributed optimizer runs on the data-parallel
+    group with context parallelism, ``plan.sharding``)."""
+    return c.dp * c.cp
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,8 @@ class Estimator:
             f, b, r = (np.maximum(self._sum(table.single[:, j, 0], pp, v), self._sum(table.single[:, j, 1], pp, v))
                        for j in range(3))
             return f, b + r
+        if table.pieces is not None:  # tp 1 with host waits inside layers: fold each chunk's passes
+            return self._folded(table, pp, v)
         fwd, bwd = self._sum(table.fwd, pp, v), self._sum(table.bwd, pp, v)
         if not table.joins:
             return fwd, bwd
@@ -167,6 +180,25 @@ class Estimator:
         hi[-1] = order.size
         inside = pre[np.maximum(hi - 1, lo)] - pre[lo]  # the pairs (k, k+1) with lo ≤ k < hi − 1
         return fwd + inside[:, 0].reshape(v, pp), bwd + inside[:, 1].reshape(v, pp)
+
+    def _folded(self, table: LayerTable, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward (+ recompute) seconds of each virtual stage, shaped (v, pp), by folding its
+        layers' ``Pieces`` in the order each pass runs them (``layer_table.fold``): forward and recompute in
+        layer order, backward in reverse."""
+        assert table.pieces is not None
+        starts, ends = self._ranges(pp, v)
+        last = pp * v - 1
+        fwd, bwd = np.zeros(pp * v), np.zeros(pp * v)
+        for vs in range(pp * v):
+            order = self.blocks[starts[vs]:ends[vs]].tolist()
+            if vs == 0:
+                order = self.first_extra.tolist() + order
+            if vs == last:
+                order = order + self.last_extra.tolist()
+            parts = [table.pieces[int(self.costs.klass[i])] for i in order]
+            fwd[vs] = fold([p[0] for p in parts])
+            bwd[vs] = fold([p[1] for p in reversed(parts)]) + fold([p[2] for p in parts])
+        return fwd.reshape(v, pp), bwd.reshape(v, pp)
 
     def chunks(self, table: LayerTable, key: tuple, pp: int, v: int) -> Chunks:
         k = (key, pp, v)
@@ -201,8 +233,17 @@ class Estimator:
         ``memory_levels`` (and for what residency does not change: activations, workspace, memory)."""
         group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
         res = placed.residency if placed is not None else None
-        key = (c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group, res)
-        return self.costs.table(c.tp, c.micro_batch, c.sequence_parallel, c.recompute, group, res), key
+        knobs = (c.tp, self.micro_batch(c), c.sequence_parallel, c.recompute)
+        return (self.costs.table(*knobs, group, res, c.recompute_modules),
+                (*knobs, group, res, c.recompute_modules))
+
+    @staticmethod
+    def micro_batch(c: Candidate) -> float:
+        """Samples' worth of tokens one device runs per micro-batch: ``micro_batch / cp``, the plan's ``mb``
+        (``plan.context``), which its passes, stored activations, residency and pipeline sends are sized by.
+        The K/V ring itself is not in the layer table: candidates with cp > 1 are timed by the plan
+        (``extended``); their memory and ZeRO shards are the plan's here."""
+        return c.micro_batch / c.cp if c.cp > 1 else c.micro_batch
 
     def timed_chunks(self, c: Candidate, m: int, chunks: Chunks) -> Chunks:
         """The chunks to time ``c`` with (``chunks``: any of its chunks, for the memory they hold): with
@@ -217,20 +258,23 @@ class Estimator:
 
     def framework_chunks(self, c: Candidate, chunks: Chunks) -> Chunks:
         """``chunks`` with each pass led by the training framework's drains and, a forward, its batch
-        broadcasts over the tensor group, as the plan leads them (``plan.train_step``)."""
+        broadcasts over the tensor group, as the plan leads them (``plan.train_step.add_drains``); inside a
+        full-iteration CUDA graph (``OpSettings.full_iteration``) no drains and the batch's broadcast only."""
         if not issues_kernels(self.dev.compute):
             return chunks
         group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
-        batch = c.micro_batch / c.cp * (self.workload.tokens_per_sample + 1) * TOKEN_BYTES
+        batch = self.micro_batch(c) * (self.workload.tokens_per_sample + 1) * TOKEN_BYTES
+        captured = self.settings.full_iteration
         k = (id(chunks), group, batch, c.pp, c.interleave)
         hit = self._framework.get(k)
         if hit is None:
-            bcast = sum(collective(self.hw, "broadcast", list(group), n).time(self.hw) for n in (SIZES_BYTES, batch))
+            bcast = sum(collective(self.hw, "broadcast", list(group), n).time(self.hw)
+                        for _, n in broadcasts(batch, captured)) if c.tp > 1 else 0.0
             fwd, bwd, vss = chunks.fwd.copy(), chunks.bwd.copy(), c.pp * c.interleave
             for ch in range(c.interleave):
                 for r in range(c.pp):
-                    fwd[ch, r] += lead_seconds(self.dev.compute, "F", ch * c.pp + r, vss, bcast)
-                    bwd[ch, r] += lead_seconds(self.dev.compute, "B", ch * c.pp + r, vss, bcast)
+                    fwd[ch, r] += lead_seconds(self.dev.compute, "F", ch * c.pp + r, vss, bcast, captured)
+                    bwd[ch, r] += lead_seconds(self.dev.compute, "B", ch * c.pp + r, vss, bcast, captured)
             fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
             hit = self._framework[k] = (chunks, replace(chunks, fwd=fwd, bwd=bwd, fb=fb))  # holds the key's chunks
         return hit[1]
@@ -242,18 +286,20 @@ class Estimator:
         layout = Layout(c.placement, c.rank_order)
         res = placed.residency if placed is not None else None
         groups = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in range(c.pp)]
-        knobs = (c.tp, c.micro_batch, c.sequence_parallel, c.recompute)
-        first = self.chunks(self.costs.table(*knobs, groups[0], res), (*knobs, groups[0], res), c.pp, c.interleave)
+        knobs = (c.tp, self.micro_batch(c), c.sequence_parallel, c.recompute)
+        rm = c.recompute_modules
+        first = self.chunks(self.costs.table(*knobs, groups[0], res, rm), (*knobs, groups[0], res, rm), c.pp,
+                            c.interleave)
         if len(set(groups)) == 1:
             return first
-        k = (*knobs, tuple(groups), res, c.pp, c.interleave)
+        k = (*knobs, tuple(groups), res, rm, c.pp, c.interleave)
         ch = self._chunks.get(k)
         if ch is None:
             fwd, bwd = first.fwd.copy(), first.bwd.copy()
             sums: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
             for r, g in enumerate(groups[1:], start=1):
                 if g not in sums:
-                    table = self.costs.table(*knobs, g, res)
+                    table = self.costs.table(*knobs, g, res, rm)
                     sums[g] = self._passes(table, c.pp, c.interleave)
                 fwd[:, r], bwd[:, r] = sums[g][0][:, r], sums[g][1][:, r]
             fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
@@ -271,7 +317,7 @@ class Estimator:
         return {
             "weights": params * per.weights,
             "gradients": params * per.gradients,
-            "optimizer": params * per.optimizer / (c.dp if c.zero >= 1 else 1),
+            "optimizer": params * per.optimizer / (replicas(c) if c.zero >= 1 else 1),
             "activations": acts,
             "kv_cache": 0.0,
         }
@@ -282,7 +328,8 @@ class Estimator:
         for all); None without ``memory_levels``."""
         if not self.levels:
             return None
-        key = (c.tp, c.pp, c.dp, c.micro_batch, c.interleave, c.recompute, c.sequence_parallel, c.zero, m)
+        key = (c.tp, c.pp, c.dp, c.cp, c.micro_batch, c.interleave, c.recompute, c.recompute_modules,
+               c.sequence_parallel, c.zero, m)
         hit = self._residency.get(key)
         if hit is None:
             device = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)[0]
@@ -304,7 +351,7 @@ class Estimator:
             sizes = {
                 "weights": params * per.weights,
                 "gradients": params * per.gradients,
-                "optimizer": params * per.optimizer / (c.dp if c.zero >= 1 else 1),
+                "optimizer": params * per.optimizer / (replicas(c) if c.zero >= 1 else 1),
                 "activations": acts,
             }
             used = dict.fromkeys(placed.levels, 0.0)
@@ -367,7 +414,7 @@ class Estimator:
 
     def memory(self, c: Candidate, m: int, chunks: Chunks) -> float:
         """Peak bytes of the fullest device (weights, gradients, optimizer, activations, workspace)."""
-        per = self.state_bytes_per_param(c.zero, c.dp)
+        per = self.state_bytes_per_param(c.zero, replicas(c))
         return max(p * per + rest for p, rest in self.memory_parts(c, m, chunks))
 
     def stage_params(self, tp: int, pp: int, v: int) -> list[float]:
@@ -386,7 +433,7 @@ class Estimator:
             return [0.0]
         layout = Layout(c.placement, c.rank_order)
         starts, ends = self._ranges(c.pp, c.interleave)
-        nbytes = self.out_elems[int(self.blocks[ends[0] - 1])] * c.micro_batch * self.elem / c.tp
+        nbytes = self.out_elems[int(self.blocks[ends[0] - 1])] * self.micro_batch(c) * self.elem / c.tp
         groups = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in range(c.pp)]
         out = [self.comm.p2p_time(groups[r], groups[r + 1], nbytes) for r in range(c.pp - 1)]
         out.append(self.comm.p2p_time(groups[-1], groups[0], nbytes) if c.interleave > 1 else 0.0)
@@ -467,7 +514,7 @@ class Estimator:
                 strict=True,
             )
         )
-        nbytes = TiedEmbedding(0, c.pp - 1, -1, copy).allreduce_bytes(self.per_param.gradients, c.zero, c.dp)
+        nbytes = TiedEmbedding(0, c.pp - 1, -1, copy).allreduce_bytes(self.per_param.gradients, c.zero, replicas(c))
         return self.comm.concurrent_time("all-reduce", pairs, nbytes, ("tied", layout, c.tp, c.pp, c.dp))
 
     def _ends(self, c: Candidate, reduced: dict[int, float], placed: StageResidency | None) -> float:
@@ -498,7 +545,7 @@ class Estimator:
         layout = Layout(c.placement, c.rank_order)
         name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
         groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
-        local = stage_params[r] / (c.dp if c.zero >= 1 else 1)
+        local = stage_params[r] / (replicas(c) if c.zero >= 1 else 1)
         opt = optimizer_s(self.dev, placed, local, self.opt_bytes) + self._step_overhead(c, placed, local)
         gather = 0.0
         if c.zero >= 1 and groups:
@@ -516,7 +563,8 @@ class Estimator:
         if flag is None:
             flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
         fp16 = self.project.run.dtype.value == "fp16"
-        return step_overhead(self.dev, placed, local, self.opt_bytes == ADAM_BYTES_MIXED, fp16, flag, c.dp)
+        return step_overhead(self.dev, placed, local, self.opt_bytes == ADAM_BYTES_MIXED, fp16, flag, replicas(c),
+                             full_iteration=self.settings.full_iteration)
 
     def exact_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
         """The pipeline by the analytic engine's recurrence (``run_pipeline``) instead of the closed form:

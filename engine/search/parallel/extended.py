@@ -30,7 +30,11 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
 - the MoE token exchange node by node (``mapping.ep_dispatcher`` 'deepep': one copy per destination node
   over the network, forwarded inside it) for each expert-parallel variant whose group spans nodes, at the
   seed's ZeRO stage, with and without the overlap: the flat all-to-all sends each token to each of its
-  experts' ranks, so which one wins depends on top-k, the node limit and the two fabrics.
+  experts' ranks, so which one wins depends on top-k, the node limit and the two fabrics;
+- selective recomputation of the module lists NVIDIA's recipes use (``RECOMPUTE_RECIPES``, Megatron-Core's
+  ``--recompute-modules``; ``perf.recompute``), on the seeds that use full recomputation (the lists re-run
+  less) or that missed memory with the default selective recomputation (core_attn: they store less), at most
+  ``RECIPES_PER_SEED`` lists the model has every module of, at the seed's ep and ZeRO-1 where dp > 1.
 """
 
 from __future__ import annotations
@@ -42,16 +46,31 @@ from tilewright.engine.engines.analytic.engine import AnalyticEngine
 from tilewright.engine.errors import InputError
 from tilewright.engine.hardware import elaborate
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import EngineKind, Project
 from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.recompute import MODULES, present
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.plan import build_plan
 from tilewright.engine.plan.residency import available_levels
 from tilewright.engine.search.parallel.candidate import DISPATCHERS, Candidate
 from tilewright.engine.search.space import divisors
 from tilewright.engine.workloads import build_workload
+from tilewright.engine.workloads.graph import WorkloadGraph
 
+# Megatron-Core recompute-module lists, most specific first (``with_recipes`` keeps those the model has):
+# "fine-grained recomputation" of MoE models, ``--recompute-modules mla_up_proj layernorm moe_act``
+# (NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md, memory optimisations; the DeepSeek-V3 recipe)
+# and its non-MLA form with the attention core; the dense MLP beside MLA's up projections or the attention
+# core (Megatron-MoE-ModelZoo's DeepSeek-V3/Kimi-K2 recipes add ``mlp`` for their dense layers).
+RECOMPUTE_RECIPES: tuple[tuple[str, ...], ...] = (
+    ("mla_up_proj", "layernorm", "moe_act"),
+    ("core_attn", "layernorm", "moe_act"),
+    ("mla_up_proj", "mlp"),
+    ("core_attn", "mlp"),
+)
+RECIPES_PER_SEED = 2  # module lists tried per seed: each costs a plan
 LONG_SEQUENCE = 8192  # tokens from which cp is explored by default (Megatron-LM uses cp for long contexts)
 ZERO_CHOICES = ("0", "1", "2", "3", "fsdp")
 
@@ -68,6 +87,8 @@ class Extensions:
     overlap: bool = True  # try overlapping the gradient reduction with the last backward
     dispatchers: list[str] = field(default_factory=lambda: ["alltoall"])  # MoE token exchanges to try
     node_devices: int = 0  # devices per node (0: unknown), where an ep group starts to span nodes
+    # recompute-module lists to try (``RECOMPUTE_RECIPES``); None: the recipes the model has (``with_recipes``)
+    recipes: list[tuple[str, ...]] | None = None
 
     @property
     def active(self) -> bool:
@@ -79,6 +100,8 @@ class Extensions:
             or self.offload is not None
             or self.overlap
             or any(d != "alltoall" for d in self.dispatchers)
+            or self.recipes is None
+            or bool(self.recipes)
         )
 
     def allows(self, c: Candidate) -> bool:
@@ -88,13 +111,14 @@ class Extensions:
         else:
             zero_ok = c.zero in self.zeros or c.dp == 1  # without dp every stage is the same mapping
         overlap_ok = self.overlap or not (c.overlap_grad_reduce or c.overlap_ep or c.overlap_tp)
+        modules_ok = c.recompute_modules is None or self.recipes is None or c.recompute_modules in self.recipes
         return (zero_ok and c.ep in self.eps and c.cp in self.cps and overlap_ok
-                and c.dispatcher in self.dispatchers)
+                and c.dispatcher in self.dispatchers and modules_ok)
 
 
 def first_stage_only() -> Extensions:
     """No second stage: the dense space the fast evaluator times (tp, pp, dp, …, ZeRO 0/1)."""
-    return Extensions(eps=[1], cps=[1], zeros=[0, 1], fsdp=False, offload=None, overlap=False)
+    return Extensions(eps=[1], cps=[1], zeros=[0, 1], fsdp=False, offload=None, overlap=False, recipes=[])
 
 
 def default_extensions(
@@ -107,6 +131,7 @@ def default_extensions(
     offload: bool = True,
     overlap: bool = True,
     dispatchers: list[str] | None = None,
+    recipes: list[tuple[str, ...]] | None = None,
 ) -> Extensions:
     """The default space for this model and system, narrowed by the CLI's lists (None: the default)."""
     spec = project.workload
@@ -128,7 +153,20 @@ def default_extensions(
         overlap=overlap,
         dispatchers=sorted(set(dispatchers)),
         node_devices=node_devices(hw),
+        recipes=recipes,
     )
+
+
+def with_recipes(ext: Extensions, workload: WorkloadGraph) -> Extensions:
+    """``ext`` with its recompute-module lists resolved: by default the ``RECOMPUTE_RECIPES`` whose every module
+    the model's blocks have (``perf.recompute.present``; ``plan.checks`` refuses the others), at most
+    ``RECIPES_PER_SEED``; a list the user gave is kept as given (the checks refuse what the model lacks)."""
+    if ext.recipes is not None:
+        return ext
+    layers = [workload.layer_ops(i) for i in workload.block_layers]
+    has = {name for name in MODULES if any(present(ops, name) for ops in layers)}
+    chosen = [r for r in RECOMPUTE_RECIPES if set(r) <= has][:RECIPES_PER_SEED]
+    return replace(ext, recipes=chosen)
 
 
 def node_devices(hw: HardwareGraph) -> int:
@@ -181,6 +219,7 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
         # each expert-parallel variant at the seed's ZeRO stage, its all-to-all overlapped too
         out += [replace(c, overlap_ep=True) for c in list(out) if c.ep > 1 and c.zero == base.zero and not c.fsdp
                 and c.cp == 1 and c.offload is None]
+    out += _recompute_variants(seed, ext, fits)
     if "deepep" in ext.dispatchers and ext.node_devices:
         # the node-by-node exchange only differs from the flat one when an ep group spans nodes: with
         # Megatron's rank order (tp fastest, then dp) a group is tp × ep consecutive ranks
@@ -194,6 +233,21 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
             seen.add(c)
             unique.append(c)
     return unique
+
+
+def _recompute_variants(seed: Candidate, ext: Extensions, fits: bool) -> list[Candidate]:
+    """The seed with selective recomputation of each recipe's modules (module docstring): for a seed under full
+    recomputation (a list re-runs less of each layer) or one that missed memory with the default selective
+    recomputation or none (a list stores less); ZeRO-1 where dp > 1 for the latter (it frees memory too)."""
+    if not ext.recipes or seed.recompute_modules is not None:
+        return []
+    if seed.recompute is Recompute.full:
+        zero = min(seed.zero, 1)
+    elif not fits:
+        zero = 1 if seed.dp > 1 and 1 in ext.zeros else min(seed.zero, 1)
+    else:
+        return []
+    return [replace(seed, recompute=Recompute.selective, recompute_modules=r, zero=zero) for r in ext.recipes]
 
 
 @dataclass

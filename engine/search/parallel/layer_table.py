@@ -28,6 +28,18 @@ from tilewright.engine.search.parallel.comm import CommModel
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 
+@dataclass(frozen=True, slots=True)
+class Pieces:
+    """One layer's pass without collectives, as it joins its neighbours in a chunk's pass: ``head``, the
+    (device, host) seconds of its ops before its first standalone segment (a host wait); ``closed``, the
+    seconds of everything from there to its last standalone segment; ``tail``, the (device, host) seconds
+    after it — None when the layer has no standalone segment (all of it is ``head``)."""
+
+    head: tuple[float, float] = (0.0, 0.0)
+    closed: float = 0.0
+    tail: tuple[float, float] | None = None
+
+
 @dataclass(frozen=True)
 class LayerTable:
     """Arrays indexed by workload layer: seconds per micro-batch and bytes per micro-batch."""
@@ -45,6 +57,10 @@ class LayerTable:
     # when no layer's pass has a collective (tp 1): per layer, the device and host seconds of its forward,
     # backward and recompute pass, shaped (layers, 3, 2) — a chunk's pass is then one segment (``single``)
     single: np.ndarray | None = None
+    # when no layer's pass has a collective but some have host waits between their ops (tp 1, dropless MoE's
+    # token-count sync): per layer class, its forward, backward and recompute pass as ``Pieces`` — a chunk's
+    # pass is then folded layer by layer (``fold``), its open segments merging across layer boundaries
+    pieces: dict[int, tuple[Pieces, Pieces, Pieces]] | None = None
 
 
 def _signature(ops: list[Op]) -> tuple:
@@ -85,23 +101,27 @@ class LayerCosts:
     def table(
         self,
         tp: int,
-        mb: int,
+        mb: float,
         sp: bool,
         recompute: Recompute,
         group: tuple[int, ...],
         residency: Residency | None = None,
+        modules: tuple[str, ...] | None = None,
     ) -> LayerTable:
-        key = (tp, mb, sp, recompute, group, residency)
+        """``mb``: what one device runs per micro-batch (``Estimator.micro_batch``); ``modules``: what selective
+        recomputation re-runs (``mapping.recompute_modules``, None: Megatron-Core's default)."""
+        key = (tp, mb, sp, recompute, group, residency, modules)
         t = self._tables.get(key)
         if t is None:
-            t = self._tables[key] = self._build(tp, mb, sp, recompute, group, residency)
+            t = self._tables[key] = self._build(tp, mb, sp, recompute, group, residency, modules)
         return t
 
     def _build(
-        self, tp: int, mb: int, sp: bool, rc: Recompute, group: tuple[int, ...], residency: Residency | None
+        self, tp: int, mb: float, sp: bool, rc: Recompute, group: tuple[int, ...], residency: Residency | None,
+        modules: tuple[str, ...] | None = None,
     ) -> LayerTable:
         """The layers' passes (``_layer_passes``, shared by every group) timed on ``group``."""
-        built = self._layer_passes(tp, mb, sp, rc, residency)
+        built = self._layer_passes(tp, mb, sp, rc, residency, modules)
         per_class = {}
         for k, (passes, act, transient, ws, dram) in built.items():
             fwd = self._duration(passes[0], group)
@@ -121,22 +141,32 @@ class LayerCosts:
                 joins[(a, b)] = (fwd, bwd)
         parts = {k: single_segment(passes) for k, (passes, *_rest) in built.items()}
         single = None
+        pieces = None
         if spb == 0 and all(v is not None for v in parts.values()):
             single = np.array([parts[int(k)] for k in self.klass], dtype=float)
+        elif spb == 0:
+            split = {k: [layer_pieces(ps) for ps in passes[:3]] for k, (passes, *_rest) in built.items()}
+            if all(p is not None for v in split.values() for p in v):
+                pieces = {k: (*v, *([Pieces()] * (3 - len(v)))) for k, v in split.items()}  # type: ignore[misc]
         return LayerTable(
             *(cols[:, j].copy() for j in range(5)),
             dram=dram if dram.any() else None,
             splits=splits,
             joins=joins,
             single=single,
+            pieces=pieces,
         )
 
     def _layer_passes(
-        self, tp: int, mb: int, sp: bool, rc: Recompute, residency: Residency | None
+        self, tp: int, mb: float, sp: bool, rc: Recompute, residency: Residency | None,
+        modules: tuple[str, ...] | None = None,
     ) -> dict[int, tuple[list[ChunkPass], float, float, float, float]]:
         """Per layer class: its passes (forward first), stored activations, a recomputed layer's transient
-        activations, workspace and DRAM bytes. None of it depends on which devices run the layer."""
-        key = (tp, mb, sp, rc, residency)
+        activations, workspace and DRAM bytes. None of it depends on which devices run the layer. Stored
+        activations as ``build_plan`` counts them: with the selective ``modules`` and the run's formats (fp8
+        GEMMs save their inputs in fp8, ``perf.memory.fp8_saved``)."""
+        modules = modules if rc is Recompute.selective else None
+        key = (tp, mb, sp, rc, residency, modules)
         hit = self._passes.get(key)
         if hit is not None:
             return hit
@@ -150,26 +180,34 @@ class LayerCosts:
             if full:
                 passes.append(rerun)  # its forward again with its activation checkpoint (``forward_pass(..., "R")``)
             elif rc is Recompute.selective:
-                passes.append(selective)
+                passes.append(selective if modules is None else self._selective(k, i, tp, mb, sp, residency, modules))
             dram = sum(seg.dram_bytes for ps in passes for seg in ps.segments)
             fused, loss = self.settings.fused, self.settings.fused_loss
-            act = activation_bytes(layer, mb, tp, sp, rc, self.elem, fused, fused_loss=loss)
-            transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem, fused) if full else 0
-            ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem, loss, fused)
+            act = activation_bytes(layer, mb, tp, sp, rc, self.elem, fused, recompute_modules=modules,  # type: ignore[arg-type]
+                                   fused_loss=loss, formats=self.settings.formats)
+            transient = activation_bytes(layer, mb, tp, sp, Recompute.none, self.elem, fused) if full else 0  # type: ignore[arg-type]
+            ws = workspace_bytes(self.ops[i], mb, tp, sp, self.elem, loss, fused)  # type: ignore[arg-type]
             out[k] = (passes, act, transient, ws, dram)
             self.evaluated_layers += 1
         self._passes[key] = out
         return out
 
+    def _selective(
+        self, k: int, i: int, tp: int, mb: float, sp: bool, residency: Residency | None, modules: tuple[str, ...]
+    ) -> ChunkPass:
+        """Layer class ``k``'s (representative ``i``) selective-recompute pass re-running ``modules``."""
+        ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
+        return forward_pass([self.ops[i]], ctx, "R", only_selective=True, modules=modules)
+
     def _base_passes(
-        self, tp: int, mb: int, sp: bool, residency: Residency | None
+        self, tp: int, mb: float, sp: bool, residency: Residency | None
     ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass, ChunkPass]]:
         """Per layer class: its forward, backward, selective-recompute and full re-run passes, shared by the
         three recompute settings (the op costs on a grid of cores are the expensive part of a search)."""
         key = (tp, mb, sp, residency)
         hit = self._base.get(key)
         if hit is None:
-            ctx = self.settings.context(self.dev, mb, tp, sp, residency)
+            ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
             hit = self._base[key] = {
                 k: (
                     forward_pass([self.ops[i]], ctx),
@@ -233,6 +271,42 @@ def single_segment(passes: list[ChunkPass]) -> list[list[float]] | None:
                 return None
             out[j] = [raw[0], raw[1]]
     return out
+
+
+def layer_pieces(ps: ChunkPass) -> Pieces | None:
+    """``ps`` as ``Pieces``; None when a segment has a collective or activation offload (``join_seconds`` and
+    the per-layer sums then time the pass)."""
+    head: list[float] = [0.0, 0.0]
+    tail: list[float] | None = None
+    closed = 0.0
+    for seg in ps.segments:
+        raw = _raw(seg)
+        if seg.comm is not None or (raw is not None and raw[3] > 0):
+            return None
+        if raw is None:  # a standalone segment: what was open before it closes
+            if tail is not None:
+                closed += max(tail)
+            closed += seg.busy_s
+            tail = [0.0, 0.0]
+            continue
+        run = head if tail is None else tail
+        run[0] += raw[0]
+        run[1] += raw[1]
+    return Pieces((head[0], head[1]), closed, None if tail is None else (tail[0], tail[1]))
+
+
+def fold(layers: list[Pieces]) -> float:
+    """Seconds of one pass over ``layers`` in the order it runs them: each open segment lasts max(device, host)
+    over all the ops it gathers, across layer boundaries (``plan.launch``), as the plan builds the pass."""
+    device = host = total = 0.0
+    for p in layers:
+        device += p.head[0]
+        host += p.head[1]
+        if p.tail is None:
+            continue
+        total += max(device, host) + p.closed
+        device, host = p.tail
+    return total + max(device, host)
 
 
 def join_seconds(first: ChunkPass, second: ChunkPass, spb: float) -> float:

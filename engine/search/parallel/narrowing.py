@@ -10,11 +10,30 @@ from __future__ import annotations
 from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
+from tilewright.engine.perf.recompute import MODULES, unknown_modules
 from tilewright.engine.search.parallel.candidate import DISPATCHERS
 from tilewright.engine.search.parallel.extended import ZERO_CHOICES
 
 # How each list is named in messages: the CLI's flags (the studio passes its fields' labels).
-FLAGS = {"ep": "--ep", "cp": "--cp", "zero": "--zero", "ep_dispatcher": "--ep-dispatcher"}
+FLAGS = {"ep": "--ep", "cp": "--cp", "zero": "--zero", "ep_dispatcher": "--ep-dispatcher",
+         "recompute_modules": "--recompute-modules"}
+
+
+def module_lists(flag: str, text: str | None, source: str) -> list[tuple[str, ...]] | None:
+    """``"core_attn,mlp;mla_up_proj,layernorm,moe_act"`` → the recompute-module lists the second stage tries
+    (``extended.RECOMPUTE_RECIPES``' place); ``"none"`` → none; ``None`` (not given) → the recipes the model
+    has. Names are Megatron-Core's (``perf.recompute.MODULES``)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return []
+    lists = [tuple(dict.fromkeys(v.strip() for v in part.split(",") if v.strip())) for part in text.split(";")]
+    lists = [mods for mods in lists if mods]
+    unknown = sorted({m for mods in lists for m in unknown_modules(mods)})
+    if not lists or unknown:
+        raise InputError(source, Problem(flag, f"{text!r}: give module lists separated by ';', each comma-separated "
+                                               f"from {', '.join(MODULES)} (or 'none')"))
+    return list(dict.fromkeys(lists))
 
 
 def int_list(flag: str, text: str | None, source: str) -> list[int] | None:
@@ -46,14 +65,15 @@ def narrowing(
     cp: str | None = None,
     zero: str | None = None,
     ep_dispatcher: str | None = None,
+    recompute_modules: str | None = None,
     offload: bool = True,
     overlap: bool = True,
     names: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The ``narrow`` dict for ``search``: a text left ``None`` keeps that part of the default space;
     ``offload``/``overlap`` False take those options out. Raises ``InputError`` (from ``source``) naming the
-    list whose text is bad (``names`` maps ep, cp, zero, ep_dispatcher to how the user knows them; the CLI's
-    flags by default)."""
+    list whose text is bad (``names`` maps ep, cp, zero, ep_dispatcher, recompute_modules to how the user knows
+    them; the CLI's flags by default)."""
     name = {**FLAGS, **(names or {})}
     out: dict[str, Any] = {}
     if (eps := int_list(name["ep"], ep, source)) is not None:
@@ -64,6 +84,8 @@ def narrowing(
         out["zeros"] = zeros
     if (dispatchers := _choices(name["ep_dispatcher"], ep_dispatcher, tuple(DISPATCHERS), source)) is not None:
         out["dispatchers"] = dispatchers
+    if (recipes := module_lists(name["recompute_modules"], recompute_modules, source)) is not None:
+        out["recipes"] = recipes
     if not offload:
         out["offload"] = False
     if not overlap:

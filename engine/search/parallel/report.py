@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from tilewright.engine.results.text import number
-from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.candidate import Candidate, modules_text
 from tilewright.engine.search.parallel.search import SearchResult
 
 GIB = 2**30
 
 
 def sharding_text(c: Candidate) -> str:
-    """The second stage's dimensions of a candidate (ep, cp, FSDP, offload, overlap), '-' for none."""
+    """The second stage's dimensions of a candidate (ep, cp, FSDP, offload, overlap, the modules selective
+    recomputation re-runs when not Megatron-Core's default), '-' for none."""
     parts = [f"ep{c.ep}"] if c.ep > 1 else []
     parts += [f"cp{c.cp}"] if c.cp > 1 else []
     parts += ["fsdp"] if c.fsdp else []
     parts += [f"opt->{c.offload}"] if c.offload is not None else []
     parts += ["ovl-grad"] if c.overlap_grad_reduce else []
     parts += ["ovl-a2a"] if c.overlap_ep else []
+    parts += [f"rc:{modules_text(c.recompute_modules)}"] if c.recompute_modules is not None else []
     return " ".join(parts) or "-"
 
 
@@ -37,7 +39,7 @@ def search_text(result: SearchResult) -> str:
         f"parallelism search: {result.devices:,} devices available, global batch {result.global_batch:,}",
         f"  space {result.space:,} candidates; {result.evaluated:,} evaluated, {result.feasible:,} fit in memory, "
         f"{result.timed:,} timed, {result.extended:,} in the second stage (ep, cp, ZeRO-2/3, FSDP, offload, "
-        "overlap);"
+        "overlap, recompute modules);"
         f" search {result.search_time_s:.1f} s, total {result.wall_time_s:.1f} s",
     ]
     if not result.ranked:

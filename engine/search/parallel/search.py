@@ -32,18 +32,26 @@ from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.hardware import elaborate
-from tilewright.engine.ir.mapping import PlacementStrategy
+from tilewright.engine.ir.mapping import PlacementStrategy, Recompute
 from tilewright.engine.ir.project import EngineKind, Mode, Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.plan.cuda_graphs import problems
 from tilewright.engine.plan.residency import resolve
 from tilewright.engine.results.result import Result
 from tilewright.engine.search.op_settings import fusion_allows
 from tilewright.engine.search.parallel.candidate import Candidate
-from tilewright.engine.search.parallel.estimate import Chunks, Estimator
-from tilewright.engine.search.parallel.extended import Extensions, default_extensions, exact_evaluator, variants
+from tilewright.engine.search.parallel.estimate import Chunks, Estimator, replicas
+from tilewright.engine.search.parallel.extended import (
+    Extensions,
+    default_extensions,
+    exact_evaluator,
+    variants,
+    with_recipes,
+)
 from tilewright.engine.search.parallel.moe import ExpertBound, MoESeeds, moe_experts
 from tilewright.engine.search.space import Space, recompute_options, tensor_options
 from tilewright.engine.workloads import build_workload
+from tilewright.engine.workloads.graph import WorkloadGraph
 
 SOURCE = "command line"
 REPORT_EVERY_S = 0.5
@@ -81,7 +89,7 @@ def build_space(project: Project, devices: int, global_batch: int, blocks: int, 
         global_batch=global_batch,
         blocks=blocks,
         tps=[t for t in tensor_options(spec, devices) if fusion_allows(est.workload, est.settings.fused, t)],
-        recomputes=recompute_options(spec),
+        recomputes=graph_recomputes(project, est.workload, recompute_options(spec)),
         seq_len=getattr(spec, "seq_len", None),
     )
     # Search the tensor degrees nearest the innermost domain (a DGX node, a die) first: the best mappings
@@ -95,6 +103,19 @@ def build_space(project: Project, devices: int, global_batch: int, blocks: int, 
     else:
         space.placements = list(PlacementStrategy)
     return space
+
+
+def graph_recomputes(project: Project, workload: WorkloadGraph, options: list[Recompute]) -> list[Recompute]:
+    """The recomputation choices ``mapping.cuda_graph_scope`` permits (``plan.cuda_graphs.problems``, which
+    ``plan.checks`` applies): none under 'full_iteration', no full recomputation beside a partial scope, no
+    default selective recomputation (core_attn) beside 'attn'. Problems the scope has whatever the choice
+    are the checks' to report, not a reason to drop every choice."""
+    scope = project.mapping.cuda_graph_scope
+    if not scope:
+        return options
+    layers = [workload.layer_ops(i) for i in workload.block_layers]
+    base = set(problems(scope, layers, True, Recompute.none.value, None))
+    return [rc for rc in options if set(problems(scope, layers, True, rc.value, None)) <= base]
 
 
 def _validate(project: Project, devices: int, global_batch: int) -> None:
@@ -187,6 +208,7 @@ def search(
     walk(0.0, f"search: {result.space:,} candidates in the space, {len(hw.devices):,} devices elaborated")
     best = _Best(max(keep, top))
     ext = extensions if extensions is not None else default_extensions(project, hw, est.dev, **(narrow or {}))
+    ext = with_recipes(ext, workload)
     # seeds that missed memory: the fastest, and the fastest with dp ≥ 2 (where ep, cp and sharding apply)
     misses = (_Best(SEEDS), _Best(SEEDS)) if ext.active else None
     experts = moe_experts(project.workload)
@@ -194,7 +216,8 @@ def search(
     # MoE: per expert-parallel degree, the fastest candidate that fits with its experts spread (``moe``)
     moe = MoESeeds(bound, ext.eps) if experts and any(e > 1 for e in ext.eps) else None
     first = report.part(0.0, 1.0 / (1 + sims) * (0.8 if ext.active else 1.0))
-    _walk(space, est, best, result, first, start, misses, moe)
+    recipes = (ext.recipes, _Best(SEEDS)) if ext.recipes else None
+    _walk(space, est, best, result, first, start, misses, moe, recipes)
     ranked = _refine(best.sorted(), est, global_batch)
     if ext.active:
         second = report.part(0.8 / (1 + sims), 1.0 / (1 + sims))
@@ -204,7 +227,12 @@ def search(
                 "expert-parallel seeds (fastest that fit with the routed experts over ep ranks): "
                 + ", ".join(c.label() for c in moe_seeds)
             )
-        ranked = _extend(project, ext, ranked, _seeds(misses), result, second, moe_seeds, bound)
+        fitting = recipes[1].sorted() if recipes is not None else []
+        if fitting:
+            result.notes.append("recompute-module candidates that fit where the default selective recomputation "
+                                "does not: " + ", ".join(r.candidate.label() for r in fitting))
+        ranked = _extend(project, ext, ranked, _seeds(misses), result, second, moe_seeds, bound,
+                         [r.candidate for r in fitting])
     result.ranked = ranked[: best.keep]
     for r in result.ranked:
         r.spatial_splits = est.spatial_splits(r.candidate)
@@ -229,11 +257,14 @@ def _walk(
     start: float,
     misses: tuple[_Best, _Best] | None = None,
     moe: MoESeeds | None = None,
+    recipes: tuple[list[tuple[str, ...]], _Best] | None = None,
 ) -> None:
     """The first stage. ``misses``: where to keep the candidates that fit nowhere, by their
     communication-free time (the second stage's seeds for sharding, ep, cp and offload); ``moe``: where to
     keep, per ep degree, the fastest that fit with their routed experts spread over that many ranks (a
-    larger micro-batch is tried while any candidate fits so)."""
+    larger micro-batch is tried while any candidate fits so); ``recipes``: the recompute-module lists to try
+    and where to keep the fastest candidates that miss memory with the default selective recomputation but
+    fit with one of those lists (``_recipe_fits``; planned by the second stage)."""
     gb = space.global_batch
     capacity = est.capacity
     last_report = start
@@ -272,6 +303,13 @@ def _walk(
                                 fitting = _fitting(c0, m, zeros, est, chunks, capacity, result, layouts)
                                 if moe is not None and moe.offer(c0, m, chunks, est.lower_bound(c0, m, chunks)):
                                     fits = True
+                                if not fitting and recipes is not None and rc is Recompute.selective:
+                                    # a list re-runs the attention core and more (or MLA's cheaper up
+                                    # projections instead): no faster than c0 without communication, so
+                                    # pruned by the same bound as the kept candidates
+                                    if est.lower_bound(c0, m, chunks) < min(best.bound, recipes[1].bound):
+                                        for r in _recipe_fits(c0, m, est, recipes[0]):
+                                            recipes[1].offer(r)
                                 if not fitting:
                                     # the seeds that missed memory are the dense walk's, whatever MoE walks on
                                     if misses is not None and not dense_done:
@@ -317,11 +355,29 @@ def _fitting(
         return out
     parts = est.memory_parts(c0, m, chunks)
     for zero in zeros:
-        per = est.state_bytes_per_param(zero, c0.dp)
+        per = est.state_bytes_per_param(zero, replicas(c0))
         need = max(p * per + rest for p, rest in parts)
         if need <= capacity:
             out.append((zero, need))
     result.feasible += len(out) * layouts
+    return out
+
+
+def _recipe_fits(c0: Candidate, m: int, est: Estimator, recipes: list[tuple[str, ...]]) -> list[Ranked]:
+    """``c0`` (selective recomputation of the default modules, missing memory) with each recompute-module list
+    under which it fits (ZeRO-1 with dp > 1), ranked by its communication-free time: the layer table's stored
+    activations and selective pass with those modules (``layer_table``), the state as ``_fitting`` counts it.
+    Not with ``memory_levels`` (each level's own capacity: the second stage's plans decide)."""
+    if est.levels:
+        return []
+    out = []
+    for modules in recipes:
+        c = replace(c0, recompute_modules=modules, zero=1 if c0.dp > 1 else 0)
+        table, key = est.layer_table(c)
+        chunks = est.chunks(table, key, c.pp, c.interleave)
+        need = est.memory(c, m, chunks)
+        if need <= est.capacity:
+            out.append(Ranked(c, est.lower_bound(c, m, chunks), need))
     return out
 
 
@@ -404,11 +460,13 @@ def _extend(
     report: Reporter,
     moe_seeds: list[Candidate] | None = None,
     bound: ExpertBound | None = None,
+    extra: list[Candidate] | None = None,
 ) -> list[Ranked]:
     """The second stage (``extended``): every variant of the fastest ``SEEDS`` kept candidates and of the
     fastest ``SEEDS`` that missed memory (and as many with dp ≥ 2), and (MoE) of each ep degree's seed at
     that degree (``moe``), timed by the plan and the analytic engine; those that fit join the ranking.
     Variants whose memory lower bound (``moe.ExpertBound.may_fit``) exceeds the device are not planned.
+    ``extra``: candidates planned as they are (the first stage's recompute-module lists that fit, ``_walk``).
     First-stage candidates the user's restrictions exclude (``Extensions.allows``) leave it."""
     evaluate = exact_evaluator(project, result.global_batch)
     seeds = [(r.candidate, True, ext) for r in ranked[:SEEDS]] + [(r.candidate, False, ext) for r in missed]
@@ -416,6 +474,10 @@ def _extend(
         seeds.append((s, True, replace(ext, eps=[s.ep], cps=[1], offload=None)))
     todo: list[Candidate] = []
     seen = {r.candidate for r in ranked}
+    for c in extra or []:
+        if c not in seen:
+            seen.add(c)
+            todo.append(c)
     for seed, fits, narrowed in seeds:
         for c in variants(seed, narrowed, project.workload, fits):
             if c not in seen:
