@@ -191,3 +191,20 @@ def replace_modules(c: Candidate, modules: tuple[str, ...]) -> Candidate:
     from dataclasses import replace
 
     return replace(c, recompute_modules=modules)
+
+
+def test_the_search_cli_narrows_the_recompute_module_lists(capsys):
+    """``search --recompute-modules``: 'none' leaves every candidate without a module list; a bad name exits 2
+    naming the flag (the narrowing's parser, shared with the studio)."""
+    import json
+
+    from tilewright.engine.cli import main
+
+    base = ["search", "--system", "dgx-h100", "--model", "gpt", "--layers", "4", "--hidden", "2048", "--heads",
+            "16", "--moe-experts", "8", "--moe-top-k", "2", "--devices", "8", "--global-batch", "16",
+            "--no-simulate", "--json", "--quiet"]
+    assert main([*base, "--recompute-modules", "none"]) == 0
+    candidates = json.loads(capsys.readouterr().out)["candidates"]
+    assert candidates and all(not c.get("recompute_modules") for c in candidates)
+    assert main([*base, "--recompute-modules", "core_attn,bogus"]) == 2
+    assert "--recompute-modules" in capsys.readouterr().err

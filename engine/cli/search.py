@@ -93,7 +93,8 @@ def _narrowing(args: argparse.Namespace) -> dict:
     from tilewright.engine.search.parallel.narrowing import narrowing
 
     return narrowing(COMMAND_LINE, ep=args.ep, cp=args.cp, zero=args.zero, ep_dispatcher=args.ep_dispatcher,
-                     offload=not args.no_offload, overlap=not args.no_overlap)
+                     recompute_modules=args.recompute_modules, offload=not args.no_offload,
+                     overlap=not args.no_overlap)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -121,6 +122,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--zero", metavar="LIST", help="ZeRO stages to try: 0,1,2,3 and fsdp")
     g.add_argument("--ep-dispatcher", metavar="LIST",
                    help="MoE token exchanges to try: alltoall (flat) and deepep (node by node); default both")
+    g.add_argument("--recompute-modules", metavar="LISTS",
+                   help="selective-recomputation module lists to try, ';' between lists, e.g. "
+                        "'core_attn,mlp;core_attn,layernorm,moe_act', or 'none' (default: Megatron-Core's "
+                        "recipes the model has)")
     g.add_argument("--no-offload", action="store_true", help="never put the optimizer in host memory")
     g.add_argument("--no-overlap", action="store_true",
                    help="never try overlapping communication with compute (gradient reduction, expert all-to-all)")
