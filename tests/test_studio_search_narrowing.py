@@ -91,9 +91,18 @@ def test_the_narrowing_reaches_the_search(qtbot, tab):
     next(b for b in row.dispatcher if b.text() == "alltoall").setChecked(False)
     row.offload.setChecked(False)
     row.overlap.setChecked(False)
+    row.modules.setText("core_attn,mlp; core_attn,layernorm,moe_act")
     run(qtbot, tab)
     assert tab.calls[-1]["narrow"] == {"eps": [4, 8], "cps": [1], "zeros": ["1", "fsdp"],
-                                       "dispatchers": ["deepep"], "offload": False, "overlap": False}
+                                       "dispatchers": ["deepep"], "offload": False, "overlap": False,
+                                       "recipes": [("core_attn", "mlp"), ("core_attn", "layernorm", "moe_act")]}
+
+
+def test_a_bad_module_list_is_refused_naming_the_field(qtbot, tab):
+    tab.narrowing.modules.setText("core_attn,bogus")
+    tab.start()
+    assert not tab.runner.running and tab.calls == []
+    assert tab.bar.status.text().startswith("modules re-run: 'core_attn,bogus': give module lists")
 
 
 @pytest.mark.parametrize(("field", "text", "name"), [("ep", "4,x", "ep sizes"), ("cp", "-2", "cp sizes")])
@@ -113,7 +122,7 @@ def test_no_zero_stage_ticked_is_refused(qtbot, tab):
 
 def test_every_narrowing_control_says_what_it_narrows(tab):
     row = tab.narrowing
-    controls = [row.ep, row.cp, *row.zero, *row.dispatcher, row.offload, row.overlap]
+    controls = [row.ep, row.cp, row.modules, *row.zero, *row.dispatcher, row.offload, row.overlap]
     assert all(c.toolTip() for c in controls)
 
 
@@ -129,7 +138,7 @@ def test_the_search_tab_fits_a_small_window(make_window, qtbot):
     assert row.width() >= row.minimumSizeHint().width()  # nothing squeezed below its natural size
     right = row.mapTo(w, row.rect().topRight()).x()
     assert right <= w.width()
-    for c in [row.ep, row.cp, *row.zero, *row.dispatcher, row.offload, row.overlap]:
+    for c in [row.ep, row.cp, row.modules, *row.zero, *row.dispatcher, row.offload, row.overlap]:
         assert c.isVisible() and c.width() >= c.minimumSizeHint().width()
         assert c.mapTo(w, c.rect().topRight()).x() <= w.width()
 

@@ -1,5 +1,6 @@
 """The search's "narrow the second stage" row: which ep and cp sizes, ZeRO stages, expert token exchanges,
-optimizer offload and overlap the search may try — the studio's face of ``tilewright search --ep … --no-overlap``.
+recompute-module lists, optimizer offload and overlap the search may try — the studio's face of
+``tilewright search --ep … --no-overlap``.
 
 Every field left at its default (empty list, all boxes ticked) keeps that part of the default space; the texts
 are parsed by the engine's ``narrowing`` (the CLI's parser), so both refuse the same inputs with one message.
@@ -15,7 +16,8 @@ from tilewright.engine.search.parallel.extended import ZERO_CHOICES
 from tilewright.engine.search.parallel.narrowing import narrowing
 
 # How the messages name each list (the CLI names its flags instead).
-NAMES = {"ep": "ep sizes", "cp": "cp sizes", "zero": "ZeRO", "ep_dispatcher": "token exchange"}
+NAMES = {"ep": "ep sizes", "cp": "cp sizes", "zero": "ZeRO", "ep_dispatcher": "token exchange",
+         "recompute_modules": "modules re-run"}
 TIPS = {
     "ep": "expert-parallel sizes the search tries, comma-separated (e.g. 1,2,4,8); empty: every divisor of "
           "the experts for a mixture-of-experts model, 1 otherwise (--ep)",
@@ -25,6 +27,9 @@ TIPS = {
             "the data-parallel replicas; fsdp: PyTorch full sharding (--zero)",
     "ep_dispatcher": "how routed tokens reach their experts: alltoall one flat all-to-all, deepep node by node "
                      "(DeepEP); mixture-of-experts models only (--ep-dispatcher)",
+    "recompute_modules": "selective-recomputation module lists the search tries where full recomputation or "
+                         "memory binds, ';' between lists (e.g. core_attn,mlp;core_attn,layernorm,moe_act), or "
+                         "none; empty: Megatron-Core's recipes the model has (--recompute-modules)",
     "offload": "let the search put the optimizer in host memory when the node has some (untick: --no-offload)",
     "overlap": "let the search overlap communication with compute: gradient reduction and the expert all-to-all "
                "(untick: --no-overlap)",
@@ -51,7 +56,8 @@ class NarrowingRow(QGroupBox):
         super().__init__("Narrow the second stage (empty or all ticked: the default space)", parent)
         self.ep = QLineEdit(placeholderText="default")
         self.cp = QLineEdit(placeholderText="default")
-        for edit, key in ((self.ep, "ep"), (self.cp, "cp")):
+        self.modules = QLineEdit(placeholderText="default")
+        for edit, key in ((self.ep, "ep"), (self.cp, "cp"), (self.modules, "recompute_modules")):
             edit.setToolTip(TIPS[key])
             edit.setMaximumWidth(90)
         self.zero = _boxes(ZERO_CHOICES, TIPS["zero"])
@@ -63,7 +69,8 @@ class NarrowingRow(QGroupBox):
         row = QHBoxLayout(self)
         row.setContentsMargins(6, 2, 6, 2)
         for label, widgets, key in (("ep", [self.ep], "ep"), ("cp", [self.cp], "cp"), ("ZeRO", self.zero, "zero"),
-                                    ("exchange", self.dispatcher, "ep_dispatcher")):
+                                    ("exchange", self.dispatcher, "ep_dispatcher"),
+                                    ("re-run", [self.modules], "recompute_modules")):
             caption = QLabel(label)
             caption.setToolTip(TIPS[key])
             row.addWidget(caption)
@@ -82,6 +89,7 @@ class NarrowingRow(QGroupBox):
             cp=self.cp.text().strip() or None,
             zero=_chosen(self.zero),
             ep_dispatcher=_chosen(self.dispatcher),
+            recompute_modules=self.modules.text().strip() or None,
             offload=self.offload.isChecked(),
             overlap=self.overlap.isChecked(),
             names=NAMES,
