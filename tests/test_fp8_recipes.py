@@ -26,13 +26,12 @@ from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.mapping import TensorFormats
-from tilewright.engine.perf import op_cost
 from tilewright.engine.perf.device import device_model
-from tilewright.engine.perf.formats import resolve_formats
-from tilewright.engine.perf.op_cost import op_time
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.simulate import simulate
 from tilewright.engine.workloads import build_workload
+
+from tests.test_fp8_training_casts import cast_extra
 
 SEQ, HIDDEN, HEADS = 1024, 1024, 16
 FFN = 4 * HIDDEN  # GPT's MLP
@@ -62,17 +61,7 @@ def _ops():
 def _extra(op, recipe: str | None, backward: bool, dtype: DType = DType.fp8, tp: int = 1, sp: bool = False,
            mb: int = 1):
     """(extra overhead seconds, extra local bytes) of ``op`` over the same op costed without quantization."""
-    dev = _h100()
-    formats = resolve_formats(dtype, TensorFormats(fp8_scaling=recipe), None)
-    with_casts = op_time(op, dev, mb, tp, sp, backward, 2, formats=formats)
-    original = op_cost.fp8_cast_passes
-    op_cost.fp8_cast_passes = lambda *a, **k: None
-    try:
-        without = op_time(op, dev, mb, tp, sp, backward, 2, formats=formats)
-    finally:
-        op_cost.fp8_cast_passes = original
-    assert with_casts.compute_s == pytest.approx(without.compute_s)  # the GEMM's rate is the recipe's same
-    return with_casts.overhead_s - without.overhead_s, with_casts.local_bytes - without.local_bytes
+    return cast_extra(op, _h100(), backward, dtype, tp, sp, mb, recipe=recipe)
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))

@@ -36,9 +36,11 @@ def _ops():
     return {op.name.split(".", 1)[-1]: op for op in graph.layer_ops(graph.block_layers[0])}
 
 
-def _extra(op, dev, backward: bool, dtype: DType, tp: int = 1, sp: bool = False, mb: int = 1):
-    """(extra overhead seconds, extra local bytes) of ``op`` over the same op without the cast passes."""
-    formats = resolve_formats(dtype, TensorFormats(), None)
+def cast_extra(op, dev, backward: bool, dtype: DType, tp: int = 1, sp: bool = False, mb: int = 1,
+               recipe: str | None = None):
+    """(extra overhead seconds, extra local bytes) of ``op`` over the same op without the cast passes, under
+    the fp8 scaling ``recipe`` (None: current scaling); the GEMM's own rate must not change."""
+    formats = resolve_formats(dtype, TensorFormats(fp8_scaling=recipe), None)
     with_casts = op_time(op, dev, mb, tp, sp, backward, 2, formats=formats)
     original = op_cost.fp8_cast_passes
     op_cost.fp8_cast_passes = lambda *a, **k: None
@@ -56,7 +58,7 @@ def test_forward_quantizes_the_input_once(tp, sp, mb):
     up = _ops()["mlp_up"]
     elems = SEQ * HIDDEN * mb / tp  # the rank's input shard (sequence parallel: cast before the all-gather)
     moved = elems * (2 + 2 + 1)  # amax reads bf16; the cast reads bf16 and writes fp8
-    seconds, local = _extra(up, dev, False, DType.fp8, tp, sp, mb)
+    seconds, local = cast_extra(up, dev, False, DType.fp8, tp, sp, mb)
     assert local == pytest.approx(moved)
     assert seconds == pytest.approx(moved / dev.dram_bandwidth + 3 * dev.compute.fixed_op_s)
 
@@ -68,7 +70,7 @@ def test_backward_quantizes_the_gradient_with_its_transpose_and_the_inputs_trans
     grad = SEQ * HIDDEN / tp if sp else SEQ * HIDDEN  # the rank's output-gradient shard
     inp = SEQ * FFN / tp
     moved = grad * (2 + 2 + 1 + 1) + inp * 1
-    seconds, local = _extra(down, dev, True, DType.fp8, tp, sp)
+    seconds, local = cast_extra(down, dev, True, DType.fp8, tp, sp)
     assert local == pytest.approx(moved)
     assert seconds == pytest.approx(moved / dev.dram_bandwidth + 3 * dev.compute.fixed_op_s)
 
@@ -76,8 +78,8 @@ def test_backward_quantizes_the_gradient_with_its_transpose_and_the_inputs_trans
 def test_the_gate_shares_the_up_projections_quantized_input():
     dev = _h100()
     gate = _ops()["mlp_gate"]
-    assert _extra(gate, dev, False, DType.fp8) == (0.0, 0.0)
-    seconds, local = _extra(gate, dev, True, DType.fp8)
+    assert cast_extra(gate, dev, False, DType.fp8) == (0.0, 0.0)
+    seconds, local = cast_extra(gate, dev, True, DType.fp8)
     assert local == pytest.approx(SEQ * FFN * (2 + 2 + 1 + 1))  # its own output gradient only
 
 
@@ -85,9 +87,9 @@ def test_bf16_runs_and_unweighted_ops_pay_no_casts():
     dev = _h100()
     ops = _ops()
     for backward in (False, True):
-        assert _extra(ops["mlp_up"], dev, backward, DType.bf16) == (0.0, 0.0)
+        assert cast_extra(ops["mlp_up"], dev, backward, DType.bf16) == (0.0, 0.0)
         for name in ("attention", "norm1", "activation"):
-            assert _extra(ops[name], dev, backward, DType.fp8) == (0.0, 0.0)
+            assert cast_extra(ops[name], dev, backward, DType.fp8) == (0.0, 0.0)
 
 
 def test_a_device_that_runs_ops_as_whole_programs_pays_none():
@@ -97,7 +99,7 @@ def test_a_device_that_runs_ops_as_whole_programs_pays_none():
     comp = next(c for c in _walk(tpu) if c.compute is not None)
     dev = device_model(comp.compute, comp.memories, None, DType.fp8)
     for backward in (False, True):
-        assert _extra(_ops()["mlp_up"], dev, backward, DType.fp8) == (0.0, 0.0)
+        assert cast_extra(_ops()["mlp_up"], dev, backward, DType.fp8) == (0.0, 0.0)
 
 
 def _walk(c):
