@@ -32,7 +32,8 @@ the row's recipe (``Recipe``):
   flash kernel stores) plus the fusion chain attention → softmax (one kernel, no score traffic), as
   ``presets/projects/tpu-v4-llama2-7b.json`` expresses it; a recipe without recomputation runs 'none', which
   with the fused chain stores and runs the same;
-- the distributed optimizer (ZeRO-1) with overlapped gradient reduction, or FSDP (ZeRO-3 with prefetch)
+- the distributed optimizer (ZeRO-1) with overlapped gradient reduction and parameter gather, or FSDP (ZeRO-3
+  with prefetch)
   where the FSDP column says so; fp8 rows run ``--dtype fp8`` (weighted GEMMs on the fp8 units, with
   the quantization passes of ``Recipe.fp8_recipe``, the scaling the run used: ``mapping.formats.fp8_scaling``);
 - MoE: experts balanced (``expert_imbalance`` 1); the recipe's expert tensor parallelism, token dispatcher,
@@ -221,7 +222,6 @@ def from_tflops(model: str, release: str, gpus: int, precision: str, gbs: int, m
 _MLM_COMMON = (
     "moe_router_fusion (one fused top-k/score/aux-loss kernel): charged as the unfused router's kernels and calls",
     "HybridEP's host work charged as the all-to-all dispatcher's (plan.moe_host counts that dispatcher)",
-    "overlap_param_gather with the distributed optimizer: ours gathers the updated weights after the step, exposed",
 )
 MLM_QWEN3_30B_BF16 = Recipe(recompute="none", expert_tp=1, dispatcher="deepep", unmodelled=_MLM_COMMON)
 MLM_QWEN3_30B_FP8 = Recipe(
@@ -417,7 +417,11 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         cuda_graph_scope=list(r.cuda_graph_scope) if r.cuda_graph_scope is not None else None,
         fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe
         overlap_tp_comm=r.tp_overlap is not None and p.tp > 1,  # tp_comm_overlap with the recipe's userbuffers
-        zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True,
+        # the distributed optimizer with overlap_grad_reduce and overlap_param_gather: Megatron-Bridge's
+        # CommOverlapConfig._get_optimizer_overlap_cfgs sets both whenever dp > 1 with the distributed optimizer
+        # (src/megatron/bridge/training/comm_overlap.py), the Megatron-LM recipes set both (above); FSDP
+        # prefetches (fsdp sets overlap_param_gather itself)
+        zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True, overlap_param_gather=True,
         overlap_ep_comm=r.overlap_ep_comm, ep_dispatcher=r.dispatcher, formats=formats,
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,

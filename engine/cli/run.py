@@ -73,7 +73,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp", action="store_true", default=None,
                    help="PyTorch FSDP (full shard): ZeRO stage 3 with the next layer's weights prefetched")
     p.add_argument("--overlap-param-gather", action="store_true", default=None,
-                   help="ZeRO-3: all-gather the next layer's weights while the current one computes")
+                   help="ZeRO-3: all-gather the next layer's weights while the current one computes; "
+                   "ZeRO-1/2: gather the updated weights behind the next forward")
     p.add_argument("--overlap-ep-comm", action="store_true", default=None,
                    help="MoE: hide each expert all-to-all behind another micro-batch's compute (DualPipe-style)")
     p.add_argument("--overlap-tp-comm", action="store_true", default=None,

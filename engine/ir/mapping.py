@@ -267,7 +267,8 @@ class Mapping(QuietDefaultsModel):
     )
     overlap_param_gather: bool = Field(
         False, description="ZeRO-3/FSDP: all-gather the next layer's weights while the current one computes "
-        "(prefetch; Megatron --overlap-param-gather, FSDP backward/forward prefetch)",
+        "(prefetch; Megatron --overlap-param-gather, FSDP backward/forward prefetch); ZeRO-1/2: gather the updated "
+        "weights bucket by bucket behind the next forward, not after the step (plan.param_gather)",
     )
     overlap_tp_comm: bool = Field(
         False, description="with sequence parallelism: pipeline each tensor-parallel all-gather and reduce-scatter "

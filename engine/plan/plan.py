@@ -292,6 +292,15 @@ class Plan:
         )
 
     @memo_method
+    def zero_gather_exposed(self, rank: int) -> tuple[Collective, Collective]:
+        """What of ``zero_gather`` the iteration waits for, as two collectives run one after the other: with
+        ``overlap_param_gather`` the first bucket and what the next forward cannot hide of the rest, else
+        the whole gather and nothing (``plan.param_gather``). Energy and traffic count the whole gather."""
+        from tilewright.engine.plan.param_gather import exposed_gather  # it times passes (plan.timing)
+
+        return exposed_gather(self, rank)
+
+    @memo_method
     def tied_collective(self) -> Collective:
         """The tied embedding's gradient all-reduce over every embedding group (first and last stage of each
         pipeline, ``plan.tied``), after both stages' data-parallel reductions and before their optimizer step."""

@@ -10,7 +10,8 @@ every shard below is 1 / (dp · cp) and every gather and reduce-scatter runs ove
 
 - stage 1 (and Megatron's distributed optimizer): a reduce-scatter of the gradients after the last
   backward and an all-gather of the updated weights after the optimizer step (``Plan.dp_collective``,
-  ``Plan.zero_gather``) — gradients accumulate unsharded over the micro-batches;
+  ``Plan.zero_gather``; with ``overlap_param_gather`` it hides behind the next forward but for its first
+  bucket, ``plan.param_gather``) — gradients accumulate unsharded over the micro-batches;
 - stage 2: gradients are sharded too, so each micro-batch's backward reduce-scatters every layer's
   gradients as soon as they are complete (m reduce-scatters instead of one), then the all-gather of the
   updated weights after the step;

@@ -93,7 +93,7 @@ class AnalyticEngine:
             reduced_at.append(reduced)
         ready, tied = tied_allreduce(plan, reduced_at)
         for r, st in enumerate(plan.stages):
-            finishes.append(ready[r] + st.optimizer_s + plan.zero_gather(r).time(hw))
+            finishes.append(ready[r] + st.optimizer_s + gather_s(plan, r))
         tail = program.reported_stage(finishes)
         total = finishes[tail]
         slowest = max(range(pp), key=lambda r: per_stage[r][0] + per_stage[r][1])
@@ -105,7 +105,7 @@ class AnalyticEngine:
             breakdown["memory_stall"] += floor_s - total
             total = floor_s
         breakdown["pp_comm"] = stages[tail].waits["pp_comm"]
-        breakdown["dp_comm"] = (reduced_at[tail] - stages[tail].finish + plan.zero_gather(tail).time(hw)
+        breakdown["dp_comm"] = (reduced_at[tail] - stages[tail].finish + gather_s(plan, tail)
                                 + m * per_stage[tail][2]["dp_comm"] + (tied[1] - tied[0] if tail in tied[2] else 0.0))
         for category in ("ep_comm", "cp_comm"):
             breakdown[category] = m * per_stage[tail][2][category]
@@ -173,6 +173,11 @@ def tied_allreduce(plan: Plan, reduced_at: list[float]) -> tuple[list[float], tu
     for r in ranks:
         ready[r] = end
     return ready, (start, end, ranks)
+
+
+def gather_s(plan: Plan, r: int) -> float:
+    """Seconds of the post-step weight gather the stage waits for (``Plan.zero_gather_exposed``)."""
+    return sum(part.time(plan.hw) for part in plan.zero_gather_exposed(r))
 
 
 def _peak_activations(program: TrainingProgram, r: int) -> float:

@@ -194,9 +194,9 @@ class Simulation(PassRunner):
         ledger.times["optimizer"] += st.optimizer_s
         self.rec.slice(lane, start, st.optimizer_s, "optimizer", "optimizer step", r, -1, -1)
         start = env.now
-        gather = self.plan.zero_gather(r)
-        if gather.phases:
-            yield self._meet(("zero", r), len(self.units), gather, "dp_comm")
+        for part, gather in enumerate(self.plan.zero_gather_exposed(r)):  # overlap: only what shows
+            if gather.phases:
+                yield self._meet(("zero", r, part), len(self.units), gather, "dp_comm")
         ledger.times["dp_comm"] += env.now - start
 
     def _tied(self, r: int, u: Unit, ledger: StageLedger) -> Generator:

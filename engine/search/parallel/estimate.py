@@ -4,7 +4,8 @@ Per candidate it needs stage sums of cached layer costs (``layer_table``), three
 (tensor group, data-parallel groups, one pipeline hop; ``comm``), the closed-form pipeline time of
 ``engine.plan.timing.closed_form`` and the closed-form activation peak of ``inflight``:
 
-    T = closed_form(F_r + B_r, m, v, sends) + exposed data-parallel reduction + optimizer step (+ ZeRO gather)
+    T = closed_form(F_r + B_r, m, v, sends) + exposed data-parallel reduction + optimizer step (+ ZeRO gather,
+        with overlap_param_gather only its exposed part: ``plan.param_gather``)
 
 The reduction of a chunk starts at that chunk's last backward, as in the analytic engine; stage 0 ends
 the pipeline, stage pp−1 ends earlier by the backward wave's trip back to stage 0 but may hold more
@@ -36,6 +37,7 @@ from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.memo import memo_method
+from tilewright.engine.plan.param_gather import exposed_fractions
 from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, split_rows
 from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
 from tilewright.engine.plan.recurrence import run_pipeline
@@ -496,7 +498,7 @@ class Estimator:
                 last_backward.append(finish - offset)
                 offset += pp * chunks.bwd[ch, r]
             reduced[r] = self._reduced(c, r, finish, last_backward)
-        return self._ends(c, reduced, placed) - t_pipe
+        return self._ends(c, reduced, placed, chunks) - t_pipe
 
     def _tied_s(self, c: Candidate) -> float:
         """The tied embedding's all-reduce between the first and last stage of every pipeline (``plan.tied``),
@@ -517,14 +519,16 @@ class Estimator:
         nbytes = TiedEmbedding(0, c.pp - 1, -1, copy).allreduce_bytes(self.per_param.gradients, c.zero, replicas(c))
         return self.comm.concurrent_time("all-reduce", pairs, nbytes, ("tied", layout, c.tp, c.pp, c.dp))
 
-    def _ends(self, c: Candidate, reduced: dict[int, float], placed: StageResidency | None) -> float:
+    def _ends(
+        self, c: Candidate, reduced: dict[int, float], placed: StageResidency | None, chunks: Chunks
+    ) -> float:
         """The last of these stages' ends, from when each has reduced its gradients (as the analytic engine,
         ``tied_allreduce``): the first and last stage then all-reduce the tied embedding together."""
         ready = dict(reduced)
         tied = self._tied_s(c)
         if tied > 0 and 0 in ready and c.pp - 1 in ready:
             ready[0] = ready[c.pp - 1] = max(ready[0], ready[c.pp - 1]) + tied
-        return max(self._after_reduction(c, r, t, placed) for r, t in ready.items())
+        return max(self._after_reduction(c, r, t, placed, chunks) for r, t in ready.items())
 
     def _reduced(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
         """As the analytic engine: each chunk's reduction starts at its last backward."""
@@ -539,8 +543,11 @@ class Estimator:
             reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
         return reduced
 
-    def _after_reduction(self, c: Candidate, r: int, reduced: float, placed: StageResidency | None) -> float:
-        """The optimizer step and, with ZeRO, the weight all-gather after the stage's gradients are reduced."""
+    def _after_reduction(
+        self, c: Candidate, r: int, reduced: float, placed: StageResidency | None, chunks: Chunks
+    ) -> float:
+        """The optimizer step and, with ZeRO, the weight all-gather after the stage's gradients are reduced
+        (with ``overlap_param_gather`` only what the next forward cannot hide, ``_gather_s``)."""
         stage_params = self.stage_params(c.tp, c.pp, c.interleave)
         layout = Layout(c.placement, c.rank_order)
         name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
@@ -549,8 +556,33 @@ class Estimator:
         opt = optimizer_s(self.dev, placed, local, self.opt_bytes) + self._step_overhead(c, placed, local)
         gather = 0.0
         if c.zero >= 1 and groups:
-            gather = self.comm.concurrent_time("all-gather", groups, stage_params[r] * self.weight_bytes, name)
+            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.weight_bytes, chunks)
         return reduced + opt + gather
+
+    def _gather_s(
+        self, c: Candidate, r: int, groups: tuple[tuple[int, ...], ...], name: tuple, nbytes: float, chunks: Chunks
+    ) -> float:
+        """The post-step weight all-gather the stage waits for: all of it, or with Megatron's
+        ``overlap_param_gather`` what the next forward cannot hide, by the plan's rule (``plan.param_gather``)."""
+        def seconds(f: float) -> float:
+            return self.comm.concurrent_time("all-gather", groups, nbytes * f, name) if f > 0 else 0.0
+
+        if not self.project.mapping.overlap_param_gather:
+            return seconds(1.0)
+        first, rest = exposed_fractions(self.params(c.tp, c.pp, c.interleave)[:, r].tolist(),
+                                        self.layer_counts(c.pp, c.interleave)[:, r].tolist(),
+                                        chunks.fwd[:, r].tolist(), seconds)
+        return seconds(first) + seconds(rest)
+
+    @memo_method
+    def layer_counts(self, pp: int, v: int) -> np.ndarray:
+        """Layers of each virtual stage, shaped (v, pp): its blocks, and the layers before (after) them on
+        the first (last) one, as the plan splits them."""
+        starts, ends = self._ranges(pp, v)
+        out = (ends - starts).astype(float)
+        out[0] += self.first_extra.size
+        out[-1] += self.last_extra.size
+        return out.reshape(v, pp)
 
     def _step_overhead(self, c: Candidate, placed: StageResidency | None, local: float) -> float:
         """Megatron's fp16 optimizer beyond a fused Adam step (``plan.train_step``), its flags all-reduced over
@@ -585,4 +617,4 @@ class Estimator:
             r: self._reduced(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)])
             for r, st in enumerate(stages)
         }
-        return max(self._ends(c, reduced, placed), self.dram_floor(c, m, chunks))
+        return max(self._ends(c, reduced, placed, chunks), self.dram_floor(c, m, chunks))
