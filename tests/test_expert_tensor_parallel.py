@@ -113,10 +113,10 @@ def test_expert_gemm_shapes_and_flops_per_device():
 
 
 def _sharded(plan, layer: int):
-    from tilewright.engine.plan.plan import _layers
+    from tilewright.engine.plan.device_layers import sharded_layer_ops
 
     m = plan.project.mapping
-    return _layers(plan.workload, [layer], m.ep, 1.0, m.tp, m.expert_tp)[0]
+    return sharded_layer_ops(plan.workload, [layer], m.ep, 1.0, m.tp, m.expert_tp)[0]
 
 
 def test_expert_tensor_collectives_follow_etp():

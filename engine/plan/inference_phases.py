@@ -58,7 +58,8 @@ from tilewright.engine.perf.memory import workspace_bytes
 from tilewright.engine.plan.group_comm import scaled
 from tilewright.engine.plan.launch import InferencePass, pass_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
-from tilewright.engine.plan.plan import Plan, split_rows
+from tilewright.engine.plan.plan import Plan
+from tilewright.engine.plan.report import split_rows
 from tilewright.engine.plan.timing import pass_parts
 from tilewright.engine.workloads import build_workload
 from tilewright.engine.workloads.graph import WorkloadGraph

@@ -7,7 +7,7 @@ and contention, the analytic engine closed-form timing. Sharing the plan is what
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.hardware.interleave import stream_usage
@@ -28,6 +28,7 @@ from tilewright.engine.perf.memory import (
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.device_layers import gathered_bytes, layer_params, sharded_layer_ops, stage_per_param
 from tilewright.engine.plan.experts import (
     ETP_PREFIX,
     expert_dp,
@@ -36,7 +37,6 @@ from tilewright.engine.plan.experts import (
     is_etp,
     routed_experts,
     routing_for,
-    shard_experts,
 )
 from tilewright.engine.plan.group_comm import (
     context_comm,
@@ -55,9 +55,10 @@ from tilewright.engine.plan.hardware_flops import hardware_flops_per_sample
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
+from tilewright.engine.plan.report import format_notes, split_rows
 from tilewright.engine.plan.residency import StageResidency, optimizer_seconds, stage_residency
 from tilewright.engine.plan.residency import notes as residency_notes
-from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_dp, is_edp, spans_replicas
+from tilewright.engine.plan.sharding import dp_kind, is_dp, is_edp, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
 from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
 from tilewright.engine.plan.tied import TiedEmbedding, tied_embedding
@@ -340,33 +341,6 @@ def offloaded_activations(res: Residency) -> tuple[float, Residency]:
     return res.host_bandwidth, Residency(levels, res.host_bandwidth)
 
 
-def layer_params(
-    workload: WorkloadGraph, indices: list[int], tp: int, ep: int = 1, extra: dict[int, float] | None = None,
-    etp: int | None = None,
-) -> list[float]:
-    """Each layer's parameters on one device: its experts sharded over ep (and etp, ``plan.experts``), plus
-    ``extra`` (per layer index: the tied embedding's copy, ``plan.tied``)."""
-    extra = extra or {}
-    layers = _layers(workload, indices, ep, 1.0, tp, etp)
-    return [params_on_device(ops, tp) + extra.get(i, 0.0) for i, ops in zip(indices, layers, strict=True)]
-
-
-def gathered_bytes(shard: ShardComm | None, layer_params: list[float]) -> float:
-    """ZeRO-3/FSDP working set: the largest layer's full weights twice (the one computing and the one
-    prefetched or being gathered) and its full gradient before the reduce-scatter."""
-    if shard is None or not shard.gather_weights or not layer_params:
-        return 0.0
-    return max(layer_params) * (2 * shard.weight_bytes + shard.grad_bytes)
-
-
-def _layers(
-    workload: WorkloadGraph, indices: list[int], ep: int = 1, imbalance: float = 1.0, tp: int = 1,
-    etp: int | None = None,
-) -> list[list[Op]]:
-    """The ops of these layers as one device holds and runs them (expert parallelism: ``plan.experts``)."""
-    return [shard_experts(workload.layer_ops(i), ep, imbalance, tp, etp) for i in indices]
-
-
 def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> Plan:
     m = project.mapping
     run = project.run
@@ -436,7 +410,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             hw,
             first,
             dev,
-            [ls for idx in chunk_layers.values() for ls in _layers(workload, idx, ep, m.expert_imbalance, m.tp, etp)],
+            [ls for idx in chunk_layers.values()
+             for ls in sharded_layer_ops(workload, idx, ep, m.expert_imbalance, m.tp, etp)],
             per_param,
             elem,
             mb,
@@ -456,7 +431,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         transient = 0.0
         params = 0.0
         for c, idx in chunk_layers.items():
-            layers = _layers(workload, idx, ep, m.expert_imbalance, m.tp, etp)
+            layers = sharded_layer_ops(workload, idx, ep, m.expert_imbalance, m.tp, etp)
             ops = [op for ls in layers for op in ls]
             all_ops += ops
             passes[(c, "F")] = forward_pass(layers, ctx)
@@ -583,48 +558,3 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         else 0.0,
     )
 
-
-def split_rows(where: str, splits: Counter) -> list[dict[str, object]]:
-    """One row per distinct split a pass's matmuls took on a grid device (``OpTime.split`` is "op: how"):
-    where (stage and phase), the op's name in its layer, how many such ops, and the split."""
-    rows: list[dict[str, object]] = []
-    for key, n in splits.most_common():
-        op, _, how = key.partition(": ")
-        rows.append({"where": where, "op": op, "count": n, "split": how})
-    return rows
-
-
-def format_notes(project: Project, dev: DeviceModel, formats: OpFormats) -> list[str]:
-    """What the run's formats and spatial settings mean on this device, or that they are ignored."""
-    m = project.mapping
-    grid = dev.compute.grid
-    notes = []
-    if not formats.uniform:
-        notes.append(
-            f"formats: weights {formats.weights.value}, activations {formats.activations.value}, "
-            f"KV cache {formats.kv_cache.value}"
-        )
-    if grid is not None:
-        r, c = m.spatial.grid or (grid.rows, grid.cols)
-        notes.append(
-            f"each device splits its ops over {min(r, grid.rows)}×{min(c, grid.cols)} cores "
-            f"({m.spatial.policy.value} split), matrix engine at {formats.fidelity.value}"
-        )
-    elif m.fidelity is not None or "spatial" in m.model_fields_set:
-        notes.append(
-            "mapping.fidelity and mapping.spatial apply to devices with a grid of cores; "
-            "this device has none, so they are ignored"
-        )
-    return notes
-
-
-def stage_per_param(
-    per_param: StateBytes, formats: OpFormats, workload: WorkloadGraph, chunk_layers: dict[int, list[int]], tp: int
-) -> StateBytes:
-    """Model-state bytes per parameter of one stage: with ``mapping.formats.weights_by_op`` the weights'
-    bytes are the stage's own mean (each op's weights in its format), so weights memory is exact."""
-    if not formats.weights_by_op:
-        return per_param
-    ops = [op for idx in chunk_layers.values() for ls in _layers(workload, idx) for op in ls]
-    held = ((op.name, params_on_device([op], tp)) for op in ops)
-    return replace(per_param, weights=mean_weight_bytes(formats, held))

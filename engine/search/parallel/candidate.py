@@ -173,3 +173,10 @@ class Candidate:
 def modules_text(modules: tuple[str, ...]) -> str:
     """A recompute-modules list as the result lines show it: ``core_attn+mlp``."""
     return "+".join(modules) or "none"
+
+
+def replicas(c: Candidate) -> int:
+    """The replicas ZeRO shards a stage's dense model state over: dp · cp, as ``build_plan``'s ``shard_dp``
+    (context ranks hold the same weights; Megatron-Core's distributed optimizer runs on the data-parallel
+    group with context parallelism, ``plan.sharding``)."""
+    return c.dp * c.cp

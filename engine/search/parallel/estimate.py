@@ -5,7 +5,7 @@ Per candidate it needs stage sums of cached layer costs (``layer_table``), three
 ``engine.plan.timing.closed_form`` and the closed-form activation peak of ``inflight``:
 
     T = closed_form(F_r + B_r, m, v, sends) + exposed data-parallel reduction + optimizer step (+ ZeRO gather,
-        with overlap_param_gather only its exposed part: ``plan.param_gather``)
+        with overlap_param_gather only its exposed part: ``plan.param_gather``), the tail in ``tail``
 
 The reduction of a chunk starts at that chunk's last backward, as in the analytic engine; stage 0 ends
 the pipeline, stage pp−1 ends earlier by the backward wave's trip back to stage 0 but may hold more
@@ -18,7 +18,7 @@ the engines. With ``mapping.memory_levels``, each candidate's residency is resol
 (``plan.residency.resolve``) from its stage-0 sizes; it then decides the op traffic, the optimizer
 step's streams and the per-level capacity check. CUDA graphs (``mapping.cuda_graph_scope``) drop the captured
 ops' host work in the layer table and, under 'full_iteration', the passes' host syncs and the sizes broadcast
-(``framework_chunks``) and the reduction's drain (``_step_overhead``), as in the plan. With context
+(``framework_chunks``) and the reduction's drain (``tail._step_overhead``), as in the plan. With context
 parallelism a device runs ``micro_batch / cp`` (``Estimator.micro_batch``) and ZeRO shards over dp · cp
 (``replicas``), the plan's figures; the K/V ring is the plan's to time (``extended``).
 """
@@ -37,33 +37,20 @@ from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.memo import memo_method
-from tilewright.engine.plan.param_gather import exposed_fractions
-from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, split_rows
-from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
+from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
 from tilewright.engine.plan.recurrence import run_pipeline
+from tilewright.engine.plan.report import split_rows
 from tilewright.engine.plan.residency import StageResidency, resolve
-from tilewright.engine.plan.tied import TiedEmbedding, copy_params
+from tilewright.engine.plan.tied import copy_params
 from tilewright.engine.plan.timing import closed_form
-from tilewright.engine.plan.train_step import (
-    TOKEN_BYTES,
-    broadcasts,
-    flag_allreduce_s,
-    lead_seconds,
-    step_overhead,
-)
+from tilewright.engine.plan.train_step import TOKEN_BYTES, broadcasts, lead_seconds
 from tilewright.engine.search.op_settings import OpSettings
-from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.candidate import Candidate, replicas
 from tilewright.engine.search.parallel.comm import CommModel, Layout
 from tilewright.engine.search.parallel.inflight import peak_activation
 from tilewright.engine.search.parallel.layer_table import LayerCosts, LayerTable, fold
+from tilewright.engine.search.parallel.tail import IterationTail
 from tilewright.engine.workloads.graph import WorkloadGraph
-
-
-def replicas(c: Candidate) -> int:
-    """The replicas ZeRO shards a stage's dense model state over: dp · cp, as ``build_plan``'s ``shard_dp``
-    (context ranks hold the same weights; Megatron-Core's distributed optimizer runs on the data-parallel
-    group with context parallelism, ``plan.sharding``)."""
-    return c.dp * c.cp
 
 
 @dataclass(frozen=True)
@@ -80,7 +67,7 @@ class Chunks:
     dram: list[float] | None = None  # per stage: bytes one member streams from remote DRAM per micro-batch
 
 
-class Estimator:
+class Estimator(IterationTail):
     """Memory and iteration time of candidates for one (project template, elaborated system) pair."""
 
     def __init__(self, project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> None:
@@ -477,103 +464,6 @@ class Estimator:
         links = self.hw.links
         return max((b / links[lk].bandwidth for lk, b in load.items()), default=0.0)
 
-    def tail(
-        self, c: Candidate, chunks: Chunks, t_pipe: float, hops: list[float], placed: StageResidency | None = None
-    ) -> float:
-        """What follows the pipeline on the stage that finishes last: exposed dp reduction, optimizer, gather.
-
-        Stage r ends the backward wave earlier than stage 0 by the wave's trip back, and chunk c ends
-        pp backward steps of each later chunk before the stage's end (interleaved 1F1B's cool-down)."""
-        v, pp = c.interleave, c.pp
-        stage_params = self.stage_params(c.tp, pp, v)
-        # the last stage can only finish after stage 0 with more parameters to reduce and update, or when
-        # both wait for the tied embedding's all-reduce
-        tied = self._tied_s(c) > 0
-        stages = [0, pp - 1] if pp > 1 and (tied or stage_params[pp - 1] > stage_params[0]) else [0]
-        reduced = {}
-        for r in stages:
-            finish = t_pipe - sum(chunks.bwd[0, q] + hops[q] for q in range(r))
-            last_backward, offset = [], 0.0
-            for ch in range(v):
-                last_backward.append(finish - offset)
-                offset += pp * chunks.bwd[ch, r]
-            reduced[r] = self._reduced(c, r, finish, last_backward)
-        return self._ends(c, reduced, placed, chunks) - t_pipe
-
-    def _tied_s(self, c: Candidate) -> float:
-        """The tied embedding's all-reduce between the first and last stage of every pipeline (``plan.tied``),
-        as ``Plan.tied_collective``: each device with its peer of the same replica and tensor rank."""
-        copy = copy_params(self.workload, c.tp) if c.pp > 1 else 0.0
-        if copy <= 0:
-            return 0.0
-        layout = Layout(c.placement, c.rank_order)
-        pairs = tuple(
-            (a, b)
-            for j in range(c.dp)
-            for a, b in zip(
-                self.comm.tensor_group(layout, c.tp, c.pp, c.dp, 0, j),
-                self.comm.tensor_group(layout, c.tp, c.pp, c.dp, c.pp - 1, j),
-                strict=True,
-            )
-        )
-        nbytes = TiedEmbedding(0, c.pp - 1, -1, copy).allreduce_bytes(self.per_param.gradients, c.zero, replicas(c))
-        return self.comm.concurrent_time("all-reduce", pairs, nbytes, ("tied", layout, c.tp, c.pp, c.dp))
-
-    def _ends(
-        self, c: Candidate, reduced: dict[int, float], placed: StageResidency | None, chunks: Chunks
-    ) -> float:
-        """The last of these stages' ends, from when each has reduced its gradients (as the analytic engine,
-        ``tied_allreduce``): the first and last stage then all-reduce the tied embedding together."""
-        ready = dict(reduced)
-        tied = self._tied_s(c)
-        if tied > 0 and 0 in ready and c.pp - 1 in ready:
-            ready[0] = ready[c.pp - 1] = max(ready[0], ready[c.pp - 1]) + tied
-        return max(self._after_reduction(c, r, t, placed, chunks) for r, t in ready.items())
-
-    def _reduced(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
-        """As the analytic engine: each chunk's reduction starts at its last backward."""
-        params = self.params(c.tp, c.pp, c.interleave)
-        layout = Layout(c.placement, c.rank_order)
-        kind = "reduce-scatter" if c.zero >= 1 else "all-reduce"
-        name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
-        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
-        reduced = finish
-        for ch, t in enumerate(last_backward):
-            nbytes = params[ch, r] * self.per_param.gradients
-            reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
-        return reduced
-
-    def _after_reduction(
-        self, c: Candidate, r: int, reduced: float, placed: StageResidency | None, chunks: Chunks
-    ) -> float:
-        """The optimizer step and, with ZeRO, the weight all-gather after the stage's gradients are reduced
-        (with ``overlap_param_gather`` only what the next forward cannot hide, ``_gather_s``)."""
-        stage_params = self.stage_params(c.tp, c.pp, c.interleave)
-        layout = Layout(c.placement, c.rank_order)
-        name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
-        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
-        local = stage_params[r] / (replicas(c) if c.zero >= 1 else 1)
-        opt = optimizer_s(self.dev, placed, local, self.opt_bytes) + self._step_overhead(c, placed, local)
-        gather = 0.0
-        if c.zero >= 1 and groups:
-            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.weight_bytes, chunks)
-        return reduced + opt + gather
-
-    def _gather_s(
-        self, c: Candidate, r: int, groups: tuple[tuple[int, ...], ...], name: tuple, nbytes: float, chunks: Chunks
-    ) -> float:
-        """The post-step weight all-gather the stage waits for: all of it, or with Megatron's
-        ``overlap_param_gather`` what the next forward cannot hide, by the plan's rule (``plan.param_gather``)."""
-        def seconds(f: float) -> float:
-            return self.comm.concurrent_time("all-gather", groups, nbytes * f, name) if f > 0 else 0.0
-
-        if not self.project.mapping.overlap_param_gather:
-            return seconds(1.0)
-        first, rest = exposed_fractions(self.params(c.tp, c.pp, c.interleave)[:, r].tolist(),
-                                        self.layer_counts(c.pp, c.interleave)[:, r].tolist(),
-                                        chunks.fwd[:, r].tolist(), seconds)
-        return seconds(first) + seconds(rest)
-
     @memo_method
     def layer_counts(self, pp: int, v: int) -> np.ndarray:
         """Layers of each virtual stage, shaped (v, pp): its blocks, and the layers before (after) them on
@@ -583,20 +473,6 @@ class Estimator:
         out[0] += self.first_extra.size
         out[-1] += self.last_extra.size
         return out.reshape(v, pp)
-
-    def _step_overhead(self, c: Candidate, placed: StageResidency | None, local: float) -> float:
-        """Megatron's fp16 optimizer beyond a fused Adam step (``plan.train_step``), its flags all-reduced over
-        the model-parallel group (replica 0's tensor ranks of every stage)."""
-        if not issues_kernels(self.dev.compute):  # no host framework: no flags to all-reduce (nothing added)
-            return 0.0
-        layout = Layout(c.placement, c.rank_order)
-        group = tuple(d for r in range(c.pp) for d in self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0))
-        flag = self._flags.get(group)
-        if flag is None:
-            flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
-        fp16 = self.project.run.dtype.value == "fp16"
-        return step_overhead(self.dev, placed, local, self.opt_bytes == ADAM_BYTES_MIXED, fp16, flag, replicas(c),
-                             full_iteration=self.settings.full_iteration)
 
     def exact_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
         """The pipeline by the analytic engine's recurrence (``run_pipeline``) instead of the closed form:

@@ -39,8 +39,8 @@ from tilewright.engine.plan.cuda_graphs import problems
 from tilewright.engine.plan.residency import resolve
 from tilewright.engine.results.result import Result
 from tilewright.engine.search.op_settings import fusion_allows
-from tilewright.engine.search.parallel.candidate import Candidate
-from tilewright.engine.search.parallel.estimate import Chunks, Estimator, replicas
+from tilewright.engine.search.parallel.candidate import Candidate, replicas
+from tilewright.engine.search.parallel.estimate import Chunks, Estimator
 from tilewright.engine.search.parallel.extended import (
     Extensions,
     default_extensions,

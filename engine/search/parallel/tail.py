@@ -1,0 +1,170 @@
+"""The iteration's tail in the parallelism search: what follows the pipeline on each stage.
+
+Once a stage's last backward ends, its chunks' data-parallel gradient reductions finish (each started at
+that chunk's last backward), the first and last stage all-reduce the tied embedding, the optimizer steps
+(with Megatron's fp16 overhead and flag all-reduce, ``plan.train_step``) and, with ZeRO, the updated weights
+are gathered (with ``overlap_param_gather`` only what the next forward cannot hide, ``plan.param_gather``).
+
+Separate from ``estimate`` because it has a job of its own: it mirrors what the analytic engine does after
+the pipeline (``tied_allreduce``, ``Plan.dp_collective``, ``Plan.zero_gather_exposed``) and changes when that
+does, while the estimator's other parts sum layer tables into stages, check memory and time the pipeline.
+The ``Estimator`` inherits it (``exact_time`` reuses ``_reduced`` and ``_ends`` after the recurrence); the
+attributes and methods declared below are the estimator's, which the tail reads.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.device import DeviceModel, issues_kernels
+from tilewright.engine.perf.memory import StateBytes
+from tilewright.engine.plan.param_gather import exposed_fractions
+from tilewright.engine.plan.plan import ADAM_BYTES_MIXED
+from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
+from tilewright.engine.plan.residency import StageResidency
+from tilewright.engine.plan.tied import TiedEmbedding, copy_params
+from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
+from tilewright.engine.search.op_settings import OpSettings
+from tilewright.engine.search.parallel.candidate import Candidate, replicas
+from tilewright.engine.search.parallel.comm import CommModel, Layout
+from tilewright.engine.workloads.graph import WorkloadGraph
+
+if TYPE_CHECKING:  # estimate imports this module: the type only, for annotations
+    from tilewright.engine.search.parallel.estimate import Chunks
+
+
+class IterationTail:
+    """The exposed reductions, tied all-reduce, optimizer step and weight gather after the pipeline."""
+
+    project: Project
+    hw: HardwareGraph
+    workload: WorkloadGraph
+    settings: OpSettings
+    dev: DeviceModel
+    comm: CommModel
+    per_param: StateBytes
+    weight_bytes: float
+    opt_bytes: int
+    _flags: dict[tuple[int, ...], float]  # the optimizer's flag all-reduce, by model group
+
+    if TYPE_CHECKING:  # the Estimator's layer → stage sums
+
+        def params(self, tp: int, pp: int, v: int) -> np.ndarray: ...
+
+        def stage_params(self, tp: int, pp: int, v: int) -> list[float]: ...
+
+        def layer_counts(self, pp: int, v: int) -> np.ndarray: ...
+
+    def tail(
+        self, c: Candidate, chunks: Chunks, t_pipe: float, hops: list[float], placed: StageResidency | None = None
+    ) -> float:
+        """What follows the pipeline on the stage that finishes last: exposed dp reduction, optimizer, gather.
+
+        Stage r ends the backward wave earlier than stage 0 by the wave's trip back, and chunk c ends
+        pp backward steps of each later chunk before the stage's end (interleaved 1F1B's cool-down)."""
+        v, pp = c.interleave, c.pp
+        stage_params = self.stage_params(c.tp, pp, v)
+        # the last stage can only finish after stage 0 with more parameters to reduce and update, or when
+        # both wait for the tied embedding's all-reduce
+        tied = self._tied_s(c) > 0
+        stages = [0, pp - 1] if pp > 1 and (tied or stage_params[pp - 1] > stage_params[0]) else [0]
+        reduced = {}
+        for r in stages:
+            finish = t_pipe - sum(chunks.bwd[0, q] + hops[q] for q in range(r))
+            last_backward, offset = [], 0.0
+            for ch in range(v):
+                last_backward.append(finish - offset)
+                offset += pp * chunks.bwd[ch, r]
+            reduced[r] = self._reduced(c, r, finish, last_backward)
+        return self._ends(c, reduced, placed, chunks) - t_pipe
+
+    def _tied_s(self, c: Candidate) -> float:
+        """The tied embedding's all-reduce between the first and last stage of every pipeline (``plan.tied``),
+        as ``Plan.tied_collective``: each device with its peer of the same replica and tensor rank."""
+        copy = copy_params(self.workload, c.tp) if c.pp > 1 else 0.0
+        if copy <= 0:
+            return 0.0
+        layout = Layout(c.placement, c.rank_order)
+        pairs = tuple(
+            (a, b)
+            for j in range(c.dp)
+            for a, b in zip(
+                self.comm.tensor_group(layout, c.tp, c.pp, c.dp, 0, j),
+                self.comm.tensor_group(layout, c.tp, c.pp, c.dp, c.pp - 1, j),
+                strict=True,
+            )
+        )
+        nbytes = TiedEmbedding(0, c.pp - 1, -1, copy).allreduce_bytes(self.per_param.gradients, c.zero, replicas(c))
+        return self.comm.concurrent_time("all-reduce", pairs, nbytes, ("tied", layout, c.tp, c.pp, c.dp))
+
+    def _ends(
+        self, c: Candidate, reduced: dict[int, float], placed: StageResidency | None, chunks: Chunks
+    ) -> float:
+        """The last of these stages' ends, from when each has reduced its gradients (as the analytic engine,
+        ``tied_allreduce``): the first and last stage then all-reduce the tied embedding together."""
+        ready = dict(reduced)
+        tied = self._tied_s(c)
+        if tied > 0 and 0 in ready and c.pp - 1 in ready:
+            ready[0] = ready[c.pp - 1] = max(ready[0], ready[c.pp - 1]) + tied
+        return max(self._after_reduction(c, r, t, placed, chunks) for r, t in ready.items())
+
+    def _reduced(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
+        """As the analytic engine: each chunk's reduction starts at its last backward."""
+        params = self.params(c.tp, c.pp, c.interleave)
+        layout = Layout(c.placement, c.rank_order)
+        kind = "reduce-scatter" if c.zero >= 1 else "all-reduce"
+        name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
+        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
+        reduced = finish
+        for ch, t in enumerate(last_backward):
+            nbytes = params[ch, r] * self.per_param.gradients
+            reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
+        return reduced
+
+    def _after_reduction(
+        self, c: Candidate, r: int, reduced: float, placed: StageResidency | None, chunks: Chunks
+    ) -> float:
+        """The optimizer step and, with ZeRO, the weight all-gather after the stage's gradients are reduced
+        (with ``overlap_param_gather`` only what the next forward cannot hide, ``_gather_s``)."""
+        stage_params = self.stage_params(c.tp, c.pp, c.interleave)
+        layout = Layout(c.placement, c.rank_order)
+        name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
+        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
+        local = stage_params[r] / (replicas(c) if c.zero >= 1 else 1)
+        opt = optimizer_s(self.dev, placed, local, self.opt_bytes) + self._step_overhead(c, placed, local)
+        gather = 0.0
+        if c.zero >= 1 and groups:
+            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.weight_bytes, chunks)
+        return reduced + opt + gather
+
+    def _gather_s(
+        self, c: Candidate, r: int, groups: tuple[tuple[int, ...], ...], name: tuple, nbytes: float, chunks: Chunks
+    ) -> float:
+        """The post-step weight all-gather the stage waits for: all of it, or with Megatron's
+        ``overlap_param_gather`` what the next forward cannot hide, by the plan's rule (``plan.param_gather``)."""
+        def seconds(f: float) -> float:
+            return self.comm.concurrent_time("all-gather", groups, nbytes * f, name) if f > 0 else 0.0
+
+        if not self.project.mapping.overlap_param_gather:
+            return seconds(1.0)
+        first, rest = exposed_fractions(self.params(c.tp, c.pp, c.interleave)[:, r].tolist(),
+                                        self.layer_counts(c.pp, c.interleave)[:, r].tolist(),
+                                        chunks.fwd[:, r].tolist(), seconds)
+        return seconds(first) + seconds(rest)
+
+    def _step_overhead(self, c: Candidate, placed: StageResidency | None, local: float) -> float:
+        """Megatron's fp16 optimizer beyond a fused Adam step (``plan.train_step``), its flags all-reduced over
+        the model-parallel group (replica 0's tensor ranks of every stage)."""
+        if not issues_kernels(self.dev.compute):  # no host framework: no flags to all-reduce (nothing added)
+            return 0.0
+        layout = Layout(c.placement, c.rank_order)
+        group = tuple(d for r in range(c.pp) for d in self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0))
+        flag = self._flags.get(group)
+        if flag is None:
+            flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
+        fp16 = self.project.run.dtype.value == "fp16"
+        return step_overhead(self.dev, placed, local, self.opt_bytes == ADAM_BYTES_MIXED, fp16, flag, replicas(c),
+                             full_iteration=self.settings.full_iteration)
