@@ -84,6 +84,8 @@ class Recipe:
     tp_overlap: str | None = None  # tp_comm_overlap's userbuffers configuration (mapping.overlap_tp_comm)
     cuda_graph_scope: tuple[str, ...] | None = None  # cuda_graph_impl transformer_engine, cuda_graph_scope
     fp8_recipe: str = "current"  # Transformer Engine scaling of an fp8 run: 'current' (FP8-CS) or 'blockwise'
+    fp8_param_gather: bool = True  # an fp8 run's fp8_param_gather (mapping.fp8_param_gather); every recipe here
+    router_fusion: bool = False  # moe_router_fusion (mapping.moe_router_fusion: TE's fused router, plan.moe_host)
     unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
 
 
@@ -109,6 +111,8 @@ FP8_SCALING = {"current": Fp8Scaling.tensor, "blockwise": Fp8Scaling.block}  # R
 #   depths (``TransformerDims.mtp_layers``).
 # - tp_overlap: the llama recipes map H100 fp8 to userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (70B) and
 #   userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) (COMM_OVERLAP_CONFIG_MAP).
+# - fp8_param_gather: the H100 fp8 rows run FP8-CS, Megatron-Bridge's bf16_with_fp8_current_scaling_mixed
+#   (src/megatron/bridge/training/mixed_precision.py), which sets fp8_param_gather=True.
 BRIDGE_H100 = {
     "llama3-8b": Recipe(recompute="full", recompute_layers=5),
     "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4"),
@@ -220,19 +224,18 @@ def from_tflops(model: str, release: str, gpus: int, precision: str, gbs: int, m
 #   moe_preprocess; NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24.
 # Settings every one of them shares that the mapping cannot express (gaps of each row):
 _MLM_COMMON = (
-    "moe_router_fusion (one fused top-k/score/aux-loss kernel): charged as the unfused router's kernels and calls",
     "HybridEP's host work charged as the all-to-all dispatcher's (plan.moe_host counts that dispatcher)",
 )
-MLM_QWEN3_30B_BF16 = Recipe(recompute="none", expert_tp=1, dispatcher="deepep", unmodelled=_MLM_COMMON)
+MLM_QWEN3_30B_BF16 = Recipe(recompute="none", expert_tp=1, dispatcher="deepep", router_fusion=True,
+                            unmodelled=_MLM_COMMON)
 MLM_QWEN3_30B_FP8 = Recipe(
     recompute="none", expert_tp=1, dispatcher="deepep", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"),
-    fp8_recipe="blockwise", unmodelled=(*_MLM_COMMON,
-        "fp8_param_gather (weights gathered in fp8) and the precision-aware optimizer's bf16 Adam moments: "
-        "ours gathers and stores them as --dtype fp8 does"),
+    fp8_recipe="blockwise", router_fusion=True, unmodelled=(*_MLM_COMMON,
+        "the precision-aware optimizer's bf16 Adam moments: ours keeps them in fp32"),
 )
 MLM_QWEN3_235B_BF16 = Recipe(
     recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, dispatcher="deepep",
-    cuda_graph_scope=("moe_router", "moe_preprocess"), unmodelled=(*_MLM_COMMON,
+    cuda_graph_scope=("moe_router", "moe_preprocess"), router_fusion=True, unmodelled=(*_MLM_COMMON,
         "delay_wgrad_compute (expert weight gradients deferred to cover the combine all-to-all): only "
         "overlap_ep_comm's hiding of each all-to-all behind another micro-batch's compute",
         "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled"),
@@ -422,7 +425,9 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         # (src/megatron/bridge/training/comm_overlap.py), the Megatron-LM recipes set both (above); FSDP
         # prefetches (fsdp sets overlap_param_gather itself)
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True, overlap_param_gather=True,
+        fp8_param_gather=p.precision == "fp8" and r.fp8_param_gather,  # fp8 weights only, gathered in fp8
         overlap_ep_comm=r.overlap_ep_comm, ep_dispatcher=r.dispatcher, formats=formats,
+        moe_router_fusion=r.router_fusion,
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=p.precision, engine=engine))

@@ -75,6 +75,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overlap-param-gather", action="store_true", default=None,
                    help="ZeRO-3: all-gather the next layer's weights while the current one computes; "
                    "ZeRO-1/2: gather the updated weights behind the next forward")
+    p.add_argument("--fp8-param-gather", action="store_true", default=None,
+                   help="fp8 training with ZeRO ≥ 1: weights kept only in fp8 and all-gathered in fp8 after the step "
+                   "(Megatron-Core --fp8-param-gather)")
     p.add_argument("--overlap-ep-comm", action="store_true", default=None,
                    help="MoE: hide each expert all-to-all behind another micro-batch's compute (DualPipe-style)")
     p.add_argument("--overlap-tp-comm", action="store_true", default=None,
@@ -83,6 +86,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fused-cross-entropy", action="store_true", default=None,
                    help="GPUs: the loss as one fused kernel (Megatron-Core --cross-entropy-loss-fusion) instead of "
                    "Megatron-LM's eager kernels over fp32 logits")
+    p.add_argument("--moe-router-fusion", action="store_true", default=None,
+                   help="MoE on GPUs: the router's top-k, scores and aux loss as Transformer Engine's fused kernels "
+                   "(Megatron-Core --moe-router-fusion)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"])
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Scaling],
@@ -264,9 +270,12 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
     axes = m.get("tp_axes")
     if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
         m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
-    for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy", "overlap_tp_comm"):
+    for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy", "overlap_tp_comm",
+                 "moe_router_fusion"):
         if getattr(args, flag, None):
             m[flag] = True
+    if getattr(args, "fp8_param_gather", None):  # checked with the project (plan.checks)
+        m["fp8_param_gather"] = True
     if args.interleave and args.interleave > 1 and m.get("schedule", "1f1b") == "1f1b":
         m["schedule"] = "interleaved-1f1b"
     tp, pp = m.get("tp", 1), m.get("pp", 1)

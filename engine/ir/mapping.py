@@ -202,8 +202,8 @@ def format_pipeline_layout(layout: list[int]) -> str:
 class Mapping(QuietDefaultsModel):
     _quiet = (
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
-        "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy",
-        "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope",
+        "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy", "fp8_param_gather",
+        "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
     )
 
     tp: PosInt = 1
@@ -261,6 +261,10 @@ class Mapping(QuietDefaultsModel):
         False, description="GPUs: the cross-entropy as one fused kernel (Megatron-Core --cross-entropy-loss-fusion, "
         "NVIDIA's recipes) instead of Megatron-LM's eager vocab-parallel kernels over fp32 logits (plan.launch)",
     )
+    moe_router_fusion: bool = Field(
+        False, description="GPU training of MoE models: the router's top-k, scores and aux loss as Transformer "
+        "Engine's fused kernels (Megatron-Core --moe-router-fusion) instead of the eager chain (plan.moe_host)",
+    )
     zero: Annotated[int, Field(ge=0, le=3)] = 0
     overlap_grad_reduce: bool = Field(
         False, description="reduce gradients in buckets during the last backward (Megatron --overlap-grad-reduce)"
@@ -269,6 +273,11 @@ class Mapping(QuietDefaultsModel):
         False, description="ZeRO-3/FSDP: all-gather the next layer's weights while the current one computes "
         "(prefetch; Megatron --overlap-param-gather, FSDP backward/forward prefetch); ZeRO-1/2: gather the updated "
         "weights bucket by bucket behind the next forward, not after the step (plan.param_gather)",
+    )
+    fp8_param_gather: bool = Field(
+        False, description="fp8 training with the distributed optimizer (ZeRO ≥ 1): keep the weights only as "
+        "fp8 tensors, no bf16 copy, and all-gather them in fp8 after the step (Megatron-Core --fp8-param-gather; "
+        "perf.memory.keeps_bf16_params)",
     )
     overlap_tp_comm: bool = Field(
         False, description="with sequence parallelism: pipeline each tensor-parallel all-gather and reduce-scatter "

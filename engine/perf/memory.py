@@ -36,7 +36,7 @@ class StateBytes:
 
 
 def bytes_per_param(
-    elem_bytes: float, master_fp32: bool, optimizer: Optimizer, dtype: DType | None = None
+    elem_bytes: float, master_fp32: bool, optimizer: Optimizer, dtype: DType | None = None, param_copy: float = 0.0
 ) -> StateBytes:
     """Weights, gradients and optimizer state per parameter. Mixed precision keeps fp32 master weights in
     the optimizer state; its gradient buffer — what the backward accumulates into and the data-parallel
@@ -44,15 +44,48 @@ def bytes_per_param(
     ``--accumulate-allreduce-grads-in-fp32`` is off by default and forced on only for bf16:
     ``megatron/model/distributed.py`` ``_get_buffer_type``, ``megatron/arguments.py``) and DeepSpeed's fp16
     optimizer reduces fp16 gradients (``communication_data_type`` defaults to the model's). The optimizer
-    step's fp32 copy of them is transient (``plan.train_step``)."""
+    step's fp32 copy of them is transient (``plan.train_step``). ``param_copy``: bytes per parameter held
+    beside the weights' own format (``fp8_param_copy``: the bf16 parameters of an fp8 run)."""
     mixed = master_fp32 and elem_bytes < 4
     moments = 8.0 if optimizer is Optimizer.adam else 4.0
     low = mixed and dtype is DType.fp16
     return StateBytes(
-        weights=float(elem_bytes),
+        weights=float(elem_bytes) + param_copy,
         gradients=float(elem_bytes) if low or not mixed else 4.0,
         optimizer=moments + (4.0 if mixed else 0.0),
     )
+
+
+# Megatron-Core under fp8 (Transformer Engine) keeps the model's parameters in bf16 (``params_dtype``): the
+# distributed optimizer writes its updated fp32 master shard into them and all-gathers them in bf16, and each
+# fp8 GEMM quantizes its weight into an fp8 copy that TE caches over the micro-batches (``is_first_microbatch``).
+# With ``--fp8-param-gather`` the parameters themselves are TE fp8 tensors (built under ``fp8_model_init``:
+# ``Float8Tensor`` for delayed and current scaling, ``Float8BlockwiseQTensor`` for blockwise): no bf16 copy,
+# the optimizer casts its fp32 master shard straight into the fp8 parameter buffer (``fp8_utils.
+# quantize_param_shard``, TE's ``cast_master_weights_to_fp8``) and the post-step all-gather moves those fp8
+# bytes (``distributed_data_parallel._allocate_buffers_for_parameters``: a ``Float8Tensor`` parameter's buffer
+# is its uint8 storage). The fp32 master copy stays in the optimizer's state either way. MXFP8 parameters are
+# not gathered in fp8 (``reuse_grad_buf_for_mxfp8_param_ag`` stages bf16 parameters in the gradient buffer and
+# quantizes after the gather): ``plan.checks`` refuses that recipe with the flag.
+BF16_PARAM_BYTES = dtype_bytes(DType.bf16)
+
+
+def keeps_bf16_params(weights: DType, train: bool, fp8_param_gather: bool, zero: int) -> bool:
+    """Whether a run holds bf16 parameters beside its fp8 weights: fp8 training without ``fp8_param_gather``
+    — which acts only through the distributed optimizer (ZeRO ≥ 1; ``plan.checks`` refuses it without, and a
+    search candidate without ZeRO keeps the bf16 parameters Megatron would)."""
+    return train and weights is DType.fp8 and not (fp8_param_gather and zero >= 1)
+
+
+def fp8_param_copy(weights: DType, train: bool, fp8_param_gather: bool, zero: int) -> float:
+    """Bytes per parameter of that bf16 copy (``bytes_per_param``'s ``param_copy``); 0 when there is none."""
+    return BF16_PARAM_BYTES if keeps_bf16_params(weights, train, fp8_param_gather, zero) else 0.0
+
+
+def param_gather_bytes(weight_bytes: float, weights: DType, train: bool, fp8_param_gather: bool, zero: int) -> float:
+    """Bytes per parameter the distributed optimizer's post-step all-gather moves: the model parameters'
+    dtype — bf16 under fp8 training without ``fp8_param_gather``, else the weights' own format."""
+    return BF16_PARAM_BYTES if keeps_bf16_params(weights, train, fp8_param_gather, zero) else weight_bytes
 
 
 def params_on_device(ops: Iterable[Op], tp: int) -> float:

@@ -290,6 +290,34 @@ def _spatial_checks(project: Project) -> list[Problem]:
     return []
 
 
+def _fp8_param_gather_checks(project: Project) -> list[Problem]:
+    """Megatron-Core's ``--fp8-param-gather`` keeps fp8 weights and lets the distributed optimizer cast its fp32
+    master shard into them (``arguments.py``: "only supported with distributed optimizer", or FSDP): it needs
+    training with fp8 weights and ZeRO ≥ 1. MXFP8 parameters are gathered in bf16 through the gradient buffer
+    (``reuse_grad_buf_for_mxfp8_param_ag``), which this flag does not model (``perf.memory``)."""
+    from tilewright.engine.ir.common import DType
+    from tilewright.engine.ir.mapping import Fp8Scaling
+
+    m = project.mapping
+    if not m.fp8_param_gather:
+        return []
+    field, out = "mapping.fp8_param_gather", []
+    weights = m.formats.weights or project.run.dtype
+    if project.run.mode is not Mode.train:
+        out.append(Problem(field, "fp8 parameters gathered by the distributed optimizer: training only"))
+    if weights is not DType.fp8:
+        out.append(Problem(field, f"needs fp8 weights (run.dtype fp8 or mapping.formats.weights fp8), not "
+                           f"{weights.value}"))
+    if m.zero < 1:
+        out.append(Problem(field, "needs the distributed optimizer (mapping.zero ≥ 1): it casts the updated fp32 "
+                           "master shard into the fp8 weights"))
+    if m.formats.fp8_scaling is Fp8Scaling.mxfp8:
+        out.append(Problem(field, "'mxfp8' parameters are all-gathered in bf16 through the gradient buffer "
+                           "(Megatron-Core reuse_grad_buf_for_mxfp8_param_ag), not modelled: use 'tensor', "
+                           "'delayed' or 'block' scaling, or drop fp8_param_gather"))
+    return out
+
+
 def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
     (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
@@ -323,6 +351,8 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     out += _expert_checks(m, graph)
     out += _recompute_checks(m, graph)
     out += _cuda_graph_checks(project, graph)
+    if m.moe_router_fusion and not any(op.moe is not None for op in graph.ops()):  # plan.moe_host
+        out.append(Problem("mapping.moe_router_fusion", "the model has no mixture-of-experts router to fuse"))
     out += _pipeline_checks(len(graph.block_layers), m)
     out += _stage_checks(project, len(graph.layers), capacity)
     out += _hypar_checks(m, graph)
@@ -332,6 +362,7 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     out += fp8_scaling_problems(project.run.dtype, m.formats,
                                 ((path, c.compute) for path, c in project.hardware.walk() if c.compute is not None))
     out += tensor_axes_problems(project)  # mapping.tp_axes
+    out += _fp8_param_gather_checks(project)  # mapping.fp8_param_gather (perf.memory)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
         if name != "auto" and name not in memories:

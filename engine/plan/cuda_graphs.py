@@ -121,7 +121,7 @@ class Capture:
     launches: int = 0
 
     def host(self, op: Op, backward: bool, host: float, framework: bool, ep: int, fp8: Fp8,
-             compute: Compute) -> float:
+             compute: Compute, fused_router: bool = False) -> float:
         """The op's host seconds under graphs, from its eager ``host`` (``framework``: ``host`` counts
         Megatron-Core's MoE groups, ``moe_host``; else a partial capture saves nothing we could name)."""
         launch = self.launches * GRAPH_LAUNCH_DISPATCHES * compute.host_dispatch_s
@@ -129,7 +129,7 @@ class Capture:
             return launch
         if not framework or not self.groups:
             return host + launch
-        return max(0.0, host - group_seconds(op, self.groups, backward, ep, fp8, compute)) + launch
+        return max(0.0, host - group_seconds(op, self.groups, backward, ep, fp8, compute, fused_router)) + launch
 
 
 def layer_graphs(ops: list[Op], scope: Sequence[str]) -> dict[str, Capture]:

@@ -317,7 +317,7 @@ NO_DISPATCH = DispatchWork()
 
 def dispatch_work(
     op: Op, backward: bool, tokens_scale: float, tp: int, ep: int, elem_bytes: float, compute: Compute,
-    fp8: Fp8 = False, framework: bool = True, etp: int | None = None,
+    fp8: Fp8 = False, framework: bool = True, etp: int | None = None, fused_router: bool = False,
 ) -> DispatchWork:
     """The dispatcher's work around a routed-expert op on a device a host framework drives kernel by kernel
     (``issues_kernels``; grids and wafers run their own dataflow): on the dispatch side (the op whose input
@@ -326,11 +326,12 @@ def dispatch_work(
     token-slots once: the permutation the device's own (1/tp of the replica's), the sorts, with ep > 1, the
     ``etp`` expert-tensor ranks' gathered ones (None: tp; module docstring). ``tokens_scale``: samples per
     pass. With ``framework`` (Megatron-Core training) every MoE op also carries its host work (``moe_host``;
-    ``fp8``: its GroupedLinear quantizes per expert, by the recipe given)."""
+    ``fp8``: its GroupedLinear quantizes per expert, by the recipe given; ``fused_router``: the routing op's
+    counts are Transformer Engine's fused router's, ``mapping.moe_router_fusion``)."""
     info = op.moe
     if info is None or not issues_kernels(compute):
         return NO_DISPATCH
-    host = framework_host(op, backward, ep, fp8, compute) if framework else None
+    host = framework_host(op, backward, ep, fp8, compute, fused_router) if framework else None
     dispatch, combine = exchange(op, False, tokens_scale, tp, elem_bytes)  # token-slot bytes each side
     if info.role is not MoERole.expert or (not dispatch and not combine):
         return NO_DISPATCH if host is None else DispatchWork(host_s=host)

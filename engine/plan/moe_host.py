@@ -86,6 +86,29 @@ grad output's quantization in the backward:
   expert is quantized by one kernel (``quantize_transpose_vector_blockwise`` computes its own scales): the
   three buffers and two of the three kernels per expert go, two allocations per GroupedLinear come;
 - 'mxfp8': buffers allocated per expert as for current scaling, one kernel per expert instead of three.
+
+``mapping.moe_router_fusion`` (Megatron-Core ``--moe-router-fusion``: ``moe_utils``'s ``fused=True`` branches call
+Transformer Engine's ``transformer_engine/pytorch/router.py``) replaces the routing group's eager chain by three
+autograd Functions, each one pybind call that launches one kernel (counted as an eager launch: Python, pybind,
+the library's launch) and allocates its outputs in C++:
+
+- ``topk_routing_with_score_function`` → ``fused_topk_with_score_function`` (``FusedTopkScoreFunction``): the
+  top-k, softmax, cast and the probabilities' and map's zeros/scatter/int/bool (9 kernels) become 1; calls: the
+  wrapper, ``_validate_routing_map_format``, the Function (3), ``mark_non_differentiable`` and
+  ``save_for_backward`` (7), less the eager path's nested ``compute_topk`` (1);
+- ``compute_routing_scores_for_aux_loss`` → ``fused_compute_score_for_moe_aux_loss``: the aux loss's softmax,
+  top-k and map (6 kernels) become 1; calls: wrapper, validation, Function, ``save_for_backward`` (6);
+- ``switch_load_balancing_loss_func`` → ``fused_moe_aux_loss`` (``FusedAuxLoss``): the loss's sum, product, sum
+  and scale (4 kernels) become 1 (the counts' sum stays); calls: wrapper, Function, ``save_for_backward`` (5);
+- unchanged: the counts' sum, the tracker's 2 kernels, the auto-scaler and the rest of the 27 calls.
+
+Forward 22 − 8 − 5 − 3 = 6 kernels, 27 + 6 + 6 + 5 = 44 calls. Backward: the auto-scaler's ones and product stay
+(2 kernels), the loss's, both softmaxes' and the top-k's gradients (9) become the three Functions' backward
+kernels (3): 5 kernels; calls 8 + three Functions' backward (9) + their gradient buffers (``torch.empty_like``,
+``torch.empty``: 2) = 19. So the fusion saves host time only where a launch (``host_dispatch_s``) costs more
+than the calls it adds (``host_call_s``): on dgx-h100 16 · 8 − 17 · 3 = 77 µs forward, 6 · 8 − 11 · 3 = 15 µs
+backward per MoE layer. The routing op's device cost is one kernel over the scores with or without it (the
+plan never charged the eager chain's extra device floors, above): the fused path changes nothing there.
 """
 
 from __future__ import annotations
@@ -122,6 +145,8 @@ GROUPS: dict[str, tuple[HostCount, HostCount]] = {
     "combine_side": (HostCount(2, 13), HostCount(0, 6)),
     "combine": (HostCount(1, 15), HostCount(1, 4)),
 }
+# the routing group under mapping.moe_router_fusion (module docstring): (forward, backward)
+FUSED_ROUTING: tuple[HostCount, HostCount] = (HostCount(6, 44), HostCount(5, 19))
 FP8_PADDING: dict[str, int] = {"dispatch": 4, "combine_side": 3}  # Fp8Padding / Fp8Unpadding calls, forward
 # one GroupedLinear: (forward, backward), bf16 and fp8
 GROUPED_LINEAR: dict[bool, tuple[HostCount, HostCount]] = {
@@ -173,9 +198,10 @@ def groups(op: Op) -> tuple[str, ...]:
     return ("activation",) if op.kind is OpKind.elementwise else ("gate",)
 
 
-def count(name: str, backward: bool, fp8: Fp8) -> tuple[HostCount, ...]:
-    """The counts one group's pass runs: its own, its GroupedLinear's, fp8's padding calls."""
-    out = [GROUPS[name][backward]]
+def count(name: str, backward: bool, fp8: Fp8, fused_router: bool = False) -> tuple[HostCount, ...]:
+    """The counts one group's pass runs: its own (the routing group's fused one under ``fused_router``,
+    ``mapping.moe_router_fusion``), its GroupedLinear's, fp8's padding calls."""
+    out = [FUSED_ROUTING[backward] if fused_router and name == "routing" else GROUPS[name][backward]]
     if name in LINEAR_GROUPS:
         out.append(grouped_linear(backward, fp8))
         if fp8 and not backward:
@@ -183,21 +209,22 @@ def count(name: str, backward: bool, fp8: Fp8) -> tuple[HostCount, ...]:
     return tuple(out)
 
 
-def framework_host(op: Op, backward: bool, ep: int, fp8: Fp8, compute: Compute) -> float | None:
+def framework_host(op: Op, backward: bool, ep: int, fp8: Fp8, compute: Compute,
+                   fused_router: bool = False) -> float | None:
     """Host seconds of Megatron-Core's code behind one MoE op's pass on a device a host framework drives kernel
     by kernel (``issues_kernels``), to be charged instead of ``launch.host_seconds``; None elsewhere (grids and
     wafers, non-MoE ops, shared experts): the generic charge stands. ``ep``: expert-parallel ranks (the local
-    experts are experts / ep)."""
+    experts are experts / ep; ``fused_router``: ``mapping.moe_router_fusion``)."""
     names = groups(op)
     if not names or not issues_kernels(compute):
         return None
-    return group_seconds(op, names, backward, ep, fp8, compute)
+    return group_seconds(op, names, backward, ep, fp8, compute, fused_router)
 
 
 def group_seconds(op: Op, names: tuple[str, ...] | frozenset[str], backward: bool, ep: int, fp8: Fp8,
-                  compute: Compute) -> float:
+                  compute: Compute, fused_router: bool = False) -> float:
     """Host seconds of the named groups of one MoE op's pass: all of ``framework_host``, or the part a CUDA
     graph replays instead (``plan.cuda_graphs``: the router and routing under ``moe_router``, the dispatcher's
     work before the host sync under ``moe_preprocess``)."""
     local = max(1, op.moe.experts // max(ep, 1)) if op.moe is not None else 1
-    return sum(c.seconds(local, compute) for name in names for c in count(name, backward, fp8))
+    return sum(c.seconds(local, compute) for name in names for c in count(name, backward, fp8, fused_router))

@@ -145,6 +145,7 @@ class PassContext:
     tp_seconds: Callable[[str, float], float] | None = None
     moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
     cuda_graph_scope: tuple[str, ...] = ()  # training's CUDA graphs (mapping.cuda_graph_scope, ``plan.cuda_graphs``)
+    moe_router_fusion: bool = False  # the routing op's host counts are TE's fused router's (``plan.moe_host``)
 
 
 def fused_edges(chains: list[list[str]]) -> frozenset[tuple[str, str]]:
@@ -217,7 +218,7 @@ class _Builder:
         fp8 = (c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
                and c.formats.fp8_scaling)  # by its recipe (``moe_host.grouped_linear``)
         moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute,
-                            fp8, c.moe_framework, c.expert_tp)
+                            fp8, c.moe_framework, c.expert_tp, c.moe_router_fusion)
         if moe.sync_s:
             self._host_sync(op, moe.sync_s)
         if not backward:
@@ -261,7 +262,8 @@ class _Builder:
                 self.layer_busy += nbytes / c.dev.dram_bandwidth
         host = host_seconds(op, backward, c.dev.compute) if moe.host_s is None else moe.host_s
         if graph is not None:
-            host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute)
+            host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute,
+                              c.moe_router_fusion)
         seg.host_s += host
         if c.offload_saved:
             seg.offload_s += saved_bytes(op, c) / c.offload_saved

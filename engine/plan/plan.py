@@ -23,6 +23,8 @@ from tilewright.engine.perf.memory import (
     activation_bytes,
     bytes_per_param,
     expert_model_state,
+    fp8_param_copy,
+    param_gather_bytes,
     params_on_device,
     recomputed_layers,
     workspace_bytes,
@@ -288,9 +290,16 @@ class Plan:
         if self.replicas <= 1 or self.project.mapping.zero < 1 or self.project.mapping.zero >= 3:
             return Collective("all-gather", "none", ())
         experts = sum(st.expert_grad_bytes.values()) / self.stage_grad_per_param(rank)
-        return self._replica_collective(
-            rank, "all-gather", (st.params - experts) * self.weight_bytes, experts * self.weight_bytes
-        )
+        per = self.gather_bytes_per_param
+        return self._replica_collective(rank, "all-gather", (st.params - experts) * per, experts * per)
+
+    @property
+    def gather_bytes_per_param(self) -> float:
+        """Bytes per parameter ``zero_gather`` moves: the parameters' dtype (bf16 under fp8 training unless
+        ``mapping.fp8_param_gather`` keeps them in fp8, ``perf.memory.param_gather_bytes``)."""
+        m, train = self.project.mapping, self.project.run.mode is Mode.train
+        weights = self.formats.weights if self.formats is not None else self.project.run.dtype
+        return param_gather_bytes(self.weight_bytes, weights, train, m.fp8_param_gather, m.zero)
 
     @memo_method
     def zero_gather_exposed(self, rank: int) -> tuple[Collective, Collective]:
@@ -368,7 +377,9 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     else:
         extra = [li.index for li in workload.layers if li.index not in blocks]
         per_virtual = virtual_stage_layers(blocks, extra, m.pp * v, m.pipeline_layers)
-    state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)
+    bf16_params = fp8_param_copy(formats.weights, run.mode is Mode.train, m.fp8_param_gather, m.zero)  # perf.memory
+    state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,
+                                      bf16_params)
     tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
@@ -394,6 +405,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         ctx.rows_per_sample = workload.tokens_per_sample
         ctx.fused_loss = m.fused_cross_entropy
         ctx.cuda_graph_scope = tuple(m.cuda_graph_scope or ())  # plan.cuda_graphs
+        ctx.moe_router_fusion = m.moe_router_fusion  # plan.moe_host
         if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
             ctx.tp_seconds = tp_seconds(hw, groups[r][0])
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)

@@ -34,6 +34,7 @@ class OpSettings:
     # mapping.cuda_graph_scope: what CUDA graphs replay (``plan.cuda_graphs``): the captured ops' host work and,
     # under 'full_iteration', the passes' host syncs (``plan.train_step``) are gone, as in the plan
     cuda_graph_scope: tuple[str, ...] = ()
+    moe_router_fusion: bool = False  # mapping.moe_router_fusion: the routing op's host counts (``plan.moe_host``)
 
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
@@ -41,7 +42,7 @@ class OpSettings:
         formats = resolve_formats(project.run.dtype, m.formats, m.fidelity)
         return cls(
             formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
-            m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()),
+            m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,
         )
 
     @property
@@ -57,6 +58,7 @@ class OpSettings:
         ctx.residency = residency
         ctx.fused_loss = self.fused_loss
         ctx.cuda_graph_scope = self.cuda_graph_scope
+        ctx.moe_router_fusion = self.moe_router_fusion
         return ctx
 
     @property

@@ -91,6 +91,8 @@ class Candidate:
         }
         if self.fsdp:
             fields |= {"zero": 3, "overlap_param_gather": True}
+        if self.zero == 0 and not self.fsdp:  # fp8 weights gathered after the step need a sharded optimizer
+            fields["fp8_param_gather"] = False
         if self.overlap_grad_reduce:  # otherwise the base's choice stands
             fields["overlap_grad_reduce"] = True
         if self.overlap_ep:

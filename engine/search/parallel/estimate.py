@@ -32,10 +32,10 @@ import numpy as np
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.hardware.interleave import stream_usage
 from tilewright.engine.ir.mapping import Recompute
-from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
-from tilewright.engine.perf.memory import bytes_per_param
+from tilewright.engine.perf.memory import StateBytes, bytes_per_param, fp8_param_copy, param_gather_bytes
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
 from tilewright.engine.plan.recurrence import run_pipeline
@@ -82,6 +82,11 @@ class Estimator(IterationTail):
         self.dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
         self.capacity = device_capacity(hw, 0, self.dev)
         self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)  # type: ignore[arg-type]
+        # fp8 training: the bf16 parameters beside the fp8 weights, unless mapping.fp8_param_gather (with ZeRO ≥ 1,
+        # so per candidate: ``state_per``) keeps only the fp8 ones; the post-step gather moves the parameters
+        weights, train, fp8_pg = self.settings.formats.weights, run.mode is Mode.train, project.mapping.fp8_param_gather
+        self._param_copy = {z: fp8_param_copy(weights, train, fp8_pg, z) for z in range(4)}
+        self.gather_bytes = param_gather_bytes(self.weight_bytes, weights, train, fp8_pg, 1)
         self.opt_bytes = ADAM_BYTES_MIXED if self.per_param.optimizer > 8 else ADAM_BYTES_FP32
         self.levels = bool(project.mapping.memory_levels)
         self.comm = CommModel(hw)
@@ -301,7 +306,7 @@ class Estimator(IterationTail):
         """Bytes per device of each category on stage ``r``, as ``plan.residency.stage_sizes`` counts them
         (1F1B holds at most pp micro-batches' activations, plus the largest workspace)."""
         params = self.stage_params(c.tp, c.pp, c.interleave)[r]
-        per = self.per_param
+        per = self.state_per(c.zero)
         acts = float(chunks.workspace[r]) + chunks.act_stage[r] * min(m, c.pp)
         return {
             "weights": params * per.weights,
@@ -334,7 +339,7 @@ class Estimator(IterationTail):
         if placed is None:
             need = self.memory(c, m, chunks)
             return need <= self.capacity, need
-        per = self.per_param
+        per = self.state_per(c.zero)
         worst, need = 0.0, 0.0
         for params, acts in self.memory_parts(c, m, chunks):
             sizes = {
@@ -397,8 +402,14 @@ class Estimator(IterationTail):
             out.append((params[r], act + float(chunks.workspace[r])))
         return out
 
+    def state_per(self, zero: int) -> StateBytes:
+        """Model-state bytes per parameter under ZeRO stage ``zero`` (the plan's ``bytes_per_param``, with the
+        bf16 parameters of an fp8 run unless ``fp8_param_gather`` drops them: ``perf.memory``)."""
+        copy = self._param_copy[zero]
+        return replace(self.per_param, weights=self.per_param.weights + copy) if copy else self.per_param
+
     def state_bytes_per_param(self, zero: int, dp: int) -> float:
-        p = self.per_param
+        p = self.state_per(zero)
         return p.weights + p.gradients + p.optimizer / (dp if zero >= 1 else 1)
 
     def memory(self, c: Candidate, m: int, chunks: Chunks) -> float:

@@ -93,8 +93,8 @@ class ExpertBound:
         # the same experts (dp / ep replicas; tp·dp / (ep·etp) ranks with expert tp below tp, ``plan.experts``),
         # the rest over all dp (``perf.memory.expert_model_state``)
         etp = c.expert_tp if c.expert_tp is not None and ep > 1 else c.tp
-        s = model_state(1.0, self.est.per_param, zero, c.dp * c.cp)  # dp · cp replicas, as plan.build_plan
-        x = model_state(1.0, self.est.per_param, zero, expert_dp(c.tp, c.dp * c.cp, ep, etp))  # as plan.build_plan
+        s = model_state(1.0, self.est.state_per(zero), zero, c.dp * c.cp)  # dp · cp replicas, as plan.build_plan
+        x = model_state(1.0, self.est.state_per(zero), zero, expert_dp(c.tp, c.dp * c.cp, ep, etp))  # plan.build_plan
         per = s.weights + s.gradients + (0.0 if offload else s.optimizer)
         per_expert = x.weights + x.gradients + (0.0 if offload else x.optimizer)
         total = self.est.stage_params(c.tp, c.pp, c.interleave)

@@ -47,6 +47,7 @@ class IterationTail:
     comm: CommModel
     per_param: StateBytes
     weight_bytes: float
+    gather_bytes: float  # per parameter, the post-step all-gather's (``Plan.gather_bytes_per_param``)
     opt_bytes: int
     _flags: dict[tuple[int, ...], float]  # the optimizer's flag all-reduce, by model group
 
@@ -137,7 +138,7 @@ class IterationTail:
         opt = optimizer_s(self.dev, placed, local, self.opt_bytes) + self._step_overhead(c, placed, local)
         gather = 0.0
         if c.zero >= 1 and groups:
-            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.weight_bytes, chunks)
+            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.gather_bytes, chunks)
         return reduced + opt + gather
 
     def _gather_s(
