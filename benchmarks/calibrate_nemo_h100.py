@@ -86,6 +86,7 @@ class Recipe:
     fp8_recipe: str = "current"  # Transformer Engine scaling of an fp8 run: 'current' (FP8-CS) or 'blockwise'
     fp8_param_gather: bool = True  # an fp8 run's fp8_param_gather (mapping.fp8_param_gather); every recipe here
     router_fusion: bool = False  # moe_router_fusion (mapping.moe_router_fusion: TE's fused router, plan.moe_host)
+    optimizer_moments: str = "fp32"  # precision-aware optimizer: exp_avg(_sq)_dtype (mapping.optimizer_moments)
     unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
 
 
@@ -230,8 +231,7 @@ MLM_QWEN3_30B_BF16 = Recipe(recompute="none", expert_tp=1, dispatcher="deepep", 
                             unmodelled=_MLM_COMMON)
 MLM_QWEN3_30B_FP8 = Recipe(
     recompute="none", expert_tp=1, dispatcher="deepep", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"),
-    fp8_recipe="blockwise", router_fusion=True, unmodelled=(*_MLM_COMMON,
-        "the precision-aware optimizer's bf16 Adam moments: ours keeps them in fp32"),
+    fp8_recipe="blockwise", router_fusion=True, optimizer_moments="bf16", unmodelled=_MLM_COMMON,
 )
 MLM_QWEN3_235B_BF16 = Recipe(
     recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, dispatcher="deepep",
@@ -427,7 +427,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True, overlap_param_gather=True,
         fp8_param_gather=p.precision == "fp8" and r.fp8_param_gather,  # fp8 weights only, gathered in fp8
         overlap_ep_comm=r.overlap_ep_comm, ep_dispatcher=r.dispatcher, formats=formats,
-        moe_router_fusion=r.router_fusion,
+        moe_router_fusion=r.router_fusion, optimizer_moments=r.optimizer_moments,
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=p.precision, engine=engine))

@@ -78,6 +78,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp8-param-gather", action="store_true", default=None,
                    help="fp8 training with ZeRO ≥ 1: weights kept only in fp8 and all-gathered in fp8 after the step "
                    "(Megatron-Core --fp8-param-gather)")
+    p.add_argument("--optimizer-moments", choices=["fp32", "bf16"], default=None,
+                   help="mixed-precision Adam: its moments' width; bf16 stores and streams 2 + 2 B per parameter "
+                   "(Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16)")
     p.add_argument("--overlap-ep-comm", action="store_true", default=None,
                    help="MoE: hide each expert all-to-all behind another micro-batch's compute (DualPipe-style)")
     p.add_argument("--overlap-tp-comm", action="store_true", default=None,
@@ -276,6 +279,8 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
             m[flag] = True
     if getattr(args, "fp8_param_gather", None):  # checked with the project (plan.checks)
         m["fp8_param_gather"] = True
+    if getattr(args, "optimizer_moments", None):  # checked with the project (plan.checks)
+        m["optimizer_moments"] = args.optimizer_moments
     if args.interleave and args.interleave > 1 and m.get("schedule", "1f1b") == "1f1b":
         m["schedule"] = "interleaved-1f1b"
     tp, pp = m.get("tp", 1), m.get("pp", 1)

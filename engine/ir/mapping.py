@@ -204,6 +204,7 @@ class Mapping(QuietDefaultsModel):
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy", "fp8_param_gather",
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
+        "optimizer_moments",
     )
 
     tp: PosInt = 1
@@ -278,6 +279,11 @@ class Mapping(QuietDefaultsModel):
         False, description="fp8 training with the distributed optimizer (ZeRO ≥ 1): keep the weights only as "
         "fp8 tensors, no bf16 copy, and all-gather them in fp8 after the step (Megatron-Core --fp8-param-gather; "
         "perf.memory.keeps_bf16_params)",
+    )
+    optimizer_moments: Literal["fp32", "bf16"] = Field(
+        "fp32", description="mixed-precision Adam: the width of its two moments; 'bf16' keeps them at 2 + 2 B per "
+        "parameter instead of 4 + 4 and the fused step streams them so (Megatron-Core --use-precision-aware-optimizer "
+        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, master weights and main gradients fp32; perf.memory)",
     )
     overlap_tp_comm: bool = Field(
         False, description="with sequence parallelism: pipeline each tensor-parallel all-gather and reduce-scatter "

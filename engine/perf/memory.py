@@ -35,8 +35,17 @@ class StateBytes:
     optimizer: float
 
 
+# Bytes of one Adam moment by ``mapping.optimizer_moments``. Megatron-Core's precision-aware optimizer
+# (``--use-precision-aware-optimizer``, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype``) hands Transformer Engine's
+# FusedAdam its moments in that dtype (``exp_avg_dtype``, ``exp_avg_sq_dtype``): both are stored so, and the
+# fused kernel reads and writes them so, upcasting to fp32 in registers. The master weights stay fp32 here
+# (``--main-params-dtype`` fp32, the default) and so do the main gradients (``--main-grads-dtype`` fp32).
+MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
+
+
 def bytes_per_param(
-    elem_bytes: float, master_fp32: bool, optimizer: Optimizer, dtype: DType | None = None, param_copy: float = 0.0
+    elem_bytes: float, master_fp32: bool, optimizer: Optimizer, dtype: DType | None = None, param_copy: float = 0.0,
+    moments: str = "fp32",
 ) -> StateBytes:
     """Weights, gradients and optimizer state per parameter. Mixed precision keeps fp32 master weights in
     the optimizer state; its gradient buffer — what the backward accumulates into and the data-parallel
@@ -45,14 +54,17 @@ def bytes_per_param(
     ``megatron/model/distributed.py`` ``_get_buffer_type``, ``megatron/arguments.py``) and DeepSpeed's fp16
     optimizer reduces fp16 gradients (``communication_data_type`` defaults to the model's). The optimizer
     step's fp32 copy of them is transient (``plan.train_step``). ``param_copy``: bytes per parameter held
-    beside the weights' own format (``fp8_param_copy``: the bf16 parameters of an fp8 run)."""
+    beside the weights' own format (``fp8_param_copy``: the bf16 parameters of an fp8 run). ``moments``:
+    the width of Adam's two moments (``MOMENT_BYTES``; ``plan.checks`` allows 'bf16' only for mixed-precision
+    Adam); SGD's momentum is fp32."""
     mixed = master_fp32 and elem_bytes < 4
-    moments = 8.0 if optimizer is Optimizer.adam else 4.0
+    width = MOMENT_BYTES[moments] if optimizer is Optimizer.adam else MOMENT_BYTES["fp32"]
+    moments_b = (2 if optimizer is Optimizer.adam else 1) * width
     low = mixed and dtype is DType.fp16
     return StateBytes(
         weights=float(elem_bytes) + param_copy,
         gradients=float(elem_bytes) if low or not mixed else 4.0,
-        optimizer=moments + (4.0 if mixed else 0.0),
+        optimizer=moments_b + (4.0 if mixed else 0.0),
     )
 
 

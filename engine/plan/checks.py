@@ -318,6 +318,28 @@ def _fp8_param_gather_checks(project: Project) -> list[Problem]:
     return out
 
 
+def _optimizer_moments_checks(project: Project) -> list[Problem]:
+    """Low-precision Adam moments (Megatron-Core's precision-aware optimizer, ``perf.memory.MOMENT_BYTES``)
+    are Adam's (``optimizer/__init__.py`` hands them to TE's FusedAdam; SGD has no such option) and sit beside
+    an fp32 master copy of low-precision weights: the model counts no other case."""
+    from tilewright.engine.ir.common import dtype_bytes
+    from tilewright.engine.ir.project import Optimizer
+
+    run, moments = project.run, project.mapping.optimizer_moments
+    if moments == "fp32":
+        return []
+    field, out = "mapping.optimizer_moments", []
+    if run.optimizer is not Optimizer.adam:
+        out.append(Problem(field, f"'{moments}' moments are Adam's; run.optimizer is {run.optimizer.value}"))
+    if run.mode is not Mode.train:
+        out.append(Problem(field, f"'{moments}': optimizer state exists in training only"))
+    weights = project.mapping.formats.weights or run.dtype
+    if not run.master_weights_fp32 or dtype_bytes(weights) >= 4:
+        out.append(Problem(field, f"'{moments}' moments need mixed precision (low-precision weights with "
+                           "run.master_weights_fp32), as Megatron-Core's precision-aware optimizer"))
+    return out
+
+
 def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
     (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
@@ -363,6 +385,7 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
                                 ((path, c.compute) for path, c in project.hardware.walk() if c.compute is not None))
     out += tensor_axes_problems(project)  # mapping.tp_axes
     out += _fp8_param_gather_checks(project)  # mapping.fp8_param_gather (perf.memory)
+    out += _optimizer_moments_checks(project)  # mapping.optimizer_moments (perf.memory)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
         if name != "auto" and name not in memories:

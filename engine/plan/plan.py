@@ -19,6 +19,7 @@ from tilewright.engine.perf.collectives import Collective, collective, point_to_
 from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes, per_op_notes, resolve_formats
 from tilewright.engine.perf.memory import (
+    MOMENT_BYTES,
     StateBytes,
     activation_bytes,
     bytes_per_param,
@@ -58,7 +59,15 @@ from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
 from tilewright.engine.plan.report import format_notes, split_rows
-from tilewright.engine.plan.residency import StageResidency, optimizer_seconds, stage_residency
+from tilewright.engine.plan.residency import (
+    ADAM_STEPS,
+    StageResidency,
+    adam_split,
+    adam_step,
+    mixed_step,
+    optimizer_seconds,
+    stage_residency,
+)
 from tilewright.engine.plan.residency import notes as residency_notes
 from tilewright.engine.plan.sharding import dp_kind, is_dp, is_edp, spans_replicas
 from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
@@ -68,7 +77,8 @@ from tilewright.engine.plan.train_step import TOKEN_BYTES, add_drains, flag_allr
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 # Adam step traffic per parameter (bytes): read fp32 master, m, v and the fp32 gradient, write master,
-# m, v and the low-precision weight copy (mixed precision); fp32 training reads/writes 4-byte weights.
+# m, v and the low-precision weight copy (mixed precision); fp32 training reads/writes 4-byte weights. With
+# mapping.optimizer_moments 'bf16' the moments move at 2 B (``residency.adam_split``, ``adam_step``).
 ADAM_BYTES_MIXED = 4 * 4 + 3 * 4 + 2
 ADAM_BYTES_FP32 = 4 * 4 + 3 * 4
 
@@ -337,7 +347,8 @@ def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float,
     ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step)."""
     if placed is None and (dev.local_dram is not None or dev.remote_dram is not None):
         return params * opt_bytes / dev.dram_bandwidth
-    return optimizer_seconds(dev, placed, params, opt_bytes == ADAM_BYTES_MIXED)
+    mixed, moments = ADAM_STEPS[opt_bytes]
+    return optimizer_seconds(dev, placed, params, mixed, adam_split(mixed, MOMENT_BYTES[moments]))
 
 
 def offloaded_activations(res: Residency) -> tuple[float, Residency]:
@@ -379,7 +390,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         per_virtual = virtual_stage_layers(blocks, extra, m.pp * v, m.pipeline_layers)
     bf16_params = fp8_param_copy(formats.weights, run.mode is Mode.train, m.fp8_param_gather, m.zero)  # perf.memory
     state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,
-                                      bf16_params)
+                                      bf16_params, m.optimizer_moments)
     tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
@@ -475,7 +486,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, edp if ep > 1 else None)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
-        opt_bytes = ADAM_BYTES_MIXED if state_per_param.optimizer > 8 else ADAM_BYTES_FP32
+        opt_bytes = adam_step(state_per_param, m.optimizer_moments)
         # the optimizer steps the parameters whose state this device holds (ZeRO: its shard of each group's)
         local_params = (params - experts) / shard_dp + experts / edp if m.zero >= 1 else params
         stages.append(
@@ -500,7 +511,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 grad_bytes=grad,
                 expert_grad_bytes=expert_grad,
                 optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, opt_bytes)
-                + step_overhead(dev, placed[0] if placed else None, local_params, opt_bytes == ADAM_BYTES_MIXED,
+                + step_overhead(dev, placed[0] if placed else None, local_params, mixed_step(opt_bytes),
                                 run.dtype.value == "fp16", flag_s(dev), shard_dp,
                                 full_iteration="full_iteration" in (m.cuda_graph_scope or ()))
                 if run.mode is Mode.train

@@ -26,6 +26,7 @@ from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel, shared_memory, sharing_devices
 from tilewright.engine.perf.formats import resolve_formats
 from tilewright.engine.perf.memory import (
+    MOMENT_BYTES,
     StateBytes,
     activation_bytes,
     expert_model_state,
@@ -38,11 +39,43 @@ from tilewright.engine.plan.passes import fused_edges
 
 AUTO = "auto"
 AUTO_ORDER = ("weights", "kv_cache", "activations", "gradients", "optimizer")
-# Which stored category the optimizer step's traffic per parameter belongs to (``plan.ADAM_BYTES_*``): the
-# fp32 master copy and moments (read + write) are optimizer state, the gradient read is gradients, and the
-# low-precision weight copy written back is weights.
-ADAM_SPLIT_MIXED = {"optimizer": 2 * 3 * 4, "gradients": 4, "weights": 2}
-ADAM_SPLIT_FP32 = {"optimizer": 2 * 2 * 4 + 4, "gradients": 4, "weights": 4}
+
+
+def adam_split(mixed: bool, moment: float = MOMENT_BYTES["fp32"]) -> dict[str, float]:
+    """Which stored category one fused Adam step's traffic per parameter belongs to (``plan.ADAM_BYTES_*``):
+    the fp32 master copy and the two moments (read + write) are optimizer state, the gradient read is
+    gradients, and the low-precision weight copy written back is weights. ``moment``: bytes of one moment
+    (``perf.memory.MOMENT_BYTES``): TE's FusedAdam reads and writes bf16 moments at 2 B each."""
+    if mixed:
+        return {"optimizer": 2 * (4 + 2 * moment), "gradients": 4, "weights": 2}
+    return {"optimizer": 2 * 2 * moment + 4, "gradients": 4, "weights": 4}
+
+
+ADAM_SPLIT_MIXED = adam_split(True)
+ADAM_SPLIT_FP32 = adam_split(False)
+
+
+def adam_step_bytes(mixed: bool, moments: str = "fp32") -> int:
+    """Bytes per parameter one fused Adam step streams (the sum of ``adam_split``)."""
+    return int(sum(adam_split(mixed, MOMENT_BYTES[moments]).values()))
+
+
+# A step's bytes per parameter name its kind: the plan and the search carry only that number
+# (``plan._optimizer_s``, ``search.parallel.tail``), and the four kinds' totals differ (30, 22, 28, 20).
+ADAM_STEPS = {adam_step_bytes(mixed, mo): (mixed, mo) for mixed in (True, False) for mo in MOMENT_BYTES}
+
+
+def mixed_step(opt_bytes: int) -> bool:
+    """Whether a step of ``opt_bytes`` per parameter is mixed precision's (fp32 master copy beside the
+    low-precision weights: ``plan.train_step``'s extra passes apply)."""
+    return ADAM_STEPS[opt_bytes][0]
+
+
+def adam_step(per_param: StateBytes, moments: str = "fp32") -> int:
+    """The fused step's bytes per parameter for model state ``per_param`` (``perf.memory.bytes_per_param``):
+    mixed when the optimizer state holds an fp32 master copy beside the two moments."""
+    master = per_param.optimizer - 2 * MOMENT_BYTES[moments]
+    return adam_step_bytes(master > 0, moments)
 
 
 @dataclass(frozen=True)
@@ -175,7 +208,7 @@ def resolve(
 
 
 def optimizer_seconds(
-    dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, split: dict[str, int] | None = None
+    dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, split: dict[str, float] | None = None
 ) -> float:
     """The optimizer step's streams at each level, overlapped: the slowest level's bytes over its bandwidth
     (a device without DRAM streams its SRAM: never free). ``split``: bytes per parameter by category, default

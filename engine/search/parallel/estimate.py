@@ -37,10 +37,9 @@ from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.memory import StateBytes, bytes_per_param, fp8_param_copy, param_gather_bytes
 from tilewright.engine.plan.memo import memo_method
-from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
 from tilewright.engine.plan.recurrence import run_pipeline
 from tilewright.engine.plan.report import split_rows
-from tilewright.engine.plan.residency import StageResidency, resolve
+from tilewright.engine.plan.residency import StageResidency, adam_step, resolve
 from tilewright.engine.plan.tied import copy_params
 from tilewright.engine.plan.timing import closed_form
 from tilewright.engine.plan.train_step import TOKEN_BYTES, broadcasts, lead_seconds
@@ -81,13 +80,15 @@ class Estimator(IterationTail):
         first = hw.devices[0]
         self.dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
         self.capacity = device_capacity(hw, 0, self.dev)
-        self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)  # type: ignore[arg-type]
+        moments = project.mapping.optimizer_moments  # Adam's moments' width, as the plan reads it
+        self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
+                                         moments=moments)
         # fp8 training: the bf16 parameters beside the fp8 weights, unless mapping.fp8_param_gather (with ZeRO ≥ 1,
         # so per candidate: ``state_per``) keeps only the fp8 ones; the post-step gather moves the parameters
         weights, train, fp8_pg = self.settings.formats.weights, run.mode is Mode.train, project.mapping.fp8_param_gather
         self._param_copy = {z: fp8_param_copy(weights, train, fp8_pg, z) for z in range(4)}
         self.gather_bytes = param_gather_bytes(self.weight_bytes, weights, train, fp8_pg, 1)
-        self.opt_bytes = ADAM_BYTES_MIXED if self.per_param.optimizer > 8 else ADAM_BYTES_FP32
+        self.opt_bytes = adam_step(self.per_param, moments)
         self.levels = bool(project.mapping.memory_levels)
         self.comm = CommModel(hw)
         # On a grid, stages' tensor groups differ in shape (placement strategies): each stage is timed on

@@ -22,9 +22,8 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.memory import StateBytes
 from tilewright.engine.plan.param_gather import exposed_fractions
-from tilewright.engine.plan.plan import ADAM_BYTES_MIXED
 from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
-from tilewright.engine.plan.residency import StageResidency
+from tilewright.engine.plan.residency import StageResidency, mixed_step
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
 from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
 from tilewright.engine.search.op_settings import OpSettings
@@ -167,5 +166,5 @@ class IterationTail:
         if flag is None:
             flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
         fp16 = self.project.run.dtype.value == "fp16"
-        return step_overhead(self.dev, placed, local, self.opt_bytes == ADAM_BYTES_MIXED, fp16, flag, replicas(c),
+        return step_overhead(self.dev, placed, local, mixed_step(self.opt_bytes), fp16, flag, replicas(c),
                              full_iteration=self.settings.full_iteration)

@@ -1,0 +1,166 @@
+"""Megatron-Core's precision-aware optimizer with bf16 Adam moments (``mapping.optimizer_moments``).
+
+``--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`` hands Transformer Engine's
+FusedAdam its two moments in bf16: they are stored at 2 + 2 B per parameter instead of 4 + 4, beside the fp32
+master copy (4 B), and the fused step reads and writes them at that width. The expected numbers are derived
+here from the parameter count: mixed-precision Adam holds 4 (master) + 2 · w (moments of w bytes) per
+parameter, ZeRO-1 divides that by dp; one fused step reads and writes master and moments (2 · (4 + 2 · w)),
+reads the fp32 gradient (4) and writes the bf16 weights (2), all at the device's DRAM bandwidth.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tilewright.engine.cli import main
+from tilewright.engine.engines.analytic.engine import AnalyticEngine
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.io.presets import load_system
+from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+from tilewright.engine.plan.checks import check_project
+from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.estimate import Estimator
+from tilewright.engine.simulate import make_plan, simulate
+from tilewright.engine.workloads import build_workload
+
+GPT = GPTSpec(name="gpt-pao", layers=4, hidden=1024, heads=16, seq_len=512, vocab=8192)
+FIELD = "mapping.optimizer_moments"
+MASTER = 4.0  # fp32 master weights
+
+
+def _project(dtype: str = "bf16", engine: str = "analytic", optimizer: str = "adam", mode: str = "train",
+             **mapping) -> Project:
+    m = {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 4} | mapping
+    return Project(name="pao", hardware=load_system("dgx-h100"), workload=GPT, mapping=Mapping(**m),
+                   run=RunSettings(dtype=dtype, mode=mode, engine=engine, optimizer=optimizer, contention=False))
+
+
+def _params() -> float:
+    return sum(op.params for op in build_workload(GPT).ops())
+
+
+def _step_bytes(moment: float) -> float:
+    """One fused mixed-precision Adam step per parameter: master and moments read and written, the fp32
+    gradient read, the bf16 weights written."""
+    return 2 * (MASTER + 2 * moment) + 4 + 2
+
+
+@pytest.mark.parametrize("dp", [1, 4])
+def test_optimizer_state_bytes_per_parameter(dp: int):
+    """fp32 moments: 4 + 8 = 12 B per parameter, bf16: 4 + 4 = 8 B; ZeRO-1 over dp holds 1/dp of either."""
+    p = _params()
+    zero = 1 if dp > 1 else 0
+    off = make_plan(_project(dp=dp, zero=zero, global_batch=4 * dp)).stages[0].state
+    on = make_plan(_project(dp=dp, zero=zero, global_batch=4 * dp, optimizer_moments="bf16")).stages[0].state
+    assert off.optimizer == pytest.approx(p * (MASTER + 2 * 4.0) / dp, rel=1e-9)
+    assert on.optimizer == pytest.approx(p * (MASTER + 2 * 2.0) / dp, rel=1e-9)
+    assert (on.weights, on.gradients) == (off.weights, off.gradients)
+
+
+def test_the_fused_step_streams_the_narrower_moments():
+    """The step's time is its bytes over the device's DRAM bandwidth: 30 B against 22 B per parameter."""
+    off, on = make_plan(_project()), make_plan(_project(optimizer_moments="bf16"))
+    bw = off.stages[0].dev.dram_bandwidth
+    saved = off.stages[0].optimizer_s - on.stages[0].optimizer_s
+    assert _step_bytes(4.0) - _step_bytes(2.0) == 8.0
+    assert saved == pytest.approx(_params() * (_step_bytes(4.0) - _step_bytes(2.0)) / bw, rel=1e-9)
+    # Megatron's extra passes beyond the fused step still count: the moments' width does not touch them
+    assert on.stages[0].optimizer_s > _params() * _step_bytes(2.0) / bw
+
+
+def test_peak_memory_and_time_drop_and_off_is_identical():
+    """Peak memory falls by the moments' 4 B per parameter; the default is the run without the field, which
+    stays out of saved files at its default."""
+    base = simulate(_project())
+    explicit = simulate(_project(optimizer_moments="fp32"))
+    assert explicit.iteration_time_s == base.iteration_time_s
+    assert explicit.peak_memory_bytes == base.peak_memory_bytes
+    on = simulate(_project(optimizer_moments="bf16"))
+    assert base.peak_memory_bytes - on.peak_memory_bytes == pytest.approx(4.0 * _params(), rel=1e-9)
+    assert on.iteration_time_s < base.iteration_time_s
+    assert "optimizer_moments" not in _project().mapping.model_dump(mode="json")
+    assert _project(optimizer_moments="bf16").mapping.model_dump(mode="json")["optimizer_moments"] == "bf16"
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_both_engines_agree(zero: int):
+    case = {"optimizer_moments": "bf16", "dp": 4, "global_batch": 16, "zero": zero}
+    analytic = simulate(_project(engine="analytic", **case))
+    event = simulate(_project(engine="event", **case))
+    t = analytic.iteration_time_s
+    assert event.iteration_time_s == pytest.approx(t, rel=1e-9)
+    for k, v in analytic.time_breakdown_s.items():
+        assert event.time_breakdown_s.get(k, 0.0) == pytest.approx(v, abs=1e-9 * t), k
+    assert event.peak_memory_bytes == pytest.approx(analytic.peak_memory_bytes, rel=1e-9)
+
+
+@pytest.mark.parametrize("moments", ["fp32", "bf16"])
+@pytest.mark.parametrize("zero", [0, 1])
+def test_search_agrees_with_the_engine(moments: str, zero: int):
+    """The search's evaluator counts the optimizer state and times the step as the plan does."""
+    c = Candidate(1, 2, 4, 1, zero=zero)
+    base = _project(dp=4, global_batch=16)
+    p = base.model_copy(update={"mapping": c.mapping(base.mapping.global_batch).model_copy(
+        update={"optimizer_moments": moments})})
+    assert check_project(p) == []
+    hw = elaborate(p.hardware, devices_needed=c.devices)
+    est = Estimator(p, hw, build_workload(p.workload))
+    m = c.micro_batches(p.mapping.global_batch)
+    table, key = est.layer_table(c)
+    chunks = est.chunks(table, key, c.pp, c.interleave)
+    timed = est.timed_chunks(c, m, chunks)
+    want = AnalyticEngine().run(make_plan(p))
+    assert est.exact_time(c, m, timed) == pytest.approx(want.iteration_time_s, rel=1e-6)
+    assert est.memory(c, m, chunks) == pytest.approx(want.peak_memory_bytes, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("project", "says"),
+    [
+        (_project(optimizer="sgd", optimizer_moments="bf16"), "Adam's"),
+        (_project(dtype="fp32", optimizer_moments="bf16"), "mixed precision"),
+        (_project(mode="infer", global_batch=1, optimizer_moments="bf16"), "training only"),
+    ],
+    ids=["sgd", "fp32", "infer"],
+)
+def test_refused_outside_mixed_precision_adam(project: Project, says: str):
+    problems = [p for p in check_project(project) if p.path == FIELD]
+    assert problems and any(says in p.reason for p in problems)
+
+
+def test_accepted_with_fp8_training():
+    assert check_project(_project(dtype="fp8", optimizer_moments="bf16")) == []
+
+
+H100_FLAGS = ["--system", "dgx-h100", "--model", "gpt", "--layers", "4", "--hidden", "1024", "--heads", "16",
+              "--seq-len", "512", "--vocab", "8192", "--dp", "2", "--global-batch", "4", "--zero", "1", "--json"]
+
+
+def test_cli_flag(capsys):
+    assert main(["run", *H100_FLAGS, "--dtype", "fp32", "--optimizer-moments", "bf16"]) == 2
+    assert FIELD in capsys.readouterr().err
+    assert main(["run", *H100_FLAGS]) == 0
+    off = json.loads(capsys.readouterr().out)["memory_breakdown_bytes"]["optimizer"]
+    assert main(["run", *H100_FLAGS, "--optimizer-moments", "bf16"]) == 0
+    on = json.loads(capsys.readouterr().out)["memory_breakdown_bytes"]["optimizer"]
+    assert on == pytest.approx(off * (MASTER + 2 * 2.0) / (MASTER + 2 * 4.0), rel=1e-9)  # 8 B against 12 B
+
+
+def test_each_step_kind_has_its_own_byte_count():
+    """The plan and the search carry a step as its bytes per parameter (``residency.ADAM_STEPS``): the four
+    kinds, counted by hand, are distinct, and the fp32-moment ones are the plan's long-standing constants."""
+    from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
+    from tilewright.engine.plan.residency import ADAM_STEPS, adam_step_bytes, mixed_step
+
+    by_hand = {
+        (True, "fp32"): _step_bytes(4.0),
+        (True, "bf16"): _step_bytes(2.0),
+        (False, "fp32"): 2 * 2 * 4.0 + 4 + 4 + 4,  # moments read + written, weights read + written, gradient read
+        (False, "bf16"): 2 * 2 * 2.0 + 4 + 4 + 4,
+    }
+    for (mixed, moments), nbytes in by_hand.items():
+        assert adam_step_bytes(mixed, moments) == nbytes
+        assert ADAM_STEPS[int(nbytes)] == (mixed, moments)
+        assert mixed_step(int(nbytes)) is mixed
+    assert (ADAM_BYTES_MIXED, ADAM_BYTES_FP32) == (by_hand[True, "fp32"], by_hand[False, "fp32"])
