@@ -164,3 +164,27 @@ def test_each_step_kind_has_its_own_byte_count():
         assert ADAM_STEPS[int(nbytes)] == (mixed, moments)
         assert mixed_step(int(nbytes)) is mixed
     assert (ADAM_BYTES_MIXED, ADAM_BYTES_FP32) == (by_hand[True, "fp32"], by_hand[False, "fp32"])
+
+
+def test_the_multilevel_mapper_counts_the_moments_too():
+    """``tilewright map``'s programme takes the optimizer state and the step's bytes from the same functions
+    as the plan: bf16 moments are 4 B per parameter fewer and the step streams 8 B fewer."""
+    from tilewright.engine.plan.residency import adam_step_bytes
+    from tilewright.engine.search.multilevel.map import build_problem
+
+    base = _project(dp=8, global_batch=8)  # the mapper lays out every device of the DGX node
+    lean = base.model_copy(update={"mapping": base.mapping.model_copy(update={"optimizer_moments": "bf16"})})
+    (wide, _, _), (narrow, _, _) = build_problem(base, 40, []), build_problem(lean, 40, [])
+    assert wide.state_per_param[2] - narrow.state_per_param[2] == 4
+    assert (wide.optimizer_bytes_per_param, narrow.optimizer_bytes_per_param) == (
+        adam_step_bytes(True), adam_step_bytes(True, "bf16"))
+
+
+def test_a_hypar_partition_refuses_bf16_moments():
+    from tilewright.engine.io import load_project
+
+    project = load_project("presets/projects/hypar-vgg-a-partitioned.json")
+    lean = project.model_copy(update={"mapping": project.mapping.model_copy(update={"optimizer_moments": "bf16"})})
+    problems = check_project(lean)
+    assert {p.path for p in problems} == {"mapping.optimizer_moments"}
+    assert any("HyPar partition" in p.reason for p in problems)

@@ -215,6 +215,9 @@ def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
         out.append(Problem("mapping.zero", f"{m.zero}; a HyPar partition ({where}) does not shard over ZeRO"))
     if m.recompute is not Recompute.none:
         out.append(Problem("mapping.recompute", f"'{m.recompute.value}'; a HyPar partition ({where}) needs 'none'"))
+    if m.optimizer_moments != "fp32":
+        out.append(Problem("mapping.optimizer_moments", f"'{m.optimizer_moments}'; a HyPar partition ({where}) "
+                           "keeps Adam's moments in fp32"))
     levels = None
     if m.dp & (m.dp - 1):
         out.append(Problem("mapping.dp", f"{m.dp} is not a power of two; HyPar halves the array level by level"))

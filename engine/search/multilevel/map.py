@@ -28,7 +28,7 @@ from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
 from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.placement import split_layers
-from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
+from tilewright.engine.plan.residency import adam_step
 from tilewright.engine.search.multilevel import milp as ml
 from tilewright.engine.search.multilevel.costs import params_per_tensor_rank, tensor_costs
 from tilewright.engine.search.multilevel.netdims import Dim, network_dims
@@ -141,7 +141,8 @@ def build_problem(
         settings,
         report,
     )
-    per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype)  # type: ignore[arg-type]
+    per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
+                                moments=m.optimizer_moments)
     last_block = workload.layer_ops(workload.block_layers[0])
     pb = ml.Problem(
         dims=dims,
@@ -154,7 +155,7 @@ def build_problem(
         zero=min(m.zero, 1),
         capacity=device_capacity(hw, 0, dev),
         grad_bytes_per_param=per_param.gradients,
-        optimizer_bytes_per_param=ADAM_BYTES_MIXED if per_param.optimizer > 8 else ADAM_BYTES_FP32,
+        optimizer_bytes_per_param=adam_step(per_param, m.optimizer_moments),
         hbm_bandwidth=dev.dram_bandwidth,
         hop_bytes=last_block[-1].out_elems * m.micro_batch * elem if last_block else 0,
         degrees=degrees,
