@@ -21,7 +21,6 @@ the message-size bandwidth curve of nccl-tests, from the protocols rather than a
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections import Counter
 from dataclasses import dataclass
@@ -118,6 +117,61 @@ def has_protocols(hw: HardwareGraph, members: list[int]) -> bool:
     return c is not None and bool(c.protocols)
 
 
+@dataclass(frozen=True)
+class ProtocolChoice:
+    """The size-independent half of ``protocol_phases`` for one collective's parts: per protocol offered by
+    every fabric the parts cross (sorted by name), each part's payload fraction and latency (the protocol's
+    fixed cost in the first part's), and each part's most loaded link per byte. ``collectives`` keeps it per
+    group on the graph, so a search that times the same groups at many sizes resolves the fabrics' protocols
+    and walks the links once; ``pick`` does only the arithmetic ``Phase.time`` would, in the same order, so
+    its phases and times are bit for bit those of resolving everything again."""
+
+    worst: tuple[float | None, ...]  # per part: max usage / bandwidth over its links (None: no links)
+    options: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]  # per protocol: fractions, latencies
+
+    def pick(self, usages: list[dict[int, float]], nbytes: list[float]) -> tuple[tuple[Phase, ...], float]:
+        """The phases of the protocol that finishes first when the parts (of these usages, which the phases
+        share) move ``nbytes`` data bytes per member, and that protocol's payload fraction (first part's)."""
+        best: tuple[float, int, list[float]] | None = None
+        for i, (fractions, latencies) in enumerate(self.options):
+            wire = [b / f for b, f in zip(nbytes, fractions, strict=True)]
+            t = sum(
+                lat if w is None or b <= 0 else b * w + lat
+                for b, w, lat in zip(wire, self.worst, latencies, strict=True)
+            )
+            if best is None or t < best[0]:
+                best = (t, i, wire)
+        assert best is not None  # ``protocol_choice`` offers at least one protocol
+        _, i, wire = best
+        fractions, latencies = self.options[i]
+        phases = tuple(Phase(u, b, lat) for u, b, lat in zip(usages, wire, latencies, strict=True))
+        return phases, fractions[0]
+
+
+def protocol_choice(
+    hw: HardwareGraph, parts: list[tuple[dict[int, float], float, list[int]]]
+) -> ProtocolChoice | None:
+    """``ProtocolChoice`` for a collective's parts — (link usage, algorithm steps, members whose fabric carries
+    it) — or None when a fabric names no protocols or they share none (the phases keep steps × hop latency)."""
+    levels = [costs_of(hw, members) for _, _, members in parts]
+    if not parts or any(c is None or not c.protocols for c in levels):
+        return None
+    by_level = [{p.name: p for p in c.protocols} for c in levels]  # type: ignore[union-attr]
+    names = set.intersection(*(set(b) for b in by_level))
+    if not names:
+        return None
+    worst = tuple(
+        max(u / hw.links[lk].bandwidth for lk, u in usage.items()) if usage else None for usage, _, _ in parts
+    )
+    options = []
+    for name in sorted(names):
+        protos = [b[name] for b in by_level]
+        latencies = [steps * pr.step_s for (_, steps, _), pr in zip(parts, protos, strict=True)]
+        latencies[0] = latencies[0] + max(pr.fixed_s for pr in protos)
+        options.append((tuple(pr.payload_fraction for pr in protos), tuple(latencies)))
+    return ProtocolChoice(worst, tuple(options))
+
+
 def protocol_phases(
     hw: HardwareGraph, parts: list[tuple[Phase, float, list[int]]]
 ) -> tuple[tuple[Phase, ...], float] | None:
@@ -126,20 +180,7 @@ def protocol_phases(
     its step latency per step on each fabric, the bytes at its payload fraction (more bytes on the wire).
     Returns the phases and the payload fraction of the first fabric's protocol; None when a fabric names no
     protocols (the phases keep steps × hop latency)."""
-    levels = [costs_of(hw, members) for _, _, members in parts]
-    if not parts or any(c is None or not c.protocols for c in levels):
+    choice = protocol_choice(hw, [(ph.usage, steps, members) for ph, steps, members in parts])
+    if choice is None:
         return None
-    by_level = [{p.name: p for p in c.protocols} for c in levels]  # type: ignore[union-attr]
-    names = set.intersection(*(set(b) for b in by_level))
-    best: tuple[float, tuple[Phase, ...], float] | None = None
-    for name in sorted(names):
-        protos = [b[name] for b in by_level]
-        phases = [
-            Phase(ph.usage, ph.bytes_per_member / pr.payload_fraction, steps * pr.step_s)
-            for (ph, steps, _), pr in zip(parts, protos, strict=True)
-        ]
-        phases[0] = dataclasses.replace(phases[0], latency_s=phases[0].latency_s + max(pr.fixed_s for pr in protos))
-        t = sum(ph.time(hw) for ph in phases)
-        if best is None or t < best[0]:
-            best = (t, tuple(phases), protos[0].payload_fraction)
-    return (best[1], best[2]) if best is not None else None
+    return choice.pick([ph.usage for ph, _, _ in parts], [ph.bytes_per_member for ph, _, _ in parts])

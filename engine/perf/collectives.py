@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 from tilewright.engine.hardware.graph import HardwareGraph
-from tilewright.engine.perf.collective_costs import has_protocols, protocol_phases
+from tilewright.engine.perf.collective_costs import ProtocolChoice, has_protocols, protocol_choice
 from tilewright.engine.perf.collective_grid import (
     REDUCTIONS,
     SMALL_MESSAGE_BYTES,
@@ -60,13 +61,25 @@ __all__ = [
 def ring_phase(hw: HardwareGraph, group: list[int], steps_factor: float, volume: float) -> Phase:
     """``volume`` bytes per member over a bidirectional ring (half each way: links are full duplex);
     ``steps_factor`` steps of per-hop latency."""
-    ring = _ring_order(hw, group)
-    usage, hop_latency = ring_usage(hw, ring)
-    if len(ring) > 2:
-        back, _ = ring_usage(hw, ring[::-1])
-        usage.update(back)
-        volume /= 2
-    return Phase(dict(usage), volume, steps_factor * hop_latency)
+    usage, hop, halve = _ring_shape(hw, group)
+    return Phase(dict(usage), volume / 2 if halve else volume, steps_factor * hop)
+
+
+def _ring_shape(hw: HardwareGraph, group: list[int]) -> tuple[dict[int, float], float, bool]:
+    """A bidirectional ring's link usage (both directions), slowest hop latency and whether the volume is
+    halved (more than two members: half each way round), kept on ``hw`` per group (size-independent);
+    callers copy the usage before handing it out."""
+    cache = hw.__dict__.setdefault("_ring_shape", {})
+    key = tuple(group)
+    hit = cache.get(key)
+    if hit is None:
+        ring = _ring_order(hw, group)
+        usage, hop_latency = ring_usage(hw, ring)
+        if len(ring) > 2:
+            back, _ = ring_usage(hw, ring[::-1])
+            usage.update(back)
+        hit = cache[key] = (dict(usage), hop_latency, len(ring) > 2)
+    return hit
 
 
 def candidates(hw: HardwareGraph, kind: Kind, group: list[int], nbytes: float) -> list[Collective]:
@@ -94,14 +107,103 @@ def collective(
     p = len(group)
     if p <= 1 or nbytes <= 0:
         return Collective(kind, "none", ())
-    if kind in REDUCTIONS:
+    shape = _shape(hw, kind, group)
+    if shape is None:  # on a grid (reductions only)
         grid = grid_of(hw, group)
-        if grid is not None:
-            return grid_collective(grid, kind, group, nbytes, algorithm)
+        assert grid is not None
+        return grid_collective(grid, kind, group, nbytes, algorithm)
     if algorithm:
         raise ValueError(f"algorithm {algorithm!r}: only groups on a grid choose among algorithms")
-    protocols = has_protocols(hw, group)  # NCCL's protocols: its small-message path within a node is LL
-    if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and p > 2 and not protocols:
+    # NCCL's protocols: its small-message path within a node is LL
+    if kind == "all-reduce" and nbytes < SMALL_MESSAGE_BYTES and p > 2 and not shape.named:
+        usage, latency = _tree(hw, group)
+        return Collective(kind, "tree", (Phase(dict(usage), nbytes, latency),))
+    return shape.at(nbytes)
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One distinct phase of a switched-fabric collective without its bytes: the merged link usage (never
+    handed out: each call copies it), steps × hop latency, and its bytes per member as the algorithm derives
+    them from the message — ``coef`` × (message / ``divisor``), halved on a ring of more than two."""
+
+    usage: dict[int, float]
+    latency: float
+    coef: float
+    divisor: float | None
+    halve: bool
+
+    def nbytes(self, message: float) -> float:
+        volume = self.coef * (message if self.divisor is None else message / self.divisor)
+        return volume / 2 if self.halve else volume
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What ``collective`` derives from the kind, the group and the topology alone (ring orders, routes,
+    domains, merged usage, the fabric's protocols), kept on ``hw`` per (kind, group): a search times the same
+    groups at many sizes and across many candidates. ``at`` applies a size with the same arithmetic, in the
+    same order, as decomposing from scratch, so every phase is bit for bit the same (fresh usage dicts, the
+    hierarchical all-reduce's two in-domain phases one object as before)."""
+
+    kind: Kind
+    algorithm: str
+    parts: tuple[_Part, ...]
+    order: tuple[int, ...]  # the part of each phase
+    named: bool  # the group's fabric names its library's protocols (``has_protocols``): no tree
+    protocols: ProtocolChoice | None  # how the protocols time the parts (None: steps × hop latency)
+
+    def at(self, nbytes: float) -> Collective:
+        usages = [dict(part.usage) for part in self.parts]
+        sizes = [part.nbytes(nbytes) for part in self.parts]
+        if self.protocols is not None:
+            phases, fraction = self.protocols.pick([usages[i] for i in self.order], [sizes[i] for i in self.order])
+            return Collective(self.kind, self.algorithm, phases, fraction)
+        made = [Phase(u, b, part.latency) for u, b, part in zip(usages, sizes, self.parts, strict=True)]
+        return Collective(self.kind, self.algorithm, tuple(made[i] for i in self.order))
+
+
+def _shape(hw: HardwareGraph, kind: Kind, group: list[int]) -> _Shape | None:
+    """The cached ``_Shape`` of ``kind`` over ``group`` (None: the group lies on a grid, ``collective_grid``)."""
+    cache = hw.__dict__.setdefault("_collective_shape", {})
+    key = (kind, tuple(group))
+    if key in cache:
+        return cache[key]
+    shape = cache[key] = None if kind in REDUCTIONS and grid_of(hw, group) is not None else _new_shape(hw, kind, group)
+    return shape
+
+
+def forget_shapes(hw: HardwareGraph) -> None:
+    """Drop what ``collective`` keeps on ``hw`` (shapes, rings, trees, ring walks): the next call decomposes
+    from scratch, as tests do to compare cached decompositions against cold ones."""
+    for key in ("_collective_shape", "_ring_shape", "_tree_shape", "_ring_usage"):
+        hw.__dict__.pop(key, None)
+
+
+def _new_shape(hw: HardwareGraph, kind: Kind, group: list[int]) -> _Shape:
+    p = len(group)
+    domains = _domains(hw, group)
+    sizes = {len(v) for v in domains.values()}
+    if len(domains) > 1 and len(sizes) == 1 and sizes.pop() > 1:
+        name, (parts, order, steps) = "hierarchical", _hierarchical(hw, kind, domains)
+    else:
+        f = (p - 1) / p
+        ring_steps, coef = (2 * (p - 1), 2 * f) if kind == "all-reduce" else (p - 1, f)
+        usage, hop, halve = _ring_shape(hw, group)
+        name, parts, order = "ring", (_Part(usage, ring_steps * hop, coef, None, halve),), (0,)
+        steps = [(ring_steps, group)]
+    named = has_protocols(hw, group)
+    timed = [(parts[i].usage, s, members) for i, (s, members) in zip(order, steps, strict=True)]
+    return _Shape(kind, name, parts, order, named, protocol_choice(hw, timed) if named else None)
+
+
+def _tree(hw: HardwareGraph, group: list[int]) -> tuple[dict[int, float], float]:
+    """The small-message binomial tree's link usage and latency, kept on ``hw`` per group."""
+    cache = hw.__dict__.setdefault("_tree_shape", {})
+    key = tuple(group)
+    hit = cache.get(key)
+    if hit is None:
+        p = len(group)
         ring = _ring_order(hw, group)
         _, hop = ring_usage(hw, ring)
         steps = 2 * math.ceil(math.log2(p))
@@ -110,19 +212,8 @@ def collective(
             parent = ring[(i - 1) // 2]
             tree_usage.update(hw.device_route(ring[i], parent))
             tree_usage.update(hw.device_route(parent, ring[i]))
-        return Collective(kind, "tree", (Phase(dict(tree_usage), nbytes, steps * hop),))
-    domains = _domains(hw, group)
-    sizes = {len(v) for v in domains.values()}
-    if len(domains) > 1 and len(sizes) == 1 and sizes.pop() > 1:
-        name, parts = "hierarchical", _hierarchical(hw, kind, domains, nbytes)
-    else:
-        f = (p - 1) / p
-        steps, volume = (2 * (p - 1), 2 * f * nbytes) if kind == "all-reduce" else (p - 1, f * nbytes)
-        name, parts = "ring", [(ring_phase(hw, group, steps, volume), steps, group)]
-    timed = protocol_phases(hw, parts) if protocols else None
-    if timed is not None:
-        return Collective(kind, name, *timed)
-    return Collective(kind, name, tuple(ph for ph, _, _ in parts))
+        hit = cache[key] = (dict(tree_usage), steps * hop)
+    return hit
 
 
 def concurrent_collective(hw: HardwareGraph, kind: Kind, groups: list[list[int]], nbytes: float) -> Collective:
@@ -142,23 +233,34 @@ def concurrent_collective(hw: HardwareGraph, kind: Kind, groups: list[list[int]]
 
 
 def _hierarchical(
-    hw: HardwareGraph, kind: Kind, domains: dict[str, list[int]], nbytes: float
-) -> list[tuple[Phase, float, list[int]]]:
-    """Phases of the hierarchical algorithm, each with its steps and the members whose fabric carries it."""
+    hw: HardwareGraph, kind: Kind, domains: dict[str, list[int]]
+) -> tuple[tuple[_Part, ...], tuple[int, ...], list[tuple[float, list[int]]]]:
+    """The hierarchical algorithm's distinct parts (in-domain, cross-domain), the part of each phase, and
+    each phase's steps and the members whose fabric carries it."""
     groups = list(domains.values())
     q = len(groups[0])  # members per domain
     n = len(groups)  # domains
     local_f, cross_f = (q - 1) / q, (n - 1) / n
-    inner = _merge([ring_phase(hw, g, q - 1, local_f * nbytes) for g in groups])
     rails = [[g[i] for g in groups] for i in range(q)]
-    shard = nbytes / q
-    local = (inner, q - 1, groups[0])
+    cross_steps, cross_coef = (2 * (n - 1), 2 * cross_f) if kind == "all-reduce" else (n - 1, cross_f)
+    inner = _merged_rings(hw, groups, q - 1, local_f, None)
+    cross = _merged_rings(hw, rails, cross_steps, cross_coef, q)
+    local, outer = (q - 1, groups[0]), (cross_steps, rails[0])
     if kind == "all-reduce":
-        cross = _merge([ring_phase(hw, r, 2 * (n - 1), 2 * cross_f * shard) for r in rails])
-        return [local, (cross, 2 * (n - 1), rails[0]), local]
-    cross = _merge([ring_phase(hw, r, n - 1, cross_f * shard) for r in rails])
-    outer = (cross, n - 1, rails[0])
-    return [local, outer] if kind == "reduce-scatter" else [outer, local]
+        return (inner, cross), (0, 1, 0), [local, outer, local]
+    if kind == "reduce-scatter":
+        return (inner, cross), (0, 1), [local, outer]
+    return (cross, inner), (0, 1), [outer, local]
+
+
+def _merged_rings(
+    hw: HardwareGraph, rings: list[list[int]], steps: float, coef: float, divisor: float | None
+) -> _Part:
+    """Concurrent rings as one part (``merge_phases``): their usage added, the slowest's latency, the first
+    ring's volume."""
+    shapes = [_ring_shape(hw, r) for r in rings]
+    merged = _merge([Phase(usage, 0.0, steps * hop) for usage, hop, _ in shapes])
+    return _Part(merged.usage, merged.latency_s, coef, divisor, shapes[0][2])
 
 
 def _sends(hw: HardwareGraph, pairs: list[tuple[int, int]], nbytes: float) -> Phase | None:
