@@ -14,15 +14,14 @@ import json
 
 import pytest
 from tilewright.engine.cli import main
-from tilewright.engine.engines.analytic.engine import AnalyticEngine
-from tilewright.engine.hardware import elaborate
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.search.parallel.candidate import Candidate
-from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
+
+from tests.agreement import assert_engines_agree, engine_result, search_estimate
 
 GPT = GPTSpec(name="gpt-pao", layers=4, hidden=1024, heads=16, seq_len=512, vocab=8192)
 FIELD = "mapping.optimizer_moments"
@@ -88,11 +87,7 @@ def test_both_engines_agree(zero: int):
     case = {"optimizer_moments": "bf16", "dp": 4, "global_batch": 16, "zero": zero}
     analytic = simulate(_project(engine="analytic", **case))
     event = simulate(_project(engine="event", **case))
-    t = analytic.iteration_time_s
-    assert event.iteration_time_s == pytest.approx(t, rel=1e-9)
-    for k, v in analytic.time_breakdown_s.items():
-        assert event.time_breakdown_s.get(k, 0.0) == pytest.approx(v, abs=1e-9 * t), k
-    assert event.peak_memory_bytes == pytest.approx(analytic.peak_memory_bytes, rel=1e-9)
+    assert_engines_agree(analytic, event)
 
 
 @pytest.mark.parametrize("moments", ["fp32", "bf16"])
@@ -103,16 +98,10 @@ def test_search_agrees_with_the_engine(moments: str, zero: int):
     base = _project(dp=4, global_batch=16)
     p = base.model_copy(update={"mapping": c.mapping(base.mapping.global_batch).model_copy(
         update={"optimizer_moments": moments})})
-    assert check_project(p) == []
-    hw = elaborate(p.hardware, devices_needed=c.devices)
-    est = Estimator(p, hw, build_workload(p.workload))
-    m = c.micro_batches(p.mapping.global_batch)
-    table, key = est.layer_table(c)
-    chunks = est.chunks(table, key, c.pp, c.interleave)
-    timed = est.timed_chunks(c, m, chunks)
-    want = AnalyticEngine().run(make_plan(p))
-    assert est.exact_time(c, m, timed) == pytest.approx(want.iteration_time_s, rel=1e-6)
-    assert est.memory(c, m, chunks) == pytest.approx(want.peak_memory_bytes, rel=1e-6)
+    _, exact, memory = search_estimate(p, c)
+    want = engine_result(p)
+    assert exact == pytest.approx(want.iteration_time_s, rel=1e-6)
+    assert memory == pytest.approx(want.peak_memory_bytes, rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -10,17 +10,16 @@ stored number: the search exists to rank mappings as the engine would time them.
 from __future__ import annotations
 
 import pytest
-from tilewright.engine.engines.analytic.engine import AnalyticEngine
 from tilewright.engine.hardware import elaborate
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Project, RunSettings
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.workload import MoESpec
-from tilewright.engine.plan.checks import check_project
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Estimator
-from tilewright.engine.simulate import make_plan
 from tilewright.engine.workloads import build_workload
+
+from tests.agreement import engine_result, search_estimate
 
 GPT = GPTSpec(name="gpt-test", layers=4, hidden=512, heads=8, seq_len=256, vocab=4096)
 MOE = GPTSpec(
@@ -40,29 +39,13 @@ def _project(system: str, workload: GPTSpec, c: Candidate, dtype: str = "bf16", 
     return p.model_copy(update={"mapping": c.mapping(BATCH).model_copy(update=mapping)})
 
 
-def _estimate(p: Project, c: Candidate) -> tuple[float, float, float]:
-    """(closed-form time, recurrence time, memory) of ``c`` from the search's evaluator for project ``p``."""
-    hw = elaborate(p.hardware, devices_needed=c.devices)
-    est = Estimator(p, hw, build_workload(p.workload))
-    m = c.micro_batches(BATCH)
-    table, key = est.layer_table(c)
-    chunks = est.chunks(table, key, c.pp, c.interleave)
-    timed = est.timed_chunks(c, m, chunks)
-    return est.iteration_time(c, m, timed), est.exact_time(c, m, timed), est.memory(c, m, chunks)
-
-
-def _engine(p: Project):
-    assert check_project(p) == []
-    return AnalyticEngine().run(make_plan(p))
-
-
 SCOPES = [["attn", "mlp"], ["full_iteration"]]
 
 
 @pytest.mark.parametrize("scope", SCOPES, ids=["+".join(s) for s in SCOPES])
 @pytest.mark.parametrize(("system", "workload"), [("dgx-a100", GPT), ("dgx-h100", MOE)], ids=["gpt-a100", "moe-h100"])
 @pytest.mark.parametrize("tp", [1, 2])
-def test_search_times_cuda_graphs_as_the_engine(scope: list[str], system: str, workload: GPTSpec, tp: int):
+def test_search_times_cuda_graphs_as_theengine_result(scope: list[str], system: str, workload: GPTSpec, tp: int):
     """Host-bound toy layers: CUDA graphs change the iteration by far more than 1e-6 (checked), so an estimator
     that ignored the scope, or kept the per-pass syncs under 'full_iteration', would miss. pp 1 has no
     closed-form approximation; dp > 1 brings the data-parallel reduction's drain, which 'full_iteration' drops."""
@@ -70,10 +53,10 @@ def test_search_times_cuda_graphs_as_the_engine(scope: list[str], system: str, w
     if workload.moe is not None and "full_iteration" in scope:  # a captured iteration cannot wait for the
         workload = _dropping(workload)  # dropless dispatcher's token counts (``plan.cuda_graphs``)
     p = _project(system, workload, c, cuda_graph_scope=scope)
-    eager = _engine(_project(system, workload, c)).iteration_time_s
-    want = _engine(p).iteration_time_s
+    eager = engine_result(_project(system, workload, c)).iteration_time_s
+    want = engine_result(p).iteration_time_s
     assert abs(want - eager) > 1e-3 * eager  # the option matters here
-    fast, exact, _ = _estimate(p, c)
+    fast, exact, _ = search_estimate(p, c)
     assert fast == pytest.approx(want, rel=1e-6)
     assert exact == pytest.approx(want, rel=1e-6)
 
@@ -89,8 +72,8 @@ def test_search_recurrence_times_cuda_graphs_with_a_pipeline(scope: list[str] | 
     if workload.moe is not None and scope is not None and "full_iteration" in scope:
         workload = _dropping(workload)
     p = _project("dgx-a100", workload, c, cuda_graph_scope=scope)
-    _, exact, _ = _estimate(p, c)
-    assert exact == pytest.approx(_engine(p).iteration_time_s, rel=1e-6)
+    _, exact, _ = search_estimate(p, c)
+    assert exact == pytest.approx(engine_result(p).iteration_time_s, rel=1e-6)
 
 
 @pytest.mark.parametrize(("system", "workload"), [("dgx-h100", GPT), ("dgx-h100", MOE)], ids=["gpt", "moe"])
@@ -100,8 +83,8 @@ def test_search_memory_of_an_fp8_project_is_the_engines(system: str, workload: G
     the same mapping in bf16 (checked) — the evaluator counts with the run's formats."""
     c = Candidate(2, 2, 2, 2, recompute=recompute)
     p = _project(system, workload, c, dtype="fp8")
-    _, _, mem = _estimate(p, c)
-    want = _engine(p).peak_memory_bytes
+    _, _, mem = search_estimate(p, c)
+    want = engine_result(p).peak_memory_bytes
     assert mem == pytest.approx(want, rel=1e-6)
     hw = elaborate(p.hardware, devices_needed=c.devices)
     est = Estimator(p, hw, build_workload(p.workload))
@@ -119,8 +102,8 @@ def test_search_memory_with_context_parallelism_is_the_engines(zero: int, micro_
     memory is the plan's peak (with ZeRO-1 it is below the same mapping sharded over dp alone)."""
     c = Candidate(2, 2, 1, micro_batch, zero=zero, cp=2)
     p = _project("dgx-a100", GPT.model_copy(update={"seq_len": 512}), c)
-    _, _, mem = _estimate(p, c)
-    assert mem == pytest.approx(_engine(p).peak_memory_bytes, rel=1e-6)
+    _, _, mem = search_estimate(p, c)
+    assert mem == pytest.approx(engine_result(p).peak_memory_bytes, rel=1e-6)
 
 
 # Routed experts whose activations dominate a layer's stored bytes (top-8 of 16, expert FFN 16 × hidden), deep
@@ -157,12 +140,12 @@ def test_memory_tight_moe_search_proposes_a_recompute_modules_list_that_fits(tig
     assert "moe_act" in c.recompute_modules and c.recompute is Recompute.selective
     mapping = c.mapping(64, p.mapping)
     assert mapping.recompute_modules == list(c.recompute_modules)
-    run = _engine(p.model_copy(update={"mapping": mapping}))
+    run = engine_result(p.model_copy(update={"mapping": mapping}))
     assert run.oom is None
     assert run.iteration_time_s == pytest.approx(proposed[0].iteration_time_s, rel=1e-9)
-    default = _engine(p.model_copy(update={"mapping": replace(c, recompute_modules=None).mapping(64, p.mapping)}))
+    default = engine_result(p.model_copy(update={"mapping": replace(c, recompute_modules=None).mapping(64, p.mapping)}))
     assert default.oom is not None  # the list is what makes it fit
-    full = _engine(p.model_copy(update={"mapping": replace(c, recompute=Recompute.full,
+    full = engine_result(p.model_copy(update={"mapping": replace(c, recompute=Recompute.full,
                                                            recompute_modules=None).mapping(64, p.mapping)}))
     assert run.iteration_time_s < full.iteration_time_s  # it re-runs less than the whole layer
     assert "rc:" + "+".join(c.recompute_modules) in search_text(result)

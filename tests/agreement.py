@@ -1,0 +1,43 @@
+"""The two engines, and the search's evaluator and the engine, side by side: the checks that they agree on one
+option, shared by the tests of each option."""
+
+from __future__ import annotations
+
+import pytest
+from tilewright.engine.engines.analytic.engine import AnalyticEngine
+from tilewright.engine.hardware import elaborate
+from tilewright.engine.ir import Project
+from tilewright.engine.plan.checks import check_project
+from tilewright.engine.results.result import Result
+from tilewright.engine.search.parallel.candidate import Candidate
+from tilewright.engine.search.parallel.estimate import Estimator
+from tilewright.engine.simulate import make_plan
+from tilewright.engine.workloads import build_workload
+
+
+def search_estimate(p: Project, c: Candidate) -> tuple[float, float, float]:
+    """(closed-form time, recurrence time, memory) of candidate ``c`` from the search's evaluator for ``p``,
+    whose mapping is ``c``'s (its global batch sets the micro-batches)."""
+    hw = elaborate(p.hardware, devices_needed=c.devices)
+    est = Estimator(p, hw, build_workload(p.workload))
+    m = c.micro_batches(p.mapping.global_batch)
+    table, key = est.layer_table(c)
+    chunks = est.chunks(table, key, c.pp, c.interleave)
+    timed = est.timed_chunks(c, m, chunks)
+    return est.iteration_time(c, m, timed), est.exact_time(c, m, timed), est.memory(c, m, chunks)
+
+
+def engine_result(p: Project) -> Result:
+    """The analytic engine's run of ``p``, which must check clean."""
+    assert check_project(p) == []
+    return AnalyticEngine().run(make_plan(p))
+
+
+def assert_engines_agree(analytic: Result, event: Result) -> None:
+    """The event engine (without contention) times the plan as the analytic engine does: the iteration, every
+    category of its breakdown and the peak memory."""
+    t = analytic.iteration_time_s
+    assert event.iteration_time_s == pytest.approx(t, rel=1e-9)
+    for k, v in analytic.time_breakdown_s.items():
+        assert event.time_breakdown_s.get(k, 0.0) == pytest.approx(v, abs=1e-9 * t), k
+    assert event.peak_memory_bytes == pytest.approx(analytic.peak_memory_bytes, rel=1e-9)
