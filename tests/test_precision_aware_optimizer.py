@@ -137,10 +137,12 @@ def test_cli_flag(capsys):
 
 
 def test_each_step_kind_has_its_own_byte_count():
-    """The plan and the search carry a step as its bytes per parameter (``residency.ADAM_STEPS``): the four
-    kinds, counted by hand, are distinct, and the fp32-moment ones are the plan's long-standing constants."""
-    from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED
-    from tilewright.engine.plan.residency import ADAM_STEPS, adam_step_bytes, mixed_step
+    """The plan and the search carry a step as its kind (``residency.AdamStep``), read from the model state:
+    its bytes per parameter are the four kinds' counted by hand, and mixed precision (an fp32 master copy)
+    is told from the optimizer state whatever the moments' width (bf16 moments' 4 + 2 + 2 B is not fp32's 8)."""
+    from tilewright.engine.ir.project import DType, Optimizer
+    from tilewright.engine.perf.memory import bytes_per_param
+    from tilewright.engine.plan.residency import AdamStep, adam_step, adam_step_bytes
 
     by_hand = {
         (True, "fp32"): _step_bytes(4.0),
@@ -149,10 +151,10 @@ def test_each_step_kind_has_its_own_byte_count():
         (False, "bf16"): 2 * 2 * 2.0 + 4 + 4 + 4,
     }
     for (mixed, moments), nbytes in by_hand.items():
-        assert adam_step_bytes(mixed, moments) == nbytes
-        assert ADAM_STEPS[int(nbytes)] == (mixed, moments)
-        assert mixed_step(int(nbytes)) is mixed
-    assert (ADAM_BYTES_MIXED, ADAM_BYTES_FP32) == (by_hand[True, "fp32"], by_hand[False, "fp32"])
+        assert adam_step_bytes(mixed, moments) == AdamStep(mixed, moments).bytes_per_param == nbytes
+        weights, dtype = (2, DType.bf16) if mixed else (4, DType.fp32)
+        state = bytes_per_param(weights, mixed, Optimizer.adam, dtype, moments=moments)
+        assert adam_step(state, moments) == AdamStep(mixed, moments)
 
 
 def test_the_multilevel_mapper_counts_the_moments_too():

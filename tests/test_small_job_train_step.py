@@ -93,7 +93,7 @@ def _overhead(**kw) -> float:
     """Optimizer seconds with the plan's Megatron step minus one fused Adam step of the same parameters."""
     plan = make_plan(_project(**kw))
     st = plan.stages[0]
-    fused = st.params * (4 * 4 + 3 * 4 + 2) / st.dev.dram_bandwidth  # plan.ADAM_BYTES_MIXED, written out
+    fused = st.params * (4 * 4 + 3 * 4 + 2) / st.dev.dram_bandwidth  # a mixed fused Adam step, written out
     return st.optimizer_s - fused, st.params, st.dev.dram_bandwidth
 
 

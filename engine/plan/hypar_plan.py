@@ -37,7 +37,8 @@ from tilewright.engine.plan.hypar_comm import Exchange, HyparComm, hypar_comm, l
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.placement import stage_groups
-from tilewright.engine.plan.plan import ADAM_BYTES_FP32, ADAM_BYTES_MIXED, Plan, StagePlan
+from tilewright.engine.plan.plan import Plan, StagePlan
+from tilewright.engine.plan.residency import adam_step
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 EXCHANGE_KIND = "exchange-L"
@@ -164,7 +165,7 @@ def build_hypar_plan(project: Project, hw: HardwareGraph, workload: WorkloadGrap
         lay = tensors[i]
         backward.layer(workload.layer_ops(lay.index), lay.name, lay.index, samples * comm.batch_share[i],
                        round(1 / comm.weight_share[i]))
-    opt_bytes = ADAM_BYTES_MIXED if per_param.optimizer > 8 else ADAM_BYTES_FP32
+    opt_bytes = adam_step(per_param).bytes_per_param  # fp32 moments: a HyPar partition refuses others
     stage = StagePlan(
         rank=0,
         groups=[array],

@@ -19,7 +19,6 @@ from tilewright.engine.perf.collectives import Collective, collective, point_to_
 from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes, per_op_notes, resolve_formats
 from tilewright.engine.perf.memory import (
-    MOMENT_BYTES,
     StateBytes,
     activation_bytes,
     bytes_per_param,
@@ -60,11 +59,9 @@ from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass,
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
 from tilewright.engine.plan.report import format_notes, split_rows
 from tilewright.engine.plan.residency import (
-    ADAM_STEPS,
+    AdamStep,
     StageResidency,
-    adam_split,
     adam_step,
-    mixed_step,
     optimizer_seconds,
     stage_residency,
 )
@@ -75,12 +72,6 @@ from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
 from tilewright.engine.plan.tied import TiedEmbedding, tied_embedding
 from tilewright.engine.plan.train_step import TOKEN_BYTES, add_drains, flag_allreduce_s, step_overhead
 from tilewright.engine.workloads.graph import WorkloadGraph
-
-# Adam step traffic per parameter (bytes): read fp32 master, m, v and the fp32 gradient, write master,
-# m, v and the low-precision weight copy (mixed precision); fp32 training reads/writes 4-byte weights. With
-# mapping.optimizer_moments 'bf16' the moments move at 2 B (``residency.adam_split``, ``adam_step``).
-ADAM_BYTES_MIXED = 4 * 4 + 3 * 4 + 2
-ADAM_BYTES_FP32 = 4 * 4 + 3 * 4
 
 
 @dataclass
@@ -342,13 +333,12 @@ class Plan:
         return total / st.params if st.params > 0 and total > 0 else 1.0
 
 
-def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float, opt_bytes: int) -> float:
+def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float, step: AdamStep) -> float:
     """The optimizer step's memory stream: at the device's DRAM bandwidth as always, or level by level when
     ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step)."""
     if placed is None and (dev.local_dram is not None or dev.remote_dram is not None):
-        return params * opt_bytes / dev.dram_bandwidth
-    mixed, moments = ADAM_STEPS[opt_bytes]
-    return optimizer_seconds(dev, placed, params, mixed, adam_split(mixed, MOMENT_BYTES[moments]))
+        return params * step.bytes_per_param / dev.dram_bandwidth
+    return optimizer_seconds(dev, placed, params, step.mixed, step.split)
 
 
 def offloaded_activations(res: Residency) -> tuple[float, Residency]:
@@ -486,7 +476,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, edp if ep > 1 else None)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
-        opt_bytes = adam_step(state_per_param, m.optimizer_moments)
+        step = adam_step(state_per_param, m.optimizer_moments)
         # the optimizer steps the parameters whose state this device holds (ZeRO: its shard of each group's)
         local_params = (params - experts) / shard_dp + experts / edp if m.zero >= 1 else params
         stages.append(
@@ -510,8 +500,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 params=params,
                 grad_bytes=grad,
                 expert_grad_bytes=expert_grad,
-                optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, opt_bytes)
-                + step_overhead(dev, placed[0] if placed else None, local_params, mixed_step(opt_bytes),
+                optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, step)
+                + step_overhead(dev, placed[0] if placed else None, local_params, step.mixed,
                                 run.dtype.value == "fp16", flag_s(dev), shard_dp,
                                 full_iteration="full_iteration" in (m.cuda_graph_scope or ()))
                 if run.mode is Mode.train

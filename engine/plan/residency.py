@@ -42,7 +42,9 @@ AUTO_ORDER = ("weights", "kv_cache", "activations", "gradients", "optimizer")
 
 
 def adam_split(mixed: bool, moment: float = MOMENT_BYTES["fp32"]) -> dict[str, float]:
-    """Which stored category one fused Adam step's traffic per parameter belongs to (``plan.ADAM_BYTES_*``):
+    """Which stored category one fused Adam step's traffic per parameter belongs to (read the fp32 master, both
+    moments and the fp32 gradient; write the master, the moments and the low-precision weight copy; fp32
+    training reads and writes 4-byte weights instead):
     the fp32 master copy and the two moments (read + write) are optimizer state, the gradient read is
     gradients, and the low-precision weight copy written back is weights. ``moment``: bytes of one moment
     (``perf.memory.MOMENT_BYTES``): TE's FusedAdam reads and writes bf16 moments at 2 B each."""
@@ -60,22 +62,28 @@ def adam_step_bytes(mixed: bool, moments: str = "fp32") -> int:
     return int(sum(adam_split(mixed, MOMENT_BYTES[moments]).values()))
 
 
-# A step's bytes per parameter name its kind: the plan and the search carry only that number
-# (``plan._optimizer_s``, ``search.parallel.tail``), and the four kinds' totals differ (30, 22, 28, 20).
-ADAM_STEPS = {adam_step_bytes(mixed, mo): (mixed, mo) for mixed in (True, False) for mo in MOMENT_BYTES}
+@dataclass(frozen=True)
+class AdamStep:
+    """One fused Adam step's kind: mixed precision's (an fp32 master copy beside the low-precision weights:
+    ``plan.train_step``'s extra passes apply) or not, and its moments' width (``perf.memory.MOMENT_BYTES``).
+    The plan and the search carry this, not its byte count, so nothing has to read the kind back from a total."""
+
+    mixed: bool
+    moments: str = "fp32"
+
+    @property
+    def bytes_per_param(self) -> int:
+        return adam_step_bytes(self.mixed, self.moments)
+
+    @property
+    def split(self) -> dict[str, float]:
+        return adam_split(self.mixed, MOMENT_BYTES[self.moments])
 
 
-def mixed_step(opt_bytes: int) -> bool:
-    """Whether a step of ``opt_bytes`` per parameter is mixed precision's (fp32 master copy beside the
-    low-precision weights: ``plan.train_step``'s extra passes apply)."""
-    return ADAM_STEPS[opt_bytes][0]
-
-
-def adam_step(per_param: StateBytes, moments: str = "fp32") -> int:
-    """The fused step's bytes per parameter for model state ``per_param`` (``perf.memory.bytes_per_param``):
-    mixed when the optimizer state holds an fp32 master copy beside the two moments."""
-    master = per_param.optimizer - 2 * MOMENT_BYTES[moments]
-    return adam_step_bytes(master > 0, moments)
+def adam_step(per_param: StateBytes, moments: str = "fp32") -> AdamStep:
+    """The fused step for model state ``per_param`` (``perf.memory.bytes_per_param``): mixed when the optimizer
+    state holds an fp32 master copy beside the two moments."""
+    return AdamStep(per_param.optimizer - 2 * MOMENT_BYTES[moments] > 0, moments)
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ def build_problem(
         zero=min(m.zero, 1),
         capacity=device_capacity(hw, 0, dev),
         grad_bytes_per_param=per_param.gradients,
-        optimizer_bytes_per_param=adam_step(per_param, m.optimizer_moments),
+        optimizer_bytes_per_param=adam_step(per_param, m.optimizer_moments).bytes_per_param,
         hbm_bandwidth=dev.dram_bandwidth,
         hop_bytes=last_block[-1].out_elems * m.micro_batch * elem if last_block else 0,
         degrees=degrees,

@@ -88,7 +88,7 @@ class Estimator(IterationTail):
         weights, train, fp8_pg = self.settings.formats.weights, run.mode is Mode.train, project.mapping.fp8_param_gather
         self._param_copy = {z: fp8_param_copy(weights, train, fp8_pg, z) for z in range(4)}
         self.gather_bytes = param_gather_bytes(self.weight_bytes, weights, train, fp8_pg, 1)
-        self.opt_bytes = adam_step(self.per_param, moments)
+        self.opt_step = adam_step(self.per_param, moments)
         self.levels = bool(project.mapping.memory_levels)
         self.comm = CommModel(hw)
         # On a grid, stages' tensor groups differ in shape (placement strategies): each stage is timed on

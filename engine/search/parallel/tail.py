@@ -23,7 +23,7 @@ from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.memory import StateBytes
 from tilewright.engine.plan.param_gather import exposed_fractions
 from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
-from tilewright.engine.plan.residency import StageResidency, mixed_step
+from tilewright.engine.plan.residency import AdamStep, StageResidency
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
 from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
 from tilewright.engine.search.op_settings import OpSettings
@@ -47,7 +47,7 @@ class IterationTail:
     per_param: StateBytes
     weight_bytes: float
     gather_bytes: float  # per parameter, the post-step all-gather's (``Plan.gather_bytes_per_param``)
-    opt_bytes: int
+    opt_step: AdamStep
     _flags: dict[tuple[int, ...], float]  # the optimizer's flag all-reduce, by model group
 
     if TYPE_CHECKING:  # the Estimator's layer → stage sums
@@ -134,7 +134,7 @@ class IterationTail:
         name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
         groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
         local = stage_params[r] / (replicas(c) if c.zero >= 1 else 1)
-        opt = optimizer_s(self.dev, placed, local, self.opt_bytes) + self._step_overhead(c, placed, local)
+        opt = optimizer_s(self.dev, placed, local, self.opt_step) + self._step_overhead(c, placed, local)
         gather = 0.0
         if c.zero >= 1 and groups:
             gather = self._gather_s(c, r, groups, name, stage_params[r] * self.gather_bytes, chunks)
@@ -166,5 +166,5 @@ class IterationTail:
         if flag is None:
             flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
         fp16 = self.project.run.dtype.value == "fp16"
-        return step_overhead(self.dev, placed, local, mixed_step(self.opt_bytes), fp16, flag, replicas(c),
+        return step_overhead(self.dev, placed, local, self.opt_step.mixed, fp16, flag, replicas(c),
                              full_iteration=self.settings.full_iteration)
