@@ -79,6 +79,7 @@ class Recipe:
     recompute_modules: tuple[str, ...] | None = None  # recompute_modules (selective); None: the attention core
     expert_tp: int | None = None  # expert_tensor_parallel_size; None: tp (ours and Megatron's default)
     overlap_ep_comm: bool = False  # moe_a2a_overlap / overlap_moe_expert_parallel_comm
+    delay_wgrad: bool = False  # delay_wgrad_compute (mapping.delay_wgrad_compute), with overlap_ep_comm only
     dispatcher: str = "alltoall"  # mapping.ep_dispatcher: 'alltoall', or 'deepep' for the flex dispatcher
     mtp_layers: int = 0  # mtp_num_layers: multi-token-prediction depths trained beside the model
     tp_overlap: str | None = None  # tp_comm_overlap's userbuffers configuration (mapping.overlap_tp_comm)
@@ -91,6 +92,15 @@ class Recipe:
 
 
 FP8_SCALING = {"current": Fp8Scaling.tensor, "blockwise": Fp8Scaling.block}  # Recipe.fp8_recipe → ours
+# Transformer layers each fp8 recipe keeps in bf16 (first, last: mapping.formats.bf16_first_layers / _last_layers).
+# - 'current': Megatron-Bridge's bf16_with_fp8_current_scaling_mixed (src/megatron/bridge/training/
+#   mixed_precision.py, the FP8-CS recipe of every Bridge fp8 row) sets first_last_layers_bf16=True,
+#   num_layers_at_start_in_bf16=1, num_layers_at_end_in_bf16=1 ("The baseline current scaling recipe uses BF16
+#   in the first and last Transformer layers"); Megatron-Core's fp8_utils.is_first_last_bf16_layer then runs
+#   those two decoder layers outside fp8 autocast (an MTP depth is not one of them).
+# - 'blockwise': Megatron-LM's examples/moe_recipes/qwen3_30b/h100/fp8_32GPU_TP1PP1EP8.yaml sets fp8_recipe
+#   blockwise, fp8_format e4m3, fp8_param_gather and no first_last_layers_bf16: every layer fp8.
+FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 
 
 # Megatron-Bridge's H100 recipes per model (scripts/performance/configs/*/*workload_base_configs.py), the
@@ -234,10 +244,9 @@ MLM_QWEN3_30B_FP8 = Recipe(
     fp8_recipe="blockwise", router_fusion=True, optimizer_moments="bf16", unmodelled=_MLM_COMMON,
 )
 MLM_QWEN3_235B_BF16 = Recipe(
-    recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, dispatcher="deepep",
-    cuda_graph_scope=("moe_router", "moe_preprocess"), router_fusion=True, unmodelled=(*_MLM_COMMON,
-        "delay_wgrad_compute (expert weight gradients deferred to cover the combine all-to-all): only "
-        "overlap_ep_comm's hiding of each all-to-all behind another micro-batch's compute",
+    recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, delay_wgrad=True,
+    dispatcher="deepep", cuda_graph_scope=("moe_router", "moe_preprocess"), router_fusion=True,
+    unmodelled=(*_MLM_COMMON,
         "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled"),
 )
 _MLM_NOTE = "Megatron-LM H100 recipe; TFLOP/s published, tokens/s = TFLOP/s over NVIDIA's FLOPs per token"
@@ -407,7 +416,10 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
     if p.token_drop:
         gaps.append("token-drop run: ours is dropless (forced balance makes the two alike at capacity 1)")
     # the fp8 rows' scaling recipe (mapping.formats.fp8_scaling: perf.op_cost's quantization kernels)
-    formats = TensorFormats(fp8_scaling=FP8_SCALING[r.fp8_recipe]) if p.precision == "fp8" else TensorFormats()
+    # and the layers it keeps in bf16 (``FP8_BF16_LAYERS``: perf.formats' edge layers)
+    first, last = FP8_BF16_LAYERS[r.fp8_recipe]
+    formats = (TensorFormats(fp8_scaling=FP8_SCALING[r.fp8_recipe], bf16_first_layers=first, bf16_last_layers=last)
+               if p.precision == "fp8" else TensorFormats())
     gaps.extend(r.unmodelled)
     if r.mtp_layers:
         spec = spec.model_copy(update={"mtp_layers": r.mtp_layers})
@@ -426,7 +438,8 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         # prefetches (fsdp sets overlap_param_gather itself)
         zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True, overlap_param_gather=True,
         fp8_param_gather=p.precision == "fp8" and r.fp8_param_gather,  # fp8 weights only, gathered in fp8
-        overlap_ep_comm=r.overlap_ep_comm, ep_dispatcher=r.dispatcher, formats=formats,
+        overlap_ep_comm=r.overlap_ep_comm, delay_wgrad_compute=r.delay_wgrad, ep_dispatcher=r.dispatcher,
+        formats=formats,
         moe_router_fusion=r.router_fusion, optimizer_moments=r.optimizer_moments,
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,

@@ -90,6 +90,7 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
 OPTION_FIELDS = (  # set one at a time
     "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
     "fused_cross_entropy", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "fp8_scaling",
+    "delay_wgrad_compute",
 )
 # options held inside a part of the mapping: option → (part, field), the engine's problems at mapping.part.field
 NESTED_OPTIONS = {"fp8_scaling": ("formats", "fp8_scaling")}
@@ -140,6 +141,8 @@ def checked_option(project: Project, field: str, value: Any) -> Mapping:
         data["recompute_layers"] = None
     if field == "recompute" and value != "selective":  # nor the modules selective recomputation re-runs
         data["recompute_modules"] = None
+    if field == "overlap_ep_comm" and not value:  # the delayed weight gradients hide the overlapped all-to-all
+        data["delay_wgrad_compute"] = False
     mapping = _validated(data)
     after = _problems_at(project.model_copy(update={"mapping": mapping}), field)
     new = [p for p in after if p not in _problems_at(project, field)] if after else []

@@ -1,8 +1,10 @@
 """The fused (flash) attention kernel runs at its own measured rate, not a large GEMM's.
 
 A device may give the fraction of its matrix peak a fused attention kernel reaches at large sizes, forward and
-backward (``Compute.flash_forward_efficiency`` / ``flash_backward_efficiency``: cuDNN's measured rates on H100);
-the kernel's launch and fill stay the GEMM efficiency curve's. Expected times are derived here from the preset's
+backward (``Compute.flash_forward_efficiency`` / ``flash_backward_efficiency``: cuDNN's measured rates on H100),
+and under a causal mask its own lower rates (``flash_causal_forward_efficiency`` / ``flash_causal_backward_efficiency``:
+the Llama attention here is causal; ``test_causal_attention_rate`` covers the mask itself); the kernel's launch and
+fill stay the GEMM efficiency curve's. Expected times are derived here from the preset's
 peak, its curve's points and the op's shapes, not read back from the engine. In an fp8 run attention stays
 bf16 (Transformer Engine's ``fp8_dpa`` is off by default), so it runs at the bf16 peak.
 """
@@ -25,6 +27,8 @@ from tilewright.engine.workloads.transformer_block import FLASH_BLOCK
 
 SEQ, HIDDEN, HEADS = 8192, 4096, 32
 HEAD_DIM = HIDDEN // HEADS
+NO_RATES = {"flash_forward_efficiency": None, "flash_backward_efficiency": None,
+            "flash_causal_forward_efficiency": None, "flash_causal_backward_efficiency": None}
 
 
 def _gpu(system: str = "dgx-h100", **update: object):
@@ -66,6 +70,8 @@ def test_h100_preset_gives_forward_and_backward_rates_below_its_gemms():
     c = load_system("dgx-h100").children[0].children[0].compute
     best = max(p[1] for p in c.efficiency.points)
     assert c.flash_backward_efficiency < c.flash_forward_efficiency < best
+    assert c.flash_causal_forward_efficiency < c.flash_forward_efficiency
+    assert c.flash_causal_backward_efficiency < c.flash_backward_efficiency
 
 
 @pytest.mark.parametrize("mb,tp", [(1, 1), (2, 4)])
@@ -74,7 +80,7 @@ def test_fused_kernel_runs_at_its_own_rate_plus_the_gemm_fill(mb, tp, backward):
     dev = _gpu()
     c = dev.compute
     flops = _causal_flops(SEQ, mb, tp) * (2.5 if backward else 1.0)
-    rate = c.flash_backward_efficiency if backward else c.flash_forward_efficiency
+    rate = c.flash_causal_backward_efficiency if backward else c.flash_causal_forward_efficiency
     peak = c.peak_flops[DType.bf16]
     t = op_time(_attention(), dev, mb, tp, False, backward, 2, fused_out=True)
     assert t.flops == pytest.approx(flops)
@@ -90,11 +96,12 @@ def test_short_sequences_reach_a_lower_achieved_rate():
         t = op_time(_attention(seq), dev, 1, 1, False, False, 2, fused_out=True)
         return t.flops / t.busy_s
 
-    assert achieved(512) < achieved(2048) < achieved(8192) <= dev.compute.flash_forward_efficiency * dev.peak_flops
+    best = dev.compute.flash_causal_forward_efficiency * dev.peak_flops
+    assert achieved(512) < achieved(2048) < achieved(8192) <= best
 
 
 def test_without_kernel_rates_the_fused_kernel_runs_at_the_gemm_curve():
-    dev = _gpu(flash_forward_efficiency=None, flash_backward_efficiency=None)
+    dev = _gpu(**NO_RATES)
     c = dev.compute
     best = max(p[1] for p in c.efficiency.points)
     for backward in (False, True):
@@ -105,7 +112,7 @@ def test_without_kernel_rates_the_fused_kernel_runs_at_the_gemm_curve():
 
 def test_unfused_attention_keeps_the_gemm_rate():
     """Megatron-LM's unfused QKᵀ and PV are batched GEMMs: the kernel rates do not reach them."""
-    with_rates, without = _gpu(), _gpu(flash_forward_efficiency=None, flash_backward_efficiency=None)
+    with_rates, without = _gpu(), _gpu(**NO_RATES)
     for backward in (False, True):
         a = op_time(_attention(), with_rates, 1, 1, False, backward, 2)
         b = op_time(_attention(), without, 1, 1, False, backward, 2)
@@ -120,5 +127,5 @@ def test_fp8_runs_cost_fused_attention_at_the_bf16_rate():
         a = op_time(_attention(), dev, 1, 1, False, backward, 2, fused_out=True, formats=fp8)
         b = op_time(_attention(), dev, 1, 1, False, backward, 2, fused_out=True, formats=bf16)
         assert a.compute_s == pytest.approx(b.compute_s)
-        rate = dev.compute.flash_backward_efficiency if backward else dev.compute.flash_forward_efficiency
+        rate = dev.compute.flash_causal_backward_efficiency if backward else dev.compute.flash_causal_forward_efficiency
         assert a.compute_s == pytest.approx(a.flops / (dev.compute.peak_flops[DType.bf16] * rate))

@@ -159,6 +159,15 @@ def test_fp8_rows_run_their_published_scaling_and_report_no_scaling_gap():
         assert not any("blockwise" in g for g in row.gaps), row.label
 
 
+def test_fp8_cs_rows_keep_the_first_and_last_layer_in_bf16_and_the_blockwise_row_none():
+    """Megatron-Bridge's bf16_with_fp8_current_scaling_mixed sets first_last_layers_bf16 with one layer at each
+    end; Megatron-LM's blockwise Qwen3-30B YAML sets no first_last_layers_bf16; bf16 rows have no fp8 to leave."""
+    for row in rows():
+        f = project_for(row).mapping.formats
+        fp8_cs = row.pub.precision == "fp8" and row.pub.run_recipe.fp8_recipe == "current"
+        assert (f.bf16_first_layers, f.bf16_last_layers) == ((1, 1) if fp8_cs else (0, 0)), row.label
+
+
 def test_bridge_rows_run_their_models_bridge_recipe_and_the_recipe_is_part_of_a_configuration():
     """Same columns under another recipe (Megatron-Bridge's instead of Megatron-LM's) is another configuration:
     the two sources' measurements of one model never merge into one row."""

@@ -161,3 +161,25 @@ def test_overlapping_the_all_to_all_needs_expert_parallelism(make_window):
     doc.undo_stack.undo()
     doc.undo_stack.undo()
     assert doc.project.mapping.ep == 1 and not box.isEnabled()
+
+
+def test_delaying_weight_gradients_follows_the_overlap(make_window):
+    """The delayed weight gradients hide the overlapped all-to-all: the box is disabled until the overlap is
+    on, ticking it is one undo step that changes only that option, and turning the overlap off turns it off
+    in the same step (the mapping would otherwise be refused)."""
+    w = make_window(load_project(MIXTRAL))
+    panel, doc = w.workload, w.doc
+    delay = panel.options.delay_wgrad
+    assert not delay.isEnabled() and "overlapped" in delay.toolTip()
+    panel.overlap_ep.box.click()
+    assert delay.isEnabled() and "--delay-wgrad-compute" in delay.toolTip()
+    before = doc.project.mapping
+    delay.box.click()
+    assert doc.project.mapping == before.model_copy(update={"delay_wgrad_compute": True})
+    assert doc.undo_stack.undoText() == "Delay weight gradients" and doc.undo_stack.count() == 2
+    panel.overlap_ep.box.click()
+    m = doc.project.mapping
+    assert not m.overlap_ep_comm and not m.delay_wgrad_compute and doc.undo_stack.count() == 3
+    assert not delay.isEnabled() and not delay.box.isChecked()
+    doc.undo_stack.undo()
+    assert doc.project.mapping.delay_wgrad_compute and delay.box.isChecked()

@@ -83,6 +83,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "(Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16)")
     p.add_argument("--overlap-ep-comm", action="store_true", default=None,
                    help="MoE: hide each expert all-to-all behind another micro-batch's compute (DualPipe-style)")
+    p.add_argument("--delay-wgrad-compute", action="store_true", default=None,
+                   help="with --overlap-ep-comm and --ep > 1: weight gradients run apart from the input gradients "
+                   "and hide the backward's all-to-all too (Megatron-Core --delay-wgrad-compute)")
     p.add_argument("--overlap-tp-comm", action="store_true", default=None,
                    help="with --sequence-parallel: hide tensor-parallel all-gathers and reduce-scatters behind the "
                    "GEMMs beside them (Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap)")
@@ -98,6 +101,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="with fp8: Transformer Engine's scaling recipe (mapping.formats.fp8_scaling): delayed "
                    "(amax history, amax fused into the cast), tensor (current scaling, the default), block "
                    "(1×128 / 128×128 blocks, DeepSeek-V3), mxfp8 (Blackwell's 1×32 microscaling)")
+    add_fp8_bf16_layers_argument(p)
     p.add_argument("--mode", choices=["train", "infer"])
     p.add_argument("--engine", choices=["event", "analytic"])
     p.add_argument("--no-aggregate", action="store_true", help="simulate every device, not one per symmetric group")
@@ -216,6 +220,27 @@ def _inference_flags(args: argparse.Namespace, run: dict[str, Any], mapping: dic
     return flags
 
 
+def add_fp8_bf16_layers_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fp8-bf16-layers", metavar="START,END",
+                   help="with fp8 training: the first START and last END transformer layers run in bf16 "
+                   "(mapping.formats.bf16_first_layers / bf16_last_layers; Megatron-Core --first-last-layers-bf16 "
+                   "--num-layers-at-start-in-bf16 START --num-layers-at-end-in-bf16 END; NVIDIA's FP8-CS recipe: 1,1)")
+
+
+def fp8_bf16_layers(args: argparse.Namespace, formats: Any) -> dict[str, Any] | None:
+    """``mapping.formats`` with ``--fp8-bf16-layers START,END`` applied (None without the flag): two whole
+    numbers ≥ 0; whether the run can take them (fp8 training, layers enough) is the project's check."""
+    text = getattr(args, "fp8_bf16_layers", None)
+    if text is None:
+        return None
+    parts = [t.strip() for t in text.split(",")]
+    if len(parts) != 2 or not all(t.isdigit() for t in parts):
+        raise InputError(COMMAND_LINE, Problem("--fp8-bf16-layers", f"{text!r}: give START,END, two whole numbers "
+                                               "≥ 0 (mapping.formats.bf16_first_layers, bf16_last_layers), e.g. 1,1"))
+    first, last = (int(t) for t in parts)
+    return _object(formats, "mapping.formats") | {"bf16_first_layers": first, "bf16_last_layers": last}
+
+
 def _object(value: Any, path: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -274,7 +299,7 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
     if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
         m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
     for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy", "overlap_tp_comm",
-                 "moe_router_fusion"):
+                 "moe_router_fusion", "delay_wgrad_compute"):
         if getattr(args, flag, None):
             m[flag] = True
     if getattr(args, "fp8_param_gather", None):  # checked with the project (plan.checks)
@@ -342,6 +367,8 @@ def assemble_project(args: argparse.Namespace):
     if getattr(args, "fp8_recipe", None):  # validation refuses it without an fp8 tensor to scale
         data["mapping"]["formats"] = (_object(data["mapping"].get("formats"), "mapping.formats")
                                       | {"fp8_scaling": args.fp8_recipe})
+    if (edge := fp8_bf16_layers(args, data["mapping"].get("formats"))) is not None:  # checked with the project
+        data["mapping"]["formats"] = edge
     inference_flags = _inference_flags(args, run, data["mapping"])
     data["run"] = run
     for option in args.set:

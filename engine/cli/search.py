@@ -7,7 +7,12 @@ import sys
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE, print_result, require_positive
-from tilewright.engine.cli.run import DIM_FLAGS, add_model_variant_arguments
+from tilewright.engine.cli.run import (
+    DIM_FLAGS,
+    add_fp8_bf16_layers_argument,
+    add_model_variant_arguments,
+    fp8_bf16_layers,
+)
 from tilewright.engine.errors import InputError, Problem
 
 # What a project's mapping says besides the parallelism the search chooses: how each op is costed (tensor
@@ -44,6 +49,8 @@ def search_template(args: argparse.Namespace):
         run["dtype"] = args.dtype
     data["run"] = run
     data["mapping"] = {k: v for k, v in (base.get("mapping") or {}).items() if k in KEPT_MAPPING_FIELDS}
+    if (edge := fp8_bf16_layers(args, data["mapping"].get("formats"))) is not None:  # bf16 edge layers
+        data["mapping"]["formats"] = edge
     project = project_from_data(data, source)
     base_mapping = project_from_data(base, source).mapping if base else None
     devices = args.devices if args.devices is not None else (base_mapping.devices if base_mapping else None)
@@ -110,6 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-large", action="store_true",
                    help="search even past the size limits (devices, layers) that a run has")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
+    add_fp8_bf16_layers_argument(p)
     p.add_argument("--top", type=int, default=3, metavar="K", help="re-simulate the best K on the event engine")
     p.add_argument("--list", type=int, default=10, metavar="N", help="candidates to print (default 10)")
     p.add_argument("--no-simulate", action="store_true", help="rank with the fast evaluator only")

@@ -14,27 +14,24 @@ from collections.abc import Iterator
 from enum import StrEnum
 from typing import Annotated
 
-import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from tilewright.engine.ir.common import (
-    DEFAULT_FIDELITY,
     BytesPerSecond,
     Dollars,
-    DType,
     Fraction,
-    MathFidelity,
     PicojoulesPerBit,
     PicojoulesPerByte,
     PositiveBytes,
-    PrefillOrder,
     QuietDefaultsModel,
     Seconds,
     SquareMillimetres,
     StrictModel,
     Watts,
 )
+from tilewright.engine.ir.compute import Compute as Compute  # re-exported: Compute lives in ir.compute
+from tilewright.engine.ir.compute import EfficiencyCurve as EfficiencyCurve
+from tilewright.engine.ir.compute import RuntimeGraphs as RuntimeGraphs
 from tilewright.engine.ir.links import BoundaryLinks, CollectiveCosts, Framing
-from tilewright.engine.ir.tile_grid import TileGrid
 
 PositiveInt = Annotated[int, Field(ge=1)]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
@@ -50,232 +47,6 @@ class ComponentKind(StrEnum):
     tile = "tile"
     core = "core"
     switch = "switch"
-
-
-class EfficiencyCurve(StrictModel):
-    """Achieved fraction of peak versus operation size, interpolated linearly in log10(size).
-
-    ``size`` is FLOPs for compute curves and bytes for bandwidth curves. Outside the given points the
-    nearest end value holds (no extrapolation), so a curve never promises more than was measured.
-    """
-
-    points: list[tuple[Annotated[float, Field(gt=0)], Fraction]] = Field(min_length=1)
-    comment: str = ""
-
-    @field_validator("points")
-    @classmethod
-    def _ascending(cls, pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        sizes = [p[0] for p in pts]
-        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
-            raise ValueError("sizes must be strictly ascending")
-        return pts
-
-    def at(self, size: float | np.ndarray) -> float | np.ndarray:
-        cached = self.__dict__.get("_xy")
-        if cached is None or cached[2] is not self.points:
-            xs = np.log10([p[0] for p in self.points])
-            ys = np.array([p[1] for p in self.points])
-            cached = (xs, ys, self.points)
-            object.__setattr__(self, "_xy", cached)  # a cache, not a field: not validated or saved
-        xs, ys, _ = cached
-        if np.isscalar(size):
-            return float(np.interp(np.log10(max(float(size), 1e-30)), xs, ys))
-        return np.interp(np.log10(np.maximum(size, 1e-30)), xs, ys)
-
-
-class RuntimeGraphs(StrEnum):
-    """Which inference passes the device's runtime replays as captured graphs (CUDA graphs): a replay issues
-    every kernel of the pass from the device, so the host's per-kernel dispatch (``host_dispatch_s``) is not
-    paid. ``none``: every kernel dispatched by the host (PyTorch eager, and training always); ``decode``:
-    pure decode steps only (vLLM, SGLang: prefill and mixed batches run eager); ``all``: every inference pass."""
-
-    none = "none"
-    decode = "decode"
-    all = "all"
-
-
-def _tile_side(largest: int, extent: float) -> int:
-    """A GEMM tile's side along an extent: libraries pick narrower tiles for skinny products (decode, small
-    batches), never taller or wider than the problem rounded up to a power of two (at least 16, the MMA
-    granule)."""
-    return min(largest, max(16, 1 << max(0, math.ceil(math.log2(extent)))))
-
-
-class Compute(QuietDefaultsModel):
-    """Arithmetic of one device instance.
-
-    A device that is a grid of cores (a Tenstorrent chip) carries the grid in ``grid``; its peak FLOP/s per
-    format are then derived from the grid (cores × FLOP/cycle at the format's default fidelity × clock) and
-    the cost model spreads every op over the cores itself (``perf.spatial``)."""
-
-    _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
-              "programs_by_op", "gemm_granule", "runtime_step_s", "host_sync_s", "flash_forward_efficiency",
-              "flash_backward_efficiency", "format_efficiency", "microscaling")
-
-    peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
-        default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
-    )
-    vector_flops: Annotated[float, Field(gt=0)] | None = Field(
-        None, description="FLOP/s of the vector/elementwise units; default peak/16 of the widest type"
-    )
-    pe_array: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(
-        None, description="systolic / PE array rows × cols of one tensor core"
-    )
-    tensor_cores: Annotated[int, Field(ge=1)] = 1
-    gemm_tile: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = Field(
-        None, description="output tile (rows × cols) one unit computes at a time; default pe_array"
-    )
-    gemm_units: Annotated[int, Field(ge=1)] | None = Field(
-        None, description="units that each take one output tile at a time (GPU SMs); default tensor_cores"
-    )
-    gemm_granule: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
-        None,
-        description="systolic matrix units: the M × N × K block one unit (gemm_units, default tensor_cores) "
-        "takes at a time, every block in the same time; M, N and K are padded to whole blocks (TPU MXU: "
-        "8 streamed rows × 128 × 128). Replaces gemm_tile's output tiling when set",
-    )
-    vector_cores: Annotated[int, Field(ge=0)] = 1
-    efficiency: EfficiencyCurve | None = Field(
-        None, description="matrix-op efficiency versus FLOPs per op; None means always peak"
-    )
-    flash_forward_efficiency: Fraction | None = Field(
-        None,
-        description="fraction of the matrix peak a fused (flash) attention kernel's forward reaches at large "
-        "sizes, over the tiles it computes; None: the GEMM efficiency curve's best (the curve's fixed part, "
-        "launch and fill, is paid either way)",
-    )
-    flash_backward_efficiency: Fraction | None = Field(
-        None, description="the same for the fused attention kernel's backward (recompute and four gradient GEMMs)"
-    )
-    format_efficiency: dict[DType, Fraction] = Field(
-        default_factory=dict,
-        description="per data type, the share of the efficiency curve a GEMM in that format reaches (its peak is "
-        "scaled by it): a format whose datasheet peak the same SMs cannot feed as well (fp8 on Hopper); 1 if absent",
-    )
-    microscaling: bool = Field(
-        False,
-        description="the matrix units apply block scales themselves (OCP microscaling, MXFP8: one E8M0 scale per "
-        "32 elements, Blackwell's tensor cores); without it an fp8 run cannot use mapping.formats.fp8_scaling "
-        "'mxfp8'",
-    )
-    overlap_compute_memory: bool = Field(
-        True, description="roofline overlap of compute and memory time (max) instead of their sum"
-    )
-    grid: TileGrid | None = Field(None, description="the device's grid of cores; None: one opaque unit")
-    fixed_op_s: Seconds = Field(0.0, description="fixed cost of every op (dispatch, launch, synchronisation)")
-    programs_by_op: dict[str, Annotated[int, Field(ge=0)]] = Field(
-        default_factory=dict,
-        description="grid devices: device programs the runtime runs for an op, by glob on the op's name within "
-        "its layer (first match wins; default 1), each paying fixed_op_s — the data-movement and head-reshaping "
-        "programs a runtime adds around a model op, or 0 for an op another program does (softmax inside SDPA)",
-    )
-    host_dispatch_s: Seconds = Field(
-        0.0, description="host (CPU) time to issue one kernel; overlaps device work, binds when kernels are short"
-    )
-    host_call_s: Seconds = Field(
-        0.0,
-        description="host time of a framework call that issues no kernel (a view, a module call, a Python "
-        "autograd Function's apply counts three), which an eager framework makes between its kernels",
-    )
-    host_sync_s: Seconds = Field(
-        0.0,
-        description="device idle per host synchronisation of an eager training framework (the device drains, "
-        "the host thread wakes and its next launch reaches the device), on top of that launch's host_dispatch_s",
-    )
-    runtime_prefill: PrefillOrder = Field(
-        PrefillOrder.batched, description="how the device's serving runtime prefills a batch (run.inference.prefill)"
-    )
-    runtime_graphs: RuntimeGraphs = Field(
-        RuntimeGraphs.none, description="inference passes replayed as captured graphs, without host dispatch"
-    )
-    runtime_step_s: Seconds = Field(
-        0.0,
-        description="host work of the serving runtime in each inference iteration that the device waits for "
-        "(scheduling, input preparation, the sampled tokens' copy back and output processing), paid once per "
-        "prefill or decode pass of the first pipeline stage",
-    )
-    comment: str = ""
-
-    @model_validator(mode="after")
-    def _peaks(self) -> Compute:
-        if self.grid is not None:
-            derived = {
-                fmt: self.grid.peak(fmt, DEFAULT_FIDELITY[fmt]) for fmt in self.grid.matrix_flops_per_cycle
-            }
-            object.__setattr__(self, "peak_flops", derived)
-        elif not self.peak_flops:
-            raise ValueError("peak_flops: give the peak FLOP/s of at least one data type (or a grid)")
-        return self
-
-    def peak(self, dtype: DType | str, fidelity: MathFidelity | str | None = None) -> float:
-        """Peak FLOP/s for ``dtype``, falling back to the nearest wider floating-point type the device has
-        (fp8 without fp8 units runs as fp16, not on integer units; block floats run as bf16). On a grid,
-        ``fidelity`` (default: the format's, ``DEFAULT_FIDELITY``) picks the matrix engine's rate."""
-        d = DType(dtype)
-        if self.grid is not None:
-            return self.grid.peak(d, fidelity or DEFAULT_FIDELITY[d])
-        order = [DType.fp8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
-        if d in self.peak_flops:
-            return self.peak_flops[d]
-        if d is DType.int8:
-            order = [DType.int8, *order[1:]]
-        elif d in (DType.bfp8, DType.bfp4):
-            order = order[2:]
-        for cand in order[order.index(d) :] if d in order else order:
-            if cand in self.peak_flops:
-                return self.peak_flops[cand]
-        return max(self.peak_flops.values())
-
-    def shape_efficiency(self, m: float, n: float, k: float = 0.0) -> float:
-        """Tile and wave quantization of an M×N output (NVIDIA, "Matrix Multiplication Background",
-        §3): partial edge tiles do wasted work, and the last wave of tiles leaves units idle. With fewer
-        tiles than units, libraries split K across the idle units (split-K), in slices of at least 256."""
-        if self.gemm_granule is not None:
-            return self._granule_efficiency(m, n, k)
-        tile = self.gemm_tile or self.pe_array
-        if tile is None or m <= 0 or n <= 0:
-            return 1.0
-        units = self.gemm_units or self.tensor_cores
-        tm, tn = _tile_side(tile[0], m), _tile_side(tile[1], n)
-        rows, cols = math.ceil(m / tm), math.ceil(n / tn)
-        tiles = rows * cols
-        if tiles < units and k > 0:
-            tiles *= max(1, min(units // tiles, math.ceil(k / 256)))
-        waves = math.ceil(tiles / units)
-        return (m * n) / (rows * tm * cols * tn) * tiles / (waves * units)
-
-    def tile_rows(self, m: float) -> float | None:
-        """The output-tile height a GEMM library picks for ``m`` rows (``shape_efficiency``); None without
-        tiles or on a systolic array (``gemm_granule``)."""
-        tile = self.gemm_tile or self.pe_array
-        if tile is None or self.gemm_granule is not None or m <= 0:
-            return None
-        return _tile_side(tile[0], m)
-
-    def _granule_efficiency(self, m: float, n: float, k: float) -> float:
-        """A systolic array holds a K × N block of the weights and streams M rows past it, a few rows per
-        pass: M, N and K are each padded to whole blocks (``gemm_granule``) and every block costs a unit the
-        same time, so the useful fraction is M·N·K over the padded volume. Blocks (K blocks too: partial sums
-        add up afterwards) are dealt to the units in waves, and a last partial wave leaves units idle."""
-        assert self.gemm_granule is not None
-        if m <= 0 or n <= 0:
-            return 1.0
-        gm, gn, gk = self.gemm_granule
-        if k <= 0:  # depth not given: only the output is padded
-            k, gk = 1.0, 1
-        blocks = [math.ceil(x / g) for x, g in ((m, gm), (n, gn), (k, gk))]
-        padded = blocks[0] * gm * blocks[1] * gn * blocks[2] * gk
-        count = blocks[0] * blocks[1] * blocks[2]
-        units = self.gemm_units or self.tensor_cores
-        waves = math.ceil(count / units)
-        return (m * n * k) / padded * count / (waves * units)
-
-    def vector_peak(self) -> float:
-        if self.vector_flops:
-            return self.vector_flops
-        if self.grid is not None:
-            return self.grid.vector_peak()
-        return max(self.peak_flops.values()) / 16.0
 
 
 class MemoryKind(StrEnum):

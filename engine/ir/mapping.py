@@ -110,7 +110,7 @@ class TensorFormats(QuietDefaultsModel):
     (bfp8 attention weights, bfp4 MLP weights, bf16 activations, bfp8 KV cache); every byte count of the
     plan (weight streams, activations, the KV cache) uses the format of the tensor it moves."""
 
-    _quiet = ("weights_by_op", "fidelity_by_op", "fp8_scaling")
+    _quiet = ("weights_by_op", "fidelity_by_op", "fp8_scaling", "bf16_first_layers", "bf16_last_layers")
 
     weights: DType | None = None
     activations: DType | None = None
@@ -131,6 +131,15 @@ class TensorFormats(QuietDefaultsModel):
         description="scaling recipe of the fp8 GEMMs (Transformer Engine's): 'delayed', 'tensor' (current "
         "scaling, the default), 'block' (1×128 / 128×128 blocks) or 'mxfp8' (Blackwell's 1×32 microscaling); "
         "only with fp8 weights",
+    )
+    bf16_first_layers: Annotated[int, Field(ge=0)] = Field(
+        0, description="fp8 training: the first N transformer layers of the model run outside fp8 (their GEMMs, "
+        "quantization and weights bf16), Megatron-Core --first-last-layers-bf16 --num-layers-at-start-in-bf16 N "
+        "(counted over the whole model, not per pipeline stage; perf.formats.edge_layers)",
+    )
+    bf16_last_layers: Annotated[int, Field(ge=0)] = Field(
+        0, description="fp8 training: the last N transformer layers of the model in bf16, Megatron-Core "
+        "--num-layers-at-end-in-bf16 N (multi-token-prediction layers are not among them: they stay fp8)",
     )
 
 
@@ -204,7 +213,7 @@ class Mapping(QuietDefaultsModel):
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy", "fp8_param_gather",
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
-        "optimizer_moments",
+        "optimizer_moments", "delay_wgrad_compute",
     )
 
     tp: PosInt = 1
@@ -294,6 +303,12 @@ class Mapping(QuietDefaultsModel):
         False, description="MoE: hide each expert all-to-all behind the compute of another micro-batch's same "
         "layer (DeepSeek-V3's DualPipe, Megatron-Core --overlap-moe-expert-parallel-comm); only the excess shows",
     )
+    delay_wgrad_compute: bool = Field(
+        False, description="MoE with overlap_ep_comm: run the weight-gradient GEMMs apart from the input gradients, "
+        "scheduled against the backward's all-to-all so they hide it too (Megatron-Core --delay-wgrad-compute: the "
+        "routed experts' behind the dispatch's gradient, attention's and the shared experts' behind the next "
+        "layer's combine gradient; plan.passes); needs overlap_ep_comm; nothing to hide at ep 1",
+    )
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="MoE token exchange: 'alltoall' sends each token to every expert's rank "
         "(Megatron-Core's alltoall dispatcher); 'deepep' sends it once per destination node over the network, "
@@ -342,6 +357,12 @@ class Mapping(QuietDefaultsModel):
         if self.overlap_tp_comm and self.tp > 1 and not self.sequence_parallel:
             raise ValueError("overlap_tp_comm: overlapping tensor-parallel communication with the GEMMs needs "
                              "sequence_parallel (its all-gathers and reduce-scatters are what it pipelines)")
+        if self.delay_wgrad_compute and not self.overlap_ep_comm:
+            # Megatron-Core's TransformerConfig asserts overlap_moe_expert_parallel_comm; at ep 1, where there is
+            # no all-to-all to hide, both are no-ops here (as overlap_tp_comm is at tp 1), so a degree change
+            # alone never makes a mapping invalid
+            raise ValueError("delay_wgrad_compute: deferring weight gradients behind the expert all-to-all needs "
+                             "overlap_ep_comm")
         if self.recompute_layers is not None and self.recompute is not Recompute.full:
             raise ValueError(f"recompute_layers: recomputing {self.recompute_layers} whole layers needs recompute "
                              f"'full', not '{self.recompute.value}'")

@@ -73,15 +73,18 @@ class DeviceModel:
         fill = max(0.0, at_curve - flops / (peak * self._best_efficiency))
         return at_curve - fill, fill
 
-    def flash_parts(self, flops: float, peak: float, backward: bool) -> tuple[float, float]:
+    def flash_parts(self, flops: float, peak: float, backward: bool, causal: bool = False) -> tuple[float, float]:
         """(throughput part, fixed part) of one fused (flash) attention kernel. The kernel's FLOPs are GEMMs
         interleaved with an online softmax on the same SMs (exponentials, row max and sum, rescaling) and, in
         the backward, atomic or separate reductions of dQ: at large sizes it reaches a lower fraction of the
         matrix peak than a plain GEMM (``Compute.flash_forward_efficiency`` / ``flash_backward_efficiency``,
-        measured kernel rates; None: the GEMM curve's best). The fixed part — launch, pipeline fill and drain
-        — is a GEMM kernel's of the same FLOPs (``matmul_parts``): the same machinery starts and drains."""
+        measured kernel rates; None: the GEMM curve's best). A ``causal`` (or sliding-window) kernel, costed
+        over the tiles it computes (``Op.fused_flops``), is slower still per tile — its diagonal tiles are
+        masked element by element and its query tiles carry unequal work — at its own measured rate when the
+        device gives one (``Compute.flash_efficiency``). The fixed part — launch, pipeline fill and drain —
+        is a GEMM kernel's of the same FLOPs (``matmul_parts``): the same machinery starts and drains."""
         throughput_s, fill_s = self.matmul_parts(flops, peak)
-        rate = self.compute.flash_backward_efficiency if backward else self.compute.flash_forward_efficiency
+        rate = self.compute.flash_efficiency(backward, causal)
         if rate is None or flops <= 0:
             return throughput_s, fill_s
         return flops / (peak * rate), fill_s

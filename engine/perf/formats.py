@@ -9,11 +9,24 @@ fidelity of the ops whose name within their layer ("mlp_up" of "block3.mlp_up") 
 tt-transformers' performance mode keeps attention weights in bfp8 and stores the MLP's FF1/FF3 in bfp4 at
 LoFi. ``OpFormats.for_op`` resolves them; the op cost (``op_cost.op_time``) and the weights' memory
 (``mean_weight_bytes``) read the resolved formats, so one op's override changes that op only.
+
+Per layer, ``formats.bf16_first_layers`` / ``bf16_last_layers`` take the first and last transformer layers of
+an fp8 training run out of fp8, as Megatron-Core's ``--first-last-layers-bf16`` does (Megatron-Bridge's FP8-CS
+recipe, ``bf16_with_fp8_current_scaling_mixed``, keeps one at each end): ``megatron/core/fp8_utils.py``
+``is_first_last_bf16_layer(config, layer_no)`` tests the *global* layer index against ``num_layers``
+(the main decoder's, whatever the pipeline stage) and ``get_fp8_context`` returns a ``nullcontext`` for those
+layers — no fp8 autocast, so their GEMMs run in bf16 with no quantization kernels and save bf16 inputs — and
+for their ``fp8_model_init`` too, so their weights are ordinary bf16 parameters (gathered at 2 B even with
+``--fp8-param-gather``, no fp8 copy beside them). Multi-token-prediction layers are asked with layer_no −1
+(``transformer/cuda_graphs.py``: ``callable.layer_number - 1 if not is_mtp else -1``), which is never bf16:
+they stay fp8. ``OpFormats.for_op`` gives such a layer's ops bf16 weights, so every per-op decision that
+reads the weights' format (``gemm_dtype``: the GEMM's rate and its quantization passes, ``perf.memory.
+fp8_saved``, ``plan.moe_host``'s fp8 GroupedLinear, the weights' bytes) follows the layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -34,6 +47,8 @@ class OpFormats:
     fidelity_by_op: tuple[tuple[str, MathFidelity], ...] = ()
     explicit_fidelity: MathFidelity | None = None  # mapping.fidelity: else the default of each op's weights
     fp8_scaling: Fp8Scaling = Fp8Scaling.tensor  # mapping.formats.fp8_scaling: the quantization of fp8 GEMMs
+    # names of the layers run outside fp8 ("block0"): mapping.formats.bf16_first_layers / bf16_last_layers
+    bf16_layers: frozenset[str] = frozenset()
 
     @property
     def uniform(self) -> bool:
@@ -58,15 +73,28 @@ class OpFormats:
 
     def for_op(self, name: str) -> OpFormats:
         """The formats of the op called ``name`` ("block3.mlp_up" or "mlp_up"): itself without per-op
-        overrides, else the weights' format and fidelity its first matching patterns give."""
+        overrides, else the weights' format and fidelity its first matching patterns give; in a layer run
+        outside fp8 (``bf16_layers``, matched by the full name's layer) fp8 weights become bf16."""
+        if self.bf16_layers and layer_name(name) in self.bf16_layers:
+            return _outside_fp8(self, local_name(name))
         if not self.per_op:
             return self
         return _for_local(self, local_name(name))
+
+    def without_edge_layers(self) -> OpFormats:
+        """These formats with every layer in fp8 as the run's recipe says (no ``bf16_layers``)."""
+        return replace(self, bf16_layers=frozenset()) if self.bf16_layers else self
 
 
 def local_name(name: str) -> str:
     """An op's name within its layer ("block3.mlp_up" → "mlp_up"), what the per-op patterns match."""
     return name.split(".", 1)[-1]
+
+
+def layer_name(name: str) -> str:
+    """The layer of an op's full name ("block3.mlp_up" → "block3"; "" for a name without a layer)."""
+    layer, dot, _ = name.partition(".")
+    return layer if dot else ""
 
 
 def _first(patterns: tuple[tuple[str, object], ...], name: str) -> object | None:
@@ -80,15 +108,32 @@ def _for_local(f: OpFormats, name: str) -> OpFormats:
     return replace(f, weights=weights, fidelity=fidelity, weights_by_op=(), fidelity_by_op=())  # type: ignore[arg-type]
 
 
+@lru_cache(maxsize=4096)
+def _outside_fp8(f: OpFormats, name: str) -> OpFormats:
+    """An op of a bf16 edge layer: its formats as ``for_op`` resolves them, fp8 weights made bf16 (the
+    layer's GEMMs then compute in bf16: ``gemm_dtype``) at the fidelity bf16 takes unless one is set."""
+    g = _for_local(f, name) if f.per_op else f
+    g = replace(g, bf16_layers=frozenset())
+    if g.weights is not DType.fp8:
+        return g
+    fidelity = _first(f.fidelity_by_op, name) or f.explicit_fidelity or DEFAULT_FIDELITY[FP8_RECIPE_REST]
+    return replace(g, weights=FP8_RECIPE_REST, fidelity=fidelity)  # type: ignore[arg-type]
+
+
 FP8_RECIPE_REST = DType.bf16  # what ``--dtype fp8`` keeps outside the weighted GEMMs
 
 
-def resolve_formats(run_dtype: DType, formats: TensorFormats, fidelity: MathFidelity | None) -> OpFormats:
+def resolve_formats(
+    run_dtype: DType, formats: TensorFormats, fidelity: MathFidelity | None, blocks: Sequence[str] = (),
+    train: bool = True,
+) -> OpFormats:
     """Each tensor kind's format: ``mapping.formats``, else the run's data type — except under ``--dtype
     fp8``, which is the fp8 recipe of Transformer Engine, TensorRT-LLM and vLLM (W8A8), not "every byte
     fp8": weights are fp8 and the weighted GEMMs run on the fp8 tensor cores (their input activation is
     quantised on the fly, ``gemm_dtype``), while activations between ops, attention, norms and the KV
-    cache stay bf16 unless ``mapping.formats`` (``--kv-dtype fp8``) says otherwise."""
+    cache stay bf16 unless ``mapping.formats`` (``--kv-dtype fp8``) says otherwise. ``blocks``: the names
+    of the workload's transformer layers in order, of which ``formats.bf16_first_layers`` and
+    ``bf16_last_layers`` leave the ends outside fp8 in training (``edge_layers``)."""
     weights = formats.weights or run_dtype
     rest = FP8_RECIPE_REST if run_dtype is DType.fp8 else run_dtype
     return OpFormats(
@@ -100,7 +145,16 @@ def resolve_formats(run_dtype: DType, formats: TensorFormats, fidelity: MathFide
         fidelity_by_op=tuple(formats.fidelity_by_op.items()),
         explicit_fidelity=fidelity,
         fp8_scaling=formats.fp8_scaling or Fp8Scaling.tensor,
+        bf16_layers=edge_layers(formats, blocks) if train else frozenset(),
     )
+
+
+def edge_layers(formats: TensorFormats, blocks: Sequence[str]) -> frozenset[str]:
+    """The names of the transformer layers ``formats.bf16_first_layers`` / ``bf16_last_layers`` run in bf16:
+    the first N and the last M of ``blocks`` (the model's transformer layers in order, Megatron-Core's global
+    layer numbers; multi-token-prediction layers are not blocks)."""
+    first, last = formats.bf16_first_layers, formats.bf16_last_layers
+    return frozenset(blocks[:first]) | frozenset(blocks[len(blocks) - last:] if last else ())
 
 
 def gemm_dtype(formats: OpFormats, weighted: bool) -> DType:
@@ -113,17 +167,25 @@ def gemm_dtype(formats: OpFormats, weighted: bool) -> DType:
     return formats.activations
 
 
-def mean_weight_bytes(formats: OpFormats, params: Iterable[tuple[str, float]]) -> float:
+def _weight_bytes(f: OpFormats) -> float:
+    return f.weight_bytes
+
+
+def mean_weight_bytes(
+    formats: OpFormats, params: Iterable[tuple[str, float]], bytes_of: Callable[[OpFormats], float] = _weight_bytes
+) -> float:
     """Bytes per weight element over ops given as (name, parameters held): each op's weights in its own
-    format, so the weights' memory is Σ params × bytes exactly. Without per-op overrides (or parameters)
-    the weights' format."""
-    if not formats.weights_by_op:
-        return formats.weight_bytes
+    format (per-op overrides, bf16 edge layers), so the weights' memory is Σ params × bytes exactly. Without
+    per-op formats (or parameters) the weights' format. ``bytes_of``: bytes per parameter of an op's
+    resolved formats (default its weights' format; ``perf.memory.held_weight_bytes`` adds the bf16 copy of
+    an fp8 training run's weights)."""
+    if not (formats.weights_by_op or formats.bf16_layers):
+        return bytes_of(formats)
     total = held = 0.0
     for name, n in params:
-        total += n * formats.for_op(name).weight_bytes
+        total += n * bytes_of(formats.for_op(name))
         held += n
-    return total / held if held > 0 else formats.weight_bytes
+    return total / held if held > 0 else bytes_of(formats)
 
 
 def per_op_problems(formats: TensorFormats, op_names: Iterable[str]) -> list[Problem]:
@@ -174,10 +236,43 @@ def fp8_scaling_problems(
     return []
 
 
-def per_op_notes(formats: OpFormats, op_names: Iterable[str]) -> list[str]:
-    """One note saying which ops the per-op overrides reach and what they give them."""
-    if not formats.per_op:
+def edge_layer_problems(run_dtype: DType, formats: TensorFormats, blocks: int, train: bool) -> list[Problem]:
+    """``bf16_first_layers`` / ``bf16_last_layers`` take layers out of an fp8 training run: refused without fp8
+    GEMMs (nothing to take out) or training (Megatron-Core's training option), past the model's ``blocks``
+    transformer layers, and with delayed scaling, which Megatron-Core refuses ("Delayed scaling does not
+    support first / last layer in BF16": ``fp8_utils.get_fp8_context``, the amax reduction runs per autocast)."""
+    counts = {"bf16_first_layers": formats.bf16_first_layers, "bf16_last_layers": formats.bf16_last_layers}
+    named = [k for k, n in counts.items() if n]
+    if not named:
         return []
+    field = f"mapping.formats.{named[0]}"
+    if not has_fp8_gemms(run_dtype, formats):
+        return [Problem(field, f"layers kept out of fp8, but no tensor runs in fp8 (run.dtype {run_dtype.value}): "
+                               "set --dtype fp8 or drop the bf16 layers")]
+    out = []
+    if not train:
+        out.append(Problem(field, "layers kept in bf16 by the fp8 training recipe (Megatron-Core "
+                                  "--first-last-layers-bf16): training only"))
+    if sum(counts.values()) > blocks:
+        out.append(Problem(field, f"bf16_first_layers + bf16_last_layers = {sum(counts.values())} exceeds the "
+                                  f"model's {blocks} transformer layers"))
+    if formats.fp8_scaling is Fp8Scaling.delayed:
+        out.append(Problem(field, "not with 'delayed' scaling: Megatron-Core refuses first / last layers in bf16 "
+                                  "under delayed scaling (its amax reduction runs per autocast); use 'tensor' or "
+                                  "'block'"))
+    return out
+
+
+def per_op_notes(formats: OpFormats, op_names: Iterable[str]) -> list[str]:
+    """One note saying which ops the per-op overrides reach and what they give them (and one naming the
+    layers run outside fp8)."""
+    edge = []
+    if formats.bf16_layers:
+        names = sorted(formats.bf16_layers, key=lambda n: (len(n), n))
+        edge = [f"fp8 training with {', '.join(names)} in bf16 (mapping.formats.bf16_first_layers / "
+                "bf16_last_layers): their GEMMs, saved inputs and weights bf16, no quantization kernels"]
+    if not formats.per_op:
+        return edge
     groups: dict[tuple[DType, MathFidelity], list[str]] = {}
     for name in dict.fromkeys(local_name(n) for n in op_names):
         f = formats.for_op(name)
@@ -185,4 +280,4 @@ def per_op_notes(formats: OpFormats, op_names: Iterable[str]) -> list[str]:
             groups.setdefault((f.weights, f.fidelity), []).append(name)
     parts = [f"{', '.join(ops)}: weights {w.value} at {fid.value}" for (w, fid), ops in groups.items()]
     rest = f"other ops: weights {formats.weights.value} at {formats.fidelity.value}"
-    return [f"formats per op (mapping.formats.*_by_op): {'; '.join(parts) or 'none differ'}; {rest}"]
+    return [*edge, f"formats per op (mapping.formats.*_by_op): {'; '.join(parts) or 'none differ'}; {rest}"]

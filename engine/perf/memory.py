@@ -16,7 +16,7 @@ are their fp8 copies (``fp8_saved``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tilewright.engine.ir.common import dtype_bytes
@@ -98,6 +98,20 @@ def param_gather_bytes(weight_bytes: float, weights: DType, train: bool, fp8_par
     """Bytes per parameter the distributed optimizer's post-step all-gather moves: the model parameters'
     dtype — bf16 under fp8 training without ``fp8_param_gather``, else the weights' own format."""
     return BF16_PARAM_BYTES if keeps_bf16_params(weights, train, fp8_param_gather, zero) else weight_bytes
+
+
+def held_weight_bytes(train: bool, fp8_param_gather: bool, zero: int) -> Callable[[OpFormats], float]:
+    """Bytes per parameter a device holds of an op's weights, given its resolved formats: the weights' format
+    plus the bf16 parameters beside fp8 ones (``fp8_param_copy``). Per op, so a layer run outside fp8
+    (``formats.bf16_layers``: plain bf16 parameters, no fp8 copy) counts 2 B where its fp8 neighbours count
+    1 + 2 B (or 1 B with ``fp8_param_gather``); for ``formats.mean_weight_bytes``."""
+    return lambda f: f.weight_bytes + fp8_param_copy(f.weights, train, fp8_param_gather, zero)
+
+
+def gathered_weight_bytes(train: bool, fp8_param_gather: bool, zero: int) -> Callable[[OpFormats], float]:
+    """Bytes per parameter of an op the post-step all-gather moves (``param_gather_bytes`` of its own formats):
+    a bf16 edge layer's parameters at 2 B even with ``fp8_param_gather``."""
+    return lambda f: param_gather_bytes(f.weight_bytes, f.weights, train, fp8_param_gather, zero)
 
 
 def params_on_device(ops: Iterable[Op], tp: int) -> float:

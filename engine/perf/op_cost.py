@@ -92,6 +92,24 @@ def _fused_attention(op: Op, fused_out: bool) -> bool:
     return fused_out or bool(op.cache_elems) or op.attention is not None
 
 
+def _masked_attention(op: Op) -> bool:
+    """Whether a fused attention kernel runs ``op`` under a causal mask, which costs it its own, lower rate
+    per computed tile (``Compute.flash_efficiency``). A training graph's causal attention carries
+    ``fused_flops`` — a sliding window (gpt-oss) is such a mask too: the kernel skips the key blocks outside the
+    band and masks its edge tiles element by element, as a causal kernel does its diagonal. An inference pass
+    carries its head structure (``Op.attention``) and counts only the pairs it computes: fewer than queries ×
+    keys when its new queries see only the keys before them (a prefill; ``spatial_op`` tells grid devices
+    the same way). A decode step's single query sees every cached key: no mask."""
+    if op.kind is not OpKind.attention:
+        return False
+    if op.fused_flops is not None:
+        return True
+    shape = op.attention
+    if shape is None or shape.queries == 1:
+        return False
+    return op.flops / (4.0 * shape.heads * shape.head_dim) < shape.queries * shape.keys * (1.0 - 1e-9)
+
+
 # Backward FLOPs of a fused attention kernel over its forward's: FlashAttention's backward keeps no scores, so
 # it recomputes QKᵀ on chip and runs the four gradient GEMMs, 5 matmuls against the forward's 2 (Dao,
 # "FlashAttention-2", arXiv 2307.08691, §3.1.2 and §4.1, whose benchmarks count the backward as 2.5× the
@@ -229,7 +247,7 @@ def op_time(
                 break
             padded = flops * share / (_kernel_efficiency(op, dev.compute, dims, shape) if dims is not None else 1.0)
             # the fill is never hidden under streaming; a fused attention kernel runs at its own measured rate
-            throughput_s, fill_s = (dev.flash_parts(padded, peak, backward) if flash
+            throughput_s, fill_s = (dev.flash_parts(padded, peak, backward, _masked_attention(op)) if flash
                                     else _gemm_parts(op, dev, padded, peak))
             compute_s += throughput_s
             fixed_s += fill_s

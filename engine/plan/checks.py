@@ -346,7 +346,7 @@ def _optimizer_moments_checks(project: Project) -> list[Problem]:
 def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
     (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
-    from tilewright.engine.perf.formats import fp8_scaling_problems, per_op_problems
+    from tilewright.engine.perf.formats import edge_layer_problems, fp8_scaling_problems, per_op_problems
     from tilewright.engine.plan.budget import estimate
     from tilewright.engine.plan.tensor_axes import problems as tensor_axes_problems
     from tilewright.engine.workloads import build_workload
@@ -386,6 +386,11 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     out += per_op_problems(m.formats, (op.name for op in graph.ops()))  # mapping.formats.*_by_op
     out += fp8_scaling_problems(project.run.dtype, m.formats,
                                 ((path, c.compute) for path, c in project.hardware.walk() if c.compute is not None))
+    train = project.run.mode is Mode.train  # mapping.formats.bf16_first_layers / bf16_last_layers (perf.formats)
+    out += edge_layer_problems(project.run.dtype, m.formats, len(graph.block_layers), train)
+    if (m.formats.bf16_first_layers or m.formats.bf16_last_layers) and m.layer_parallelism and train:
+        out.append(Problem("mapping.formats.bf16_first_layers", "bf16 edge layers are not modelled by a HyPar "
+                           "partition (mapping.layer_parallelism)"))
     out += tensor_axes_problems(project)  # mapping.tp_axes
     out += _fp8_param_gather_checks(project)  # mapping.fp8_param_gather (perf.memory)
     out += _optimizer_moments_checks(project)  # mapping.optimizer_moments (perf.memory)

@@ -182,10 +182,12 @@ def shard_comm(
     weight_bytes: float,
     grad_bytes: float,
     extra_params: dict[int, float] | None = None,
+    layer_weight_bytes: dict[int, float] | None = None,
 ) -> ShardComm | None:
     """A training stage's ZeRO-2/3 collectives (``plan.sharding``); ``extra_params``: per layer index, the
-    parameters it holds beyond its ops' (the tied embedding's copy, ``plan.tied``). ``groups`` are the stage's
-    dp · cp replicas: the weights are sharded, gathered and reduced over all of them (context ranks hold the
+    parameters it holds beyond its ops' (the tied embedding's copy, ``plan.tied``); ``layer_weight_bytes``: per
+    layer index, its weights' bytes per parameter where not ``weight_bytes`` (bf16 edge layers). ``groups`` are
+    the stage's dp · cp replicas: the weights are sharded, gathered and reduced over all of them (context ranks hold the
     same weights), so a stage with dp 1 and cp > 1 shards too."""
     m = project.mapping
     if project.run.mode is not Mode.train:
@@ -208,6 +210,7 @@ def shard_comm(
     return stage_shard_comm(
         m.zero, replicas, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
         m.ep, extra_params, expert_dp(m.tp, replicas, m.ep, etp),  # cp ranks fold into the experts' dp
+        layer_weight_bytes,
     )
 
 

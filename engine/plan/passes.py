@@ -17,7 +17,7 @@ from functools import cached_property
 
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.mapping import SpatialSplit
-from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
@@ -139,6 +139,8 @@ class PassContext:
     # with mapping.overlap_ep_comm: seconds of an all-to-all of that many bytes per tensor rank (the stage's
     # ep groups at once), to hide it behind the paired micro-batch's compute of the layer (``_a2a``)
     ep_seconds: Callable[[float], float] | None = None
+    # with mapping.delay_wgrad_compute: the backward's weight gradients hide its all-to-all too (``_Builder._a2a``)
+    delay_wgrad: bool = False
     tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
     fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
     # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
@@ -203,6 +205,11 @@ class _Builder:
         self._open: Segment | None = None
         self._graph: Capture | None = None  # the op being added, as CUDA graphs capture it
         self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
+        # delayed weight gradients (``PassContext.delay_wgrad``, ``_defer``): the routed experts' of this layer,
+        # waiting for its dispatch's gradient; attention's and the shared experts' of this layer, and those of
+        # the layer before (in backward order), waiting for this layer's combine gradient
+        self._expert_dw = self._layer_dw = self._carried_dw = 0.0
+        self._exchanged = False  # this layer ran an expert all-to-all
         seconds = ctx.tp_seconds
         self.tp_overlap = (TpOverlap(seconds, ctx.tp, ctx.dev.compute.gemm_units, kind == "B")
                            if seconds is not None and ctx.tp > 1 else None)
@@ -223,7 +230,7 @@ class _Builder:
             self._host_sync(op, moe.sync_s)
         if not backward:
             self._stream(op, moe.permute_bytes)
-        if a2a[0] and (exposed := self._a2a(a2a[0])) > 0:
+        if a2a[0] and (exposed := self._a2a(a2a[0], self._cover(backward, carried=True))) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         # the sort sits between the op and the side's all-to-all: before the op on the dispatch side of a
         # forward and the combine side of a backward, after it otherwise
@@ -268,13 +275,15 @@ class _Builder:
         if c.offload_saved:
             seg.offload_s += saved_bytes(op, c) / c.offload_saved
         self.layer_busy += t.busy_s
+        if backward and c.delay_wgrad:
+            self._defer(op, t)
         if c.context is not None and op.kind is OpKind.attention:
             cp = c.context.cp
             ring = c.context.exchange(op, c.micro_batch * cp, c.tp, c.elem_bytes, backward, t.busy_s)
             self.dp_comms(ring, op.layer, op.name)
         if not sort_first:
             self._stream(op, moe.sort_bytes)
-        if a2a[1] and (exposed := self._a2a(a2a[1])) > 0:
+        if a2a[1] and (exposed := self._a2a(a2a[1], self._cover(backward, carried=False))) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         if backward:
             self._stream(op, moe.permute_bytes)
@@ -307,23 +316,66 @@ class _Builder:
             self._open = None
         self.out.segments.append(Segment.host_wait("MoE host synchronisation", op.layer, seconds))
 
-    def _a2a(self, nbytes: float) -> float:
+    def _a2a(self, nbytes: float, deferred_s: float = 0.0) -> float:
         """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``), it runs
         while the paired micro-batch computes the same layer — in DualPipe and Megatron-Core's overlapped 1F1B
         one micro-batch's forward and another's backward alternate compute and communication — so it hides
         behind as much compute as this pass has run in the layer so far (the paired pass runs the same ops)
-        and only the excess shows, charged as the same all-to-all carrying that fraction of its bytes."""
+        plus ``deferred_s``, this pass's own delayed weight gradients scheduled against it (``_cover``), and
+        only the excess shows, charged as the same all-to-all carrying that fraction of its bytes."""
         seconds = self.ctx.ep_seconds
         if seconds is None or nbytes <= 0:
             return nbytes
+        self._exchanged = True
         total = seconds(nbytes)
-        if total <= self.layer_busy or total <= 0:
+        cover = self.layer_busy + deferred_s
+        if total <= cover or total <= 0:
             return 0.0
-        return nbytes * (total - self.layer_busy) / total
+        return nbytes * (total - cover) / total
+
+    def _defer(self, op: Op, t: OpTime) -> None:
+        """Megatron-Core's ``--delay-wgrad-compute`` (``PassContext.delay_wgrad``): every Transformer Engine
+        linear defers its weight-gradient GEMM (TE ``delay_wgrad_compute``, run by ``backward_dw``), and the
+        overlapped 1F1B schedule (``TransformerLayerSchedulePlan.run``, megatron/core/models/common/
+        model_chunk_schedule_plan.py) runs them apart from the input gradients: the routed experts'
+        (``MoELayer.backward_dw``, the "mlp" node) between the experts' input gradients and the dispatch's
+        backward all-to-all, which no longer waits for them; attention's and the shared experts'
+        (``_BackwardDWWrapper`` of fine_grained_callables.py, the "attn" node) after the layer's attention
+        backward, where the next layer's combine backward all-to-all starts beside them. A weight gradient has
+        the forward's FLOPs (the backward's other GEMM, the input gradient, as many): its share of the op's
+        backward time is flops / backward_flops. The router's weight (no TE linear) and the norms are not
+        deferred. The op's time stays where it is: only what its all-to-all hides grows."""
+        if op.params <= 0 or op.kind not in (OpKind.matmul, OpKind.fc) or op.backward_flops <= 0:
+            return
+        role = op.moe.role if op.moe is not None else None
+        if role is MoERole.router:
+            return
+        dw = t.busy_s * min(op.flops / op.backward_flops, 1.0)
+        if role is MoERole.expert:
+            self._expert_dw += dw
+        else:
+            self._layer_dw += dw
+
+    def _cover(self, backward: bool, carried: bool) -> float:
+        """Seconds of this pass's delayed weight gradients an all-to-all of the backward hides behind, used
+        once: before the routed experts (the combine's gradient) the previous layer's attention and shared
+        experts' (``carried``), after them (the dispatch's gradient) the routed experts' own (``_defer``)."""
+        if not backward or not self.ctx.delay_wgrad:
+            return 0.0
+        if carried:
+            seconds, self._carried_dw = self._carried_dw, 0.0
+        else:
+            seconds, self._expert_dw = self._expert_dw, 0.0
+        return seconds
 
     def next_layer(self) -> float:
-        """Start a new layer; returns the device time of the one before."""
+        """Start a new layer; returns the device time of the one before. A backward's MoE layer hands its
+        delayed attention and shared-expert weight gradients to the next (``_defer``); a dense layer's, whose
+        weight gradients this model does not sort into Megatron-Core's nodes, hide nothing."""
         busy, self.layer_busy = self.layer_busy, 0.0
+        self._carried_dw = self._layer_dw if self._exchanged else 0.0
+        self._layer_dw = self._expert_dw = 0.0
+        self._exchanged = False
         return busy
 
     def dp_comms(self, items: list[tuple[str, float]], layer: int, label: str) -> None:

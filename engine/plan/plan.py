@@ -24,13 +24,23 @@ from tilewright.engine.perf.memory import (
     bytes_per_param,
     expert_model_state,
     fp8_param_copy,
+    gathered_weight_bytes,
+    held_weight_bytes,
     param_gather_bytes,
     params_on_device,
     recomputed_layers,
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import Residency
-from tilewright.engine.plan.device_layers import gathered_bytes, layer_params, sharded_layer_ops, stage_per_param
+from tilewright.engine.plan.device_layers import (
+    block_names,
+    edge_weight_bytes,
+    gathered_bytes,
+    layer_params,
+    sharded_layer_ops,
+    stage_mean_bytes,
+    stage_per_param,
+)
 from tilewright.engine.plan.experts import (
     ETP_PREFIX,
     expert_dp,
@@ -291,16 +301,22 @@ class Plan:
         if self.replicas <= 1 or self.project.mapping.zero < 1 or self.project.mapping.zero >= 3:
             return Collective("all-gather", "none", ())
         experts = sum(st.expert_grad_bytes.values()) / self.stage_grad_per_param(rank)
-        per = self.gather_bytes_per_param
+        per = self.gather_bytes_per_param(rank)
         return self._replica_collective(rank, "all-gather", (st.params - experts) * per, experts * per)
 
-    @property
-    def gather_bytes_per_param(self) -> float:
-        """Bytes per parameter ``zero_gather`` moves: the parameters' dtype (bf16 under fp8 training unless
-        ``mapping.fp8_param_gather`` keeps them in fp8, ``perf.memory.param_gather_bytes``)."""
+    @memo_method
+    def gather_bytes_per_param(self, rank: int) -> float:
+        """Bytes per parameter stage ``rank``'s ``zero_gather`` moves: the parameters' dtype (bf16 under fp8
+        training unless ``mapping.fp8_param_gather`` keeps them in fp8, ``perf.memory.param_gather_bytes``),
+        op by op where formats differ per op (a bf16 edge layer's parameters stay 2 B: ``perf.formats``)."""
         m, train = self.project.mapping, self.project.run.mode is Mode.train
-        weights = self.formats.weights if self.formats is not None else self.project.run.dtype
-        return param_gather_bytes(self.weight_bytes, weights, train, m.fp8_param_gather, m.zero)
+        if self.formats is None:
+            return param_gather_bytes(self.elem_bytes, self.project.run.dtype, train, m.fp8_param_gather, m.zero)
+        per_op = gathered_weight_bytes(train, m.fp8_param_gather, m.zero)
+        tied = {self.tied.layer: self.tied.params} if self.tied is not None and rank == self.tied.last else {}
+        mean = stage_mean_bytes(self.formats, self.workload, self.stages[rank].chunk_layers, self.tp, per_op,
+                                self.ep, self.expert_tp, tied)
+        return mean if mean is not None else per_op(self.formats)
 
     @memo_method
     def zero_gather_exposed(self, rank: int) -> tuple[Collective, Collective]:
@@ -358,7 +374,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         from tilewright.engine.plan.hypar_plan import build_hypar_plan  # imports this module
 
         return build_hypar_plan(project, hw, workload)
-    formats = resolve_formats(run.dtype, m.formats, m.fidelity)
+    blocks = workload.block_layers
+    formats = resolve_formats(run.dtype, m.formats, m.fidelity, block_names(workload), run.mode is Mode.train)
     elem = dtype_bytes(formats.activations)
     v = m.interleave if m.schedule is Schedule.interleaved else 1
     cp = m.cp if run.mode is Mode.train else 1
@@ -371,7 +388,6 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     # parallelism (``plan.sharding``)
     shard_dp = m.dp * cp
     edp = expert_dp(m.tp, shard_dp, ep, etp)  # the MoE layer folds over the stage's dp · cp replicas too
-    blocks = workload.block_layers
     if m.stages:
         ordered = sorted(m.stages, key=lambda s: s.stage)
         per_virtual = [list(range(s.layers[0], s.layers[1])) for s in ordered]
@@ -410,14 +426,17 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
             ctx.tp_seconds = tp_seconds(hw, groups[r][0])
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
-        per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp)  # weights_by_op
         tied_copy = {tied.layer: tied.params} if tied is not None and r == tied.last else {}  # plan.tied
-        ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients, tied_copy)
+        held = held_weight_bytes(run.mode is Mode.train, m.fp8_param_gather, m.zero)  # weights_by_op, bf16 layers
+        per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp, held, ep, etp, tied_copy)
+        ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients, tied_copy,
+                               edge_weight_bytes(formats, workload))  # ZeRO-3 gathers bf16 edge layers at 2 B
         ctx.context = context_comm(hw, groups[r], cp)
         ctx.expert_parallel = ep
         ctx.expert_tp = etp
         if ep > 1 and m.overlap_ep_comm:
             ctx.ep_seconds = ep_seconds(hw, groups[r], ep, routing_for(project), etp)
+            ctx.delay_wgrad = m.delay_wgrad_compute  # weight gradients hide the backward's too (plan.passes)
         placed = stage_residency(
             project,
             hw,
@@ -429,6 +448,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             elem,
             mb,
             shard_dp,
+            formats,
         )
         if placed is not None:
             ctx.residency = placed[0].residency

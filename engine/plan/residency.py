@@ -24,7 +24,7 @@ from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel, shared_memory, sharing_devices
-from tilewright.engine.perf.formats import resolve_formats
+from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.memory import (
     MOMENT_BYTES,
     StateBytes,
@@ -133,13 +133,15 @@ def home_level(dev: DeviceModel) -> Level:
 
 
 def stage_sizes(
-    project: Project, ops: list[Op], layers: list[list[Op]], state: StateBytes, elem: float, micro_batch: float
+    project: Project, ops: list[Op], layers: list[list[Op]], state: StateBytes, elem: float, micro_batch: float,
+    formats: OpFormats | None = None,
 ) -> dict:
     """Bytes per device of each category for one stage (what ``auto`` must fit): model state, stored
     activations of the micro-batches in flight (1F1B holds at most ``pp``) with the largest workspace,
     and, for inference, the KV cache of the whole request. ``micro_batch``: the samples' worth of tokens one
     device runs per micro-batch, the plan's own figure (``mapping.micro_batch / cp`` with context
-    parallelism, ``plan.context``), so what ``auto`` fits is what the plan's memory tracks hold."""
+    parallelism, ``plan.context``), so what ``auto`` fits is what the plan's memory tracks hold. ``formats``:
+    the plan's (its bf16 edge layers save bf16 inputs); None: resolved from the mapping."""
     m, run = project.mapping, project.run
     fused = fused_edges(m.fusion)  # a fused attention kernel stores no scores
     acts = workspace_bytes(ops, micro_batch, m.tp, m.sequence_parallel, elem,  # type: ignore[arg-type]
@@ -147,7 +149,8 @@ def stage_sizes(
     if run.mode is Mode.train:
         in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
         rerun = m.recompute_layers * m.interleave if m.recompute_layers is not None else None  # per chunk
-        formats = resolve_formats(run.dtype, m.formats, m.fidelity)  # fp8 GEMMs save fp8 inputs
+        if formats is None:
+            formats = resolve_formats(run.dtype, m.formats, m.fidelity)  # fp8 GEMMs save fp8 inputs
         acts += activation_bytes(layers, micro_batch, m.tp, m.sequence_parallel, m.recompute, elem, fused,  # type: ignore[arg-type]
                                  rerun, m.recompute_modules, m.fused_cross_entropy, formats) * in_flight
     kv = 0.0
@@ -241,7 +244,7 @@ def optimizer_seconds(
 
 def stage_residency(
     project: Project, hw: HardwareGraph, device: int, dev: DeviceModel, layers: list[list[Op]],
-    per_param: StateBytes, elem: float, micro_batch: float, replicas: int,
+    per_param: StateBytes, elem: float, micro_batch: float, replicas: int, formats: OpFormats | None = None,
 ) -> tuple[StageResidency, dict[str, float]] | None:
     """Resolve ``memory_levels`` for a stage holding ``layers`` (all its chunks); None without it. The plan's
     figures, so the sizes ``auto`` fits are the ones it charges: ``micro_batch``, what one device runs per
@@ -256,7 +259,7 @@ def stage_residency(
     state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, replicas, m.ep, edp)
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)
-    sizes = stage_sizes(project, ops, layers, state, elem, micro_batch)
+    sizes = stage_sizes(project, ops, layers, state, elem, micro_batch, formats)
     res = resolve(m, hw, device, dev, sizes)
     assert res is not None
     return res, sizes

@@ -100,6 +100,9 @@ class ShardComm:
     seconds: Callable[[str, float], float]  # uncontended time of a ``dp:``/``edp:`` collective of that many bytes
     expert_dp: int = 0  # replicas holding the same experts (dp / ep); 0: no expert parallelism, one dp group
     extra_params: Mapping[int, float] = field(default_factory=dict)  # per layer index, beyond its ops' (per device)
+    # per layer index, its weights' bytes per parameter where they differ from ``weight_bytes`` (a bf16 edge layer
+    # of an fp8 run: 2 B, ``perf.formats``)
+    layer_weight_bytes: Mapping[int, float] = field(default_factory=dict)
 
     def layer_items(self, kind: str, ops: list[Op], tp: int) -> list[tuple[str, float]]:
         """One layer's all-gather of its weights or reduce-scatter of its gradients (``kind``), per tensor rank:
@@ -107,7 +110,7 @@ class ShardComm:
         bytes apart, over their expert-data-parallel group (``edp:``; none when that group is one replica)."""
         if not ops:
             return []
-        per = self.weight_bytes if kind == "all-gather" else self.grad_bytes
+        per = self.layer_weight_bytes.get(ops[0].layer, self.weight_bytes) if kind == "all-gather" else self.grad_bytes
         experts = params_on_device(routed_experts(ops), tp) if self.expert_dp else 0.0
         dense = params_on_device(ops, tp) - experts + self.extra_params.get(ops[0].layer, 0.0)
         items = [(DP_PREFIX + kind, dense * per)]
@@ -139,6 +142,7 @@ def stage_shard_comm(
     ep: int = 1,
     extra_params: Mapping[int, float] | None = None,
     edp: int | None = None,
+    layer_weight_bytes: Mapping[int, float] | None = None,
 ) -> ShardComm | None:
     """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism). ``dp``:
     the replicas the weights are sharded over (dp · cp with context parallelism, module docstring); ``ep``:
@@ -150,5 +154,5 @@ def stage_shard_comm(
         return None
     return ShardComm(
         zero >= 3, True, overlap_gather, overlap_reduce, weight_bytes, grad_bytes, seconds,
-        expert_dp=expert_dp, extra_params=dict(extra_params or {}),
+        expert_dp=expert_dp, extra_params=dict(extra_params or {}), layer_weight_bytes=dict(layer_weight_bytes or {}),
     )

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import SpatialSplit
-from tilewright.engine.ir.project import Project
+from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
+from tilewright.engine.plan.device_layers import block_names
 from tilewright.engine.plan.passes import PassContext, collective_between, fused_edges, local_name
 from tilewright.engine.workloads.graph import WorkloadGraph
 
@@ -39,7 +40,8 @@ class OpSettings:
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
         m = project.mapping
-        formats = resolve_formats(project.run.dtype, m.formats, m.fidelity)
+        train = project.run.mode is Mode.train  # bf16 edge layers of an fp8 training run (``perf.formats``)
+        formats = resolve_formats(project.run.dtype, m.formats, m.fidelity, block_names(workload), train)
         return cls(
             formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
             m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,

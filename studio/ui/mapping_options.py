@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Eleven of them, in a group under the Mapping box of the workload dock:
+Twelve of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -15,7 +15,10 @@ Eleven of them, in a group under the Mapping box of the workload dock:
 - the layers of each virtual stage (``mapping.pipeline_layers``, "1,2*30,0"; empty: an even split); needs
   pp × interleave > 1, and Auto-map with another pp or interleave clears it;
 - the expert token exchange (``mapping.ep_dispatcher``): flat all-to-all or DeepEP node by node; ep > 1;
-- overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1;
+- overlapping the expert all-to-all with compute (``mapping.overlap_ep_comm``); ep > 1; turning it off also
+  turns off the next;
+- deferring the weight gradients to hide the backward's all-to-all too (``mapping.delay_wgrad_compute``);
+  needs the overlap above;
 - the parts of each layer replayed from CUDA graphs (``mapping.cuda_graph_scope``, "attn,mlp"; empty: eager
   kernels); training;
 - the fp8 scaling recipe (``mapping.formats.fp8_scaling``): tensor (current scaling, stored unset), delayed,
@@ -53,6 +56,7 @@ RECOMPUTE_LAYERS_TEXT = "layers re-run per chunk"
 DISPATCHER_TEXT = "expert token exchange"
 OVERLAP_GRAD_TEXT = "reduce gradients under the last backward"
 OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
+DELAY_WGRAD_TEXT = "delay weight gradients behind the all-to-all"
 OVERLAP_TP_TEXT = "overlap tp communication with GEMMs"
 FUSED_LOSS_TEXT = "fused cross-entropy kernel"
 LAYOUT_TEXT = "layers per virtual stage"
@@ -104,6 +108,11 @@ OPTION_TIPS = {
                        "compute of the same layer, as DeepSeek-V3's DualPipe and Megatron-Core's "
                        "--overlap-moe-expert-parallel-comm; only the part longer than that compute shows. "
                        f"{APPLIES}",
+    "delay_wgrad_compute": "MoE with the overlapped all-to-all: run the weight-gradient GEMMs apart from the "
+                           "input gradients, beside the backward's all-to-all, so that they hide it too: the "
+                           "routed experts' behind the dispatch's gradient, attention's and the shared experts' "
+                           "behind the next layer's combine gradient (Megatron-Core --delay-wgrad-compute). The "
+                           f"compute is the same, only more of the all-to-all hides. {APPLIES}",
     "fp8_scaling": "how the fp8 GEMMs' tensors are scaled, Transformer Engine's recipes: tensor (current "
                    "scaling: an amax pass, a scale kernel and the cast per tensor), delayed (the scale from an "
                    "amax history, the amax taken inside the cast: one pass), block (DeepSeek-V3's 1×128 and "
@@ -122,6 +131,8 @@ OVERLAP_TP_OFF_TIP = ("needs tensor parallelism with sequence parallelism: the a
                       "pipelines exist only then (set tp > 1 and sequence parallelism, then press Auto-map)")
 FP8_OFF_TIP = ("needs fp8 GEMMs: the run's data type (run.dtype, --dtype fp8) or the weights' format "
                "(mapping.formats.weights) must be fp8 for a scaling recipe to matter")
+DELAY_WGRAD_OFF_TIP = ("needs the expert all-to-all overlapped with compute (tick the option above; ep > 1): "
+                       "the delayed weight gradients hide that overlapped all-to-all")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
                       "is exchanged (set ep > 1 and press Auto-map first)")
 
@@ -147,6 +158,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return DISPATCHER_OFF_TIP if m.ep == 1 else None
     if field == "overlap_ep_comm":
         return OVERLAP_EP_OFF_TIP if m.ep == 1 else None
+    if field == "delay_wgrad_compute":
+        return TRAINING_ONLY if not training else None if m.overlap_ep_comm and m.ep > 1 else DELAY_WGRAD_OFF_TIP
     if field == "cuda_graph_scope":
         return None if training else TRAINING_ONLY
     if field == "fp8_scaling":
@@ -170,6 +183,8 @@ def undo_text(field: str, value: Any) -> str:
         return "Reduce gradients under the last backward" if value else "Reduce gradients after the backward"
     if field == "overlap_ep_comm":
         return "Overlap expert all-to-all" if value else "Stop overlapping expert all-to-all"
+    if field == "delay_wgrad_compute":
+        return "Delay weight gradients" if value else "Weight gradients with their input gradients"
     if field == "overlap_tp_comm":
         return "Overlap tensor-parallel communication" if value else "Stop overlapping tensor-parallel communication"
     if field == "fused_cross_entropy":
@@ -238,7 +253,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The eleven option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The twelve option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -259,6 +274,8 @@ class MappingOptions(QGroupBox):
         self.ep_dispatcher = LabelledChoice(m.ep_dispatcher, DISPATCHER_LABELS, self._check("ep_dispatcher"),
                                             parent=self)
         self.overlap_ep = FlagEditor(m.overlap_ep_comm, OVERLAP_EP_TEXT, self._check("overlap_ep_comm"), parent=self)
+        self.delay_wgrad = FlagEditor(m.delay_wgrad_compute, DELAY_WGRAD_TEXT, self._check("delay_wgrad_compute"),
+                                      parent=self)
         self.fp8_scaling = LabelledChoice(self.current("fp8_scaling"), FP8_LABELS, self._check("fp8_scaling"),
                                           parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
@@ -266,6 +283,7 @@ class MappingOptions(QGroupBox):
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
+            "delay_wgrad_compute": self.delay_wgrad,
             "recompute_modules": self.modules, "cuda_graph_scope": self.graphs, "fp8_scaling": self.fp8_scaling,
         }
         for field, editor in self.editors.items():
@@ -292,12 +310,13 @@ class MappingOptions(QGroupBox):
         grid.addWidget(self.labels["ep_dispatcher"], 6, 0)
         grid.addWidget(self.ep_dispatcher, 6, 1)
         grid.addWidget(self.overlap_ep, 7, 0, 1, 2)
-        grid.addWidget(self.labels["recompute_modules"], 8, 0)
-        grid.addWidget(self.modules, 8, 1)
-        grid.addWidget(self.labels["cuda_graph_scope"], 9, 0)
-        grid.addWidget(self.graphs, 9, 1)
-        grid.addWidget(self.labels["fp8_scaling"], 10, 0)
-        grid.addWidget(self.fp8_scaling, 10, 1)
+        grid.addWidget(self.delay_wgrad, 8, 0, 1, 2)
+        grid.addWidget(self.labels["recompute_modules"], 9, 0)
+        grid.addWidget(self.modules, 9, 1)
+        grid.addWidget(self.labels["cuda_graph_scope"], 10, 0)
+        grid.addWidget(self.graphs, 10, 1)
+        grid.addWidget(self.labels["fp8_scaling"], 11, 0)
+        grid.addWidget(self.fp8_scaling, 11, 1)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:

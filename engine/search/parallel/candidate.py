@@ -30,6 +30,7 @@ class Candidate:
     offload: str | None = None  # host memory holding the optimizer state (mapping.memory_levels)
     overlap_grad_reduce: bool = False  # reduce gradients in buckets under the last backward (Megatron)
     overlap_ep: bool = False  # hide the experts' all-to-all behind another micro-batch's compute (DualPipe)
+    delay_wgrad: bool = False  # with overlap_ep: weight gradients hide the backward's too (mapping.delay_wgrad_compute)
     dispatcher: str = "alltoall"  # MoE token exchange (mapping.ep_dispatcher): flat, or 'deepep' node by node
     overlap_tp: bool = False  # tensor-parallel collectives pipelined with their GEMMs (mapping.overlap_tp_comm)
     # what selective recomputation re-runs (mapping.recompute_modules; None: Megatron-Core's default, core_attn)
@@ -88,6 +89,7 @@ class Candidate:
             "expert_tp": self.expert_tp,
             "cp": self.cp,
             "fsdp": self.fsdp,
+            "delay_wgrad_compute": self.delay_wgrad,  # never the base's: it needs this candidate's overlap and ep
         }
         if self.fsdp:
             fields |= {"zero": 3, "overlap_param_gather": True}
@@ -131,6 +133,7 @@ class Candidate:
             "offload_optimizer": self.offload,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_ep_comm": self.overlap_ep,
+            "delay_wgrad_compute": self.delay_wgrad,
             "ep_dispatcher": self.dispatcher,
             "overlap_tp_comm": self.overlap_tp,
         }
@@ -161,6 +164,8 @@ class Candidate:
             parts.append("ovl-grad")
         if self.overlap_ep:
             parts.append("ovl-a2a")
+        if self.delay_wgrad:
+            parts.append("dw")
         if self.dispatcher != "alltoall":
             parts.append(self.dispatcher)
         if self.overlap_tp:

@@ -35,7 +35,15 @@ from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
-from tilewright.engine.perf.memory import StateBytes, bytes_per_param, fp8_param_copy, param_gather_bytes
+from tilewright.engine.perf.memory import (
+    StateBytes,
+    bytes_per_param,
+    fp8_param_copy,
+    gathered_weight_bytes,
+    held_weight_bytes,
+    param_gather_bytes,
+    params_on_device,
+)
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.recurrence import run_pipeline
 from tilewright.engine.plan.report import split_rows
@@ -101,6 +109,9 @@ class Estimator(IterationTail):
         self.first_extra = np.array([i for i in extras if i < blocks[0]], dtype=int)  # the plan's rule
         self.last_extra = np.array([i for i in extras if i > blocks[0]], dtype=int)
         self.uniform = self.costs.uniform_blocks
+        self.order = np.concatenate((self.first_extra, self.blocks, self.last_extra)).astype(int)  # plan order
+        self.order_klass = self.costs.klass[self.order]
+        self._joins: dict[int, tuple[LayerTable, np.ndarray | None]] = {}  # by id(table), holds the table
         self._chunks: dict[tuple, Chunks] = {}
         self._params: dict[tuple[int, int, int], np.ndarray] = {}
         self._prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}  # keyed by id, holds the array
@@ -160,21 +171,30 @@ class Estimator(IterationTail):
         if table.pieces is not None:  # tp 1 with host waits inside layers: fold each chunk's passes
             return self._folded(table, pp, v)
         fwd, bwd = self._sum(table.fwd, pp, v), self._sum(table.bwd, pp, v)
-        if not table.joins:
+        pre = self._join_prefix(table) if table.joins else None
+        if pre is None:
             return fwd, bwd
-        order = np.concatenate((self.first_extra, self.blocks, self.last_extra)).astype(int)
-        klass = self.costs.klass[order]
-        pairs = np.array([table.joins[(int(a), int(b))] for a, b in zip(klass[:-1], klass[1:], strict=True)])
-        if not pairs.size or not pairs.any():
-            return fwd, bwd
-        pre = np.vstack((np.zeros((1, 2)), np.cumsum(pairs, axis=0)))  # pre[k]: the pairs before position k
         starts, ends = self._ranges(pp, v)
         lo = starts + self.first_extra.size
         hi = ends + self.first_extra.size
         lo[0] = 0  # the first virtual stage also runs the layers before the blocks, the last those after
-        hi[-1] = order.size
+        hi[-1] = self.order.size
         inside = pre[np.maximum(hi - 1, lo)] - pre[lo]  # the pairs (k, k+1) with lo ≤ k < hi − 1
         return fwd + inside[:, 0].reshape(v, pp), bwd + inside[:, 1].reshape(v, pp)
+
+    def _join_prefix(self, table: LayerTable) -> np.ndarray | None:
+        """Prefix sums of the joins of consecutive layers in plan order (``pre[k]``: the pairs before position
+        k), None when no pair joins: one table's, whatever (pp, v) splits it, so built once per table (the
+        search asks for tens of thousands of splits of a few hundred tables). Keyed by id, holds the table."""
+        hit = self._joins.get(id(table))
+        if hit is None or hit[0] is not table:
+            klass = self.order_klass
+            pairs = np.array([table.joins[(int(a), int(b))] for a, b in zip(klass[:-1], klass[1:], strict=True)])
+            pre = None
+            if pairs.size and pairs.any():
+                pre = np.vstack((np.zeros((1, 2)), np.cumsum(pairs, axis=0)))
+            hit = self._joins[id(table)] = (table, pre)
+        return hit[1]
 
     def _folded(self, table: LayerTable, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
         """Forward and backward (+ recompute) seconds of each virtual stage, shaped (v, pp), by folding its
@@ -310,7 +330,7 @@ class Estimator(IterationTail):
         per = self.state_per(c.zero)
         acts = float(chunks.workspace[r]) + chunks.act_stage[r] * min(m, c.pp)
         return {
-            "weights": params * per.weights,
+            "weights": params * per.weights + self.edge_bytes(c.tp, c.pp, c.interleave, c.zero)[0][r],
             "gradients": params * per.gradients,
             "optimizer": params * per.optimizer / (replicas(c) if c.zero >= 1 else 1),
             "activations": acts,
@@ -342,9 +362,9 @@ class Estimator(IterationTail):
             return need <= self.capacity, need
         per = self.state_per(c.zero)
         worst, need = 0.0, 0.0
-        for params, acts in self.memory_parts(c, m, chunks):
+        for (params, acts), edge in zip(self.memory_parts(c, m, chunks), self.edge_weights(c), strict=True):
             sizes = {
-                "weights": params * per.weights,
+                "weights": params * per.weights + edge,
                 "gradients": params * per.gradients,
                 "optimizer": params * per.optimizer / (replicas(c) if c.zero >= 1 else 1),
                 "activations": acts,
@@ -416,7 +436,8 @@ class Estimator(IterationTail):
     def memory(self, c: Candidate, m: int, chunks: Chunks) -> float:
         """Peak bytes of the fullest device (weights, gradients, optimizer, activations, workspace)."""
         per = self.state_bytes_per_param(c.zero, replicas(c))
-        return max(p * per + rest for p, rest in self.memory_parts(c, m, chunks))
+        parts = self.memory_parts(c, m, chunks)
+        return max(p * per + rest + e for (p, rest), e in zip(parts, self.edge_weights(c), strict=True))
 
     def stage_params(self, tp: int, pp: int, v: int) -> list[float]:
         return self._stage_params(tp, pp, v)
@@ -424,6 +445,34 @@ class Estimator(IterationTail):
     @memo_method
     def _stage_params(self, tp: int, pp: int, v: int) -> list[float]:
         return self.params(tp, pp, v).sum(axis=0).tolist()
+
+    @memo_method
+    def edge_bytes(self, tp: int, pp: int, v: int, zero: int) -> tuple[list[float], list[float]]:
+        """Per stage: the bytes per device its bf16 edge layers' weights hold, and the post-step gather moves,
+        beyond the per-parameter figures of the rest (``state_per``, ``gather_bytes``): a parameter of such a
+        layer is a plain bf16 one (``perf.formats``), 2 B held and gathered, where its fp8 twin holds 1 B + a
+        2 B bf16 copy (1 B with ``fp8_param_gather``) and gathers 2 B (1 B). What ``build_plan`` counts op by op
+        (``perf.memory.held_weight_bytes``, ``Plan.gather_bytes_per_param``); zeros without edge layers."""
+        fmt = self.settings.formats
+        if not fmt.bf16_layers:
+            return [0.0] * pp, [0.0] * pp
+        base = fmt.without_edge_layers()
+        train, fp8_pg = self.project.run.mode is Mode.train, self.project.mapping.fp8_param_gather
+        held, gathered = held_weight_bytes(train, fp8_pg, zero), gathered_weight_bytes(train, fp8_pg, zero)
+        w, g = np.zeros(len(self.costs.ops)), np.zeros(len(self.costs.ops))
+        for li, ops in zip(self.workload.layers, self.costs.ops, strict=True):
+            if li.name not in fmt.bf16_layers:
+                continue
+            for op in ops:
+                n = params_on_device([op], tp)
+                w[li.index] += n * (held(fmt.for_op(op.name)) - held(base.for_op(op.name)))
+                g[li.index] += n * (gathered(fmt.for_op(op.name)) - gathered(base.for_op(op.name)))
+        return self._sum(w, pp, v).sum(axis=0).tolist(), self._sum(g, pp, v).sum(axis=0).tolist()
+
+    def edge_weights(self, c: Candidate, zero: int | None = None) -> list[float]:
+        """``edge_bytes``' held weights of each stage ``stages_to_check`` lists, in its order (``memory_parts``')."""
+        held = self.edge_bytes(c.tp, c.pp, c.interleave, c.zero if zero is None else zero)[0]
+        return [held[r] for r in self.stages_to_check(c.pp)]
 
     # --- time -----------------------------------------------------------------------------------------
 

@@ -26,7 +26,8 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
 - gradients reduced in buckets under the last backward (Megatron ``--overlap-grad-reduce``), on the kept
   seeds with dp > 1, at their own ZeRO stage and at ZeRO-2 (the overlap option; FSDP always prefetches);
   and, for each expert-parallel variant at the seed's ZeRO stage, its all-to-all hidden behind another
-  micro-batch's compute (``mapping.overlap_ep_comm``, DualPipe-style);
+  micro-batch's compute (``mapping.overlap_ep_comm``, DualPipe-style), that also with the weight gradients
+  delayed to hide the backward's all-to-all (``mapping.delay_wgrad_compute``);
 - the MoE token exchange node by node (``mapping.ep_dispatcher`` 'deepep': one copy per destination node
   over the network, forwarded inside it) for each expert-parallel variant whose group spans nodes, at the
   seed's ZeRO stage, with and without the overlap: the flat all-to-all sends each token to each of its
@@ -219,6 +220,9 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
         # each expert-parallel variant at the seed's ZeRO stage, its all-to-all overlapped too
         out += [replace(c, overlap_ep=True) for c in list(out) if c.ep > 1 and c.zero == base.zero and not c.fsdp
                 and c.cp == 1 and c.offload is None]
+        # … and with its weight gradients delayed to hide the backward's all-to-all too (Megatron-Core
+        # --delay-wgrad-compute, ``plan.passes``): never slower in this model, tried beside it all the same
+        out += [replace(c, delay_wgrad=True) for c in list(out) if c.overlap_ep]
     out += _recompute_variants(seed, ext, fits)
     if "deepep" in ext.dispatchers and ext.node_devices:
         # the node-by-node exchange only differs from the flat one when an ep group spans nodes: with

@@ -77,7 +77,9 @@ class LayerCosts:
         self.comm = comm
         self.ops = [workload.layer_ops(li.index) for li in workload.layers]
         sigs: dict[tuple, int] = {}
-        self.klass = np.array([sigs.setdefault(_signature(ops), len(sigs)) for ops in self.ops])
+        edge = settings.formats.bf16_layers  # a bf16 edge layer costs apart from its fp8 twins (``perf.formats``)
+        self.klass = np.array([sigs.setdefault((_signature(ops), li.name in edge), len(sigs))
+                               for li, ops in zip(workload.layers, self.ops, strict=True)])
         self.representative = {k: int(np.argmax(self.klass == k)) for k in range(len(sigs))}
         self._tables: dict[tuple, LayerTable] = {}
         self._passes: dict[tuple, dict] = {}

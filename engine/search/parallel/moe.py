@@ -102,8 +102,10 @@ class ExpertBound:
         if parts is None:
             parts = self.est.memory_parts(c, m, chunks)  # (params, activations + workspace): no ZeRO in it
         stages = self.est.stages_to_check(c.pp)
+        edge = self.est.edge_bytes(c.tp, c.pp, c.interleave, zero)[0]  # bf16 edge layers' weights, sharded as
+        shard = c.dp * c.cp if zero >= 3 else 1  # the dense weights are (``model_state``)
         return max(
-            per * (total[r] - expert[r]) + per_expert * expert[r] * c.tp / etp / ep + rest
+            per * (total[r] - expert[r]) + per_expert * expert[r] * c.tp / etp / ep + rest + edge[r] / shard
             for r, (_p, rest) in zip(stages, parts, strict=True)
         )
 

@@ -18,6 +18,7 @@ def sharding_text(c: Candidate) -> str:
     parts += [f"opt->{c.offload}"] if c.offload is not None else []
     parts += ["ovl-grad"] if c.overlap_grad_reduce else []
     parts += ["ovl-a2a"] if c.overlap_ep else []
+    parts += ["dw"] if c.delay_wgrad else []
     parts += [f"rc:{modules_text(c.recompute_modules)}"] if c.recompute_modules is not None else []
     return " ".join(parts) or "-"
 

@@ -356,7 +356,8 @@ def _fitting(
     parts = est.memory_parts(c0, m, chunks)
     for zero in zeros:
         per = est.state_bytes_per_param(zero, replicas(c0))
-        need = max(p * per + rest for p, rest in parts)
+        edge = est.edge_weights(c0, zero)  # bf16 edge layers' weights (``Estimator.edge_bytes``)
+        need = max(p * per + rest + e for (p, rest), e in zip(parts, edge, strict=True))
         if need <= capacity:
             out.append((zero, need))
     result.feasible += len(out) * layouts

@@ -56,6 +56,8 @@ class IterationTail:
 
         def stage_params(self, tp: int, pp: int, v: int) -> list[float]: ...
 
+        def edge_bytes(self, tp: int, pp: int, v: int, zero: int) -> tuple[list[float], list[float]]: ...
+
         def layer_counts(self, pp: int, v: int) -> np.ndarray: ...
 
     def tail(
@@ -137,7 +139,8 @@ class IterationTail:
         opt = optimizer_s(self.dev, placed, local, self.opt_step) + self._step_overhead(c, placed, local)
         gather = 0.0
         if c.zero >= 1 and groups:
-            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.gather_bytes, chunks)
+            edge = self.edge_bytes(c.tp, c.pp, c.interleave, c.zero)[1][r]  # bf16 edge layers gather 2 B
+            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.gather_bytes + edge, chunks)
         return reduced + opt + gather
 
     def _gather_s(
