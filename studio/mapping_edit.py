@@ -90,19 +90,28 @@ def new_parallel_problems(project: Project, mapping: Mapping) -> list[str]:
 OPTION_FIELDS = (  # set one at a time
     "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
     "fused_cross_entropy", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "fp8_scaling",
-    "delay_wgrad_compute",
+    "delay_wgrad_compute", "fp8_bf16_layers",
 )
 # options held inside a part of the mapping: option → (part, field), the engine's problems at mapping.part.field
 NESTED_OPTIONS = {"fp8_scaling": ("formats", "fp8_scaling")}
+# the fp8 layers kept in bf16, one option of two fields: [first, last] ↔ formats.bf16_first/last_layers
+EDGE_FIELDS = ("bf16_first_layers", "bf16_last_layers")
+# where the engine's problems of an option are: the fp8 options answer for all of mapping.formats, since
+# each constrains the other (Megatron-Core refuses bf16 edge layers under delayed scaling)
+PROBLEM_PATHS = {"fp8_scaling": "formats", "fp8_bf16_layers": "formats"}
 
 
 def option_path(field: str) -> str:
-    """Where the option lives under ``mapping`` ("recompute", "formats.fp8_scaling")."""
-    return ".".join(NESTED_OPTIONS.get(field, (field,)))
+    """Where the option's problems are under ``mapping`` ("recompute", "formats")."""
+    return PROBLEM_PATHS.get(field, field)
 
 
 def option_value(mapping: Mapping, field: str) -> Any:
-    """The option's value as the mapping holds it (the nested ones read from their part)."""
+    """The option's value as the mapping holds it (the nested ones read from their part; the bf16 edge layers
+    as [first, last], None when neither is set)."""
+    if field == "fp8_bf16_layers":
+        pair = [getattr(mapping.formats, name) for name in EDGE_FIELDS]
+        return pair if any(pair) else None
     if field in NESTED_OPTIONS:
         part, name = NESTED_OPTIONS[field]
         return getattr(getattr(mapping, part), name)
@@ -132,7 +141,10 @@ def checked_option(project: Project, field: str, value: Any) -> Mapping:
     data = project.mapping.model_dump(mode="json")
     if field == "fp8_scaling" and value == "tensor":  # the default recipe stays unset: the file saves as before
         value = None
-    if field in NESTED_OPTIONS:
+    if field == "fp8_bf16_layers":
+        first, last = value or (0, 0)
+        data["formats"] = dict(data.get("formats") or {}) | dict(zip(EDGE_FIELDS, (first, last), strict=True))
+    elif field in NESTED_OPTIONS:
         part, name = NESTED_OPTIONS[field]
         data[part] = dict(data.get(part) or {}) | {name: value}
     else:

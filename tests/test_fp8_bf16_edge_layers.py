@@ -13,6 +13,9 @@ efficiency 0.8) and the model's parameter counts, never read back from a run.
 from __future__ import annotations
 
 import json
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the studio control's tests below
 
 import pytest
 from tilewright.engine.cli import main
@@ -273,3 +276,31 @@ def test_moe_host_work_follows_the_layer():
     assert edge["block0"] == pytest.approx(bf16["block0"], rel=1e-12)
     assert edge["block0"] < fp8["block0"]
     assert edge["block1"] == pytest.approx(fp8["block1"], rel=1e-12)
+
+
+# -- the studio's control (the mapping options group) -----------------------------------------------------------
+def test_studio_control_is_one_undo_step_and_refused_in_the_engines_words(make_window):
+    w = make_window(_project(0, 0))
+    doc, control = w.doc, w.workload.options.edge_layers
+    assert control.isEnabled() and control.line_edit.text() == "" and "--first-last-layers-bf16" in control.toolTip()
+    control.type_and_commit("1,1")
+    f = doc.project.mapping.formats
+    assert (f.bf16_first_layers, f.bf16_last_layers) == (1, 1) and doc.undo_stack.count() == 1
+    assert doc.undo_stack.undoText() == "bf16 layers 1 first, 1 last"
+    blocks = GPT.layers
+    control.type_and_commit(f"{blocks},1")  # more layers than the model has: the engine's own words, nothing pushed
+    assert doc.undo_stack.count() == 1 and "exceeds" in control.error
+    assert (doc.project.mapping.formats.bf16_first_layers, doc.project.mapping.formats.bf16_last_layers) == (1, 1)
+    scaling = w.workload.options.fp8_scaling  # delayed scaling is refused while layers are kept in bf16
+    scaling.combo.setCurrentText("delayed (amax history)")
+    scaling.combo.activated.emit(scaling.combo.currentIndex())
+    assert doc.undo_stack.count() == 1 and "delayed" in scaling.error
+    control.type_and_commit("")  # none: both back to 0, stored unset
+    assert "bf16_first_layers" not in doc.project.mapping.model_dump(mode="json").get("formats", {})
+    doc.undo_stack.undo()
+    assert control.line_edit.text() == "1,1"
+
+
+def test_studio_control_is_off_for_a_bf16_run(make_window):
+    control = make_window(_project(0, 0, dtype="bf16")).workload.options.edge_layers
+    assert not control.isEnabled() and "fp8" in control.toolTip()

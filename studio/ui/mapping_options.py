@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Twelve of them, in a group under the Mapping box of the workload dock:
+Thirteen of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -23,7 +23,9 @@ Twelve of them, in a group under the Mapping box of the workload dock:
   kernels); training;
 - the fp8 scaling recipe (``mapping.formats.fp8_scaling``): tensor (current scaling, stored unset), delayed,
   block or mxfp8; needs fp8 GEMMs (the run's data type or the weights' format fp8). The run's data type itself
-  is not edited in the studio, so the recipe sits here, with the other options of how the mapping runs.
+  is not edited in the studio, so the recipe sits here, with the other options of how the mapping runs;
+- the transformer layers an fp8 training run keeps in bf16 at each end (``mapping.formats.bf16_first_layers``,
+  ``bf16_last_layers``, typed "1,1"; empty: none), Megatron-Bridge's current-scaling recipe keeping one each.
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
 (``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
@@ -63,6 +65,7 @@ LAYOUT_TEXT = "layers per virtual stage"
 MODULES_TEXT = "modules re-run"
 GRAPHS_TEXT = "CUDA graphs"
 FP8_TEXT = "fp8 scaling"
+EDGE_TEXT = "bf16 layers first,last"
 FP8_LABELS = {"tensor": "tensor (current)", "delayed": "delayed (amax history)", "block": "block (1×128)",
               "mxfp8": "mxfp8 (Blackwell)"}
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
@@ -118,6 +121,13 @@ OPTION_TIPS = {
                    "amax history, the amax taken inside the cast: one pass), block (DeepSeek-V3's 1×128 and "
                    "128×128 blocks, each scale found inside the one cast), mxfp8 (1×32 blocks the tensor cores "
                    f"scale: Blackwell only). {APPLIES}",
+    "fp8_bf16_layers": (
+        "fp8 training: how many transformer layers at the start and at the end of the model run outside fp8, in "
+        "bf16, typed first,last (\"1,1\"; empty: none) — Megatron-Core's --first-last-layers-bf16 with "
+        "--num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16, which Megatron-Bridge's current-scaling "
+        "recipe sets to 1 and 1. Their GEMMs run at the bf16 rate without quantization passes and their weights "
+        f"are plain bf16 parameters. Not with delayed scaling. {APPLIES}"
+    ),
 }
 TRAINING_ONLY = "training only: an inference run has no backward pass, so this option changes nothing"
 OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradients to reduce across replicas "
@@ -164,6 +174,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return None if training else TRAINING_ONLY
     if field == "fp8_scaling":
         return None if has_fp8_gemms(project.run.dtype, m.formats) else FP8_OFF_TIP
+    if field == "fp8_bf16_layers":
+        return TRAINING_ONLY if not training else None if has_fp8_gemms(project.run.dtype, m.formats) else FP8_OFF_TIP
     raise KeyError(field)
 
 
@@ -193,6 +205,8 @@ def undo_text(field: str, value: Any) -> str:
         return "Even pipeline split" if value is None else f"Pipeline layout {format_pipeline_layout(value)}"
     if field == "fp8_scaling":
         return f"fp8 scaling {FP8_LABELS[value or Fp8Scaling.tensor.value]}"
+    if field == "fp8_bf16_layers":
+        return "Every layer in fp8" if not value or not any(value) else f"bf16 layers {value[0]} first, {value[1]} last"
     raise KeyError(field)
 
 
@@ -232,6 +246,27 @@ class NamesEditor(ValueEditor):
         return value, self.check(value)
 
 
+class LayerPairEditor(ValueEditor):
+    """Two layer counts typed "first,last" (``mapping.formats.bf16_first_layers`` / ``bf16_last_layers``); empty:
+    none, the default."""
+
+    def __init__(self, value: list[int] | None, check: Check, parent: QWidget | None = None):
+        super().__init__(value, None, check, optional=True, parent=parent)
+        self.line_edit.setPlaceholderText("none")
+
+    def display(self, value: Any) -> str:
+        return f"{value[0]},{value[1]}" if value else ""
+
+    def evaluate(self, text: str) -> tuple[Any, str | None]:
+        if not text.strip():
+            return None, self.check(None)
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            return None, "type two layer counts, first,last (\"1,1\"), or leave it empty"
+        value = [int(p) for p in parts]
+        return value, self.check(value)
+
+
 class LabelledChoice(ChoiceEditor):
     """A choice shown in words ("deepep (node by node)") while the model holds the bare value ("deepep")."""
 
@@ -253,7 +288,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The twelve option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The thirteen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -278,12 +313,14 @@ class MappingOptions(QGroupBox):
                                       parent=self)
         self.fp8_scaling = LabelledChoice(self.current("fp8_scaling"), FP8_LABELS, self._check("fp8_scaling"),
                                           parent=self)
+        self.edge_layers = LayerPairEditor(self.current("fp8_bf16_layers"), self._check("fp8_bf16_layers"),
+                                           parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
-            "delay_wgrad_compute": self.delay_wgrad,
+            "delay_wgrad_compute": self.delay_wgrad, "fp8_bf16_layers": self.edge_layers,
             "recompute_modules": self.modules, "cuda_graph_scope": self.graphs, "fp8_scaling": self.fp8_scaling,
         }
         for field, editor in self.editors.items():
@@ -296,7 +333,8 @@ class MappingOptions(QGroupBox):
                        "ep_dispatcher": QLabel(DISPATCHER_TEXT, self),
                        "recompute_modules": QLabel(MODULES_TEXT, self),
                        "cuda_graph_scope": QLabel(GRAPHS_TEXT, self),
-                       "fp8_scaling": QLabel(FP8_TEXT, self)}
+                       "fp8_scaling": QLabel(FP8_TEXT, self),
+                       "fp8_bf16_layers": QLabel(EDGE_TEXT, self)}
         grid = QGridLayout(self)
         grid.addWidget(self.labels["recompute"], 0, 0)
         grid.addWidget(self.recompute, 0, 1)
@@ -317,6 +355,8 @@ class MappingOptions(QGroupBox):
         grid.addWidget(self.graphs, 10, 1)
         grid.addWidget(self.labels["fp8_scaling"], 11, 0)
         grid.addWidget(self.fp8_scaling, 11, 1)
+        grid.addWidget(self.labels["fp8_bf16_layers"], 12, 0)
+        grid.addWidget(self.edge_layers, 12, 1)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:

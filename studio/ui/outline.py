@@ -4,10 +4,12 @@ Selecting a row reveals the component on the canvas (the canvas goes to its pare
 on the canvas selects the row. The tree is rebuilt on structural change — it is a handful of rows even
 for a wafer, because a tile array is one row, not 4,096.
 
-Names are never cut: the dock is often narrow (at 1280 × 720, once a grid chip's op chooser widens the
-canvas, it had 237 px and the name column 57, which showed the icons and no name at all). The name column
-keeps at least its contents' width; when everything does not fit, the Kind column goes first (the icon
-and the name's tooltip say the kind too), then a horizontal scroll bar appears.
+The dock is often narrow (at 1280 × 720, once a grid chip's op chooser widens the canvas, it had 237 px
+and the name column 57, which showed the icons and no name at all). The dock asks for the names' width
+(up to ``MAX_MIN_WIDTH``); when everything still does not fit, the Kind column goes first (the icon and the
+name's tooltip say the kind too), then long names end in "…" (the tooltip starts with the whole name) —
+down to ``NAME_FLOOR`` — so the counts stay whole: a horizontal scroll bar used to cut the Devices column
+(a "cerebras-wse2-waferllm" at 1280 × 720 left its "32" half off the panel).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tilewright.studio.ui.selection import Selection
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
 MAX_MIN_WIDTH = 320  # px: the outline never asks for more (the canvas and the inspector need theirs)
+NAME_FLOOR = 90  # px: a name column is never elided below this (the icon and a few letters); past it, scroll
 
 
 def instance_text(c: Component) -> str:
@@ -75,14 +78,15 @@ class Outline(QTreeWidget):
         return max(self.sizeHintForColumn(col), self.header().sectionSizeHint(col))
 
     def fit_columns(self) -> None:
-        """Names whole first, then Kind if there is room; the name column takes whatever is left over."""
+        """Kind if there is room for it beside whole names; the name column takes whatever is left over,
+        eliding long names rather than pushing the counts off the panel."""
         room = self.viewport().width()
         name = self._width(0)
         others = {col: self._width(col) for col in range(1, len(self.COLUMNS))}
         kind_fits = name + sum(others.values()) <= room
         self.setColumnHidden(1, not kind_fits)
         shown = sum(w for col, w in others.items() if col != 1 or kind_fits)
-        self.header().resizeSection(0, max(name, room - shown))
+        self.header().resizeSection(0, max(room - shown, min(name, NAME_FLOOR)))
         self.updateGeometry()  # the minimum width follows the names
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override

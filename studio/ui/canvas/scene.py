@@ -7,6 +7,7 @@ never a model edit per mouse move.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
@@ -49,6 +50,9 @@ class LevelScene(QGraphicsScene):
         self.link_mode = False  # plain drags draw links (Shift-drag always does)
         self.overlay: Any = None  # the OverlayController colouring this scene (set by the canvas widget)
         self.gesture: object | None = None  # a gesture in progress (link drawing) gets the mouse first
+        # Viewport rects hidden by widgets floating on the view (the legend), told by the canvas widget:
+        # layer tags keep clear of them.
+        self.covered: Callable[[], list[QRectF]] = lambda: []
         self._display: tuple[Project, Component] | None = None
         self.setBackgroundBrush(style.BACKGROUND)
         # A level holds a handful of items (a grid per child, not a cell per instance): a BSP index buys

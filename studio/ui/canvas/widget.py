@@ -8,7 +8,7 @@ main window never wires canvas internals.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject
+from PySide6.QtCore import QEvent, QObject, QRectF
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 from tilewright.engine.results.result import Result
 from tilewright.studio.document import ProjectDocument
@@ -35,6 +35,7 @@ class CanvasWidget(QWidget):
         self.legend = Legend(self.overlay, self.view)
         self.view.installEventFilter(self)
         self.view.fit_reserve = self._legend_room
+        self.scene.covered = self._legend_rects
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
@@ -45,6 +46,12 @@ class CanvasWidget(QWidget):
     def _legend_room(self) -> tuple[int, int]:
         """Pixels (right, top) zoom-to-fit keeps free for the legend: it never covers the level."""
         return self.legend.room()
+
+    def _legend_rects(self) -> list[QRectF]:
+        """The legend's rect in viewport pixels (empty when hidden): layer tags keep out from under it."""
+        if self.legend.isHidden() or not self.legend.text():
+            return []
+        return [QRectF(self.legend.geometry().translated(-self.view.viewport().pos()))]
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.view and event.type() == QEvent.Type.Resize:

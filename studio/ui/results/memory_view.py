@@ -7,6 +7,8 @@ closest, opens first. Sizes are shown in GiB: capacities are binary (80 GiB HBM 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -32,6 +34,7 @@ from tilewright.studio.units import SECONDS, format_value, share_of_capacity
 
 GIB = 2.0**30
 OVERFLOW = "#c0392b"
+CHOOSER_CHARS = (30, 80)  # the device chooser's width, in characters: at least, at most
 
 
 def stacked(track: MemoryTrack) -> list[tuple[str, np.ndarray]]:
@@ -59,7 +62,7 @@ class MemoryView(QWidget):
         self.root = ""
         self.items: list[pg.GraphicsObject] = []
         self.device = QComboBox()
-        self.device.setMinimumContentsLength(30)
+        self.device.setMinimumContentsLength(CHOOSER_CHARS[0])
         self.device.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.device.currentIndexChanged.connect(self._show_track)
         self.heading = elastic(QLabel())
@@ -121,10 +124,21 @@ class MemoryView(QWidget):
             peak = self.peaks[id(tr)]
             share = share_of_capacity(peak, tr.capacity_bytes)
             self.device.addItem(f"{self.short(tr.device)} · peak {gib(peak)} ({share})")
-            self.device.setItemData(self.device.count() - 1, tr.device, Qt.ItemDataRole.ToolTipRole)
+            tip = f"{tr.device} · peak {gib(peak)} ({share})"  # the whole node id, whatever the width
+            self.device.setItemData(self.device.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self._fit_device_chooser()
         self.device.blockSignals(False)
         self.device.setEnabled(bool(self.tracks))
         self._show_track(0 if self.tracks else -1)
+
+    def _fit_device_chooser(self) -> None:
+        """As wide as its longest entry, within ``CHOOSER_CHARS``: at a fixed 30 characters the chooser cut
+        "node[0]/gpu[0] · peak 59.9 GiB (74.9 % of capacity)" to "… (74.9 % of c". The upper bound keeps
+        a deep node id from widening the window; such an entry's tooltip has it whole."""
+        fm = self.device.fontMetrics()
+        need = max((fm.horizontalAdvance(self.device.itemText(i)) for i in range(self.device.count())), default=0)
+        chars = math.ceil(need / max(fm.horizontalAdvance("x"), 1)) + 1
+        self.device.setMinimumContentsLength(min(max(chars, CHOOSER_CHARS[0]), CHOOSER_CHARS[1]))
 
     def short(self, device: str) -> str:
         return device.replace(self.root, "") if self.root else device

@@ -4,6 +4,7 @@ the views' tool rows, so every plot reads the same and exports cleanly onto whit
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -51,6 +52,7 @@ def fit_axis_label(plot: pg.PlotItem, side: str, texts: Sequence[str]) -> None:
     if choices is None:
         choices = plot._label_choices = {}
         plot.getViewBox().sigResized.connect(lambda *_args: _fit_labels(plot, choices))
+        plot.getViewBox().sigYRangeChanged.connect(lambda *_args: _fit_ticks(plot, choices))
     choices[side] = list(texts)
     _fit_labels(plot, choices)
 
@@ -65,6 +67,42 @@ def _fit_labels(plot: pg.PlotItem, choices: dict[str, list[str]]) -> None:
         chosen = next((t for t in texts if metrics.horizontalAdvance(t) + margin <= room), texts[-1])
         if axis.labelText != chosen or not axis.label.isVisible():
             plot.setLabel(side, chosen)
+    _fit_ticks(plot, choices)
+
+
+TICK_ROOM = 1.25  # tick label heights between two labelled ticks on a vertical axis
+NICE_STEPS = (1.0, 2.0, 2.5, 5.0)  # tick spacings, times a power of ten
+
+
+def _nice_step(at_least: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 × 10^k that is at least ``at_least`` (> 0)."""
+    power = 10.0 ** math.floor(math.log10(at_least))
+    return next((f * power for f in NICE_STEPS if f * power >= at_least * (1 - 1e-9)), 10.0 * power)
+
+
+def _fit_ticks(plot: pg.PlotItem, choices: dict[str, list[str]]) -> None:
+    """Space a vertical axis's labelled ticks at least ``TICK_ROOM`` label heights apart. pyqtgraph always
+    labels at least three major ticks, whatever the length: on a links plot at its minimum height (~40 px of
+    y axis) "80 60 40 20" were drawn over one another. Longer axes keep pyqtgraph's own
+    spacing."""
+    box = plot.getViewBox()
+    height = box.sceneBoundingRect().height()
+    low, high = box.viewRange()[1]
+    for side in choices:
+        if side not in ("left", "right"):
+            continue
+        axis = plot.getAxis(side)
+        font = axis.style.get("tickFont") or axis.font()
+        room = TICK_ROOM * QFontMetricsF(font).height()
+        span = abs(high - low)
+        if height <= 0 or span <= 0 or not math.isfinite(span):
+            continue
+        least = span * room / height  # data units between labels that do not overlap
+        axis.setTickSpacing()  # pyqtgraph's own spacing first: kept unless its labels would overlap
+        auto = axis.tickSpacing(low, high, height)
+        if auto and auto[0][0] < least:
+            major = _nice_step(least)
+            axis.setTickSpacing(major, major / 2)
 
 
 def legend_html(entries: list[tuple[str, str]]) -> str:
