@@ -60,8 +60,13 @@ class MoESpec(QuietDefaultsModel):
         None, description="node-limited routing: a token's experts lie on at most this many nodes (DeepSeek-V3: "
         "4, config.json topk_group of n_group groups, one group per node); None = unlimited"
     )
+    shared_expert_gate: bool = Field(
+        False, description="the shared experts' output is scaled by sigmoid(x·w), w one hidden → 1 linear per "
+        "block (Qwen2-MoE's shared_expert_gate; Megatron-Core --moe-shared-expert-gate)"
+    )
 
-    _quiet = ("max_nodes_per_token",)  # added after files were written: left out of a dump at its default
+    # added after files were written: left out of a dump at their default
+    _quiet = ("max_nodes_per_token", "shared_expert_gate")
 
     @property
     def shared_ffn(self) -> int:
@@ -79,6 +84,8 @@ class MoESpec(QuietDefaultsModel):
     def _top_k_fits(self) -> MoESpec:
         if self.top_k > self.experts:
             raise ValueError(f"top_k: {self.top_k} exceeds experts ({self.experts})")
+        if self.shared_expert_gate and not self.shared_ffn:
+            raise ValueError("shared_expert_gate: gates the shared experts, and this MoE has none")
         return self
 
 
@@ -100,6 +107,8 @@ _NEW_FIELDS = (
     "mla",
     "moe",
     "mtp_layers",
+    "qk_norm",
+    "attention_sinks",
 )
 
 
@@ -132,14 +141,23 @@ class TransformerDims(QuietDefaultsModel):
     )
     sandwich_norm: bool = Field(False, description="also a norm after attention and after the MLP (Gemma-2)")
     sliding_window: PosInt | None = Field(None, description="local attention window in tokens; None = global")
-    sliding_window_layers: Literal["all", "even"] = Field(
-        "all", description="blocks with the window: all, or even-indexed ones (Gemma-2 alternates local/global)"
+    sliding_window_layers: Literal["all", "even"] | Annotated[int, Field(ge=3)] = Field(
+        "all", description="blocks with the window: all; even-indexed ones (Gemma-2, gpt-oss alternate local and "
+        "global); or a period n: every n-th block (i + 1 divisible by n) global, the others local (Gemma 3: 6)"
     )
     mla: MLASpec | None = Field(None, description="multi-head latent attention instead of Q/K/V projections")
     moe: MoESpec | None = Field(None, description="mixture-of-experts MLP")
     mtp_layers: Annotated[int, Field(ge=0)] = Field(
         0, description="multi-token-prediction depths trained after the head (DeepSeek-V3 num_nextn_predict_layers, "
         "Megatron-Core --mtp-num-layers); training only, inference leaves them out"
+    )
+    qk_norm: bool = Field(
+        False, description="a norm of the block's kind over each head's query and key (head_dim gains each, "
+        "shared by the heads) before attention (Qwen3, Gemma 3; Megatron-Core --qk-layernorm)"
+    )
+    attention_sinks: bool = Field(
+        False, description="one learned logit per head joins each query's softmax denominator (gpt-oss "
+        "GptOssAttention.sinks): heads parameters per block, negligible work"
     )
 
     @property
@@ -160,7 +178,10 @@ class TransformerDims(QuietDefaultsModel):
 
     def window_of(self, block: int) -> int | None:
         """The attention window of block ``block`` (None: global attention)."""
-        if self.sliding_window is None or (self.sliding_window_layers == "even" and block % 2):
+        layers = self.sliding_window_layers
+        if self.sliding_window is None or (layers == "even" and block % 2):
+            return None
+        if isinstance(layers, int) and (block + 1) % layers == 0:
             return None
         return self.sliding_window
 
@@ -174,6 +195,8 @@ class TransformerDims(QuietDefaultsModel):
             raise ValueError("mla: latent attention sets its own head widths; leave kv_heads and head_dim unset")
         if self.parallel_block and self.sandwich_norm:
             raise ValueError("sandwich_norm: not combined with parallel_block")
+        if self.mla is not None and self.qk_norm:
+            raise ValueError("qk_norm: latent attention normalises its latents (q_norm, kv_norm), not each head")
         return self
 
 

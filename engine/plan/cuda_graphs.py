@@ -60,8 +60,8 @@ from tilewright.engine.plan.moe_host import Fp8, group_seconds
 
 Match = Callable[[Op, list[Op]], bool]
 
-ATTENTION = ("q_down", "q_norm", "q_up", "q_proj", "kv_down", "kv_norm", "kv_up", "qkv", "attention", "softmax",
-             "attention_dropout", "out_proj", "dropout1", "post_attention_norm", "residual1")
+ATTENTION = ("q_down", "q_norm", "q_up", "q_proj", "kv_down", "kv_norm", "kv_up", "qkv", "qk_norm", "attention",
+             "softmax", "attention_dropout", "out_proj", "dropout1", "post_attention_norm", "residual1")
 ATTENTION_INPUTS = ("qkv", "q_down", "q_proj", "kv_down")  # what the input norm feeds
 MLP_TAIL = ("dropout2", "post_mlp_norm", "residual2")  # the MLP's (or MoE layer's) bias-dropout-add
 FULL_ITERATION = "full_iteration"

@@ -208,6 +208,166 @@ def deepseek(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
     return LlamaSpec, fields
 
 
+def _default_head_dim(r: Reader, fields: dict[str, Any], default: int) -> None:
+    """The config class's head_dim when config.json leaves it out (Qwen3Config 128, GptOssConfig 64), which
+    the attention then builds even where it differs from hidden / heads."""
+    if r.config.get("head_dim") is None and default * fields["heads"] != fields["hidden"]:
+        fields["head_dim"] = default
+        r.notes.append(f"head_dim {default}: the config class's default (config.json sets none)")
+
+
+def _refuse_qwen_sliding(r: Reader) -> None:
+    """Qwen's windowed layers are those from max_window_layers on (Qwen3Config.layer_types): not a pattern the
+    spec's sliding_window_layers (all, even) expresses, so a config that turns them on is refused."""
+    if r.get_bool("use_sliding_window", False):
+        raise ConfigError("use_sliding_window", "windowed attention from max_window_layers on is not supported "
+                          "(sliding_window_layers is all or even blocks)")
+
+
+def _qwen_moe(r: Reader) -> dict[str, Any] | None:
+    """The routed experts of Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: block i is MoE when num_experts > 0,
+    (i + 1) % decoder_sparse_step == 0 and i is not in mlp_only_layers; the others keep the dense
+    Qwen2MoeMLP of intermediate_size. MoESpec puts dense blocks first and MoE on i % layer_freq == 0, so it
+    holds decoder_sparse_step 1 with mlp_only_layers a leading run (0 … n-1): anything else is refused.
+    The router (a bias-free hidden → experts linear) takes the softmax's top-k, renormalised when
+    norm_topk_prob (elementwise, not costed). None for a config with num_experts 0 (a dense model)."""
+    if r.config.get("num_experts", r.config.get("num_local_experts")) == 0:
+        r.notes.append("num_experts 0: every block dense")
+        return None
+    experts = r.get_int("num_experts", None, "num_local_experts")  # decides the size: required
+    step = r.get_int("decoder_sparse_step", 1)
+    if step != 1:
+        raise ConfigError("decoder_sparse_step", f"{step}: MoE on the blocks with (i + 1) % {step} == 0 is not "
+                          "supported (MoESpec puts MoE on i % layer_freq == 0 after a dense prefix)")
+    only = r.config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in only):
+        raise ConfigError("mlp_only_layers", f"expected a list of block indices, got {only!r}")
+    dense = sorted(set(only))
+    if dense != list(range(len(dense))):
+        raise ConfigError("mlp_only_layers", f"{only}: only a leading run of dense blocks (0, 1, …, n-1) is "
+                          "supported (MoESpec.first_dense_layers)")
+    if r.get_bool("norm_topk_prob", False):
+        r.notes.append("norm_topk_prob: top-k router weights renormalised (elementwise, not costed)")
+    return {
+        "experts": experts,
+        "top_k": r.get_int("num_experts_per_tok"),
+        "expert_ffn": r.get_int("moe_intermediate_size"),
+        "first_dense_layers": len(dense),
+    }
+
+
+def qwen2_moe(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
+    """Qwen1.5-MoE / Qwen2-MoE (Qwen2MoeSparseMoeBlock): Qwen2's attention (q, k, v biases when qkv_bias,
+    default true; o without), routed experts of moe_intermediate_size and, on every MoE block, one shared
+    expert of shared_expert_intermediate_size whose output is scaled by sigmoid(shared_expert_gate(x)), a
+    hidden → 1 linear without bias (MoESpec.shared_expert_gate)."""
+    fields = _decoder(r, tie_default=False, seq_default=32768)
+    bias = r.get_bool("qkv_bias", True)
+    fields |= {"qkv_bias": bias, "out_bias": False, "mlp_bias": False}
+    _refuse_qwen_sliding(r)
+    moe = _qwen_moe(r)
+    if moe is not None:
+        moe |= {"shared_experts": 1, "shared_expert_ffn": r.get_int("shared_expert_intermediate_size"),
+                "shared_expert_gate": True}
+        fields["moe"] = moe
+    return LlamaSpec, fields
+
+
+def qwen3(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
+    """Qwen3 (Qwen3Attention): LLaMA's block with head_dim (128 by default), biases on q, k, v and o when
+    attention_bias, and an RMSNorm over each query and key head (q_norm, k_norm: head_dim gains each)."""
+    fields = _decoder(r, tie_default=False, seq_default=32768)
+    _default_head_dim(r, fields, 128)
+    _refuse_qwen_sliding(r)
+    return LlamaSpec, fields | {"qk_norm": True}
+
+
+def qwen3_moe(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
+    """Qwen3-MoE (Qwen3MoeSparseMoeBlock): Qwen3's attention (QK-norm; head_dim from the config, else hidden /
+    heads as LlamaAttention takes it) and routed experts without a shared one."""
+    fields = _decoder(r, tie_default=False, seq_default=32768)
+    _refuse_qwen_sliding(r)
+    moe = _qwen_moe(r)
+    if moe is not None:
+        fields["moe"] = moe
+    return LlamaSpec, fields | {"qk_norm": True}
+
+
+_SLIDING, _FULL = "sliding_attention", "full_attention"
+
+
+def _layer_types(r: Reader, fields: dict[str, Any], default: list[str]) -> None:
+    """Sliding-window blocks from ``layer_types`` (or the config class's ``default`` pattern) as the spec's
+    ``sliding_window_layers``: every block; or every n-th block global (i + 1 divisible by n), the others
+    local — "even" for n = 2 (gpt-oss), the period for n > 2 (Gemma 3: 6); or none. Another pattern is
+    refused."""
+    layers = fields["layers"]
+    types = r.config.get("layer_types")
+    types = default if types is None else types
+    if not isinstance(types, list) or len(types) != layers or any(t not in (_SLIDING, _FULL) for t in types):
+        raise ConfigError("layer_types", f"expected {layers} entries of {_SLIDING!r} or {_FULL!r}, got {types!r}")
+    sliding = [t == _SLIDING for t in types]
+    if not any(sliding):
+        return
+    period = sliding.index(False) + 1 if not all(sliding) else 0
+    if not period:
+        pattern: str | int = "all"
+    elif period > 1 and sliding == [(i + 1) % period != 0 for i in range(layers)]:
+        pattern = "even" if period == 2 else period
+    else:
+        raise ConfigError("layer_types", "sliding-window blocks must be all, or all but every n-th (n ≥ 2: the "
+                          "blocks with i + 1 divisible by n attend globally)")
+    fields |= {"sliding_window": r.get_int("sliding_window"), "sliding_window_layers": pattern}
+
+
+def gpt_oss(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
+    """gpt-oss (GptOssDecoderLayer): attention with biases on q, k, v and o (attention_bias, default true),
+    head_dim 64 by default, one learned sink logit per head (``GptOssAttention.sinks``), sliding-window and
+    full attention alternating by ``layer_types`` (default: sliding on even blocks); every block MoE
+    (GptOssMLP): num_local_experts SwiGLU experts of intermediate_size with biases on gate_up and down, and
+    a router with a bias (GptOssTopKRouter: softmax over the top-k logits)."""
+    fields = _decoder(r, tie_default=False, seq_default=131072)
+    _default_head_dim(r, fields, 64)
+    bias = r.get_bool("attention_bias", True)
+    fields |= {"qkv_bias": bias, "out_bias": bias, "mlp_bias": True, "attention_sinks": True}
+    _layer_types(r, fields, [_SLIDING if i % 2 == 0 else _FULL for i in range(fields["layers"])])
+    fields["moe"] = {
+        "experts": r.get_int("num_local_experts", None, "num_experts"),
+        "top_k": r.get_int("num_experts_per_tok", None, "experts_per_token"),
+        "expert_ffn": fields["ffn"],
+        "router_bias": True,
+    }
+    r.notes.append("experts' SwiGLU clamped at swiglu_limit with (up + 1) · glu (elementwise, as SwiGLU); "
+                   "attention sinks: one logit per head in each softmax row (parameters counted, work not)")
+    return LlamaSpec, fields
+
+
+def gemma3_text(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
+    """Gemma 3's language model (Gemma3TextModel, model_type gemma3_text): Gemma 2's block (four RMSNorms,
+    GeGLU, head_dim 256 by default, tied embeddings) with an RMSNorm over each query and key head
+    (Gemma3Attention q_norm, k_norm) and five local blocks to one global: ``layer_types``, else sliding
+    unless (i + 1) % sliding_window_pattern == 0 (default 6)."""
+    fields = _decoder(r, tie_default=True, act_default="gelu_pytorch_tanh",
+                      act_keys=("hidden_activation", "hidden_act"), seq_default=131072)
+    _default_head_dim(r, fields, 256)
+    period = r.get_int("sliding_window_pattern", 6)
+    _layer_types(r, fields, [_SLIDING if (i + 1) % period else _FULL for i in range(fields["layers"])])
+    caps = [f"{k} {r.config[k]}" for k in ("attn_logit_softcapping", "final_logit_softcapping") if r.config.get(k)]
+    if caps:
+        r.notes.append(f"logit soft-capping ({', '.join(caps)}) is elementwise and not costed")
+    r.notes.append("embeddings scaled by sqrt(hidden), scores by query_pre_attn_scalar, a local rotary base on "
+                   "the windowed blocks (elementwise, no parameters)")
+    return LlamaSpec, fields | {"sandwich_norm": True, "qk_norm": True}
+
+
+def gemma3(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
+    """Gemma 3 with its vision tower (Gemma3ForConditionalGeneration): refused, as the SigLIP encoder and the
+    projector are not transformer decoder blocks this spec holds; its language model imports from text_config
+    (model_type gemma3_text)."""
+    raise ConfigError("vision_config", "Gemma 3 with its SigLIP vision tower is not supported; import the language "
+                      "model: its text_config (model_type gemma3_text)")
+
+
 def gpt2(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
     fields: dict[str, Any] = r.dims("n_embd", "n_layer", "n_head", None)
     ffn = r.get_int("n_inner", 4 * fields["hidden"])
@@ -237,8 +397,14 @@ FAMILIES: dict[str, Family] = {
     "mistral": llama,
     "mixtral": llama,
     "qwen2": qwen2,
+    "qwen2_moe": qwen2_moe,
+    "qwen3": qwen3,
+    "qwen3_moe": qwen3_moe,
+    "gpt_oss": gpt_oss,
     "gemma": gemma,
     "gemma2": gemma2,
+    "gemma3_text": gemma3_text,
+    "gemma3": gemma3,
     "phi3": phi3,
     "falcon": falcon,
     "deepseek_v2": deepseek,
@@ -254,4 +420,7 @@ MOE_AWARE = {
     "mixtral": {"num_local_experts"},
     "deepseek_v2": {"n_routed_experts"},
     "deepseek_v3": {"n_routed_experts"},
+    "qwen2_moe": {"num_experts", "num_local_experts"},
+    "qwen3_moe": {"num_experts", "num_local_experts"},
+    "gpt_oss": {"num_local_experts", "num_experts"},
 }

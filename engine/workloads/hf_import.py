@@ -1,8 +1,10 @@
 """Read a Hugging Face ``config.json`` into a workload spec.
 
-Families (``hf_families``): llama, mistral and mixtral; qwen2 (Qwen2/2.5); gemma and gemma2; phi3; falcon;
-deepseek_v2 and deepseek_v3 → ``LlamaSpec`` with the block variants each needs (head_dim, biases, GeGLU,
-parallel blocks, MQA/GQA, MLA, mixture of experts); gpt2 and gpt_neox → ``GPTSpec``; bert → ``BertSpec``.
+Families (``hf_families``): llama, mistral and mixtral; qwen2 (Qwen2/2.5), qwen2_moe (Qwen1.5/2-MoE), qwen3
+and qwen3_moe; gpt_oss; gemma, gemma2 and gemma3_text (Gemma 3's language model; gemma3 with its vision
+tower is refused); phi3; falcon; deepseek_v2 and deepseek_v3 → ``LlamaSpec`` with the
+block variants each needs (head_dim, biases, GeGLU, parallel blocks, MQA/GQA, MLA, QK-norm, attention sinks,
+mixture of experts with shared and gated shared experts); gpt2 and gpt_neox → ``GPTSpec``; bert → ``BertSpec``.
 The family comes from ``model_type``, or from ``architectures`` when ``model_type`` is absent.
 
 Nothing is approximated silently: a mixture-of-experts config (``num_local_experts``, ``n_routed_experts``,
@@ -44,7 +46,13 @@ _ARCHITECTURE_PREFIXES = (
     ("llama", "llama"),
     ("mistral", "mistral"),
     ("mixtral", "mixtral"),
+    ("qwen2moe", "qwen2_moe"),
     ("qwen2", "qwen2"),
+    ("qwen3moe", "qwen3_moe"),
+    ("qwen3", "qwen3"),
+    ("gptoss", "gpt_oss"),
+    ("gemma3forcausallm", "gemma3_text"),
+    ("gemma3", "gemma3"),
     ("gemma2", "gemma2"),
     ("gemma", "gemma"),
     ("phi3", "phi3"),
@@ -65,6 +73,7 @@ _SPEC_TO_CONFIG = {
     "head_dim": "head_dim",
     "moe": "num_experts_per_tok",
     "sliding_window": "sliding_window",
+    "sliding_window_layers": "layer_types",
 }
 
 

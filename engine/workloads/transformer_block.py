@@ -40,7 +40,17 @@ Block variants (``TransformerDims`` fields) keep those rules and change shapes:
 - ``moe``: a router GEMM (replicated), routing (softmax + top-k), routed expert GEMMs whose FLOPs and
   activations count token-slots (s · top_k · capacity factor) and whose weights count every expert, shared
   experts as a dense MLP, and the combine. Each of those ops carries ``Op.moe`` (``ExpertInfo``) for
-  expert parallelism.
+  expert parallelism. ``shared_expert_gate`` (Qwen2-MoE) adds a replicated hidden → 1 GEMM whose sigmoid
+  scales the shared output; that scaling is elementwise and rides in the combine (its s gate values
+  are read there).
+- ``qk_norm`` (Qwen3, Gemma 3): a ``qk_norm`` op after qkv normalises every query and key head over its
+  head_dim (2·d gains, shared by the heads). It is split by heads like attention, so its work and activations
+  divide by t; it stores its output (the normed Q and K attention reads; its input is qkv's stored output).
+  Transformers and Megatron-Core replicate the 2·d gains on every tensor-parallel rank, where the heads
+  split counts 2·d / t: under 0.1 % of one rank's attention weights, left as is.
+- ``attention_sinks`` (gpt-oss): one learned logit per head joins each query row's softmax denominator:
+  ``heads`` parameters on the softmax op (split by heads, as Megatron-Core shards its learnable softmax
+  offset), and a + 1-th term in each of a·s rows of s scores, against the a·s² scores: not costed.
 """
 
 from __future__ import annotations
@@ -87,6 +97,8 @@ class BlockShape:
     mla: MLASpec | None = None
     moe: MoESpec | None = None  # set only on MoE blocks
     causal: bool = False  # a decoder's masked attention (a fused kernel skips the masked key blocks)
+    qk_norm: bool = False  # a norm over each query and key head before attention (Qwen3, Gemma 3)
+    sinks: bool = False  # a learned per-head logit in each softmax row (gpt-oss attention sinks)
 
     @classmethod
     def of(
@@ -100,7 +112,8 @@ class BlockShape:
             ffn=spec.ffn_dim, gated_mlp=spec.gated_mlp, qkv_bias=spec.qkv_bias, out_bias=spec.out_bias,
             mlp_bias=spec.mlp_bias, dropout=dropout, norm_params=norm_factor * spec.hidden, pre_norm=pre_norm,
             parallel=spec.parallel_block, parallel_norms=spec.parallel_norms, sandwich=spec.sandwich_norm,
-            window=spec.window_of(block), mla=spec.mla, moe=moe, causal=causal,
+            window=spec.window_of(block), mla=spec.mla, moe=moe, causal=causal, qk_norm=spec.qk_norm,
+            sinks=spec.attention_sinks,
         )
 
     @property
@@ -218,15 +231,20 @@ def _add_attention(ops: OpList, b: BlockShape, attn_in: str) -> str:
         qkv_elems, query = _add_mla_projections(ops, b, attn_in)
         inputs, pair_flops = [query, ops.last], 2.0 * a * (b.mla.qk_head_dim + b.mla.v_head_dim)
     else:
-        add_matmul(ops, "qkv", COL, s, b.qkv_width, h, b.linear(h, b.qkv_width, b.qkv_bias), saved=s * b.qkv_width,
-                   inputs=[attn_in])
+        qkv = add_matmul(ops, "qkv", COL, s, b.qkv_width, h, b.linear(h, b.qkv_width, b.qkv_bias),
+                         saved=s * b.qkv_width, inputs=[attn_in])
         qkv_elems, pair_flops = s * b.qkv_width, 4.0 * a * b.head_dim
+        if b.qk_norm:
+            qk = s * (a + b.kv_heads) * b.head_dim
+            inputs = [ops.add("qk_norm", OpKind.norm, HEADS, params=2 * b.norm_of(b.head_dim), in_elems=qk,
+                              out_elems=qk, saved_elems=qk), qkv]
     ops.add(
         "attention", OpKind.attention, HEADS, flops=pair_flops * s * b.keys, in_elems=qkv_elems,
         out_elems=s * b.q_width, selective=True, inputs=inputs,
         fused_flops=pair_flops * flash_pairs(s, b.window) if b.causal else None,
     )
-    ops.add("softmax", OpKind.softmax, HEADS, in_elems=as2, out_elems=as2, saved_elems=as2, selective=True)
+    ops.add("softmax", OpKind.softmax, HEADS, params=a if b.sinks else 0, in_elems=as2, out_elems=as2,
+            saved_elems=as2, selective=True)
     if b.dropout:
         add_dropout(ops, "attention_dropout", as2, HEADS, saved_elems=as2, selective=True)
     add_matmul(ops, "out_proj", ROW, s, h, b.q_width, b.linear(b.q_width, h, b.out_bias), saved=s * b.q_width)
@@ -318,6 +336,16 @@ def _add_moe(ops: OpList, b: BlockShape, moe: MoESpec, mlp_input: str) -> str:
     combine_inputs = [experts("experts_down", ROW, h, f, saved_elems=slots * f, moe=info(MoERole.expert, combine=a2a))]
     if moe.shared_ffn:
         combine_inputs.append(_add_dense_mlp(ops, b, moe.shared_ffn, mlp_input, "shared", moe=info(MoERole.shared)))
-    combine_in = slots * h + (s * h if moe.shared_ffn else 0)
-    return ops.add("combine", OpKind.elementwise, REP, in_elems=combine_in, out_elems=s * h, saved_elems=slots * h,
+    if moe.shared_expert_gate:
+        combine_inputs.append(add_matmul(ops, "shared_expert_gate", REP, s, 1, h, h, inputs=[mlp_input],
+                                         moe=info(MoERole.shared)))
+    combine_in = slots * h + (s * h if moe.shared_ffn else 0) + (s if moe.shared_expert_gate else 0)
+    # The combine stores nothing for its backward: Megatron-Core applies the routing probabilities in the experts'
+    # activation (``TEGroupedMLP`` ``bias_act_func(fc1_output, bias, permuted_probs)``, whose saved fc1 output and
+    # probs the ``experts_activation`` and ``routing`` ops hold), and its dispatchers' unpermute takes no probs
+    # (``MoEAlltoAllTokenDispatcher.combine_postprocess``: ``unpermute(tokens, reversed_mapping, restore_shape,
+    # routing_map=…)``), a scatter-add whose backward is a gather through the index map (4 B per token-slot
+    # against 2·h B of a slot's hidden vector: not counted). Frameworks that weight the experts' outputs in the
+    # combine (GShard's einsum, older Megatron-Core's ``unpermute(…, probs=…)``) keep those outputs: slots·h.
+    return ops.add("combine", OpKind.elementwise, REP, in_elems=combine_in, out_elems=s * h,
                    inputs=combine_inputs, moe=info(MoERole.combine))
