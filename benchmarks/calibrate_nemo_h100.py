@@ -88,6 +88,8 @@ class Recipe:
     fp8_param_gather: bool = True  # an fp8 run's fp8_param_gather (mapping.fp8_param_gather); every recipe here
     router_fusion: bool = False  # moe_router_fusion (mapping.moe_router_fusion: TE's fused router, plan.moe_host)
     optimizer_moments: str = "fp32"  # precision-aware optimizer: exp_avg(_sq)_dtype (mapping.optimizer_moments)
+    micro_batch: int | None = None  # micro_batch_size, where a published MBS cell contradicts the recipe (a gap)
+    grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32 (mapping.grad_reduce_in_fp32): see BRIDGE_H100
     unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
 
 
@@ -124,11 +126,24 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 #   userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) (COMM_OVERLAP_CONFIG_MAP).
 # - fp8_param_gather: the H100 fp8 rows run FP8-CS, Megatron-Bridge's bf16_with_fp8_current_scaling_mixed
 #   (src/megatron/bridge/training/mixed_precision.py), which sets fp8_param_gather=True.
+# - micro_batch: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2, and the earlier unversioned
+#   GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16) keep BASE_GPT_OSS_120B_CONFIG's micro_batch_size=1; only the
+#   B200/GB200/GB300 variants set 4. The 25.11 DGX-H100 table prints MBS 4 with GA 2 for gpt-oss, which its own
+#   columns contradict (gbs 512 over pp 4 on 64 GPUs is dp 16: GA 8 at mbs 4, 32 at mbs 1) and which are the
+#   DGX-B200 row's cells of that table (64 GPUs, gbs 512, MBS 4, pp 1, ep 8, GA 2); at mbs 4 a stage holds
+#   ~95 GiB on an 80 GB H100 (4 in-flight micro-batches of 9 layers at ~1.6 GiB each beside 37 GiB of model
+#   state). The 26.02 table prints MBS 1 for the same recipe at gbs 1280.
+# - grad_reduce_in_fp32 False (Recipe's default): every model's performance script sets
+#   cfg.mixed_precision.grad_reduce_in_fp32 = False and cfg.ddp.grad_reduce_in_fp32 = False in its common
+#   settings (set_llama3_common_configs, set_llama31_common_configs, set_gpt_oss_common_configs,
+#   set_qwen3_common_configs, set_deepseek_v3_common_configs in scripts/performance/configs/*/*_llm_pretrain.py):
+#   bf16 gradient buffers, reduced in bf16. The Megatron-LM recipes keep Megatron-LM's fp32 buffer (its
+#   arguments force --accumulate-allreduce-grads-in-fp32 with bf16): their Recipe sets True.
 BRIDGE_H100 = {
     "llama3-8b": Recipe(recompute="full", recompute_layers=5),
     "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4"),
     "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2"),
-    "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act")),
+    "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1),
     "qwen3-30b-a3b": Recipe(),
     "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True),
     "deepseek-v3": Recipe(recompute_modules=("mla_up_proj", "mlp"), expert_tp=1, dispatcher="deepep",
@@ -238,15 +253,16 @@ _MLM_COMMON = (
     "HybridEP's host work charged as the all-to-all dispatcher's (plan.moe_host counts that dispatcher)",
 )
 MLM_QWEN3_30B_BF16 = Recipe(recompute="none", expert_tp=1, dispatcher="deepep", router_fusion=True,
-                            unmodelled=_MLM_COMMON)
+                            unmodelled=_MLM_COMMON, grad_reduce_in_fp32=True)
 MLM_QWEN3_30B_FP8 = Recipe(
     recompute="none", expert_tp=1, dispatcher="deepep", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"),
     fp8_recipe="blockwise", router_fusion=True, optimizer_moments="bf16", unmodelled=_MLM_COMMON,
+    grad_reduce_in_fp32=True,
 )
 MLM_QWEN3_235B_BF16 = Recipe(
     recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, delay_wgrad=True,
     dispatcher="deepep", cuda_graph_scope=("moe_router", "moe_preprocess"), router_fusion=True,
-    unmodelled=(*_MLM_COMMON,
+    grad_reduce_in_fp32=True, unmodelled=(*_MLM_COMMON,
         "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled"),
 )
 _MLM_NOTE = "Megatron-LM H100 recipe; TFLOP/s published, tokens/s = TFLOP/s over NVIDIA's FLOPs per token"
@@ -285,29 +301,31 @@ def model_spec(name: str, seq: int) -> TransformerDims:
         spec = LlamaSpec(
             name=name, layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
             qkv_bias=True, out_bias=True, mlp_bias=True, sliding_window=128, sliding_window_layers="even",
-            moe=MoESpec(experts=128, top_k=4, expert_ffn=2880, router_bias=True),
+            attention_sinks=True, moe=MoESpec(experts=128, top_k=4, expert_ffn=2880, router_bias=True),
             comment="openai/gpt-oss-120b config.json: hidden 2880, 36 layers, 64 heads of 64, 8 KV heads, "
                     "vocabulary 201,088, untied; attention with biases, 128-token sliding window on even "
                     "layers (layer_types alternate sliding/full); every block MoE: 128 SwiGLU experts of width "
-                    "2880 with biases, top-4, router with bias. Model card (arXiv 2508.10925): 116.83 B "
-                    "parameters, 5.13 B active. Not modelled: attention sinks (one scalar per head).",
+                    "2880 with biases, top-4, router with bias; attention sinks (GptOssAttention.sinks, one learned "
+                    "logit per head: 64 parameters per layer, no work). Model card (arXiv 2508.10925): 116.83 B "
+                    "parameters, 5.13 B active (tilewright import-hf of the config gives the same spec).",
         )
     elif name == "qwen3-30b-a3b":
         spec = LlamaSpec(
             name=name, layers=48, hidden=2048, heads=32, kv_heads=4, head_dim=128, ffn=6144, vocab=151936,
-            moe=MoESpec(experts=128, top_k=8, expert_ffn=768),
+            qk_norm=True, moe=MoESpec(experts=128, top_k=8, expert_ffn=768),
             comment="Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48 layers, 32 heads of 128, 4 KV heads, "
                     "vocabulary 151,936, untied; every block MoE (decoder_sparse_step 1, no mlp_only_layers): "
                     "128 experts of width 768 (moe_intermediate_size), top-8, no shared expert. Model card: "
-                    "30.5 B parameters, 3.3 B activated. Not modelled: QK-norm (2 × 128 gains per layer).",
+                    "30.5 B parameters, 3.3 B activated. QK-norm (Qwen3Attention q_norm, k_norm: 2 × 128 gains per "
+                    "layer, an RMSNorm over each query and key head).",
         )
     elif name == "qwen3-235b-a22b":
         spec = LlamaSpec(
             name=name, layers=94, hidden=4096, heads=64, kv_heads=4, head_dim=128, ffn=12288, vocab=151936,
-            moe=MoESpec(experts=128, top_k=8, expert_ffn=1536),
+            qk_norm=True, moe=MoESpec(experts=128, top_k=8, expert_ffn=1536),
             comment="Qwen/Qwen3-235B-A22B config.json: hidden 4096, 94 layers, 64 heads of 128, 4 KV heads, "
                     "vocabulary 151,936, untied; every block MoE: 128 experts of width 1536, top-8, no shared "
-                    "expert. Model card: 235 B parameters, 22 B activated. QK-norm not modelled.",
+                    "expert; QK-norm (2 × 128 gains per layer). Model card: 235 B parameters, 22 B activated.",
         )
     elif name == "deepseek-v3":
         spec = LlamaSpec(
@@ -415,6 +433,10 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         layout = chunk_layers(p.model, spec.layers, p.pp, p.vp)
     if p.token_drop:
         gaps.append("token-drop run: ours is dropless (forced balance makes the two alike at capacity 1)")
+    mbs = r.micro_batch or p.mbs
+    if mbs != p.mbs:
+        gaps.append(f"published MBS {p.mbs} contradicts the recipe's micro_batch_size {mbs} (and the row's own GA): "
+                    f"run at mbs {mbs}")
     # the fp8 rows' scaling recipe (mapping.formats.fp8_scaling: perf.op_cost's quantization kernels)
     # and the layers it keeps in bf16 (``FP8_BF16_LAYERS``: perf.formats' edge layers)
     first, last = FP8_BF16_LAYERS[r.fp8_recipe]
@@ -426,7 +448,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
     row.gaps = gaps
     mapping = Mapping(
         tp=p.tp, pp=p.pp, dp=dp, cp=p.cp, ep=ep, expert_tp=etp, sequence_parallel=p.tp > 1, interleave=p.vp,
-        pipeline_layers=layout, micro_batch=p.mbs, global_batch=p.gbs, fusion=FLASH,
+        pipeline_layers=layout, micro_batch=mbs, global_batch=p.gbs, fusion=FLASH,
         recompute=r.recompute, recompute_layers=r.recompute_layers,
         recompute_modules=list(r.recompute_modules) if r.recompute_modules is not None else None,
         cuda_graph_scope=list(r.cuda_graph_scope) if r.cuda_graph_scope is not None else None,
@@ -441,6 +463,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         overlap_ep_comm=r.overlap_ep_comm, delay_wgrad_compute=r.delay_wgrad, ep_dispatcher=r.dispatcher,
         formats=formats,
         moe_router_fusion=r.router_fusion, optimizer_moments=r.optimizer_moments,
+        grad_reduce_in_fp32=r.grad_reduce_in_fp32,
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=p.precision, engine=engine))

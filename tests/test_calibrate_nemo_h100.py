@@ -77,9 +77,34 @@ def test_every_row_maps_to_a_runnable_project_on_the_published_gpus(row):
     project = project_for(row)
     m = project.mapping
     assert m.devices == row.pub.gpus
-    assert m.micro_batch == row.pub.mbs and m.global_batch == row.pub.gbs
+    assert m.micro_batch == (row.pub.run_recipe.micro_batch or row.pub.mbs) and m.global_batch == row.pub.gbs
     assert project.workload.seq_len == row.pub.seq
     assert check_project(project) == []
+
+
+def test_a_micro_batch_the_recipe_overrides_is_a_gap():
+    """gpt-oss on H100: the recipe's micro_batch_size 1 where the 25.11 table prints MBS 4 (whose GA 2 fits
+    neither: gbs 512 over dp 16 is 8 micro-batches of 4). The run uses the recipe's and says so; rows whose
+    published MBS is the recipe's have no such gap."""
+    moved = []
+    for row in rows():
+        project = project_for(row)  # fills row.gaps
+        want = row.pub.run_recipe.micro_batch
+        differs = want is not None and want != row.pub.mbs
+        assert any("micro_batch_size" in g for g in row.gaps) == differs, row.label
+        if differs:
+            dp = row.pub.gpus // (row.pub.tp * row.pub.pp * row.pub.cp)
+            assert project.mapping.micro_batches == row.pub.gbs // (want * dp)
+            moved.append((row.pub.model, row.pub.release, row.pub.mbs))
+    assert moved == [("gpt-oss-120b", "25.11", 4)]
+
+
+def test_bridge_recipes_reduce_bf16_gradients_and_megatron_lm_fp32():
+    """Every Megatron-Bridge performance script sets ddp.grad_reduce_in_fp32 False (its set_*_common_configs);
+    Megatron-LM forces the fp32 buffer with bf16: the MLM rows keep it."""
+    for row in rows():
+        m = project_for(row).mapping
+        assert m.grad_reduce_in_fp32 == row.pub.release.startswith("MLM"), row.label
 
 
 @pytest.mark.parametrize("model,layers,pp,vp", [

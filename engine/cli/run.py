@@ -81,10 +81,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer-moments", choices=["fp32", "bf16"], default=None,
                    help="mixed-precision Adam: its moments' width; bf16 stores and streams 2 + 2 B per parameter "
                    "(Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16)")
+    p.add_argument("--grad-reduce-dtype", choices=["fp32", "bf16"], default=None,
+                   help="bf16/fp8 mixed precision: the gradient buffer's and the data-parallel reduction's format; "
+                   "bf16 holds and moves 2 B per parameter instead of 4 (Megatron-Core's "
+                   "DistributedDataParallelConfig.grad_reduce_in_fp32=False, NVIDIA's Megatron-Bridge recipes)")
     p.add_argument("--overlap-ep-comm", action="store_true", default=None,
                    help="MoE: hide each expert all-to-all behind another micro-batch's compute (DualPipe-style)")
     p.add_argument("--delay-wgrad-compute", action="store_true", default=None,
-                   help="with --overlap-ep-comm and --ep > 1: weight gradients run apart from the input gradients "
+                   help="with --overlap-ep-comm: weight gradients run apart from the input gradients "
                    "and hide the backward's all-to-all too (Megatron-Core --delay-wgrad-compute)")
     p.add_argument("--overlap-tp-comm", action="store_true", default=None,
                    help="with --sequence-parallel: hide tensor-parallel all-gathers and reduce-scatters behind the "
@@ -306,6 +310,8 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
         m["fp8_param_gather"] = True
     if getattr(args, "optimizer_moments", None):  # checked with the project (plan.checks)
         m["optimizer_moments"] = args.optimizer_moments
+    if getattr(args, "grad_reduce_dtype", None):  # checked with the project (plan.checks)
+        m["grad_reduce_in_fp32"] = args.grad_reduce_dtype == "fp32"
     if args.interleave and args.interleave > 1 and m.get("schedule", "1f1b") == "1f1b":
         m["schedule"] = "interleaved-1f1b"
     tp, pp = m.get("tp", 1), m.get("pp", 1)

@@ -213,7 +213,7 @@ class Mapping(QuietDefaultsModel):
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy", "fp8_param_gather",
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
-        "optimizer_moments", "delay_wgrad_compute",
+        "optimizer_moments", "delay_wgrad_compute", "grad_reduce_in_fp32",
     )
 
     tp: PosInt = 1
@@ -293,6 +293,13 @@ class Mapping(QuietDefaultsModel):
         "fp32", description="mixed-precision Adam: the width of its two moments; 'bf16' keeps them at 2 + 2 B per "
         "parameter instead of 4 + 4 and the fused step streams them so (Megatron-Core --use-precision-aware-optimizer "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, master weights and main gradients fp32; perf.memory)",
+    )
+    grad_reduce_in_fp32: bool = Field(
+        True, description="bf16/fp8 mixed precision: the gradient buffer the backward accumulates into and the "
+        "data-parallel reduction moves is fp32 (4 B per parameter); False keeps it in the parameters' bf16 (2 B), "
+        "as Megatron-Core's DistributedDataParallelConfig.grad_reduce_in_fp32=False (Megatron-LM forces it on for "
+        "bf16; Megatron-Bridge's performance recipes turn it off). fp16 runs keep fp16 buffers either way "
+        "(perf.memory.bytes_per_param)",
     )
     overlap_tp_comm: bool = Field(
         False, description="with sequence parallelism: pipeline each tensor-parallel all-gather and reduce-scatter "

@@ -35,6 +35,8 @@ class StateBytes:
     optimizer: float
 
 
+BF16_GRAD_BYTES = 2.0  # a bf16 gradient buffer (``bytes_per_param``'s ``fp32_grads`` False)
+
 # Bytes of one Adam moment by ``mapping.optimizer_moments``. Megatron-Core's precision-aware optimizer
 # (``--use-precision-aware-optimizer``, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype``) hands Transformer Engine's
 # FusedAdam its moments in that dtype (``exp_avg_dtype``, ``exp_avg_sq_dtype``): both are stored so, and the
@@ -45,7 +47,7 @@ MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
 
 def bytes_per_param(
     elem_bytes: float, master_fp32: bool, optimizer: Optimizer, dtype: DType | None = None, param_copy: float = 0.0,
-    moments: str = "fp32",
+    moments: str = "fp32", fp32_grads: bool = True,
 ) -> StateBytes:
     """Weights, gradients and optimizer state per parameter. Mixed precision keeps fp32 master weights in
     the optimizer state; its gradient buffer — what the backward accumulates into and the data-parallel
@@ -56,14 +58,17 @@ def bytes_per_param(
     step's fp32 copy of them is transient (``plan.train_step``). ``param_copy``: bytes per parameter held
     beside the weights' own format (``fp8_param_copy``: the bf16 parameters of an fp8 run). ``moments``:
     the width of Adam's two moments (``MOMENT_BYTES``; ``plan.checks`` allows 'bf16' only for mixed-precision
-    Adam); SGD's momentum is fp32."""
+    Adam); SGD's momentum is fp32. ``fp32_grads`` False (``mapping.grad_reduce_in_fp32``): a bf16 or fp8 run's
+    buffer in the parameters' dtype, bf16 (Megatron-Core's ``DistributedDataParallel`` allocates it as
+    ``torch.float if grad_reduce_in_fp32 else param.dtype``; an fp8 parameter, TE's ``Float8Tensor``, reports its
+    nominal bf16 dtype): 2 B per parameter, and the reduction moves those."""
     mixed = master_fp32 and elem_bytes < 4
     width = MOMENT_BYTES[moments] if optimizer is Optimizer.adam else MOMENT_BYTES["fp32"]
     moments_b = (2 if optimizer is Optimizer.adam else 1) * width
     low = mixed and dtype is DType.fp16
     return StateBytes(
         weights=float(elem_bytes) + param_copy,
-        gradients=float(elem_bytes) if low or not mixed else 4.0,
+        gradients=float(elem_bytes) if low or not mixed else 4.0 if fp32_grads else BF16_GRAD_BYTES,
         optimizer=moments_b + (4.0 if mixed else 0.0),
     )
 

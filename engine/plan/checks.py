@@ -218,6 +218,9 @@ def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     if m.optimizer_moments != "fp32":
         out.append(Problem("mapping.optimizer_moments", f"'{m.optimizer_moments}'; a HyPar partition ({where}) "
                            "keeps Adam's moments in fp32"))
+    if not m.grad_reduce_in_fp32:
+        out.append(Problem("mapping.grad_reduce_in_fp32", f"False; a HyPar partition ({where}) keeps the "
+                           "framework's default gradient buffer"))
     levels = None
     if m.dp & (m.dp - 1):
         out.append(Problem("mapping.dp", f"{m.dp} is not a power of two; HyPar halves the array level by level"))
@@ -321,6 +324,25 @@ def _fp8_param_gather_checks(project: Project) -> list[Problem]:
     return out
 
 
+def _grad_buffer_checks(project: Project) -> list[Problem]:
+    """A bf16 gradient buffer (``grad_reduce_in_fp32`` False, ``perf.memory.bytes_per_param``) replaces the
+    fp32 buffer of bf16 or fp8 mixed-precision training; fp16 keeps its fp16 buffer and fp32 training its fp32
+    one whatever the flag, so it is refused there rather than ignored."""
+    from tilewright.engine.ir.common import dtype_bytes
+
+    run, m = project.run, project.mapping
+    if m.grad_reduce_in_fp32:
+        return []
+    field, out = "mapping.grad_reduce_in_fp32", []
+    if run.mode is not Mode.train:
+        out.append(Problem(field, "False: gradient buffers exist in training only"))
+    weights = m.formats.weights or run.dtype
+    if run.dtype.value not in ("bf16", "fp8") or not run.master_weights_fp32 or dtype_bytes(weights) >= 4:
+        out.append(Problem(field, f"False applies to bf16 or fp8 mixed precision (fp32 master weights); run.dtype "
+                           f"is {run.dtype.value}, whose buffer is {run.dtype.value} already"))
+    return out
+
+
 def _optimizer_moments_checks(project: Project) -> list[Problem]:
     """Low-precision Adam moments (Megatron-Core's precision-aware optimizer, ``perf.memory.MOMENT_BYTES``)
     are Adam's (``optimizer/__init__.py`` hands them to TE's FusedAdam; SGD has no such option) and sit beside
@@ -394,6 +416,7 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
     out += tensor_axes_problems(project)  # mapping.tp_axes
     out += _fp8_param_gather_checks(project)  # mapping.fp8_param_gather (perf.memory)
     out += _optimizer_moments_checks(project)  # mapping.optimizer_moments (perf.memory)
+    out += _grad_buffer_checks(project)  # mapping.grad_reduce_in_fp32 (perf.memory)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
         if name != "auto" and name not in memories:

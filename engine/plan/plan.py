@@ -396,7 +396,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         per_virtual = virtual_stage_layers(blocks, extra, m.pp * v, m.pipeline_layers)
     bf16_params = fp8_param_copy(formats.weights, run.mode is Mode.train, m.fp8_param_gather, m.zero)  # perf.memory
     state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,
-                                      bf16_params, m.optimizer_moments)
+                                      bf16_params, m.optimizer_moments, m.grad_reduce_in_fp32)
     tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []

@@ -142,7 +142,7 @@ def build_problem(
         report,
     )
     per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
-                                moments=m.optimizer_moments)
+                                moments=m.optimizer_moments, fp32_grads=m.grad_reduce_in_fp32)
     last_block = workload.layer_ops(workload.block_layers[0])
     pb = ml.Problem(
         dims=dims,

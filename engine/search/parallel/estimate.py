@@ -90,7 +90,7 @@ class Estimator(IterationTail):
         self.capacity = device_capacity(hw, 0, self.dev)
         moments = project.mapping.optimizer_moments  # Adam's moments' width, as the plan reads it
         self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
-                                         moments=moments)
+                                         moments=moments, fp32_grads=project.mapping.grad_reduce_in_fp32)
         # fp8 training: the bf16 parameters beside the fp8 weights, unless mapping.fp8_param_gather (with ZeRO ≥ 1,
         # so per candidate: ``state_per``) keeps only the fp8 ones; the post-step gather moves the parameters
         weights, train, fp8_pg = self.settings.formats.weights, run.mode is Mode.train, project.mapping.fp8_param_gather
