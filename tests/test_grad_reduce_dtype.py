@@ -125,3 +125,20 @@ def test_cli_refuses_it_for_fp16_naming_the_field(capsys):
 
     assert main([*CLI, "--dtype", "fp16", "--grad-reduce-dtype", "bf16"]) == 2
     assert FIELD in capsys.readouterr().err
+
+
+def test_studio_option_is_one_undo_step_and_off_for_fp16(make_window):
+    """The check box (on: fp32, the default) sets the field at once as one undo step; an fp16 run cannot use it."""
+    import os
+
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    w = make_window(_project("bf16", dp=8, global_batch=16))
+    box, doc = w.workload.options.grad_fp32, w.doc
+    assert box.isEnabled() and box.box.isChecked() and "grad_reduce_in_fp32" in box.toolTip()
+    box.box.click()
+    assert doc.project.mapping.grad_reduce_in_fp32 is False and doc.undo_stack.undoText() == "Gradients in bf16"
+    assert doc.undo_stack.count() == 1
+    doc.undo_stack.undo()
+    assert doc.project.mapping.grad_reduce_in_fp32 and box.box.isChecked()
+    fp16 = make_window(_project("fp16", dp=8, global_batch=16)).workload.options.grad_fp32
+    assert not fp16.isEnabled() and "fp16" in fp16.toolTip()

@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Thirteen of them, in a group under the Mapping box of the workload dock:
+Fourteen of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -25,7 +25,9 @@ Thirteen of them, in a group under the Mapping box of the workload dock:
   block or mxfp8; needs fp8 GEMMs (the run's data type or the weights' format fp8). The run's data type itself
   is not edited in the studio, so the recipe sits here, with the other options of how the mapping runs;
 - the transformer layers an fp8 training run keeps in bf16 at each end (``mapping.formats.bf16_first_layers``,
-  ``bf16_last_layers``, typed "1,1"; empty: none), Megatron-Bridge's current-scaling recipe keeping one each.
+  ``bf16_last_layers``, typed "1,1"; empty: none), Megatron-Bridge's current-scaling recipe keeping one each;
+- the gradient buffer in fp32 (``mapping.grad_reduce_in_fp32``, on by default as in Megatron-LM); off keeps it in
+  bf16 as NVIDIA's Megatron-Bridge recipes do; bf16 or fp8 training.
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
 (``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
@@ -66,6 +68,7 @@ MODULES_TEXT = "modules re-run"
 GRAPHS_TEXT = "CUDA graphs"
 FP8_TEXT = "fp8 scaling"
 EDGE_TEXT = "bf16 layers first,last"
+GRAD_FP32_TEXT = "accumulate and reduce gradients in fp32"
 FP8_LABELS = {"tensor": "tensor (current)", "delayed": "delayed (amax history)", "block": "block (1×128)",
               "mxfp8": "mxfp8 (Blackwell)"}
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
@@ -121,6 +124,10 @@ OPTION_TIPS = {
                    "amax history, the amax taken inside the cast: one pass), block (DeepSeek-V3's 1×128 and "
                    "128×128 blocks, each scale found inside the one cast), mxfp8 (1×32 blocks the tensor cores "
                    f"scale: Blackwell only). {APPLIES}",
+    "grad_reduce_in_fp32": "bf16 or fp8 mixed precision: the gradient buffer the backward accumulates into, and the "
+                           "data-parallel reduction moves, in fp32 (4 B per parameter, Megatron-LM's default); "
+                           "off keeps it in bf16 (2 B), as Megatron-Core's grad_reduce_in_fp32=False in NVIDIA's "
+                           f"Megatron-Bridge recipes. {APPLIES}",
     "fp8_bf16_layers": (
         "fp8 training: how many transformer layers at the start and at the end of the model run outside fp8, in "
         "bf16, typed first,last (\"1,1\"; empty: none) — Megatron-Core's --first-last-layers-bf16 with "
@@ -139,6 +146,8 @@ MODULES_OFF_TIP = "needs selective recomputation (choose 'selective' above): it 
 LAYOUT_OFF_TIP = "needs a pipeline: with pp × interleave = 1 every layer is on one stage (set pp > 1 first)"
 OVERLAP_TP_OFF_TIP = ("needs tensor parallelism with sequence parallelism: the all-gathers and reduce-scatters it "
                       "pipelines exist only then (set tp > 1 and sequence parallelism, then press Auto-map)")
+GRAD_FP32_OFF_TIP = ("needs bf16 or fp8 mixed-precision training: fp16 keeps an fp16 buffer and fp32 training an "
+                     "fp32 one whatever this says")
 FP8_OFF_TIP = ("needs fp8 GEMMs: the run's data type (run.dtype, --dtype fp8) or the weights' format "
                "(mapping.formats.weights) must be fp8 for a scaling recipe to matter")
 DELAY_WGRAD_OFF_TIP = ("needs the expert all-to-all overlapped with compute (tick the option above; ep > 1): "
@@ -174,6 +183,9 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return None if training else TRAINING_ONLY
     if field == "fp8_scaling":
         return None if has_fp8_gemms(project.run.dtype, m.formats) else FP8_OFF_TIP
+    if field == "grad_reduce_in_fp32":
+        mixed = project.run.dtype.value in ("bf16", "fp8") and project.run.master_weights_fp32
+        return TRAINING_ONLY if not training else None if mixed else GRAD_FP32_OFF_TIP
     if field == "fp8_bf16_layers":
         return TRAINING_ONLY if not training else None if has_fp8_gemms(project.run.dtype, m.formats) else FP8_OFF_TIP
     raise KeyError(field)
@@ -205,6 +217,8 @@ def undo_text(field: str, value: Any) -> str:
         return "Even pipeline split" if value is None else f"Pipeline layout {format_pipeline_layout(value)}"
     if field == "fp8_scaling":
         return f"fp8 scaling {FP8_LABELS[value or Fp8Scaling.tensor.value]}"
+    if field == "grad_reduce_in_fp32":
+        return "Gradients in fp32" if value else "Gradients in bf16"
     if field == "fp8_bf16_layers":
         return "Every layer in fp8" if not value or not any(value) else f"bf16 layers {value[0]} first, {value[1]} last"
     raise KeyError(field)
@@ -288,7 +302,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The thirteen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The fourteen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -313,6 +327,8 @@ class MappingOptions(QGroupBox):
                                       parent=self)
         self.fp8_scaling = LabelledChoice(self.current("fp8_scaling"), FP8_LABELS, self._check("fp8_scaling"),
                                           parent=self)
+        self.grad_fp32 = FlagEditor(m.grad_reduce_in_fp32, GRAD_FP32_TEXT, self._check("grad_reduce_in_fp32"),
+                                    parent=self)
         self.edge_layers = LayerPairEditor(self.current("fp8_bf16_layers"), self._check("fp8_bf16_layers"),
                                            parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
@@ -321,6 +337,7 @@ class MappingOptions(QGroupBox):
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
             "delay_wgrad_compute": self.delay_wgrad, "fp8_bf16_layers": self.edge_layers,
+            "grad_reduce_in_fp32": self.grad_fp32,
             "recompute_modules": self.modules, "cuda_graph_scope": self.graphs, "fp8_scaling": self.fp8_scaling,
         }
         for field, editor in self.editors.items():
@@ -336,27 +353,17 @@ class MappingOptions(QGroupBox):
                        "fp8_scaling": QLabel(FP8_TEXT, self),
                        "fp8_bf16_layers": QLabel(EDGE_TEXT, self)}
         grid = QGridLayout(self)
-        grid.addWidget(self.labels["recompute"], 0, 0)
-        grid.addWidget(self.recompute, 0, 1)
-        grid.addWidget(self.labels["recompute_layers"], 1, 0)
-        grid.addWidget(self.recompute_layers, 1, 1)
-        grid.addWidget(self.overlap_grad, 2, 0, 1, 2)
-        grid.addWidget(self.overlap_tp, 3, 0, 1, 2)
-        grid.addWidget(self.fused_loss, 4, 0, 1, 2)
-        grid.addWidget(self.labels["pipeline_layers"], 5, 0)
-        grid.addWidget(self.layout, 5, 1)
-        grid.addWidget(self.labels["ep_dispatcher"], 6, 0)
-        grid.addWidget(self.ep_dispatcher, 6, 1)
-        grid.addWidget(self.overlap_ep, 7, 0, 1, 2)
-        grid.addWidget(self.delay_wgrad, 8, 0, 1, 2)
-        grid.addWidget(self.labels["recompute_modules"], 9, 0)
-        grid.addWidget(self.modules, 9, 1)
-        grid.addWidget(self.labels["cuda_graph_scope"], 10, 0)
-        grid.addWidget(self.graphs, 10, 1)
-        grid.addWidget(self.labels["fp8_scaling"], 11, 0)
-        grid.addWidget(self.fp8_scaling, 11, 1)
-        grid.addWidget(self.labels["fp8_bf16_layers"], 12, 0)
-        grid.addWidget(self.edge_layers, 12, 1)
+        rows: list[str | QWidget] = [
+            "recompute", "recompute_layers", self.overlap_grad, self.grad_fp32, self.overlap_tp, self.fused_loss,
+            "pipeline_layers", "ep_dispatcher", self.overlap_ep, self.delay_wgrad, "recompute_modules",
+            "cuda_graph_scope", "fp8_scaling", "fp8_bf16_layers",
+        ]
+        for row, item in enumerate(rows):  # a labelled control, or a check box across both columns
+            if isinstance(item, str):
+                grid.addWidget(self.labels[item], row, 0)
+                grid.addWidget(self.editors[item], row, 1)
+            else:
+                grid.addWidget(item, row, 0, 1, 2)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:
