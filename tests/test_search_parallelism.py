@@ -15,15 +15,17 @@ from tilewright.engine.hardware import elaborate
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Project, RunSettings
 from tilewright.engine.ir.mapping import PlacementStrategy, Recompute, Schedule
+from tilewright.engine.ir.project import EngineKind
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.schedules import stage_order
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.comm import CommModel
 from tilewright.engine.search.parallel.estimate import Estimator
+from tilewright.engine.search.parallel.extended import exact_evaluator
 from tilewright.engine.search.parallel.inflight import peak_activation
 from tilewright.engine.search.parallel.search import search
-from tilewright.engine.simulate import make_plan
+from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 
 from tests.factories import cluster, small_gpt, wafer
@@ -262,6 +264,19 @@ def test_top_k_is_re_simulated_on_the_event_engine():
     for r in result.ranked[:2]:
         assert r.event.engine == "event"
         assert r.event.iteration_time_s == pytest.approx(r.iteration_time_s, rel=0.25)
+    # the second stage and the re-simulation plan on the graph the walk timed candidates on (``extended.Planner``,
+    # shapes and routes cached on it), without link series: exactly what a run of the mapping from scratch gives
+    event = project.run.model_copy(update={"engine": EngineKind.event})
+    for r in result.ranked[:2]:
+        alone = simulate(project.model_copy(update={"mapping": r.candidate.mapping(8, project.mapping), "run": event}))
+        assert r.event.iteration_time_s == alone.iteration_time_s
+        assert r.event.peak_memory_bytes == alone.peak_memory_bytes
+    fresh = exact_evaluator(project, 8)  # its own workload and graph
+    second = [r for r in result.ranked if r.candidate.extended]
+    assert second
+    for r in second:
+        timed = fresh(r.candidate)
+        assert (r.iteration_time_s, r.peak_memory_bytes) == (timed.iteration_time_s, timed.peak_memory_bytes)
 
 
 def test_bad_input_is_an_input_error():

@@ -53,7 +53,7 @@ from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.recompute import MODULES, present
 from tilewright.engine.plan.checks import check_project
-from tilewright.engine.plan.plan import build_plan
+from tilewright.engine.plan.plan import Plan, build_plan
 from tilewright.engine.plan.residency import available_levels
 from tilewright.engine.search.parallel.candidate import DISPATCHERS, Candidate
 from tilewright.engine.search.space import divisors
@@ -263,13 +263,32 @@ class Exact:
     fits: bool
 
 
-def exact_evaluator(project: Project, global_batch: int) -> Callable[[Candidate], Exact | None]:
+@dataclass
+class Planner:
+    """What every plan of one search shares: the model's workload graph and the system elaborated once per
+    device count (a grown system differs) — elaborating thousands of devices costs more than a plan, and the
+    collective shapes cached on a graph (``perf.collectives``) serve every plan on it. ``make_plan``'s plan
+    (training) from the same graph and workload, for the second stage and the re-simulation alike."""
+
+    workload: WorkloadGraph
+    graphs: dict[int, HardwareGraph] = field(default_factory=dict)
+
+    def plan(self, p: Project) -> Plan:
+        devices = p.mapping.devices
+        if devices not in self.graphs:
+            self.graphs[devices] = elaborate(p.hardware, devices_needed=devices)
+        return build_plan(p, self.graphs[devices], self.workload)
+
+
+def exact_evaluator(
+    project: Project, global_batch: int, planner: Planner | None = None
+) -> Callable[[Candidate], Exact | None]:
     """Time candidates as ``tilewright run`` would with the analytic engine; None for a mapping the checks
-    refuse (``plan.checks``: e.g. cp with ep, or a stage too small)."""
+    refuse (``plan.checks``: e.g. cp with ep, or a stage too small). ``planner``: the search's (None: one of
+    its own, the same model for every candidate)."""
     run = project.run.model_copy(update={"engine": EngineKind.analytic})
     engine = AnalyticEngine(timeline=False, energy=False)
-    workload = build_workload(project.workload)  # the same model for every candidate
-    graphs: dict[int, HardwareGraph] = {}  # elaborated once per device count (a grown system differs)
+    planner = planner or Planner(build_workload(project.workload))
 
     def evaluate(c: Candidate) -> Exact | None:
         try:
@@ -279,10 +298,7 @@ def exact_evaluator(project: Project, global_batch: int) -> Callable[[Candidate]
         if check_project(p):
             return None
         try:
-            devices = p.mapping.devices
-            if devices not in graphs:
-                graphs[devices] = elaborate(p.hardware, devices_needed=devices)
-            r = engine.run(build_plan(p, graphs[devices], workload))
+            r = engine.run(planner.plan(p))
         except (InputError, ValueError):
             return None
         return Exact(r.iteration_time_s, r.peak_memory_bytes, r.oom is None)

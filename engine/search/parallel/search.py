@@ -43,6 +43,7 @@ from tilewright.engine.search.parallel.candidate import Candidate, replicas
 from tilewright.engine.search.parallel.estimate import Chunks, Estimator
 from tilewright.engine.search.parallel.extended import (
     Extensions,
+    Planner,
     default_extensions,
     exact_evaluator,
     variants,
@@ -218,6 +219,7 @@ def search(
     first = report.part(0.0, 1.0 / (1 + sims) * (0.8 if ext.active else 1.0))
     recipes = (ext.recipes, _Best(SEEDS)) if ext.recipes else None
     _walk(space, est, best, result, first, start, misses, moe, recipes)
+    planner = Planner(workload, {devices: hw})  # the second stage's and the re-simulations' plans
     ranked = _refine(best.sorted(), est, global_batch)
     if ext.active:
         second = report.part(0.8 / (1 + sims), 1.0 / (1 + sims))
@@ -232,7 +234,7 @@ def search(
             result.notes.append("recompute-module candidates that fit where the default selective recomputation "
                                 "does not: " + ", ".join(r.candidate.label() for r in fitting))
         ranked = _extend(project, ext, ranked, _seeds(misses), result, second, moe_seeds, bound,
-                         [r.candidate for r in fitting])
+                         [r.candidate for r in fitting], planner)
     result.ranked = ranked[: best.keep]
     for r in result.ranked:
         r.spatial_splits = est.spatial_splits(r.candidate)
@@ -243,7 +245,7 @@ def search(
         f"(+{result.extended:,} in the second stage) in {result.search_time_s:.1f} s",
     )
     if resimulate:
-        _resimulate(project, result, top, report.part(1.0 / (1 + sims), 1.0))
+        _resimulate(project, result, top, report.part(1.0 / (1 + sims), 1.0), planner)
     result.wall_time_s = time.perf_counter() - start
     return result
 
@@ -276,6 +278,7 @@ def _walk(
             for rc in space.recomputes:
                 tables: dict[int, tuple] = {}  # micro-batch → layer table: the row-major tensor group is fixed
                 for pp in space.pps(tp):
+                    chunked: dict[tuple[int, int], Chunks] = {}  # (micro-batch, v) → chunks, at this pp
                     report.check()
                     now = time.perf_counter()
                     if now - last_report > REPORT_EVERY_S:
@@ -295,25 +298,28 @@ def _walk(
                             fits = dense_fits = False
                             for v in space.interleaves(pp, m):
                                 c0 = Candidate(tp, pp, dp, mb, v, rc, sp, 0)
-                                if mb not in tables:
-                                    tables[mb] = est.layer_table(c0)
-                                table, key = tables[mb]
-                                chunks = est.chunks(table, key, pp, v)
+                                chunks = chunked.get((mb, v))
+                                if chunks is None:
+                                    if mb not in tables:
+                                        tables[mb] = est.layer_table(c0)
+                                    table, key = tables[mb]
+                                    chunks = chunked[(mb, v)] = est.chunks(table, key, pp, v)
                                 layouts = len(orders) * len(space.placements)
                                 fitting = _fitting(c0, m, zeros, est, chunks, capacity, result, layouts)
-                                if moe is not None and moe.offer(c0, m, chunks, est.lower_bound(c0, m, chunks)):
+                                lower = est.lower_bound(c0, m, chunks)  # without any communication
+                                if moe is not None and moe.offer(c0, m, chunks, lower):
                                     fits = True
                                 if not fitting and recipes is not None and rc is Recompute.selective:
                                     # a list re-runs the attention core and more (or MLA's cheaper up
                                     # projections instead): no faster than c0 without communication, so
                                     # pruned by the same bound as the kept candidates
-                                    if est.lower_bound(c0, m, chunks) < min(best.bound, recipes[1].bound):
+                                    if lower < min(best.bound, recipes[1].bound):
                                         for r in _recipe_fits(c0, m, est, recipes[0]):
                                             recipes[1].offer(r)
                                 if not fitting:
                                     # the seeds that missed memory are the dense walk's, whatever MoE walks on
                                     if misses is not None and not dense_done:
-                                        miss = Ranked(c0, est.lower_bound(c0, m, chunks), 0.0)
+                                        miss = Ranked(c0, lower, 0.0)
                                         misses[0].offer(miss)
                                         if dp > 1:
                                             misses[1].offer(miss)
@@ -321,12 +327,11 @@ def _walk(
                                 fits = dense_fits = True
                                 # without any communication: if that is already slower than the worst
                                 # kept, no ZeRO setting or rank order of this candidate can enter the list
-                                bound = est.lower_bound(c0, m, chunks)
                                 # (with memory_levels the residency, resolved per ZeRO setting, changes it)
-                                if bound >= best.bound and len(space.placements) == 1 and not est.levels:
+                                if lower >= best.bound and len(space.placements) == 1 and not est.levels:
                                     continue
                                 for zero, need in fitting:
-                                    _time_layouts(c0, chunks, bound, m, zero, need, space, orders, est, best, result)
+                                    _time_layouts(c0, chunks, lower, m, zero, need, space, orders, est, best, result)
                             dense_done = dense_done or not dense_fits
                             if not fits:
                                 break  # activations grow with the micro-batch: larger ones fit nowhere either
@@ -462,6 +467,7 @@ def _extend(
     moe_seeds: list[Candidate] | None = None,
     bound: ExpertBound | None = None,
     extra: list[Candidate] | None = None,
+    planner: Planner | None = None,
 ) -> list[Ranked]:
     """The second stage (``extended``): every variant of the fastest ``SEEDS`` kept candidates and of the
     fastest ``SEEDS`` that missed memory (and as many with dp ≥ 2), and (MoE) of each ep degree's seed at
@@ -469,7 +475,7 @@ def _extend(
     Variants whose memory lower bound (``moe.ExpertBound.may_fit``) exceeds the device are not planned.
     ``extra``: candidates planned as they are (the first stage's recompute-module lists that fit, ``_walk``).
     First-stage candidates the user's restrictions exclude (``Extensions.allows``) leave it."""
-    evaluate = exact_evaluator(project, result.global_batch)
+    evaluate = exact_evaluator(project, result.global_batch, planner)
     seeds = [(r.candidate, True, ext) for r in ranked[:SEEDS]] + [(r.candidate, False, ext) for r in missed]
     for s in moe_seeds or []:  # at its own degree only: the others have their own seeds
         seeds.append((s, True, replace(ext, eps=[s.ep], cps=[1], offload=None)))
@@ -512,8 +518,14 @@ def _fmt(best: _Best) -> str:
     return f"{r.iteration_time_s:.3f} s ({r.candidate.label()})"
 
 
-def _resimulate(project: Project, result: SearchResult, top: int, report: Reporter) -> None:
+def _resimulate(
+    project: Project, result: SearchResult, top: int, report: Reporter, planner: Planner | None = None
+) -> None:
+    """The top ``top`` on the event engine, planned on the search's graphs (``Planner``) and without per-link
+    series (the search reads the iteration time and memory only)."""
     from tilewright.engine.simulate import simulate
+
+    planner = planner or Planner(build_workload(project.workload))
 
     run = project.run.model_copy(update={"engine": EngineKind.event})
     n = min(top, len(result.ranked))
@@ -523,7 +535,8 @@ def _resimulate(project: Project, result: SearchResult, top: int, report: Report
         part(0.0, text)
         mapping = r.candidate.mapping(result.global_batch, project.mapping)
         p = project.model_copy(update={"mapping": mapping, "run": run})
-        r.event = simulate(p, progress=None if report.silent else _keep_text(part, text), cancel=report.cancelled)
+        r.event = simulate(p, planner.plan(p), progress=None if report.silent else _keep_text(part, text),
+                           cancel=report.cancelled, series=False)
     head = result.ranked[:top]
     head.sort(key=lambda r: r.event.iteration_time_s if r.event else r.iteration_time_s)
     result.ranked[:top] = head
