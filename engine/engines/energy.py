@@ -10,12 +10,22 @@ puts on its flow network (per device, ``aggregate=False``: tests/test_energy.py 
   rest (``links``); memory channels are left out here — their energy is the memory's pJ/byte;
 - memory: bytes a device moves to/from its own memory × that memory's pJ/byte (its DRAM, else its SRAM),
   bytes streamed from a remote DRAM port × that port's pJ/byte, and the optimizer step's reads and writes;
-- compute: FLOPs × pJ/FLOP where the IR gives one (``energy_pj_per_flop``), else not reported.
+- compute: FLOPs × pJ/FLOP in the run's format where the IR gives one (``Compute.energy_pj_per_flop``: the
+  energy a FLOP adds above the idle draw), else not reported;
+- static: every device the run uses draws its idle power (``Compute.idle_power_w``) for the whole iteration or
+  request, busy or waiting (a pipeline bubble, a collective, the host's launches all cost it);
+- host: every instance of a component that holds those devices and computes nothing itself (a DGX node: its
+  CPUs, NVSwitches, NICs, fans) draws its own ``power_w`` for the whole run. That figure is the rated
+  maximum a preset states (the node's share of the system's maximum), so this part is an upper bound.
+
+The last two are powers, not counts: their joules are the power × the time the engine measured
+(``Energy.lasting``), so they follow each engine's own timing while everything else is shared.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -24,7 +34,7 @@ from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.passes import ChunkPass
 from tilewright.engine.plan.program import Program
 from tilewright.engine.plan.sharding import spans_replicas
-from tilewright.engine.results.result import ENERGY_PARTS, Energy
+from tilewright.engine.results.result import ENERGY_PARTS, LASTING_PARTS, Energy
 
 PJ = 1e-12
 
@@ -37,6 +47,7 @@ class Traffic:
     local_bytes: list[float] = field(default_factory=list)  # per stage: to/from the devices' own memory
     remote_bytes: list[float] = field(default_factory=list)  # per stage: streamed from remote DRAM ports
     flops: list[float] = field(default_factory=list)  # per stage
+    devices: list[list[int]] = field(default_factory=list)  # per stage: the devices that run it
 
 
 class _Usage:
@@ -102,7 +113,9 @@ def iteration_traffic(program: Program) -> Traffic:
     usage = _Usage()
     out = Traffic()
     for r, st in enumerate(plan.stages):
-        devices = sum(len(st.groups[j]) for j in replicas)
+        members = [d for j in replicas for d in st.groups[j]]
+        devices = len(members)
+        out.devices.append(members)
         runs = stage_runs(program, r)
         local, remote, flops = device_traffic(program, r, runs)
         for ps, n in runs:
@@ -139,17 +152,53 @@ def _figure(what: str, value: float, unit: str) -> str:
     return f"{what}: {value:g} {unit}" + ("" if value else " (no figure in the hardware IR: counts as 0)")
 
 
-def iteration_energy(program: Program, traffic: Traffic | None = None) -> Energy:
-    """The iteration's (or request's) energy. A pure function of the plan, so it is computed once per plan
-    and mode and kept on the plan: a search or benchmark that re-runs one plan pays for it once (walking
-    every replica's collectives costs more than the analytic recurrence itself)."""
+def iteration_energy(program: Program, traffic: Traffic | None = None, time_s: float | None = None) -> Energy:
+    """The iteration's (or request's) energy; with ``time_s`` (the engine's measured end) the constant-power
+    parts too (``static``, ``host``), else those stay None. The counted part is a pure function of the plan,
+    so it is computed once per plan and mode and kept on the plan: a search or benchmark that re-runs one
+    plan pays for it once (walking every replica's collectives costs more than the analytic recurrence)."""
     if traffic is not None:
-        return _energy(program, traffic)
-    key = f"_iteration_energy_{'train' if program.train else 'infer'}"
-    hit = program.plan.__dict__.get(key)
-    if hit is None:
-        hit = program.plan.__dict__[key] = _energy(program, iteration_traffic(program))
-    return hit
+        hit = _energy(program, traffic)
+    else:
+        key = f"_iteration_energy_{'train' if program.train else 'infer'}"
+        hit = program.plan.__dict__.get(key)
+        if hit is None:
+            hit = program.plan.__dict__[key] = _energy(program, iteration_traffic(program))
+    return hit if time_s is None else hit.lasting(time_s)
+
+
+def _instance_component(node: str) -> str:
+    """The component path of a hardware graph node ("dgx-a100/node[3]" → "dgx-a100/node")."""
+    return re.sub(r"\[\d+\]", "", node)
+
+
+def _lasting_power(program: Program, traffic: Traffic, sources: dict[str, None]) -> dict[str, float | None]:
+    """W drawn whatever the devices do: each used device's idle power (``static``), and each distinct instance
+    of a non-computing component holding them (``host``) at its own ``power_w``; None where no figure."""
+    hw = program.plan.hw
+    static: float | None = None
+    hosts: dict[str, float] = {}
+    seen: set[str] = set()
+    for members in traffic.devices:
+        for d in members:
+            device = hw.devices[d]
+            idle = device.compute.idle_power_w
+            if idle is not None:
+                static = (static or 0.0) + idle
+                sources[f"static {device.path}: idle {idle:g} W per device"] = None
+            parts = device.node.split("/")
+            for k in range(1, len(parts)):
+                inst = "/".join(parts[:k])
+                if inst in seen:
+                    continue
+                seen.add(inst)
+                comp = hw.root.find(_instance_component(inst))
+                if comp is not None and comp.compute is None and comp.power_w:
+                    hosts[inst] = comp.power_w
+                    sources[f"host {comp.name}: {comp.power_w:g} W per instance (its rated maximum)"] = None
+    if static is None:
+        sources["static: no idle power in the hardware IR (not reported)"] = None
+    return {"static": static, "host": sum(hosts.values()) if hosts else None}
 
 
 def _energy(program: Program, traffic: Traffic) -> Energy:
@@ -160,11 +209,11 @@ def _energy(program: Program, traffic: Traffic) -> Energy:
     for r, st in enumerate(plan.stages):
         device = plan.hw.devices[st.groups[0][0]]
         dev = st.dev
-        per_flop = getattr(dev.compute, "energy_pj_per_flop", None)
+        per_flop = dev.compute.flop_energy_pj(dev.dtype)
         if per_flop is not None:
             has_compute_figure = True
             parts["compute"] = (parts["compute"] or 0.0) + traffic.flops[r] * per_flop * PJ
-            sources[_figure(f"compute {device.path}", per_flop, "pJ/FLOP")] = None
+            sources[_figure(f"compute {device.path} ({dev.dtype.value})", per_flop, "pJ/FLOP")] = None
         own = dev.local_dram or _sram(device.memories)
         if own is not None and traffic.local_bytes[r]:
             part = "sram" if own.kind is MemoryKind.sram else "dram"
@@ -185,4 +234,7 @@ def _energy(program: Program, traffic: Traffic) -> Energy:
         part = "noc" if link.kind == "noc" else "links"
         parts[part] = (parts[part] or 0.0) + nbytes * 8 * link.energy_pj_per_bit * PJ
         sources[_figure(f"{link.kind} links of {link.level}", link.energy_pj_per_bit, "pJ/bit")] = None
-    return Energy(by_part=parts, sources=list(sources))
+    power = _lasting_power(program, traffic, sources)
+    for k in LASTING_PARTS:
+        parts[k] = None
+    return Energy(by_part=parts, sources=list(sources), power_w=power)

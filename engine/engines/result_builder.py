@@ -232,7 +232,7 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
         memory=tracks,
         critical_path=m.critical,
         lane_devices=m.lane_devices,
-        energy=iteration_energy(program) if energy else None,  # a search's candidates skip it
+        energy=iteration_energy(program, time_s=m.end) if energy else None,  # a search's candidates skip it
         residency=residency_rows(plan),
         dram_ports=dram_port_rows(program, m.links, m.end),
         **meta,

@@ -19,6 +19,7 @@ from tilewright.engine.ir.common import (
     QuietDefaultsModel,
     Seconds,
     StrictModel,
+    Watts,
 )
 from tilewright.engine.ir.tile_grid import TileGrid
 
@@ -83,7 +84,7 @@ class Compute(QuietDefaultsModel):
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
               "programs_by_op", "gemm_granule", "runtime_step_s", "host_sync_s", "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
-              "format_efficiency", "microscaling")
+              "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -176,6 +177,19 @@ class Compute(QuietDefaultsModel):
         "(scheduling, input preparation, the sampled tokens' copy back and output processing), paid once per "
         "prefill or decode pass of the first pipeline stage",
     )
+    energy_pj_per_flop: dict[DType, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="per data type, the energy one matrix FLOP adds above the idle draw (its dynamic energy, "
+        "with the register, shared-memory and cache traffic that feeds it): (power under a sustained GEMM - "
+        "idle_power_w) / that GEMM's FLOP/s; a format without one takes the format its peak falls back to "
+        "(``peak``); none at all: compute energy not known",
+    )
+    idle_power_w: Watts | None = Field(
+        None,
+        description="what the device draws powered on, clocks up and nothing running (leakage, clock tree, "
+        "memory refresh and PHYs): drawn for the whole iteration or request, busy or not. Not ``power_w`` "
+        "(the component's rated maximum, a budget); None: not known",
+    )
     comment: str = ""
 
     @model_validator(mode="after")
@@ -206,17 +220,32 @@ class Compute(QuietDefaultsModel):
         d = DType(dtype)
         if self.grid is not None:
             return self.grid.peak(d, fidelity or DEFAULT_FIDELITY[d])
-        order = [DType.fp8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
+        return self.peak_flops[self.runs_as(d)]
+
+    def runs_as(self, dtype: DType | str) -> DType:
+        """The format whose units a ``dtype`` op runs on (not on a grid): its own, else the nearest wider
+        floating-point format the device has (``peak``), else the fastest."""
+        d = DType(dtype)
         if d in self.peak_flops:
-            return self.peak_flops[d]
+            return d
+        order = [DType.fp8, DType.fp16, DType.bf16, DType.tf32, DType.fp32]
         if d is DType.int8:
             order = [DType.int8, *order[1:]]
         elif d in (DType.bfp8, DType.bfp4):
             order = order[2:]
         for cand in order[order.index(d) :] if d in order else order:
             if cand in self.peak_flops:
-                return self.peak_flops[cand]
-        return max(self.peak_flops.values())
+                return cand
+        return max(self.peak_flops, key=self.peak_flops.__getitem__)
+
+    def flop_energy_pj(self, dtype: DType | str) -> float | None:
+        """pJ per matrix FLOP in ``dtype`` (``energy_pj_per_flop``): the format's own figure, else the figure of
+        the format ``peak`` falls back to (fp8 without fp8 units runs as fp16 and costs what fp16 costs), else
+        None — never another format's figure for a format the device has units for."""
+        d = DType(dtype)
+        if d in self.energy_pj_per_flop or self.grid is not None:
+            return self.energy_pj_per_flop.get(d)
+        return self.energy_pj_per_flop.get(self.runs_as(d))
 
     def shape_efficiency(self, m: float, n: float, k: float = 0.0) -> float:
         """Tile and wave quantization of an M×N output (NVIDIA, "Matrix Multiplication Background",

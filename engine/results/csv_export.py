@@ -34,6 +34,7 @@ METRIC_UNITS = {
     "tokens_per_s_per_device": "tokens/s",
     "energy_j": "J",
     "average_power_w": "W",
+    "average_power_per_device_w": "W",
     "energy_per_token_j": "J/token",
     "energy_sources": "",
 }

@@ -16,8 +16,11 @@ TIME_CATEGORIES = (
     "memory_stall", "host_wait",
 )
 # Where energy goes: arithmetic, SRAM and DRAM accesses, on-chip/on-wafer links (NoC), links between chips,
-# nodes and switches.
-ENERGY_PARTS = ("compute", "sram", "dram", "noc", "links")
+# nodes and switches; then what is drawn for as long as the run lasts, busy or not: the devices' idle power
+# (``static``) and the hosts around them (``host``: a node's CPUs, switches, NICs and fans).
+ENERGY_PARTS = ("compute", "sram", "dram", "noc", "links", "static", "host")
+#: The parts drawn at a constant power over the whole iteration or request (``Energy.power_w``).
+LASTING_PARTS = ("static", "host")
 
 
 @dataclass
@@ -117,15 +120,24 @@ def memory_verdict(tracks: list[MemoryTrack]) -> tuple[dict[str, float], OutOfMe
 @dataclass
 class Energy:
     """Energy of one iteration (training) or one request (inference) in joules, by where it is spent,
-    from the hardware IR's figures (pJ/byte of memories, pJ/bit of interconnects, pJ/FLOP where the IR
-    has one); ``sources`` names every figure used. A part is None when the IR gives no figure for it."""
+    from the hardware IR's figures (pJ/byte of memories, pJ/bit of interconnects, pJ/FLOP, the devices' idle
+    power and their hosts' power where the IR has them); ``sources`` names every figure used. A part is None
+    when the IR gives no figure for it."""
 
     by_part: dict[str, float | None]
     sources: list[str] = field(default_factory=list)
+    # the parts drawn at a constant power whatever the devices do (``LASTING_PARTS``), in W; None: not known.
+    # Their joules depend on how long the run lasts, which each engine times itself (``lasting``)
+    power_w: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def total_j(self) -> float:
         return sum(v for v in self.by_part.values() if v is not None)
+
+    def lasting(self, time_s: float) -> Energy:
+        """This energy with the constant-power parts drawn over ``time_s`` (the iteration or request)."""
+        timed = {k: None if w is None else w * time_s for k, w in self.power_w.items()}
+        return Energy(by_part=self.by_part | timed, sources=list(self.sources), power_w=dict(self.power_w))
 
 
 @dataclass
@@ -205,6 +217,9 @@ class Result:
             out["energy_j"] = e
             out["energy_breakdown_j"] = {k: self.energy.by_part.get(k) for k in ENERGY_PARTS}
             out["average_power_w"] = e / t if t > 0 else 0.0
+            # what one device draws on average, to hold against its TDP: every part but the hosts around it
+            own = e - (self.energy.by_part.get("host") or 0.0)
+            out["average_power_per_device_w"] = own / t / self.devices if t > 0 and self.devices else 0.0
             out["energy_per_token_j"] = e / tokens if tokens > 0 else 0.0
             out["energy_sources"] = list(self.energy.sources)
         if self.oom is not None:
@@ -248,12 +263,14 @@ class Result:
         parts = ", ".join(f"{k} {number(v)} s" for k, v in m["time_breakdown_s"].items() if v > 0)
         lines.append(f"  time breakdown   {parts}")
         if self.energy is not None and not any(self.energy.by_part.values()):
-            lines.append("  energy           not known: the hardware IR has no energy figures (pJ/byte, pJ/bit)")
+            lines.append("  energy           not known: the hardware IR has no energy figures "
+                         "(pJ/byte, pJ/bit, pJ/FLOP, idle W)")
         elif self.energy is not None:
             per = "request" if self.mode == "infer" else "iteration"
             lines.append(
                 f"  energy           {number(m['energy_j'])} J per {per}, {number(m['energy_per_token_j'])} J/token, "
-                f"average {number(m['average_power_w'])} W"
+                f"average {number(m['average_power_w'])} W "
+                f"({number(m['average_power_per_device_w'])} W per device, host excluded)"
             )
             shown = ", ".join(
                 f"{k} {'n/a' if v is None else f'{number(v)} J'}" for k, v in m["energy_breakdown_j"].items()

@@ -38,12 +38,16 @@ LABELS = {
     "tpot_s": "time per output token",
     "energy_j": "energy",
     "average_power_w": "average power",
+    "average_power_per_device_w": "average power per device (host excluded)",
     "energy_per_token_j": "energy per token",
     "tokens_per_s_per_user": "output tokens/s per user",
     "tokens_per_s_per_device": "output tokens/s per device",
 }
 SKIPPED = ("energy_sources", "spatial_splits")  # shown below (splits) or in --json and the metrics CSV
-ENERGY_KEYS = ("energy_j", "average_power_w", "energy_per_token_j")
+ENERGY_KEYS = ("energy_j", "average_power_w", "average_power_per_device_w", "energy_per_token_j")
+# the energy table's rows: what each part is, so "static" and "host" read as the power drawn all along
+ENERGY_PART_LABELS = {"sram": "SRAM", "dram": "DRAM", "noc": "NoC", "static": "static (idle devices)",
+                      "host": "host (node, rated max)"}
 UNKNOWN_ENERGY = "not known"
 SPLITS_TITLE = "Split over the cores"
 
@@ -114,8 +118,7 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
             tables.append((title, rows))
     if "energy_breakdown_j" in m and known:
         per = "request" if m.get("mode") == "infer" else "iteration"
-        names = {"sram": "SRAM", "dram": "DRAM", "noc": "NoC"}
-        rows = [(names.get(k, k), format_metric("x_j", v))
+        rows = [(ENERGY_PART_LABELS.get(k, k), format_metric("x_j", v))
                 for k, v in m["energy_breakdown_j"].items()]
         rows.append(("total", format_metric("energy_j", m["energy_j"])))
         tables.append((f"Energy per {per}", rows))
