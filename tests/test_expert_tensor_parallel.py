@@ -161,7 +161,7 @@ def test_ep_may_exceed_dp_once_folded():
 
 @pytest.mark.parametrize(("kw", "path", "text"), [
     ({"etp": 3, "tp": 4, "dp": 2, "ep": 2}, "mapping.expert_tp", "3 does not divide tp (4)"),
-    ({"etp": 1, "ep": 1}, "mapping.expert_tp", "needs expert parallelism"),
+    ({"etp": 1, "ep": 1, "sp": False}, "mapping.sequence_parallel", "needs sequence parallelism"),
     ({"etp": 1, "tp": 2, "dp": 2, "ep": 8}, "mapping.ep", "ep × expert_tp (8 × 1) does not divide tp × dp (2 × 2)"),
 ])
 def test_validation_names_the_field(kw, path, text):

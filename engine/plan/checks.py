@@ -57,17 +57,21 @@ def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
 def _expert_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     """``ep`` splits the routed experts over ep of the stage's replicas (dp, times cp with context parallelism:
     Megatron-Core's expert rank generator folds the MoE layer over tp × cp × dp), or with ``expert_tp`` below tp
-    over ep × expert_tp of the stage's tp × cp × dp ranks (MoE parallel folding, ``plan.experts``). Messages
-    name cp only when it is above 1, so the cp 1 wording the studio shows stays."""
+    over ep × expert_tp of the stage's tp × cp × dp ranks (MoE parallel folding, ``plan.experts``) — at ep 1 too:
+    expert_tp × ep × expert_dp = tp × cp × dp holds for any expert_tp dividing tp, each expert-tensor group then
+    running every routed expert on its own tokens. Megatron-LM asks for sequence parallelism with MoE and
+    tensor parallelism (``megatron/training/arguments.py``: "When using MoE and tensor parallelism, sequence
+    parallelism must be used"); the plan asks it where the experts' split is below tp, which it sizes from
+    each rank's S/tp tokens. Messages name cp only when it is above 1, so the cp 1 wording the studio shows
+    stays."""
     etp = m.expert_tp if m.expert_tp is not None else m.tp
-    if m.ep <= 1:
-        if etp == m.tp:
-            return []
-        return [Problem("mapping.expert_tp", f"{etp} below tp ({m.tp}) needs expert parallelism (mapping.ep > 1): "
-                        "without it the routed experts are split like any other op")]
+    if m.ep <= 1 and etp == m.tp:
+        return []
     experts = {op.moe.experts for op in graph.ops() if op.moe is not None}
     if not experts:
-        return [Problem("mapping.ep", f"{m.ep}: the model has no mixture-of-experts layers to split")]
+        if m.ep > 1:
+            return [Problem("mapping.ep", f"{m.ep}: the model has no mixture-of-experts layers to split")]
+        return [Problem("mapping.expert_tp", f"{etp}: the model has no mixture-of-experts layers to split")]
     out = []
     replicas = m.dp * m.cp  # the stage's replicas of the tensor group (``plan.plan.build_plan``)
     names, sizes = ("cp × dp", f"{m.cp} × {m.dp}") if m.cp > 1 else ("dp", f"{m.dp}")
@@ -80,6 +84,9 @@ def _expert_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
         out.append(Problem("mapping.ep", f"ep × expert_tp ({m.ep} × {etp}) does not divide tp × {names} ({m.tp} × "
                            f"{sizes}): the expert ranks fold over one pipeline stage's tensor"
                            f"{', context' if m.cp > 1 else ''} and data-parallel ranks"))
+    if etp < m.tp and not m.sequence_parallel:
+        out.append(Problem("mapping.sequence_parallel", f"off: expert_tp {etp} below tp ({m.tp}) needs sequence "
+                           "parallelism (Megatron-LM requires it with MoE and tensor parallelism)"))
     if etp != m.tp and m.tp_axes is not None:
         out.append(Problem("mapping.expert_tp", "expert tensor parallelism below tp with 2-D tensor parallelism "
                            "(mapping.tp_axes) is not simulated"))

@@ -13,6 +13,19 @@ e, expert-data-parallel index k), Megatron-Core's expert rank generator (order t
 tensor ranks of one replica), an expert-data-parallel group shares (e, u): tp·dp / (ep·etp) ranks
 (``group_comm.folded_groups``). The dense ops keep tp.
 
+The same reading holds at ep 1 (``expert_tp × ep × expert_dp = tp × cp × dp`` in Megatron-Core's expert rank
+generator, ``parallel_state.initialize_model_parallel``, for any expert_tp dividing tp): no all-to-all, each
+expert-tensor group of etp consecutive tensor ranks runs every routed expert on its own tokens, each
+expert's weights split by etp (``TEGroupedMLP``/``SequentialMLP`` in ``moe/experts.py`` build their
+column/row-parallel linears with ``tp_group=pg_collection.expt_tp``) and replicated over a replica's
+tp / etp groups, their gradients reduced over the tp · dp / etp ranks holding the same shard
+(``experts_apart``: the plan counts the experts apart whenever ep > 1 or etp ≠ tp). The token dispatcher
+takes its tensor group from the same place (``MoETokenDispatcher``: ``tp_group = pg_collection.expt_tp``,
+``tp_ep_group = pg_collection.tp_ep``, etp × ep ranks), so ``MoEAllGatherTokenDispatcher.token_dispatch``
+gathers the layer's tokens over etp ranks — not at all at etp 1 (it gathers only when
+``tp_size > 1 or ep_size > 1``) — and Megatron-LM asks for sequence parallelism with MoE and tensor
+parallelism (``training/arguments.py``): each rank's tokens are its sequence shard (``plan.checks``).
+
 With context parallelism (``mapping.cp``) the stage's replicas are its dp · cp ones (replica d · cp + c,
 Megatron's dense order tp-cp-dp; ``plan.plan.build_plan``), and the MoE layer folds over all of them:
 Megatron-Core's expert rank generator has cp = 1 and expert data parallelism tp · cp · dp / (ep · etp) of a
@@ -40,7 +53,8 @@ device runs micro_batch / cp samples' worth of tokens, so its all-to-all carries
   with etp / tp of the bytes below it, none at etp 1 (``expert_tp_comm``). Without expert parallelism
   (ep 1, and every pass that is not training) the all-gather dispatcher's collective is the dense one:
   ``MoEAllGatherTokenDispatcher`` gathers the layer's tokens before routing (tokens · hidden) and
-  reduce-scatters them after the local un-permutation. A device's expert GEMMs then run etp / tp of its
+  reduce-scatters them after the local un-permutation — over the tensor group at etp = tp, over the
+  expert-tensor groups (etp / tp of the bytes) below it, none at etp 1. A device's expert GEMMs then run etp / tp of its
   replica's token-slots on 1/etp of the width: FLOPs per device stay flops / tp on a balanced router. The
   flex dispatcher (``'deepep'``) has no separate gather — its exchange spans the tp × ep group and sends a
   token to every tensor rank of an expert — but moves the same token-slots to the same ranks, so the plan
@@ -105,11 +119,20 @@ ETP_PREFIX = "etp:"  # a routed expert's tensor-parallel collective over its exp
 
 
 def expert_tp_of(mapping: Mapping, train: bool = True) -> int:
-    """The expert-tensor-parallel degree in force: ``mapping.expert_tp`` (None: tp, Megatron's default);
-    tp without expert parallelism in the plan (ep 1, or a pass that is not training)."""
-    if not train or mapping.ep <= 1 or mapping.expert_tp is None:
+    """The expert-tensor-parallel degree in force: ``mapping.expert_tp`` (None: tp, Megatron's default),
+    with or without expert parallelism (ep 1 folds too: every routed expert on every expert-tensor group);
+    tp in a pass that is not training (serving splits every op by tp)."""
+    if not train or mapping.expert_tp is None:
         return mapping.tp
     return mapping.expert_tp
+
+
+def experts_apart(ep: int, etp: int, tp: int) -> bool:
+    """Whether the routed experts have a layout of their own: expert parallelism, or expert tensor
+    parallelism differing from tp (ep 1 included). Then their weights are counted apart, their gradients
+    reduced and their ZeRO shards held over the expert-data-parallel group (``expert_dp``); otherwise
+    they are split over tp like every other op and reduced with the dense weights, bit for bit as before."""
+    return ep > 1 or etp != tp
 
 
 def expert_dp(tp: int, dp: int, ep: int, etp: int) -> int:

@@ -11,7 +11,14 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, Phase, collective
 from tilewright.engine.plan.context import ContextComm
-from tilewright.engine.plan.experts import Routing, all_to_all, expert_dp, expert_tp_of, hierarchical_all_to_all
+from tilewright.engine.plan.experts import (
+    Routing,
+    all_to_all,
+    expert_dp,
+    expert_tp_of,
+    experts_apart,
+    hierarchical_all_to_all,
+)
 from tilewright.engine.plan.sharding import ShardComm, dp_kind, is_edp, stage_shard_comm
 
 
@@ -207,10 +214,11 @@ def shard_comm(
         return hit
 
     etp = expert_tp_of(m)
+    # cp ranks fold into the experts' dp; None: the experts are split over tp and sharded like the dense weights
+    edp = expert_dp(m.tp, replicas, m.ep, etp) if experts_apart(m.ep, etp, m.tp) else None
     return stage_shard_comm(
         m.zero, replicas, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
-        m.ep, extra_params, expert_dp(m.tp, replicas, m.ep, etp),  # cp ranks fold into the experts' dp
-        layer_weight_bytes,
+        m.ep, extra_params, edp, layer_weight_bytes,
     )
 
 

@@ -45,6 +45,7 @@ from tilewright.engine.plan.experts import (
     ETP_PREFIX,
     expert_dp,
     expert_tp_of,
+    experts_apart,
     is_ep,
     is_etp,
     routed_experts,
@@ -277,7 +278,7 @@ class Plan:
     def replicas(self) -> int:
         """The largest group a gradient is reduced over: dp, or the routed experts' expert-data-parallel
         group when expert tensor parallelism folds it over tensor ranks too (``experts.expert_dp``)."""
-        if self.ep <= 1:
+        if not experts_apart(self.ep, self.expert_tp, self.tp):
             return self.dp
         return max(self.dp, expert_dp(self.tp, self.dp, self.ep, self.expert_tp))
 
@@ -388,6 +389,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     # parallelism (``plan.sharding``)
     shard_dp = m.dp * cp
     edp = expert_dp(m.tp, shard_dp, ep, etp)  # the MoE layer folds over the stage's dp · cp replicas too
+    apart = experts_apart(ep, etp, m.tp)  # the experts' own layout: ep > 1, or expert tp below tp at ep 1
     if m.stages:
         ordered = sorted(m.stages, key=lambda s: s.stage)
         per_virtual = [list(range(s.layers[0], s.layers[1])) for s in ordered]
@@ -487,13 +489,13 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             p = params_on_device(ops, m.tp) + sum(tied_copy.get(i, 0.0) for i in idx)
             params += p
             grad[c] = p * state_per_param.gradients
-            if ep > 1:
+            if apart:
                 expert_params[c] = params_on_device(routed_experts(ops), m.tp)
                 expert_grad[c] = expert_params[c] * state_per_param.gradients
         if run.mode is Mode.train:  # the framework's host synchronisations (``plan.train_step``)
             add_drains(passes, m.pp, r, dev.compute, m.tp, mb * (workload.tokens_per_sample + 1) * TOKEN_BYTES)
         experts = sum(expert_params.values())
-        state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, edp if ep > 1 else None)
+        state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, edp if apart else None)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
         step = adam_step(state_per_param, m.optimizer_moments)

@@ -34,7 +34,7 @@ from tilewright.engine.perf.memory import (
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import LEVELS, Level, Residency
-from tilewright.engine.plan.experts import expert_dp, expert_tp_of, routed_experts
+from tilewright.engine.plan.experts import expert_dp, expert_tp_of, experts_apart, routed_experts
 from tilewright.engine.plan.passes import fused_edges
 
 AUTO = "auto"
@@ -254,8 +254,10 @@ def stage_residency(
     if not m.memory_levels:
         return None
     ops = [op for layer in layers for op in layer]
-    experts = params_on_device(routed_experts(ops), m.tp) if m.ep > 1 else 0.0  # ops as sharded (``shard_experts``)
-    edp = expert_dp(m.tp, replicas, m.ep, expert_tp_of(m)) if m.ep > 1 else None  # folds over cp too
+    etp = expert_tp_of(m, project.run.mode is Mode.train)
+    apart = experts_apart(m.ep, etp, m.tp)  # expert parallelism, or expert tp below tp at ep 1 (``plan.experts``)
+    experts = params_on_device(routed_experts(ops), m.tp) if apart else 0.0  # ops as sharded (``shard_experts``)
+    edp = expert_dp(m.tp, replicas, m.ep, etp) if apart else None  # folds over cp too
     state = expert_model_state(params_on_device(ops, m.tp), experts, per_param, m.zero, replicas, m.ep, edp)
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)

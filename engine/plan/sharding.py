@@ -30,8 +30,9 @@ Mixture-of-experts models (``mapping.ep``, ``plan.experts``): a layer's routed-e
 the dp / ep replicas with the same expert rank only (Megatron-Core's expert-data-parallel group, DeepSpeed-MoE's
 expert data parallelism), so their gathers and reduce-scatters run over that group — kind prefixed ``edp:`` —
 and the layer's other weights' over all dp replicas; with dp = ep every replica holds its own experts and
-they need none. The tied word embedding's copy on the last pipeline stage (``plan.tied``) is gathered and
-reduced with the head layer that uses it (``ShardComm.extra_params``).
+they need none. With expert tensor parallelism below tp that group is tp · dp / (ep · expert_tp) ranks, at
+ep 1 too (``experts.experts_apart``). The tied word embedding's copy on the last pipeline stage (``plan.tied``)
+is gathered and reduced with the head layer that uses it (``ShardComm.extra_params``).
 
 The collectives ride on ``Segment.comm`` with the kind prefixed ``dp:`` (or ``edp:``); ``Plan.tp_collective``
 resolves them on the data-parallel (expert-data-parallel) groups of the stage, all tensor ranks at once, as
@@ -148,8 +149,10 @@ def stage_shard_comm(
     the replicas the weights are sharded over (dp · cp with context parallelism, module docstring); ``ep``:
     the expert-parallel degree (its routed experts are sharded over dp / ep replicas); ``extra_params``:
     per layer index, parameters it holds beyond its ops' (``ShardComm.extra_params``); ``edp``: the routed
-    experts' expert-data-parallel group (``experts.expert_dp``; None: dp / ep)."""
-    expert_dp = (edp if edp is not None else max(dp // ep, 1)) if ep > 1 else 0
+    experts' expert-data-parallel group (``experts.expert_dp``; None: dp / ep with expert parallelism, else no
+    group of their own). At ep 1 an ``edp`` is given when expert tensor parallelism below tp folds the experts
+    over tp / expert_tp × dp ranks (``experts.experts_apart``)."""
+    expert_dp = (edp if edp is not None else max(dp // ep, 1)) if ep > 1 or edp is not None else 0
     if max(dp, expert_dp) <= 1 or zero < 2:
         return None
     return ShardComm(

@@ -44,9 +44,10 @@ class Candidate:
     def extended(self) -> bool:
         """Uses a dimension the fast evaluator does not time (``extended``): ep, cp, ZeRO-2/3, offload,
         overlapped gradient reduction, all-to-all or tensor-parallel communication, the MoE dispatcher, a
-        recompute-modules list (``extended.RECOMPUTE_RECIPES``)."""
+        recompute-modules list (``extended.RECOMPUTE_RECIPES``), expert tensor parallelism apart from tp."""
         return (
             self.ep > 1
+            or (self.expert_tp is not None and self.expert_tp != self.tp)  # ep 1 folds too (``plan.experts``)
             or self.cp > 1
             or self.zero >= 2
             or self.fsdp

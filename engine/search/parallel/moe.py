@@ -92,7 +92,7 @@ class ExpertBound:
         # bytes per parameter, linear in parameters: the experts' state is sharded over the ranks that hold
         # the same experts (dp / ep replicas; tp·dp / (ep·etp) ranks with expert tp below tp, ``plan.experts``),
         # the rest over all dp (``perf.memory.expert_model_state``)
-        etp = c.expert_tp if c.expert_tp is not None and ep > 1 else c.tp
+        etp = c.expert_tp if c.expert_tp is not None else c.tp  # ep 1 folds too (``experts.expert_tp_of``)
         s = model_state(1.0, self.est.state_per(zero), zero, c.dp * c.cp)  # dp · cp replicas, as plan.build_plan
         x = model_state(1.0, self.est.state_per(zero), zero, expert_dp(c.tp, c.dp * c.cp, ep, etp))  # plan.build_plan
         per = s.weights + s.gradients + (0.0 if offload else s.optimizer)
