@@ -89,9 +89,9 @@ def format_ranges(ranges: list[LayerRange]) -> str:
 
 def expert_tp_text(mapping: Mapping) -> int | None:
     """The expert tensor parallelism worth showing: only when it differs from tp (Megatron's default, so
-    "etp" would otherwise repeat tp) and experts are split at all (ep > 1; ``plan.experts.expert_tp_of``)."""
+    "etp" would otherwise repeat tp), with or without expert parallelism (``plan.experts.expert_tp_of``)."""
     etp = expert_tp_of(mapping)
-    return etp if mapping.ep > 1 and etp != mapping.tp else None
+    return etp if etp != mapping.tp else None
 
 
 def stage_split(mapping: Mapping) -> tuple[int, str]:
@@ -101,8 +101,8 @@ def stage_split(mapping: Mapping) -> tuple[int, str]:
     text = f"tp {mapping.tp}" + (f" × cp {cp}" if cp > 1 else "") + f" × dp {mapping.dp}"
     if mapping.ep > 1:
         text += f" · ep {mapping.ep}"
-        if (etp := expert_tp_text(mapping)) is not None:
-            text += f" · etp {etp}"
+    if (etp := expert_tp_text(mapping)) is not None:
+        text += f" · etp {etp}"
     return mapping.stage_devices, text
 
 

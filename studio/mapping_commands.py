@@ -20,7 +20,7 @@ def degrees_text(m: Mapping) -> str:
     """"tp 1 · pp 4 · dp 16 · ep 8": the parallel degrees, ep and cp only when they split anything."""
     parts = [f"tp {m.tp}", f"pp {m.pp}", f"dp {m.dp}"]
     parts += [f"{name} {value}" for name, value in (("ep", m.ep), ("cp", m.cp)) if value > 1]
-    if m.ep > 1 and m.expert_tp is not None and m.expert_tp != m.tp:  # experts folded over tp × dp
+    if m.expert_tp is not None and m.expert_tp != m.tp:  # experts folded over tp × cp × dp (ep 1 too)
         parts.append(f"expert tp {m.expert_tp}")
     return " · ".join(parts)
 

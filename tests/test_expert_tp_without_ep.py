@@ -191,3 +191,24 @@ def test_cli_expert_tp_without_ep():
     assert no_sp.returncode == 2 and "mapping.sequence_parallel" in no_sp.stderr
     bad = _cli("--expert-tp", "3", "--sequence-parallel")
     assert bad.returncode == 2 and "mapping.expert_tp" in bad.stderr
+
+
+def test_the_search_tries_whole_experts_without_expert_parallelism():
+    """The second stage's variants of a sequence-parallel tp > 1 seed of a MoE model include ep 1 with whole
+    experts per rank; a seed without sequence parallelism (refused by the checks) or a dense model gets none."""
+    from dataclasses import replace
+
+    from tilewright.engine.search.parallel.candidate import Candidate
+    from tilewright.engine.search.parallel.extended import Extensions, variants
+
+    ext = Extensions(eps=[1, 2], cps=[1], zeros=[1], fsdp=False, offload=None, overlap=False,
+                     dispatchers=["alltoall"], node_devices=8)
+    seed = Candidate(tp=TP, pp=1, dp=DP, micro_batch=MB, sequence_parallel=True)
+    base = _project(None)
+    found = [c for c in variants(seed, ext, SPEC, fits=True) if c.ep == 1 and c.expert_tp == 1]
+    assert len(found) == 1
+    chosen = base.model_copy(update={"mapping": found[0].mapping(base.mapping.global_batch, base.mapping)})
+    assert chosen.mapping.expert_tp == 1 and check_project(chosen) == []
+    assert not [c for c in variants(replace(seed, sequence_parallel=False), ext, SPEC, fits=True) if c.expert_tp]
+    dense = SPEC.model_copy(update={"moe": None})
+    assert not [c for c in variants(seed, ext, dense, fits=True) if c.expert_tp]

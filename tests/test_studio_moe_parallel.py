@@ -46,6 +46,9 @@ def test_stage_split_names_ep_and_cp_only_when_they_split():
     assert stage_split(Mapping(tp=2, dp=4, global_batch=4)) == (8, "tp 2 × dp 4")
     assert stage_split(Mapping(tp=1, dp=16, ep=8, global_batch=16)) == (16, "tp 1 × dp 16 · ep 8")
     assert stage_split(Mapping(tp=2, dp=2, cp=4, global_batch=2)) == (16, "tp 2 × cp 4 × dp 2")
+    # whole experts per rank without expert parallelism (ep 1, expert tp below tp) still say so
+    assert stage_split(Mapping(tp=4, dp=2, expert_tp=1, sequence_parallel=True, global_batch=2)) == (
+        8, "tp 4 × dp 2 · etp 1")
 
 
 def test_auto_map_refuses_ep_and_cp_with_the_engines_message():

@@ -14,8 +14,8 @@ also one seed per expert-parallel degree, varied at that degree only (``moe``).
 Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the same devices and batch:
 
 - ep: each divisor e > 1 of dp that divides the routed experts (MoE models); with tp > 1 also whole experts
-  per rank (expert_tp 1, Megatron-Core's ETP 1) at each such divisor of tp × dp (MoE parallel folding), at the
-  seed's ZeRO stage only;
+  per rank (expert_tp 1, Megatron-Core's ETP 1) with sequence parallelism at each such divisor of tp × dp (MoE
+  parallel folding), ep 1 included (every expert whole on each rank's own tokens), at the seed's ZeRO stage only;
 - cp: each c > 1 that divides dp and the sequence, the seed's dp replicas regrouped as dp/c data-parallel
   × c context-parallel ranks (the micro-batch count grows by c, the pipeline bubble shrinks);
 - ZeRO 2, ZeRO 3 and FSDP (dp > 1), each also with ep;
@@ -201,9 +201,11 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
     for ep in eps:
         for zero, fsdp in shard:
             out.append(replace(base, ep=ep, zero=zero, fsdp=fsdp))
-    if moe is not None and seed.tp > 1:  # whole experts per rank, ep folded over tp × dp (``plan.experts``)
+    if moe is not None and seed.tp > 1 and seed.sequence_parallel:  # whole experts per rank, ep folded over
+        # tp × dp (``plan.experts``; expert tp below tp needs sequence parallelism, as Megatron-LM asserts), ep 1
+        # included: every expert whole on each rank's own tokens
         out += [replace(base, ep=e, expert_tp=1) for e in ext.eps
-                if e > 1 and (seed.tp * seed.dp) % e == 0 and moe.experts % e == 0]
+                if (seed.tp * seed.dp) % e == 0 and moe.experts % e == 0]
     for cp in ext.cps:
         if cp > 1 and seed.dp % cp == 0 and seq % cp == 0:
             dp = seed.dp // cp
