@@ -27,6 +27,20 @@ def search_estimate(p: Project, c: Candidate) -> tuple[float, float, float]:
     return est.iteration_time(c, m, timed), est.exact_time(c, m, timed), est.memory(c, m, chunks)
 
 
+def assert_search_matches_engine(base: Project, c: Candidate, rel: float = 1e-6, keep_base: bool = False,
+                                 **update: object) -> Project:
+    """The search's recurrence times candidate ``c`` and counts its memory as the analytic engine does, on
+    ``base`` with ``c``'s mapping (the base's other fields kept with ``keep_base``) and ``update`` set on it;
+    returns the project checked."""
+    mapping = c.mapping(base.mapping.global_batch, base.mapping if keep_base else None)
+    p = base.model_copy(update={"mapping": mapping.model_copy(update=update)})
+    _, exact, memory = search_estimate(p, c)
+    want = engine_result(p)
+    assert exact == pytest.approx(want.iteration_time_s, rel=rel)
+    assert memory == pytest.approx(want.peak_memory_bytes, rel=rel)
+    return p
+
+
 def engine_result(p: Project) -> Result:
     """The analytic engine's run of ``p``, which must check clean."""
     assert check_project(p) == []

@@ -33,7 +33,7 @@ from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 
-from tests.agreement import assert_engines_agree, engine_result, search_estimate
+from tests.agreement import assert_engines_agree, assert_search_matches_engine, engine_result
 
 GPT = GPTSpec(name="gpt-edges", layers=4, hidden=2048, heads=16, seq_len=1024, vocab=32000)
 DP = 8  # one DGX H100 node
@@ -157,13 +157,8 @@ def test_search_agrees_with_the_engine(flag: bool, shape):
     gather bytes per stage as the plan does; the result differs from the all-fp8 run's."""
     tp, pp, dp = shape
     c = Candidate(tp, pp, dp, 1, zero=1, sequence_parallel=tp > 1)
-    base = _project()
-    p = base.model_copy(update={"mapping": c.mapping(base.mapping.global_batch, base.mapping).model_copy(
-        update={"fp8_param_gather": flag})})
-    _, exact, memory = search_estimate(p, c)
+    p = assert_search_matches_engine(_project(), c, keep_base=True, fp8_param_gather=flag)
     want = engine_result(p)
-    assert exact == pytest.approx(want.iteration_time_s, rel=1e-6)
-    assert memory == pytest.approx(want.peak_memory_bytes, rel=1e-6)
     off = p.model_copy(update={"mapping": p.mapping.model_copy(update={"formats": TensorFormats()})})
     other = AnalyticEngine().run(make_plan(off))
     assert other.iteration_time_s != pytest.approx(want.iteration_time_s, rel=1e-6)

@@ -17,7 +17,7 @@ from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 
-from tests.agreement import assert_engines_agree, engine_result, search_estimate
+from tests.agreement import assert_engines_agree, assert_search_matches_engine
 
 GPT = GPTSpec(name="gpt-grads", layers=4, hidden=1024, heads=16, seq_len=512, vocab=8192)
 FIELD = "mapping.grad_reduce_in_fp32"
@@ -67,14 +67,8 @@ def test_both_engines_agree(zero: int):
 def test_search_agrees_with_the_engine(zero: int):
     """The search's evaluator holds and reduces the buffer as the plan does (ZeRO 0/1, what its first stage
     walks; ZeRO-2/3 variants are planned)."""
-    c = Candidate(1, 2, 4, 1, zero=zero)
-    base = _project(dp=4, global_batch=16)
-    p = base.model_copy(update={"mapping": c.mapping(base.mapping.global_batch).model_copy(
-        update={"grad_reduce_in_fp32": False})})
-    _, exact, memory = search_estimate(p, c)
-    want = engine_result(p)
-    assert memory == pytest.approx(want.peak_memory_bytes, rel=1e-6)
-    assert exact == pytest.approx(want.iteration_time_s, rel=1e-6)
+    assert_search_matches_engine(_project(dp=4, global_batch=16), Candidate(1, 2, 4, 1, zero=zero),
+                                 grad_reduce_in_fp32=False)
 
 
 def test_true_is_the_default_and_is_not_saved():

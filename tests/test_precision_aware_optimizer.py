@@ -21,7 +21,7 @@ from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 
-from tests.agreement import assert_engines_agree, engine_result, search_estimate
+from tests.agreement import assert_engines_agree, assert_search_matches_engine
 
 GPT = GPTSpec(name="gpt-pao", layers=4, hidden=1024, heads=16, seq_len=512, vocab=8192)
 FIELD = "mapping.optimizer_moments"
@@ -94,14 +94,8 @@ def test_both_engines_agree(zero: int):
 @pytest.mark.parametrize("zero", [0, 1])
 def test_search_agrees_with_the_engine(moments: str, zero: int):
     """The search's evaluator counts the optimizer state and times the step as the plan does."""
-    c = Candidate(1, 2, 4, 1, zero=zero)
-    base = _project(dp=4, global_batch=16)
-    p = base.model_copy(update={"mapping": c.mapping(base.mapping.global_batch).model_copy(
-        update={"optimizer_moments": moments})})
-    _, exact, memory = search_estimate(p, c)
-    want = engine_result(p)
-    assert exact == pytest.approx(want.iteration_time_s, rel=1e-6)
-    assert memory == pytest.approx(want.peak_memory_bytes, rel=1e-6)
+    assert_search_matches_engine(_project(dp=4, global_batch=16), Candidate(1, 2, 4, 1, zero=zero),
+                                 optimizer_moments=moments)
 
 
 @pytest.mark.parametrize(
