@@ -111,7 +111,7 @@ class Estimator(IterationTail):
         self.uniform = self.costs.uniform_blocks
         self.order = np.concatenate((self.first_extra, self.blocks, self.last_extra)).astype(int)  # plan order
         self.order_klass = self.costs.klass[self.order]
-        self._joins: dict[int, tuple[LayerTable, np.ndarray | None]] = {}  # by id(table), holds the table
+        self._joins: dict[int, tuple[LayerTable, tuple[np.ndarray, np.ndarray] | None]] = {}  # by id(table)
         self._chunks: dict[tuple, Chunks] = {}
         self._params: dict[tuple[int, int, int], np.ndarray] = {}
         self._prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}  # keyed by id, holds the array
@@ -163,7 +163,9 @@ class Estimator(IterationTail):
     def _passes(self, table: LayerTable, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
         """Forward and backward (+ recompute) seconds of each virtual stage, shaped (v, pp): the sums of its
         layers' passes plus the joins (``layer_table.join_seconds``) of each two consecutive layers in it,
-        since the plan runs a chunk's layers as one pass; without collectives, one segment per pass."""
+        since the plan runs a chunk's layers as one pass, those of the pair that ends each pass with
+        ``LayerTable.ends`` (the word embedding's backward ends stage 0's); without collectives, one segment
+        per pass."""
         if table.single is not None:  # tp 1: each pass of a chunk is one segment (``layer_table.single_segment``)
             f, b, r = (np.maximum(self._sum(table.single[:, j, 0], pp, v), self._sum(table.single[:, j, 1], pp, v))
                        for j in range(3))
@@ -171,29 +173,39 @@ class Estimator(IterationTail):
         if table.pieces is not None:  # tp 1 with host waits inside layers: fold each chunk's passes
             return self._folded(table, pp, v)
         fwd, bwd = self._sum(table.fwd, pp, v), self._sum(table.bwd, pp, v)
-        pre = self._join_prefix(table) if table.joins else None
-        if pre is None:
+        joined = self._join_prefix(table) if table.joins else None
+        if joined is None:
             return fwd, bwd
+        pre, last = joined
         starts, ends = self._ranges(pp, v)
         lo = starts + self.first_extra.size
         hi = ends + self.first_extra.size
         lo[0] = 0  # the first virtual stage also runs the layers before the blocks, the last those after
         hi[-1] = self.order.size
         inside = pre[np.maximum(hi - 1, lo)] - pre[lo]  # the pairs (k, k+1) with lo ≤ k < hi − 1
-        return fwd + inside[:, 0].reshape(v, pp), bwd + inside[:, 1].reshape(v, pp)
+        # the pair ending each pass (``LayerTable.ends``): forward and recompute (hi − 2, hi − 1), backward (lo, lo + 1)
+        two = (hi - lo >= 2)[:, None]
+        at_end = np.where(two, last[np.clip(hi - 2, 0, len(last) - 1)], 0.0)
+        at_start = np.where(two, last[np.clip(lo, 0, len(last) - 1)], 0.0)
+        f = inside[:, 0] + at_end[:, 0]
+        b = inside[:, 1] + at_start[:, 1] + at_end[:, 2]
+        return fwd + f.reshape(v, pp), bwd + b.reshape(v, pp)
 
-    def _join_prefix(self, table: LayerTable) -> np.ndarray | None:
+    def _join_prefix(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray] | None:
         """Prefix sums of the joins of consecutive layers in plan order (``pre[k]``: the pairs before position
-        k), None when no pair joins: one table's, whatever (pp, v) splits it, so built once per table (the
-        search asks for tens of thousands of splits of a few hundred tables). Keyed by id, holds the table."""
+        k) and, per position k, what the pair (k, k+1) adds where it ends a pass (``LayerTable.ends``), None
+        when no pair joins: one table's, whatever (pp, v) splits it, so built once per table (the search asks
+        for tens of thousands of splits of a few hundred tables). Keyed by id, holds the table."""
         hit = self._joins.get(id(table))
         if hit is None or hit[0] is not table:
             klass = self.order_klass
-            pairs = np.array([table.joins[(int(a), int(b))] for a, b in zip(klass[:-1], klass[1:], strict=True)])
-            pre = None
-            if pairs.size and pairs.any():
-                pre = np.vstack((np.zeros((1, 2)), np.cumsum(pairs, axis=0)))
-            hit = self._joins[id(table)] = (table, pre)
+            keys = [(int(a), int(b)) for a, b in zip(klass[:-1], klass[1:], strict=True)]
+            pairs = np.array([table.joins[k] for k in keys])
+            last = np.array([table.ends.get(k, (0.0, 0.0, 0.0)) for k in keys])
+            joined = None
+            if pairs.size and (pairs.any() or last.any()):
+                joined = (np.vstack((np.zeros((1, 2)), np.cumsum(pairs, axis=0))), last)
+            hit = self._joins[id(table)] = (table, joined)
         return hit[1]
 
     def _folded(self, table: LayerTable, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:

@@ -54,6 +54,11 @@ class LayerTable:
     # (class of layer i, class of layer i+1) → seconds their forward, and backward + recompute, change by
     # running in one pass (``join_seconds``): ≤ 0, added for each such pair inside a chunk
     joins: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
+    # (class of layer i, class of layer i+1) → what joining them adds beyond ``joins`` where the pair ends a
+    # pass (``join_seconds(..., last=True)``): (forward, where layer i+1 ends it; backward, where layer i ends
+    # it; recompute, where layer i+1 ends it) — a layer without a collective (the word embedding's backward)
+    # then shares its one segment with the layer before it in the pass, and no third layer takes it
+    ends: dict[tuple[int, int], tuple[float, float, float]] = field(default_factory=dict)
     # when no layer's pass has a collective (tp 1): per layer, the device and host seconds of its forward,
     # backward and recompute pass, shaped (layers, 3, 2) — a chunk's pass is then one segment (``single``)
     single: np.ndarray | None = None
@@ -133,14 +138,17 @@ class LayerCosts:
         dram = cols[:, 5].copy()
         splits = {k: passes[0].dataflows for k, (passes, *_rest) in built.items()}
         spb = self.dram_seconds_per_byte(group) if any(ps.has_dram for v in built.values() for ps in v[0]) else 0.0
-        joins = {}
+        joins, ends = {}, {}
         for a, (pa, *_ra) in built.items():
             for b, (pb, *_rb) in built.items():
-                fwd = join_seconds(pa[0], pb[0], spb)
-                bwd = join_seconds(pb[1], pa[1], spb)  # the backward runs the later layer first
-                if len(pa) > 2 and len(pb) > 2:  # recompute: forward order
-                    bwd += join_seconds(pa[2], pb[2], spb)
-                joins[(a, b)] = (fwd, bwd)
+                # forward, backward (the backward runs the later layer first), recompute (forward order)
+                pairs = [(pa[0], pb[0]), (pb[1], pa[1])]
+                if len(pa) > 2 and len(pb) > 2:
+                    pairs.append((pa[2], pb[2]))
+                inner = [join_seconds(x, y, spb) for x, y in pairs] + [0.0]
+                last = [join_seconds(x, y, spb, last=True) for x, y in pairs] + [0.0]
+                joins[(a, b)] = (inner[0], inner[1] + inner[2])
+                ends[(a, b)] = (last[0] - inner[0], last[1] - inner[1], last[2] - inner[2])
         parts = {k: single_segment(passes) for k, (passes, *_rest) in built.items()}
         single = None
         pieces = None
@@ -155,6 +163,7 @@ class LayerCosts:
             dram=dram if dram.any() else None,
             splits=splits,
             joins=joins,
+            ends=ends,
             single=single,
             pieces=pieces,
         )
@@ -311,23 +320,27 @@ def fold(layers: list[Pieces]) -> float:
     return total + max(device, host)
 
 
-def join_seconds(first: ChunkPass, second: ChunkPass, spb: float) -> float:
-    """What running ``second`` right after ``first`` in one pass changes, in seconds (≤ 0).
+def join_seconds(first: ChunkPass, second: ChunkPass, spb: float, last: bool = False) -> float:
+    """What running ``second`` right after ``first`` in one pass changes, in seconds (≤ 0); ``last``: where
+    ``second`` ends the pass.
 
     A segment is the work between two collectives and lasts max(device, host) (``plan.launch``). A pass
     over several layers (the plan's) does not close its segment at a layer boundary: the ops after one
     layer's last collective (its dropout and residual) and the next layer's ops up to its first (LayerNorm,
     QKV, attention core) form one segment, whose host and device times add before the max. Timing each
     layer alone splits that segment in two and overstates it wherever one side is host-bound and the other
-    device-bound. Joined only where the second layer's first segment ends in a collective, so no segment
-    is counted in two joins and the pairs add up exactly, unless a layer without any collective sits
-    between two others (its two joins would be one three-layer segment): that boundary is left unjoined,
+    device-bound. Joined where the second layer's first segment closes inside that layer (at a collective,
+    or a host wait after it), so no segment is counted in two joins and the pairs add up exactly. A second
+    layer whose pass is one open segment (no collective: the word embedding's backward) joins only where it
+    ends the pass (``last``, ``LayerTable.ends``; that backward ends stage 0's): in the middle of a pass its
+    segment runs on into a third layer, which pairs cannot express, and that boundary is left unjoined,
     Σ max(device, host) above the plan's max(Σ device, Σ host) — conservative. Where no layer has a
     collective (tp 1), ``single_segment`` times each chunk's pass as the one segment it is."""
     if not first.segments or not second.segments:
         return 0.0
     tail, head = first.segments[-1], second.segments[0]
-    if tail.comm is not None or head.comm is None:  # nothing to join, or a layer without a collective
+    closed = head.comm is not None or len(second.segments) > 1  # the head's segment ends inside ``second``
+    if tail.comm is not None or not (closed or last):  # nothing to join, or its segment runs on
         return 0.0
     a, b = _raw(tail), _raw(head)
     if a is None or b is None:
