@@ -31,3 +31,18 @@ def refuse_overwriting_inputs(outputs: dict[str, str | None], inputs: list[str |
         if out and os.path.realpath(out) in files:
             what = files[os.path.realpath(out)]
             raise InputError(COMMAND_LINE, Problem(flag, f"{out} is the input file {what} itself; choose another path"))
+
+
+def refuse_unreachable_outputs(outputs: dict[str, str | None]) -> None:
+    """Refuse an output path below a file (``--trace afile/t.json``): the folders on the way cannot be
+    made, which ``mkdir`` reports only as "File exists" after the whole run, naming neither flag nor file."""
+    from pathlib import Path
+
+    for flag, out in outputs.items():
+        if not out:
+            continue
+        for parent in Path(out).absolute().parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise InputError(COMMAND_LINE, Problem(flag, f"{out}: {parent} is a file, not a folder"))
+                break

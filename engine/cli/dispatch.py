@@ -46,12 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = (validate, catalog, import_hf, import_onnx, run, serve, studio, hypar, search, hw_search, multilevel)
     for module in (*commands, sweep):
         module.register(sub)
+    for name, command in sub.choices.items():  # each command's own parser, to report its own usage
+        command.set_defaults(command_parser=command)
+        command.prog = f"tilewright {name}"
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's usage, not the top level's: the flag is wrong for this command (exits 2)
+        own: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        own.error(f"unrecognized arguments: {' '.join(extra)}")
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -3,8 +3,9 @@
 With ``--system`` the project gets a mapping that fits: the parallelism search's fast estimator (no event
 re-simulation) ranks every tp × pp × dp × micro-batch × recompute × ZeRO mapping on the devices, and the
 fastest that fits in memory is written. Without ``--devices`` a growable system (a DGX cluster) grows by
-whole nodes until one fits; an explicit ``--devices`` is a fixed budget. What was chosen goes to stderr
-and into the project's ``description``.
+whole nodes until one fits; an explicit ``--devices`` is a fixed budget. The search starts from fused
+(flash) attention where the devices have a DRAM of their own (``fused_attention_runs``), so the mapping it
+picks is the fused one's. What was chosen goes to stderr and into the project's ``description``.
 """
 
 from __future__ import annotations
@@ -63,16 +64,21 @@ def import_hf_command(args: argparse.Namespace) -> int:
 def _project_around(spec, system: str, devices: int | None, global_batch: int | None, source: str,
                     allow_large: bool = False) -> dict:
     """The project of ``spec`` on ``system`` with the fastest mapping that fits (see the module doc)."""
+    from tilewright.engine.cli.run import FUSED_ATTENTION
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.hardware.grow import grow
     from tilewright.engine.io.presets import load_system
+    from tilewright.engine.ir.mapping import Mapping
     from tilewright.engine.ir.project import Project
     from tilewright.engine.search.parallel.extended import first_stage_only
     from tilewright.engine.search.parallel.report import sharding_text
     from tilewright.engine.search.parallel.search import search
 
     hw = load_system(system)
-    project = Project(name=spec.name or "imported model", hardware=hw, workload=spec)
+    fused = fused_attention_runs(hw, spec)
+    # the mapping the search starts from: its fusion is searched with, so the fastest mapping is the fused one's
+    base = Mapping(fusion=[FUSED_ATTENTION] if fused else [])
+    project = Project(name=spec.name or "imported model", hardware=hw, workload=spec, mapping=base)
     holds = hw.device_count()
     from tilewright.engine.plan.budget import check_search_budget
 
@@ -112,12 +118,50 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
         + (f", ZeRO-{c.zero}" if c.zero else "")
         + (f", {sharding_text(c)}" if sharding_text(c) != "-" else "")
         + (f", seq_len {seq}" if seq is not None else "")
+        + (", fused (flash) attention: mapping.fusion attention → softmax" if fused else
+           f", unfused attention (mapping.fusion empty): {_unfused_why(hw, spec)}")
         + f"; predicted iteration {best.iteration_time_s:.3f} s, peak memory "
         f"{best.peak_memory_bytes / 2**30:.1f} GiB per device."
     )
     print(f"import-hf: {text}", file=sys.stderr)
     project = project.model_copy(update={"mapping": mapping, "description": text})
     return project.model_dump(mode="json")
+
+
+def fused_attention_runs(hw, spec) -> bool:
+    """Whether an imported model trains with fused (flash) attention on ``hw``: the fusion chain attention →
+    softmax where the devices have a DRAM of their own (GPUs run FlashAttention or cuDNN's fused kernel, as
+    every modern framework and the shipped Mixtral preset do; TPUs fuse it with XLA, as the TPU v4 preset
+    does; Tenstorrent grids run tt-metal's SDPA kernel), and the model has such a chain. SRAM-only tiles
+    (a chiplet mesh, a wafer) keep the unfused default, as their presets do: the designs they reproduce
+    (Simba, PALM) run attention op by op, and the ``--attention`` or ``mapping.fusion`` of a run can say
+    otherwise."""
+    from tilewright.engine.ir.hardware import MemoryKind
+
+    device = next((c for _, c in hw.walk() if c.compute is not None), None)
+    if device is None or all(m.kind is MemoryKind.sram for m in device.memories):
+        return False
+    return _has_attention_chain(spec)
+
+
+def _has_attention_chain(spec) -> bool:
+    from tilewright.engine.cli.run import FUSED_ATTENTION
+    from tilewright.engine.plan.passes import local_name
+    from tilewright.engine.workloads import build_workload
+
+    graph = build_workload(spec)
+    for layer in graph.layers:
+        names = [local_name(op) for op in graph.layer_ops(layer.index)]
+        if any(names[i : i + 2] == FUSED_ATTENTION for i in range(len(names) - 1)):
+            return True
+    return False
+
+
+def _unfused_why(hw, spec) -> str:
+    if not _has_attention_chain(spec):
+        return "the model has no attention → softmax chain"
+    return (f"{hw.name}'s devices are SRAM-only tiles, whose presets run attention op by op; "
+            "tilewright run --attention fused tries the fused kernel")
 
 
 def _no_fit(project, devices: int, batch: int, fixed: bool, growable: bool) -> str:

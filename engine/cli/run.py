@@ -7,7 +7,7 @@ import gc
 import os
 from typing import Any
 
-from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs
+from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs, refuse_unreachable_outputs
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
 from tilewright.engine.io.json_file import dumps_strict
 from tilewright.engine.ir.mapping import Fp8Scaling, parse_pipeline_layout, tp_axes_for
@@ -200,8 +200,9 @@ def add_inference_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens generated per sequence: the prefill makes the first, then N − 1 decode steps")
     g.add_argument("--batch", type=int, metavar="N", help="sequences served together")
     g.add_argument("--attention", choices=["fused", "materialised"],
-                   help="fused: flash-style, causal FLOPs, scores on chip (default); materialised: s² scores "
-                        "stored and moved")
+                   help="fused: flash-style, causal FLOPs, scores on chip (inference's default); materialised: "
+                        "s² scores stored and moved. Training too: fused adds the fusion chain attention → "
+                        "softmax to mapping.fusion, materialised removes it")
     g.add_argument("--kv-dtype", choices=[d.value for d in DType], metavar="DTYPE",
                    help="KV-cache format (mapping.formats.kv_cache; default: the activations'): "
                         + ", ".join(d.value for d in DType))
@@ -215,6 +216,8 @@ def _inference_flags(args: argparse.Namespace, run: dict[str, Any], mapping: dic
     """Put the inference flags into the raw ``run`` and ``mapping``; the flags that were given. Without
     flags nothing is touched (a malformed ``run.inference`` is then reported by validation)."""
     given = {name: getattr(args, name) for name in INFERENCE_FLAGS if getattr(args, name, None) is not None}
+    if "attention" in given and run.get("mode", "train") != "infer":  # training: the same choice, as a fusion
+        mapping["fusion"] = attention_fusion(mapping.get("fusion"), given.pop("attention") == "fused")
     if given:
         run["inference"] = _object(run.get("inference"), "run.inference") | given
     flags = ["--" + name.replace("_", "-") for name in given]
@@ -222,6 +225,21 @@ def _inference_flags(args: argparse.Namespace, run: dict[str, Any], mapping: dic
         mapping["formats"] = _object(mapping.get("formats"), "mapping.formats") | {"kv_cache": args.kv_dtype}
         flags.append("--kv-dtype")
     return flags
+
+
+# the fusion chain of fused (flash) attention in training: one kernel, scores never leave the chip
+FUSED_ATTENTION = ["attention", "softmax"]
+
+
+def attention_fusion(fusion: Any, fused: bool) -> list[Any]:
+    """``mapping.fusion`` with the attention → softmax chain added (``fused``) or taken out: what
+    ``--attention`` means for a training run, whose attention kind is that fusion chain (an inference
+    run's is ``run.inference.attention``)."""
+    if fusion is not None and not isinstance(fusion, list):
+        raise InputError(COMMAND_LINE, Problem("mapping.fusion", f"must be a list to take --attention, not "
+                                                                 f"{type(fusion).__name__}"))
+    chains = [c for c in (fusion or []) if c != FUSED_ATTENTION]
+    return [*chains, FUSED_ATTENTION] if fused else chains
 
 
 def add_fp8_bf16_layers_argument(p: argparse.ArgumentParser) -> None:
@@ -427,6 +445,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
                 raise InputError(COMMAND_LINE, Problem(flag, f"{out} is the project file itself; choose another path"))
     # --system/--model files are inputs too (a preset's name is no file here, so it is skipped)
     refuse_overwriting_inputs({"--trace": args.trace, "--csv": args.csv}, [args.system, args.model])
+    refuse_unreachable_outputs({"--trace": args.trace, "--csv": args.csv})
     if args.trace and os.path.isdir(args.trace):
         raise InputError(COMMAND_LINE, Problem("--trace", f"{args.trace} is a folder; name a file"))
     if args.csv and os.path.exists(args.csv) and not os.path.isdir(args.csv):

@@ -7,6 +7,7 @@ from typing import Any
 
 from tilewright.engine.errors import InputError
 from tilewright.engine.io.json_file import dumps_strict
+from tilewright.engine.results.text import counted
 
 
 def detect_kind(data: dict[str, Any]) -> str:
@@ -39,7 +40,8 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
         raise_for_problems(project, path, allow_large=allow_large)
         m = project.mapping
         cap = device_capacity(project)
-        size = f"{project.hardware.device_count()} devices" if cap is not None else f"grows to {m.devices} devices"
+        size = counted(project.hardware.device_count(), "device") if cap is not None else \
+            f"grows to {counted(m.devices, 'device')}"
         return (
             f"{path}: valid project '{project.name}' — {project.hardware.name} "
             f"({size}), model {project.workload.kind}, "
@@ -47,7 +49,7 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
         )
     if kind == "system":
         comp: Component = validate_as(Component, data, path)
-        return f"{path}: valid system '{comp.name}' — {comp.device_count()} devices"
+        return f"{path}: valid system '{comp.name}' — {counted(comp.device_count(), 'device')}"
     if kind == "model":
         from tilewright.engine.plan.budget import MAX_LAYERS, layer_count
         from tilewright.engine.workloads import build_workload
@@ -57,7 +59,8 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
             limit = f"{layer_count(spec):,} layers (limit {MAX_LAYERS:,}); pass --allow-large to try anyway"
             raise InputError(path, limit)
         graph = build_workload(spec)
-        return f"{path}: valid model '{graph.name}' — {len(graph.layers)} layers, {graph.params / 1e9:.3f} B parameters"
+        return (f"{path}: valid model '{graph.name}' — {counted(len(graph.layers), 'layer')}, "
+                f"{graph.params / 1e9:.3f} B parameters")
     if kind == "sweep":
         from tilewright.engine.io.project_file import project_from_data
         from tilewright.engine.search.sweep.run import load_spec

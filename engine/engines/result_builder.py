@@ -57,6 +57,13 @@ def close_breakdown(breakdown: dict[str, float], end: float, busy: float) -> dic
     return breakdown
 
 
+def format_fallbacks(plan: Plan) -> list[str]:
+    """A note for each stage device that runs the run's format on another format's units
+    (``Compute.fallback_note``), once per distinct note."""
+    notes = [st.dev.compute.fallback_note(st.dev.dtype) for st in plan.stages]
+    return list(dict.fromkeys(n for n in notes if n))
+
+
 def constant_memory(program: Program, r: int, held: dict[str, float], times: list[float]) -> Columns:
     """Stage ``r``'s memory as one level over ``times``: what it holds from the start plus ``held``."""
     row = program.initial_memory(r) | held
@@ -190,10 +197,11 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
             "mode": "train",
             "samples_per_iteration": mapping.global_batch,
             "tokens_per_sample": plan.workload.tokens_per_sample,
+            "counts_tokens": plan.workload.dims is not None,  # a CNN's samples are images, not token sequences
             "model_flops_per_iteration": plan.model_flops,
             "hardware_flops_per_iteration": plan.hardware_flops,
             "devices": mapping.devices,
-            "notes": list(plan.notes) + m.notes,
+            "notes": format_fallbacks(plan) + list(plan.notes) + m.notes,
             "spatial_splits": with_traffic(project, plan.spatial_splits(), plan.workload),
         }
     else:
@@ -215,7 +223,7 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
             "ttft_s": ttft,
             "prefill_s": prefill_end,
             "tpot_s": (m.end - prefill_end) / steps if steps else None,
-            "notes": list(plan.notes) + inference_notes(program) + m.notes,
+            "notes": format_fallbacks(plan) + list(plan.notes) + inference_notes(program) + m.notes,
             "spatial_splits": with_traffic(project, ph.spatial_splits(), plan.workload),
         }
     return Result(

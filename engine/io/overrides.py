@@ -14,10 +14,23 @@ def parse_set_option(option: str) -> tuple[str, Any]:
     if not sep or not path.strip():
         raise InputError("command line", Problem("--set", f"'{option}' is not DOTTED.PATH=VALUE"))
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=_not_finite, parse_float=_finite_float)
     except json.JSONDecodeError:
         value = raw
+    except ValueError as exc:  # a number JSON cannot carry: the --set value's fault, not the project file's
+        raise InputError("command line", Problem(f"--set {path.strip()}", f"{raw}: {exc}")) from None
     return path.strip(), value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError("out of range for a number (a finite double, at most ~1.8e308)")
+    return value
+
+
+def _not_finite(text: str) -> float:
+    raise ValueError(f"{text} is not a finite number")
 
 
 def apply_overrides(data: dict[str, Any], path: str, value: Any, source: str) -> None:

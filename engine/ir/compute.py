@@ -238,6 +238,18 @@ class Compute(QuietDefaultsModel):
                 return cand
         return max(self.peak_flops, key=self.peak_flops.__getitem__)
 
+    def fallback_note(self, dtype: DType | str) -> str | None:
+        """What a run should say when ``dtype`` has no units of its own here (``runs_as`` picks another
+        format's), None when it has them or on a grid (whose formats have their own rates): fp16 training
+        on an int8-only design priced at the int8 peak is an assumption the user must see, not a silent one."""
+        d = DType(dtype)
+        if self.grid is not None or d in self.peak_flops:
+            return None
+        used = self.runs_as(d)
+        has = ", ".join(f.value for f in self.peak_flops)
+        return (f"{d.value} has no peak of its own on this device (peak_flops lists {has}): its matrix ops run at "
+                f"the {used.value} peak, {self.peak_flops[used] / 1e12:.4g} TFLOP/s")
+
     def flop_energy_pj(self, dtype: DType | str) -> float | None:
         """pJ per matrix FLOP in ``dtype`` (``energy_pj_per_flop``): the format's own figure, else the figure of
         the format ``peak`` falls back to (fp8 without fp8 units runs as fp16 and costs what fp16 costs), else

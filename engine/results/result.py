@@ -177,6 +177,9 @@ class Result:
     # written), read_bytes, write_bytes (None for a device's own DRAM: its traffic is priced inside each op,
     # one total), read_bandwidth_bytes_per_s, write_bandwidth_bytes_per_s (empty: no link series)
     dram_ports: list[dict[str, Any]] = field(default_factory=list)
+    # whether a sample is a sequence of tokens (a transformer's); a CNN's or an MLP's samples are images or
+    # rows, and a "tokens/s" or "J/token" of them would be the samples' figure under another name
+    counts_tokens: bool = True
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -197,7 +200,10 @@ class Result:
         out: dict[str, Any] = {
             "iteration_time_s": t,
             "samples_per_s": self.samples_per_iteration / t if t > 0 else 0.0,
-            "tokens_per_s": self.samples_per_iteration * self.tokens_per_sample / t if t > 0 else 0.0,
+        }
+        if self.counts_tokens:
+            out["tokens_per_s"] = self.samples_per_iteration * self.tokens_per_sample / t if t > 0 else 0.0
+        out |= {
             "model_flops_per_iteration": self.model_flops_per_iteration,
             "mfu": self.mfu,
             "hfu": self.hfu,
@@ -220,12 +226,19 @@ class Result:
             # what one device draws on average, to hold against its TDP: every part but the hosts around it
             own = e - (self.energy.by_part.get("host") or 0.0)
             out["average_power_per_device_w"] = own / t / self.devices if t > 0 and self.devices else 0.0
-            out["energy_per_token_j"] = e / tokens if tokens > 0 else 0.0
+            if self.counts_tokens:  # inference: per output token (the batch's requests × their output tokens)
+                out["energy_per_token_j"] = e / tokens if tokens > 0 else 0.0
+            else:
+                out["energy_per_sample_j"] = e / self.samples_per_iteration if self.samples_per_iteration else 0.0
+            if self.mode == "infer":  # energy_j is the whole batch's (every request runs at once): one request's
+                n = self.samples_per_iteration
+                out["energy_per_request_j"] = e / n if n > 0 else 0.0
             out["energy_sources"] = list(self.energy.sources)
         if self.oom is not None:
             out["oom"] = self.oom.as_json()
         if self.spatial_splits:
             out["spatial_splits"] = list(self.spatial_splits)
+        out["notes"] = list(self.notes)
         return out
 
     def inference_metrics(self) -> dict[str, Any]:
@@ -251,7 +264,8 @@ class Result:
         lines = [
             f"{self.project} — {self.mode}, {self.engine} engine, {counted(self.devices, 'device')}",
             f"  iteration time   {number(m['iteration_time_s'])} s",
-            f"  throughput       {number(m['samples_per_s'])} samples/s, {number(m['tokens_per_s'])} tokens/s",
+            f"  throughput       {number(m['samples_per_s'])} samples/s"
+            + (f", {number(m['tokens_per_s'])} tokens/s" if "tokens_per_s" in m else ""),
             f"  MFU / HFU        {100 * m['mfu']:.1f} % / {100 * m['hfu']:.1f} %",
             f"  peak memory      {number(m['peak_memory_bytes'] / gib)} GiB (largest device)",
         ]
@@ -266,16 +280,7 @@ class Result:
             lines.append("  energy           not known: the hardware IR has no energy figures "
                          "(pJ/byte, pJ/bit, pJ/FLOP, idle W)")
         elif self.energy is not None:
-            per = "request" if self.mode == "infer" else "iteration"
-            lines.append(
-                f"  energy           {number(m['energy_j'])} J per {per}, {number(m['energy_per_token_j'])} J/token, "
-                f"average {number(m['average_power_w'])} W "
-                f"({number(m['average_power_per_device_w'])} W per device, host excluded)"
-            )
-            shown = ", ".join(
-                f"{k} {'n/a' if v is None else f'{number(v)} J'}" for k, v in m["energy_breakdown_j"].items()
-            )
-            lines.append(f"  energy by part   {shown}")
+            lines += self._energy_lines(m)
         if self.oom:
             lines.append(
                 f"  OUT OF MEMORY    {self.oom.device}: needs {number(self.oom.need_bytes / gib)} GiB, "
@@ -284,11 +289,54 @@ class Result:
         lines.append(f"  simulated in     {number(m['wall_time_s'], 3)} s ({counted(self.events, 'event')})")
         lines += [f"  note             {n}" for n in self.notes[:4]]
         if len(self.notes) > 4:
-            lines.append(f"  note             … and {len(self.notes) - 4} more (see the result notes)")
+            lines.append(f"  note             … and {len(self.notes) - 4} more (all of them: run --json, key "
+                         "\"notes\"; run --csv, metrics.csv rows notes.N)")
         for sp in self.spatial_splits:
             traffic = f" ({traffic_note(sp['traffic'])} per op)" if sp.get("traffic") else ""
             lines.append(f"  split            {sp['where']}: {sp['count']} × {sp['op']}: {sp['split']}{traffic}")
         return "\n".join(lines)
+
+
+    def _energy_lines(self, m: dict[str, Any]) -> list[str]:
+        """The energy lines of ``summary_text``: an inference batch's energy and its per-request share, and
+        every power qualified by the parts it counts (a part the IR has no figure for is left out of it)."""
+        if self.mode == "infer":
+            n = self.samples_per_iteration
+            per = (f"J per batch of {counted(round(n), 'request')} ({number(m['energy_per_request_j'])} J per "
+                   "request)" if n != 1 else "J per request")
+        else:
+            per = "J per iteration"
+        unit = ("J/sample", m.get("energy_per_sample_j")) if not self.counts_tokens else (
+            "J/output token" if self.mode == "infer" else "J/token", m.get("energy_per_token_j"))
+        parts = m["energy_breakdown_j"]
+        known = counts_only(parts)  # one qualifier for both powers: each sums the parts known
+        lines = [
+            f"  energy           {number(m['energy_j'])} {per}, {number(unit[1] or 0.0)} {unit[0]}",
+            f"  average power    {number(m['average_power_w'])} W, {number(m['average_power_per_device_w'])} W "
+            "per device (host excluded)" + (f" — counting {known}" if known else ""),
+        ]
+        shown = ", ".join(f"{k} {'n/a' if v is None else f'{number(v)} J'}" if k != "host" or v is None
+                          else f"host ≤ {number(v)} J (rated max)" for k, v in parts.items())
+        lines.append(f"  energy by part   {shown}")
+        if parts.get("host"):
+            lines.append("  host energy      the nodes' rated power over the whole run: an upper bound")
+        return lines
+
+
+ENERGY_PART_NAMES = {"compute": "compute", "sram": "SRAM", "dram": "DRAM", "noc": "NoC", "links": "links",
+                     "static": "static", "host": "host"}
+
+
+def counts_only(parts: dict[str, float | None]) -> str:
+    """"" when every part has a figure; else what a power or energy summed over ``parts`` counts: "DRAM
+    and links only; compute, static not known" — a sum of the known parts is no device's power, and must
+    not read as one."""
+    unknown = [ENERGY_PART_NAMES.get(k, k) for k, v in parts.items() if v is None]
+    if not unknown:
+        return ""
+    known = [ENERGY_PART_NAMES.get(k, k) for k, v in parts.items() if v]  # priced, and not 0 J
+    named = (", ".join(known[:-1]) + " and " + known[-1]) if len(known) > 1 else (known[0] if known else "nothing")
+    return f"{named} only; {', '.join(unknown)} not known"
 
 
 def traffic_note(traffic: dict[str, Any]) -> str:

@@ -89,7 +89,9 @@ def time_digits(t: float, resolution: float) -> int:
 class GanttData:
     """Rows and per-colour slice indices of one timeline (arrays sorted by lane, then start)."""
 
-    def __init__(self, timeline: Any):
+    def __init__(self, timeline: Any, breakdown: dict[str, float] | None = None, iteration_s: float = 0.0):
+        # the run's time breakdown, for what the bars cannot show (``unseen_note``)
+        self.breakdown, self.iteration_s = dict(breakdown or {}), iteration_s
         a = timeline.arrays()
         self.lanes = list(timeline.lanes)
         self.labels = list(timeline.labels)
@@ -146,6 +148,21 @@ class GanttData:
             name = f"stage {k}" if len(same) == 1 else "stages " + ", ".join(map(str, same[:3])) + more
             out.append((name, stage_colour(k)))
         return out
+
+    def unseen_note(self) -> str:
+        """The time categories of the breakdown that no slice is drawn in, with their share of the
+        iteration: a memory stall is time inside a compute op (the op waits for DRAM), so a run that is
+        60 % memory stall draws solid "compute" bars; the legend must say so and point to the Summary,
+        where the breakdown is."""
+        drawn = {CATEGORIES[k] for k in self.present["category"]}
+        total = self.iteration_s or sum(self.breakdown.values())
+        hidden = [(k, v) for k, v in self.breakdown.items() if v > 0 and k not in drawn and k != "bubble"]
+        if not hidden or total <= 0:
+            return ""
+        inside = {"memory_stall": " (inside the compute bars)"}
+        shares = ", ".join(f"{category_label(k)} {100 * v / total:.0f} %{inside.get(k, '')}" for k, v in hidden)
+        return (f"Not drawn in a colour of its own: {shares} of the iteration; "
+                "the Summary's time breakdown has every category")
 
     def bars(self, mode: str, x0: float, x1: float, pixel_s: float,
              rows: tuple[float, float] | None = None) -> Bars:

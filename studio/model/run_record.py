@@ -45,5 +45,6 @@ def prepare_record(project: Project, result: Result, seconds: float) -> RunRecor
     only) has the empty one its ``Result`` defaults to, and an empty Gantt."""
     ranked = metrics.busiest_links(result)
     metrics.average_device_activity(result)
-    return RunRecord(project=project, result=result, seconds=seconds, gantt=GanttData(result.timeline),
+    gantt = GanttData(result.timeline, result.time_breakdown_s, result.iteration_time_s)
+    return RunRecord(project=project, result=result, seconds=seconds, gantt=gantt,
                      ranked_links=ranked, memory_order=metrics.fullest_first(list(result.memory)))

@@ -10,17 +10,26 @@ GIB = 2**30
 
 
 def sharding_text(c: Candidate) -> str:
-    """The second stage's dimensions of a candidate (ep, cp, FSDP, offload, overlap, the modules selective
-    recomputation re-runs when not Megatron-Core's default), '-' for none."""
+    """The second stage's dimensions of a candidate (ep, expert tp, the MoE dispatcher, cp, FSDP, offload,
+    every overlap, the modules selective recomputation re-runs when not Megatron-Core's default), '-' for
+    none: every option in which two rows of the table can differ is named, or equal-looking rows would
+    differ in time for no visible reason."""
     parts = [f"ep{c.ep}"] if c.ep > 1 else []
+    parts += [f"etp{c.expert_tp}"] if c.expert_tp is not None and c.expert_tp != c.tp else []
+    parts += [c.dispatcher] if c.dispatcher != "alltoall" else []
     parts += [f"cp{c.cp}"] if c.cp > 1 else []
     parts += ["fsdp"] if c.fsdp else []
     parts += [f"opt->{c.offload}"] if c.offload is not None else []
     parts += ["ovl-grad"] if c.overlap_grad_reduce else []
     parts += ["ovl-a2a"] if c.overlap_ep else []
     parts += ["dw"] if c.delay_wgrad else []
+    parts += ["ovl-tp"] if c.overlap_tp else []
     parts += [f"rc:{modules_text(c.recompute_modules)}"] if c.recompute_modules is not None else []
     return " ".join(parts) or "-"
+
+
+def _placement(c: Candidate) -> str:
+    return c.placement.value + ("" if c.rank_order == "tp-dp-pp" else f"/{c.rank_order}")
 
 
 def column_note(result: SearchResult) -> str:
@@ -46,22 +55,26 @@ def search_text(result: SearchResult) -> str:
     if not result.ranked:
         lines.append("  no mapping fits in memory")
         return "\n".join(lines)
+    # the text columns as wide as their widest cell, so a long tag set shifts no column after it
+    places = [_placement(r.candidate) for r in result.ranked]
+    shards = [sharding_text(r.candidate) for r in result.ranked]
+    pw, sw = max(20, *map(len, places)), max(16, *map(len, shards))
+    rw = max(9, *(len(r.candidate.recompute.value) for r in result.ranked))
     header = (
-        f"  {'#':>2}  {'tp':>3} {'pp':>3} {'dp':>4} {'dev':>5} {'mb':>3} {'v':>2} {'recompute':<9} {'sp':<3} "
-        f"{'zero':>4}  {'placement':<20} {'sharding':<16} "
+        f"  {'#':>2}  {'tp':>3} {'pp':>3} {'dp':>4} {'dev':>5} {'mb':>3} {'v':>2} {'recompute':<{rw}} {'sp':<3} "
+        f"{'zero':>4}  {'placement':<{pw}} {'sharding':<{sw}} "
         f"{'fast (s)':>9} {'samples/s':>10} {'event (s)':>9} {'mem GiB':>7}"
     )
     lines.append(header)
-    for i, r in enumerate(result.ranked, start=1):
+    for i, (r, place, shard) in enumerate(zip(result.ranked, places, shards, strict=True), start=1):
         c = r.candidate
         event = f"{r.event.iteration_time_s:9.3f}" if r.event is not None else f"{'-':>9}"
         t = r.iteration_time_s  # samples/s beside the time it comes from: the fast estimate's
         rate = number(result.global_batch / t) if t > 0 else "-"
-        place = c.placement.value + ("" if c.rank_order == "tp-dp-pp" else f"/{c.rank_order}")
         lines.append(
             f"  {i:>2}  {c.tp:>3} {c.pp:>3} {c.dp:>4} {c.devices:>5} {c.micro_batch:>3} {c.interleave:>2} "
-            f"{c.recompute.value:<9} {'yes' if c.sequence_parallel else 'no':<3} {c.zero:>4}  {place:<20} "
-            f"{sharding_text(c):<16} "
+            f"{c.recompute.value:<{rw}} {'yes' if c.sequence_parallel else 'no':<3} {c.zero:>4}  {place:<{pw}} "
+            f"{shard:<{sw}} "
             f"{t:9.3f} {rate:>10} {event} {r.peak_memory_bytes / GIB:7.1f}"
         )
     lines.append(f"  {column_note(result)}")

@@ -88,6 +88,10 @@ class GanttView(QWidget):
         layout.setSpacing(2)
         layout.addLayout(self.toolbar)
         layout.addWidget(self.plot_widget, 1)
+        # under the legend: the breakdown's categories no bar is coloured with (GanttData.unseen_note)
+        self.unseen = elastic(QLabel())
+        self.unseen.setStyleSheet("color: #566573; font-size: 8pt")
+        layout.addWidget(self.unseen)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(REFRESH_MS)
@@ -130,6 +134,7 @@ class GanttView(QWidget):
         if data is None or not len(data):
             self.title.setText("No timeline yet: run the project (F5)." if data is None else "This run has no slices.")
             set_legend(self.legend, [])
+            self.unseen.setVisible(False)
             self.headers.setOpts(x0=[0.0], width=[0.0], y=[0.0])
             return
         lanes = sum(not r.is_header for r in rows)
@@ -160,6 +165,10 @@ class GanttView(QWidget):
 
     def _update_legend(self) -> None:
         set_legend(self.legend, self.data.legend(self.mode) if self.data is not None else [])
+        note = self.data.unseen_note() if self.data is not None and self.mode == "category" else ""
+        self.unseen.setText(note)
+        self.unseen.setToolTip(note)
+        self.unseen.setVisible(bool(note))
 
     def fit(self) -> None:
         """The whole iteration, and as many rows from the top as fit at a readable height."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from tilewright.engine.results.result import Result
+from tilewright.engine.results.result import Result, counts_only
 from tilewright.studio.model.palette import category_label
 from tilewright.studio.units import (
     FLOP,
@@ -40,11 +40,16 @@ LABELS = {
     "average_power_w": "average power",
     "average_power_per_device_w": "average power per device (host excluded)",
     "energy_per_token_j": "energy per token",
+    "energy_per_sample_j": "energy per sample",
+    "energy_per_request_j": "energy per request",
     "tokens_per_s_per_user": "output tokens/s per user",
     "tokens_per_s_per_device": "output tokens/s per device",
 }
-SKIPPED = ("energy_sources", "spatial_splits")  # shown below (splits) or in --json and the metrics CSV
-ENERGY_KEYS = ("energy_j", "average_power_w", "average_power_per_device_w", "energy_per_token_j")
+# shown below (splits), in the notes panel, or in --json and the metrics CSV
+SKIPPED = ("energy_sources", "spatial_splits", "notes")
+ENERGY_KEYS = ("energy_j", "average_power_w", "average_power_per_device_w", "energy_per_token_j",
+               "energy_per_sample_j", "energy_per_request_j")
+POWER_KEYS = ("average_power_w", "average_power_per_device_w")
 # the energy table's rows: what each part is, so "static" and "host" read as the power drawn all along
 ENERGY_PART_LABELS = {"sram": "SRAM", "dram": "DRAM", "noc": "NoC", "static": "static (idle devices)",
                       "host": "host (node, rated max)"}
@@ -105,10 +110,17 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
     (``split_rows``) instead of squeezing the metric columns."""
     m = result.metrics_json()
     known = energy_known(m)
+    partial = counts_only(m["energy_breakdown_j"]) if known else ""
     head = [
-        (label(k), UNKNOWN_ENERGY if k in ENERGY_KEYS and not known else format_metric(k, v))
+        (label(k), UNKNOWN_ENERGY if k in ENERGY_KEYS and not known else format_metric(k, v)
+         + (f" ({partial.split(';')[0]})" if k in POWER_KEYS and partial else ""))
         for k, v in m.items() if not isinstance(v, dict) and k not in SKIPPED
     ]
+    if m.get("mode") == "infer" and round(result.samples_per_iteration) != 1:  # every request at once
+        whole = f"energy (batch of {plural_count(round(result.samples_per_iteration), 'request')})"
+        head = [(whole if k == label("energy_j") else k, v) for k, v in head]
+    if m.get("mode") == "infer":  # the batch's energy over the tokens it generated
+        head = [("energy per output token" if k == label("energy_per_token_j") else k, v) for k, v in head]
     tables = [("Run", head)]
     breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
     for key, title in breakdowns:
@@ -117,16 +129,24 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
         if rows:
             tables.append((title, rows))
     if "energy_breakdown_j" in m and known:
-        per = "request" if m.get("mode") == "infer" else "iteration"
+        n = round(result.samples_per_iteration)
+        per = ("iteration" if m.get("mode") != "infer" else "request" if n == 1
+               else f"batch of {plural_count(n, 'request')}")
         rows = [(ENERGY_PART_LABELS.get(k, k), format_metric("x_j", v))
                 for k, v in m["energy_breakdown_j"].items()]
         rows.append(("total", format_metric("energy_j", m["energy_j"])))
+        if "energy_per_request_j" in m and n != 1:
+            rows.append(("per request", format_metric("energy_per_request_j", m["energy_per_request_j"])))
         tables.append((f"Energy per {per}", rows))
     if result.oom is not None:
         need = format_metric("x_bytes", result.oom.need_bytes)
         have = format_metric("x_bytes", result.oom.capacity_bytes)
         tables.insert(0, ("OUT OF MEMORY", [(result.oom.device, f"needs {need}, has {have}")]))
     return tables
+
+
+def plural_count(n: int, noun: str) -> str:
+    return f"{n:,} {plural(noun, n)}"
 
 
 def split_rows(result: Result) -> Rows:
