@@ -17,7 +17,9 @@ batch is prefilled together); ``TTFT 1 user`` is a batch-1 prefill — how tt-tr
 a time) and what its per-user TTFT means; ``TTFT 2k`` is a batch-1 prefill of a 2,048-token prompt, where
 attention's share grows (on a grid chip it runs as a flash-attention kernel, ``perf.spatial_attention``, whose
 K/V re-reads and softmax scale with the prompt). No measured LLM figure is in shared/reference (tiled_hardware.md
-says so), so none is printed and nothing here is fitted.
+says so); where the builder publishes one for the same model, machine and batch (``SOURCES``: tt-transformers'
+PERF.md, tt-metal's models/README.md, WaferLLM's abstract) it is printed beside ours with the time per token it
+implies beyond our TPOT. Nothing here is fitted to those figures.
 
 Usage: python benchmarks/calibrate_tiled_llm.py
 """
@@ -34,6 +36,34 @@ from tilewright.engine.perf.op_cost import runtime_programs
 from tilewright.engine.plan.inference_phases import inference_phases
 from tilewright.engine.simulate import make_plan, simulate
 
+# Published decode throughputs (tokens/s/user) of Tenstorrent's own model demos, each with its source. A check,
+# never a fit: no constant of any preset is derived from them.
+SOURCES = {
+    "PERF": "tenstorrent/tt-metal models/tt_transformers/PERF.md @040a27c1 (tt-transformers demo, performance "
+    "mode: bfp4 MLP, bfp8 attention weights, bfp8 KV cache; prefill 128 tokens, 200 decode iterations; "
+    "'Performance' table at batch 1, 'Short-Context, Batch-32' table at batch 32)",
+    "README": "tenstorrent/tt-metal models/README.md @02068156 (LLM table, last update Nov 3, 2025: batch 32, "
+    "KV cache filled to 128 tokens, t/s/u of the first token after prefill; tt-metal release named per row)",
+    "WaferLLM": "He et al., 'WaferLLM: A Wafer-Scale LLM Inference System', arXiv 2502.04563v2, abstract: 2700 "
+    "tokens/s per request decoding Llama3-8B on a Cerebras WSE-2, 16-bit data (prompt and output lengths not "
+    "stated there)",
+}
+LLAMA32_1B = (("name", "llama3.2-1b"), ("hidden", 2048), ("ffn", 8192), ("heads", 32), ("kv_heads", 8),
+              ("layers", 16), ("vocab", 128256), ("tie_embeddings", True))  # HF meta-llama/Llama-3.2-1B config.json
+LLAMA32_3B = (("name", "llama3.2-3b"), ("hidden", 3072), ("ffn", 8192), ("heads", 24), ("kv_heads", 8),
+              ("layers", 28), ("vocab", 128256), ("tie_embeddings", True))  # HF meta-llama/Llama-3.2-3B config.json
+LLAMA31_8B = "blackhole-p150-llama3.1-8b-inference"  # a preset whose workload is Llama 3.1 8B
+LLAMA3_70B = "wormhole-galaxy-llama3-70b-inference"  # Llama 3 70B: Llama 3.1 70B's dimensions and vocabulary
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published decode throughput: tokens/s/user (one value or a low-high range over sources)."""
+
+    tsu: tuple[float, ...]
+    sources: tuple[str, ...]  # keys of SOURCES, with the release or table where the row says
+    note: str = ""
+
 
 @dataclass(frozen=True)
 class Config:
@@ -42,25 +72,43 @@ class Config:
     prompt: int
     output: int
     workload_from: str = ""  # another preset project whose model to run instead
+    dims: tuple[tuple[str, object], ...] = ()  # then these workload fields replaced (a model of no preset)
+    published: Published | None = None
 
 
 CONFIGS = (
     Config("wormhole-n150-llama2-7b-inference", 1, 128, 128),
     Config("wormhole-n150-llama2-7b-inference", 8, 512, 128),
     Config("wormhole-n150-llama2-7b-inference", 32, 128, 128),
-    Config("wormhole-n150-llama2-7b-inference", 1, 128, 128, "blackhole-p150-llama3.1-8b-inference"),
-    Config("wormhole-n150-llama2-7b-inference", 32, 128, 128, "blackhole-p150-llama3.1-8b-inference"),
-    Config("wormhole-n300-llama3.1-8b-inference", 1, 128, 128),
-    Config("wormhole-n300-llama3.1-8b-inference", 32, 128, 128),
+    Config("wormhole-n150-llama2-7b-inference", 1, 128, 128, LLAMA31_8B, published=Published((28.3,), ("PERF",))),
+    Config("wormhole-n150-llama2-7b-inference", 32, 128, 128, LLAMA31_8B,
+           published=Published((22.3, 26.0), ("PERF", "README v0.62.0-rc35"))),
+    Config("wormhole-n150-llama2-7b-inference", 1, 128, 128, LLAMA31_8B, LLAMA32_1B,
+           published=Published((87.8,), ("PERF",))),
+    Config("wormhole-n150-llama2-7b-inference", 1, 128, 128, LLAMA31_8B, LLAMA32_3B,
+           published=Published((54.0,), ("PERF",))),
+    Config("wormhole-n300-llama3.1-8b-inference", 1, 128, 128, published=Published((44.2,), ("PERF",))),
+    Config("wormhole-n300-llama3.1-8b-inference", 32, 128, 128, published=Published((33.5,), ("PERF",))),
     Config("wormhole-t3000-llama2-70b-inference", 1, 128, 128),
     Config("wormhole-t3000-llama2-70b-inference", 32, 128, 128),
-    Config("wormhole-galaxy-llama3-70b-inference", 1, 128, 128),
-    Config("wormhole-galaxy-llama3-70b-inference", 32, 128, 128),
+    Config("wormhole-t3000-llama2-70b-inference", 1, 128, 128, LLAMA3_70B,
+           published=Published((16.6,), ("PERF",), "Llama 3.1 70B")),
+    Config("wormhole-t3000-llama2-70b-inference", 32, 128, 128, LLAMA3_70B,
+           published=Published((14.8, 15.9), ("PERF", "README v0.59.0-rc53"), "Llama 3.1 70B")),
+    Config("wormhole-t3000-llama2-70b-inference", 1, 128, 128, LLAMA31_8B, published=Published((64.3,), ("PERF",))),
+    Config("wormhole-galaxy-llama3-70b-inference", 1, 128, 128,
+           published=Published((12.7,), ("PERF",), "Llama 3.1 70B, tt-transformers on TG")),
+    Config("wormhole-galaxy-llama3-70b-inference", 32, 128, 128,
+           published=Published((72.5,), ("README v0.62.0-dev20251015",),
+                               "Llama 3.1 70B, models/demos/llama3_70b_galaxy: another implementation")),
     Config("blackhole-galaxy-llama3-70b-inference", 32, 128, 128),
-    Config("blackhole-p150-llama3.1-8b-inference", 1, 128, 128),
-    Config("blackhole-p150-llama3.1-8b-inference", 32, 128, 128),
+    Config("blackhole-p150-llama3.1-8b-inference", 1, 128, 128, published=Published((33.6,), ("PERF",))),
+    Config("blackhole-p150-llama3.1-8b-inference", 32, 128, 128,
+           published=Published((33.1,), ("README v0.64.0-dev20251030",), "Blackhole software 'under development'")),
     Config("cerebras-wse2-llama2-7b-inference", 1, 512, 128),
     Config("cerebras-wse2-llama2-7b-inference", 1, 2048, 128),
+    Config("cerebras-wse2-llama2-7b-inference", 1, 512, 128, LLAMA31_8B, (("name", "llama3-8b"),),
+           published=Published((2700.0,), ("WaferLLM",), "Llama3-8B: Llama 3.1 8B's dimensions")),
 )
 
 
@@ -78,6 +126,8 @@ def configured(
     update: dict = {"run": p.run.model_copy(update={"inference": inf})}
     if c.workload_from:
         update["workload"] = load_project_preset(c.workload_from).workload
+    if c.dims:
+        update["workload"] = update.get("workload", p.workload).model_copy(update=dict(c.dims))
     return p.model_copy(update=update)
 
 
@@ -135,6 +185,18 @@ def seconds(t: float) -> str:
     return f"{t * 1e3:.3g} ms" if t >= 1e-3 else f"{t * 1e6:.3g} µs"
 
 
+def published_cells(pub: Published | None, tpot: float) -> tuple[str, str]:
+    """The published t/s/u (range) and the time per token it implies beyond our TPOT (range, ms)."""
+    if pub is None:
+        return "—", "—"
+    lo, hi = min(pub.tsu), max(pub.tsu)
+    tsu = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+    gaps = sorted(1.0 / t - tpot for t in (lo, hi))
+    unit, scale = ("ms", 1e3) if max(abs(g) for g in gaps) >= 1e-3 else ("µs", 1e6)
+    gap = f"{gaps[0] * scale:+.1f} {unit}" if lo == hi else f"{gaps[0] * scale:+.1f}..{gaps[1] * scale:+.1f}"
+    return tsu, gap
+
+
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     cols = (
@@ -152,8 +214,10 @@ def main() -> None:
         "fixed",
         "CCL",
         "programs",
+        "published",
+        "missing/token",
     )
-    widths = (38, 5, 8, 10, 11, 9, 9, 7, 10, 9, 9, 9, 9, 8)
+    widths = (38, 5, 8, 10, 11, 9, 9, 7, 10, 9, 9, 9, 9, 8, 11, 13)
     line = " ".join(f"{c:>{w}s}" if i else f"{c:{w}s}" for i, (c, w) in enumerate(zip(cols, widths, strict=True)))
     print(line)
     print("-" * len(line))
@@ -179,14 +243,24 @@ def main() -> None:
             seconds(b.fixed_s),
             seconds(b.ccl_s),
             str(b.ops),
+            *published_cells(c.published, tpot),
         )
         print(" ".join(f"{x:>{w}s}" if i else f"{x:{w}s}" for i, (x, w) in enumerate(zip(cells, widths, strict=True))))
     print("\nTTFT batch: the whole batch prefilled at once (the engine's definition); TTFT 1 user: a batch-1 prefill;")
     print(f"TTFT 2k: a batch-1 prefill of {LONG_PROMPT} prompt tokens.")
     print("decode step at the middle of the generation, busiest stage, per device: DRAM floor = bytes / peak DRAM")
     print("(SRAM) bandwidth; ops = Σ op times (includes compute, fixed and memory at the achievable bandwidth); CCL =")
-    print("tensor-parallel collectives. TPOT ≈ ops + CCL (+ pipeline sends). No measured LLM figures are in")
-    print("shared/reference: compare with measurements from their own source.")
+    print("tensor-parallel collectives. TPOT ≈ ops + CCL (+ pipeline sends).")
+    print("published: the builder's own figure (Tenstorrent's demos, WaferLLM), t/s/u (a range where sources differ);")
+    print("missing/token = the published time per token minus our TPOT (positive: time the model does not account")
+    print("for; ms, or µs when below one). A check, not a fit. Sources:")
+    for c in CONFIGS:
+        if c.published is not None:
+            p = configured(c)
+            note = f" ({c.published.note})" if c.published.note else ""
+            print(f"  {p.hardware.name} / {p.workload.name} batch {c.batch}{note}: {', '.join(c.published.sources)}")
+    for key, text in SOURCES.items():
+        print(f"  {key}: {text}")
 
 
 if __name__ == "__main__":
