@@ -34,7 +34,7 @@ def curves(draw) -> EfficiencyCurve:
 def memories(draw, edge: bool = False) -> Memory:
     return Memory(
         name=draw(names),
-        kind=draw(st.sampled_from(["sram", "hbm", "ddr", "hmc"])),
+        kind=draw(st.sampled_from(["sram", "hbm", "ddr", "gddr", "hmc"])),
         capacity_bytes=draw(pos_float),
         bandwidth_bytes_per_s=draw(pos_float),
         latency_s=draw(st.floats(0, 1e-3)),

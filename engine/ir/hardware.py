@@ -50,9 +50,15 @@ class ComponentKind(StrEnum):
 
 
 class MemoryKind(StrEnum):
+    """What technology a memory is, named as its datasheet names it (captions print it: "12 GiB GDDR").
+    ``sram`` is on-chip; every other kind is DRAM-class and the engine treats them all alike — the kind
+    changes labels, never numbers (bandwidth, latency, energy and efficiency are the memory's own fields).
+    ``gddr``: graphics DRAM soldered beside the chip, as on Tenstorrent Wormhole and Blackhole (GDDR6)."""
+
     sram = "sram"
     hbm = "hbm"
     ddr = "ddr"
+    gddr = "gddr"
     lpddr = "lpddr"
     hmc = "hmc"
 

@@ -1,6 +1,6 @@
 """What the cost model needs to know about one device: peaks, and where its bytes live.
 
-A device with local DRAM-class memory (HBM, DDR, HMC) reads operands from it directly. A device whose
+A device with local DRAM-class memory (HBM, DDR, GDDR, HMC) reads operands from it directly. A device whose
 only local memory is SRAM (a wafer tile) keeps what fits and streams the rest from DRAM ports
 reached over the NoC; the tiling model decides how many bytes that is.
 """

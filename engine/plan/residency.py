@@ -1,7 +1,7 @@
 """``mapping.memory_levels`` for one pipeline stage: which memory level holds each category of state.
 
 A category named in ``memory_levels`` lives in that memory. The name is resolved from the stage's first
-device: its own memories (SRAM → ``sram``, HBM/DDR → ``dram``), the ported DRAM of its die or wafer
+device: its own memories (SRAM → ``sram``, HBM/DDR/GDDR → ``dram``), the ported DRAM of its die or wafer
 (``dram``, the device's share of its capacity), or a memory of a component above it that does not compute
 (a node's host DDR → ``host``, reached over each device's host link, ``host_link_bandwidth_bytes_per_s``,
 and never faster than the memory's bandwidth shared by the devices below it; without that field the memory
