@@ -25,14 +25,17 @@ from tilewright.engine.hardware import elaborate, grow
 from tilewright.engine.ir.mapping import Schedule, StagePlacement, tp_axes_for
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
-from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
+from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.placement import split_layers
 from tilewright.engine.plan.residency import adam_step
+from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
 from tilewright.engine.search.multilevel import milp as ml
-from tilewright.engine.search.multilevel.costs import params_per_tensor_rank, tensor_costs
+from tilewright.engine.search.multilevel.costs import fusion_chains, params_per_tensor_rank, tensor_costs
+from tilewright.engine.search.multilevel.dimcomm import DimComm
 from tilewright.engine.search.multilevel.netdims import Dim, network_dims
 from tilewright.engine.search.op_settings import OpSettings
+from tilewright.engine.search.parallel.layer_table import LayerCosts
 from tilewright.engine.search.space import tensor_options
 from tilewright.engine.workloads import build_workload
 
@@ -129,6 +132,12 @@ def build_problem(
     if m.sequence_parallel:
         seq = getattr(project.workload, "seq_len", 1)
         degrees["tp"] = [t for t in degrees["tp"] if seq % t == 0]
+    dim_comm = DimComm(hw, dims)
+    streams = LayerCosts(workload, dev, settings, dim_comm.comm)
+
+    def stream_s_per_byte(t: int) -> float:  # the engine's default tensor group: the first t devices
+        return streams.dram_seconds_per_byte(tuple(d.index for d in hw.devices[:t])) if dev.remote_dram else 0.0
+
     costs = tensor_costs(
         layers,
         workload.block_layers,
@@ -140,9 +149,22 @@ def build_problem(
         m.recompute,
         settings,
         report,
+        m.recompute_modules,
+        stream_s_per_byte,
     )
     per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
                                 moments=m.optimizer_moments, fp32_grads=m.grad_reduce_in_fp32)
+    params = params_per_tensor_rank(layers, 1)
+    step = adam_step(per_param, m.optimizer_moments)
+    full_iteration = "full_iteration" in (m.cuda_graph_scope or ())
+
+    params_tp = {t: t * params_per_tensor_rank(layers, t) for t in degrees["tp"]}
+
+    def overhead(t: int, q: int) -> float:  # StagePlan.optimizer_s beyond the stream; flags over N/q devices
+        local = params_tp[t] * q / n / (q if m.zero >= 1 else 1)
+        flag = flag_allreduce_s(hw, [d.index for d in hw.devices[: n // q]]) if issues_kernels(dev.compute) else 0.0
+        return step_overhead(dev, None, local, step.mixed, run.dtype.value == "fp16", flag, q, full_iteration)
+
     last_block = workload.layer_ops(workload.block_layers[0])
     pb = ml.Problem(
         dims=dims,
@@ -150,16 +172,19 @@ def build_problem(
         global_batch=m.global_batch,
         micro_batch=m.micro_batch,
         layers=len(workload.block_layers),
-        params=params_per_tensor_rank(layers, 1),
+        params=params,
         state_per_param=(per_param.weights, per_param.gradients, per_param.optimizer),
         zero=min(m.zero, 1),
         capacity=device_capacity(hw, 0, dev),
         grad_bytes_per_param=per_param.gradients,
-        optimizer_bytes_per_param=adam_step(per_param, m.optimizer_moments).bytes_per_param,
+        optimizer_bytes_per_param=step.bytes_per_param,
         hbm_bandwidth=dev.dram_bandwidth,
         hop_bytes=last_block[-1].out_elems * m.micro_batch * elem if last_block else 0,
         degrees=degrees,
         costs=costs,
+        comm=dim_comm,
+        step_overhead={(t, q): overhead(t, q) for t in degrees["tp"] for q in degrees["dp"]},
+        params_tp=params_tp,
     )
     return pb, dims, workload
 
@@ -236,11 +261,7 @@ def multilevel_map(
 def with_fusion(project: Project, groups: list[list[str]]) -> Project:
     """``project`` with ``mapping.fusion`` holding the fused chains, by op name within the layer (the
     programme fuses the same chains in every layer of a kind)."""
-    chains: list[list[str]] = []
-    for g in groups:
-        chain = [name.split(".", 1)[-1] for name in g]  # names within the layer, as passes.local_name
-        if chain not in chains:
-            chains.append(chain)
+    chains = fusion_chains(groups)
     m = project.mapping
     mapping = type(m).model_validate(m.model_copy(update={"fusion": chains}).model_dump())
     return project.model_copy(update={"mapping": mapping})
@@ -260,6 +281,16 @@ def _layout_json(dims: list[Dim], lay: ml.Layout | None) -> dict | None:
     }
 
 
+ESTIMATE_SCOPE = (
+    "the mapper's estimate ranks layouts in the inter-chip programme: the engine's own passes (per-op cost, "
+    "recompute, fusion), its collectives and pipeline sends along one network dimension, the 1F1B closed form "
+    "and the optimizer step; it leaves out what needs the whole layout at once: a group spanning several "
+    "dimensions is charged one collective per dimension (an upper bound), data-parallel groups as if alone "
+    "(no link sharing between them), the reduction without overlap_grad_reduce's hiding, interleaving, and "
+    "stages as averages of their blocks"
+)
+
+
 def map_json(r: MapResult) -> dict:
     return {
         "dimensions": [{"name": d.name, "size": d.size, "bandwidth_bytes_per_s": d.bandwidth} for d in r.dims],
@@ -267,34 +298,45 @@ def map_json(r: MapResult) -> dict:
         "optimized": _layout_json(r.dims, r.optimized),
         "predicted_gain": r.gain,
         "predicted_gain_inter_chip": r.default.time_s / r.inter_only.time_s if r.default else None,
+        "predicted_scope": ESTIMATE_SCOPE,
         "fused_groups": r.fused_groups,
         "engine_default_time_s": r.engine_default_s,
         "engine_optimized_time_s": r.engine_optimized_s,
         "engine_optimized_unfused_time_s": r.engine_unfused_s,
+        "engine_gain": r.engine_default_s / r.engine_optimized_s
+        if r.engine_default_s and r.engine_optimized_s else None,
         "notes": r.notes,
     }
 
 
 def map_text(r: MapResult) -> str:
-    def line(name: str, lay: ml.Layout | None) -> str:
+    """The analytic engine's times are the headline when it ran (``check``); the mapper's own estimate, what
+    the programme ranked with, follows each, labelled as such (``ESTIMATE_SCOPE`` says what it leaves out)."""
+
+    def line(name: str, lay: ml.Layout | None, engine_s: float | None, extra: str = "") -> str:
         if lay is None:
             return f"  {name:<10} -"
         dims = ", ".join(f"{d.name}[{d.size}]={s[0]}/{s[1]}/{s[2]}" for d, s in zip(r.dims, lay.splits, strict=True))
         deg = lay.degrees
-        return f"  {name:<10} tp {deg['tp']} pp {deg['pp']} dp {deg['dp']}  ({dims})  predicted {lay.time_s:.4g} s"
+        head = f"  {name:<10} tp {deg['tp']} pp {deg['pp']} dp {deg['dp']}  ({dims})  "
+        estimate = f"mapper's estimate {lay.time_s:.4g} s"
+        if engine_s:
+            return head + f"analytic engine {engine_s:.4g} s{extra}  ({estimate})"
+        return head + estimate
 
+    unfused = f" ({r.engine_unfused_s:.4g} s without fusion)" if r.engine_unfused_s else ""
     lines = [
         "multi-level mapping (per dimension: tp/pp/dp)",
-        line("default", r.default),
-        line("optimized", r.optimized),
+        line("default", r.default, r.engine_default_s),
+        line("optimized", r.optimized, r.engine_optimized_s, unfused),
     ]
+    if r.engine_default_s and r.engine_optimized_s:
+        lines.append(f"  gain on the analytic engine ×{r.engine_default_s / r.engine_optimized_s:.3f}")
     if r.gain:
-        lines.append(f"  predicted gain ×{r.gain:.3f} (inter-chip alone ×{r.default.time_s / r.inter_only.time_s:.3f})")
+        inter = r.default.time_s / r.inter_only.time_s
+        lines.append(f"  mapper's estimated gain ×{r.gain:.3f} (inter-chip alone ×{inter:.3f})")
     if r.fused_groups:
         lines.append("  fused: " + "; ".join(" + ".join(n.split(".", 1)[-1] for n in g) for g in r.fused_groups))
-    if r.engine_optimized_s:
-        base = f"{r.engine_default_s:.4g} s → " if r.engine_default_s else ""
-        unfused = f" ({r.engine_unfused_s:.4g} s without fusion)" if r.engine_unfused_s else ""
-        lines.append(f"  analytic engine: {base}{r.engine_optimized_s:.4g} s{unfused}")
+    lines.append(f"  note: {ESTIMATE_SCOPE}")
     lines += [f"  note: {n}" for n in r.notes]
     return "\n".join(lines)

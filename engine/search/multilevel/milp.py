@@ -6,11 +6,20 @@ splits in log space, Σ_d z_{p,d}·log d = Σ_{j,s} y_{j,s}·log f_p(s) — exac
 far more than the solver's tolerance. With all N devices busy, m = B/(dp·mb) micro-batches and C(tp) a
 micro-batch's compute over all layers on one chip (the intra-chip optimum of ``fusion``), a 1F1B
 pipeline takes (m + pp − 1)·C/pp = B·tp/(N·mb)·C + (1 − 1/pp)·C, because dp·pp = N/tp. Every term of the
-iteration time — that, tensor-parallel rings per dimension, pipeline hops, the data-parallel reduction
-(its bytes ∝ 1/(tp·pp) = dp/N), the optimizer step — depends on one decision or on a product of two or
-three binaries, linearised exactly (McCormick: w ≥ a + b − 1, w ≥ 0 suffices because every cost is
-positive and the programme minimises). Memory is one linear constraint: state ∝ dp/N, activations per
-tensor degree (stage 0 holds at most L layers' worth under 1F1B). Solved by ``scipy.optimize.milp``.
+iteration time — that, tensor-parallel collectives per dimension, pipeline hops, the data-parallel
+reduction (its bytes a tensor rank's parameters / pp = params_of(tp)·dp/N), the optimizer step — depends
+on one decision or on a product of two or three binaries, linearised exactly (McCormick: w ≥ a + b − 1,
+w ≥ 0 suffices because every cost is positive and the programme minimises). Memory is one linear
+constraint: state ∝ dp/N, activations per tensor degree (stage 0 holds at most L layers' worth under
+1F1B). Solved by ``scipy.optimize.milp``.
+
+Every coefficient is the engine's own figure where it depends on one dimension (``costs``: the plan's
+passes; ``dimcomm``: its collectives and sends; ``plan.train_step``: the optimizer step's extras), so a
+layout whose groups each lie along one dimension, with one pipeline stage, is timed exactly as
+``tilewright run`` times it. What stays a surrogate (``map.ESTIMATE_SCOPE``): a group over several
+dimensions (one collective per dimension: an upper bound), concurrent data-parallel groups sharing links,
+overlap_grad_reduce, and pipeline stages as averages of their blocks (a tied embedding's copy, the
+slowest stage's own collectives).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from tilewright.engine.search.multilevel.costs import Part, TensorCosts, ring_time
+from tilewright.engine.search.multilevel.dimcomm import DimComm
 from tilewright.engine.search.multilevel.netdims import Dim
 from tilewright.engine.search.space import divisors
 
@@ -46,6 +56,32 @@ class Problem:
     hop_bytes: float  # activation sent between stages per micro-batch (full tensor; /tp per rank)
     degrees: dict[str, list[int]]
     costs: TensorCosts
+    comm: DimComm | None = None  # the engine's collectives along each dimension; None: ``ring_time``
+    # per (tp, dp) degree: what ``plan.train_step`` adds to the optimizer's stream (drains, flag all-reduces)
+    step_overhead: dict[tuple[int, int], float] = field(default_factory=dict)
+    # per tp degree t: t × a tensor rank's parameters (``params_on_device``) — above ``params`` by what a
+    # tensor group replicates (norms, position embeddings), which each rank reduces and steps in full
+    params_tp: dict[int, float] = field(default_factory=dict)
+
+    def params_of(self, t: int) -> float:
+        return self.params_tp.get(t, self.params)
+
+    def collective(self, kind: str, j: int, f: int, nbytes: float, step: int = 1) -> float:
+        """One collective over ``f`` members along dimension ``j``, ``step`` coordinates apart."""
+        if self.comm is None:
+            return ring_time(kind, f, nbytes, self.dims[j])
+        return self.comm.collective(kind, j, f, nbytes, step)
+
+    def hops(self, j: int, s: tuple[int, int, int], nbytes: float) -> float:
+        """Forward and backward sends across the s[1] − 1 stage boundaries along dimension ``j``."""
+        if s[1] <= 1:
+            return 0.0
+        if self.comm is None:
+            d = self.dims[j]
+            one = nbytes / d.bandwidth + d.hop_latency
+        else:
+            one = self.comm.send(j, s[0] * s[2], nbytes)
+        return 2 * (s[1] - 1) * one
 
 
 @dataclass
@@ -92,8 +128,8 @@ def _cost_terms(pb: Problem, fused: bool) -> dict[str, Any]:
     def m_minus_1(t: int, p: int) -> float:
         return max(B * t * p / (N * mb) - 1, 0.0)
 
-    def comm(part: Part, f: int, dim: Dim) -> float:
-        return part.scale * sum(ring_time(kind, f, n, dim) for kind, n in part.comm)
+    def comm(part: Part, f: int, j: int) -> float:
+        return part.scale * sum(pb.collective(kind, j, f, n) for kind, n in part.comm)
 
     terms: dict[str, Any] = {"total": {}, "pipe": {}, "tp_total": {}, "tp_pipe": {}, "hops": {}, "dp": {}}
     for t in pb.degrees["tp"]:
@@ -103,18 +139,22 @@ def _cost_terms(pb: Problem, fused: bool) -> dict[str, Any]:
             terms["pipe"][(t, p)] = m_minus_1(t, p) * stage_max(first, block, last, L, p)
         for j, d in enumerate(pb.dims):
             for s in splits_of(d.size):
-                xf, xb, xl = (comm(part, s[0], d) for part in (c.first[t], c.block[t], c.last[t]))
+                xf, xb, xl = (comm(part, s[0], j) for part in (c.first[t], c.block[t], c.last[t]))
                 terms["tp_total"][(t, j, s)] = xf + L * xb + xl
-                terms["hops"][(t, j, s)] = 2 * (s[1] - 1) * (pb.hop_bytes / t / d.bandwidth + d.hop_latency)
+                terms["hops"][(t, j, s)] = pb.hops(j, s, pb.hop_bytes / t)
                 for p in pb.degrees["pp"]:
                     terms["tp_pipe"][(p, t, j, s)] = m_minus_1(t, p) * stage_max(xf, xb, xl, L, p)
-    for q in pb.degrees["dp"]:
-        for j, d in enumerate(pb.dims):
-            for s in splits_of(d.size):
-                terms["dp"][(q, j, s)] = ring_time("all-reduce", s[2], pb.params * pb.grad_bytes_per_param * q / N, d)
+    for t in pb.degrees["tp"]:  # a device's parameters: params_of(t)/(t·pp) = params_of(t)·q/N
+        for q in pb.degrees["dp"]:
+            for j, d in enumerate(pb.dims):
+                for s in splits_of(d.size):
+                    grads = pb.params_of(t) * pb.grad_bytes_per_param * q / N
+                    terms["dp"][(t, q, j, s)] = pb.collective("all-reduce", j, s[2], grads, step=s[0])
     w, g, o = pb.state_per_param
     terms["optimizer"] = {
-        q: pb.params * pb.optimizer_bytes_per_param * (1 if pb.zero else q) / N / pb.hbm_bandwidth
+        (t, q): pb.params_of(t) * pb.optimizer_bytes_per_param * (1 if pb.zero else q) / N / pb.hbm_bandwidth
+        + pb.step_overhead.get((t, q), 0.0)
+        for t in pb.degrees["tp"]
         for q in pb.degrees["dp"]
     }
     terms["memory_dp"] = {q: pb.params * q / N * (w + g + (0 if pb.zero else o)) for q in pb.degrees["dp"]}
@@ -151,11 +191,12 @@ def solve(pb: Problem, fused: bool = True, time_limit: float = 30.0) -> Layout |
         if c > 0:  # three binaries: the pp degree × (tp degree × split) product
             inner = prod_var(("tp-y", t, j, s), z[("tp", t)], y[(j, s)])
             charge(prod_var(("pp-tpy", p, t, j, s), z[("pp", p)], inner), c)
-    for (q, j, s), c in terms["dp"].items():
-        if c > 0:
-            charge(prod_var(("dp-y", q, j, s), z[("dp", q)], y[(j, s)]), c)
-    for q, c in terms["optimizer"].items():
-        charge(z[("dp", q)], c)
+    for (t, q, j, s), c in terms["dp"].items():
+        if c > 0:  # three binaries: the tp degree (its parameters) × (dp degree × split)
+            inner = prod_var(("dp-y", q, j, s), z[("dp", q)], y[(j, s)])
+            charge(prod_var(("tp-dpy", t, q, j, s), z[("tp", t)], inner), c)
+    for (t, q), c in terms["optimizer"].items():
+        charge(prod_var(("tp-dp", t, q), z[("tp", t)], z[("dp", q)]), c)
 
     rows, lo, hi = [], [], []
 
@@ -201,11 +242,11 @@ def evaluate(pb: Problem, layout: Layout, fused: bool) -> Layout:
     terms = _cost_terms(pb, fused)
     t, p, q = (layout.degrees[k] for k in PARS)
     parts = {"compute": terms["total"][t] + terms["pipe"][(t, p)], "tp_comm": 0.0, "pp_comm": 0.0, "dp_comm": 0.0,
-             "optimizer": terms["optimizer"][q]}
+             "optimizer": terms["optimizer"][(t, q)]}
     for j, s in enumerate(layout.splits):
         parts["tp_comm"] += terms["tp_total"][(t, j, s)] + terms["tp_pipe"][(p, t, j, s)]
         parts["pp_comm"] += terms["hops"][(t, j, s)]
-        parts["dp_comm"] += terms["dp"][(q, j, s)]
+        parts["dp_comm"] += terms["dp"][(t, q, j, s)]
     layout.terms = parts
     layout.time_s = sum(parts.values())
     return layout
