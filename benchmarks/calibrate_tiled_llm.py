@@ -9,8 +9,9 @@ generation) so that whoever holds measurements can compare them and see which te
 - ``ops``: the sum of the step's op times on one device (DRAM/SRAM at the achievable bandwidth, arithmetic,
   pipeline fill, tails, and the fixed per-op cost), of which ``compute`` is the arithmetic and ``fixed`` the
   per-op dispatch cost (device programs × ``compute.fixed_op_s``, ``compute.programs_by_op``);
-- ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer), timed by the same model
-  as ``benchmarks/calibrate_ccl.py``.
+- ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer, and on Tenstorrent boards the
+  logits' all-gather of the on-device sampler, ``Compute.runtime_sampling``), timed by the same model as
+  ``benchmarks/calibrate_ccl.py``.
 
 Three TTFTs: ``TTFT batch`` is the engine's definition (every sequence of the batch arrives at once and the whole
 batch is prefilled together); ``TTFT 1 user`` is a batch-1 prefill — how tt-transformers prefills (one user at
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from tilewright.engine.io.presets import load_project_preset
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.op_cost import runtime_programs
-from tilewright.engine.plan.inference_phases import inference_phases
+from tilewright.engine.plan.inference_phases import inference_phases, sampling_tile
 from tilewright.engine.simulate import make_plan, simulate
 
 # Published decode throughputs (tokens/s/user) of Tenstorrent's own model demos, each with its source. A check,
@@ -154,7 +155,7 @@ def decode_breakdown(project: Project) -> StepBreakdown:
         dev = plan.stages[r].dev
         mem = dev.local_dram or dev.remote_dram
         peak = mem.bandwidth_bytes_per_s if mem is not None else dev.sram_bandwidth
-        ops = sum(runtime_programs(op, dev.compute) for op in _ops(plan, r))
+        ops = sum(runtime_programs(op, dev.compute) for op in _ops(plan, r, ph.micro_batch))
         ccl = sum(plan.tp_time(r, 0, kind, nbytes) for kind, nbytes in (s.comm for s in ps.segments if s.comm))
         nbytes = sum(s.local_bytes for s in ps.segments)
         b = StepBreakdown(ps.busy_s, ps.compute_s, ops * dev.compute.fixed_op_s, ccl, nbytes, nbytes / peak, ops)
@@ -164,12 +165,13 @@ def decode_breakdown(project: Project) -> StepBreakdown:
     return best
 
 
-def _ops(plan, r: int):
-    """The ops of stage ``r`` in one decode step (the inference graph has the same ops at every context)."""
+def _ops(plan, r: int, sequences: int):
+    """The ops of stage ``r`` in one decode step of ``sequences`` sequences (the inference graph has the same
+    ops at every context; the on-device sampling tail, ``Compute.runtime_sampling``, depends on the batch)."""
     from tilewright.engine.workloads.transformer_inference import inference_graph
 
     dims = plan.project.workload
-    graph = inference_graph(dims, 1, 2, 1, True)
+    graph = inference_graph(dims, 1, 2, sequences, True, sampling_tile(plan.stages[-1].dev.compute))
     st = plan.stages[r]
     for c in sorted(st.chunk_layers):
         for i in st.chunk_layers[c]:

@@ -36,7 +36,8 @@ def test_sequential_first_token_is_one_sequences_prefill(engine):
     four = simulate(_n150(engine, 4, "sequential"))
     batched = simulate(_n150(engine, 4, "batched"))
     assert math.isclose(four.ttft_s, one.ttft_s, rel_tol=1e-9)
-    assert math.isclose(four.prefill_s, 4 * one.prefill_s, rel_tol=1e-9)  # the sequences follow each other
+    step = load_system("wormhole-n150").children[0].compute.runtime_step_s or 0.0  # the runtime's host work, once
+    assert math.isclose(four.prefill_s - step, 4 * (one.prefill_s - step), rel_tol=1e-9)  # the sequences follow
     assert math.isclose(batched.ttft_s, batched.prefill_s, rel_tol=1e-12)  # everyone's token at the end
     assert four.ttft_s < batched.ttft_s
     assert math.isclose(four.tpot_s, batched.tpot_s, rel_tol=1e-9)  # the decode does not change

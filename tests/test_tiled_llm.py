@@ -18,7 +18,7 @@ from tilewright.engine.perf.memory import params_on_device
 from tilewright.engine.perf.op_cost import runtime_programs
 from tilewright.engine.perf.spatial import gemm_on_grid
 from tilewright.engine.perf.spatial_chip import grid_chip
-from tilewright.engine.plan.inference_phases import inference_phases
+from tilewright.engine.plan.inference_phases import inference_phases, sampling_tile
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 from tilewright.engine.workloads.transformer_inference import inference_graph
@@ -111,10 +111,12 @@ def test_the_fixed_cost_is_paid_once_per_program_in_both_engines(engine, name):
     def programs(graph) -> int:
         return sum(runtime_programs(op, compute) for op in graph.ops())
 
-    decode_ops = programs(inference_graph(project.workload, 1, 2, 1, True))
+    tail = sampling_tile(compute)  # the decode step's on-device sampling (untilize, argmax, updates)
+    decode_ops = programs(inference_graph(project.workload, 1, 2, 1, True, tail))
     prefill_ops = programs(inference_graph(project.workload, 64, 64, 1, True))
     ops = sum(1 for _ in inference_graph(project.workload, 1, 2, 1, True).ops())
-    assert decode_ops == prefill_ops > ops > 10 * project.workload.layers  # norms, matmuls, attention, adds, ...
+    assert tail and decode_ops == prefill_ops + 1 + 1 + compute.programs_by_op["sample_update"]
+    assert prefill_ops > ops > 10 * project.workload.layers  # norms, matmuls, attention, adds, ...
     assert more.tpot_s - base.tpot_s == pytest.approx(decode_ops * extra, rel=1e-6)
     assert more.ttft_s - base.ttft_s == pytest.approx(prefill_ops * extra, rel=1e-6)
 

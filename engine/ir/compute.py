@@ -82,7 +82,8 @@ class Compute(QuietDefaultsModel):
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
-              "programs_by_op", "gemm_granule", "runtime_step_s", "host_sync_s", "flash_forward_efficiency",
+              "programs_by_op", "gemm_granule", "runtime_step_s", "runtime_sampling", "host_sync_s",
+              "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
               "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w")
 
@@ -176,6 +177,14 @@ class Compute(QuietDefaultsModel):
         description="host work of the serving runtime in each inference iteration that the device waits for "
         "(scheduling, input preparation, the sampled tokens' copy back and output processing), paid once per "
         "prefill or decode pass of the first pipeline stage",
+    )
+    runtime_sampling: bool = Field(
+        False,
+        description="the serving runtime ends each decode step on the device (tt-transformers' traced decode): "
+        "the vocabulary-split logits all-gathered over the tensor group, untilized (whole tiles of rows) and, "
+        "for a batch of one sequence, their argmax taken and the next step's position, rotary index and token "
+        "updated in place (ops named sample_*, ``workloads.transformer_inference.sampling_ops``); off: the "
+        "logits' sampling is not modelled (a host's, or a GPU runtime's)",
     )
     energy_pj_per_flop: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,

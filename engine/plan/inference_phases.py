@@ -34,7 +34,10 @@ token (one sequence's prefill on an idle machine) and ``prefill_s`` still the en
 
 What these passes leave out: runtimes launch ops the model graph folds into its neighbours — rotary
 embeddings, KV-cache writes, head split/concat (a Llama layer here is 11 ops, in tt-transformers' decode ~17)
-— whose fixed per-op cost is therefore not counted.
+— whose fixed per-op cost is therefore not counted (on grid devices ``compute.programs_by_op`` counts them).
+A runtime that samples on the device (``compute.runtime_sampling``) ends each decode step with the logits'
+all-gather, untilize and (one sequence) argmax and index updates (``transformer_inference.sampling_ops``),
+built into the decode passes here and priced the same way by ``serving.cost_model``.
 
 Decode cost is affine in the context except where the roofline switches sides, so decode passes are built
 at three contexts (first, middle, last step) and each step's segments are interpolated between the two
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tilewright.engine.ir.common import DType, PrefillOrder, dtype_bytes
+from tilewright.engine.ir.compute import Compute
 from tilewright.engine.ir.ops import LayerKind, Op
 from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
@@ -183,11 +187,14 @@ class InferencePhases:
     def first_token_s(self, first_micro_batch_end: float) -> float:
         """Time to the batch's first output token, from the end of micro-batch 0's prefill on the last stage:
         that end itself when the micro-batch is prefilled at once; with a sequential prefill, its first
-        sequence's pass ends ``(n − 1)/n`` of the last stage's prefill earlier (n sequences, equal passes)."""
+        sequence's pass ends ``(n − 1)/n`` of the last stage's prefill earlier (n sequences, equal passes; the
+        runtime's step before them is one, whatever n)."""
         if not self.sequential:
             return first_micro_batch_end
         n, last = self.micro_batch, self.plan.pp - 1
         duration = pass_parts(self.plan, last, self.prefill[last])[0]  # the sequences' passes and collectives
+        if last == 0:  # the runtime's host work leads the pass once, not once per sequence (``with_runtime_step``)
+            duration -= self.plan.stages[0].dev.compute.runtime_step_s or 0.0
         return first_micro_batch_end - (n - 1) / n * duration
 
     def pass_for(self, r: int, phase: int) -> ChunkPass:
@@ -278,6 +285,14 @@ def _stage_layers(plan: Plan, graph: WorkloadGraph, r: int) -> list[list[Op]]:
     return [graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
 
 
+def sampling_tile(compute: Compute) -> int:
+    """Rows of the tiles an on-device sampler untilizes (``Compute.runtime_sampling``; the grid's tile, 1 on a
+    device without one); 0: the runtime samples elsewhere, not modelled."""
+    if not compute.runtime_sampling:
+        return 0
+    return compute.grid.tile if compute.grid is not None else 1
+
+
 def inference_phases(plan: Plan) -> InferencePhases:
     project = plan.project
     m, inf = project.mapping, project.run.inference
@@ -306,8 +321,9 @@ def inference_phases(plan: Plan) -> InferencePhases:
     decode: dict[int, WorkloadGraph] = {}
     if ph.decode_steps:
         n = ph.decode_steps
+        tile = sampling_tile(plan.stages[-1].dev.compute)
         for c in sorted({ph.context(0), ph.context((n - 1) // 2), ph.context(n - 1)}):
-            decode[c] = inference_graph(dims, 1, c, mb, fused)
+            decode[c] = inference_graph(dims, 1, c, mb, fused, tile)
     for r in range(plan.pp):
         layers = _stage_layers(plan, prefill, r)
         ps = forward_pass(layers, _context(plan, r, per_pass, m.sequence_parallel, fmt))

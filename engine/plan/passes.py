@@ -35,7 +35,7 @@ from tilewright.engine.plan.launch import (
     host_seconds,
 )
 from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm, spans_replicas
-from tilewright.engine.plan.tensor_axes import axis_comm
+from tilewright.engine.plan.tensor_axes import ROW, axis_comm
 from tilewright.engine.plan.tp_overlap import TpOverlap
 
 PassKind = str  # "F" | "B" | "R"
@@ -472,6 +472,7 @@ def forward_pass(
         flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
         rerun = selection(ops, modules) if only_selective else {}
         graphs = {} if only_selective else layer_graphs(ops, ctx.cuda_graph_scope)  # R: eager (cuda_graphs)
+        vocab_out = False  # the op before left its output split over the vocabulary (the logits)
         for j, (op, fused) in enumerate(zip(ops, flags, strict=True)):
             if only_selective:
                 how = rerun.get(op.name)
@@ -484,6 +485,10 @@ def forward_pass(
             column = _column(op)
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
                 b.op_comm("all-gather", op, op.in_elems)
+            if vocab_out and op.split is TensorSplit.replicated:  # an on-device sampler reads every logit
+                gather = (ROW + "all-gather") if ctx.tp_axes is not None else "all-gather"  # ``sampling_ops``
+                b.comm(gather, op.in_elems, op.layer, op.name, overlap=False)
+            vocab_out = _weighted(op) and op.split is TensorSplit.vocab and op.kind is OpKind.matmul
             b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0), graph=graphs.get(op.name))
             if kind == "R" and j == 0 and not only_selective:  # the layer's checkpoint (``launch.CHECKPOINT_CALLS``)
                 b.host(checkpoint_host_seconds(ctx.dev.compute))

@@ -47,13 +47,13 @@ from tilewright.engine.ir.ops import LayerKind, Op, OpKind
 from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.plan.group_comm import scaled
-from tilewright.engine.plan.inference_phases import kv_dtype
+from tilewright.engine.plan.inference_phases import kv_dtype, sampling_tile
 from tilewright.engine.plan.launch import graphed
 from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass, fused_edges
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.serving.config import ServingSetupError
 from tilewright.engine.serving.grid_attention import GridAttention, shaped
-from tilewright.engine.workloads.transformer_inference import inference_graph, kv_cache_bytes
+from tilewright.engine.workloads.transformer_inference import inference_graph, kv_cache_bytes, sampling_ops
 
 ATTENTION_KINDS = (OpKind.attention, OpKind.softmax)  # ops whose cost depends on the context
 FIELDS = ("flops", "in_elems", "out_elems", "cache_elems", "saved_elems")
@@ -147,6 +147,8 @@ class IterationCostModel:
             if shaped(self._attn_ops, self._contexts[q])
         }
         self._zero_logits = self._logit_parts(0)
+        self._sampling_tile = sampling_tile(plan.stages[-1].dev.compute)  # 0: no on-device sampling tail
+        self._sampling_cache: dict[int, float] = {}
         self._points = self._table_points()
         self._stage_shape = self._shapes()
         self._splice = all(blocks > 0 for _, blocks, _ in self._stage_shape) and self._splice_agrees()
@@ -368,6 +370,25 @@ class IterationCostModel:
             )
         return hit
 
+    def _sampling_s(self, rows: int) -> float:
+        """Seconds of the runtime's on-device sampling after a decode iteration of ``rows`` sequences on the
+        last stage (``Compute.runtime_sampling``): the ops ``transformer_inference.sampling_ops`` appends to a
+        decode step and the logits' all-gather, timed as ``tilewright run`` times them (the head's pass with
+        and without them); 0 when the runtime samples elsewhere."""
+        if not self._sampling_tile or rows <= 0 or not self._head_ops:
+            return 0.0
+        hit = self._sampling_cache.get(rows)
+        if hit is None:
+            r, logits = self._head_stage, self._head_ops[-1]
+            ctx = dataclasses.replace(self._contexts[r], micro_batch=rows)
+            tail = forward_pass([[logits, *sampling_ops(logits, self.dims.vocab, rows, self._sampling_tile)]], ctx)
+            bare = forward_pass([[logits]], ctx)
+            comm = sum(self.plan.tp_time(r, 0, *s.comm) for s in tail.segments if s.comm)
+            hit = self._sampling_cache[rows] = (
+                sum(_device(s) for s in tail.segments) - sum(_device(s) for s in bare.segments) + comm
+            )
+        return hit
+
     # --- one iteration ----------------------------------------------------------------------------------------
 
     def stage_seconds(self, work: Sequence[Work]) -> np.ndarray:
@@ -396,6 +417,8 @@ class IterationCostModel:
             if dram.any():
                 busy = np.maximum(busy, dram * self.plan.dram_seconds_per_byte(r))
             out[r] = busy.sum() + row.comm + row.send
+        if all(w.tokens == w.logits == 1 for w in work):  # a decode step: the runtime's sampling tail, if on the device
+            out[self._head_stage] += self._sampling_s(len(work))
         out[0] += self.runtime_step_s  # the runtime's host work for the iteration (``with_runtime_step``)
         return out
 

@@ -33,13 +33,16 @@ right) and changed where inference differs from training:
 - a routed-expert op reads the weights of the experts the pass's tokens touch: of ``experts`` experts,
   each token picking top_k, n tokens touch E·(1 − (1 − k/E)ⁿ) on average (uniform routing), so a decode
   step of a few sequences reads a fraction of a MoE layer's weights while a long prefill reads all.
+- a runtime that samples on the device (``Compute.runtime_sampling``, tt-transformers) ends a decode step with
+  ops the model graph has no counterpart for (``sampling_ops``), appended to the head: the logits untilized
+  and, for one sequence, their argmax and the next step's index updates.
 """
 
 from __future__ import annotations
 
 import math
 
-from tilewright.engine.ir.ops import AttentionShape, LayerKind, MoERole, Op, OpKind
+from tilewright.engine.ir.ops import AttentionShape, LayerKind, MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.workloads.graph import WorkloadGraph
 from tilewright.engine.workloads.transformer_block import attention_flops_per_pair
@@ -102,11 +105,43 @@ def touched_experts(experts: int, top_k: int, tokens: int) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
+def sampling_ops(logits: Op, vocab: int, sequences: int, tile: int) -> list[Op]:
+    """The ops tt-transformers runs after the LM head of a traced decode step (tenstorrent/tt-metal
+    models/tt_transformers/tt/model.py, ``ttnn_decode_forward``), per sample of a micro-batch of ``sequences``:
+
+    - ``sample_untilize``: ``ttnn.untilize`` of the logits, which the LM head leaves in DRAM
+      (``LM_HEAD_OUTPUT_MEMCFG``) in whole ``tile``-row tiles: the sequences' rows padded to a multiple of
+      ``tile`` (32 rows at batch 1), read and written once; on a multi-chip group it reads the logits after an
+      all-gather over the vocabulary (``plan.passes.forward_pass`` puts it after the vocab-split head);
+    - for one sequence only (the demos take the argmax on the device only at batch 1 and temperature 0,
+      ``argmax_on_device``; a larger batch is sampled on the host): ``sample_argmax`` (``ttnn.argmax`` over the
+      untilized rows, one comparison per element) and ``sample_update`` (``_increment_decode_positions_device``
+      and the ``ttnn.copy`` of the token into the next step's input: a few elements, whose device programs the
+      runtime's ``programs_by_op`` counts).
+
+    Every op is replicated: after the gather each chip holds the whole vocabulary and runs the same program."""
+    rows = math.ceil(sequences / tile) * tile
+    padded = float(rows * vocab) / sequences  # elements per sample, the padding rows shared out
+    layer = logits.name.rsplit(".", 1)[0] + "." if "." in logits.name else ""
+
+    def op(name: str, flops: float, in_elems: float, out_elems: float, source: str) -> Op:
+        return Op(name=layer + name, kind=OpKind.elementwise, layer=logits.layer, flops=flops, in_elems=in_elems,
+                  out_elems=out_elems, split=TensorSplit.replicated, inputs=[source])
+
+    out = [op("sample_untilize", 0.0, padded, padded, logits.name)]
+    if sequences == 1:  # position, rotary index and token: one element each
+        out += [op("sample_argmax", padded, padded, float(rows), out[0].name),
+                op("sample_update", 3.0, 3.0, 3.0, layer + "sample_argmax")]
+    return out
+
+
 def inference_graph(
-    dims: TransformerDims, tokens: int, context: int, sequences: int, fused: bool
+    dims: TransformerDims, tokens: int, context: int, sequences: int, fused: bool, sampling_tile: int = 0
 ) -> WorkloadGraph:
     """The ops of one pass of ``tokens`` new tokens per sequence attending over ``context`` keys, for
-    ``sequences`` sequences (the pass's micro-batch: it sizes the embedding gathers)."""
+    ``sequences`` sequences (the pass's micro-batch: it sizes the embedding gathers). ``sampling_tile`` > 0: a
+    decoder's decode step (one token) ends with the runtime's on-device sampling (``sampling_ops``) on tiles of
+    that many rows."""
     from tilewright.engine.workloads import build_workload  # the package imports this module's siblings
 
     if not 1 <= tokens <= context:
@@ -154,4 +189,7 @@ def inference_graph(
                 update["params"] = float(n * k)
         ops.append(op.model_copy(update=update))
         prev = op.name
+    if sampling_tile > 0 and tokens == 1 and not encoder:
+        logits = next(op for op in reversed(ops) if op.layer in head and op.kind is OpKind.matmul)
+        ops += sampling_ops(logits, dims.vocab, sequences, sampling_tile)
     return WorkloadGraph.from_ops(base.name, base.spec, base.layers, ops, dims=base.dims)
