@@ -59,10 +59,13 @@ def test_small_run_by_hand():
     assert parts["dram"] == pytest.approx(sum(traffic.local_bytes) * 20.0 * PJ)
     links = sum(b for lk, b in traffic.link_bytes.items() if plan.hw.links[lk].kind != "memory")
     assert parts["links"] + parts["noc"] == pytest.approx(links * 8 * 3.0 * PJ)
-    assert result.energy.total_j == pytest.approx(sum(parts.values()))
+    # the hosts' rated power bounds rather than models: reported apart, left out of the total
+    assert result.energy.total_j == pytest.approx(sum(v for k, v in parts.items() if k != "host"))
+    assert result.energy.host_j == parts["host"]
+    assert result.metrics_json()["host_energy_upper_bound_j"] == pytest.approx(parts["host"])
     m = result.metrics_json()
     assert m["average_power_w"] == pytest.approx(result.energy.total_j / t)
-    assert m["average_power_per_device_w"] == pytest.approx((result.energy.total_j - parts["host"]) / t / devices)
+    assert m["average_power_per_device_w"] == pytest.approx(result.energy.total_j / t / devices)
 
 
 def test_two_nodes_pay_two_hosts_and_idle_time_follows_each_engine():
@@ -73,6 +76,15 @@ def test_two_nodes_pay_two_hosts_and_idle_time_follows_each_engine():
         assert r.energy.by_part["static"] == pytest.approx(60.0 * 16 * r.iteration_time_s)
         assert r.energy.by_part["host"] == pytest.approx(2 * 3300.0 * r.iteration_time_s)
     assert event.energy.by_part["compute"] == pytest.approx(analytic.energy.by_part["compute"])
+
+
+def test_a_holder_inside_another_is_charged_once():
+    """A system whose root also carries a power figure (its own, which holds its nodes'): the nodes nearest the
+    devices are charged, the root is not added on top."""
+    project = with_device_energy(dgx(tp=4, pp=2, dp=2), 60.0, {"bf16": 1.0})
+    nested = project.model_copy(update={"hardware": project.hardware.model_copy(update={"power_w": 99_000.0})})
+    r = _run(nested, "analytic")
+    assert r.energy.by_part["host"] == pytest.approx(2 * 3300.0 * r.iteration_time_s)
 
 
 def test_inference_charges_only_the_devices_it_uses():
@@ -142,4 +154,4 @@ def test_cli_json_csv_and_summary_show_the_new_parts_with_units():
     tables = dict(result_tables(result))
     energy = dict(tables["Energy per iteration"])
     assert energy["static (idle devices)"].endswith("J") and energy["host (node, rated max)"].endswith("J")
-    assert dict(tables["Run"])["average power per device (host excluded)"].endswith("W")
+    assert dict(tables["Run"])["average power per device (hosts excluded)"].endswith("W")

@@ -187,15 +187,16 @@ def _lasting_power(program: Program, traffic: Traffic, sources: dict[str, None])
                 static = (static or 0.0) + idle
                 sources[f"static {device.path}: idle {idle:g} W per device"] = None
             parts = device.node.split("/")
-            for k in range(1, len(parts)):
-                inst = "/".join(parts[:k])
+            for k in range(len(parts) - 1, 0, -1):  # the nearest holder with a power figure, once: a system's
+                inst = "/".join(parts[:k])  # own figure would contain its nodes', so farther ones are not added
                 if inst in seen:
-                    continue
-                seen.add(inst)
+                    break
                 comp = hw.root.find(_instance_component(inst))
                 if comp is not None and comp.compute is None and comp.power_w:
+                    seen.add(inst)
                     hosts[inst] = comp.power_w
                     sources[f"host {comp.name}: {comp.power_w:g} W per instance (its rated maximum)"] = None
+                    break
     if static is None:
         sources["static: no idle power in the hardware IR (not reported)"] = None
     return {"static": static, "host": sum(hosts.values()) if hosts else None}

@@ -36,6 +36,9 @@ METRIC_UNITS = {
     "average_power_w": "W",
     "average_power_per_device_w": "W",
     "energy_per_token_j": "J/token",
+    "energy_per_sample_j": "J/sample",
+    "energy_per_request_j": "J/request",
+    "host_energy_upper_bound_j": "J",
     "energy_sources": "",
 }
 SUFFIX_UNITS = (("bytes", "bytes"), ("_s", "s"), ("_j", "J"))

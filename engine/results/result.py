@@ -21,6 +21,8 @@ TIME_CATEGORIES = (
 ENERGY_PARTS = ("compute", "sram", "dram", "noc", "links", "static", "host")
 #: The parts drawn at a constant power over the whole iteration or request (``Energy.power_w``).
 LASTING_PARTS = ("static", "host")
+# parts that bound rather than model (the hosts' rated power): reported, left out of the totals and powers
+UPPER_BOUND_PARTS = ("host",)
 
 
 @dataclass
@@ -132,7 +134,14 @@ class Energy:
 
     @property
     def total_j(self) -> float:
-        return sum(v for v in self.by_part.values() if v is not None)
+        """The devices' energy: every known part but the hosts', which is their rated power over the run (an
+        upper bound, ``host_j``), so it would swamp what the model counts."""
+        return sum(v for k, v in self.by_part.items() if v is not None and k not in UPPER_BOUND_PARTS)
+
+    @property
+    def host_j(self) -> float | None:
+        """The hosts around the devices at their rated power over the run: at most this much more."""
+        return self.by_part.get("host")
 
     def lasting(self, time_s: float) -> Energy:
         """This energy with the constant-power parts drawn over ``time_s`` (the iteration or request)."""
@@ -223,9 +232,10 @@ class Result:
             out["energy_j"] = e
             out["energy_breakdown_j"] = {k: self.energy.by_part.get(k) for k in ENERGY_PARTS}
             out["average_power_w"] = e / t if t > 0 else 0.0
-            # what one device draws on average, to hold against its TDP: every part but the hosts around it
-            own = e - (self.energy.by_part.get("host") or 0.0)
-            out["average_power_per_device_w"] = own / t / self.devices if t > 0 and self.devices else 0.0
+            # what one device draws on average, to hold against its TDP (the hosts are not in ``e``)
+            out["average_power_per_device_w"] = e / t / self.devices if t > 0 and self.devices else 0.0
+            if self.energy.host_j is not None:
+                out["host_energy_upper_bound_j"] = self.energy.host_j
             if self.counts_tokens:  # inference: per output token (the batch's requests × their output tokens)
                 out["energy_per_token_j"] = e / tokens if tokens > 0 else 0.0
             else:
@@ -313,13 +323,14 @@ class Result:
         lines = [
             f"  energy           {number(m['energy_j'])} {per}, {number(unit[1] or 0.0)} {unit[0]}",
             f"  average power    {number(m['average_power_w'])} W, {number(m['average_power_per_device_w'])} W "
-            "per device (host excluded)" + (f" — counting {known}" if known else ""),
+            "per device (hosts excluded)" + (f" — counting {known}" if known else ""),
         ]
         shown = ", ".join(f"{k} {'n/a' if v is None else f'{number(v)} J'}" if k != "host" or v is None
                           else f"host ≤ {number(v)} J (rated max)" for k, v in parts.items())
         lines.append(f"  energy by part   {shown}")
         if parts.get("host"):
-            lines.append("  host energy      the nodes' rated power over the whole run: an upper bound")
+            lines.append(f"  host energy      ≤ {number(parts['host'])} J more: the nodes' rated power over the "
+                         "whole run, an upper bound, left out of the energy and power above")
         return lines
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from tilewright.engine.results.result import Result, counts_only
+from tilewright.engine.results.result import ENERGY_PART_NAMES, Result, counts_only
 from tilewright.studio.model.palette import category_label
 from tilewright.studio.units import (
     FLOP,
@@ -38,7 +38,8 @@ LABELS = {
     "tpot_s": "time per output token",
     "energy_j": "energy",
     "average_power_w": "average power",
-    "average_power_per_device_w": "average power per device (host excluded)",
+    "average_power_per_device_w": "average power per device (hosts excluded)",
+    "host_energy_upper_bound_j": "hosts, at most (rated power, not in the energy)",
     "energy_per_token_j": "energy per token",
     "energy_per_sample_j": "energy per sample",
     "energy_per_request_j": "energy per request",
@@ -51,8 +52,7 @@ ENERGY_KEYS = ("energy_j", "average_power_w", "average_power_per_device_w", "ene
                "energy_per_sample_j", "energy_per_request_j")
 POWER_KEYS = ("average_power_w", "average_power_per_device_w")
 # the energy table's rows: what each part is, so "static" and "host" read as the power drawn all along
-ENERGY_PART_LABELS = {"sram": "SRAM", "dram": "DRAM", "noc": "NoC", "static": "static (idle devices)",
-                      "host": "host (node, rated max)"}
+ENERGY_PART_LABELS = ENERGY_PART_NAMES | {"static": "static (idle devices)", "host": "host (node, rated max)"}
 UNKNOWN_ENERGY = "not known"
 SPLITS_TITLE = "Split over the cores"
 
