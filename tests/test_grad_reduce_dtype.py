@@ -9,7 +9,11 @@ from the parameter count.
 
 from __future__ import annotations
 
-import pytest
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # the studio control's test below
+
+import pytest  # noqa: E402
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.plan.checks import check_project
@@ -123,9 +127,6 @@ def test_cli_refuses_it_for_fp16_naming_the_field(capsys):
 
 def test_studio_option_is_one_undo_step_and_off_for_fp16(make_window):
     """The check box (on: fp32, the default) sets the field at once as one undo step; an fp16 run cannot use it."""
-    import os
-
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     w = make_window(_project("bf16", dp=8, global_batch=16))
     box, doc = w.workload.options.grad_fp32, w.doc
     assert box.isEnabled() and box.box.isChecked() and "grad_reduce_in_fp32" in box.toolTip()
@@ -136,3 +137,20 @@ def test_studio_option_is_one_undo_step_and_off_for_fp16(make_window):
     assert doc.project.mapping.grad_reduce_in_fp32 and box.box.isChecked()
     fp16 = make_window(_project("fp16", dp=8, global_batch=16)).workload.options.grad_fp32
     assert not fp16.isEnabled() and "fp16" in fp16.toolTip()
+
+
+def test_search_keeps_the_projects_number_formats(tmp_path):
+    """`search` on a project keeps its recipe's formats (the gradient buffer's, Adam's moments'), which the
+    parallelism does not decide: candidates are ranked with the buffer the run would hold."""
+    import json
+
+    from tilewright.engine.cli.dispatch import build_parser
+    from tilewright.engine.cli.search import search_template
+    from tilewright.engine.io.project_file import project_to_data
+
+    p = _project(dp=4, global_batch=16, grad_reduce_in_fp32=False, optimizer_moments="bf16")
+    path = tmp_path / "bf16-grads.json"
+    path.write_text(json.dumps(project_to_data(p)))
+    template, devices, batch = search_template(build_parser().parse_args(["search", str(path)]))
+    assert (devices, batch) == (4, 16)
+    assert template.mapping.grad_reduce_in_fp32 is False and template.mapping.optimizer_moments == "bf16"

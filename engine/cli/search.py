@@ -16,8 +16,11 @@ from tilewright.engine.cli.run import (
 from tilewright.engine.errors import InputError, Problem
 
 # What a project's mapping says besides the parallelism the search chooses: how each op is costed (tensor
-# formats, fidelity, spatial split over a grid device's cores, fusion) and where state lives.
-KEPT_MAPPING_FIELDS = ("formats", "fidelity", "spatial", "fusion", "memory_levels")
+# formats, fidelity, spatial split over a grid device's cores, fusion), where state lives, and the training
+# recipe's number formats the parallelism does not decide (the gradient buffer's, Adam's moments', fp8 weights
+# gathered in fp8: a candidate without a sharded optimizer drops the last, ``Candidate.mapping``).
+KEPT_MAPPING_FIELDS = ("formats", "fidelity", "spatial", "fusion", "memory_levels", "grad_reduce_in_fp32",
+                       "optimizer_moments", "fp8_param_gather")
 
 
 def search_template(args: argparse.Namespace):
