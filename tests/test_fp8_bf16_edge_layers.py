@@ -221,23 +221,34 @@ def test_cli_search_takes_the_flag(capsys):
     assert main([*args, "--fp8-bf16-layers", "1,1"]) == 0
 
 
-def test_zero3_gathers_an_edge_layer_at_two_bytes():
-    """ZeRO-3 all-gathers each layer's weights before it runs: an fp8 layer's at 1 B per parameter, an edge
-    layer's at 2 B (plain bf16 parameters); both engines time those gathers alike."""
-    p = _project(zero=3, overlap_param_gather=True)
+@pytest.mark.parametrize(("fp8_gather", "fp8_layer_bytes"), [(True, 1.0), (False, 2.0)])
+def test_zero3_gathers_an_edge_layer_at_two_bytes(fp8_gather: bool, fp8_layer_bytes: float):
+    """ZeRO-3 all-gathers each layer's parameters before it runs: an fp8 layer's at 1 B per parameter with
+    fp8_param_gather (TE fp8 parameters), else at 2 B (Megatron's bf16 parameters, what the post-step gather moves
+    too); an edge layer's at 2 B either way (plain bf16 parameters); both engines time those gathers alike."""
+    p = _project(zero=3, overlap_param_gather=True, fp8_param_gather=fp8_gather)
     graph = build_workload(GPT)
     index = {li.name: li.index for li in graph.layers}
     shard = _shard_comm(p)
-    for name, per in (("block0", 2.0), ("block1", 1.0), ("block3", 2.0)):
+    for name, per in (("block0", 2.0), ("block1", fp8_layer_bytes), ("block3", 2.0)):
         [(_kind, nbytes)] = shard.layer_items("all-gather", graph.layer_ops(index[name]), 1)
         assert nbytes == pytest.approx(_layer_params(name) * per, rel=1e-12), name
     assert_engines_agree(simulate(p), simulate(p.model_copy(update={"run": p.run.model_copy(
         update={"engine": "event"})})))
 
 
+def test_zero3_without_fp8_param_gather_moves_more():
+    """The same fp8 run gathers its fp8 layers' bf16 parameters (2 B) without fp8_param_gather: more link
+    traffic and no less exposed communication than with it."""
+    runs = {flag: simulate(_project(zero=3, fp8_param_gather=flag)) for flag in (True, False)}
+    assert runs[False].time_breakdown_s["dp_comm"] >= runs[True].time_breakdown_s["dp_comm"]
+    assert runs[False].iteration_time_s > runs[True].iteration_time_s
+
+
 def _shard_comm(p: Project):
     """The ShardComm ``build_plan`` gives stage 0 of ``p`` (one stage)."""
     from tilewright.engine.hardware import elaborate
+    from tilewright.engine.perf.memory import param_gather_bytes
     from tilewright.engine.plan.device_layers import edge_weight_bytes
     from tilewright.engine.plan.group_comm import shard_comm
     from tilewright.engine.plan.placement import stage_groups
@@ -245,8 +256,9 @@ def _shard_comm(p: Project):
     plan = make_plan(p)
     hw = elaborate(p.hardware, devices_needed=p.mapping.devices)
     groups = stage_groups(hw.devices, p.mapping)[0]
-    return shard_comm(p, hw, groups, plan.formats.weight_bytes, 4.0, {}, edge_weight_bytes(plan.formats,
-                                                                                          plan.workload))
+    gathered = param_gather_bytes(plan.formats.weight_bytes, plan.formats.weights, True, p.mapping.fp8_param_gather,
+                                  p.mapping.zero)  # the model's parameters, as the post-step gather moves them
+    return shard_comm(p, hw, groups, gathered, 4.0, {}, edge_weight_bytes(plan.formats, plan.workload))
 
 
 def _forward_host_s(dtype: str, first: int) -> dict[str, float]:

@@ -415,6 +415,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
 
     notes_residency: list[tuple[int, StageResidency, dict[str, float]]] = []
     rerun_layers: set[int] = set()  # layers full recomputation re-runs (mapping.recompute_layers)
+    edge_bytes = edge_weight_bytes(formats, workload)  # the bf16 edge layers' weight bytes, once per plan
     for r in range(m.pp):
         first = groups[r][0][0]
         d = hw.devices[first]
@@ -431,8 +432,11 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         tied_copy = {tied.layer: tied.params} if tied is not None and r == tied.last else {}  # plan.tied
         held = held_weight_bytes(run.mode is Mode.train, m.fp8_param_gather, m.zero)  # weights_by_op, bf16 layers
         per_param = stage_per_param(state_per_param, formats, workload, chunk_layers, m.tp, held, ep, etp, tied_copy)
-        ctx.shard = shard_comm(project, hw, groups[r], formats.weight_bytes, state_per_param.gradients, tied_copy,
-                               edge_weight_bytes(formats, workload))  # ZeRO-3 gathers bf16 edge layers at 2 B
+        # ZeRO-3 gathers the model's parameters: bf16 ones under fp8 without fp8_param_gather, as the post-step
+        # gather does (``param_gather_bytes``), and the bf16 edge layers at 2 B
+        gathered = param_gather_bytes(formats.weight_bytes, formats.weights, run.mode is Mode.train,
+                                      m.fp8_param_gather, m.zero)
+        ctx.shard = shard_comm(project, hw, groups[r], gathered, state_per_param.gradients, tied_copy, edge_bytes)
         ctx.context = context_comm(hw, groups[r], cp)
         ctx.expert_parallel = ep
         ctx.expert_tp = etp
