@@ -195,7 +195,7 @@ def published_cells(pub: Published | None, tpot: float) -> tuple[str, str]:
     tsu = f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
     gaps = sorted(1.0 / t - tpot for t in (lo, hi))
     unit, scale = ("ms", 1e3) if max(abs(g) for g in gaps) >= 1e-3 else ("µs", 1e6)
-    gap = f"{gaps[0] * scale:+.1f} {unit}" if lo == hi else f"{gaps[0] * scale:+.1f}..{gaps[1] * scale:+.1f}"
+    gap = f"{gaps[0] * scale:+.1f} {unit}" if lo == hi else f"{gaps[0] * scale:+.1f}..{gaps[1] * scale:+.1f} {unit}"
     return tsu, gap
 
 
@@ -216,7 +216,7 @@ def main() -> None:
         "fixed",
         "CCL",
         "programs",
-        "published",
+        "published t/s/u",
         "missing/token",
     )
     widths = (38, 5, 8, 10, 11, 9, 9, 7, 10, 9, 9, 9, 9, 8, 11, 13)

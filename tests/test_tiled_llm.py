@@ -221,7 +221,7 @@ def test_published_decode_figures_cite_a_source_and_measure_the_gap_by_hand():
         assert all(s.split()[0] in SOURCES for s in pub.sources)
     # 25 t/s/u is 40 ms per token: 10 ms beyond a 30 ms TPOT; a 20-25 range spans 10..20 ms
     assert published_cells(Published((25.0,), ("PERF",)), 0.030) == ("25", "+10.0 ms")
-    assert published_cells(Published((20.0, 25.0), ("PERF", "README")), 0.030) == ("20-25", "+10.0..+20.0")
+    assert published_cells(Published((20.0, 25.0), ("PERF", "README")), 0.030) == ("20-25", "+10.0..+20.0 ms")
     assert published_cells(None, 0.030) == ("—", "—")
     # 2,700 t/s/u is 370.4 µs per token: 170.4 µs beyond a 200 µs TPOT (below a millisecond: in µs)
     assert published_cells(Published((2700.0,), ("WaferLLM",)), 200e-6) == ("2700", "+170.4 µs")
