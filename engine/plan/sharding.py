@@ -99,7 +99,9 @@ class ShardComm:
     weight_bytes: float  # per parameter, as stored for compute (the weights' format)
     grad_bytes: float  # per parameter, as reduced (the gradients' format)
     seconds: Callable[[str, float], float]  # uncontended time of a ``dp:``/``edp:`` collective of that many bytes
-    expert_dp: int = 0  # replicas holding the same experts (dp / ep); 0: no expert parallelism, one dp group
+    # replicas holding the same experts (the expert-data-parallel group: tp·cp·dp / (ep · expert_tp)); 0: the experts
+    # have no layout of their own (ep 1 and expert_tp = tp, ``plan.experts.experts_apart``), one dp group for all
+    expert_dp: int = 0
     extra_params: Mapping[int, float] = field(default_factory=dict)  # per layer index, beyond its ops' (per device)
     # per layer index, its weights' bytes per parameter where they differ from ``weight_bytes`` (a bf16 edge layer
     # of an fp8 run: 2 B, ``perf.formats``)
