@@ -96,3 +96,15 @@ def small_project(**mapping: int) -> Project:
         mapping=Mapping(**m),
         run=RunSettings(),
     )
+
+
+def torus(dims: list[int]) -> Component:
+    """A torus of prod(dims) 100 TFLOP/s chips (32 GB HBM at 1 TB/s each), 50 GB/s links: the multi-level
+    mapper's network dimensions in their simplest form."""
+    n = 1
+    for d in dims:
+        n *= d
+    chip = Component(name="chip", kind="chip", cols=n, compute=Compute(peak_flops={"bf16": 100e12}),
+                     memories=[Memory(name="hbm", kind="hbm", capacity_bytes=32 * GB, bandwidth_bytes_per_s=1000 * GB)])
+    return Component(name="torus", kind="system", children=[chip],
+                     interconnect=Interconnect(topology="torus", dims=dims, link_bandwidth_bytes_per_s=50 * GB))

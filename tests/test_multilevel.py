@@ -20,7 +20,7 @@ from tilewright.engine.search.multilevel.fusion import optimize_layer
 from tilewright.engine.search.multilevel.map import build_problem, multilevel_map
 from tilewright.engine.search.multilevel.netdims import coordinates, device_index, network_dims
 
-from tests.factories import cluster, small_gpt
+from tests.factories import cluster, small_gpt, torus
 
 GB = 1e9
 
@@ -30,25 +30,15 @@ def _project(hardware: Component, mapping: dict, workload=None, **run) -> Projec
                    run=RunSettings(engine="analytic", **run))
 
 
-def _torus(dims: list[int]) -> Component:
-    n = 1
-    for d in dims:
-        n *= d
-    chip = Component(name="chip", kind="chip", cols=n, compute=Compute(peak_flops={"bf16": 100e12}),
-                     memories=[Memory(name="hbm", kind="hbm", capacity_bytes=32 * GB, bandwidth_bytes_per_s=1000 * GB)])
-    return Component(name="torus", kind="system", children=[chip],
-                     interconnect=Interconnect(topology="torus", dims=dims, link_bandwidth_bytes_per_s=50 * GB))
-
-
 def test_network_dimensions_of_a_torus_a_dgx_cluster_and_a_dragonfly():
-    t = _torus([2, 3, 4])
+    t = torus([2, 3, 4])
     dims = network_dims(t, elaborate(t))
     assert [d.size for d in dims] == [4, 3, 2]  # fastest-varying device index first
     c = cluster(nodes=2)
     dims = network_dims(c, elaborate(c))
     assert [d.size for d in dims] == [8, 2]
     assert dims[0].bandwidth == pytest.approx(300 * GB) and dims[1].bandwidth == pytest.approx(25 * GB)
-    chip = _torus([4]).children[0].model_copy(update={"cols": 12})
+    chip = torus([4]).children[0].model_copy(update={"cols": 12})
     fly = Component(name="fly", kind="system", children=[chip], interconnect=Interconnect(
         topology="dragonfly", group_size=4, link_bandwidth_bytes_per_s=100 * GB,
         global_link_bandwidth_bytes_per_s=10 * GB))
@@ -57,7 +47,7 @@ def test_network_dimensions_of_a_torus_a_dgx_cluster_and_a_dragonfly():
 
 
 def test_device_coordinates_round_trip_and_match_the_torus_grid():
-    t = _torus([2, 3, 4])
+    t = torus([2, 3, 4])
     hw = elaborate(t)
     dims = network_dims(t, hw)
     for dev in hw.devices:
@@ -88,7 +78,7 @@ def test_misaligned_default_is_reported_not_guessed():
 
 @pytest.mark.parametrize("hardware, mapping", [
     (cluster(nodes=2), {"tp": 2, "pp": 2, "dp": 4, "global_batch": 32}),
-    (_torus([2, 2, 4]), {"tp": 4, "pp": 1, "dp": 4, "global_batch": 32}),
+    (torus([2, 2, 4]), {"tp": 4, "pp": 1, "dp": 4, "global_batch": 32}),
 ])
 def test_milp_optimum_equals_enumeration_of_every_layout(hardware, mapping):
     """Every (degrees, per-dimension split) that fits, timed by the same surrogate: the MILP's optimum is

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from tilewright.engine.engines.analytic.engine import AnalyticEngine
-from tilewright.engine.ir import Component, Compute, GPTSpec, Interconnect, Mapping, Memory, Project, RunSettings
+from tilewright.engine.ir import Component, GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.search.multilevel import milp as ml
 from tilewright.engine.search.multilevel.map import (
     ESTIMATE_SCOPE,
@@ -22,20 +22,10 @@ from tilewright.engine.search.multilevel.map import (
 )
 from tilewright.engine.simulate import make_plan
 
-from tests.factories import cluster
+from tests.factories import cluster, torus
 
 GB = 1e9
 WORKLOAD = GPTSpec(layers=8, hidden=1024, heads=16, seq_len=512, vocab=8192)
-
-
-def _torus(dims: list[int]) -> Component:
-    n = 1
-    for d in dims:
-        n *= d
-    chip = Component(name="chip", kind="chip", cols=n, compute=Compute(peak_flops={"bf16": 100e12}),
-                     memories=[Memory(name="hbm", kind="hbm", capacity_bytes=32 * GB, bandwidth_bytes_per_s=1000 * GB)])
-    return Component(name="torus", kind="system", children=[chip],
-                     interconnect=Interconnect(topology="torus", dims=dims, link_bandwidth_bytes_per_s=50 * GB))
 
 
 def _project(hardware: Component, **mapping: object) -> Project:
@@ -62,9 +52,9 @@ def _estimate_and_engine(p: Project, fused: bool) -> tuple[ml.Layout, float]:
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("hardware, mapping", [
     (cluster(nodes=2), {"tp": 8, "pp": 1, "dp": 2}),  # tp on NVSwitch, dp across InfiniBand
-    (_torus([4, 4]), {"tp": 4, "pp": 1, "dp": 4}),  # one torus axis each
-    (_torus([4, 4]), {"tp": 4, "pp": 1, "dp": 4, "recompute": "full"}),
-    (_torus([4, 4]), {"tp": 4, "pp": 1, "dp": 4, "recompute": "selective"}),
+    (torus([4, 4]), {"tp": 4, "pp": 1, "dp": 4}),  # one torus axis each
+    (torus([4, 4]), {"tp": 4, "pp": 1, "dp": 4, "recompute": "full"}),
+    (torus([4, 4]), {"tp": 4, "pp": 1, "dp": 4, "recompute": "selective"}),
 ])
 def test_estimate_equals_the_engine_when_every_group_lies_along_one_dimension(hardware, mapping, fused):
     p = _project(hardware, **mapping)
@@ -75,7 +65,7 @@ def test_estimate_equals_the_engine_when_every_group_lies_along_one_dimension(ha
 def test_a_group_over_two_dimensions_is_an_upper_bound():
     """dp 16 over both axes of a 4×4 torus: charged as two 4-member all-reduces of the whole gradient, more
     than the engine's collective over the 16 members; the rest of the estimate is still the engine's."""
-    p = _project(_torus([4, 4]), tp=1, pp=1, dp=16)
+    p = _project(torus([4, 4]), tp=1, pp=1, dp=16)
     est, engine = _estimate_and_engine(p, False)
     assert est.time_s > engine
     pb, dims, _ = build_problem(p, 40, [])
@@ -85,7 +75,7 @@ def test_a_group_over_two_dimensions_is_an_upper_bound():
 
 
 def test_output_heads_with_the_engine_and_labels_the_mappers_estimate():
-    p = _project(_torus([4, 4]), tp=4, pp=1, dp=4)
+    p = _project(torus([4, 4]), tp=4, pp=1, dp=4)
     r = multilevel_map(p)
     text = map_text(r)
     lines = text.splitlines()
