@@ -194,7 +194,7 @@ def test_hierarchical_reduces_inside_chips_then_across():
 def test_search_sees_the_engine_choice_at_every_size():
     """Search fits each algorithm as a line in the message size and takes the cheapest: the engine's choice,
     with the reduce-scatter's size-dependent handshakes included."""
-    from tilewright.engine.search.parallel.comm import CommModel
+    from tilewright.engine.search.comm import CommModel
 
     hw = elaborate(galaxy_open_mesh())
     model = CommModel(hw)

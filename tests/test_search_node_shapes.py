@@ -20,9 +20,9 @@ from tilewright.engine.hardware import elaborate
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import LlamaSpec, Project, RunSettings
 from tilewright.engine.plan.passes import ChunkPass, Segment
+from tilewright.engine.search.layer_table import join_seconds
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Estimator
-from tilewright.engine.search.parallel.layer_table import join_seconds
 from tilewright.engine.workloads import build_workload
 
 from tests.agreement import engine_result, search_estimate

@@ -19,8 +19,8 @@ from tilewright.engine.ir.project import EngineKind
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.schedules import stage_order
+from tilewright.engine.search.comm import CommModel
 from tilewright.engine.search.parallel.candidate import Candidate
-from tilewright.engine.search.parallel.comm import CommModel
 from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.search.parallel.extended import exact_evaluator
 from tilewright.engine.search.parallel.inflight import peak_activation
@@ -156,7 +156,7 @@ def test_layers_of_one_pass_share_the_segment_across_their_boundary():
     does a head that no collective closes (its segment runs on into a third layer, which pairs cannot
     express)."""
     from tilewright.engine.plan.passes import ChunkPass, Segment
-    from tilewright.engine.search.parallel.layer_table import join_seconds
+    from tilewright.engine.search.layer_table import join_seconds
 
     def seg(device: float, host: float, comm=None) -> Segment:
         s = Segment(label="x", layer=0, busy_s=device, compute_s=device, flops=1.0, dram_bytes=0.0, host_s=host,

@@ -17,8 +17,8 @@ from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Recompute
 from tilewright.engine.ir.project import EngineKind, Mode
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.timing import dram_floor
+from tilewright.engine.search.comm import Layout
 from tilewright.engine.search.parallel.candidate import Candidate
-from tilewright.engine.search.parallel.comm import Layout
 from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.search.parallel.search import build_space, search
 from tilewright.engine.simulate import make_plan, simulate

@@ -12,8 +12,8 @@ is ``CommModel``'s (the parallel search's cached decomposition, equal to what ``
 from __future__ import annotations
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.search.comm import CommModel
 from tilewright.engine.search.multilevel.netdims import Dim, device_index
-from tilewright.engine.search.parallel.comm import CommModel
 
 
 class DimComm:

@@ -30,12 +30,12 @@ from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.placement import split_layers
 from tilewright.engine.plan.residency import adam_step
 from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
+from tilewright.engine.search.layer_table import LayerCosts
 from tilewright.engine.search.multilevel import milp as ml
 from tilewright.engine.search.multilevel.costs import fusion_chains, params_per_tensor_rank, tensor_costs
 from tilewright.engine.search.multilevel.dimcomm import DimComm
 from tilewright.engine.search.multilevel.netdims import Dim, network_dims
 from tilewright.engine.search.op_settings import OpSettings
-from tilewright.engine.search.parallel.layer_table import LayerCosts
 from tilewright.engine.search.space import tensor_options
 from tilewright.engine.workloads import build_workload
 

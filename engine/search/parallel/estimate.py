@@ -51,11 +51,11 @@ from tilewright.engine.plan.residency import StageResidency, adam_step, resolve
 from tilewright.engine.plan.tied import copy_params
 from tilewright.engine.plan.timing import closed_form
 from tilewright.engine.plan.train_step import TOKEN_BYTES, broadcasts, lead_seconds
+from tilewright.engine.search.comm import CommModel, Layout
+from tilewright.engine.search.layer_table import LayerCosts, LayerTable, fold
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate, replicas
-from tilewright.engine.search.parallel.comm import CommModel, Layout
 from tilewright.engine.search.parallel.inflight import peak_activation
-from tilewright.engine.search.parallel.layer_table import LayerCosts, LayerTable, fold
 from tilewright.engine.search.parallel.tail import IterationTail
 from tilewright.engine.workloads.graph import WorkloadGraph
 

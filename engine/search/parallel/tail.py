@@ -26,9 +26,9 @@ from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
 from tilewright.engine.plan.residency import AdamStep, StageResidency
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
 from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
+from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate, replicas
-from tilewright.engine.search.parallel.comm import CommModel, Layout
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 if TYPE_CHECKING:  # estimate imports this module: the type only, for annotations

@@ -23,8 +23,8 @@ from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, recomputed_layers, workspace_bytes
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.passes import ChunkPass, Segment, backward_pass, forward_pass
+from tilewright.engine.search.comm import CommModel
 from tilewright.engine.search.op_settings import OpSettings
-from tilewright.engine.search.parallel.comm import CommModel
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 
