@@ -38,6 +38,10 @@ CASES = {
     "10^6 output tokens": ("llama2-70b-h100-inference",
                            lambda d: d["run"]["inference"].update(output_tokens=10**6), "pipeline steps"),
     "a 2^30-wide layer": ("gpt3-dgx-a100", lambda d: d["workload"].update(hidden=2**30, heads=1), "past any model"),
+    # 129 steps of an 8,000-layer model: few steps, few layers each, but every step's pass is costed layer by
+    # layer (it took a minute on the 32-chip Galaxy)
+    "10^6 layer-steps": ("wormhole-galaxy-llama3-70b-inference", lambda d: d["workload"].update(layers=8000),
+                         "layer-steps"),
 }
 
 

@@ -36,7 +36,8 @@ def decode_comms(project: Project) -> Counter:
 
 def test_each_weighted_op_reduces_its_share_along_one_axis():
     """Per decode token: QKV, FF1 and FF3 all-reduce 1/8 of their output along a column of 4 chips, WO and FF2
-    1/4 of theirs along a row of 8 — and nothing else moves in the layer."""
+    1/4 of theirs along a row of 8 — and nothing else moves in the layer; after the head, the sampling tail
+    gathers the vocabulary-split logits along a row (``compute.runtime_sampling``)."""
     project = galaxy(tp_axes=[4, 8])
     w = project.workload
     kv = w.kv_heads * w.hidden // w.heads
@@ -45,6 +46,7 @@ def test_each_weighted_op_reduces_its_share_along_one_axis():
         (COLUMN + "all-reduce", w.ffn / 8): 2 * w.layers,  # FF1, FF3
         (ROW + "all-reduce", w.hidden / 4): 2 * w.layers,  # WO, FF2
         ("all-reduce", w.hidden): 1,  # the vocabulary-parallel embedding, over all 32 as in 1-D
+        (ROW + "all-gather", w.vocab): 1,  # the logits, whole on every chip for the argmax
     }
 
 
@@ -75,7 +77,8 @@ def test_without_tp_axes_the_collectives_are_megatrons():
     project = galaxy(tp_axes=None)
     assert "tp_axes" not in project.mapping.model_dump(mode="json")
     w = project.workload
-    assert decode_comms(project) == {("all-reduce", w.hidden): 2 * w.layers + 1}  # after WO, FF2; embedding
+    assert decode_comms(project) == {("all-reduce", w.hidden): 2 * w.layers + 1,  # after WO, FF2; embedding
+                                     ("all-gather", w.vocab): 1}  # the sampling tail's logits
     assert not any(n.startswith("2-D tensor parallelism") for n in make_plan(project).notes)
 
 

@@ -25,6 +25,9 @@ MAX_MEMORY_PORTS = 65_536
 MAX_LAYERS = 100_000  # the operator graph holds ~10 ops per layer
 MAX_STEPS = 2_000_000  # training pipeline steps: ~25 µs each aggregated (1 T run: 98 k steps in 2.4 s)
 MAX_INFERENCE_STEPS = 200_000  # prefill/decode steps: ~0.2 ms each (a decode pass is rebuilt per context)
+# each step's pass is costed, mixed and walked for energy layer by layer: ~60 µs per layer-step (a 2,000-layer
+# model decoding 128 tokens on a Galaxy's 32 chips took 31 s, 8,000 layers 62 s); the largest preset has ~10⁴
+MAX_INFERENCE_LAYER_STEPS = 400_000
 # One-at-a-time prefill (``PrefillOrder.sequential``) plans and simulates a pass per sequence: every layer
 # of every sequence is its own events (~3 KiB and ~30 µs each on the event engine: batch 4,000 of an
 # 80-layer model took 0.97 GiB and 9 s, batch 32,000 6.9 GiB and 70 s)
@@ -54,6 +57,10 @@ class Estimate:
         limit = MAX_INFERENCE_STEPS if self.inference else MAX_STEPS
         if self.steps > limit:
             out.append(Problem("mapping", f"{self.steps:,} pipeline steps to simulate (limit {limit:,})"))
+        elif self.inference and self.steps * self.layers > MAX_INFERENCE_LAYER_STEPS:
+            out.append(Problem("run.inference.output_tokens", f"{self.steps:,} prefill/decode steps × {self.layers:,} "
+                               f"layers = {self.steps * self.layers:,} layer-steps to cost (limit "
+                               f"{MAX_INFERENCE_LAYER_STEPS:,}); fewer output tokens or layers"))
         if self.sequential_prefill > MAX_SEQUENTIAL_PREFILL:
             out.append(Problem("run.inference.batch", f"{self.sequential_prefill:,} sequence-layers prefilled one "
                                f"sequence at a time (limit {MAX_SEQUENTIAL_PREFILL:,}); a batched prefill "
