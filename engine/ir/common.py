@@ -68,8 +68,13 @@ BYTES_PER_ELEMENT: dict[DType, float] = {
 
 
 def dtype_bytes(dtype: DType | str) -> float:
-    """Bytes of one element of ``dtype`` (an int for the plain formats, 1.0625 / 0.5625 for bfp8 / bfp4)."""
-    return BYTES_PER_ELEMENT[DType(dtype)]
+    """Bytes of one element of ``dtype`` (an int for the plain formats, 1.0625 / 0.5625 for bfp8 / bfp4). A
+    ``DType`` is a string enum, so its plain name finds its entry directly (the cost model asks this ~10⁶ times
+    per search); only a name that is not one is converted, and refused there."""
+    try:
+        return BYTES_PER_ELEMENT[dtype]  # type: ignore[index]
+    except KeyError:
+        return BYTES_PER_ELEMENT[DType(dtype)]
 
 
 class PrefillOrder(StrEnum):
