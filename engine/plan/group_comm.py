@@ -229,15 +229,22 @@ def scaled(coll: Collective, fraction: float) -> Collective:
 
 
 def merge_concurrent(parts: list[Collective]) -> Collective:
-    """Identical collectives on disjoint groups at the same time: add their link usage phase by phase."""
+    """Collectives on disjoint groups at the same time: add their link usage phase by phase.
+
+    Congruent groups run the same algorithm and merge exactly. On an irregular grid each group may pick a
+    different algorithm (another phase count, other bytes per phase): phase i of every group that has one
+    runs beside phase i of the others, each link carrying the sum of their bytes (usage scaled to the
+    phase's largest bytes per member), with the slowest latency; a group's later phases run alone."""
     if not parts or not parts[0].phases:
         return parts[0] if parts else Collective("all-reduce", "none", ())
     phases = []
-    for i in range(len(parts[0].phases)):
+    for i in range(max(len(c.phases) for c in parts)):
+        here = [c.phases[i] for c in parts if i < len(c.phases)]
+        ref = max(ph.bytes_per_member for ph in here)
         usage: dict[int, float] = {}
-        for c in parts:
-            for lk, u in c.phases[i].usage.items():
-                usage[lk] = usage.get(lk, 0.0) + u
-        p0 = parts[0].phases[i]
-        phases.append(Phase(usage, p0.bytes_per_member, max(c.phases[i].latency_s for c in parts)))
+        for ph in here:
+            share = ph.bytes_per_member / ref if ref > 0 and ph.bytes_per_member != ref else 1.0
+            for lk, u in ph.usage.items():
+                usage[lk] = usage.get(lk, 0.0) + u * share
+        phases.append(Phase(usage, ref, max(ph.latency_s for ph in here)))
     return Collective(parts[0].kind, parts[0].algorithm, tuple(phases), parts[0].payload_fraction)
