@@ -131,9 +131,9 @@ def test_import_hf_trains_with_fused_attention_on_gpus(tmp_path: Path, capsys: p
                                                ("chiplet-mesh", False)])
 def test_import_hf_fuses_where_the_presets_do(system: str, fused: bool) -> None:
     """SRAM-only tiles keep the unfused default their presets (Simba, PALM) use; the rest fuse."""
-    from tilewright.engine.workloads import import_hf_config
+    from tilewright.engine.workloads import build_workload, import_hf_config
 
     spec = import_hf_config(json.loads((HF / "llama-2-7b" / "config.json").read_text()), seq_len=512)
-    assert fused_attention_runs(load_system(system), spec) is fused
+    assert fused_attention_runs(load_system(system), build_workload(spec)) is fused
     tiles = [c for _, c in load_system(system).walk() if c.compute is not None]
     assert fused != all(m.kind.value == "sram" for m in tiles[0].memories)

@@ -99,3 +99,56 @@ def test_mixtral_labelled_mistral_imports_as_moe(tmp_path: Path) -> None:
     code, data = _import(tmp_path, config)
     assert code == 0 and data is not None
     assert data["moe"]["experts"] == 8 and data["moe"]["top_k"] == 2
+
+
+def _count_graph_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every operator graph a builder makes goes through ``WorkloadGraph.from_ops``: the names built."""
+    from tilewright.engine.workloads.graph import WorkloadGraph
+
+    built: list[str] = []
+    original = WorkloadGraph.from_ops
+
+    def counting(cls, name, *args, **kwargs):
+        built.append(name)
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(WorkloadGraph, "from_ops", classmethod(counting))
+    return built
+
+
+@pytest.mark.parametrize(("config", "flags", "code"), [
+    # a fit: the fusion check and the search (they built one graph each)
+    ("llama-2-7b", ["--system", "dgx-h100", "--seq-len", "1024"], 0),
+    # a growable system: a search per size it grows through (8 devices, then 16)
+    ("llama-70b", ["--system", "dgx-h100"], 0),
+    # no fit: the fusion check, the search and the message's parameter count
+    ("llama-2-7b", ["--system", "wormhole-n150", "--devices", "1"], 2),
+])
+def test_import_hf_builds_the_model_graph_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str,
+                                                flags: list[str], code: int) -> None:
+    """The first stage's searches, the fusion check and the no-fit message share one graph. (A MoE model's
+    second stage still builds one per candidate it plans: ``plan.checks.check_project`` builds its own.)"""
+    path = HF / config
+    if config == "llama-70b":
+        path = tmp_path / config / "config.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps(LLAMA_70B))
+    built = _count_graph_builds(monkeypatch)
+    assert _import(tmp_path, path, *flags)[0] == code
+    assert len(built) == 1, built
+
+
+def test_a_model_past_the_layer_limit_is_refused_before_its_graph_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The budget is checked on the spec: building a graph of more layers than a search may walk took a minute
+    before the refusal."""
+    from tilewright.engine.plan.budget import MAX_LAYERS
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": MAX_LAYERS + 1, "n_head": 4,
+                                  "vocab_size": 100, "n_positions": 128}))
+    built = _count_graph_builds(monkeypatch)
+    assert _import(tmp_path, config, "--system", "dgx-h100")[0] == 2
+    assert f"layers (limit {MAX_LAYERS:,})" in capsys.readouterr().err
+    assert built == []

@@ -20,7 +20,8 @@ from tilewright.engine.plan.timing import dram_floor
 from tilewright.engine.search.comm import Layout
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Estimator
-from tilewright.engine.search.parallel.search import build_space, search
+from tilewright.engine.search.parallel.first_stage import build_space
+from tilewright.engine.search.parallel.search import search
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 

@@ -13,6 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tilewright.engine.workloads.graph import WorkloadGraph
 
 # A growable system grows node by node up to this many devices before the import gives up.
 MAX_GROWN_DEVICES = 1024
@@ -70,20 +74,22 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
     from tilewright.engine.io.presets import load_system
     from tilewright.engine.ir.mapping import Mapping
     from tilewright.engine.ir.project import Project
+    from tilewright.engine.plan.budget import check_search_budget
     from tilewright.engine.search.parallel.extended import first_stage_only
     from tilewright.engine.search.parallel.report import sharding_text
     from tilewright.engine.search.parallel.search import search
+    from tilewright.engine.workloads import build_workload
 
     hw = load_system(system)
-    fused = fused_attention_runs(hw, spec)
-    # the mapping the search starts from: its fusion is searched with, so the fastest mapping is the fused one's
-    base = Mapping(fusion=[FUSED_ATTENTION] if fused else [])
-    project = Project(name=spec.name or "imported model", hardware=hw, workload=spec, mapping=base)
     holds = hw.device_count()
-    from tilewright.engine.plan.budget import check_search_budget
-
+    project = Project(name=spec.name or "imported model", hardware=hw, workload=spec)
+    # the size limits before anything is built: a model past them is refused at once, not after its graph
     check_search_budget(project, devices if devices is not None else holds, source, command="import-hf",
                         allow_large=allow_large)
+    graph = build_workload(spec)  # once: the fusion check, every search below and the no-fit message share it
+    fused = fused_attention_runs(hw, graph)
+    # the mapping the search starts from: its fusion is searched with, so the fastest mapping is the fused one's
+    project = project.model_copy(update={"mapping": Mapping(fusion=[FUSED_ATTENTION] if fused else [])})
     growable = grow(hw, holds + 1).device_count() > holds
     if devices is not None and devices > holds and not growable:
         raise InputError(source, Problem("--devices", f"{devices}: {hw.name} holds {holds} and cannot grow"))
@@ -92,15 +98,16 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
         batch = global_batch if global_batch is not None else max(DEFAULT_GLOBAL_BATCH, n)
         # the fast estimator's space only: a grown system is searched once per size (ep, cp, ZeRO-3 and
         # offload plan each candidate, too slow to repeat; ``tilewright search`` explores them)
-        result = search(project, n, batch, top=0, keep=1, resimulate=False, extensions=first_stage_only())
+        result = search(project, n, batch, top=0, keep=1, resimulate=False, extensions=first_stage_only(),
+                        workload=graph)
         if result.ranked:
             break
         if devices is not None or not growable or n >= MAX_GROWN_DEVICES:
-            raise InputError(source, Problem("--devices", _no_fit(project, n, batch, devices is not None,
+            raise InputError(source, Problem("--devices", _no_fit(project, graph, n, batch, devices is not None,
                                                                    growable)))
         n = min(grow(hw, n + 1).device_count(), MAX_GROWN_DEVICES)
     if getattr(spec, "moe", None) is not None:  # experts: the second stage (expert parallelism), once, at this size
-        full = search(project, n, batch, top=0, keep=1, resimulate=False)
+        full = search(project, n, batch, top=0, keep=1, resimulate=False, workload=graph)
         if full.ranked and full.ranked[0].iteration_time_s < result.ranked[0].iteration_time_s:
             result = full
     best = result.ranked[0]
@@ -119,7 +126,7 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
         + (f", {sharding_text(c)}" if sharding_text(c) != "-" else "")
         + (f", seq_len {seq}" if seq is not None else "")
         + (", fused (flash) attention: mapping.fusion attention → softmax" if fused else
-           f", unfused attention (mapping.fusion empty): {_unfused_why(hw, spec)}")
+           f", unfused attention (mapping.fusion empty): {_unfused_why(hw, graph)}")
         + f"; predicted iteration {best.iteration_time_s:.3f} s, peak memory "
         f"{best.peak_memory_bytes / 2**30:.1f} GiB per device."
     )
@@ -128,7 +135,7 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
     return project.model_dump(mode="json")
 
 
-def fused_attention_runs(hw, spec) -> bool:
+def fused_attention_runs(hw, graph: WorkloadGraph) -> bool:
     """Whether an imported model trains with fused (flash) attention on ``hw``: the fusion chain attention →
     softmax where the devices have a DRAM of their own (GPUs run FlashAttention or cuDNN's fused kernel, as
     every modern framework and the shipped Mixtral preset do; TPUs fuse it with XLA, as the TPU v4 preset
@@ -141,15 +148,13 @@ def fused_attention_runs(hw, spec) -> bool:
     device = next((c for _, c in hw.walk() if c.compute is not None), None)
     if device is None or all(m.kind is MemoryKind.sram for m in device.memories):
         return False
-    return _has_attention_chain(spec)
+    return _has_attention_chain(graph)
 
 
-def _has_attention_chain(spec) -> bool:
+def _has_attention_chain(graph: WorkloadGraph) -> bool:
     from tilewright.engine.cli.run import FUSED_ATTENTION
     from tilewright.engine.plan.passes import local_name
-    from tilewright.engine.workloads import build_workload
 
-    graph = build_workload(spec)
     for layer in graph.layers:
         names = [local_name(op) for op in graph.layer_ops(layer.index)]
         if any(names[i : i + 2] == FUSED_ATTENTION for i in range(len(names) - 1)):
@@ -157,19 +162,17 @@ def _has_attention_chain(spec) -> bool:
     return False
 
 
-def _unfused_why(hw, spec) -> str:
-    if not _has_attention_chain(spec):
+def _unfused_why(hw, graph: WorkloadGraph) -> str:
+    if not _has_attention_chain(graph):
         return "the model has no attention → softmax chain"
     return (f"{hw.name}'s devices are SRAM-only tiles, whose presets run attention op by op; "
             "tilewright run --attention fused tries the fused kernel")
 
 
-def _no_fit(project, devices: int, batch: int, fixed: bool, growable: bool) -> str:
+def _no_fit(project, workload: WorkloadGraph, devices: int, batch: int, fixed: bool, growable: bool) -> str:
     from tilewright.engine.hardware import elaborate
     from tilewright.engine.search.parallel.estimate import Estimator
-    from tilewright.engine.workloads import build_workload
 
-    workload = build_workload(project.workload)
     capacity = Estimator(project, elaborate(project.hardware, devices_needed=devices), workload).capacity
     seq = getattr(project.workload, "seq_len", None)
     what = (f"{workload.params / 1e9:.1f} B parameters" + (f", seq_len {seq}" if seq is not None else "")

@@ -71,8 +71,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from tilewright.engine.cli.progress import ProgressPrinter
     from tilewright.engine.errors import EXIT_OUT_OF_MEMORY
     from tilewright.engine.plan.budget import check_search_budget
+    from tilewright.engine.search.parallel.ranking import result_json
     from tilewright.engine.search.parallel.report import search_text
-    from tilewright.engine.search.parallel.search import result_json, search
+    from tilewright.engine.search.parallel.search import search
 
     project, devices, batch = search_template(args)
     require_positive("--top", args.top)

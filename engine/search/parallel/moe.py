@@ -1,8 +1,8 @@
 """Mixture-of-experts in the search: a memory lower bound at every expert-parallel degree, the seeds it picks
 for the second stage, and the second-stage variants it rules out before they are planned.
 
-The first stage (``search._walk``) times the dense space at ep 1, where every device holds all routed
-experts of its stage. For a large MoE model (DeepSeek-V3: 256 routed experts of 44 M parameters in each of
+The first stage (``first_stage.walk_space``) times the dense space at ep 1, where every device holds all
+routed experts of its stage. For a large MoE model (DeepSeek-V3: 256 routed experts of 44 M parameters in each of
 58 blocks, ~97 % of its 671 B parameters) that either misses memory or forces tp·pp high enough to hold
 all experts — while the mapping its authors trained with (pp 16, ep 64 over 8 nodes, ZeRO-1 dp; DeepSeek-V3
 technical report, arXiv 2412.19437, §3.2) needs dp ≥ 64 to carve ep 64 from and holds 1/64 of the experts.

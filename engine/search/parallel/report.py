@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tilewright.engine.results.text import number
 from tilewright.engine.search.parallel.candidate import Candidate, modules_text
-from tilewright.engine.search.parallel.search import SearchResult
+from tilewright.engine.search.parallel.ranking import SearchResult
 
 GIB = 2**30
 
