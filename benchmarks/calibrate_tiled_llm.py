@@ -8,7 +8,8 @@ generation) so that whoever holds measurements can compare them and see which te
   SRAM bandwidth on an SRAM-only wafer) — no step can be faster;
 - ``ops``: the sum of the step's op times on one device (DRAM/SRAM at the achievable bandwidth, arithmetic,
   pipeline fill, tails, and the fixed per-op cost), of which ``compute`` is the arithmetic and ``fixed`` the
-  per-op dispatch cost (device programs × ``compute.fixed_op_s``, ``compute.programs_by_op``);
+  programs' fixed cost (``compute.fixed_op_s`` for each op's first program, the measured duration of each
+  further one the runtime adds, ``compute.program_s_by_op``; ``compute.programs_by_op`` counts them);
 - ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer, and on Tenstorrent boards the
   logits' all-gather of the on-device sampler, ``Compute.runtime_sampling``), timed by the same model as
   ``benchmarks/calibrate_ccl.py``.
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 from tilewright.engine.io.presets import load_project_preset
 from tilewright.engine.ir.project import Project
-from tilewright.engine.perf.op_cost import runtime_programs
+from tilewright.engine.perf.op_cost import programs_fixed_s, runtime_programs
 from tilewright.engine.plan.inference_phases import inference_phases, sampling_tile
 from tilewright.engine.simulate import make_plan, simulate
 
@@ -155,10 +156,12 @@ def decode_breakdown(project: Project) -> StepBreakdown:
         dev = plan.stages[r].dev
         mem = dev.local_dram or dev.remote_dram
         peak = mem.bandwidth_bytes_per_s if mem is not None else dev.sram_bandwidth
-        ops = sum(runtime_programs(op, dev.compute) for op in _ops(plan, r, ph.micro_batch))
+        step_ops = list(_ops(plan, r, ph.micro_batch))
+        ops = sum(runtime_programs(op, dev.compute) for op in step_ops)
+        fixed = sum(programs_fixed_s(op, dev.compute) for op in step_ops)
         ccl = sum(plan.tp_time(r, 0, kind, nbytes) for kind, nbytes in (s.comm for s in ps.segments if s.comm))
         nbytes = sum(s.local_bytes for s in ps.segments)
-        b = StepBreakdown(ps.busy_s, ps.compute_s, ops * dev.compute.fixed_op_s, ccl, nbytes, nbytes / peak, ops)
+        b = StepBreakdown(ps.busy_s, ps.compute_s, fixed, ccl, nbytes, nbytes / peak, ops)
         if best is None or b.ops_s + b.ccl_s > best.ops_s + best.ccl_s:
             best = b
     assert best is not None

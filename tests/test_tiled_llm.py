@@ -43,10 +43,14 @@ def with_mapping(project: Project, **mapping) -> Project:
 
 
 def with_fixed_cost(project: Project, fixed_s: float) -> Project:
+    """Every program's fixed part moved to ``fixed_s``: ``fixed_op_s``, and the measured durations of the
+    runtime's extra programs (``program_s_by_op``) by the same step."""
     p = project.model_copy(deep=True)
     chips = [c for c in _walk(p.hardware) if c.compute is not None]
     for c in chips:
+        step = fixed_s - c.compute.fixed_op_s
         c.compute.fixed_op_s = fixed_s
+        c.compute.program_s_by_op = {k: s + step for k, s in c.compute.program_s_by_op.items()}
     return p
 
 

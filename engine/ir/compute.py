@@ -82,7 +82,7 @@ class Compute(QuietDefaultsModel):
     the cost model spreads every op over the cores itself (``perf.spatial``)."""
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
-              "programs_by_op", "gemm_granule", "runtime_step_s", "runtime_sampling", "host_sync_s",
+              "programs_by_op", "program_s_by_op", "gemm_granule", "runtime_step_s", "runtime_sampling", "host_sync_s",
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
               "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w")
@@ -150,8 +150,16 @@ class Compute(QuietDefaultsModel):
     programs_by_op: dict[str, Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict,
         description="grid devices: device programs the runtime runs for an op, by glob on the op's name within "
-        "its layer (first match wins; default 1), each paying fixed_op_s — the data-movement and head-reshaping "
-        "programs a runtime adds around a model op, or 0 for an op another program does (softmax inside SDPA)",
+        "its layer (first match wins; default 1), the first paying fixed_op_s, each further one program_s_by_op — "
+        "the data-movement and head-reshaping programs a runtime adds around a model op, or 0 for an op another "
+        "program does (softmax inside SDPA)",
+    )
+    program_s_by_op: dict[str, Seconds] = Field(
+        default_factory=dict,
+        description="grid devices: device time of each program an op's runtime runs beyond its first "
+        "(programs_by_op), by glob on the op's name within its layer (first match wins; default fixed_op_s): "
+        "the measured kernel duration plus op-to-op gap of those small data-movement programs (head reshapes, "
+        "rotary, cache updates, reshards), which the op model has no kernel for",
     )
     host_dispatch_s: Seconds = Field(
         0.0, description="host (CPU) time to issue one kernel; overlaps device work, binds when kernels are short"

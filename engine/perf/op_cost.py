@@ -283,10 +283,29 @@ def runtime_programs(op: Op, compute: Compute) -> int:
     return next((n for pattern, n in compute.programs_by_op.items() if fnmatchcase(name, pattern)), 1)
 
 
+def extra_program_s(op: Op, compute: Compute) -> float:
+    """Device time of each program the runtime runs for ``op`` beyond its first (``Compute.program_s_by_op``,
+    first glob matching the op's name within its layer; ``fixed_op_s`` when none does). The op model costs
+    the first program's kernel; the others (a head reshape, a rotary, a cache update, a reshard) have no
+    kernel model of their own, so they cost what such programs are measured to take, launch to launch."""
+    name = op.name.split(".", 1)[-1]
+    return next((s for pattern, s in compute.program_s_by_op.items() if fnmatchcase(name, pattern)),
+                compute.fixed_op_s)
+
+
 def runtime_programs_extra(op: Op, compute: Compute) -> float:
-    """Fixed cost of an op's programs beyond the one its grid cost already charges (negative for an op the
-    runtime does inside another program: its one fixed cost is taken back)."""
-    return (runtime_programs(op, compute) - 1) * compute.fixed_op_s
+    """Device time of an op's programs beyond the one its grid cost already charges (``extra_program_s`` each;
+    negative for an op the runtime does inside another program: its one fixed cost is taken back)."""
+    programs = runtime_programs(op, compute)
+    if programs < 1:
+        return -compute.fixed_op_s
+    return (programs - 1) * extra_program_s(op, compute)
+
+
+def programs_fixed_s(op: Op, compute: Compute) -> float:
+    """The fixed part of an op's programs on a grid device: ``fixed_op_s`` for its first (the op model's
+    kernel pays it) and ``extra_program_s`` for each further one; 0 for an op run inside another program."""
+    return max(0.0, compute.fixed_op_s + runtime_programs_extra(op, compute))
 
 
 def _mixed_bytes(traffic_elems: float, w_elems: float, cache: float, backward: bool, f: OpFormats) -> float:
