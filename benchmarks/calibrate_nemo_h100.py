@@ -37,7 +37,25 @@ the row's recipe (``Recipe``):
   where the FSDP column says so; fp8 rows run ``--dtype fp8`` (weighted GEMMs on the fp8 units, with
   the quantization passes of ``Recipe.fp8_recipe``, the scaling the run used: ``mapping.formats.fp8_scaling``);
 - MoE: experts balanced (``expert_imbalance`` 1); the recipe's expert tensor parallelism, token dispatcher,
-  expert all-to-all overlap, selective recomputation modules and CUDA-graph scopes.
+  expert all-to-all overlap, selective recomputation modules, CUDA-graph scopes and fused router; a token-drop
+  row routes at Megatron-Bridge's capacity factor 1 padded to capacity (``TOKEN_DROP_CAPACITY``).
+
+Force-balanced routing (``moe_router_force_load_balancing``, Megatron-Core ``router.py`` ``RandomSTE``) replaces
+the router's logits by fresh normal samples every forward: each token's top-k is a uniformly random k-subset of
+the experts, so a rank's expert load is a sum over thousands of tokens with a percent-level spread (Qwen3-30B, mbs
+2 × 4096 tokens, top-8 of 128 experts, 16 per rank: each token puts a hypergeometric 1 ± 0.91 slots on a rank,
+8,192 ± 82 token-slots per rank, the busiest of 8 ranks ~1.4 % above the mean). No published figure gives an
+imbalance for these runs; ``expert_imbalance`` stays 1 (a trained router's imbalance is not what these
+benchmarks measure).
+
+Qwen3-30B-A3B on H100, dropless against token-drop: NVIDIA's own tracker (NVIDIA-NeMo/Megatron-Bridge issue
+#1998, "[Regression] Low QWEN3 30B B200 and H100 performance with dropless", open when read: "2X slower
+performance in QWEN3 30B on H100 and B200 with the dropless schedule compared to the token-drop schedule ...
+the perf in 25.11 is 2X slower than 25.09") calls the 25.11/26.02 dropless rows a software regression, not a
+recipe setting: same recipe (pp 2, ep 8, alltoall dispatcher, no recomputation, no CUDA graphs on H100), the
+25.09 run with ``apply_moe_token_drop`` (capacity factor 1, padded: no host sync on the token counts). Its root
+cause is not published, so nothing here models it; the 25.09 token-drop row is the one to judge the MoE costing
+by.
 
 Where a published mapping or recipe setting cannot be expressed, the nearest one that can is run and the row
 says what was changed (``Row.gaps``): that list is the point of this check as much as the errors are.
@@ -65,6 +83,12 @@ from tilewright.engine.ir.workload import LlamaSpec, MLASpec, MoESpec, Transform
 from tilewright.engine.simulate import simulate
 
 FLASH = [["attention", "softmax"]]  # Megatron-Core's fused attention: one kernel, scores stay on chip
+# A token-drop row's expert capacity (MoESpec.capacity_factor): the performance scripts' use_tokendrop applies
+# Megatron-Bridge's apply_moe_token_drop (src/megatron/bridge/training/utils/moe_token_drop.py) at its defaults,
+# moe_expert_capacity_factor=1.0 and moe_pad_expert_input_to_capacity=True (scripts/performance/utils/helpers.py
+# set_user_overrides; the 25.09 Qwen3 configs call it whenever use_tokendrop is unset): every expert computes
+# exactly its capacity, and the all-to-all dispatcher's drop_and_pad path never copies the counts to the host.
+TOKEN_DROP_CAPACITY = 1.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +129,15 @@ FP8_SCALING = {"current": Fp8Scaling.tensor, "blockwise": Fp8Scaling.block}  # R
 FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 
 
+# The H100 fp8 userbuffers configurations of the Llama rows (Megatron-Bridge src/megatron/bridge/training/
+# comm_overlap.py: userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192, userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_
+# seqlen8192) overlap the forward reduce-scatters after proj and fc2 (proj_fprop, fc2_fprop) by ring exchange,
+# RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True); only their bf16 twins pipeline them (PipelineOverlapCfg,
+# 4 splits on 24 and 16 / 8 SMs). plan.tp_overlap pipelines every forward reduce-scatter.
+_RING_RS = ("tp_comm_overlap_cfg's forward reduce-scatters (proj_fprop, fc2_fprop) are ring exchanges on 1 SM; "
+            "ours pipelined in 4 splits on 16 SMs taken from the GEMM")
+
+
 # Megatron-Bridge's H100 recipes per model (scripts/performance/configs/*/*workload_base_configs.py), the
 # recipe of every NeMo row:
 # - recompute_modules: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2) in gpt_oss_workload_base_configs.py,
@@ -133,6 +166,10 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 #   DGX-B200 row's cells of that table (64 GPUs, gbs 512, MBS 4, pp 1, ep 8, GA 2); at mbs 4 a stage holds
 #   ~95 GiB on an 80 GB H100 (4 in-flight micro-batches of 9 layers at ~1.6 GiB each beside 37 GiB of model
 #   state). The 26.02 table prints MBS 1 for the same recipe at gbs 1280.
+# - router_fusion: every MoE performance script sets cfg.model.moe_router_fusion = True in its common settings
+#   (set_qwen3_common_configs in scripts/performance/configs/qwen3/qwen3_llm_pretrain.py and the 25.09
+#   set_qwen3_30b_a3b_specific_overrides before it, set_gpt_oss_common_configs, set_deepseek_v3_common_configs),
+#   beside moe_router_force_load_balancing = True.
 # - grad_reduce_in_fp32 False (Recipe's default): every model's performance script sets
 #   cfg.mixed_precision.grad_reduce_in_fp32 = False and cfg.ddp.grad_reduce_in_fp32 = False in its common
 #   settings (set_llama3_common_configs, set_llama31_common_configs, set_gpt_oss_common_configs,
@@ -141,13 +178,13 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 #   arguments force --accumulate-allreduce-grads-in-fp32 with bf16): their Recipe sets True.
 BRIDGE_H100 = {
     "llama3-8b": Recipe(recompute="full", recompute_layers=5),
-    "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4"),
-    "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2"),
-    "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1),
-    "qwen3-30b-a3b": Recipe(),
-    "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True),
+    "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4", unmodelled=(_RING_RS,)),
+    "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2", unmodelled=(_RING_RS,)),
+    "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1, router_fusion=True),
+    "qwen3-30b-a3b": Recipe(router_fusion=True),
+    "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True, router_fusion=True),
     "deepseek-v3": Recipe(recompute_modules=("mla_up_proj", "mlp"), expert_tp=1, dispatcher="deepep",
-                          mtp_layers=1),
+                          mtp_layers=1, router_fusion=True),
 }
 
 
@@ -185,6 +222,13 @@ class Published:
                 self.cp, self.vp, self.ep, self.token_drop, self.run_recipe)
 
 
+# Qwen3-30B-A3B on H100 (module docstring): the dropless rows are the regression NVIDIA tracks as
+# Megatron-Bridge issue #1998; the VP column of the 25.09 and 25.11 tables (24: one layer per virtual stage)
+# is not what the recipe files of those releases set (QWEN3_30B_A3B_H100_FP8_CS_PARALLEL_CONFIG and the 25.09
+# qwen3_30b_a3b_h100_16gpus_fp8_config: pp 2, vp 12, mbs 2), which the rows keep as printed.
+_QWEN30B_NOTE = "dropless: 2x below the 25.09 token-drop run, a regression per Megatron-Bridge issue #1998"
+_QWEN30B_VP = "the tables print VP 24; the recipe files of 25.09/25.11 set vp 12 (rows run as printed)"
+
 # Megatron-Bridge's DGX-H100 rows, newest release first within a configuration. 25.09's table has no precision
 # column; its footnote gives the H100 fp8 block-scaling variant in parentheses, so those rows are the FP8-CS runs.
 _BRIDGE_ROWS = (
@@ -200,10 +244,12 @@ _BRIDGE_ROWS = (
     Published("gpt-oss-120b", "25.11", 64, "bf16", 512, 4, 4096, False, 1, 4, 1, 1, 8, 5630, 153),
     Published("qwen3-30b-a3b", "26.02", 16, "fp8", 1024, 1, 4096, False, 1, 2, 1, 12, 8, 5113, 118,
               note="another copy of the 26.02 table prints 2557 tokens/s with the same 118 TFLOP/s: 5113 "
-                   "keeps NVIDIA's FLOPs per token of the other Qwen3-30B rows (~23 GFLOP), 2557 does not"),
-    Published("qwen3-30b-a3b", "25.11", 16, "fp8", 512, 2, 4096, False, 1, 2, 1, 24, 8, 5275, 121),
+                   "keeps NVIDIA's FLOPs per token of the other Qwen3-30B rows (~23 GFLOP), 2557 does not; "
+                   + _QWEN30B_NOTE),
+    Published("qwen3-30b-a3b", "25.11", 16, "fp8", 512, 2, 4096, False, 1, 2, 1, 24, 8, 5275, 121,
+              note=f"{_QWEN30B_NOTE}; {_QWEN30B_VP}"),
     Published("qwen3-30b-a3b", "25.09", 16, "fp8", 512, 2, 4096, False, 1, 2, 1, 24, 8, 10494, 241,
-              token_drop=True),
+              token_drop=True, note=_QWEN30B_VP),
     Published("qwen3-235b-a22b", "26.02", 256, "fp8", 8192, 1, 4096, False, 2, 8, 1, 4, 32, 1633, 242),
     Published("qwen3-235b-a22b", "25.11", 256, "fp8", 2048, 1, 4096, False, 2, 8, 1, 4, 32, 1575, 233,
               note="the current performance-summary.md drops this row's GBS cell; the archive copy has 2048"),
@@ -401,8 +447,10 @@ def chunk_layers(model: str, layers: int, pp: int, vp: int) -> list[int]:
     "Et|(tt|)*30mL": virtual stage 0 embedding + 1 layer, 30 of 2 layers, the last MTP + loss; the MTP depth
     rides with the head, outside the layout's count); the others count the embedding and the loss as one layer
     each (Megatron's account_for_embedding/loss_in_pipeline_split: Megatron-LM's Qwen3-235B H100 recipe sets
-    both with 3 units per virtual stage; the Megatron-Bridge recipe files do not show it, an assumption there),
-    so every chunk holds equal units."""
+    both with 3 units per virtual stage; Megatron-Bridge's library recipes the performance scripts start from set
+    both too, llama31_405b_pretrain_config in src/megatron/bridge/recipes/llama/llama3.py and
+    qwen3_235b_a22b_pretrain_config in recipes/qwen/qwen3_moe.py, and the scripts leave them), so every chunk
+    holds equal units."""
     if model == "deepseek-v3":
         chunks = [1] + [2] * 30 + [0]
     else:
@@ -431,8 +479,8 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
     layout = None
     if p.vp > 1 and spec.layers % (p.pp * p.vp):  # Megatron's uneven interleaved layout
         layout = chunk_layers(p.model, spec.layers, p.pp, p.vp)
-    if p.token_drop:
-        gaps.append("token-drop run: ours is dropless (forced balance makes the two alike at capacity 1)")
+    if p.token_drop and spec.moe is not None:  # drop-and-pad at capacity 1: balanced by construction, no host sync
+        spec = spec.model_copy(update={"moe": spec.moe.model_copy(update={"capacity_factor": TOKEN_DROP_CAPACITY})})
     mbs = r.micro_batch or p.mbs
     if mbs != p.mbs:
         gaps.append(f"published MBS {p.mbs} contradicts the recipe's micro_batch_size {mbs} (and the row's own GA): "

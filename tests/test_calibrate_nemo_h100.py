@@ -21,6 +21,7 @@ sys.path.insert(0, str(BENCH))
 from calibrate_nemo_h100 import (  # noqa: E402
     BRIDGE_H100,
     MODEL_CARD,
+    TOKEN_DROP_CAPACITY,
     chunk_layers,
     model_spec,
     nv_gflop_per_token,
@@ -202,3 +203,47 @@ def test_bridge_rows_run_their_models_bridge_recipe_and_the_recipe_is_part_of_a_
     mlm = next(r.pub for r in rows() if r.pub.model == "qwen3-235b-a22b" and r.pub.release.startswith("MLM"))
     assert replace(mlm, recipe=None).config != mlm.config
     assert replace(mlm, release="26.02", tokens_per_gpu=1.0).config == mlm.config
+
+
+def test_token_drop_rows_route_at_capacity_one_and_dropless_rows_without_capacity():
+    """The performance scripts' use_tokendrop applies apply_moe_token_drop at its defaults (capacity factor 1,
+    padded to capacity): the token-drop rows run that (so no gap names them); every other MoE row is dropless."""
+    drop = [r for r in rows() if r.pub.token_drop]
+    assert {r.pub.model for r in drop} == {"qwen3-30b-a3b", "qwen3-235b-a22b"}
+    for row in rows():
+        if not row.moe:
+            continue
+        project = project_for(row)
+        want = TOKEN_DROP_CAPACITY if row.pub.token_drop else None
+        assert project.workload.moe.capacity_factor == want, row.label
+        assert not any("token-drop" in g for g in row.gaps), row.label
+    assert TOKEN_DROP_CAPACITY == 1.0
+
+
+def test_token_drop_removes_the_dropless_host_sync_and_nothing_else():
+    """Drop-and-pad at capacity 1 computes the same token-slots as balanced dropless routing: the Qwen3-30B
+    25.09 row differs from the same configuration dropless only by the per-layer host sync it no longer waits
+    for, so it is no slower and within a few percent."""
+    from tilewright.engine.simulate import simulate
+
+    drop = next(r for r in rows() if r.pub.token_drop and r.pub.model == "qwen3-30b-a3b")
+    dropless = replace(drop.pub, token_drop=False)
+    t_drop = simulate(project_for(drop)).iteration_time_s
+    t_dropless = simulate(project_for(type(drop)(dropless))).iteration_time_s
+    assert t_drop <= t_dropless < 1.05 * t_drop
+
+
+def test_bridge_moe_recipes_fuse_the_router():
+    """set_qwen3_common_configs, set_gpt_oss_common_configs and set_deepseek_v3_common_configs set
+    moe_router_fusion True; the Megatron-LM rows set it in their YAML; dense rows have no router."""
+    for row in rows():
+        assert project_for(row).mapping.moe_router_fusion == row.moe, row.label
+
+
+def test_the_fp8_llama_rows_name_their_ring_exchange_reduce_scatter():
+    """userbuffers_fp8_h100_h8192_tp4 / _h16384_tp8_cp2 overlap proj's and fc2's forward reduce-scatter by ring
+    exchange; the rows that use them say what the mapping runs instead."""
+    for row in rows():
+        project_for(row)  # fills row.gaps
+        named = any("ring exchange" in g for g in row.gaps)
+        assert named == (row.pub.run_recipe.tp_overlap is not None), row.label
