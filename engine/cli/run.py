@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs, refuse_unreachable_outputs
+from tilewright.engine.cli.optimizer_flags import add_optimizer_arguments, apply_optimizer_flags
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
 from tilewright.engine.io.json_file import dumps_strict
 from tilewright.engine.ir.mapping import Fp8Scaling, parse_pipeline_layout, tp_axes_for
@@ -78,9 +79,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp8-param-gather", action="store_true", default=None,
                    help="fp8 training with ZeRO ≥ 1: weights kept only in fp8 and all-gathered in fp8 after the step "
                    "(Megatron-Core --fp8-param-gather)")
-    p.add_argument("--optimizer-moments", choices=["fp32", "bf16"], default=None,
-                   help="mixed-precision Adam: its moments' width; bf16 stores and streams 2 + 2 B per parameter "
-                   "(Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype bf16)")
+    p.add_argument("--optimizer-moments", choices=["fp32", "bf16", "fp16", "fp8"], default=None,
+                   help="mixed-precision Adam: its moments' dtype (mapping.optimizer_moments); bf16 stores 2 + 2 B "
+                   "per parameter (Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype)")
     p.add_argument("--grad-reduce-dtype", choices=["fp32", "bf16"], default=None,
                    help="bf16/fp8 mixed precision: the gradient buffer's and the data-parallel reduction's format; "
                    "bf16 holds and moves 2 B per parameter instead of 4 (Megatron-Core's "
@@ -108,6 +109,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_fp8_bf16_layers_argument(p)
     p.add_argument("--mode", choices=["train", "infer"])
     p.add_argument("--engine", choices=["event", "analytic"])
+    add_optimizer_arguments(p)  # Megatron-Core's precision-aware optimizer, the param gather under the step
     p.add_argument("--no-aggregate", action="store_true", help="simulate every device, not one per symmetric group")
     add_inference_arguments(p)
     p.add_argument("--set", action="append", default=[], metavar="DOTTED.PATH=VALUE")
@@ -395,6 +397,7 @@ def assemble_project(args: argparse.Namespace):
         data["mapping"]["formats"] = edge
     inference_flags = _inference_flags(args, run, data["mapping"])
     data["run"] = run
+    apply_optimizer_flags(args, data["mapping"], run)  # Megatron's names; checked with the project (plan.checks)
     for option in args.set:
         path, value = parse_set_option(option)
         apply_overrides(data, path, value, COMMAND_LINE)

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE, print_result, require_positive
+from tilewright.engine.cli.optimizer_flags import add_optimizer_arguments, apply_optimizer_flags
 from tilewright.engine.cli.run import (
     DIM_FLAGS,
     add_fp8_bf16_layers_argument,
@@ -17,10 +18,10 @@ from tilewright.engine.errors import InputError, Problem
 
 # What a project's mapping says besides the parallelism the search chooses: how each op is costed (tensor
 # formats, fidelity, spatial split over a grid device's cores, fusion), where state lives, and the training
-# recipe's number formats the parallelism does not decide (the gradient buffer's, Adam's moments', fp8 weights
-# gathered in fp8: a candidate without a sharded optimizer drops the last, ``Candidate.mapping``).
+# recipe's number formats the parallelism does not decide (the gradient buffer's, Adam's moments' and master copy's,
+# fp8 weights gathered in fp8: a candidate without a sharded optimizer drops the last three, ``Candidate.mapping``).
 KEPT_MAPPING_FIELDS = ("formats", "fidelity", "spatial", "fusion", "memory_levels", "grad_reduce_in_fp32",
-                       "optimizer_moments", "fp8_param_gather")
+                       "optimizer_moments", "optimizer_master", "fp8_param_gather")
 
 
 def search_template(args: argparse.Namespace):
@@ -52,6 +53,7 @@ def search_template(args: argparse.Namespace):
         run["dtype"] = args.dtype
     data["run"] = run
     data["mapping"] = {k: v for k, v in (base.get("mapping") or {}).items() if k in KEPT_MAPPING_FIELDS}
+    apply_optimizer_flags(args, data["mapping"], run)  # a recipe's optimizer flags, as `run` takes them
     if (edge := fp8_bf16_layers(args, data["mapping"].get("formats"))) is not None:  # bf16 edge layers
         data["mapping"]["formats"] = edge
     project = project_from_data(data, source)
@@ -122,6 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="search even past the size limits (devices, layers) that a run has")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     add_fp8_bf16_layers_argument(p)
+    add_optimizer_arguments(p, gather=False)
     p.add_argument("--top", type=int, default=3, metavar="K", help="re-simulate the best K on the event engine")
     p.add_argument("--list", type=int, default=10, metavar="N", help="candidates to print (default 10)")
     p.add_argument("--no-simulate", action="store_true", help="rank with the fast evaluator only")

@@ -213,7 +213,8 @@ class Mapping(QuietDefaultsModel):
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy", "fp8_param_gather",
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
-        "optimizer_moments", "delay_wgrad_compute", "grad_reduce_in_fp32",
+        "optimizer_moments", "delay_wgrad_compute", "grad_reduce_in_fp32", "optimizer_master",
+        "overlap_param_gather_with_optimizer_step",
     )
 
     tp: PosInt = 1
@@ -284,15 +285,31 @@ class Mapping(QuietDefaultsModel):
         "(prefetch; Megatron --overlap-param-gather, FSDP backward/forward prefetch); ZeRO-1/2: gather the updated "
         "weights bucket by bucket behind the next forward, not after the step (plan.param_gather)",
     )
+    overlap_param_gather_with_optimizer_step: bool = Field(
+        False, description="with overlap_param_gather and the distributed optimizer (ZeRO-1/2) under interleaved "
+        "1F1B: step the first model chunk's parameters on their own, then launch that chunk's whole all-gather (one "
+        "bucket) while the other chunks' parameters are stepped, so the next forward waits only for what that step "
+        "cannot hide (Megatron-Core --overlap-param-gather-with-optimizer-step; plan.param_gather)",
+    )
     fp8_param_gather: bool = Field(
         False, description="fp8 training with the distributed optimizer (ZeRO ≥ 1): keep the weights only as "
         "fp8 tensors, no bf16 copy, and all-gather them in fp8 after the step (Megatron-Core --fp8-param-gather; "
         "perf.memory.keeps_bf16_params)",
     )
-    optimizer_moments: Literal["fp32", "bf16"] = Field(
-        "fp32", description="mixed-precision Adam: the width of its two moments; 'bf16' keeps them at 2 + 2 B per "
-        "parameter instead of 4 + 4 and the fused step streams them so (Megatron-Core --use-precision-aware-optimizer "
-        "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, master weights and main gradients fp32; perf.memory)",
+    optimizer_moments: Literal["fp32", "bf16", "fp16", "fp8"] = Field(
+        "fp32", description="mixed-precision Adam: the dtype of its two moments (Megatron-Core "
+        "--use-precision-aware-optimizer --exp-avg-dtype D --exp-avg-sq-dtype D, both alike): 'bf16' and 'fp16' hold "
+        "2 + 2 B per parameter instead of 4 + 4, 'fp8' 1 + 1; Transformer Engine's FusedAdam casts them to fp32 "
+        "copies around its fp32 kernel, so the step streams more, not less (perf.memory.MOMENT_BYTES, "
+        "plan.residency.adam_split); needs the distributed optimizer (zero ≥ 1)",
+    )
+    optimizer_master: Literal["fp32", "remainders", "fp16"] = Field(
+        "fp32", description="mixed-precision Adam: how its master copy of the weights is held. 'fp32': 4 B per "
+        "parameter; 'remainders': bf16 parameters plus the 16 low bits of each fp32 master value, 2 B, the exact fp32 "
+        "value rebuilt in the kernel (Transformer Engine FusedAdam store_param_remainders, Megatron-Core's default "
+        "under --use-precision-aware-optimizer; bf16 parameters only); 'fp16': an fp16 master with a per-tensor "
+        "scale, 2 B (--main-params-dtype fp16). Held in the optimizer state, sharded by ZeRO ≥ 1, which it needs "
+        "(perf.memory.MASTER_BYTES)",
     )
     grad_reduce_in_fp32: bool = Field(
         True, description="bf16/fp8 mixed precision: the gradient buffer the backward accumulates into and the "
@@ -370,6 +387,11 @@ class Mapping(QuietDefaultsModel):
             # alone never makes a mapping invalid
             raise ValueError("delay_wgrad_compute: deferring weight gradients behind the expert all-to-all needs "
                              "overlap_ep_comm")
+        if self.overlap_param_gather_with_optimizer_step and not self.overlap_param_gather:
+            # Megatron-LM's arguments.py: "Must use --overlap-param-gather-with-optimizer-step with
+            # --overlap-param-gather"; its other needs (ZeRO-1/2, interleaving) depend on degrees: plan.checks
+            raise ValueError("overlap_param_gather_with_optimizer_step: launching the first chunk's weight gather "
+                             "during the optimizer step needs overlap_param_gather")
         if self.recompute_layers is not None and self.recompute is not Recompute.full:
             raise ValueError(f"recompute_layers: recomputing {self.recompute_layers} whole layers needs recompute "
                              f"'full', not '{self.recompute.value}'")

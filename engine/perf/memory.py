@@ -37,17 +37,24 @@ class StateBytes:
 
 BF16_GRAD_BYTES = 2.0  # a bf16 gradient buffer (``bytes_per_param``'s ``fp32_grads`` False)
 
-# Bytes of one Adam moment by ``mapping.optimizer_moments``. Megatron-Core's precision-aware optimizer
-# (``--use-precision-aware-optimizer``, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype``) hands Transformer Engine's
-# FusedAdam its moments in that dtype (``exp_avg_dtype``, ``exp_avg_sq_dtype``): both are stored so, and the
-# fused kernel reads and writes them so, upcasting to fp32 in registers. The master weights stay fp32 here
-# (``--main-params-dtype`` fp32, the default) and so do the main gradients (``--main-grads-dtype`` fp32).
-MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
+# Bytes of one Adam moment held by ``mapping.optimizer_moments``. Megatron-Core's precision-aware optimizer
+# (``--use-precision-aware-optimizer``, ``--exp-avg-dtype`` / ``--exp-avg-sq-dtype`` fp32, fp16, bf16 or fp8) hands
+# Transformer Engine's FusedAdam its moments in that dtype (``exp_avg_dtype``, ``exp_avg_sq_dtype``; fp8 is TE's
+# ``torch.uint8``, a ``Float8Tensor``): they are stored so, 2 B or 1 B each instead of 4 (a per-tensor fp32 scale
+# beside fp16 and fp8 ones: not counted). How the step streams them: ``plan.residency.adam_split``.
+MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+# Bytes per parameter of the master copy by ``mapping.optimizer_master``. 'fp32': Megatron's fp32 main parameters.
+# 'remainders': TE FusedAdam's ``store_param_remainders`` (Megatron-Core's default under the precision-aware
+# optimizer, TE ≥ 2.1): of each fp32 master value only the 16 low bits are kept, as int16, the high 16 being the
+# bf16 parameter itself, so the master costs 2 B and the bf16 parameter the weights already count
+# (``fused_adam.py``: "Whole FP32 master can be reconstructed from BF16 params plus the trailing remainder bits").
+# 'fp16': ``--main-params-dtype fp16``, TE's fp16 master with a per-tensor fp32 scale (not counted).
+MASTER_BYTES = {"fp32": 4.0, "remainders": 2.0, "fp16": 2.0}
 
 
 def bytes_per_param(
     elem_bytes: float, master_fp32: bool, optimizer: Optimizer, dtype: DType | None = None, param_copy: float = 0.0,
-    moments: str = "fp32", fp32_grads: bool = True,
+    moments: str = "fp32", fp32_grads: bool = True, master: str = "fp32",
 ) -> StateBytes:
     """Weights, gradients and optimizer state per parameter. Mixed precision keeps fp32 master weights in
     the optimizer state; its gradient buffer — what the backward accumulates into and the data-parallel
@@ -61,7 +68,9 @@ def bytes_per_param(
     Adam); SGD's momentum is fp32. ``fp32_grads`` False (``mapping.grad_reduce_in_fp32``): a bf16 or fp8 run's
     buffer in the parameters' dtype, bf16 (Megatron-Core's ``DistributedDataParallel`` allocates it as
     ``torch.float if grad_reduce_in_fp32 else param.dtype``; an fp8 parameter, TE's ``Float8Tensor``, reports its
-    nominal bf16 dtype): 2 B per parameter, and the reduction moves those."""
+    nominal bf16 dtype): 2 B per parameter, and the reduction moves those. ``master``: how mixed precision holds its
+    master copy (``MASTER_BYTES``, ``mapping.optimizer_master``); the optimizer state holds it, so ZeRO shards it
+    with the moments over the distributed optimizer's data-parallel group."""
     mixed = master_fp32 and elem_bytes < 4
     width = MOMENT_BYTES[moments] if optimizer is Optimizer.adam else MOMENT_BYTES["fp32"]
     moments_b = (2 if optimizer is Optimizer.adam else 1) * width
@@ -69,7 +78,7 @@ def bytes_per_param(
     return StateBytes(
         weights=float(elem_bytes) + param_copy,
         gradients=float(elem_bytes) if low or not mixed else 4.0 if fp32_grads else BF16_GRAD_BYTES,
-        optimizer=moments_b + (4.0 if mixed else 0.0),
+        optimizer=moments_b + (MASTER_BYTES[master] if mixed else 0.0),
     )
 
 

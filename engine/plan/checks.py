@@ -225,6 +225,9 @@ def _hypar_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     if m.optimizer_moments != "fp32":
         out.append(Problem("mapping.optimizer_moments", f"'{m.optimizer_moments}'; a HyPar partition ({where}) "
                            "keeps Adam's moments in fp32"))
+    if m.optimizer_master != "fp32":
+        out.append(Problem("mapping.optimizer_master", f"'{m.optimizer_master}'; a HyPar partition ({where}) "
+                           "keeps an fp32 master copy"))
     if not m.grad_reduce_in_fp32:
         out.append(Problem("mapping.grad_reduce_in_fp32", f"False; a HyPar partition ({where}) keeps the "
                            "framework's default gradient buffer"))
@@ -350,25 +353,71 @@ def _grad_buffer_checks(project: Project) -> list[Problem]:
     return out
 
 
-def _optimizer_moments_checks(project: Project) -> list[Problem]:
-    """Low-precision Adam moments (Megatron-Core's precision-aware optimizer, ``perf.memory.MOMENT_BYTES``)
-    are Adam's (``optimizer/__init__.py`` hands them to TE's FusedAdam; SGD has no such option) and sit beside
-    an fp32 master copy of low-precision weights: the model counts no other case."""
-    from tilewright.engine.ir.common import dtype_bytes
+def _optimizer_precision_checks(project: Project) -> list[Problem]:
+    """Adam's moments and master copy in another dtype than fp32 (``mapping.optimizer_moments``,
+    ``optimizer_master``: Megatron-Core's precision-aware optimizer, ``perf.memory``) are what Megatron-Core lets
+    Transformer Engine's FusedAdam hold: Adam only and with the distributed optimizer (``optimizer_config.py``:
+    "--use-precision-aware-optimizer only supported with adam", "... only supported with distributed optimizer"),
+    beside low-precision weights (mixed precision). Remainders (``store_param_remainders``) rebuild an fp32 master
+    from bf16 parameters, so TE stores them only for bf16 parameters it holds the master of ("Works only when param
+    type is BF16 and master weight type is FP32, no effect otherwise"): under fp8, Megatron-Core hands TE the master
+    only with delayed scaling (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``), and fp8 parameters
+    (``fp8_param_gather``) are not bf16."""
+    from tilewright.engine.ir.common import DType, dtype_bytes
+    from tilewright.engine.ir.mapping import Fp8Scaling
     from tilewright.engine.ir.project import Optimizer
 
-    run, moments = project.run, project.mapping.optimizer_moments
-    if moments == "fp32":
+    run, m = project.run, project.mapping
+    out: list[Problem] = []
+    for field, value in (("optimizer_moments", m.optimizer_moments), ("optimizer_master", m.optimizer_master)):
+        if value == "fp32":
+            continue
+        path = f"mapping.{field}"
+        if run.optimizer is not Optimizer.adam:
+            out.append(Problem(path, f"'{value}' is Adam's (Megatron-Core's precision-aware optimizer); "
+                               f"run.optimizer is {run.optimizer.value}"))
+        if run.mode is not Mode.train:
+            out.append(Problem(path, f"'{value}': optimizer state exists in training only"))
+        weights = m.formats.weights or run.dtype
+        if not run.master_weights_fp32 or dtype_bytes(weights) >= 4:
+            out.append(Problem(path, f"'{value}' needs mixed precision (low-precision weights with "
+                               "run.master_weights_fp32), as Megatron-Core's precision-aware optimizer"))
+        if m.zero < 1:
+            out.append(Problem(path, f"'{value}' needs the distributed optimizer (mapping.zero ≥ 1): Megatron-Core "
+                               "runs its precision-aware optimizer only there"))
+    if m.optimizer_master == "remainders":
+        weights = m.formats.weights or run.dtype
+        scaling = m.formats.fp8_scaling or Fp8Scaling.tensor
+        if weights is DType.fp8 and (scaling is not Fp8Scaling.delayed or m.fp8_param_gather):
+            why = ("fp8 parameters (fp8_param_gather) are not bf16" if m.fp8_param_gather else
+                   f"under fp8 '{scaling.value}' scaling Megatron-Core keeps the fp32 master itself (it hands "
+                   "Transformer Engine the master only with delayed scaling)")
+            out.append(Problem("mapping.optimizer_master", f"'remainders' need bf16 parameters stepped by "
+                               f"Transformer Engine's FusedAdam: {why}"))
+        elif weights not in (DType.bf16, DType.fp8):
+            out.append(Problem("mapping.optimizer_master", f"'remainders' rebuild an fp32 master from bf16 "
+                               f"parameters; the weights are {weights.value} (use 'fp32' or 'fp16')"))
+    return out
+
+
+def _param_gather_step_checks(project: Project) -> list[Problem]:
+    """``overlap_param_gather_with_optimizer_step`` (``plan.param_gather``) launches the first model chunk's
+    post-step all-gather during the step of the others: Megatron-LM's ``arguments.py`` asserts the distributed
+    optimizer ("only supported with distributed optimizer") and interleaved pipeline parallelism ("only supported
+    with interleaved pipeline parallelism"); the pydantic model checks overlap_param_gather. ZeRO-3 (FSDP) has no
+    post-step gather: each layer gathers its weights when it runs."""
+    m = project.mapping
+    if not m.overlap_param_gather_with_optimizer_step:
         return []
-    field, out = "mapping.optimizer_moments", []
-    if run.optimizer is not Optimizer.adam:
-        out.append(Problem(field, f"'{moments}' moments are Adam's; run.optimizer is {run.optimizer.value}"))
-    if run.mode is not Mode.train:
-        out.append(Problem(field, f"'{moments}': optimizer state exists in training only"))
-    weights = project.mapping.formats.weights or run.dtype
-    if not run.master_weights_fp32 or dtype_bytes(weights) >= 4:
-        out.append(Problem(field, f"'{moments}' moments need mixed precision (low-precision weights with "
-                           "run.master_weights_fp32), as Megatron-Core's precision-aware optimizer"))
+    field, out = "mapping.overlap_param_gather_with_optimizer_step", []
+    if project.run.mode is not Mode.train:
+        out.append(Problem(field, "the optimizer step exists in training only"))
+    if m.zero not in (1, 2):
+        out.append(Problem(field, f"needs the distributed optimizer's post-step weight gather (mapping.zero 1 or 2, "
+                           f"not {m.zero})"))
+    if m.schedule is not Schedule.interleaved:
+        out.append(Problem(field, "needs interleaved pipeline parallelism (schedule interleaved-1f1b, interleave ≥ 2): "
+                           "it steps the first model chunk apart from the others"))
     return out
 
 
@@ -422,7 +471,8 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
                            "partition (mapping.layer_parallelism)"))
     out += tensor_axes_problems(project)  # mapping.tp_axes
     out += _fp8_param_gather_checks(project)  # mapping.fp8_param_gather (perf.memory)
-    out += _optimizer_moments_checks(project)  # mapping.optimizer_moments (perf.memory)
+    out += _optimizer_precision_checks(project)  # mapping.optimizer_moments / optimizer_master (perf.memory)
+    out += _param_gather_step_checks(project)  # mapping.overlap_param_gather_with_optimizer_step (plan.param_gather)
     out += _grad_buffer_checks(project)  # mapping.grad_reduce_in_fp32 (perf.memory)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():

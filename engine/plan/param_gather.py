@@ -22,6 +22,20 @@ links: energy and link traffic count the whole ``Plan.zero_gather``.
 This file times one iteration, so the gather charged at its end stands for the one the next iteration's
 forward waits for (every iteration has one). Stages after the first receive their first activations later
 than the first stage starts, which would hide more; that slack is not counted.
+
+**With ``mapping.overlap_param_gather_with_optimizer_step``** (interleaved 1F1B, ZeRO-1/2). Megatron-Core then
+builds one optimizer for the first model chunk and one for the others (``megatron/core/optimizer/__init__.py``:
+``all_dense_model_chunks = [[model_chunks[0]], model_chunks[1:]]``) and gives every chunk a single bucket
+(``training.get_model``: ``disable_bucketing=(model_chunk_idx > 0) or overlap_param_gather_with_optimizer_step``).
+``ChainedOptimizer.step_with_ready_grads`` steps the first chunk's parameters, launches that chunk's whole
+all-gather at once (``model_chunks[0].start_param_sync(force_dispatch=True)``) and only then steps the other
+chunks', so the first chunk's gather runs under their step: it shows only by what that step (the fused Adam
+stream of the other chunks' share of the parameters, ``StagePlan.fused_step_s``) cannot cover. The forward
+pre-hooks then dispatch no next bucket (``skip_next_bucket_dispatch``): each later chunk's gather is its own
+bucket, which must be complete before that chunk's first forward, so the rest is hidden by one micro-batch's
+forward of every chunk but the last (the convention above, at the chunks' granularity). The gradient norm,
+clipping and the other passes of the step (``plan.train_step``) run before the first optimizer steps: they hide
+nothing.
 """
 
 from __future__ import annotations
@@ -36,10 +50,15 @@ from tilewright.engine.plan.timing import pass_parts
 
 def exposed_fractions(
     chunk_params: list[float], chunk_layers: list[int], chunk_forward: list[float], seconds: Callable[[float], float],
+    step_s: float | None = None,
 ) -> tuple[float, float]:
     """(the first bucket, the exposed part of the rest) as fractions of the whole gather's bytes, from each
     chunk's parameters, layers and one micro-batch's forward seconds on the stage; ``seconds(f)`` times f of
-    the gather. The plan and the search's estimator both take it from here, so they cannot drift apart."""
+    the gather. ``step_s``: with ``overlap_param_gather_with_optimizer_step``, the seconds of the stage's fused Adam
+    step over all its parameters (``with_optimizer_step``); None: without it. The plan and the search's estimator
+    both take it from here, so they cannot drift apart."""
+    if step_s is not None and len(chunk_params) > 1:
+        return with_optimizer_step(chunk_params, chunk_forward, seconds, step_s)
     if sum(chunk_layers) < 2:
         return 1.0, 0.0
     first = first_bucket_share(chunk_params, chunk_layers)
@@ -49,6 +68,28 @@ def exposed_fractions(
     if rest_s <= hide_s or rest_s <= 0:
         return first, 0.0
     return first, (1.0 - first) * (rest_s - hide_s) / rest_s
+
+
+def with_optimizer_step(
+    chunk_params: list[float], chunk_forward: list[float], seconds: Callable[[float], float], step_s: float
+) -> tuple[float, float]:
+    """(the exposed part of the first chunk's gather, of the others'), as fractions of the whole gather, with
+    Megatron-Core's ``overlap_param_gather_with_optimizer_step`` (module docstring): the first chunk's share is
+    gathered in one piece under the step of the other chunks' parameters (``step_s`` × their share: the fused
+    step streams every parameter alike), the rest under one micro-batch's forward of every chunk but the last."""
+    total = sum(chunk_params)
+    if total <= 0:
+        return 1.0, 0.0
+    first = chunk_params[0] / total
+    return _beyond(first, seconds, step_s * (1.0 - first)), _beyond(1.0 - first, seconds, sum(chunk_forward[:-1]))
+
+
+def _beyond(share: float, seconds: Callable[[float], float], hide_s: float) -> float:
+    """The fraction of the whole gather that shows when ``share`` of it runs under ``hide_s`` seconds of work."""
+    if share <= 0:
+        return 0.0
+    t = seconds(share)
+    return share * (t - hide_s) / t if t > hide_s and t > 0 else 0.0
 
 
 def first_bucket_share(chunk_params: list[float], chunk_layers: list[int]) -> float:
@@ -71,19 +112,24 @@ def covering_forward(chunk_forward: list[float], chunk_layers: list[int]) -> flo
 
 def exposed_gather(plan: Plan, rank: int) -> tuple[Collective, Collective]:
     """(what of the post-step weight gather is exposed: the first bucket, or the whole gather without
-    overlap; the exposed part of the rest, empty when the forward hides it)."""
+    overlap; the exposed part of the rest, empty when the forward hides it). With
+    ``overlap_param_gather_with_optimizer_step`` the first is what the optimizer step leaves of the first chunk's
+    gather, empty when the step hides it all."""
     whole = plan.zero_gather(rank)
     none = Collective(whole.kind, "none", ())
-    if not plan.project.mapping.overlap_param_gather or not whole.phases:
+    m = plan.project.mapping
+    if not m.overlap_param_gather or not whole.phases:
         return whole, none
     st = plan.stages[rank]
     chunks = sorted(st.chunk_layers)
+    with_step = m.overlap_param_gather_with_optimizer_step and len(chunks) > 1
     first, rest = exposed_fractions(
         [st.grad_bytes.get(c, 0.0) for c in chunks],
         [len(st.chunk_layers[c]) for c in chunks],
         [pass_parts(plan, rank, st.passes.get((c, "F")))[0] for c in chunks],
         lambda f: scaled(whole, f).time(plan.hw),
+        st.fused_step_s if with_step else None,
     )
     if first >= 1.0:
         return whole, none
-    return scaled(whole, first), (scaled(whole, rest) if rest > 0 else none)
+    return (scaled(whole, first) if first > 0 else none), (scaled(whole, rest) if rest > 0 else none)

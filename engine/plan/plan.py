@@ -81,7 +81,7 @@ from tilewright.engine.plan.sharding import dp_kind, is_dp, is_edp, spans_replic
 from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
 from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
 from tilewright.engine.plan.tied import TiedEmbedding, tied_embedding
-from tilewright.engine.plan.train_step import TOKEN_BYTES, add_drains, flag_allreduce_s, step_overhead
+from tilewright.engine.plan.train_step import TOKEN_BYTES, add_drains, flag_allreduce_s, step_overhead, te_holds_master
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 
@@ -103,6 +103,7 @@ class StagePlan:
     label: str = ""
     residency: StageResidency | None = None  # mapping.memory_levels resolved for this stage; None: not set
     expert_grad_bytes: dict[int, float] = field(default_factory=dict)  # per chunk: the routed experts' share
+    fused_step_s: float = 0.0  # of optimizer_s, the fused Adam step's stream alone (plan.param_gather)
 
 
 @dataclass(eq=False)  # hashed by identity, so its methods can cache per plan
@@ -398,7 +399,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         per_virtual = virtual_stage_layers(blocks, extra, m.pp * v, m.pipeline_layers)
     bf16_params = fp8_param_copy(formats.weights, run.mode is Mode.train, m.fp8_param_gather, m.zero)  # perf.memory
     state_per_param = bytes_per_param(formats.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,
-                                      bf16_params, m.optimizer_moments, m.grad_reduce_in_fp32)
+                                      bf16_params, m.optimizer_moments, m.grad_reduce_in_fp32, m.optimizer_master)
     tied = tied_embedding(workload, per_virtual, m.pp, m.tp)
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
@@ -502,9 +503,11 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, edp if apart else None)
         if run.mode is Mode.infer:
             state = StateBytes(state.weights, 0.0, 0.0)
-        step = adam_step(state_per_param, m.optimizer_moments)
+        step = adam_step(state_per_param, m.optimizer_moments, m.optimizer_master)
         # the optimizer steps the parameters whose state this device holds (ZeRO: its shard of each group's)
         local_params = (params - experts) / shard_dp + experts / edp if m.zero >= 1 else params
+        train = run.mode is Mode.train
+        fused_s = _optimizer_s(dev, placed[0] if placed else None, local_params, step) if train else 0.0
         stages.append(
             StagePlan(
                 rank=r,
@@ -526,14 +529,17 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 params=params,
                 grad_bytes=grad,
                 expert_grad_bytes=expert_grad,
-                optimizer_s=_optimizer_s(dev, placed[0] if placed else None, local_params, step)
+                optimizer_s=fused_s
                 + step_overhead(dev, placed[0] if placed else None, local_params, step.mixed,
                                 run.dtype.value == "fp16", flag_s(dev), shard_dp,
-                                full_iteration="full_iteration" in (m.cuda_graph_scope or ()))
+                                full_iteration="full_iteration" in (m.cuda_graph_scope or ()),
+                                te_master=te_holds_master(m.optimizer_moments, m.optimizer_master, formats.weights,
+                                                          m.formats.fp8_scaling))
                 if run.mode is Mode.train
                 else 0.0,
                 label=f"stage {r}",
                 residency=placed[0] if placed else None,
+                fused_step_s=fused_s,
             )
         )
     p2p: dict[int, float] = {}

@@ -41,49 +41,73 @@ AUTO = "auto"
 AUTO_ORDER = ("weights", "kv_cache", "activations", "gradients", "optimizer")
 
 
-def adam_split(mixed: bool, moment: float = MOMENT_BYTES["fp32"]) -> dict[str, float]:
+# Bytes per parameter Transformer Engine's FusedAdam streams, beyond its fused kernel's, for each optimizer state
+# it holds in a dtype other than fp32 (``transformer_engine/pytorch/optimizers/fused_adam.py`` ``step``; TE PR
+# #1640 "Add adam bf16 state with original fp32 kernel"). The kernel (``multi_tensor_adam``) takes fp32 moments and
+# master weights only, so before it ``get_unscaled_state`` makes an fp32 copy of each such state and after it
+# ``_apply_scale`` writes the result back: bf16 ``.float()`` (2 read + 4 written), ``.bfloat16()`` (4 + 2) and the
+# ``copy_`` into the state (2 + 2); fp16 also scales by a per-tensor factor: ``.float()`` (2 + 4), ``mul_(scale)``
+# (4 + 4), ``aminmax`` (4), ``mul_(1 / scale)`` (4 + 4), ``copy_`` (4 + 2); fp8 (a ``Float8Tensor``) dequantizes
+# (1 + 4), takes the ``aminmax`` (4) and quantizes back in its ``copy_`` (4 + 1). The kernel itself then reads and
+# writes the fp32 copy, 4 + 4, as it does an fp32 state. (The temporary fp32 copies of a parameter group's states
+# are alive together until the group is stepped, TE PR #2551: a transient not counted in the peak memory.)
+STATE_CAST_BYTES = {"fp32": 0.0, "bf16": 2 + 4 + 4 + 2 + 2 + 2, "fp16": 2 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 2,
+                    "fp8": 1 + 4 + 4 + 4 + 1}
+FP32 = 4.0  # what the fused kernel reads and writes of each moment and master value
+
+
+def adam_split(mixed: bool, moments: str = "fp32", master: str = "fp32") -> dict[str, float]:
     """Which stored category one fused Adam step's traffic per parameter belongs to (read the fp32 master, both
     moments and the fp32 gradient; write the master, the moments and the low-precision weight copy; fp32
-    training reads and writes 4-byte weights instead):
-    the fp32 master copy and the two moments (read + write) are optimizer state, the gradient read is
-    gradients, and the low-precision weight copy written back is weights. ``moment``: bytes of one moment
-    (``perf.memory.MOMENT_BYTES``): TE's FusedAdam reads and writes bf16 moments at 2 B each."""
-    if mixed:
-        return {"optimizer": 2 * (4 + 2 * moment), "gradients": 4, "weights": 2}
-    return {"optimizer": 2 * 2 * moment + 4, "gradients": 4, "weights": 4}
+    training reads and writes 4-byte weights instead): the master copy and the two moments (read + write) are
+    optimizer state, the gradient read is gradients, and the low-precision weight copy written back is weights.
+    ``moments`` (``perf.memory.MOMENT_BYTES``) and ``master`` (``perf.memory.MASTER_BYTES``): states held in another
+    dtype than fp32 cost the kernel their fp32 copies' traffic plus the casts around it (``STATE_CAST_BYTES``). A
+    master kept as remainders (``store_param_remainders``: ``multi_tensor_adam_param_remainder``) is no cast: the
+    kernel reads the bf16 parameter and the int16 remainder, rebuilds the fp32 value in registers and writes both
+    back: 2 + 2 of state and 2 + 2 of weights, where an fp32 master costs 4 + 4 of state and the weights' 2 written."""
+    moving = 2 * (2 * FP32 + STATE_CAST_BYTES[moments])  # both moments: the kernel's fp32 read + write, the casts
+    if not mixed:
+        return {"optimizer": moving + 4, "gradients": 4, "weights": 4}
+    if master == "remainders":
+        return {"optimizer": moving + 2 + 2, "gradients": 4, "weights": 2 + 2}
+    return {"optimizer": moving + 2 * FP32 + STATE_CAST_BYTES[master], "gradients": 4, "weights": 2}
 
 
 ADAM_SPLIT_MIXED = adam_split(True)
 ADAM_SPLIT_FP32 = adam_split(False)
 
 
-def adam_step_bytes(mixed: bool, moments: str = "fp32") -> int:
+def adam_step_bytes(mixed: bool, moments: str = "fp32", master: str = "fp32") -> int:
     """Bytes per parameter one fused Adam step streams (the sum of ``adam_split``)."""
-    return int(sum(adam_split(mixed, MOMENT_BYTES[moments]).values()))
+    return int(sum(adam_split(mixed, moments, master).values()))
 
 
 @dataclass(frozen=True)
 class AdamStep:
-    """One fused Adam step's kind: mixed precision's (an fp32 master copy beside the low-precision weights:
-    ``plan.train_step``'s extra passes apply) or not, and its moments' width (``perf.memory.MOMENT_BYTES``).
-    The plan and the search carry this, not its byte count, so nothing has to read the kind back from a total."""
+    """One fused Adam step's kind: mixed precision's (a master copy beside the low-precision weights:
+    ``plan.train_step``'s extra passes apply) or not, its moments' dtype (``perf.memory.MOMENT_BYTES``) and how it
+    holds the master copy (``perf.memory.MASTER_BYTES``). The plan and the search carry this, not its byte count,
+    so nothing has to read the kind back from a total."""
 
     mixed: bool
     moments: str = "fp32"
+    master: str = "fp32"
 
     @property
     def bytes_per_param(self) -> int:
-        return adam_step_bytes(self.mixed, self.moments)
+        return adam_step_bytes(self.mixed, self.moments, self.master)
 
     @property
     def split(self) -> dict[str, float]:
-        return adam_split(self.mixed, MOMENT_BYTES[self.moments])
+        return adam_split(self.mixed, self.moments, self.master)
 
 
-def adam_step(per_param: StateBytes, moments: str = "fp32") -> AdamStep:
+def adam_step(per_param: StateBytes, moments: str = "fp32", master: str = "fp32") -> AdamStep:
     """The fused step for model state ``per_param`` (``perf.memory.bytes_per_param``): mixed when the optimizer
-    state holds an fp32 master copy beside the two moments."""
-    return AdamStep(per_param.optimizer - 2 * MOMENT_BYTES[moments] > 0, moments)
+    state holds a master copy beside the two moments."""
+    mixed = per_param.optimizer - 2 * MOMENT_BYTES[moments] > 0
+    return AdamStep(mixed, moments, master if mixed else "fp32")
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,13 @@ the buffer (fp16: 2 B per parameter, bf16: 4); fp16 copies it into fp32 main gra
 (``multi_tensor_l2norm``, 4 B); apex's ``FusedAdam`` writes the fp32 master weights and
 ``_copy_main_params_to_model_params`` reads them back to write the low-precision copy
 (``multi_tensor_scale``: 4 B more than a fused step). fp16: 24 B per parameter beyond the fused step, bf16: 12.
+Megatron-Core's precision-aware optimizer (``mapping.optimizer_moments`` / ``optimizer_master`` other than fp32)
+hands Transformer Engine's FusedAdam the master copy when the run is not fp8, or fp8 with delayed scaling, or its
+master is fp16 (``OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8``); FusedAdam then writes the
+low-precision weights inside its kernel and ``DistributedOptimizer._copy_main_params_to_model_params`` returns
+at once ("main params are held by self.optimizer. It will also do the work of copying data from main params to
+model params"): the master's read-back (4 B) is not streamed (``te_holds_master``). The casts of its non-fp32
+states are the fused step's (``residency.adam_split``).
 The found-inf flag (fp16) and the norm are each all-reduced over the model-parallel group (every tensor and
 pipeline rank of a replica) before their ``.item()``. Not charged: the clipping's scale pass (it runs only
 when the norm exceeds the threshold), the optimizer's Python loops over parameter tensors and fp16's one
@@ -71,7 +78,9 @@ The graph's one replay per iteration costs one launch's host time, left out as `
 from __future__ import annotations
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.hardware import Compute
+from tilewright.engine.ir.mapping import Fp8Scaling
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.plan.launch import drain_seconds
@@ -163,9 +172,20 @@ def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages
     return drains + (broadcasts_s if kind == "F" else 0.0)
 
 
+def te_holds_master(moments: str, master: str, weights: DType, scaling: Fp8Scaling | None) -> bool:
+    """Whether Transformer Engine's FusedAdam holds the master copy and writes the low-precision weights itself
+    (module docstring): Megatron-Core's precision-aware optimizer (Adam's ``moments`` or ``master`` other than
+    fp32, ``mapping.optimizer_moments`` / ``optimizer_master``) unless the ``weights`` are fp8 with a recipe other
+    than delayed scaling (``scaling``; None: current scaling) and the master stays fp32 (remainders are an fp32
+    master's, ``--main-params-dtype fp32``)."""
+    if moments == "fp32" and master == "fp32":
+        return False
+    return master == "fp16" or weights is not DType.fp8 or scaling is Fp8Scaling.delayed
+
+
 def step_overhead(
     dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, fp16: bool, flag_s: float, dp: int,
-    full_iteration: bool = False,
+    full_iteration: bool = False, te_master: bool = False,
 ) -> float:
     """Seconds Megatron's mixed-precision optimizer step adds to a fused Adam step on a device whose kernels
     a host framework issues (module docstring): its extra passes over ``params`` parameters, its drains and
@@ -174,12 +194,16 @@ def step_overhead(
     runtime's (DeepSpeed's ZeRO-Offload and the like, which writes the low-precision copy in the same pass),
     not Megatron's fp16 optimizer: nothing is added either; naming the device's own memory changes nothing.
     ``full_iteration``: the data-parallel reduction runs inside a full-iteration CUDA graph, its timer's
-    drain gone; the step itself stays eager (module docstring)."""
+    drain gone; the step itself stays eager (module docstring). ``te_master`` (``te_holds_master``): no read-back of
+    the master for the low-precision copy."""
     if not mixed or not issues_kernels(dev.compute) or params <= 0:
         return 0.0
     if res is not None and any(res.placed.get(cat, home_level(dev)) != home_level(dev) for cat in STATE):
         return 0.0
-    stream = optimizer_seconds(dev, None, params, True, FP16_EXTRA_SPLIT if fp16 else BF16_EXTRA_SPLIT)
+    extra = FP16_EXTRA_SPLIT if fp16 else BF16_EXTRA_SPLIT
+    if te_master:  # the master's read-back is the extra passes' only optimizer-state traffic
+        extra = {cat: nbytes for cat, nbytes in extra.items() if cat != "optimizer"}
+    stream = optimizer_seconds(dev, None, params, True, extra)
     drains = STEP_DRAINS + (SCALER_DRAINS if fp16 else 0) + (DP_DRAINS if dp > 1 and not full_iteration else 0)
     flags = 2 if fp16 else 1
     return stream + drains * drain_seconds(dev.compute) + flags * flag_s

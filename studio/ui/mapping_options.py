@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Fourteen of them, in a group under the Mapping box of the workload dock:
+Seventeen of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -27,7 +27,12 @@ Fourteen of them, in a group under the Mapping box of the workload dock:
 - the transformer layers an fp8 training run keeps in bf16 at each end (``mapping.formats.bf16_first_layers``,
   ``bf16_last_layers``, typed "1,1"; empty: none), Megatron-Bridge's current-scaling recipe keeping one each;
 - the gradient buffer in fp32 (``mapping.grad_reduce_in_fp32``, on by default as in Megatron-LM); off keeps it in
-  bf16 as NVIDIA's Megatron-Bridge recipes do; bf16 or fp8 training.
+  bf16 as NVIDIA's Megatron-Bridge recipes do; bf16 or fp8 training;
+- Adam's moments' dtype (``mapping.optimizer_moments``) and how it holds its master copy
+  (``mapping.optimizer_master``: fp32, bf16 parameters + remainders, fp16), Megatron-Core's precision-aware
+  optimizer; mixed-precision training (the engine refuses them without the distributed optimizer, ZeRO ≥ 1);
+- gathering the first model chunk's weights during the optimizer step
+  (``mapping.overlap_param_gather_with_optimizer_step``); needs the param-gather overlap, ZeRO-1/2 and interleaving.
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
 (``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
@@ -69,6 +74,11 @@ GRAPHS_TEXT = "CUDA graphs"
 FP8_TEXT = "fp8 scaling"
 EDGE_TEXT = "bf16 layers first,last"
 GRAD_FP32_TEXT = "accumulate and reduce gradients in fp32"
+MOMENTS_TEXT = "Adam moments"
+MASTER_TEXT = "master weights"
+GATHER_STEP_TEXT = "gather the first chunk's weights during the step"
+MOMENT_LABELS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16 (scaled)", "fp8": "fp8 (scaled)"}
+MASTER_LABELS = {"fp32": "fp32", "remainders": "bf16 + 16-bit remainders", "fp16": "fp16 (scaled)"}
 FP8_LABELS = {"tensor": "tensor (current)", "delayed": "delayed (amax history)", "block": "block (1×128)",
               "mxfp8": "mxfp8 (Blackwell)"}
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
@@ -128,6 +138,22 @@ OPTION_TIPS = {
                            "data-parallel reduction moves, in fp32 (4 B per parameter, Megatron-LM's default); "
                            "off keeps it in bf16 (2 B), as Megatron-Core's grad_reduce_in_fp32=False in NVIDIA's "
                            f"Megatron-Bridge recipes. {APPLIES}",
+    "optimizer_moments": "mixed-precision Adam: the dtype its two moments are held in (Megatron-Core "
+                         "--use-precision-aware-optimizer --exp-avg-dtype/--exp-avg-sq-dtype): bf16 or fp16 hold 2 + 2 "
+                         "B per parameter instead of 4 + 4, fp8 1 + 1. Transformer Engine's FusedAdam casts them to "
+                         "fp32 copies around its fp32 kernel, so the step streams more, not less. Needs the "
+                         f"distributed optimizer (ZeRO ≥ 1). {APPLIES}",
+    "optimizer_master": "mixed-precision Adam: its master copy of the weights. fp32: 4 B per parameter; bf16 + "
+                        "16-bit remainders: the bf16 parameters complete each fp32 value, 2 B (Transformer "
+                        "Engine's store_param_remainders, Megatron-Core's default under its precision-aware "
+                        "optimizer; bf16 parameters only); fp16 (--main-params-dtype fp16): 2 B. Needs the "
+                        f"distributed optimizer (ZeRO ≥ 1). {APPLIES}",
+    "overlap_param_gather_with_optimizer_step": "interleaved 1F1B with the distributed optimizer and the "
+                                                "param-gather overlap: step the first model chunk's parameters "
+                                                "first and gather that chunk's weights while the other chunks' are "
+                                                "stepped, so the next forward waits only for what that step cannot "
+                                                "hide (Megatron-Core --overlap-param-gather-with-optimizer-step). "
+                                                f"{APPLIES}",
     "fp8_bf16_layers": (
         "fp8 training: how many transformer layers at the start and at the end of the model run outside fp8, in "
         "bf16, typed first,last (\"1,1\"; empty: none) — Megatron-Core's --first-last-layers-bf16 with "
@@ -152,6 +178,10 @@ FP8_OFF_TIP = ("needs fp8 GEMMs: the run's data type (run.dtype, --dtype fp8) or
                "(mapping.formats.weights) must be fp8 for a scaling recipe to matter")
 DELAY_WGRAD_OFF_TIP = ("needs the expert all-to-all overlapped with compute (tick the option above; ep > 1): "
                        "the delayed weight gradients hide that overlapped all-to-all")
+MIXED_OFF_TIP = ("needs mixed-precision training: low-precision weights (bf16, fp16 or fp8) with fp32 master "
+                 "weights; fp32 training keeps Adam's state in fp32")
+GATHER_STEP_OFF_TIP = ("needs the post-step weight gather overlapped (overlap_param_gather), ZeRO-1/2 and interleaved "
+                       "1F1B (interleave ≥ 2): it steps the first model chunk apart from the others")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
                       "is exchanged (set ep > 1 and press Auto-map first)")
 
@@ -188,6 +218,13 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return TRAINING_ONLY if not training else None if mixed else GRAD_FP32_OFF_TIP
     if field == "fp8_bf16_layers":
         return TRAINING_ONLY if not training else None if has_fp8_gemms(project.run.dtype, m.formats) else FP8_OFF_TIP
+    if field in ("optimizer_moments", "optimizer_master"):
+        mixed = project.run.dtype.value != "fp32" and project.run.master_weights_fp32
+        return TRAINING_ONLY if not training else None if mixed else MIXED_OFF_TIP
+    if field == "overlap_param_gather_with_optimizer_step":
+        ready = m.overlap_param_gather and m.zero in (1, 2) and m.interleave > 1
+        return TRAINING_ONLY if not training else None if ready or m.overlap_param_gather_with_optimizer_step \
+            else GATHER_STEP_OFF_TIP
     raise KeyError(field)
 
 
@@ -219,6 +256,12 @@ def undo_text(field: str, value: Any) -> str:
         return f"fp8 scaling {FP8_LABELS[value or Fp8Scaling.tensor.value]}"
     if field == "grad_reduce_in_fp32":
         return "Gradients in fp32" if value else "Gradients in bf16"
+    if field == "optimizer_moments":
+        return f"Adam moments {MOMENT_LABELS[value]}"
+    if field == "optimizer_master":
+        return f"Master weights {MASTER_LABELS[value]}"
+    if field == "overlap_param_gather_with_optimizer_step":
+        return "Gather the first chunk during the step" if value else "Gather the first chunk at the next forward"
     if field == "fp8_bf16_layers":
         return "Every layer in fp8" if not value or not any(value) else f"bf16 layers {value[0]} first, {value[1]} last"
     raise KeyError(field)
@@ -302,7 +345,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The fourteen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The seventeen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -331,18 +374,24 @@ class MappingOptions(QGroupBox):
                                     parent=self)
         self.edge_layers = LayerPairEditor(self.current("fp8_bf16_layers"), self._check("fp8_bf16_layers"),
                                            parent=self)
+        self.moments = LabelledChoice(m.optimizer_moments, MOMENT_LABELS, self._check("optimizer_moments"), parent=self)
+        self.master = LabelledChoice(m.optimizer_master, MASTER_LABELS, self._check("optimizer_master"), parent=self)
+        self.gather_step = FlagEditor(m.overlap_param_gather_with_optimizer_step, GATHER_STEP_TEXT,
+                                      self._check("overlap_param_gather_with_optimizer_step"), parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
             "delay_wgrad_compute": self.delay_wgrad, "fp8_bf16_layers": self.edge_layers,
-            "grad_reduce_in_fp32": self.grad_fp32,
+            "grad_reduce_in_fp32": self.grad_fp32, "optimizer_moments": self.moments, "optimizer_master": self.master,
+            "overlap_param_gather_with_optimizer_step": self.gather_step,
             "recompute_modules": self.modules, "cuda_graph_scope": self.graphs, "fp8_scaling": self.fp8_scaling,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
-        for combo in (self.recompute.combo, self.ep_dispatcher.combo, self.fp8_scaling.combo):
+        for combo in (self.recompute.combo, self.ep_dispatcher.combo, self.fp8_scaling.combo, self.moments.combo,
+                      self.master.combo):
             _compact(combo)
         self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
@@ -351,12 +400,15 @@ class MappingOptions(QGroupBox):
                        "recompute_modules": QLabel(MODULES_TEXT, self),
                        "cuda_graph_scope": QLabel(GRAPHS_TEXT, self),
                        "fp8_scaling": QLabel(FP8_TEXT, self),
-                       "fp8_bf16_layers": QLabel(EDGE_TEXT, self)}
+                       "fp8_bf16_layers": QLabel(EDGE_TEXT, self),
+                       "optimizer_moments": QLabel(MOMENTS_TEXT, self),
+                       "optimizer_master": QLabel(MASTER_TEXT, self)}
         grid = QGridLayout(self)
         rows: list[str | QWidget] = [
             "recompute", "recompute_layers", self.overlap_grad, self.grad_fp32, self.overlap_tp, self.fused_loss,
             "pipeline_layers", "ep_dispatcher", self.overlap_ep, self.delay_wgrad, "recompute_modules",
-            "cuda_graph_scope", "fp8_scaling", "fp8_bf16_layers",
+            "cuda_graph_scope", "fp8_scaling", "fp8_bf16_layers", "optimizer_moments", "optimizer_master",
+            self.gather_step,
         ]
         for row, item in enumerate(rows):  # a labelled control, or a check box across both columns
             if isinstance(item, str):

@@ -29,7 +29,7 @@ from tilewright.engine.perf.device import device_capacity, device_model, issues_
 from tilewright.engine.perf.memory import bytes_per_param
 from tilewright.engine.plan.placement import split_layers
 from tilewright.engine.plan.residency import adam_step
-from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
+from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead, te_holds_master
 from tilewright.engine.search.layer_table import LayerCosts
 from tilewright.engine.search.multilevel import milp as ml
 from tilewright.engine.search.multilevel.costs import fusion_chains, params_per_tensor_rank, tensor_costs
@@ -153,17 +153,21 @@ def build_problem(
         stream_s_per_byte,
     )
     per_param = bytes_per_param(settings.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
-                                moments=m.optimizer_moments, fp32_grads=m.grad_reduce_in_fp32)
+                                moments=m.optimizer_moments, fp32_grads=m.grad_reduce_in_fp32,
+                                master=m.optimizer_master)
     params = params_per_tensor_rank(layers, 1)
-    step = adam_step(per_param, m.optimizer_moments)
+    step = adam_step(per_param, m.optimizer_moments, m.optimizer_master)
     full_iteration = "full_iteration" in (m.cuda_graph_scope or ())
+    te_master = te_holds_master(m.optimizer_moments, m.optimizer_master, settings.formats.weights,
+                                m.formats.fp8_scaling)
 
     params_tp = {t: t * params_per_tensor_rank(layers, t) for t in degrees["tp"]}
 
     def overhead(t: int, q: int) -> float:  # StagePlan.optimizer_s beyond the stream; flags over N/q devices
         local = params_tp[t] * q / n / (q if m.zero >= 1 else 1)
         flag = flag_allreduce_s(hw, [d.index for d in hw.devices[: n // q]]) if issues_kernels(dev.compute) else 0.0
-        return step_overhead(dev, None, local, step.mixed, run.dtype.value == "fp16", flag, q, full_iteration)
+        return step_overhead(dev, None, local, step.mixed, run.dtype.value == "fp16", flag, q, full_iteration,
+                             te_master)
 
     last_block = workload.layer_ops(workload.block_layers[0])
     pb = ml.Problem(

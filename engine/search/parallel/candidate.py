@@ -94,8 +94,11 @@ class Candidate:
         }
         if self.fsdp:
             fields |= {"zero": 3, "overlap_param_gather": True}
-        if self.zero == 0 and not self.fsdp:  # fp8 weights gathered after the step need a sharded optimizer
-            fields["fp8_param_gather"] = False
+        if self.zero == 0 and not self.fsdp:  # fp8 weights gathered after the step need a sharded optimizer, and so
+            # does Megatron-Core's precision-aware optimizer (precision_fields)
+            fields |= {"fp8_param_gather": False, "optimizer_moments": "fp32", "optimizer_master": "fp32"}
+        if self.interleave == 1 or self.zero not in (1, 2) or self.fsdp:  # plan.checks: interleaved ZeRO-1/2 only
+            fields["overlap_param_gather_with_optimizer_step"] = False
         if self.overlap_grad_reduce:  # otherwise the base's choice stands
             fields["overlap_grad_reduce"] = True
         if self.overlap_ep:
@@ -181,6 +184,16 @@ class Candidate:
 def modules_text(modules: tuple[str, ...]) -> str:
     """A recompute-modules list as the result lines show it: ``core_attn+mlp``."""
     return "+".join(modules) or "none"
+
+
+def precision_fields(m: Mapping, zero: int) -> dict[str, str]:
+    """Adam's moments and master copy (``mapping.optimizer_moments``, ``optimizer_master``: ``bytes_per_param``'s
+    ``moments`` and ``master``) a candidate with ZeRO stage ``zero`` runs: the mapping's under a sharded optimizer,
+    fp32 without one, where Megatron-Core refuses its precision-aware optimizer (``plan.checks``) and
+    ``Candidate.mapping`` drops them."""
+    if zero >= 1:
+        return {"moments": m.optimizer_moments, "master": m.optimizer_master}
+    return {"moments": "fp32", "master": "fp32"}
 
 
 def replicas(c: Candidate) -> int:

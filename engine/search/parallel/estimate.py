@@ -47,14 +47,14 @@ from tilewright.engine.perf.memory import (
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.recurrence import run_pipeline
 from tilewright.engine.plan.report import split_rows
-from tilewright.engine.plan.residency import StageResidency, adam_step, resolve
+from tilewright.engine.plan.residency import AdamStep, StageResidency, adam_step, resolve
 from tilewright.engine.plan.tied import copy_params
 from tilewright.engine.plan.timing import closed_form
 from tilewright.engine.plan.train_step import TOKEN_BYTES, broadcasts, lead_seconds
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.layer_table import LayerCosts, LayerTable, fold
 from tilewright.engine.search.op_settings import OpSettings
-from tilewright.engine.search.parallel.candidate import Candidate, replicas
+from tilewright.engine.search.parallel.candidate import Candidate, precision_fields, replicas
 from tilewright.engine.search.parallel.inflight import peak_activation
 from tilewright.engine.search.parallel.tail import IterationTail
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -88,15 +88,20 @@ class Estimator(IterationTail):
         first = hw.devices[0]
         self.dev = device_model(first.compute, first.memories, remote_memory(hw, 0), run.dtype)
         self.capacity = device_capacity(hw, 0, self.dev)
-        moments = project.mapping.optimizer_moments  # Adam's moments' width, as the plan reads it
-        self.per_param = bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
-                                         moments=moments, fp32_grads=project.mapping.grad_reduce_in_fp32)
+        # Adam's moments and master copy as the plan reads them, with ZeRO ≥ 1 only: Megatron-Core's precision-aware
+        # optimizer needs the distributed optimizer, so a candidate without ZeRO runs fp32 state (Candidate.mapping
+        # drops the fields there, and ``state_per`` / ``step_at`` read them per ZeRO stage)
+        m = project.mapping
+        self._per_zero = {z: bytes_per_param(self.weight_bytes, run.master_weights_fp32, run.optimizer, run.dtype,  # type: ignore[arg-type]
+                                             fp32_grads=m.grad_reduce_in_fp32, **precision_fields(m, z))
+                          for z in range(4)}
+        self._steps = {z: adam_step(self._per_zero[z], **precision_fields(m, z)) for z in range(4)}
+        self.per_param = self._per_zero[0]  # its weights and gradients are every stage's
         # fp8 training: the bf16 parameters beside the fp8 weights, unless mapping.fp8_param_gather (with ZeRO ≥ 1,
         # so per candidate: ``state_per``) keeps only the fp8 ones; the post-step gather moves the parameters
         weights, train, fp8_pg = self.settings.formats.weights, run.mode is Mode.train, project.mapping.fp8_param_gather
         self._param_copy = {z: fp8_param_copy(weights, train, fp8_pg, z) for z in range(4)}
         self.gather_bytes = param_gather_bytes(self.weight_bytes, weights, train, fp8_pg, 1)
-        self.opt_step = adam_step(self.per_param, moments)
         self.levels = bool(project.mapping.memory_levels)
         self.comm = CommModel(hw)
         # On a grid, stages' tensor groups differ in shape (placement strategies): each stage is timed on
@@ -438,8 +443,12 @@ class Estimator(IterationTail):
     def state_per(self, zero: int) -> StateBytes:
         """Model-state bytes per parameter under ZeRO stage ``zero`` (the plan's ``bytes_per_param``, with the
         bf16 parameters of an fp8 run unless ``fp8_param_gather`` drops them: ``perf.memory``)."""
-        copy = self._param_copy[zero]
-        return replace(self.per_param, weights=self.per_param.weights + copy) if copy else self.per_param
+        copy, per = self._param_copy[zero], self._per_zero[zero]
+        return replace(per, weights=per.weights + copy) if copy else per
+
+    def step_at(self, zero: int) -> AdamStep:
+        """The fused Adam step of a candidate with ZeRO stage ``zero`` (``precision_fields``)."""
+        return self._steps[zero]
 
     def state_bytes_per_param(self, zero: int, dp: int) -> float:
         p = self.state_per(zero)

@@ -25,7 +25,7 @@ from tilewright.engine.plan.param_gather import exposed_fractions
 from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
 from tilewright.engine.plan.residency import AdamStep, StageResidency
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
-from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead
+from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead, te_holds_master
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate, replicas
@@ -47,7 +47,6 @@ class IterationTail:
     per_param: StateBytes
     weight_bytes: float
     gather_bytes: float  # per parameter, the post-step all-gather's (``Plan.gather_bytes_per_param``)
-    opt_step: AdamStep
     _flags: dict[tuple[int, ...], float]  # the optimizer's flag all-reduce, by model group
 
     if TYPE_CHECKING:  # the Estimator's layer → stage sums
@@ -57,6 +56,8 @@ class IterationTail:
         def stage_params(self, tp: int, pp: int, v: int) -> list[float]: ...
 
         def edge_bytes(self, tp: int, pp: int, v: int, zero: int) -> tuple[list[float], list[float]]: ...
+
+        def step_at(self, zero: int) -> AdamStep: ...
 
         def layer_counts(self, pp: int, v: int) -> np.ndarray: ...
 
@@ -136,26 +137,32 @@ class IterationTail:
         name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
         groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
         local = stage_params[r] / (replicas(c) if c.zero >= 1 else 1)
-        opt = optimizer_s(self.dev, placed, local, self.opt_step) + self._step_overhead(c, placed, local)
+        fused = optimizer_s(self.dev, placed, local, self.step_at(c.zero))
+        opt = fused + self._step_overhead(c, placed, local)
         gather = 0.0
         if c.zero >= 1 and groups:
             edge = self.edge_bytes(c.tp, c.pp, c.interleave, c.zero)[1][r]  # bf16 edge layers gather 2 B
-            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.gather_bytes + edge, chunks)
+            gather = self._gather_s(c, r, groups, name, stage_params[r] * self.gather_bytes + edge, chunks, fused)
         return reduced + opt + gather
 
     def _gather_s(
-        self, c: Candidate, r: int, groups: tuple[tuple[int, ...], ...], name: tuple, nbytes: float, chunks: Chunks
+        self, c: Candidate, r: int, groups: tuple[tuple[int, ...], ...], name: tuple, nbytes: float, chunks: Chunks,
+        step_s: float,
     ) -> float:
         """The post-step weight all-gather the stage waits for: all of it, or with Megatron's
-        ``overlap_param_gather`` what the next forward cannot hide, by the plan's rule (``plan.param_gather``)."""
+        ``overlap_param_gather`` what the next forward cannot hide, and with
+        ``overlap_param_gather_with_optimizer_step`` what the fused step (``step_s``) leaves of the first chunk's,
+        by the plan's rule (``plan.param_gather``)."""
         def seconds(f: float) -> float:
             return self.comm.concurrent_time("all-gather", groups, nbytes * f, name) if f > 0 else 0.0
 
-        if not self.project.mapping.overlap_param_gather:
+        m = self.project.mapping
+        if not m.overlap_param_gather:
             return seconds(1.0)
+        with_step = m.overlap_param_gather_with_optimizer_step and c.interleave > 1
         first, rest = exposed_fractions(self.params(c.tp, c.pp, c.interleave)[:, r].tolist(),
                                         self.layer_counts(c.pp, c.interleave)[:, r].tolist(),
-                                        chunks.fwd[:, r].tolist(), seconds)
+                                        chunks.fwd[:, r].tolist(), seconds, step_s if with_step else None)
         return seconds(first) + seconds(rest)
 
     def _step_overhead(self, c: Candidate, placed: StageResidency | None, local: float) -> float:
@@ -169,5 +176,8 @@ class IterationTail:
         if flag is None:
             flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
         fp16 = self.project.run.dtype.value == "fp16"
-        return step_overhead(self.dev, placed, local, self.opt_step.mixed, fp16, flag, replicas(c),
-                             full_iteration=self.settings.full_iteration)
+        step = self.step_at(c.zero)
+        te_master = te_holds_master(step.moments, step.master, self.settings.formats.weights,
+                                    self.project.mapping.formats.fp8_scaling)
+        return step_overhead(self.dev, placed, local, step.mixed, fp16, flag, replicas(c),
+                             full_iteration=self.settings.full_iteration, te_master=te_master)
