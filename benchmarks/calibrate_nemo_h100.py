@@ -107,6 +107,7 @@ class Recipe:
     dispatcher: str = "alltoall"  # mapping.ep_dispatcher: 'alltoall', or 'deepep' for the flex dispatcher
     mtp_layers: int = 0  # mtp_num_layers: multi-token-prediction depths trained beside the model
     tp_overlap: str | None = None  # tp_comm_overlap's userbuffers configuration (mapping.overlap_tp_comm)
+    tp_overlap_rs: str = "pipeline"  # its proj_fprop/fc2_fprop method (mapping.tp_overlap_reduce_scatter)
     cuda_graph_scope: tuple[str, ...] | None = None  # cuda_graph_impl transformer_engine, cuda_graph_scope
     fp8_recipe: str = "current"  # Transformer Engine scaling of an fp8 run: 'current' (FP8-CS) or 'blockwise'
     fp8_param_gather: bool = True  # an fp8 run's fp8_param_gather (mapping.fp8_param_gather); every recipe here
@@ -129,15 +130,6 @@ FP8_SCALING = {"current": Fp8Scaling.tensor, "blockwise": Fp8Scaling.block}  # R
 FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 
 
-# The H100 fp8 userbuffers configurations of the Llama rows (Megatron-Bridge src/megatron/bridge/training/
-# comm_overlap.py: userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192, userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_
-# seqlen8192) overlap the forward reduce-scatters after proj and fc2 (proj_fprop, fc2_fprop) by ring exchange,
-# RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True); only their bf16 twins pipeline them (PipelineOverlapCfg,
-# 4 splits on 24 and 16 / 8 SMs). plan.tp_overlap pipelines every forward reduce-scatter.
-_RING_RS = ("tp_comm_overlap_cfg's forward reduce-scatters (proj_fprop, fc2_fprop) are ring exchanges on 1 SM; "
-            "ours pipelined in 4 splits on 16 SMs taken from the GEMM")
-
-
 # Megatron-Bridge's H100 recipes per model (scripts/performance/configs/*/*workload_base_configs.py), the
 # recipe of every NeMo row:
 # - recompute_modules: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2) in gpt_oss_workload_base_configs.py,
@@ -157,6 +149,10 @@ _RING_RS = ("tp_comm_overlap_cfg's forward reduce-scatters (proj_fprop, fc2_fpro
 #   depths (``TransformerDims.mtp_layers``).
 # - tp_overlap: the llama recipes map H100 fp8 to userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (70B) and
 #   userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192 (405B) (COMM_OVERLAP_CONFIG_MAP).
+# - tp_overlap_rs: both fp8 configurations (src/megatron/bridge/training/comm_overlap.py) overlap the forward
+#   reduce-scatters after proj and fc2 (proj_fprop, fc2_fprop) by ring exchange, RingExchangeOverlapCfg(num_sm=1,
+#   set_sm_margin=True); only their bf16 twins pipeline them (PipelineOverlapCfg, 4 splits on 24 and 16 / 8 SMs).
+#   Transformer Engine runs the GEMM beside each ring in tp row chunks (plan.tp_overlap, "Split GEMMs").
 # - fp8_param_gather: the H100 fp8 rows run FP8-CS, Megatron-Bridge's bf16_with_fp8_current_scaling_mixed
 #   (src/megatron/bridge/training/mixed_precision.py), which sets fp8_param_gather=True.
 # - micro_batch: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2, and the earlier unversioned
@@ -178,8 +174,8 @@ _RING_RS = ("tp_comm_overlap_cfg's forward reduce-scatters (proj_fprop, fc2_fpro
 #   arguments force --accumulate-allreduce-grads-in-fp32 with bf16): their Recipe sets True.
 BRIDGE_H100 = {
     "llama3-8b": Recipe(recompute="full", recompute_layers=5),
-    "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4", unmodelled=(_RING_RS,)),
-    "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2", unmodelled=(_RING_RS,)),
+    "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4", tp_overlap_rs="ring_exchange"),
+    "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2", tp_overlap_rs="ring_exchange"),
     "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1, router_fusion=True),
     "qwen3-30b-a3b": Recipe(router_fusion=True),
     "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True, router_fusion=True),
@@ -502,6 +498,7 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         cuda_graph_scope=list(r.cuda_graph_scope) if r.cuda_graph_scope is not None else None,
         fused_cross_entropy=True,  # cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" in every recipe
         overlap_tp_comm=r.tp_overlap is not None and p.tp > 1,  # tp_comm_overlap with the recipe's userbuffers
+        tp_overlap_reduce_scatter=r.tp_overlap_rs,
         # the distributed optimizer with overlap_grad_reduce and overlap_param_gather: Megatron-Bridge's
         # CommOverlapConfig._get_optimizer_overlap_cfgs sets both whenever dp > 1 with the distributed optimizer
         # (src/megatron/bridge/training/comm_overlap.py), the Megatron-LM recipes set both (above); FSDP

@@ -240,10 +240,12 @@ def test_bridge_moe_recipes_fuse_the_router():
         assert project_for(row).mapping.moe_router_fusion == row.moe, row.label
 
 
-def test_the_fp8_llama_rows_name_their_ring_exchange_reduce_scatter():
+def test_the_fp8_llama_rows_overlap_their_forward_reduce_scatters_by_ring_exchange():
     """userbuffers_fp8_h100_h8192_tp4 / _h16384_tp8_cp2 overlap proj's and fc2's forward reduce-scatter by ring
-    exchange; the rows that use them say what the mapping runs instead."""
+    exchange (mapping.tp_overlap_reduce_scatter); rows without userbuffers keep the default and no overlap."""
     for row in rows():
-        project_for(row)  # fills row.gaps
-        named = any("ring exchange" in g for g in row.gaps)
-        assert named == (row.pub.run_recipe.tp_overlap is not None), row.label
+        m = project_for(row).mapping
+        overlapped = row.pub.run_recipe.tp_overlap is not None
+        assert m.overlap_tp_comm == overlapped, row.label
+        assert m.tp_overlap_reduce_scatter == ("ring_exchange" if overlapped else "pipeline"), row.label
+        assert not any("ring exchange" in g for g in row.gaps), row.label

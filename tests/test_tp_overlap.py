@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
-from tilewright.engine.plan.tp_overlap import PIPELINE_SMS, PIPELINE_SPLITS, TpOverlap
+from tilewright.engine.plan.tp_overlap import PIPELINE_SMS, PIPELINE_SPLITS, RING_SMS, TpOverlap, gemm_chunks
 from tilewright.engine.simulate import make_plan, simulate
 
 SPEC = GPTSpec(name="gpt", layers=4, hidden=8192, heads=64, seq_len=4096, vocab=51200)
@@ -43,6 +43,39 @@ def test_pipelined_reduce_scatter_takes_sms_from_its_gemm():
     assert ov.last_gemm_s == 0.0  # the next reduction pairs with the next GEMM, not this one
 
 
+def test_ring_exchange_reduce_scatter_sets_one_sm_aside_and_shows_one_of_tp_chunks():
+    """NVIDIA's fp8 H100 userbuffers configurations (RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True) for
+    proj_fprop and fc2_fprop): the GEMM keeps all but one SM; one of tp chunks shows, and what it cannot cover."""
+    ov = TpOverlap(_linear, tp=8, units=132, ring_reduce_scatter=True)
+    ov.gemm(2.0)
+    (kind, shown), slower = ov.collective(Seg(), "reduce-scatter", 4e9)
+    slowed = 2.0 * 132 / 131  # RING_SMS of 132 set aside
+    assert RING_SMS == 1 and kind == "reduce-scatter"
+    assert slower == pytest.approx(slowed - 2.0)
+    assert shown == pytest.approx(1e9 * (4.0 - slowed + 4.0 / 8))
+    ov.gemm(10.0)  # a GEMM longer than the ring: only the last of the 8 chunks shows
+    (_, shown), _ = ov.collective(Seg(), "reduce-scatter", 4e9)
+    assert shown == pytest.approx(0.5e9)
+
+
+def test_ring_exchange_changes_only_the_forward_reduce_scatters():
+    """The backward's reductions stay bulk and the all-gathers ring exchanges either way."""
+    for backward in (False, True):
+        pipe = TpOverlap(_linear, tp=8, units=132, backward=backward)
+        ring = TpOverlap(_linear, tp=8, units=132, backward=backward, ring_reduce_scatter=True)
+        for ov in (pipe, ring):
+            ov.gemm(1.0)
+        a = pipe.collective(Seg(), "reduce-scatter", 2e9)
+        b = ring.collective(Seg(), "reduce-scatter", 2e9)
+        assert (a == b) == backward
+        seg_p, seg_r = Seg(), Seg()
+        pipe.collective(seg_p, "all-gather", 2e9)
+        ring.collective(seg_r, "all-gather", 2e9)
+        pipe.gemm(1.0)
+        ring.gemm(1.0)
+        assert seg_p.comm == seg_r.comm
+
+
 def test_bulk_backward_reduce_scatter_shows_only_what_the_gemm_cannot_cover():
     ov = TpOverlap(_linear, tp=8, units=132, backward=True)
     ov.gemm(3.0)
@@ -52,9 +85,9 @@ def test_bulk_backward_reduce_scatter_shows_only_what_the_gemm_cannot_cover():
     assert shown == pytest.approx(1e9) and slower == 0.0
 
 
-def _project(overlap: bool, engine: str = "analytic") -> Project:
+def _project(overlap: bool, engine: str = "analytic", rs: str = "pipeline") -> Project:
     mapping = Mapping(tp=8, pp=2, dp=1, micro_batch=1, global_batch=8, sequence_parallel=True,
-                      overlap_tp_comm=overlap)
+                      overlap_tp_comm=overlap, tp_overlap_reduce_scatter=rs)
     return Project(name="t", hardware=load_system("dgx-h100"), workload=SPEC, mapping=mapping,
                    run=RunSettings(dtype="bf16", engine=engine, contention=False))
 
@@ -74,6 +107,60 @@ def test_every_layer_collective_carries_at_least_its_last_chunk():
         assert [k for k, _ in on] == [k for k, _ in off]  # the same collectives, in the same order
         assert all(b_on <= b_off * (1 + 1e-12) for (_, b_on), (_, b_off) in zip(on, off, strict=True))
         assert sum(b for _, b in on) < sum(b for _, b in off)
+
+
+def test_a_ring_exchange_run_keeps_the_backward_and_slows_no_forward_gemm_by_sixteen_sms():
+    """'ring_exchange' against 'pipeline' in a whole plan: the backward passes are the same segments; every
+    forward reduce-scatter still carries at least its last of tp chunks; the forward's busy time drops by the
+    SMs no longer set aside (15 of 132 on proj's and fc2's GEMMs); both engines agree."""
+    pipe, ring = make_plan(_project(True)), make_plan(_project(True, rs="ring_exchange"))
+    off = make_plan(_project(False))
+    p_b, r_b = pipe.stages[0].passes[(0, "B")], ring.stages[0].passes[(0, "B")]
+    assert [(s.busy_s, s.comm) for s in p_b.segments] == [(s.busy_s, s.comm) for s in r_b.segments]
+    p_f, r_f = pipe.stages[0].passes[(0, "F")], ring.stages[0].passes[(0, "F")]
+    full = [b for s in off.stages[0].passes[(0, "F")].segments if s.comm for k, b in [s.comm] if k == "reduce-scatter"]
+    shown = [b for s in r_f.segments if s.comm for k, b in [s.comm] if k == "reduce-scatter"]
+    assert len(shown) == len(full) > 0
+    assert all(b >= f / 8 * (1 - 1e-12) for b, f in zip(shown, full, strict=True))
+    assert sum(s.busy_s for s in r_f.segments) < sum(s.busy_s for s in p_f.segments)
+    analytic = simulate(_project(True, rs="ring_exchange"))
+    event = simulate(_project(True, "event", rs="ring_exchange"))
+    assert event.iteration_time_s == pytest.approx(analytic.iteration_time_s, rel=1e-6)
+
+
+def test_the_reduce_scatter_method_is_quiet_at_its_default():
+    """Old projects save back unchanged: the field is written only when it is not 'pipeline'."""
+    assert "tp_overlap_reduce_scatter" not in Mapping(tp=8, sequence_parallel=True).model_dump(mode="json")
+    ring = Mapping(tp=8, sequence_parallel=True, overlap_tp_comm=True, tp_overlap_reduce_scatter="ring_exchange")
+    assert ring.model_dump(mode="json")["tp_overlap_reduce_scatter"] == "ring_exchange"
+    assert Mapping.model_validate(ring.model_dump(mode="json")) == ring
+
+
+def test_userbuffers_split_the_gemms_beside_a_ring_or_a_pipeline():
+    """Forward: qkv/fc1 after the all-gather ring in tp chunks, proj/fc2 before the reduce-scatter in tp chunks
+    (ring) or 4 splits (pipeline); backward: only the row-parallel GEMMs' data gradient (half the op's backward)
+    after the gradient's all-gather ring; the column GEMMs' bulk backward runs whole."""
+    for ring in (False, True):
+        assert gemm_chunks(True, False, 8, ring) == (8, 1.0)
+        assert gemm_chunks(False, False, 8, ring) == ((8, 1.0) if ring else (PIPELINE_SPLITS, 1.0))
+        assert gemm_chunks(True, True, 8, ring) == (1, 0.0)
+        assert gemm_chunks(False, True, 8, ring) == (8, 0.5)
+
+
+def _forward_busy(seq: int, overlap: bool) -> float:
+    spec = SPEC.model_copy(update={"seq_len": seq})
+    project = _project(overlap, rs="ring_exchange").model_copy(update={"workload": spec})
+    return make_plan(project).stages[0].passes[(0, "F")].busy_s
+
+
+def test_split_gemms_cost_more_the_fewer_rows_each_chunk_keeps():
+    """At 512 tokens a tp-8 chunk holds 64 rows, a fraction of one output tile: the split GEMMs lose much to
+    tile and wave quantization and to reading the weights once per chunk; the loss shrinks as the chunks grow
+    and is next to nothing at 64k tokens (8,192 rows a chunk). The ring's SM set aside (1 of 132) is in both."""
+    ratios = [_forward_busy(s, True) / _forward_busy(s, False) for s in (512, 2048, 8192, 65536)]
+    assert ratios[0] > 1.3
+    assert all(a > b for a, b in zip(ratios, ratios[1:], strict=False))
+    assert 1.0 <= ratios[-1] < 1.01
 
 
 def test_overlap_needs_sequence_parallelism():

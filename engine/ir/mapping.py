@@ -210,6 +210,7 @@ def format_pipeline_layout(layout: list[int]) -> str:
 
 class Mapping(QuietDefaultsModel):
     _quiet = (
+        "tp_overlap_reduce_scatter",
         "formats", "fidelity", "spatial", "overlap_param_gather", "fsdp", "cp", "ep", "expert_imbalance", "tp_axes",
         "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy", "fp8_param_gather",
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
@@ -322,6 +323,13 @@ class Mapping(QuietDefaultsModel):
         False, description="with sequence parallelism: pipeline each tensor-parallel all-gather and reduce-scatter "
         "with the GEMM beside it in tp chunks (Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap); "
         "only what the GEMM cannot cover and one chunk show (plan.tp_overlap)",
+    )
+    tp_overlap_reduce_scatter: Literal["pipeline", "ring_exchange"] = Field(
+        "pipeline", description="with overlap_tp_comm: how the forward's reduce-scatters after proj and fc2 "
+        "overlap their GEMM; 'pipeline' runs the GEMM in 4 chunks, each chunk's reduce-scatter on 16 SMs taken "
+        "from it (Transformer Engine PipelineOverlapCfg, NVIDIA's H100 bf16 recipes); 'ring_exchange' passes tp "
+        "partial chunks around the ring on the copy engines with 1 SM set aside (RingExchangeOverlapCfg, their "
+        "fp8 recipes); plan.tp_overlap",
     )
     overlap_ep_comm: bool = Field(
         False, description="MoE: hide each expert all-to-all behind the compute of another micro-batch's same "

@@ -36,7 +36,7 @@ from tilewright.engine.plan.launch import (
 )
 from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm, spans_replicas
 from tilewright.engine.plan.tensor_axes import ROW, axis_comm
-from tilewright.engine.plan.tp_overlap import TpOverlap
+from tilewright.engine.plan.tp_overlap import TpOverlap, gemm_chunks
 
 PassKind = str  # "F" | "B" | "R"
 
@@ -145,6 +145,7 @@ class PassContext:
     fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
     # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
     tp_seconds: Callable[[str, float], float] | None = None
+    tp_ring_reduce_scatter: bool = False  # mapping.tp_overlap_reduce_scatter 'ring_exchange' (``plan.tp_overlap``)
     moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
     cuda_graph_scope: tuple[str, ...] = ()  # training's CUDA graphs (mapping.cuda_graph_scope, ``plan.cuda_graphs``)
     moe_router_fusion: bool = False  # the routing op's host counts are TE's fused router's (``plan.moe_host``)
@@ -211,7 +212,8 @@ class _Builder:
         self._expert_dw = self._layer_dw = self._carried_dw = 0.0
         self._exchanged = False  # this layer ran an expert all-to-all
         seconds = ctx.tp_seconds
-        self.tp_overlap = (TpOverlap(seconds, ctx.tp, ctx.dev.compute.gemm_units, kind == "B")
+        self.tp_overlap = (TpOverlap(seconds, ctx.tp, ctx.dev.compute.gemm_units, kind == "B",
+                                     ctx.tp_ring_reduce_scatter)
                            if seconds is not None and ctx.tp > 1 else None)
 
     def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0,
@@ -259,6 +261,7 @@ class _Builder:
             )
         seg.add(t, self.out.dataflows)
         if self.tp_overlap is not None and _weighted(op) and op.kind in (OpKind.matmul, OpKind.fc):
+            self._split_gemm(op, backward, t, seg, scores, fused)
             self.tp_overlap.gemm(t.busy_s)
         seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
         if not c.fused_loss and c.dev.local_dram is not None and issues_kernels(c.dev.compute):
@@ -287,6 +290,28 @@ class _Builder:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         if backward:
             self._stream(op, moe.permute_bytes)
+
+    def _split_gemm(self, op: Op, backward: bool, t: OpTime, seg: Segment, scores: float,
+                    fused: tuple[bool, bool]) -> None:
+        """A transformer layer's tensor-parallel GEMM that userbuffers runs in row chunks beside its collective
+        (``tp_overlap.gemm_chunks``): the segment gains what the chunks take over the whole GEMM, the op costed
+        at 1 / chunks of the micro-batch's rows, chunks times. Not the head's (outside Transformer Engine's
+        overlapped layers) nor a routed expert's (its own expert-tensor collectives)."""
+        c = self.ctx
+        assert self.tp_overlap is not None
+        if op.moe is not None or op.gemm is None or op.split not in (TensorSplit.column, TensorSplit.row) \
+                or not op.name.startswith("block"):
+            return
+        chunks, share = gemm_chunks(op.split is TensorSplit.column, backward, c.tp,
+                                    self.tp_overlap.ring_reduce_scatter)
+        if chunks <= 1 or share <= 0:
+            return
+        part = op_time(_costed(op, c.dev, scores, fused), c.dev, c.micro_batch / chunks, c.tp,
+                       c.sequence_parallel, backward, c.elem_bytes, *fused, c.formats, c.spatial, c.residency)
+        extra = share * max(0.0, chunks * part.busy_s - t.busy_s)
+        seg.busy_s += extra
+        seg.compute_s += min(extra, share * max(0.0, chunks * part.compute_s - t.compute_s))
+        self.layer_busy += extra
 
     def _stream(self, op: Op, nbytes: float) -> None:
         """One memory-bound kernel of the MoE token dispatcher (``experts.dispatch_work``) in the open
