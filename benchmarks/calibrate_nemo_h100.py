@@ -113,6 +113,8 @@ class Recipe:
     fp8_param_gather: bool = True  # an fp8 run's fp8_param_gather (mapping.fp8_param_gather); every recipe here
     router_fusion: bool = False  # moe_router_fusion (mapping.moe_router_fusion: TE's fused router, plan.moe_host)
     optimizer_moments: str = "fp32"  # precision-aware optimizer: exp_avg(_sq)_dtype (mapping.optimizer_moments)
+    optimizer_master: str = "fp32"  # precision-aware optimizer: the master copy (mapping.optimizer_master)
+    param_gather_with_step: bool = False  # overlap_param_gather_with_optimizer_step whenever dp, pp and vp are all > 1
     micro_batch: int | None = None  # micro_batch_size, where a published MBS cell contradicts the recipe (a gap)
     grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32 (mapping.grad_reduce_in_fp32): see BRIDGE_H100
     unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
@@ -172,15 +174,40 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 #   set_qwen3_common_configs, set_deepseek_v3_common_configs in scripts/performance/configs/*/*_llm_pretrain.py):
 #   bf16 gradient buffers, reduced in bf16. The Megatron-LM recipes keep Megatron-LM's fp32 buffer (its
 #   arguments force --accumulate-allreduce-grads-in-fp32 with bf16): their Recipe sets True.
+# - param_gather_with_step (every recipe) and optimizer_master "remainders" (the bf16 recipe, gpt-oss): the
+#   performance scripts' last override, applied after the model's config (so no model config can undo it), sets
+#   ``if compute_dtype == "bf16": recipe.optimizer.use_precision_aware_optimizer = True`` and ``if dp > 1 and pp > 1
+#   and vp > 1: recipe.optimizer.overlap_param_gather_with_optimizer_step = True`` (and the same on comm_overlap),
+#   dp = num_gpus / (tp·pp·cp). Read in each layout NVIDIA-NeMo/Megatron-Bridge scripts/performance/ has had (the
+#   release tags are not resolvable here; which release ran which layout follows the config names the rows cite,
+#   and every layout carries both lines): 25.09, utils/helpers.py get_model_recipe_with_user_overrides and
+#   set_user_overrides (commit 013284246bc0, configs named by GPU count: DEEPSEEK_V3_H100_1024GPUS_FP8_CS_PARALLEL_
+#   CONFIG; the older run_script.py of the per-model *_llm_pretrain.py configs has the same two lines); 25.11,
+#   utils/helpers.py set_post_overrides (the *_workload_base_configs.py layout before config variants); 26.02,
+#   utils/overrides.py set_post_overrides with config_variant "v1" (commit 00538e26aa54, the _V1/_V2 configs). Later
+#   copies add ``and
+#   recipe.optimizer.optimizer == "adam"`` (true here) and leave fp8_mx/nvfp4 out of the gather overlap (no H100
+#   row's precision); the flat perf recipes (Megatron-Bridge #2803, mid-2026) drop the override, after 26.02. fp8
+#   rows (compute_dtype fp8_cs) keep the plain distributed optimizer (optimizer_master "fp32"). The precision-aware
+#   optimizer's dtypes are Megatron-Core's OptimizerConfig defaults: neither the library recipes' optimizer
+#   (distributed_fused_adam_with_cosine_annealing) nor gpt_oss_120b_pretrain_config_h100 sets one, and the newer
+#   gpt_oss_120b_pretrain_config sets main_grads/main_params/exp_avg/exp_avg_sq all fp32 explicitly (beside
+#   use_precision_aware_optimizer False, which the override flips). So fp32 moments (optimizer_moments "fp32"),
+#   fp32 main gradients (the optimizer's copy; the ddp buffer stays bf16, grad_reduce_in_fp32 False) and an fp32
+#   master kept, with store_param_remainders True (OptimizerConfig's default), as the bf16 parameters plus 16-bit
+#   remainders: optimizer_master "remainders".
 BRIDGE_H100 = {
-    "llama3-8b": Recipe(recompute="full", recompute_layers=5),
-    "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4", tp_overlap_rs="ring_exchange"),
-    "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2", tp_overlap_rs="ring_exchange"),
-    "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1, router_fusion=True),
-    "qwen3-30b-a3b": Recipe(router_fusion=True),
-    "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True, router_fusion=True),
+    "llama3-8b": Recipe(recompute="full", recompute_layers=5, param_gather_with_step=True),
+    "llama3-70b": Recipe(tp_overlap="userbuffers_fp8_h100_h8192_tp4", tp_overlap_rs="ring_exchange",
+                         param_gather_with_step=True),
+    "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2", tp_overlap_rs="ring_exchange",
+                            param_gather_with_step=True),
+    "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1, router_fusion=True,
+                           optimizer_master="remainders", param_gather_with_step=True),
+    "qwen3-30b-a3b": Recipe(router_fusion=True, param_gather_with_step=True),
+    "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True, router_fusion=True, param_gather_with_step=True),
     "deepseek-v3": Recipe(recompute_modules=("mla_up_proj", "mlp"), expert_tp=1, dispatcher="deepep",
-                          mtp_layers=1, router_fusion=True),
+                          mtp_layers=1, router_fusion=True, param_gather_with_step=True),
 }
 
 
@@ -283,13 +310,20 @@ def from_tflops(model: str, release: str, gpus: int, precision: str, gbs: int, m
 #   distributed optimizer with overlap_grad_reduce and overlap_param_gather; cross_entropy_loss_fusion (te).
 # - Qwen3-30B-A3B fp8_32GPU_TP1PP1EP8.yaml: the same, plus fp8_recipe blockwise (e4m3), fp8_param_gather, the
 #   precision-aware optimizer (bf16 Adam moments, fp32 main parameters and gradients), and cuda_graph_impl
-#   transformer_engine with cuda_graph_scope attn, moe_router, moe_preprocess.
+#   transformer_engine with cuda_graph_scope attn, moe_router, moe_preprocess. Its use_precision_aware_optimizer with
+#   main_params_dtype fp32, main_grads_dtype fp32, exp_avg(_sq)_dtype bf16: moments bf16; the master stays a whole
+#   fp32 copy (optimizer_master "fp32": with blockwise fp8 and fp8_param_gather Megatron-Core keeps the master itself,
+#   and fp8 parameters are not the bf16 ones remainders complete).
 # - Qwen3-235B-A22B bf16_256GPU_TP2PP8EP32.yaml: seq_length 4096, tp 2, pp 8, ep 32, expert_tensor_parallel_size
 #   1, num_layers_per_virtual_pipeline_stage 3 with account_for_embedding/loss_in_pipeline_split (94 + 2 units
 #   in 32 chunks of 3: vp 4, ``chunk_layers``), mbs 1, gbs 2048, bf16; HybridEP with permute and router
 #   fusion; overlap_moe_expert_parallel_comm with delay_wgrad_compute; recompute_granularity selective,
 #   recompute_modules moe_act layernorm; cuda_graph_impl transformer_engine, cuda_graph_scope moe_router
 #   moe_preprocess; NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24.
+# None of the three sets overlap_param_gather_with_optimizer_step (Megatron-LM turns it on only by that flag, which
+# the 235B run, dp 16 × pp 8 × vp 4, could take), and only the fp8 one the precision-aware optimizer: the bf16 runs
+# keep Megatron-Core's plain distributed optimizer (fp32 moments and master). Read at NVIDIA/Megatron-LM
+# 256f60650736 (bf16 YAMLs) and 59bbfaf318b5 (fp8 YAML).
 # Settings every one of them shares that the mapping cannot express (gaps of each row):
 _MLM_COMMON = (
     "HybridEP's host work charged as the all-to-all dispatcher's (plan.moe_host counts that dispatcher)",
@@ -508,7 +542,11 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         overlap_ep_comm=r.overlap_ep_comm, delay_wgrad_compute=r.delay_wgrad, ep_dispatcher=r.dispatcher,
         formats=formats,
         moe_router_fusion=r.router_fusion, optimizer_moments=r.optimizer_moments,
-        grad_reduce_in_fp32=r.grad_reduce_in_fp32,
+        optimizer_master=r.optimizer_master, grad_reduce_in_fp32=r.grad_reduce_in_fp32,
+        # the scripts' rule (BRIDGE_H100) whenever dp, pp and vp are all > 1; an FSDP run (ZeRO-3) has no post-step
+        # gather to overlap (plan.checks), and no FSDP row is pipelined
+        overlap_param_gather_with_optimizer_step=(r.param_gather_with_step and not p.fsdp
+                                                  and dp > 1 and p.pp > 1 and p.vp > 1),
     )
     return Project(name=row.label, hardware=load_system("dgx-h100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=p.precision, engine=engine))

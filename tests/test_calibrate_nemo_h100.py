@@ -249,3 +249,27 @@ def test_the_fp8_llama_rows_overlap_their_forward_reduce_scatters_by_ring_exchan
         assert m.overlap_tp_comm == overlapped, row.label
         assert m.tp_overlap_reduce_scatter == ("ring_exchange" if overlapped else "pipeline"), row.label
         assert not any("ring exchange" in g for g in row.gaps), row.label
+
+
+def test_rows_carry_the_performance_scripts_optimizer_overrides():
+    """Megatron-Bridge's performance scripts end (25.09 set_user_overrides, 25.11/26.02 set_post_overrides) with
+    ``use_precision_aware_optimizer = True`` when compute_dtype is bf16, at OptimizerConfig's default dtypes (fp32
+    moments, fp32 master stored as bf16 parameters + remainders), and ``overlap_param_gather_with_optimizer_step =
+    True`` when dp, pp and vp are all > 1, dp = gpus / (tp·pp·cp) from the published columns. Megatron-LM's YAMLs
+    set neither flag but the fp8 Qwen3-30B run's precision-aware optimizer (bf16 moments, fp32 master)."""
+    seen = set()
+    for row in rows():
+        p, m = row.pub, project_for(row).mapping
+        dp = p.gpus // (p.tp * p.pp * p.cp)
+        if p.release.startswith("MLM"):
+            fp8 = p.precision == "fp8"
+            assert (m.optimizer_moments, m.optimizer_master) == (("bf16" if fp8 else "fp32"), "fp32"), row.label
+            assert not m.overlap_param_gather_with_optimizer_step, row.label
+            continue
+        with_step = dp > 1 and p.pp > 1 and p.vp > 1
+        assert m.overlap_param_gather_with_optimizer_step == with_step, row.label
+        assert m.optimizer_moments == "fp32", row.label
+        assert m.optimizer_master == ("remainders" if p.precision == "bf16" else "fp32"), row.label
+        seen.add((with_step, p.precision))
+    # the rule is exercised both ways, and the bf16 override on a row without the gather overlap (gpt-oss: pp 4, vp 1)
+    assert {(True, "fp8"), (False, "fp8"), (False, "bf16")} <= seen
