@@ -117,6 +117,7 @@ class Recipe:
     param_gather_with_step: bool = False  # overlap_param_gather_with_optimizer_step whenever dp, pp and vp are all > 1
     micro_batch: int | None = None  # micro_batch_size, where a published MBS cell contradicts the recipe (a gap)
     grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32 (mapping.grad_reduce_in_fp32): see BRIDGE_H100
+    dp_overlap: bool = True  # overlap_grad_reduce and overlap_param_gather (the distributed optimizer's overlaps)
     unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
 
 
@@ -319,7 +320,9 @@ def from_tflops(model: str, release: str, gpus: int, precision: str, gbs: int, m
 #   in 32 chunks of 3: vp 4, ``chunk_layers``), mbs 1, gbs 2048, bf16; HybridEP with permute and router
 #   fusion; overlap_moe_expert_parallel_comm with delay_wgrad_compute; recompute_granularity selective,
 #   recompute_modules moe_act layernorm; cuda_graph_impl transformer_engine, cuda_graph_scope moe_router
-#   moe_preprocess; NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24.
+#   moe_preprocess; NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24; use_distributed_optimizer without overlap_grad_reduce
+#   or overlap_param_gather (the 30B YAMLs set both; this one sets neither: Recipe.dp_overlap False), and
+#   log_num_zeros_in_grad / log_params_norm (per-iteration host work, not modelled).
 # None of the three sets overlap_param_gather_with_optimizer_step (Megatron-LM turns it on only by that flag, which
 # the 235B run, dp 16 × pp 8 × vp 4, could take), and only the fp8 one the precision-aware optimizer: the bf16 runs
 # keep Megatron-Core's plain distributed optimizer (fp32 moments and master). Read at NVIDIA/Megatron-LM
@@ -338,8 +341,9 @@ MLM_QWEN3_30B_FP8 = Recipe(
 MLM_QWEN3_235B_BF16 = Recipe(
     recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, delay_wgrad=True,
     dispatcher="deepep", cuda_graph_scope=("moe_router", "moe_preprocess"), router_fusion=True,
-    grad_reduce_in_fp32=True, unmodelled=(*_MLM_COMMON,
-        "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled"),
+    grad_reduce_in_fp32=True, dp_overlap=False, unmodelled=(*_MLM_COMMON,
+        "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled",
+        "log_num_zeros_in_grad and log_params_norm every iteration (host syncs and norm passes): not modelled"),
 )
 _MLM_NOTE = "Megatron-LM H100 recipe; TFLOP/s published, tokens/s = TFLOP/s over NVIDIA's FLOPs per token"
 _MLM_OLD = "README value #5728 replaced (#5289: 'curated benchmark sources'), same recipe"
@@ -535,9 +539,9 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         tp_overlap_reduce_scatter=r.tp_overlap_rs,
         # the distributed optimizer with overlap_grad_reduce and overlap_param_gather: Megatron-Bridge's
         # CommOverlapConfig._get_optimizer_overlap_cfgs sets both whenever dp > 1 with the distributed optimizer
-        # (src/megatron/bridge/training/comm_overlap.py), the Megatron-LM recipes set both (above); FSDP
+        # (src/megatron/bridge/training/comm_overlap.py), the Megatron-LM recipes as their YAMLs say (above); FSDP
         # prefetches (fsdp sets overlap_param_gather itself)
-        zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=True, overlap_param_gather=True,
+        zero=0 if p.fsdp else 1, fsdp=p.fsdp, overlap_grad_reduce=r.dp_overlap, overlap_param_gather=r.dp_overlap,
         fp8_param_gather=p.precision == "fp8" and r.fp8_param_gather,  # fp8 weights only, gathered in fp8
         overlap_ep_comm=r.overlap_ep_comm, delay_wgrad_compute=r.delay_wgrad, ep_dispatcher=r.dispatcher,
         formats=formats,

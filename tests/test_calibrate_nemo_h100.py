@@ -273,3 +273,25 @@ def test_rows_carry_the_performance_scripts_optimizer_overrides():
         seen.add((with_step, p.precision))
     # the rule is exercised both ways, and the bf16 override on a row without the gather overlap (gpt-oss: pp 4, vp 1)
     assert {(True, "fp8"), (False, "fp8"), (False, "bf16")} <= seen
+
+
+def test_data_parallel_overlaps_follow_each_recipe():
+    """Megatron-Bridge sets overlap_grad_reduce and overlap_param_gather with the distributed optimizer
+    (CommOverlapConfig), as do Megatron-LM's Qwen3-30B YAMLs; its Qwen3-235B YAML runs the distributed optimizer
+    with neither, so that row reduces and gathers after the step, and its exposed dp time is larger than the same
+    project with both overlaps on."""
+    seen_off = False
+    for row in rows():
+        m = project_for(row).mapping
+        mlm_235b = row.pub.release.startswith("MLM#") and row.pub.model == "qwen3-235b-a22b"
+        assert m.overlap_grad_reduce is not mlm_235b and m.overlap_param_gather is not mlm_235b, row.label
+        if mlm_235b:
+            seen_off = True
+            from tilewright.engine.simulate import simulate
+
+            off = project_for(row)
+            on = off.model_copy(update={"mapping": off.mapping.model_copy(
+                update={"overlap_grad_reduce": True, "overlap_param_gather": True})})
+            t_off, t_on = simulate(off).time_breakdown_s, simulate(on).time_breakdown_s
+            assert t_off["dp_comm"] > t_on["dp_comm"], row.label
+    assert seen_off
