@@ -104,11 +104,18 @@ class Memory(QuietDefaultsModel):
     ``efficiency`` is what well-placed readers achieve (each bank read by the core next to it). Tensors
     interleaved page by page over every bank and read by arbitrary cores achieve less — NoC paths to the
     banks collide (Tenstorrent's DRAM microbenchmarks: ~0.69 of peak for reads, ~0.5 for writes on
-    Wormhole); ``efficiency_interleaved_read/write`` say how much (None: the same as ``efficiency``)."""
+    Wormhole); ``efficiency_interleaved_read/write`` say how much (None: the same as ``efficiency``).
+
+    ``stream_ramp_s`` is what a kernel that streams from this memory pays once beyond its bytes at the
+    achievable bandwidth and the device's per-kernel floor (``Compute.fixed_op_s``): the first loads wait a
+    full DRAM latency before the bandwidth ramps up, and the last wave's writes drain after the last loads —
+    the intercept of a streaming kernel's time against its bytes, less a tiny kernel's launch to launch. A
+    kernel too small to get past the ramp pays less of it (the bandwidth still rising: ``DeviceModel.stream_s``).
+    It makes a kernel of a few MB reach less than the sustained (large-array) bandwidth; 0: not modelled."""
 
     _quiet = (
         "efficiency_interleaved_read", "efficiency_interleaved_write", "placement", "interleave",
-        "host_link_bandwidth_bytes_per_s",
+        "host_link_bandwidth_bytes_per_s", "stream_ramp_s",
     )
 
     name: Name
@@ -118,6 +125,11 @@ class Memory(QuietDefaultsModel):
     latency_s: Seconds = 0.0
     energy_pj_per_byte: PicojoulesPerByte = 0.0
     efficiency: Fraction = Field(1.0, description="achievable fraction of the bandwidth")
+    stream_ramp_s: Seconds = Field(
+        0.0, description="time a memory-bound kernel streaming from this memory loses once against its bytes at "
+        "the achievable bandwidth, beyond the per-kernel floor (DRAM latency ramp, last wave's drain; less for a "
+        "kernel too small to get past it)",
+    )
     efficiency_interleaved_read: Fraction | None = Field(
         None, description="achievable fraction for interleaved pages read by arbitrary cores"
     )

@@ -7,6 +7,7 @@ reached over the NoC; the tiling model decides how many bytes that is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -33,6 +34,31 @@ class DeviceModel:
         network instead); inf without DRAM (SRAM bandwidth then bounds memory time, ``perf.residency``)."""
         mem = self.local_dram or self.remote_dram
         return mem.effective_bandwidth if mem else float("inf")
+
+    @property
+    def stream_ramp_s(self) -> float:
+        """What a memory-bound kernel large enough to fill the memory pipe loses once beyond its bytes at
+        ``dram_bandwidth`` and the per-kernel floor (``Memory.stream_ramp_s`` of the local DRAM). The matrix
+        kernels' counterpart is the efficiency curve's fixed part (``matmul_fill_s``), which already covers a
+        memory-bound GEMM's start and drain: this is charged to the other kernels only (``op_cost``). 0 without
+        local DRAM (an SRAM-only device's ports are timed as network flows)."""
+        return self.local_dram.stream_ramp_s if self.local_dram is not None else 0.0
+
+    def stream_s(self, nbytes: float) -> float:
+        """Device time of one memory-bound kernel streaming ``nbytes`` through local DRAM, beyond the per-kernel
+        floor. The delivered bandwidth rises linearly from nothing to ``dram_bandwidth`` over twice the ramp
+        ``r`` (the first wave's loads wait a DRAM latency, requests in flight build up; the last wave drains
+        the same way), which loses ``r`` against streaming at full rate from the start. With ``τ`` the
+        bytes' time at full rate: a kernel still inside the rise (``τ < r``) takes ``2√(rτ)``, one past it
+        ``τ + r`` — the published size sweeps' intercept for large kernels, and next to nothing beyond the
+        floor for a kernel of a few KB (whose measured launch to launch is the floor). 0 when it moves
+        none."""
+        if nbytes <= 0:
+            return 0.0
+        tau, ramp = nbytes / self.dram_bandwidth, self.stream_ramp_s
+        if tau >= ramp:
+            return tau + ramp
+        return 2.0 * math.sqrt(ramp * tau)
 
     @property
     def memory_capacity(self) -> float:

@@ -254,14 +254,21 @@ def op_time(
         # the bias gradient is its own reduction kernel after the GEMMs: one more pass over the output gradient
         bias_bytes = _bias_grad_elems(op, micro_batch, tp) * (formats.activation_bytes if formats else elem_bytes)
         if split and backward and bias_bytes and dev.local_dram is not None:
-            fixed_s += bias_bytes / dev.dram_bandwidth
+            fixed_s += dev.stream_s(bias_bytes)  # a memory-bound kernel: its ramp too (``stream_ramp_s``)
             traffic_elems += bias_bytes / bytes_per_elem
         cast = fp8_cast_passes(op, formats, backward, in_elems, out_elems) if split and dev.local_dram else None
         if cast is not None:  # Transformer Engine's quantization kernels around an fp8 GEMM (memory-bound)
-            fixed_s += cast[0] / dev.dram_bandwidth + cast[1] * dev.compute.fixed_op_s
+            streams = fp8_streaming_kernels(formats, cast[1])  # each pays its ramp on its share of the bytes
+            fixed_s += cast[1] * dev.compute.fixed_op_s + (streams * dev.stream_s(cast[0] / streams) if streams
+                                                            else cast[0] / dev.dram_bandwidth)
             traffic_elems += cast[0] / bytes_per_elem
     else:
         compute_s = flops / dev.vector_flops if flops else 0.0
+        if traffic_elems > 0 and dev.stream_ramp_s:
+            # a memory-bound kernel's ramp beyond its bytes and the per-kernel floor (``DeviceModel.stream_s``):
+            # a GEMM's start and drain are the efficiency curve's fixed part instead, never both
+            local = traffic_elems * bytes_per_elem
+            fixed_s += dev.stream_s(local) - local / dev.dram_bandwidth
     if residency is None and dev.local_dram is not None:
         local = traffic_elems * bytes_per_elem
         memory_s = max(local / dev.dram_bandwidth, all_elems * bytes_per_elem / dev.sram_bandwidth)
@@ -454,6 +461,15 @@ FP8_QUANTIZATION: dict[Fp8Scaling, Fp8Quantization] = {
     Fp8Scaling.block: Fp8Quantization(0.0, 1.0 + 4.0 / 128, 1),  # fp32 scale per 1×128 block
     Fp8Scaling.mxfp8: Fp8Quantization(0.0, 1.0 + 1.0 / 32, 1),  # E8M0 scale per 1×32 block
 }
+
+
+def fp8_streaming_kernels(formats: OpFormats | None, kernels: int) -> int:
+    """Of the ``kernels`` quantization kernels ``fp8_cast_passes`` counts, those that stream a tensor through
+    memory (each pays its ramp, ``DeviceModel.stream_s``): all but current scaling's one-thread scale kernel, which
+    sits between its amax pass and its cast (``Fp8Quantization.amax_read``)."""
+    if formats is None or kernels <= 0:
+        return 0
+    return kernels - 1 if FP8_QUANTIZATION[formats.fp8_scaling].amax_read else kernels
 
 
 # A gated MLP's up and gate projections (``transformer_block._add_mlp``: "mlp_up"/"mlp_gate",
