@@ -315,13 +315,14 @@ class _Builder:
 
     def _stream(self, op: Op, nbytes: float) -> None:
         """One memory-bound kernel of the MoE token dispatcher (``experts.dispatch_work``) in the open
-        segment: its bytes through device memory, the per-kernel floor, the host's dispatch of it."""
+        segment: its bytes through device memory with the DRAM ramp (``DeviceModel.stream_s``), the per-kernel
+        floor, the host's dispatch of it."""
         c = self.ctx
         if nbytes <= 0 or c.dev.local_dram is None:
             return
         seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
                                                  compute_s=0, flops=0, dram_bytes=0)
-        seconds = nbytes / c.dev.dram_bandwidth + c.dev.compute.fixed_op_s
+        seconds = c.dev.stream_s(nbytes) + c.dev.compute.fixed_op_s
         seg.busy_s += seconds
         seg.local_bytes += nbytes
         if self._graph is None or not self._graph.whole:  # a graph replays the kernel (``plan.cuda_graphs``)
