@@ -19,7 +19,9 @@ A decode step (one query per sequence) runs ``scaled_dot_product_attention_decod
 ``tech_reports/FlashAttention/FlashDecode.md`` §2.2-3.1): the q heads that share a K/V head sit in the rows of
 one 32-row tile (padded to 32), work is split over sequences × K/V heads, ``cores // work`` cores (at most
 ``MAX_CORES_PER_HEAD_BATCH``) share one unit by splitting its keys, each reads its part of the cache once, and
-a reducer core gathers their partial outputs over the NoC and combines them.
+their partial outputs and softmax statistics are combined over the NoC in a tree (``tree_reduction_cycles``)
+after a prologue of dependent reads (position, Q: ``prologue_s``). The NoC and LLK steps are costed as the
+norms' (``spatial_reduce``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import math
 from tilewright.engine.ir.ops import AttentionShape
 from tilewright.engine.perf.spatial import StreamCost, stream_on_grid
 from tilewright.engine.perf.spatial_chip import GridChip, sub_block, tile_mac_cycles
+from tilewright.engine.perf.spatial_reduce import STATS_FORMAT, tile_pass_cycles, write_cycles
 
 # Non-matrix cycles per score element per core: tt-metal SDPAPrecisionRecipes.md ("Accuracy and
 # throughput") measures the legacy streaming kernel (the one Wormhole runs: HiFi2 QKᵀ and PV, approximate
@@ -132,10 +135,7 @@ def decode_on_grid(
     cycles = waves * score_tiles * (2 * d_tiles * mac + t * t * SOFTMAX_CYCLES_PER_SCORE)
     act, kv = elem_bytes
     d = shape.head_dim
-    partial = math.ceil(group / t) * t * d * act  # one worker's partial output tile rows
-    if per_unit > 1:  # the reducer waits for the partials, then rescales and adds each (2 FLOP an element)
-        cycles += chip.noc_latency + per_unit * partial / chip.unicast
-        cycles += (per_unit - 1) * 2.0 * partial / act / chip.vector_flops_per_cycle
+    cycles += tree_reduction_cycles(chip, per_unit, math.ceil(group / t), d_tiles)
     compute = cycles / chip.clock_hz
     bh = math.ceil(head_batches - 1e-9)
     cache_bytes = units * keys * d * 2 * kv
@@ -145,5 +145,34 @@ def decode_on_grid(
     write = out_bytes if output else 0.0
     l1_only = (0.0 if inputs else q_bytes + cache_bytes) + (0.0 if output else out_bytes)
     s = stream_on_grid(chip, 0.0, read, write, cores * t * t, None, l1_only)
-    cost = StreamCost(s.seconds - s.movement_s + max(compute, s.movement_s), compute, s.movement_s, cores)
+    cost = StreamCost(s.seconds - s.movement_s + max(compute, s.movement_s) + prologue_s(chip), compute, s.movement_s,
+                      cores)
     return cost, read + write
+
+
+def prologue_s(chip: GridChip) -> float:
+    """What a FlashDecode reader waits for before its first key read (tt-metal reader_decode_all.cpp): the
+    sequence's position, read from the position tensor in DRAM and waited on (its key range depends on it),
+    copied L1 to L1 for the compute kernel and waited on, then its Q tile rows read and waited on. Three
+    dependent transactions; the key read's own latency is the stream's. (A paged cache's page-table read would
+    be a fourth: paging is not modelled.)"""
+    position = chip.dram_latency if chip.has_dram else chip.noc_latency
+    return (position + 2 * chip.noc_latency) / chip.clock_hz
+
+
+def tree_reduction_cycles(chip: GridChip, per_unit: int, q_tiles: int, d_tiles: int) -> float:
+    """The cross-core combine of FlashDecode's partial results when ``per_unit`` cores share one unit (its
+    keys split): tt-metal's sdpa_decode reduces them in a tree (``MAX_TREE_REDUCTION_ROUNDS``, ceil(log2 cores)
+    rounds, sdpa_flash_decode.cpp). Each round a core writes its partial output (``q_tiles × d_tiles``) and its
+    row max and row sum (a tile each per q tile) into its partner's L1 and signals it (``write_cycles``); the
+    partner takes the new max (one pass), the two correction factors exp(m_i - m) (SFPU, at the softmax's
+    cycles per score), rescales both outputs and adds them (3 · d_tiles passes) and both sums (3 passes). The
+    root then divides its output by the sum (d_tiles passes). Statistics and partials in bf16 buffers."""
+    if per_unit <= 1:
+        return 0.0
+    tb = chip.tile_bytes(STATS_FORMAT)
+    rounds = math.ceil(math.log2(per_unit))
+    send = write_cycles(chip, q_tiles * (d_tiles + 2) * tb)
+    combine = q_tiles * (tile_pass_cycles(chip, 1 + 3 * d_tiles + 3, tb)
+                         + 2 * chip.tile * chip.tile * SOFTMAX_CYCLES_PER_SCORE)
+    return rounds * (send + combine) + tile_pass_cycles(chip, q_tiles * d_tiles, tb)

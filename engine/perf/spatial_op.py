@@ -6,8 +6,10 @@ streams its tensors through the cores (``spatial.stream_on_grid``); attention's 
 matrix units at the activations' format. A fused (flash) attention pass that carries its head structure
 (``Op.attention``) is split like tt-metal's kernels instead (``spatial_attention``): a prefill as heads × query
 chunks over the cores, each chunk re-reading its K/V; a decode step as FlashDecode, sequences × K/V heads
-with the keys split over the cores. Tensors a fused neighbour hands over on chip (``mapping.fusion``) stay in
-L1 instead of going through DRAM, as do categories held in SRAM (``mapping.memory_levels``).
+with the keys split over the cores. A decode-step norm (rows within one tile row) adds the cross-core chain of
+tt-metal's sharded norm to its stream (``spatial_norm``). Tensors a fused neighbour hands over on chip
+(``mapping.fusion``) stay in L1 instead of going through DRAM, as do categories held in SRAM
+(``mapping.memory_levels``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tilewright.engine.ir.ops import AttentionShape, Op, OpKind
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.spatial import GridChip, gemm_on_grid, stream_on_grid
 from tilewright.engine.perf.spatial_attention import decode_on_grid, prefill_on_grid
+from tilewright.engine.perf.spatial_norm import norm_on_grid
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +126,12 @@ def stream_op(
     dram_read = sum(b for b, stays in reads if not stays)
     dram_write = sum(b for b, stays in writes if not stays)
     l1_only = sum(b for b, stays in (*reads, *writes) if stays)
+    elements = max(t.outputs, t.inputs)
+    norm = None
+    if op.kind is OpKind.norm and not backward:  # a decode-step norm: the cores agree on the row's statistics
+        norm = norm_on_grid(chip, t.weights, dram_read, dram_write, elements, l1_only, ab)
     matrix = (str(fmt.activations), str(fmt.fidelity)) if op.kind is OpKind.attention else None
-    s = stream_on_grid(chip, flops, dram_read, dram_write, max(t.outputs, t.inputs), matrix, l1_only)
+    s = norm or stream_on_grid(chip, flops, dram_read, dram_write, elements, matrix, l1_only)
     return GridOpCost(s.seconds, s.compute_s, s.movement_s, dram_read + dram_write, "")  # 1-D: nothing to report
 
 
