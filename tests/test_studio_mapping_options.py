@@ -122,6 +122,22 @@ def test_overlapping_tensor_parallel_communication_needs_sequence_parallelism(ma
     assert "sequence parallelism" in w2.workload.options.overlap_tp.toolTip()
 
 
+def test_the_reduce_scatter_overlap_follows_the_tp_overlap_one_undo_step(make_window):
+    """The forward reduce-scatter's method is off (saying why) until tp communication is overlapped; then ring
+    exchange is one undo step, and undo restores the pipelined form in the model and the combo."""
+    w = make_window(load_project("presets/projects/gpt3-dgx-a100.json"))
+    doc, opts = w.doc, w.workload.options
+    assert not opts.tp_rs.isEnabled() and "overlapped" in opts.tp_rs.toolTip()
+    opts.overlap_tp.box.click()
+    assert opts.tp_rs.isEnabled() and doc.project.mapping.tp_overlap_reduce_scatter == "pipeline"
+    choose(opts.tp_rs, "ring exchange (1 SM)")
+    assert doc.project.mapping.tp_overlap_reduce_scatter == "ring_exchange" and doc.undo_stack.count() == 2
+    assert "ring exchange" in doc.undo_stack.undoText()
+    doc.undo_stack.undo()
+    assert doc.project.mapping.tp_overlap_reduce_scatter == "pipeline"
+    assert opts.tp_rs.combo.currentText() == "pipelined (4 splits, 16 SMs)"
+
+
 def test_the_fused_loss_is_one_undo_step(make_window):
     w = make_window(load_project("presets/projects/gpt3-dgx-a100.json"))
     doc, flag = w.doc, w.workload.options.fused_loss

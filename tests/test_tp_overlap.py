@@ -182,3 +182,26 @@ def test_the_search_tries_the_overlap_on_sequence_parallel_seeds():
     closed = Extensions(eps=[1], cps=[1], zeros=[0, 1], fsdp=False, offload=None, overlap=False)
     assert not [c for c in variants(seed, closed, SPEC, fits=True) if c.overlap_tp]
     assert not closed.allows(tried[0]) and ext.allows(tried[0])
+
+
+def test_cli_flag_sets_the_reduce_scatter_method(capsys):
+    """``run --overlap-tp-comm --tp-overlap-rs ring_exchange`` runs the mapping the field describes: the same
+    iteration as the project with the field set, and another than the pipelined default."""
+    import json
+
+    from tilewright.engine.cli import main
+
+    cli = ["run", "--system", "dgx-a100", "--model", "gpt", "--layers", "2", "--hidden", "2048", "--heads", "16",
+           "--seq-len", "1024", "--vocab", "8192", "--tp", "4", "--pp", "1", "--dp", "2", "--global-batch", "4",
+           "--sequence-parallel", "--overlap-tp-comm", "--engine", "analytic", "--json", "--quiet"]
+    assert main(cli) == 0
+    pipelined = json.loads(capsys.readouterr().out)["iteration_time_s"]
+    assert main([*cli, "--tp-overlap-rs", "ring_exchange"]) == 0
+    ring = json.loads(capsys.readouterr().out)["iteration_time_s"]
+    spec = GPTSpec(name="gpt", layers=2, hidden=2048, heads=16, seq_len=1024, vocab=8192)
+    p = Project(name="g", hardware=load_system("dgx-a100"), workload=spec,
+                mapping=Mapping(tp=4, dp=2, micro_batch=1, global_batch=4, sequence_parallel=True,
+                                overlap_tp_comm=True, tp_overlap_reduce_scatter="ring_exchange"),
+                run=RunSettings(dtype="bf16", engine="analytic"))
+    assert ring == pytest.approx(simulate(p).iteration_time_s, rel=1e-12)
+    assert ring != pipelined

@@ -94,6 +94,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overlap-tp-comm", action="store_true", default=None,
                    help="with --sequence-parallel: hide tensor-parallel all-gathers and reduce-scatters behind the "
                    "GEMMs beside them (Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap)")
+    p.add_argument("--tp-overlap-rs", choices=["pipeline", "ring_exchange"], default=None,
+                   help="with --overlap-tp-comm: the forward reduce-scatters after proj and fc2 pipelined in 4 "
+                   "splits on 16 SMs (NVIDIA's bf16 userbuffers recipes) or passed around the ring on the copy "
+                   "engines with 1 SM set aside (their fp8 recipes)")
     p.add_argument("--fused-cross-entropy", action="store_true", default=None,
                    help="GPUs: the loss as one fused kernel (Megatron-Core --cross-entropy-loss-fusion) instead of "
                    "Megatron-LM's eager kernels over fp32 logits")
@@ -326,6 +330,8 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
                  "moe_router_fusion", "delay_wgrad_compute"):
         if getattr(args, flag, None):
             m[flag] = True
+    if getattr(args, "tp_overlap_rs", None):
+        m["tp_overlap_reduce_scatter"] = args.tp_overlap_rs
     if getattr(args, "fp8_param_gather", None):  # checked with the project (plan.checks)
         m["fp8_param_gather"] = True
     if getattr(args, "optimizer_moments", None):  # checked with the project (plan.checks)

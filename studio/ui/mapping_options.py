@@ -67,6 +67,8 @@ OVERLAP_GRAD_TEXT = "reduce gradients under the last backward"
 OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
 DELAY_WGRAD_TEXT = "delay weight gradients behind the all-to-all"
 OVERLAP_TP_TEXT = "overlap tp communication with GEMMs"
+TP_RS_TEXT = "forward reduce-scatter overlap"
+TP_RS_LABELS = {"pipeline": "pipelined (4 splits, 16 SMs)", "ring_exchange": "ring exchange (1 SM)"}
 FUSED_LOSS_TEXT = "fused cross-entropy kernel"
 LAYOUT_TEXT = "layers per virtual stage"
 MODULES_TEXT = "modules re-run"
@@ -105,6 +107,12 @@ OPTION_TIPS = {
                        "with the GEMM beside it in chunks (Transformer Engine userbuffers, Megatron-Core "
                        "--tp-comm-overlap); only what the GEMM cannot cover and one chunk show, and the pipelined "
                        f"reduce-scatters take a few of the GEMM's SMs. {APPLIES}",
+    "tp_overlap_reduce_scatter": "with tp communication overlapped: how the forward's reduce-scatters after the "
+                                 "attention projection and the second MLP GEMM hide. pipelined runs the GEMM in 4 "
+                                 "chunks, each chunk's reduce-scatter on 16 SMs taken from it (NVIDIA's bf16 "
+                                 "userbuffers recipes); ring exchange runs it in tp chunks whose partial sums the "
+                                 "copy engines pass around the ring, 1 SM set aside (their fp8 recipes). Either way "
+                                 f"each chunk is a GEMM of its own. {APPLIES}",
     "fused_cross_entropy": "the loss as one fused kernel over the logits (Megatron-Core --cross-entropy-loss-fusion, "
                            "NVIDIA's recipes) instead of Megatron-LM's eager vocab-parallel kernels, each streaming "
                            f"the fp32 logits. {APPLIES}",
@@ -180,6 +188,7 @@ DELAY_WGRAD_OFF_TIP = ("needs the expert all-to-all overlapped with compute (tic
                        "the delayed weight gradients hide that overlapped all-to-all")
 MIXED_OFF_TIP = ("needs mixed-precision training: low-precision weights (bf16, fp16 or fp8) with fp32 master "
                  "weights; fp32 training keeps Adam's state in fp32")
+TP_RS_OFF_TIP = "needs the tensor-parallel communication overlapped with the GEMMs (the option above)"
 GATHER_STEP_OFF_TIP = ("needs the post-step weight gather overlapped (overlap_param_gather), ZeRO-1/2 and interleaved "
                        "1F1B (interleave ≥ 2): it steps the first model chunk apart from the others")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
@@ -199,6 +208,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1 else None
     if field == "overlap_tp_comm":
         return OVERLAP_TP_OFF_TIP if m.tp == 1 or not m.sequence_parallel else None
+    if field == "tp_overlap_reduce_scatter":
+        return None if m.overlap_tp_comm and m.tp > 1 and m.sequence_parallel else TP_RS_OFF_TIP
     if field == "fused_cross_entropy":
         return None if training else TRAINING_ONLY
     if field == "pipeline_layers":
@@ -248,6 +259,8 @@ def undo_text(field: str, value: Any) -> str:
         return "Delay weight gradients" if value else "Weight gradients with their input gradients"
     if field == "overlap_tp_comm":
         return "Overlap tensor-parallel communication" if value else "Stop overlapping tensor-parallel communication"
+    if field == "tp_overlap_reduce_scatter":
+        return f"Forward reduce-scatter overlap {TP_RS_LABELS[value]}"
     if field == "fused_cross_entropy":
         return "Fused cross-entropy" if value else "Eager cross-entropy"
     if field == "pipeline_layers":
@@ -345,7 +358,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The seventeen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The eighteen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -358,6 +371,8 @@ class MappingOptions(QGroupBox):
         self.overlap_grad = FlagEditor(m.overlap_grad_reduce, OVERLAP_GRAD_TEXT, self._check("overlap_grad_reduce"),
                                        parent=self)
         self.overlap_tp = FlagEditor(m.overlap_tp_comm, OVERLAP_TP_TEXT, self._check("overlap_tp_comm"), parent=self)
+        self.tp_rs = LabelledChoice(m.tp_overlap_reduce_scatter, TP_RS_LABELS, self._check("tp_overlap_reduce_scatter"),
+                                    parent=self)
         self.fused_loss = FlagEditor(m.fused_cross_entropy, FUSED_LOSS_TEXT, self._check("fused_cross_entropy"),
                                      parent=self)
         self.layout = LayoutEditor(m.pipeline_layers, self._check("pipeline_layers"), parent=self)
@@ -381,6 +396,7 @@ class MappingOptions(QGroupBox):
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
+            "tp_overlap_reduce_scatter": self.tp_rs,
             "fused_cross_entropy": self.fused_loss, "pipeline_layers": self.layout,
             "ep_dispatcher": self.ep_dispatcher, "overlap_ep_comm": self.overlap_ep,
             "delay_wgrad_compute": self.delay_wgrad, "fp8_bf16_layers": self.edge_layers,
@@ -391,7 +407,7 @@ class MappingOptions(QGroupBox):
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
         for combo in (self.recompute.combo, self.ep_dispatcher.combo, self.fp8_scaling.combo, self.moments.combo,
-                      self.master.combo):
+                      self.master.combo, self.tp_rs.combo):
             _compact(combo)
         self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
@@ -402,10 +418,12 @@ class MappingOptions(QGroupBox):
                        "fp8_scaling": QLabel(FP8_TEXT, self),
                        "fp8_bf16_layers": QLabel(EDGE_TEXT, self),
                        "optimizer_moments": QLabel(MOMENTS_TEXT, self),
-                       "optimizer_master": QLabel(MASTER_TEXT, self)}
+                       "optimizer_master": QLabel(MASTER_TEXT, self),
+                       "tp_overlap_reduce_scatter": QLabel(TP_RS_TEXT, self)}
         grid = QGridLayout(self)
         rows: list[str | QWidget] = [
-            "recompute", "recompute_layers", self.overlap_grad, self.grad_fp32, self.overlap_tp, self.fused_loss,
+            "recompute", "recompute_layers", self.overlap_grad, self.grad_fp32, self.overlap_tp,
+            "tp_overlap_reduce_scatter", self.fused_loss,
             "pipeline_layers", "ep_dispatcher", self.overlap_ep, self.delay_wgrad, "recompute_modules",
             "cuda_graph_scope", "fp8_scaling", "fp8_bf16_layers", "optimizer_moments", "optimizer_master",
             self.gather_step,
