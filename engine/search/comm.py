@@ -40,9 +40,21 @@ class Layout:
 class Linear:
     slope: float  # seconds per byte of message
     latency: float
+    # the phases' latencies (α terms, fixed costs) as a line in the message size, where they grow with it
+    # (``_fit``); None: ``latency`` itself
+    fixed: tuple[float, float] | None = None
 
     def at(self, nbytes: float) -> float:
         return self.slope * nbytes + self.latency if nbytes > 0 and (self.slope or self.latency) else 0.0
+
+    def scaled(self, nbytes: float, fraction: float) -> float:
+        """This algorithm's collective of ``nbytes`` carrying ``fraction`` of its bytes, as
+        ``plan.group_comm.scaled`` makes it: the bandwidth part scales, the latencies stay those at ``nbytes``."""
+        whole = self.at(nbytes)
+        if whole <= 0:
+            return 0.0
+        lat = self.latency if self.fixed is None else self.fixed[0] * nbytes + self.fixed[1]
+        return fraction * (whole - lat) + lat
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,10 @@ class Envelope:
 
     def at(self, nbytes: float) -> float:
         return min(line.at(nbytes) for line in self.lines)
+
+    def scaled(self, nbytes: float, fraction: float) -> float:
+        """The algorithm cheapest at ``nbytes`` carrying ``fraction`` of them (``Linear.scaled``)."""
+        return min(self.lines, key=lambda line: line.at(nbytes)).scaled(nbytes, fraction)
 
 
 class EngineChoice:
@@ -69,13 +85,21 @@ class EngineChoice:
         self._merged: dict[tuple[str, ...], Linear] = {}
 
     def at(self, nbytes: float) -> float:
+        return self._line(nbytes).at(nbytes)
+
+    def scaled(self, nbytes: float, fraction: float) -> float:
+        """The groups' picks at ``nbytes`` carrying ``fraction`` of them (``Linear.scaled``)."""
+        return self._line(nbytes).scaled(nbytes, fraction)
+
+    def _line(self, nbytes: float) -> Linear:
+        """The merged line of the groups' picks at ``nbytes``."""
         picks = tuple(self._pick(lines, nbytes) for lines in self.lines)
         line = self._merged.get(picks)
         if line is None:
             at_ref = merge_concurrent([g[a][0] for g, a in zip(self.alone, picks, strict=True)])
             at_half = merge_concurrent([g[a][1] for g, a in zip(self.alone, picks, strict=True)])
             line = self._merged[picks] = _fit(at_ref, at_half, self.hw, self.ref)
-        return line.at(nbytes)
+        return line
 
     @staticmethod
     def _pick(lines: dict[str, Linear], nbytes: float) -> str:
@@ -96,7 +120,14 @@ def _fit(at_ref: Collective, at_half: Collective, hw: HardwareGraph, ref: float)
         return _linear(at_ref, hw, ref)
     t1, t2 = at_ref.time(hw), at_half.time(hw)
     slope = (t1 - t2) / (ref / 2)
-    return Linear(slope, t1 - slope * ref)
+    l1, l2 = _latency(at_ref), _latency(at_half)
+    lat_slope = (l1 - l2) / (ref / 2)
+    return Linear(slope, t1 - slope * ref, (lat_slope, l1 - lat_slope * ref))
+
+
+def _latency(c: Collective) -> float:
+    """The phases' latencies: what ``plan.group_comm.scaled`` keeps when it scales the bytes."""
+    return sum(ph.latency_s for ph in c.phases)
 
 
 def _linear(c: Collective, hw: HardwareGraph, ref: float) -> Linear:
@@ -117,7 +148,7 @@ class CommModel:
         self._orders: dict[tuple[PlacementStrategy, int], tuple[int, ...]] = {}
         self._linear: dict[tuple, Linear] = {}
         self._envelopes: dict[tuple, Envelope | EngineChoice] = {}
-        self._small: dict[tuple, float] = {}
+        self._small: dict[tuple, tuple[float, float]] = {}  # (time, latencies)
         self._has_protocols: dict[tuple, bool] = {}
         self._groups: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self.decompositions = 0  # how many collectives were decomposed on the topology (for reports)
@@ -175,20 +206,31 @@ class CommModel:
     ) -> float:
         """Identical collectives on disjoint groups at once, sharing links (as ``Plan.dp_collective``).
         ``name`` stands for ``groups`` as the cache key when the caller has a cheaper one."""
+        return self.scaled_time(kind, groups, nbytes, 1.0, name)
+
+    def scaled_time(
+        self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float, fraction: float, name: tuple | None = None
+    ) -> float:
+        """``concurrent_time``'s collectives of ``nbytes`` carrying ``fraction`` of their bytes, with the
+        algorithm and latencies picked at ``nbytes``: ``plan.group_comm.scaled``, which the plan's buckets of
+        one reduction take (``Plan.dp_buckets``) — not the collective of ``fraction · nbytes``, which may pick
+        another algorithm, protocol or tree."""
         if nbytes <= 0 or not groups or len(groups[0]) <= 1:
             return 0.0
         ident = groups if name is None else name
         if self._exact(kind, groups, ident, nbytes):
             key = (kind, ident, nbytes)
-            t = self._small.get(key)
-            if t is None:
-                t = self._small[key] = self._decompose(kind, groups, nbytes).time(self.hw)
-            return t
+            hit = self._small.get(key)
+            if hit is None:
+                c = self._decompose(kind, groups, nbytes)
+                hit = self._small[key] = (c.time(self.hw), _latency(c))
+            t, lat = hit
+            return t if fraction == 1.0 else fraction * (t - lat) + lat
         key = (kind, ident)
         env = self._envelopes.get(key)
         if env is None:
             env = self._envelopes[key] = self._envelope(kind, groups)
-        return env.at(nbytes)
+        return env.at(nbytes) if fraction == 1.0 else env.scaled(nbytes, fraction)
 
     def _exact(self, kind: str, groups: tuple[tuple[int, ...], ...], ident: tuple, nbytes: float) -> bool:
         """Whether no line serves this collective, so it is decomposed at its own size (cached by size):

@@ -36,6 +36,17 @@ class Candidate:
     # what selective recomputation re-runs (mapping.recompute_modules; None: Megatron-Core's default, core_attn)
     recompute_modules: tuple[str, ...] | None = None
 
+    def __post_init__(self) -> None:
+        """Coerce ``recompute`` and ``placement`` given as their names ("full", "row-major") to the enums, as
+        ``Mapping`` does: the evaluator compares them by identity (``Recompute.full``; ``placement_order``
+        falls through to snake for anything but ``PlacementStrategy.row_major``/``block``), so a candidate
+        spelled with strings was timed with no recomputation on snake groups while its mapping ran the named
+        ones — a disagreement with the engine that came from the spelling alone."""
+        if not isinstance(self.recompute, Recompute):
+            object.__setattr__(self, "recompute", Recompute(self.recompute))
+        if not isinstance(self.placement, PlacementStrategy):
+            object.__setattr__(self, "placement", PlacementStrategy(self.placement))
+
     @property
     def devices(self) -> int:
         return self.tp * self.pp * self.dp * self.cp

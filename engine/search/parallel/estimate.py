@@ -572,7 +572,8 @@ class Estimator(IterationTail):
         stages = run_pipeline(c.schedule, pp, m, v, duration, send)
         placed = self.residency(c, m, chunks)
         reduced = {
-            r: self._reduced(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)])
+            r: self._reduced(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)],
+                             [st.last_backward_start.get(ch, st.finish) for ch in range(v)])
             for r, st in enumerate(stages)
         }
         return max(self._ends(c, reduced, placed, chunks), self.dram_floor(c, m, chunks))

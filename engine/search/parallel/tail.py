@@ -1,7 +1,8 @@
 """The iteration's tail in the parallelism search: what follows the pipeline on each stage.
 
 Once a stage's last backward ends, its chunks' data-parallel gradient reductions finish (each started at
-that chunk's last backward), the first and last stage all-reduce the tied embedding, the optimizer steps
+that chunk's last backward; with ``overlap_grad_reduce`` all but its first layer's bucket at that backward's
+start, ``Plan.dp_buckets``), the first and last stage all-reduce the tied embedding, the optimizer steps
 (with Megatron's fp16 overhead and flag all-reduce, ``plan.train_step``) and, with ZeRO, the updated weights
 are gathered (with ``overlap_param_gather`` only what the next forward cannot hide, ``plan.param_gather``).
 
@@ -81,7 +82,8 @@ class IterationTail:
             for ch in range(v):
                 last_backward.append(finish - offset)
                 offset += pp * chunks.bwd[ch, r]
-            reduced[r] = self._reduced(c, r, finish, last_backward)
+            starts = [t - chunks.bwd[ch, r] for ch, t in enumerate(last_backward)]
+            reduced[r] = self._reduced(c, r, finish, last_backward, starts)
         return self._ends(c, reduced, placed, chunks) - t_pipe
 
     def _tied_s(self, c: Candidate) -> float:
@@ -114,17 +116,31 @@ class IterationTail:
             ready[0] = ready[c.pp - 1] = max(ready[0], ready[c.pp - 1]) + tied
         return max(self._after_reduction(c, r, t, placed, chunks) for r, t in ready.items())
 
-    def _reduced(self, c: Candidate, r: int, finish: float, last_backward: list[float]) -> float:
-        """As the analytic engine: each chunk's reduction starts at its last backward."""
+    def _reduced(
+        self, c: Candidate, r: int, finish: float, last_backward: list[float], last_start: list[float]
+    ) -> float:
+        """As the analytic engine (``Plan.dp_buckets``): each chunk's reduction starts at its last backward's
+        end; with ``overlap_grad_reduce`` (the candidate's or the project's, which ``Candidate.mapping`` keeps)
+        all but its first layer's bucket start at that backward's start (``last_start``), as their gradients
+        become ready, and the first layer's bucket at its end."""
+        if c.dp <= 1:
+            return finish
         params = self.params(c.tp, c.pp, c.interleave)
         layout = Layout(c.placement, c.rank_order)
         kind = "reduce-scatter" if c.zero >= 1 else "all-reduce"
         name = self.comm.dp_key(layout, c.tp, c.pp, c.dp, r)
-        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
+        groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r)
+        overlap = c.overlap_grad_reduce or self.project.mapping.overlap_grad_reduce
+        layers = self.layer_counts(c.pp, c.interleave)[:, r] if overlap else None
         reduced = finish
         for ch, t in enumerate(last_backward):
             nbytes = params[ch, r] * self.per_param.gradients
-            reduced = max(reduced, t + (self.comm.concurrent_time(kind, groups, nbytes, name) if groups else 0.0))
+            if layers is None or layers[ch] < 2:
+                reduced = max(reduced, t + self.comm.concurrent_time(kind, groups, nbytes, name))
+                continue
+            early = (layers[ch] - 1) / layers[ch]
+            reduced = max(reduced, last_start[ch] + self.comm.scaled_time(kind, groups, nbytes, early, name),
+                          t + self.comm.scaled_time(kind, groups, nbytes, 1 - early, name))
         return reduced
 
     def _after_reduction(
@@ -153,8 +169,8 @@ class IterationTail:
         ``overlap_param_gather`` what the next forward cannot hide, and with
         ``overlap_param_gather_with_optimizer_step`` what the fused step (``step_s``) leaves of the first chunk's,
         by the plan's rule (``plan.param_gather``)."""
-        def seconds(f: float) -> float:
-            return self.comm.concurrent_time("all-gather", groups, nbytes * f, name) if f > 0 else 0.0
+        def seconds(f: float) -> float:  # the plan's ``scaled`` gather: the whole one's algorithm and latencies
+            return self.comm.scaled_time("all-gather", groups, nbytes, f, name) if f > 0 else 0.0
 
         m = self.project.mapping
         if not m.overlap_param_gather:
