@@ -87,11 +87,13 @@ def test_both_engines_agree_and_the_option_changes_the_iteration():
 
 
 @pytest.mark.parametrize("optimizer_moments", ["fp32", "fp16"])
-def test_the_search_agrees_with_the_engine(optimizer_moments: str):
-    """(The gradient reduction is not overlapped here: the search's overlapped reduction under interleaving is
-    timed apart from the engine's already, with or without this option.)"""
+@pytest.mark.parametrize("overlap_grad_reduce", [False, True])
+def test_the_search_agrees_with_the_engine(optimizer_moments: str, overlap_grad_reduce: bool):
+    """With the gradient reduction after the backward or overlapped with it (the search times the plan's
+    buckets: tail._reduced)."""
     c = Candidate(1, 2, 4, 1, interleave=2, zero=1)
-    assert_search_matches_engine(_project(overlap_grad_reduce=False, overlap_param_gather_with_optimizer_step=True,
+    assert_search_matches_engine(_project(overlap_grad_reduce=overlap_grad_reduce,
+                                          overlap_param_gather_with_optimizer_step=True,
                                           optimizer_moments=optimizer_moments), c, keep_base=True)
 
 

@@ -205,3 +205,26 @@ def test_cli_flag_sets_the_reduce_scatter_method(capsys):
                 run=RunSettings(dtype="bf16", engine="analytic"))
     assert ring == pytest.approx(simulate(p).iteration_time_s, rel=1e-12)
     assert ring != pipelined
+
+
+def test_search_keeps_the_projects_reduce_scatter_method(tmp_path):
+    """A recipe's reduce-scatter method is not a parallelism choice: the search template keeps the project's, and
+    a candidate that overlaps tp communication runs it."""
+    import json
+
+    from tilewright.engine.cli.dispatch import build_parser
+    from tilewright.engine.cli.search import search_template
+    from tilewright.engine.io.project_file import project_to_data
+    from tilewright.engine.search.parallel.candidate import Candidate
+
+    spec = GPTSpec(name="gpt", layers=2, hidden=2048, heads=16, seq_len=1024, vocab=8192)
+    p = Project(name="g", hardware=load_system("dgx-a100"), workload=spec,
+                mapping=Mapping(tp=4, dp=2, micro_batch=1, global_batch=4, sequence_parallel=True,
+                                overlap_tp_comm=True, tp_overlap_reduce_scatter="ring_exchange"),
+                run=RunSettings(dtype="bf16", engine="analytic"))
+    path = tmp_path / "ring.json"
+    path.write_text(json.dumps(project_to_data(p)))
+    template, _, _ = search_template(build_parser().parse_args(["search", str(path)]))
+    assert template.mapping.tp_overlap_reduce_scatter == "ring_exchange"
+    c = Candidate(tp=4, pp=1, dp=2, micro_batch=1, sequence_parallel=True, overlap_tp=True)
+    assert c.mapping(4, template.mapping).tp_overlap_reduce_scatter == "ring_exchange"

@@ -19,9 +19,10 @@ from tilewright.engine.errors import InputError, Problem
 # What a project's mapping says besides the parallelism the search chooses: how each op is costed (tensor
 # formats, fidelity, spatial split over a grid device's cores, fusion), where state lives, and the training
 # recipe's number formats the parallelism does not decide (the gradient buffer's, Adam's moments' and master copy's,
-# fp8 weights gathered in fp8: a candidate without a sharded optimizer drops the last three, ``Candidate.mapping``).
+# fp8 weights gathered in fp8: a candidate without a sharded optimizer drops the last three, ``Candidate.mapping``),
+# and how a tp-overlapping candidate hides its forward reduce-scatters (the recipe's userbuffers configuration).
 KEPT_MAPPING_FIELDS = ("formats", "fidelity", "spatial", "fusion", "memory_levels", "grad_reduce_in_fp32",
-                       "optimizer_moments", "optimizer_master", "fp8_param_gather")
+                       "optimizer_moments", "optimizer_master", "fp8_param_gather", "tp_overlap_reduce_scatter")
 
 
 def search_template(args: argparse.Namespace):
