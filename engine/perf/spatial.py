@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.spatial_chip import GridChip, grid_chip, sub_block, tile_mac_cycles
@@ -39,6 +40,7 @@ def limit_grid(chip: GridChip, grid: tuple[int, int] | None) -> GridChip:
     return chip.with_grid(min(grid[0], chip.rows), min(grid[1], chip.cols))
 
 
+@lru_cache(maxsize=16384)  # the same GEMMs recur over a search's candidates: skip building their problem
 def gemm_on_grid(
     chip: GridChip,
     m: float,

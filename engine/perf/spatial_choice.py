@@ -9,7 +9,9 @@
 - ``1d``: the cheapest 1-D split.
 - ``runtime-default``: what ttnn picks for interleaved operands without a program config.
 
-Choices are memoised per (chip, problem, policy): a model has about ten distinct GEMM shapes.
+Choices are memoised per (chip, problem, policy): a model has about ten distinct GEMM shapes, but a search
+asks for hundreds (every micro-batch, shard and residency), each with ~200 candidate splits; ``choose``
+skips the layouts a lower bound rules out, with the same pick as costing all of them.
 """
 
 from __future__ import annotations
@@ -19,50 +21,91 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from tilewright.engine.perf.spatial_chip import GridChip, buffer_bytes, fit_blocks, sub_block
-from tilewright.engine.perf.spatial_cost import GemmCost, GemmProblem, Split, gemm_cost
+from tilewright.engine.perf.spatial_cost import (
+    GemmCost,
+    GemmProblem,
+    GemmTerms,
+    Split,
+    floor_seconds,
+    gemm_cost,
+    pipeline,
+    split_cost,
+)
 
 K_SPLITS = (1, 2, 4, 8)
 BLOCK_KS = (1, 2, 4, 8)
+SLACK = 1e-9  # a layout is skipped only when its bound is above the best time by more than rounding
+
+# A split as the tuple of ``Split``'s fields, and a layout: (kind, rows, cols, per_m, per_n, k_split) with the
+# K-block depths to try on it. The choice costs ~200 splits per problem: tuples, not objects, until it picks.
+Fields = tuple[str, int, int, int, int, int, int, int, int, int, int]
+Layout = tuple[str, int, int, int, int, int, tuple[int, ...]]
 
 
 @lru_cache(maxsize=8192)
 def choose(chip: GridChip, p: GemmProblem, policy: str = "auto") -> GemmCost:
-    """The cheapest split of ``p`` on ``chip`` that ``policy`` allows."""
+    """The cheapest split of ``p`` on ``chip`` that ``policy`` allows: the first, in the order the
+    generators below list them, of those with the least time. The full-grid splits (``auto`` tries them
+    anyway) are costed first, and a layout whose ``floor_seconds`` is above the best time so far is skipped
+    without sizing its blocks — it cannot win, so the pick is the same as costing every split."""
     if policy == "runtime-default":
         return gemm_cost(chip, p, runtime_default(chip, p))
+    g = GemmTerms(chip, p)
     if policy == "2d":
-        splits: Iterator[Split] = full_grid_2d(chip, p)
+        layouts = list(_full_grid_layouts(chip, g))
     elif policy == "1d":
-        splits = one_d(chip, p, skinny_only=False)
+        layouts = list(_one_d_layouts(chip, g, skinny_only=False))
     elif policy == "auto":
-        splits = _chain(two_d(chip, p), one_d(chip, p))
+        layouts = [*_two_d_layouts(chip, g), *_one_d_layouts(chip, g), *_full_grid_layouts(chip, g)]
     else:
         raise ValueError(f"spatial policy {policy!r}: auto, 2d, 1d or runtime-default")
-    best: GemmCost | None = None
-    for s in _chain(splits, full_grid_2d(chip, p)) if policy == "auto" else splits:
-        c = gemm_cost(chip, p, s)
-        if best is None or c.seconds < best.seconds:
-            best = c
+    known: dict[Fields, float] = {}
+    if policy == "auto":
+        for layout in _full_grid_layouts(chip, g):
+            for f in _layout_splits(chip, g, layout):
+                known[f] = pipeline(g, *f)[0]
+    bound = min(known.values(), default=math.inf) * (1.0 + SLACK)
+    best: Fields | None = None
+    best_s = math.inf
+    for layout in layouts:
+        kind, rows, cols, pm, pn, ks, _ = layout
+        if floor_seconds(g, kind, rows, cols, pm, pn, ks) > bound:
+            continue
+        for f in _layout_splits(chip, g, layout):
+            seconds = known.get(f)
+            if seconds is None:
+                seconds = pipeline(g, *f)[0]
+            if best is None or seconds < best_s:
+                best, best_s = f, seconds
+                bound = min(bound, seconds * (1.0 + SLACK))
     assert best is not None, f"no {policy} split of {p} on a {chip.rows}×{chip.cols} grid"
-    return best
+    return split_cost(g, Split(*best))
 
 
-def _chain(*its: Iterator[Split]) -> Iterator[Split]:
-    for it in its:
-        yield from it
+def _layout_splits(chip: GridChip, g: GemmTerms, layout: Layout) -> Iterator[Fields]:
+    kind, rows, cols, pm, pn, ks, block_ks = layout
+    for bk in block_ks:
+        yield _split(chip, g, kind, rows, cols, pm, pn, bk, ks)
 
 
 def _split(
-    chip: GridChip, p: GemmProblem, kind: str, rows: int, cols: int, pm: int, pn: int, bk: int, ks: int = 1
-) -> Split:
+    chip: GridChip, g: GemmTerms, kind: str, rows: int, cols: int, pm: int, pn: int, bk: int, ks: int = 1
+) -> Fields:
     """A split with the largest output block and K-block that fit L1 (at most ``bk``)."""
-    ta, tb, to = chip.tile_bytes(p.fmt_a), chip.tile_bytes(p.fmt_b), chip.tile_bytes(p.fmt_out)
-    oh, ow, bk2 = fit_blocks(chip, pm, pn, bk, ta, tb, to)
+    oh, ow, bk2 = fit_blocks(chip, pm, pn, bk, g.ta, g.tb, g.to)
     sh, sw = sub_block(oh, ow, chip.dst_tiles)
-    return Split(kind, rows, cols, pm, pn, bk2, oh, ow, sh, sw, ks)
+    return (kind, rows, cols, pm, pn, bk2, oh, ow, sh, sw, ks)
 
 
-def _block_ks(kt_local: int, cols: int, small: bool = True) -> list[int]:
+def _splits(chip: GridChip, p: GemmProblem, layouts: Iterator[Layout]) -> Iterator[Split]:
+    g = GemmTerms(chip, p)
+    for layout in layouts:
+        for f in _layout_splits(chip, g, layout):
+            yield Split(*f)
+
+
+@lru_cache(maxsize=4096)
+def _block_ks(kt_local: int, cols: int, small: bool = True) -> tuple[int, ...]:
     """K-block depths worth trying: the per-core share of K (K / grid columns) halved down to one tile, and
     with ``small`` also the fixed depths 1, 2, 4, 8."""
     whole = max(1, math.ceil(kt_local / cols))
@@ -70,11 +113,28 @@ def _block_ks(kt_local: int, cols: int, small: bool = True) -> list[int]:
     while whole >= 1:
         out.add(whole)
         whole //= 2
-    return sorted(b for b in out if b <= kt_local) or [1]
+    return tuple(sorted(b for b in out if b <= kt_local)) or (1,)
 
 
 def two_d(chip: GridChip, p: GemmProblem) -> Iterator[Split]:
-    mt, kt, nt = p.tiles(chip.tile)
+    """Every 2-D rectangle (and K-split) ``auto`` tries, with each K-block depth."""
+    return _splits(chip, p, _two_d_layouts(chip, GemmTerms(chip, p)))
+
+
+def full_grid_2d(chip: GridChip, p: GemmProblem) -> Iterator[Split]:
+    """The whole grid, 2-D, K-blocks of K / grid columns halved down."""
+    return _splits(chip, p, _full_grid_layouts(chip, GemmTerms(chip, p)))
+
+
+def one_d(chip: GridChip, p: GemmProblem, skinny_only: bool = True) -> Iterator[Split]:
+    """A line of cores: for few rows of A (decode), A goes to every core and each owns N/cores columns;
+    the mirror for few columns. With ``skinny_only``, only in a direction that is skinny (≤ 8 tiles per
+    grid row), where a 1-D split can pay."""
+    return _splits(chip, p, _one_d_layouts(chip, GemmTerms(chip, p), skinny_only))
+
+
+def _two_d_layouts(chip: GridChip, g: GemmTerms) -> Iterator[Layout]:
+    mt, kt, nt = g.mt, g.kt, g.nt
     skinny = mt < chip.rows or nt < chip.cols
     half = min(chip.cores, min(chip.rows, mt) * min(chip.cols, nt)) // 2  # of the cores the output can use
     for ks in K_SPLITS:
@@ -88,32 +148,25 @@ def two_d(chip: GridChip, p: GemmProblem) -> Iterator[Split]:
                 pm, pn = math.ceil(mt / r), math.ceil(nt / c)
                 if (pm - 1) * r >= mt or (pn - 1) * c >= nt:  # a row/column of cores would idle: use fewer
                     continue
-                for bk in _block_ks(math.ceil(kt / ks), c):
-                    yield _split(chip, p, "2d", r, c, pm, pn, bk, ks)
+                yield "2d", r, c, pm, pn, ks, _block_ks(math.ceil(kt / ks), c)
 
 
-def full_grid_2d(chip: GridChip, p: GemmProblem) -> Iterator[Split]:
-    mt, kt, nt = p.tiles(chip.tile)
+def _full_grid_layouts(chip: GridChip, g: GemmTerms) -> Iterator[Layout]:
+    mt, kt, nt = g.mt, g.kt, g.nt
     r, c = min(chip.rows, mt), min(chip.cols, nt)
-    pm, pn = math.ceil(mt / r), math.ceil(nt / c)
-    for bk in _block_ks(kt, c, small=False):
-        yield _split(chip, p, "2d", r, c, pm, pn, bk)
+    yield "2d", r, c, math.ceil(mt / r), math.ceil(nt / c), 1, _block_ks(kt, c, small=False)
 
 
-def one_d(chip: GridChip, p: GemmProblem, skinny_only: bool = True) -> Iterator[Split]:
-    """A line of cores: for few rows of A (decode), A goes to every core and each owns N/cores columns;
-    the mirror for few columns. With ``skinny_only``, only in a direction that is skinny (≤ 8 tiles per
-    grid row), where a 1-D split can pay."""
-    mt, kt, nt = p.tiles(chip.tile)
+def _one_d_layouts(chip: GridChip, g: GemmTerms, skinny_only: bool = True) -> Iterator[Layout]:
+    mt, nt = g.mt, g.nt
     for kind, thin, wide in (("1d_in0", mt, nt), ("1d_in1", nt, mt)):
         if skinny_only and thin > 8 * chip.rows:
             continue
         per = math.ceil(wide / chip.cores)
         used = math.ceil(wide / per)
-        for bk in BLOCK_KS:
-            pm, pn = (thin, per) if kind == "1d_in0" else (per, thin)
-            rows, cols = (1, used) if kind == "1d_in0" else (used, 1)
-            yield _split(chip, p, kind, rows, cols, pm, pn, bk)
+        pm, pn = (thin, per) if kind == "1d_in0" else (per, thin)
+        rows, cols = (1, used) if kind == "1d_in0" else (used, 1)
+        yield kind, rows, cols, pm, pn, 1, BLOCK_KS
 
 
 # ttnn's sub-block preference order (matmul_program_config.cpp, SUBBLOCK_HW_CHOICES)

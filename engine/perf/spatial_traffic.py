@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from tilewright.engine.hardware.grid import multicast_edges
@@ -163,10 +164,10 @@ def first_cores(grid: Coord, n: int) -> list[Coord]:
     return [divmod(i, gc) for i in range(min(n, gr * gc))]
 
 
-def gemm_traffic(
-    chip: GridChip, p: GemmProblem, s: Split, dram_ports: int = 1
-) -> SplitTraffic:
-    """The multicast trees and DRAM bytes of ``p`` laid as ``s`` on ``chip``'s core grid."""
+@lru_cache(maxsize=1024)
+def gemm_traffic(chip: GridChip, p: GemmProblem, s: Split, dram_ports: int = 1) -> SplitTraffic:
+    """The multicast trees and DRAM bytes of ``p`` laid as ``s`` on ``chip``'s core grid. Memoised on all
+    four (records, all frozen): a search reports the same few splits for each of its candidates."""
     mt, kt, nt = p.tiles(chip.tile)
     ta, tb, to = chip.tile_bytes(p.fmt_a), chip.tile_bytes(p.fmt_b), chip.tile_bytes(p.fmt_out)
     dram = dram_bytes(p, s, (mt, kt, nt), (ta, tb, to))
