@@ -18,16 +18,10 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-from calibrate_nemo_h100 import (  # noqa: E402
-    BRIDGE_H100,
-    MODEL_CARD,
-    TOKEN_DROP_CAPACITY,
-    chunk_layers,
-    model_spec,
-    nv_gflop_per_token,
-    project_for,
-    rows,
-)
+from nemo_h100_models import MODEL_CARD, chunk_layers, model_spec  # noqa: E402
+from nemo_h100_published import nv_gflop_per_token, rows  # noqa: E402
+from nemo_h100_recipes import BRIDGE_H100, TOKEN_DROP_CAPACITY  # noqa: E402
+from nemo_h100_run import project_for  # noqa: E402
 from tilewright.engine.ir.ops import OpKind  # noqa: E402
 from tilewright.engine.plan.checks import check_project  # noqa: E402
 from tilewright.engine.workloads import build_workload  # noqa: E402

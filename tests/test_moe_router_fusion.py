@@ -164,7 +164,8 @@ def test_moe_rows_run_the_fused_router():
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from calibrate_nemo_h100 import project_for, rows
+    from nemo_h100_published import rows
+    from nemo_h100_run import project_for
 
     mlm = bridge = 0
     for row in rows():
