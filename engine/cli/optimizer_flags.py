@@ -7,20 +7,26 @@ A recipe's ``--use-precision-aware-optimizer --main-params-dtype … --main-grad
 transcribes a recipe flag for flag. Megatron's own
 refusals of the flags among themselves are this module's (``optimizer_config.py``: a dtype other than fp32 without
 the precision-aware optimizer); what depends on the rest of the project (Adam, ZeRO, the weights' format) is
-``plan.checks``', which names the mapping's field. Megatron-Core stores the master copy as bf16 parameters plus
-16-bit remainders by default under the precision-aware optimizer (``OptimizerConfig.store_param_remainders``
-True, Transformer Engine ≥ 2.1) when Transformer Engine holds the master of bf16 parameters: a bf16 run with fp32
-main parameters; ``--no-store-param-remainders`` keeps the fp32 master.
+``plan.checks``', which names the mapping's field — except the bare flag with every dtype left fp32, which sets
+no field for those checks to see (``refuse_idle_precision_flag``). Megatron-Core stores the master copy as bf16
+parameters plus 16-bit remainders by default under the precision-aware optimizer
+(``OptimizerConfig.store_param_remainders`` True, Transformer Engine ≥ 2.1) when Transformer Engine holds the
+master of bf16 parameters: a bf16 run with fp32 main parameters; ``--no-store-param-remainders`` keeps the fp32
+master. Neither Megatron dtype flag given keeps the mapping's moments (``--optimizer-moments``, the short form, or
+the project's); the two spellings of one field disagreeing exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilewright.engine.cli.common import COMMAND_LINE
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.ir.common import DType
+
+if TYPE_CHECKING:
+    from tilewright.engine.ir.project import Project
 
 DTYPE_FLAGS = {  # flag → (argparse dest, Megatron's choices)
     "--main-params-dtype": ("main_params_dtype", ("fp32", "fp16")),
@@ -70,12 +76,27 @@ def apply_optimizer_flags(args: argparse.Namespace, mapping: dict[str, Any], run
             raise InputError(COMMAND_LINE, Problem(lower[0].split()[0], f"'{lower[0]}' needs "
                                                    "--use-precision-aware-optimizer, as in Megatron-Core"))
         return
-    avg, avg_sq = given["--exp-avg-dtype"] or "fp32", given["--exp-avg-sq-dtype"] or "fp32"
-    if avg != avg_sq:
-        raise InputError(COMMAND_LINE, Problem("--exp-avg-sq-dtype", f"{avg_sq} differs from --exp-avg-dtype {avg}: "
-                                               "mapping.optimizer_moments holds one dtype for both moments"))
-    mapping["optimizer_moments"] = avg
+    if given["--exp-avg-dtype"] is None and given["--exp-avg-sq-dtype"] is None:
+        # neither dtype given: the moments the mapping already has (``--optimizer-moments``, the short form, or
+        # the project's), fp32 by default as in Megatron-Core, so the short form is not silently undone
+        mapping["optimizer_moments"] = mapping.get("optimizer_moments") or "fp32"
+    else:
+        avg, avg_sq = given["--exp-avg-dtype"] or "fp32", given["--exp-avg-sq-dtype"] or "fp32"
+        if avg != avg_sq:
+            raise InputError(COMMAND_LINE, Problem("--exp-avg-sq-dtype", f"{avg_sq} differs from --exp-avg-dtype "
+                                                   f"{avg}: mapping.optimizer_moments holds one dtype for both "
+                                                   "moments (give both flags the same dtype)"))
+        short = getattr(args, "optimizer_moments", None)
+        if short is not None and short != avg:
+            raise InputError(COMMAND_LINE, Problem("--optimizer-moments", f"{short} differs from --exp-avg-dtype "
+                                                   f"{avg}: both set mapping.optimizer_moments"))
+        mapping["optimizer_moments"] = avg
     if given["--main-grads-dtype"] is not None:  # Megatron-LM: a bf16 main gradient keeps the bf16 buffer
+        short = getattr(args, "grad_reduce_dtype", None)
+        if short is not None and short != given["--main-grads-dtype"]:
+            raise InputError(COMMAND_LINE, Problem("--grad-reduce-dtype", f"{short} differs from --main-grads-dtype "
+                                                   f"{given['--main-grads-dtype']}: both set "
+                                                   "mapping.grad_reduce_in_fp32"))
         mapping["grad_reduce_in_fp32"] = given["--main-grads-dtype"] == "fp32"
     if given["--main-params-dtype"] == "fp16":
         if remainders:
@@ -95,3 +116,21 @@ def _bf16_parameters(mapping: dict[str, Any], run: dict[str, Any]) -> bool:
     formats = mapping.get("formats") or {}
     weights = formats.get("weights") if isinstance(formats, dict) else None
     return run.get("dtype", DType.bf16.value) == DType.bf16.value and weights in (None, DType.bf16.value)
+
+
+def refuse_idle_precision_flag(args: argparse.Namespace, project: Project) -> None:
+    """``run``: ``--use-precision-aware-optimizer`` where it cannot apply, named even when every dtype stays fp32
+    (then no mapping field differs from its default and ``plan.checks`` has nothing to name): Megatron-Core runs
+    the precision-aware optimizer only for Adam under the distributed optimizer (``optimizer_config.py``), and an
+    inference run steps no optimizer. Called after the project's own checks, which name the field first."""
+    from tilewright.engine.ir.project import Mode, Optimizer
+
+    if not getattr(args, "use_precision_aware_optimizer", None):
+        return
+    run, zero = project.run, project.mapping.zero
+    why = ("an inference run (run.mode infer) steps no optimizer" if run.mode is not Mode.train else
+           f"is Adam's; run.optimizer is {run.optimizer.value}" if run.optimizer is not Optimizer.adam else
+           f"needs the distributed optimizer (--zero ≥ 1; mapping.zero is {zero}), as in Megatron-Core" if zero < 1
+           else None)
+    if why is not None:
+        raise InputError(COMMAND_LINE, Problem("--use-precision-aware-optimizer", why))

@@ -8,7 +8,11 @@ import os
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs, refuse_unreachable_outputs
-from tilewright.engine.cli.optimizer_flags import add_optimizer_arguments, apply_optimizer_flags
+from tilewright.engine.cli.optimizer_flags import (
+    add_optimizer_arguments,
+    apply_optimizer_flags,
+    refuse_idle_precision_flag,
+)
 from tilewright.engine.errors import EXIT_OUT_OF_MEMORY, InputError, Problem
 from tilewright.engine.io.json_file import dumps_strict
 from tilewright.engine.ir.mapping import Fp8Scaling, parse_pipeline_layout, tp_axes_for
@@ -410,8 +414,14 @@ def assemble_project(args: argparse.Namespace):
     project = project_from_data(data, source)
     if inference_flags and project.run.mode != "infer":
         raise InputError(COMMAND_LINE, Problem(", ".join(inference_flags), "set an inference run: add --mode infer"))
+    if getattr(args, "tp_overlap_rs", None) and not project.mapping.overlap_tp_comm:
+        # the method of an overlap the run does not do would change nothing (the studio greys it out)
+        raise InputError(COMMAND_LINE, Problem("--tp-overlap-rs", f"'{args.tp_overlap_rs}' picks how overlapped "
+                                               "tensor-parallel reduce-scatters hide; this run does not overlap them "
+                                               "(add --overlap-tp-comm: mapping.overlap_tp_comm)"))
     check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
     raise_for_problems(project, source, allow_large=args.allow_large)
+    refuse_idle_precision_flag(args, project)  # the flag where it applies to nothing (all dtypes fp32)
     return project
 
 
