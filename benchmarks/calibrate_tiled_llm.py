@@ -117,6 +117,49 @@ CONFIGS = (
 LONG_PROMPT = 2048  # tokens of the ``TTFT 2k`` column
 
 
+@dataclass(frozen=True)
+class ShardedMatmul:
+    """A published device time of one DRAM-sharded decode matmul (``ttnn.linear`` with
+    ``MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig``): C[32×n] = A[32×k] · B[k×n], A width-sharded in
+    L1, B width-sharded over the DRAM banks (one slice per bank, read by the worker core next to it), C in L1."""
+
+    label: str
+    k: int
+    n: int
+    weights: str  # B's format (A and C bf16)
+    fidelity: str
+    us: float  # published device time
+    source: str
+
+
+# Wormhole, 12 banks: tt-metal's DeepSeek-V3 decode shapes with their measured times in the test's comments
+# (tenstorrent/tt-metal tests/ttnn/unit_tests/operations/matmul/test_matmul_deepseek.py @04b3c7b9,
+# test_matmul_l1_dram_sharded: 'qkv_a Roofline 8.4, achieve 13.2', 'wq_b Roofline 21, achieves 23', 'wo Roofline
+# 64.99, achieve 93 / Can achieve 83 with in0_block_w // 2'). A check of the op model, never a fit.
+SHARDED_MATMULS = (
+    ShardedMatmul("DeepSeek-V3 qkv_a", 896, 2112, "bfp8", "LoFi", 13.2, "test_matmul_deepseek.py qkv_a"),
+    ShardedMatmul("DeepSeek-V3 wq_b", 1536, 3072, "bfp8", "LoFi", 23.0, "test_matmul_deepseek.py wq_b"),
+    ShardedMatmul("DeepSeek-V3 wo", 16384, 896, "bfp8", "LoFi", 93.0, "test_matmul_deepseek.py wo (83 tuned)"),
+)
+SHARDED_MATMUL_DEVICE = "wormhole-n150-llama2-7b-inference"  # a preset project on an n150 (12 DRAM banks)
+DRAM_BANKS = 12  # Wormhole: tt-metal pads N to a multiple of 32 × banks (pad_to_dram_banks)
+
+
+def sharded_matmul_rows() -> list[tuple[ShardedMatmul, float, float]]:
+    """Each published DRAM-sharded decode matmul with the op model's time on the n150 preset and the bytes
+    tt-metal reads (B with N padded to 32 × banks)."""
+    from tilewright.engine.perf.spatial import device_chip, gemm_on_grid
+
+    chip = device_chip(make_plan(load_project_preset(SHARDED_MATMUL_DEVICE)).stages[0].dev)
+    out = []
+    for mm in SHARDED_MATMULS:
+        c = gemm_on_grid(chip, 32, mm.k, mm.n, "bf16", mm.weights, "bf16", mm.fidelity, "auto", None,
+                         (False, True, False), True)
+        n_pad = math.ceil(mm.n / (chip.tile * DRAM_BANKS)) * chip.tile * DRAM_BANKS
+        out.append((mm, c.seconds, mm.k * n_pad * chip.tile_bytes(mm.weights) / chip.tile**2))
+    return out
+
+
 def configured(
     c: Config, batch: int | None = None, output: int | None = None, prompt: int | None = None
 ) -> Project:
@@ -266,6 +309,14 @@ def main() -> None:
             print(f"  {p.hardware.name} / {p.workload.name} batch {c.batch}{note}: {', '.join(c.published.sources)}")
     for key, text in SOURCES.items():
         print(f"  {key}: {text}")
+    print("\nDRAM-sharded decode matmuls (32 rows, B width-sharded over the DRAM banks), published device time vs")
+    print(f"the op model on {SHARDED_MATMUL_DEVICE}'s device; GB/s of the bytes tt-metal reads (N padded to")
+    print("32 x banks):")
+    for mm, t, nbytes in sharded_matmul_rows():
+        print(f"  {mm.label:18s} k {mm.k:6d} n {mm.n:5d} {mm.weights} {nbytes / 1e6:6.2f} MB: published "
+              f"{mm.us:5.1f} us ({nbytes / mm.us / 1e3:3.0f} GB/s), model {t * 1e6:5.1f} us "
+              f"({nbytes / t / 1e9:3.0f} GB/s), {t * 1e6 / mm.us - 1:+.0%}  [{mm.source}]")
+    print("  source: tenstorrent/tt-metal tests/ttnn/unit_tests/operations/matmul/test_matmul_deepseek.py @04b3c7b9")
 
 
 if __name__ == "__main__":
