@@ -117,3 +117,22 @@ def _walk(c):
     yield c
     for ch in c.children:
         yield from _walk(ch)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_gemm_only_is_the_op_without_its_quantization(backward: bool):
+    """``op_time(..., gemm_only=True)``: the GEMM kernels alone, as a library splitting only the GEMM call runs
+    each chunk (``plan.tp_overlap``); equal to the op costed with the cast passes taken out."""
+    dev = _h100()
+    up = _ops()["mlp_up"]
+    formats = resolve_formats(DType.fp8, TensorFormats(), None)
+    gemm = op_time(up, dev, 1, 4, True, backward, 2, formats=formats, gemm_only=True)
+    original = op_cost.fp8_cast_passes
+    op_cost.fp8_cast_passes = lambda *a, **k: None
+    try:
+        without = op_time(up, dev, 1, 4, True, backward, 2, formats=formats)
+    finally:
+        op_cost.fp8_cast_passes = original
+    assert (gemm.compute_s, gemm.overhead_s, gemm.local_bytes) == (without.compute_s, without.overhead_s,
+                                                                  without.local_bytes)
+    assert op_time(up, dev, 1, 4, True, backward, 2, formats=formats).overhead_s > gemm.overhead_s

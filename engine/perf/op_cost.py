@@ -185,13 +185,16 @@ def op_time(
     formats: OpFormats | None = None,
     spatial: SpatialSplit | None = None,
     residency: Residency | None = None,
+    gemm_only: bool = False,
 ) -> OpTime:
     """``fused_in``/``fused_out``: the op's input comes from / its output goes to a fused neighbour on
     chip (``mapping.fusion``), so that tensor — and in the backward its gradient — skips DRAM (local, or
     remote ports on SRAM-only tiles). ``formats``: each tensor kind's format (None: every tensor
     ``elem_bytes`` per element); ``spatial``: the split policy on a grid device (None: chosen by cost);
     ``residency``: which memory level holds each category (None: the device's own memory,
-    ``perf.residency``)."""
+    ``perf.residency``); ``gemm_only``: a matrix op's GEMM kernels alone, without the kernels around them (a
+    bias gradient's reduction, fp8 quantization), as when a library splits only the GEMM call into chunks
+    (``plan.tp_overlap``'s split GEMMs)."""
     if formats is not None:
         formats = formats.for_op(op.name)  # mapping.formats.weights_by_op / fidelity_by_op
     k = shard(op, tp, sequence_parallel)
@@ -253,10 +256,11 @@ def op_time(
             fixed_s += fill_s
         # the bias gradient is its own reduction kernel after the GEMMs: one more pass over the output gradient
         bias_bytes = _bias_grad_elems(op, micro_batch, tp) * (formats.activation_bytes if formats else elem_bytes)
-        if split and backward and bias_bytes and dev.local_dram is not None:
+        if split and backward and bias_bytes and dev.local_dram is not None and not gemm_only:
             fixed_s += dev.stream_s(bias_bytes)  # a memory-bound kernel: its ramp too (``stream_ramp_s``)
             traffic_elems += bias_bytes / bytes_per_elem
-        cast = fp8_cast_passes(op, formats, backward, in_elems, out_elems) if split and dev.local_dram else None
+        cast = (fp8_cast_passes(op, formats, backward, in_elems, out_elems) if split and dev.local_dram
+                and not gemm_only else None)
         if cast is not None:  # Transformer Engine's quantization kernels around an fp8 GEMM (memory-bound)
             streams = fp8_streaming_kernels(formats, cast[1])  # each pays its ramp on its share of the bytes
             fixed_s += cast[1] * dev.compute.fixed_op_s + (streams * dev.stream_s(cast[0] / streams) if streams

@@ -261,7 +261,7 @@ class _Builder:
             )
         seg.add(t, self.out.dataflows)
         if self.tp_overlap is not None and _weighted(op) and op.kind in (OpKind.matmul, OpKind.fc):
-            self._split_gemm(op, backward, t, seg, scores, fused)
+            self._split_gemm(op, backward, seg, scores, fused)
             self.tp_overlap.gemm(t.busy_s)
         seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
         if not c.fused_loss and c.dev.local_dram is not None and issues_kernels(c.dev.compute):
@@ -291,8 +291,7 @@ class _Builder:
         if backward:
             self._stream(op, moe.permute_bytes)
 
-    def _split_gemm(self, op: Op, backward: bool, t: OpTime, seg: Segment, scores: float,
-                    fused: tuple[bool, bool]) -> None:
+    def _split_gemm(self, op: Op, backward: bool, seg: Segment, scores: float, fused: tuple[bool, bool]) -> None:
         """A transformer layer's tensor-parallel GEMM that userbuffers runs in row chunks beside its collective
         (``tp_overlap.gemm_chunks``): the segment gains what the chunks take over the whole GEMM, the op costed
         at 1 / chunks of the micro-batch's rows, chunks times. Not the head's (outside Transformer Engine's
@@ -306,11 +305,15 @@ class _Builder:
                                     self.tp_overlap.ring_reduce_scatter)
         if chunks <= 1 or share <= 0:
             return
-        part = op_time(_costed(op, c.dev, scores, fused), c.dev, c.micro_batch / chunks, c.tp,
-                       c.sequence_parallel, backward, c.elem_bytes, *fused, c.formats, c.spatial, c.residency)
-        extra = share * max(0.0, chunks * part.busy_s - t.busy_s)
+        # only the GEMM call is split: its input was quantized once and the bias gradient reduced once (both in
+        # ``t``), so the chunks are set against the whole GEMM, each without those kernels
+        costed = _costed(op, c.dev, scores, fused)
+        whole, part = (op_time(costed, c.dev, rows, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused,
+                               c.formats, c.spatial, c.residency, gemm_only=True)
+                       for rows in (c.micro_batch, c.micro_batch / chunks))
+        extra = share * max(0.0, chunks * part.busy_s - whole.busy_s)
         seg.busy_s += extra
-        seg.compute_s += min(extra, share * max(0.0, chunks * part.compute_s - t.compute_s))
+        seg.compute_s += min(extra, share * max(0.0, chunks * part.compute_s - whole.compute_s))
         self.layer_busy += extra
 
     def _stream(self, op: Op, nbytes: float) -> None:
