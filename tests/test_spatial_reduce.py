@@ -148,3 +148,14 @@ def test_flash_decode_pays_the_position_read_and_the_tree():
     assert one.cores == 64
     assert one.compute_s * RAW["clock"] == pytest.approx(8 * per_score_tile)
     assert one.seconds == pytest.approx(RAW["fixed"] + lat2 + max(one.compute_s, one.movement_s))
+
+
+def test_a_decode_steps_layernorm_at_even_rows_is_read_from_its_row():
+    """A decode step's norm holds one row per sample (the op's in_elems): at 8 rows of 2048 a LayerNorm (γ and β,
+    4096 parameters) is a LayerNorm of width 2048, not an RMSNorm of 4096 as its element count alone suggests."""
+    assert norm_width(2 * 2048, 8 * 2048) == (4096, False)  # the element count alone cannot tell
+    assert norm_width(2 * 2048, 8 * 2048, 2048) == (2048, True)
+    assert norm_width(2048, 8 * 2048, 2048) == (2048, False)
+    ln = norm_on_grid(N150, 2 * 2048, 0.0, 0.0, 8 * 2048, 0.0, 2.0, 2048)
+    rms_twice = norm_on_grid(N150, 2 * 2048, 0.0, 0.0, 8 * 2048, 0.0, 2.0)
+    assert ln is not None and rms_twice is not None and ln.seconds != rms_twice.seconds

@@ -81,12 +81,18 @@ def critical_path_cycles(chip: GridChip, width: int, layernorm: bool, act_tile_b
     return local + stats * statistic_cycles(chip, rows, cols) + finish, rows * cols
 
 
-def norm_width(params: float, elements: float) -> tuple[int, bool] | None:
-    """(row width, LayerNorm?) of a norm op: its parameters are γ (RMSNorm) or γ and β (LayerNorm), and its
-    elements a whole number of rows; an RMSNorm's width divides them, a LayerNorm's may not be read from the
-    op when it does (even rows), then taken as an RMSNorm of twice the width. None: no parameters."""
+def norm_width(params: float, elements: float, per_sample: float | None = None) -> tuple[int, bool] | None:
+    """(row width, LayerNorm?) of a norm op: its parameters are γ (RMSNorm) or γ and β (LayerNorm). A decode
+    step's op holds one row per sample (``per_sample``, the op's ``in_elems``): the width γ alone or γ and β
+    span. Otherwise ``elements`` is a whole number of rows: an RMSNorm's width divides them, a LayerNorm's may
+    not be read from the op when it does (even rows), then taken as an RMSNorm of twice the width. None: no
+    parameters."""
     if params <= 0:
         return None
+    if per_sample == params:
+        return int(params), False
+    if per_sample is not None and 2 * per_sample == params:
+        return int(per_sample), True
     rows = elements / params
     if abs(rows - round(rows)) < 1e-9 and rows >= 1:
         return int(params), False
@@ -101,10 +107,11 @@ def norm_on_grid(
     elements: float,
     on_chip_bytes: float,
     act_bytes: float,
+    per_sample: float | None = None,
 ) -> StreamCost | None:
     """A norm of ``elements`` (rows × width) with ``params`` parameters, as the sharded program when its rows
     fit one tile row; None otherwise (a plain stream, ``spatial.stream_on_grid``)."""
-    shape = norm_width(params, elements)
+    shape = norm_width(params, elements, per_sample)
     if shape is None:
         return None
     width, layernorm = shape

@@ -129,7 +129,7 @@ def stream_op(
     elements = max(t.outputs, t.inputs)
     norm = None
     if op.kind is OpKind.norm and not backward:  # a decode-step norm: the cores agree on the row's statistics
-        norm = norm_on_grid(chip, t.weights, dram_read, dram_write, elements, l1_only, ab)
+        norm = norm_on_grid(chip, t.weights, dram_read, dram_write, elements, l1_only, ab, op.in_elems)
     matrix = (str(fmt.activations), str(fmt.fidelity)) if op.kind is OpKind.attention else None
     s = norm or stream_on_grid(chip, flops, dram_read, dram_write, elements, matrix, l1_only)
     return GridOpCost(s.seconds, s.compute_s, s.movement_s, dram_read + dram_write, "")  # 1-D: nothing to report
