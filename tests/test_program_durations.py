@@ -102,7 +102,7 @@ def test_blackhole_figures_are_wormholes_cycles_at_its_clock(name):
 
 
 def test_each_extra_program_pays_its_own_figure_first_glob_wins_fixed_op_s_otherwise():
-    compute = Compute(
+    compute = Compute.model_construct(  # the lookups alone (a real device with these fields has a grid)
         peak_flops={"bf16": 1e15}, fixed_op_s=2e-6,
         programs_by_op={"attention": 8, "qkv": 2, "norm*": 3, "softmax": 0},
         program_s_by_op={"att*": 7e-6, "attention": 1.0, "qkv": 3e-6},
@@ -159,3 +159,16 @@ def test_a_compute_without_figures_saves_as_before():
     compute = Compute(peak_flops={"bf16": 1e15})
     assert "program_s_by_op" not in compute.model_dump(mode="json")
     assert n150_compute().model_dump(mode="json")["program_s_by_op"]["attention"] > 0
+
+
+def test_a_device_without_a_grid_refuses_program_counts():
+    """GPUs launch kernels; per-op device programs are a grid runtime's: set on a GPU they would change nothing,
+    so the field is refused by name."""
+    import pytest as _pytest
+    from pydantic import ValidationError
+    from tilewright.engine.io.presets import load_system
+
+    gpu = load_system("dgx-a100").children[0].children[0].compute
+    for field, value in (("programs_by_op", {"qkv": 2}), ("program_s_by_op", {"qkv": 1e-6})):
+        with _pytest.raises(ValidationError, match=field):
+            type(gpu).model_validate({**gpu.model_dump(), field: value})

@@ -218,6 +218,10 @@ class Compute(QuietDefaultsModel):
             object.__setattr__(self, "peak_flops", derived)
         elif not self.peak_flops:
             raise ValueError("peak_flops: give the peak FLOP/s of at least one data type (or a grid)")
+        for name in ("programs_by_op", "program_s_by_op"):
+            if self.grid is None and getattr(self, name):
+                raise ValueError(f"{name}: device programs per op are a grid device's runtime (compute.grid); "
+                                 "a device without a grid launches kernels (fixed_op_s, host_dispatch_s)")
         return self
 
     def flash_efficiency(self, backward: bool, causal: bool) -> float | None:
