@@ -53,9 +53,13 @@ detaches the inputs, re-runs the layer under ``enable_grad``, restores the state
 ``torch.autograd.backward`` on the layer from inside its own backward (23): ``CHECKPOINT_CALLS`` per re-run
 layer, charged with its re-run.
 
-A kernel-issuing call costs ``host_dispatch_s`` in all; so a layer's forward costs its host
-``16 × host_dispatch_s + 100 × host_call_s`` (about 430 µs on a DGX A100's host), which small layers
-(tp 8, micro-batch 1) cannot hide.
+A kernel-issuing call costs ``host_dispatch_s`` in all (its Python, the autograd node, the dispatcher, the
+allocation and the launch: measured eager ops cost 9-11 µs each on A100 and H100 hosts, the dgx presets'
+comment); so a layer's forward costs its host ``16 × host_dispatch_s + 100 × host_call_s`` (460 µs on a DGX
+A100's host) and its backward ``30 × host_dispatch_s + 68 × host_call_s`` (504 µs), which small layers (tp 8,
+micro-batch 1) cannot hide. A backward kernel is issued by an autograd node in C++, without the forward's
+Python: charging it the same ``host_dispatch_s`` leans high; the top-level ``backward()`` call's own start-up
+(its graph task, the hand-off to the device thread and back, tens of µs once per micro-batch) is not charged.
 
 Collectives launch their own NCCL kernel, whose host cost is part of the collective's latency. The host
 synchronisations of the training loop (timers, ``.item()``, pipeline sends), which throw the host's lead
@@ -80,8 +84,8 @@ attention two batched GEMMs forward and four backward. The third, the bias gradi
 gradient once more (``op_cost``), serial with the GEMMs.
 
 **When the host binds.** A segment lasts ``max(device, kernels × host_dispatch_s + calls ×
-host_call_s)``: with 8 µs per kernel and 3 µs per other call the host issues a Megatron GPT layer's forward
-in about 430 µs, which the device undercuts when a layer's work is small (a hidden size of 1-2 k at
+host_call_s)``: with 10 µs per kernel and 3 µs per other call the host issues a Megatron GPT layer's forward
+in about 460 µs, which the device undercuts when a layer's work is small (a hidden size of 1-2 k at
 micro-batch 1, or tp 4-8). The host's lead is not carried across a collective (it could be: launches are
 asynchronous), which makes the bound slightly pessimistic, never optimistic.
 
