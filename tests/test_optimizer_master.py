@@ -231,3 +231,16 @@ def test_studio_refuses_remainders_for_an_fp16_run_with_the_engines_words(make_w
     master.combo.activated.emit(master.combo.currentIndex())
     assert doc.project.mapping.optimizer_master == "fp32" and doc.undo_stack.count() == 0
     assert master.combo.currentText() == "fp32"
+
+
+def test_studio_offers_the_options_where_the_weights_format_makes_the_run_mixed(make_window):
+    """An fp32 run whose weights are held in bf16 (mapping.formats.weights) is mixed precision to the engine, so
+    the studio enables the moments and master choices for it too; an all-fp32 run has them off."""
+    from tilewright.engine.plan.checks import check_project
+
+    mixed = _project("fp32", formats={"weights": "bf16"}, optimizer_moments="bf16")
+    assert check_project(mixed) == []
+    w = make_window(mixed)
+    assert w.workload.options.moments.isEnabled() and w.workload.options.master.isEnabled()
+    w2 = make_window(_project("fp32"))
+    assert not w2.workload.options.moments.isEnabled()

@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Seventeen of them, in a group under the Mapping box of the workload dock:
+Eighteen of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -11,6 +11,8 @@ Seventeen of them, in a group under the Mapping box of the workload dock:
 - reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training;
 - overlapping tensor-parallel communication with the GEMMs (``mapping.overlap_tp_comm``); needs tp > 1 and
   sequence parallelism;
+- how that overlap hides the forward's reduce-scatters (``mapping.tp_overlap_reduce_scatter``): pipelined or
+  ring exchange; needs the overlap above;
 - the loss as one fused kernel (``mapping.fused_cross_entropy``); training;
 - the layers of each virtual stage (``mapping.pipeline_layers``, "1,2*30,0"; empty: an even split); needs
   pp × interleave > 1, and Auto-map with another pp or interleave clears it;
@@ -49,6 +51,7 @@ from typing import Any
 
 from PySide6.QtGui import QUndoCommand
 from PySide6.QtWidgets import QComboBox, QGridLayout, QGroupBox, QLabel, QWidget
+from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Fp8Scaling, Recompute, format_pipeline_layout, parse_pipeline_layout
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.formats import has_fp8_gemms
@@ -229,8 +232,9 @@ def disabled_reason(field: str, project: Project) -> str | None:
         return TRAINING_ONLY if not training else None if mixed else GRAD_FP32_OFF_TIP
     if field == "fp8_bf16_layers":
         return TRAINING_ONLY if not training else None if has_fp8_gemms(project.run.dtype, m.formats) else FP8_OFF_TIP
-    if field in ("optimizer_moments", "optimizer_master"):
-        mixed = project.run.dtype.value != "fp32" and project.run.master_weights_fp32
+    if field in ("optimizer_moments", "optimizer_master"):  # as plan.checks: the weights' format, else the run's
+        weights = m.formats.weights or project.run.dtype
+        mixed = dtype_bytes(weights) < 4 and project.run.master_weights_fp32
         return TRAINING_ONLY if not training else None if mixed else MIXED_OFF_TIP
     if field == "overlap_param_gather_with_optimizer_step":
         ready = m.overlap_param_gather and m.zero in (1, 2) and m.interleave > 1
