@@ -126,8 +126,8 @@ def _count_graph_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 ])
 def test_import_hf_builds_the_model_graph_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str,
                                                 flags: list[str], code: int) -> None:
-    """The first stage's searches, the fusion check and the no-fit message share one graph. (A MoE model's
-    second stage still builds one per candidate it plans: ``plan.checks.check_project`` builds its own.)"""
+    """The first stage's searches, the fusion check and the no-fit message share one graph (a MoE model's second
+    stage too: ``test_the_second_stage_checks_candidates_on_the_searchs_graph``)."""
     path = HF / config
     if config == "llama-70b":
         path = tmp_path / config / "config.json"
@@ -151,4 +151,24 @@ def test_a_model_past_the_layer_limit_is_refused_before_its_graph_is_built(
     built = _count_graph_builds(monkeypatch)
     assert _import(tmp_path, config, "--system", "dgx-h100")[0] == 2
     assert f"layers (limit {MAX_LAYERS:,})" in capsys.readouterr().err
+    assert built == []
+
+
+def test_the_second_stage_checks_candidates_on_the_searchs_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact evaluator of the search's second stage checks each candidate on the planner's model graph
+    instead of building one per candidate (161 builds for a Mixtral import before)."""
+    from tilewright.engine.io.presets import load_system
+    from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
+    from tilewright.engine.search.parallel.candidate import Candidate
+    from tilewright.engine.search.parallel.extended import Planner, exact_evaluator
+    from tilewright.engine.workloads import build_workload
+
+    spec = GPTSpec(name="moe", layers=2, hidden=1024, heads=16, seq_len=1024, vocab=32000,
+                   moe={"experts": 8, "top_k": 2, "expert_ffn": 2048})
+    p = Project(name="moe", hardware=load_system("dgx-a100"), workload=spec,
+                mapping=Mapping(dp=8, micro_batch=1, global_batch=16), run=RunSettings(dtype="bf16"))
+    evaluate = exact_evaluator(p, 16, Planner(build_workload(spec)))
+    built = _count_graph_builds(monkeypatch)
+    times = [evaluate(Candidate(tp=1, pp=1, dp=8, micro_batch=1, ep=ep)) for ep in (1, 2, 4, 8)]
+    assert all(t is not None for t in times)
     assert built == []

@@ -421,9 +421,12 @@ def _param_gather_step_checks(project: Project) -> list[Problem]:
     return out
 
 
-def check_project(project: Project, *, allow_large: bool = False) -> list[Problem]:
+def check_project(
+    project: Project, *, allow_large: bool = False, workload: WorkloadGraph | None = None
+) -> list[Problem]:
     """Every cross-part problem of ``project``; empty when it is consistent. A project past the size limits
-    (``engine.plan.budget``) gets those problems only, unless ``allow_large``."""
+    (``engine.plan.budget``) gets those problems only, unless ``allow_large``. ``workload``: the project's model
+    graph when the caller has built it (a search checks thousands of mappings of one model)."""
     from tilewright.engine.perf.formats import edge_layer_problems, fp8_scaling_problems, per_op_problems
     from tilewright.engine.plan.budget import estimate
     from tilewright.engine.plan.tensor_axes import problems as tensor_axes_problems
@@ -450,7 +453,7 @@ def check_project(project: Project, *, allow_large: bool = False) -> list[Proble
                            "layer_parallelism"))
     if isinstance(project.workload, TransformerDims):
         out += _transformer_checks(project.workload, m)
-    graph = build_workload(project.workload)
+    graph = workload if workload is not None else build_workload(project.workload)
     out += _expert_checks(m, graph)
     out += _recompute_checks(m, graph)
     out += _cuda_graph_checks(project, graph)

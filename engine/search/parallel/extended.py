@@ -297,7 +297,7 @@ def exact_evaluator(
             p = project.model_copy(update={"mapping": c.mapping(global_batch, project.mapping), "run": run})
         except ValueError:
             return None
-        if check_project(p):
+        if check_project(p, workload=planner.workload):
             return None
         try:
             r = engine.run(planner.plan(p))
