@@ -209,10 +209,10 @@ def test_studio_options_are_one_undo_step_each(make_window):
     options, doc = w.workload.options, w.doc
     master, moments = options.master, options.moments
     assert master.isEnabled() and "remainders" in master.toolTip()
-    master.combo.setCurrentText("bf16 + 16-bit remainders")
+    master.combo.setCurrentText("bf16 + remainders")
     master.combo.activated.emit(master.combo.currentIndex())
     assert doc.project.mapping.optimizer_master == "remainders" and doc.undo_stack.count() == 1
-    assert doc.undo_stack.undoText() == "Master weights bf16 + 16-bit remainders"
+    assert doc.undo_stack.undoText() == "Master weights bf16 + remainders"
     moments.combo.setCurrentText("bf16")
     moments.combo.activated.emit(moments.combo.currentIndex())
     assert doc.project.mapping.optimizer_moments == "bf16" and doc.undo_stack.count() == 2
@@ -227,7 +227,7 @@ def test_studio_options_are_one_undo_step_each(make_window):
 def test_studio_refuses_remainders_for_an_fp16_run_with_the_engines_words(make_window):
     w = make_window(_project(dtype="fp16", dp=8, global_batch=16))
     master, doc = w.workload.options.master, w.doc
-    master.combo.setCurrentText("bf16 + 16-bit remainders")
+    master.combo.setCurrentText("bf16 + remainders")
     master.combo.activated.emit(master.combo.currentIndex())
     assert doc.project.mapping.optimizer_master == "fp32" and doc.undo_stack.count() == 0
     assert master.combo.currentText() == "fp32"

@@ -83,7 +83,7 @@ MOMENTS_TEXT = "Adam moments"
 MASTER_TEXT = "master weights"
 GATHER_STEP_TEXT = "gather the first chunk's weights during the step"
 MOMENT_LABELS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16 (scaled)", "fp8": "fp8 (scaled)"}
-MASTER_LABELS = {"fp32": "fp32", "remainders": "bf16 + 16-bit remainders", "fp16": "fp16 (scaled)"}
+MASTER_LABELS = {"fp32": "fp32", "remainders": "bf16 + remainders", "fp16": "fp16 (scaled)"}
 FP8_LABELS = {"tensor": "tensor (current)", "delayed": "delayed (amax history)", "block": "block (1×128)",
               "mxfp8": "mxfp8 (Blackwell)"}
 RECOMPUTE_CHOICES = [r.value for r in Recompute]
