@@ -23,6 +23,14 @@ says so); where the builder publishes one for the same model, machine and batch 
 PERF.md, tt-metal's models/README.md, WaferLLM's abstract) it is printed beside ours with the time per token it
 implies beyond our TPOT. Nothing here is fitted to those figures.
 
+What a published t/s/u times (tt-transformers' ``simple_text_demo.py``, ``DEMO_TIMER``): each decode iteration
+from before ``Generator.decode_forward_text`` to the next token on the host; the per-iteration logging, tokenizer
+decode and stop checks run outside the timer, while the device is idle. The last section prints, for each
+published Tenstorrent row, the bytes that iteration reads back over PCIe (``demo_readback_bytes``: at batch 1 the
+on-device argmax's 32-row token tensor from each device; at batch > 1, in the demo at ``DEMO_TIMER``'s commit,
+device 0's 32-row logits, sampled on the host) and their transfer time at Wormhole's measured host read rates
+(``HOST_READ_BPS``) beside the preset's ``compute.runtime_step_s``, the fixed round trip each iteration pays.
+
 Usage: python benchmarks/calibrate_tiled_llm.py
 """
 
@@ -115,6 +123,54 @@ CONFIGS = (
 
 
 LONG_PROMPT = 2048  # tokens of the ``TTFT 2k`` column
+
+# How tt-transformers' demo times a decode iteration, read from its code (a check of what the published figures
+# include, never a fit): tenstorrent/tt-metal models/tt_transformers/demo/simple_text_demo.py @001cd078 (and the
+# later form with token_accuracy, the same timer), models/tt_transformers/tt/generator.py @000ec121.
+DEMO_TIMER = (
+    "simple_text_demo.py @001cd078: profiler 'inference_decode_time_i' spans decode_forward_text (trace replay "
+    "by ttnn.execute_trace(blocking=False), no host-to-device input copy when the argmax runs on the device: "
+    "_easy_trace_text resets inputs only without it or when the page table changes; then read_decode_output, a "
+    "blocking to_torch of each device's output) and, without on-device argmax, sample_host; logging, "
+    "tokenizer.decode of every user's text and the EOS checks run after the timer stops. "
+    "decode t/s/u = (iterations - 1) / sum of the timed iterations (iteration 0, which compiles and captures the "
+    "trace, is excluded). argmax_on_device only at batch 1 per submesh and temperature 0. PERF.md's Speed column: "
+    "the traced run ('all the performance metrics below were taken for a maximum generation of 200 tokens'), "
+    "not the untraced ci-token-matching case (enable_trace False, 'Teacher forcing does not work if it is on')"
+)
+# Wormhole host read rates of tt-metal's EnqueueReadBuffer, 4 KB pages: ~2.5 GB/s with FD2, ~6 GB/s with FD1
+# (tt-metal issue #8098, 2024; its aim was 22 GB/s, #3491). No Blackhole figure is published; the same range is
+# printed for it.
+HOST_READ_BPS = (2.5e9, 6e9)
+TOKEN_BYTES = 4  # ttnn.argmax's output index: uint32
+LOGIT_BYTES = 2  # the logits read back to the host: bf16, row major (untilized on the device)
+
+
+def demo_readback_bytes(batch: int, vocab: int, devices: int, tile: int = 32) -> int:
+    """Bytes the demo's timed iteration reads back over PCIe: with the argmax on the device (batch 1) a token
+    per row of the tile-padded batch from each device (``concat_host_output`` reads every device tensor); at
+    batch > 1 the logits of device 0 (the all-gathered vocabulary, tile-padded rows, ``process_output_decode``),
+    which the host then samples."""
+    rows = math.ceil(batch / tile) * tile
+    if batch == 1:
+        return rows * TOKEN_BYTES * devices
+    return rows * math.ceil(vocab / tile) * tile * LOGIT_BYTES
+
+
+def readback_rows(cases: tuple[Config, ...] = CONFIGS) -> list[tuple[Config, Project, int, float, float]]:
+    """Each row published in tt-transformers' PERF.md (measured by the demo of ``DEMO_TIMER``; the README's
+    rows come from several demos): its project, the bytes its demo iteration reads back, their transfer time at
+    the slower host read rate, and the preset's ``runtime_step_s``."""
+    out = []
+    for c in cases:
+        if c.published is None or "PERF" not in c.published.sources:
+            continue
+        p = configured(c)
+        devices = p.mapping.tp
+        nbytes = demo_readback_bytes(c.batch, p.workload.vocab, devices)
+        step = make_plan(p).stages[0].dev.compute.runtime_step_s
+        out.append((c, p, nbytes, nbytes / HOST_READ_BPS[0], step))
+    return out
 
 
 @dataclass(frozen=True)
@@ -317,6 +373,19 @@ def main() -> None:
               f"{mm.us:5.1f} us ({nbytes / mm.us / 1e3:3.0f} GB/s), model {t * 1e6:5.1f} us "
               f"({nbytes / t / 1e9:3.0f} GB/s), {t * 1e6 / mm.us - 1:+.0%}  [{mm.source}]")
     print("  source: tenstorrent/tt-metal tests/ttnn/unit_tests/operations/matmul/test_matmul_deepseek.py @04b3c7b9")
+    lo, hi = HOST_READ_BPS
+    print("\nWhat the published t/s/u times per decode iteration (read from tt-transformers' code):")
+    print(f"  {DEMO_TIMER}.")
+    print(f"Bytes that iteration reads back over PCIe and their transfer at {lo / 1e9:g}-{hi / 1e9:g} GB/s (Wormhole")
+    print("host reads, tt-metal issue #8098), beside the preset's runtime_step_s (the fixed round trip: trace")
+    print("launch, read command, completion):")
+    for c, p, nbytes, slow, step in readback_rows():
+        what = "tokens" if c.batch == 1 else "logits"
+        print(f"  {p.hardware.name + ' / ' + p.workload.name:36s} batch {c.batch:2d}: {what} {nbytes:>9,d} B in "
+              f"{seconds(nbytes / hi)}-{seconds(slow)}; runtime_step_s {seconds(step)}")
+    print("  at batch 1 the transfer is negligible: the host step is the runtime's fixed round trip, not the")
+    print("  constant ms per token left in the missing/token column. At batch > 1 (demo @001cd078) the host also")
+    print("  reads and samples the logits, which runtime_step_s does not include; later demos sample on the device.")
 
 
 if __name__ == "__main__":
