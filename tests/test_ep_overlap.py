@@ -44,11 +44,12 @@ def test_overlap_exposes_only_what_the_layers_compute_cannot_hide():
 
 def test_inside_one_node_the_all_to_all_hides_behind_the_layer():
     """8 GPUs on NVSwitch: each forward all-to-all is shorter than the layer's compute before it, so none
-    shows; the backward's first one (the combine's gradient, before the layer has computed anything) shows a
-    little."""
+    shows; of the backward's, at most a little of the first (the combine's gradient, hidden only by the loss
+    and head before it) shows."""
     hidden, plain = make_plan(_project(True, dp=8)), make_plan(_project(False, dp=8))
     assert _a2a(hidden, "F") == []
-    assert 0 < sum(_a2a(hidden, "B")) < 0.05 * sum(_a2a(plain, "B"))
+    assert len(_a2a(hidden, "B")) <= 1
+    assert 0 <= sum(_a2a(hidden, "B")) < 0.05 * sum(_a2a(plain, "B"))
 
 
 def test_both_engines_agree_with_the_overlap():

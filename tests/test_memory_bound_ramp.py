@@ -177,10 +177,11 @@ def _project(system: Component, tp: int, mb: int, engine: str = "analytic") -> P
                    run=RunSettings(dtype="fp16", engine=engine, contention=False))
 
 
-@pytest.mark.parametrize(("tp", "mb"), [(1, 1), (8, 1)])
+@pytest.mark.parametrize(("tp", "mb"), [(1, 1), (8, 8)])
 def test_both_engines_and_the_search_charge_the_ramp_alike(tp: int, mb: int):
     """On one DGX A100 a small GPT's iteration grows with the ramp, the event engine times it as the analytic
-    engine does, and the search's evaluator as the engine does."""
+    engine does, and the search's evaluator as the engine does. (At tp 8 and micro-batch 1 the device waits
+    for the host's dispatch, which hides the ramp: micro-batch 8 keeps the device the bound.)"""
     system = load_system("dgx-a100")
     analytic = simulate(_project(system, tp, mb))
     assert_engines_agree(analytic, simulate(_project(system, tp, mb, "event")))

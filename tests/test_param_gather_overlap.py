@@ -18,8 +18,9 @@ from tilewright.engine.simulate import make_plan, simulate
 DP = 8  # one DGX A100 node: every rank one NVSwitch hop from the others
 NVLINK_BYTES_PER_S = 300e9 * 0.75  # dgx-a100 preset: NVLink3 300 GB/s per direction, efficiency 0.75
 LONG = GPTSpec(name="gpt-pg", layers=8, hidden=2048, heads=16, seq_len=1024, vocab=51200)
-# short sequences, one sample per micro-batch: the forward is far shorter than the weights' gather
-SHORT = LONG.model_copy(update={"seq_len": 32})
+# short sequences, one sample per micro-batch, wide layers: the forward (host-bound at 32 tokens: its kernels'
+# dispatch, whatever their size) is far shorter than the weights' gather
+SHORT = LONG.model_copy(update={"seq_len": 32, "hidden": 4096, "heads": 32})
 
 
 def _project(zero: int = 1, engine: str = "analytic", spec: GPTSpec = LONG, **mapping) -> Project:
@@ -64,7 +65,7 @@ def test_long_forward_shows_only_the_first_layers_bucket():
 
 
 def test_short_forward_leaves_more_of_the_gather_exposed():
-    """Forward of 32 tokens: the other 9 buckets run behind the first micro-batch's forward up to its last
+    """Forward of 32 tokens of a 4096-wide GPT: the other 9 buckets run behind the first micro-batch's forward up to its last
     layer, F · 9/10; what it cannot cover shows as that fraction of the rest's bytes."""
     plan = make_plan(_project(spec=SHORT, overlap_param_gather=True))
     off = simulate(_project(spec=SHORT))
