@@ -65,8 +65,8 @@ def test_long_forward_shows_only_the_first_layers_bucket():
 
 
 def test_short_forward_leaves_more_of_the_gather_exposed():
-    """Forward of 32 tokens of a 4096-wide GPT: the other 9 buckets run behind the first micro-batch's forward up to its last
-    layer, F · 9/10; what it cannot cover shows as that fraction of the rest's bytes."""
+    """Forward of 32 tokens of a 4096-wide GPT: the other 9 buckets run behind the first micro-batch's forward up
+    to its last layer, F · 9/10; what it cannot cover shows as that fraction of the rest's bytes."""
     plan = make_plan(_project(spec=SHORT, overlap_param_gather=True))
     off = simulate(_project(spec=SHORT))
     on = simulate(_project(spec=SHORT, overlap_param_gather=True))
