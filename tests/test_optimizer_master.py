@@ -244,3 +244,17 @@ def test_studio_offers_the_options_where_the_weights_format_makes_the_run_mixed(
     assert w.workload.options.moments.isEnabled() and w.workload.options.master.isEnabled()
     w2 = make_window(_project("fp32"))
     assert not w2.workload.options.moments.isEnabled()
+
+
+def test_search_says_which_candidates_run_the_projects_adam_precision():
+    """The search's notes name the project's moments and master copy, and that its ZeRO-0 candidates (listed in
+    the ranking) run them in fp32 — the table shows only the ZeRO stage; a project in fp32 gets no such note."""
+    from tilewright.engine.search.parallel.search import search
+
+    bf16 = search(_project(optimizer_moments="bf16"), 4, 16, top=0, keep=200, resimulate=False)
+    note = [n for n in bf16.notes if n.startswith("Adam's moments")]
+    assert len(note) == 1 and "bf16" in note[0]
+    assert any(r.candidate.zero == 0 for r in bf16.ranked)  # the default space ranks ZeRO 0 and 1
+    assert "ZeRO-0 candidates keep them in fp32" in note[0]
+    plain = search(_project(), 4, 16, top=0, keep=200, resimulate=False)
+    assert not any(n.startswith("Adam's moments") for n in plain.notes)

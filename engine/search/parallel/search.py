@@ -35,7 +35,7 @@ from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.search.parallel.extended import Extensions, Planner, default_extensions, with_recipes
 from tilewright.engine.search.parallel.first_stage import build_space, refine, walk_space
 from tilewright.engine.search.parallel.moe import ExpertBound, MoESeeds, moe_experts
-from tilewright.engine.search.parallel.ranking import Best, SearchResult
+from tilewright.engine.search.parallel.ranking import Best, Ranked, SearchResult
 from tilewright.engine.search.parallel.resimulate import resimulate_top
 from tilewright.engine.search.parallel.second_stage import SEEDS, extend, missed_seeds
 from tilewright.engine.workloads import build_workload
@@ -142,6 +142,8 @@ def search(
         ranked = extend(project, ext, ranked, missed_seeds(misses), result, second, moe_seeds, bound,
                         [r.candidate for r in fitting], planner)
     result.ranked = ranked[: best.keep]
+    if (note := _precision_note(project, result.ranked)) is not None:
+        result.notes.append(note)
     for r in result.ranked:
         r.spatial_splits = est.spatial_splits(r.candidate)
     result.search_time_s = time.perf_counter() - start
@@ -154,3 +156,18 @@ def search(
         resimulate_top(project, result, top, report.part(1.0 / (1 + sims), 1.0), planner)
     result.wall_time_s = time.perf_counter() - start
     return result
+
+
+def _precision_note(project: Project, ranked: list[Ranked]) -> str | None:
+    """What the ranked candidates run of the project's Adam precision (``candidate.precision_fields``): the
+    project's moments and master copy under a sharded optimizer, fp32 at ZeRO 0 (which the table does not
+    show); None when the project keeps them in fp32."""
+    m = project.mapping
+    if m.optimizer_moments == "fp32" and m.optimizer_master == "fp32":
+        return None
+    text = f"Adam's moments {m.optimizer_moments}, master {m.optimizer_master} (the project's) under ZeRO ≥ 1"
+    if any(r.candidate.zero == 0 for r in ranked):
+        text += ("; ZeRO-0 candidates keep them in fp32: Megatron-Core runs its precision-aware optimizer only "
+                 "with the distributed optimizer")
+    return text
+
