@@ -93,6 +93,28 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 #   DGX-B200 row's cells of that table (64 GPUs, gbs 512, MBS 4, pp 1, ep 8, GA 2); at mbs 4 a stage holds
 #   ~95 GiB on an 80 GB H100 (4 in-flight micro-batches of 9 layers at ~1.6 GiB each beside 37 GiB of model
 #   state). The 26.02 table prints MBS 1 for the same recipe at gbs 1280.
+# - attention (gpt-oss, left at the fused chain every row runs, nemo_h100_run.FLASH): the sinks (one learned
+#   logit per head, softmax_type "learnable") ran in Transformer Engine's cuDNN FusedAttention in both rows.
+#   (a) Megatron-Bridge docs/releases/software-versions.md: NeMo 25.11 ships TE 2.9 with cuDNN 9.13.1.26, NeMo
+#   26.02 TE 2.12 with cuDNN 9.18.0.50. (b) GPTOSSProvider (src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py,
+#   read at 355cef457010) falls back to AttnBackend.local only ``if not is_te_min_version("2.8")``; both
+#   containers are past 2.8, so attention_backend stays Megatron-Core's default 'auto'. The field default
+#   ``AttnBackend.local  # currently only "local" is supported`` is an earlier copy (y-okochi fork, 1d471d3f56b4);
+#   a later one (salberdi-nvidia fork, 56b7cfa1f07a) sets no backend, and every NVIDIA-NeMo copy read carries the
+#   TE-2.8 check. Which copy Bridge 0.2.0 shipped is not pinned here (release tags do not resolve), but no copy
+#   after the first forces local with TE >= 2.8 (25.09 shipped TE 2.7 and has no gpt-oss row). (c) Megatron-Core's
+#   TEDotProductAttention passes softmax_type to TE (TE >= 2.8); TE's get_attention_backend disables only
+#   FlashAttention for a non-vanilla softmax in bshd/sbhd, and nvte_get_fused_attn_backend
+#   (transformer_engine/common/fused_attn/fused_attn.cpp) admits off-by-one/learnable from cuDNN 9.13.1
+#   ("9.13.1+: vanilla, off-by-one, learnable"; TE #2148, label 2.8.0: "FusedAttention ... BSHD/SBHD: cuDNN
+#   9.13.1+"), with the 128-token window (window (128, 0), causal) in the cuDNN >= 9.2 SWA path. The unfused
+#   fallbacks reported elsewhere are other layouts or libraries: THD (packed) sinks needed cuDNN 9.18 (TE #2483,
+#   #2568), TE #2318 ran cuDNN 9.10.2. (d) The performance scripts set no attention_backend for gpt-oss on H100
+#   (gpt_oss_120b_pretrain_config_h100, GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1/V2: pp 4, recompute_modules
+#   layernorm/moe_act, no CUDA graphs), and the library recipe (recipes/gpt_oss/gpt_oss.py) none either. So the
+#   unfused what-if (mapping.fusion empty: +28-29 %) is not these runs, and our model (at this writing) does not
+#   fit it: 91.6 GB per GPU on an 80 GiB H100 (each full-attention layer keeps its softmax for the backward,
+#   64 heads × 4096² in bf16 = 2 GiB per micro-batch, in each of 4 in-flight micro-batches).
 # - router_fusion: every MoE performance script sets cfg.model.moe_router_fusion = True in its common settings
 #   (set_qwen3_common_configs in scripts/performance/configs/qwen3/qwen3_llm_pretrain.py and the 25.09
 #   set_qwen3_30b_a3b_specific_overrides before it, set_gpt_oss_common_configs, set_deepseek_v3_common_configs),

@@ -227,6 +227,20 @@ def test_token_drop_removes_the_dropless_host_sync_and_nothing_else():
     assert t_drop <= t_dropless < 1.05 * t_drop
 
 
+def test_gpt_oss_rows_run_their_sink_attention_fused():
+    """Both gpt-oss rows ran the learned sinks in TE's cuDNN FusedAttention (nemo_h100_recipes: TE 2.9 / cuDNN
+    9.13.1 in 25.11 and TE 2.12 / cuDNN 9.18 in 26.02 are past GPTOSSProvider's TE-2.8 fallback to local
+    attention and cuDNN's 9.13.1 sink support): the projects keep the sinks, run attention and softmax as one
+    fused kernel (not the unfused scores of the local fallback) and report no attention gap."""
+    oss = [r for r in rows() if r.pub.model == "gpt-oss-120b"]
+    assert sorted(r.pub.release for r in oss) == ["25.11", "26.02"]
+    for row in oss:
+        project = project_for(row)
+        assert project.workload.attention_sinks, row.label
+        assert project.mapping.fusion == [["attention", "softmax"]], row.label
+        assert not any("attention" in gap for gap in row.gaps), row.label
+
+
 def test_bridge_moe_recipes_fuse_the_router():
     """set_qwen3_common_configs, set_gpt_oss_common_configs and set_deepseek_v3_common_configs set
     moe_router_fusion True; the Megatron-LM rows set it in their YAML; dense rows have no router."""
