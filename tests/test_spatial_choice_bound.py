@@ -16,7 +16,14 @@ from tilewright.engine.io.presets import load_system
 from tilewright.engine.perf import spatial_choice
 from tilewright.engine.perf.spatial import gemm_on_grid
 from tilewright.engine.perf.spatial_chip import GridChip, grid_chip
-from tilewright.engine.perf.spatial_choice import choose, full_grid_2d, one_d, two_d
+from tilewright.engine.perf.spatial_choice import (
+    choose,
+    dram_sharded,
+    dram_sharded_decode,
+    full_grid_2d,
+    one_d,
+    two_d,
+)
 from tilewright.engine.perf.spatial_cost import GemmCost, GemmProblem, GemmTerms, floor_seconds, gemm_cost
 
 
@@ -36,6 +43,8 @@ PLACES = [(True, True, True, False), (True, True, True, True), (False, True, Fal
 
 
 def candidates(ch: GridChip, p: GemmProblem, policy: str):
+    if dram_sharded_decode(GemmTerms(ch, p), policy):  # the one program tt-transformers runs these as
+        return list(dram_sharded(ch, p))
     if policy == "auto":
         return [*two_d(ch, p), *one_d(ch, p), *full_grid_2d(ch, p)]
     if policy == "2d":

@@ -16,6 +16,7 @@ from tilewright.engine.ir.common import (
     DType,
     MathFidelity,
     PositiveBytes,
+    QuietDefaultsModel,
     StrictModel,
     dtype_bytes,
 )
@@ -37,8 +38,15 @@ class CoreDataMovement(StrictModel):
     comment: str = ""
 
 
-class TileGrid(StrictModel):
-    """``rows × cols`` identical cores of one device, each with its own L1 and a share of the NoC."""
+class TileGrid(QuietDefaultsModel):
+    """``rows × cols`` identical cores of one device, each with its own L1 and a share of the NoC.
+
+    ``dram_banks`` / ``dram_readers_per_bank``: a weight DRAM-sharded over the banks is read and multiplied by
+    worker cores placed next to each bank (tt-metal's DRAM-sharded matmul), so how many banks the device's
+    DRAM has, and how many reader cores the runtime gives each, set how many cores such a matmul runs on
+    (``perf.spatial_cost``). 0 banks: not modelled (a sharded weight is read like any 1-D split's)."""
+
+    _quiet = ("dram_banks", "dram_readers_per_bank")
 
     rows: Annotated[int, Field(ge=1)]
     cols: Annotated[int, Field(ge=1)]
@@ -62,6 +70,12 @@ class TileGrid(StrictModel):
     dst_tiles: Annotated[int, Field(ge=1)] = Field(8, description="output tiles the destination register holds")
     noc_link_bytes_per_cycle: PerCycle = Field(description="per NoC link, per direction")
     noc_hop_cycles: Cycles = Field(0.0, description="router-to-router latency")
+    dram_banks: Annotated[int, Field(ge=0)] = Field(
+        0, description="DRAM banks a width-sharded weight is spread over, one slice each; 0: not modelled"
+    )
+    dram_readers_per_bank: Annotated[int, Field(ge=1)] = Field(
+        1, description="worker cores the DRAM-sharded matmul gives each bank (read its slice and compute it)"
+    )
     comment: str = ""
 
     @model_validator(mode="after")

@@ -49,6 +49,8 @@ class GridChip:
     eff_read: float  # interleaved pages, arbitrary readers
     eff_write: float
     fixed_s: float
+    dram_banks: int = 0  # DRAM-sharded weights: one slice per bank (``TileGrid.dram_banks``), 0 = not modelled
+    readers_per_bank: int = 1
 
     @property
     def cores(self) -> int:
@@ -127,6 +129,8 @@ def grid_chip(compute: Compute, dram: Memory | None) -> GridChip:
         eff_read=(dram.efficiency_interleaved_read or eff) if dram is not None else 1.0,
         eff_write=(dram.efficiency_interleaved_write or eff) if dram is not None else 1.0,
         fixed_s=compute.fixed_op_s,
+        dram_banks=g.dram_banks if dram is not None else 0,
+        readers_per_bank=g.dram_readers_per_bank,
     )
 
 

@@ -9,6 +9,11 @@
 - ``1d``: the cheapest 1-D split.
 - ``runtime-default``: what ttnn picks for interleaved operands without a program config.
 
+Decode rows (one tile of M) times a weight DRAM-sharded over a chip's stated banks run, under ``auto`` and
+``1d``, as tt-metal's DRAM-sharded program only (``dram_sharded_decode``): tt-transformers gives every such
+matmul that program config (model_config.py ``dram_matmul_config``, ``num_workers_per_dram_bank`` 1 by
+default), whatever a 2-D split of the whole grid would cost.
+
 Choices are memoised per (chip, problem, policy): a model has about ten distinct GEMM shapes, but a search
 asks for hundreds (every micro-batch, shard and residency), each with ~200 candidate splits; ``choose``
 skips the layouts a lower bound rules out, with the same pick as costing all of them.
@@ -26,6 +31,7 @@ from tilewright.engine.perf.spatial_cost import (
     GemmProblem,
     GemmTerms,
     Split,
+    dram_sharded_sub_w,
     floor_seconds,
     gemm_cost,
     pipeline,
@@ -51,7 +57,9 @@ def choose(chip: GridChip, p: GemmProblem, policy: str = "auto") -> GemmCost:
     if policy == "runtime-default":
         return gemm_cost(chip, p, runtime_default(chip, p))
     g = GemmTerms(chip, p)
-    if policy == "2d":
+    if dram_sharded_decode(g, policy):
+        policy, layouts = "dram-sharded", list(_dram_sharded_layouts(chip, g))
+    elif policy == "2d":
         layouts = list(_full_grid_layouts(chip, g))
     elif policy == "1d":
         layouts = list(_one_d_layouts(chip, g, skinny_only=False))
@@ -82,6 +90,20 @@ def choose(chip: GridChip, p: GemmProblem, policy: str = "auto") -> GemmCost:
     return split_cost(g, Split(*best))
 
 
+def dram_sharded_decode(g: GemmTerms, policy: str) -> bool:
+    """Whether ``policy`` runs this GEMM as tt-metal's DRAM-sharded program and nothing else: decode rows
+    (one tile of M) times a weight DRAM-sharded over the banks of a chip that states them. tt-transformers
+    gives every such decode matmul a ``MatmulMultiCoreReuseMultiCastDRAMShardedProgramConfig``
+    (model_config.py ``dram_matmul_config``); a sharded weight is not re-laid for a cheaper 2-D split."""
+    return g.ds and g.mt == 1 and policy in ("auto", "1d")
+
+
+def dram_sharded(chip: GridChip, p: GemmProblem) -> Iterator[Split]:
+    """The DRAM-sharded program's splits (one per K-block depth): ``choose``'s candidates when
+    ``dram_sharded_decode`` holds."""
+    return _splits(chip, p, _dram_sharded_layouts(chip, GemmTerms(chip, p)))
+
+
 def _layout_splits(chip: GridChip, g: GemmTerms, layout: Layout) -> Iterator[Fields]:
     kind, rows, cols, pm, pn, ks, block_ks = layout
     for bk in block_ks:
@@ -94,6 +116,8 @@ def _split(
     """A split with the largest output block and K-block that fit L1 (at most ``bk``)."""
     oh, ow, bk2 = fit_blocks(chip, pm, pn, bk, g.ta, g.tb, g.to)
     sh, sw = sub_block(oh, ow, chip.dst_tiles)
+    if g.ds and kind == "1d_in0" and sh == 1:  # the DRAM-sharded program widens a narrow sub-block (padding)
+        sw = dram_sharded_sub_w(ow, chip.dst_tiles)
     return (kind, rows, cols, pm, pn, bk2, oh, ow, sh, sw, ks)
 
 
@@ -162,11 +186,25 @@ def _one_d_layouts(chip: GridChip, g: GemmTerms, skinny_only: bool = True) -> It
     for kind, thin, wide in (("1d_in0", mt, nt), ("1d_in1", nt, mt)):
         if skinny_only and thin > 8 * chip.rows:
             continue
+        if kind == "1d_in0" and g.ds:  # a 1-D split of a DRAM-sharded B is the DRAM-sharded program
+            yield from _dram_sharded_layouts(chip, g)
+            continue
         per = math.ceil(wide / chip.cores)
         used = math.ceil(wide / per)
         pm, pn = (thin, per) if kind == "1d_in0" else (per, thin)
         rows, cols = (1, used) if kind == "1d_in0" else (used, 1)
         yield kind, rows, cols, pm, pn, 1, BLOCK_KS
+
+
+def _dram_sharded_layouts(chip: GridChip, g: GemmTerms) -> Iterator[Layout]:
+    """tt-metal's DRAM-sharded matmul (``matmul_multicore_reuse_mcast_dram_sharded_program_factory.cpp``):
+    ``readers_per_bank`` worker cores next to each DRAM bank, each reading its share of the bank's slice of
+    B and computing those output columns, A multicast to all of them. The weight is padded to whole tiles
+    per worker (N / workers rounded up), so every worker runs, however narrow N is; never more workers
+    than the grid has cores."""
+    line = min(chip.cores, chip.dram_banks * max(1, chip.readers_per_bank))
+    per = math.ceil(g.nt / line)
+    yield "1d_in0", 1, line, g.mt, per, 1, _block_ks(g.kt, 1)
 
 
 # ttnn's sub-block preference order (matmul_program_config.cpp, SUBBLOCK_HW_CHOICES)

@@ -11,6 +11,13 @@ Buffers are double-buffered, so a K-sweep costs the first block's delivery (fill
 pace, then the last block's arithmetic (drain); the output is written back after the sweep (a tail, not
 overlapped), partial sums of a K-split are reduced over the NoC, and every op pays the device's fixed
 dispatch cost. All in cycles of the grid clock until the end.
+
+A weight DRAM-sharded over the banks of a chip that states them (``TileGrid.dram_banks``) under a 1-D split is
+tt-metal's DRAM-sharded program (``matmul_multicore_reuse_mcast_dram_sharded_program_factory.cpp``): the line
+is the bank workers (``readers_per_bank`` per bank, ``spatial_choice``), each reading its slice of B and
+computing it on a width padded to whole sub-blocks, its reads pipelined with transaction ids so the DRAM
+latency is paid once per op, not per K-block. That worker count is why Blackhole's one reader per bank is
+compute-bound (55 % of the DRAM, tt-metal PR #54242) while its DRAM side reaches 90 %.
 """
 
 from __future__ import annotations
@@ -115,6 +122,7 @@ class GemmTerms:
     __slots__ = (
         "chip", "p", "mt", "kt", "nt", "ta", "tb", "to", "dram", "lat_a", "rate_a", "lat_b", "rate_b",
         "per_cycle", "dram_a", "dram_b", "dram_b_1d_in0", "out_total", "out_dram", "dram_write_cycle", "_macs",
+        "ds",
     )  # fmt: skip
 
     def __init__(self, chip: GridChip, p: GemmProblem) -> None:
@@ -136,6 +144,8 @@ class GemmTerms:
         self.out_dram = p.out_in_dram and self.dram
         self.dram_write_cycle = chip.dram_write_Bps() / chip.clock_hz if self.out_dram else 0.0
         self._macs: dict[tuple[int, int], float] = {}
+        # a 1-D split of a DRAM-sharded B is tt-metal's DRAM-sharded program (``dram_sharded``)
+        self.ds = self.dram_b and p.b_sharded and chip.dram_banks > 0
 
     def mac(self, sub_h: int, sub_w: int) -> float:
         """``tile_mac_cycles`` of this problem's formats for one sub-block shape (a handful per problem)."""
@@ -212,6 +222,7 @@ def pipeline(
     comp_blk = max(math_blk, pack_blk)
 
     a_blk, b_blk = oh * bk * g.ta, bk * ow * g.tb
+    once = 0.0  # DRAM latency the op pays once rather than per K-block (the DRAM-sharded program)
     t_a = g.lat_a + a_blk / g.rate_a  # the senders' fetches (``_fetch_terms``)
     t_b = g.lat_b + b_blk / g.rate_b
     per_cycle_b = g.per_cycle
@@ -227,6 +238,9 @@ def pipeline(
             t_a += _mcast(chip, a_blk, line - 1, chip.rows + chip.cols)
         senders_a, senders_b = 1, line
         per_cycle_b = g.dram_b_1d_in0
+        if g.ds:  # reads pipelined (latency once per op, below), arithmetic on the sub-block-padded width
+            t_b, once = b_blk / g.rate_b, g.lat_b
+            comp_blk = max(oh * dram_sharded_width(ow, sub_w) * bk * t_mac, pack_blk)
     elif kind == "1d_in1":
         line = rows * cols
         if line > 1:
@@ -244,7 +258,7 @@ def pipeline(
 
     movement = max(t_a, t_b, t_dram_blk, t_sram_blk)
     t_blk = max(comp_blk, movement)
-    t_loop = sweeps * (movement + (nb - 1) * t_blk + comp_blk)
+    t_loop = sweeps * (movement + (nb - 1) * t_blk + comp_blk) + once
 
     t_ksplit = 0.0
     if ks > 1:  # partial sums (bf16 tiles) sent to a neighbour and added, log2(ks) rounds
@@ -297,6 +311,30 @@ def floor_seconds(g: GemmTerms, kind: str, rows: int, cols: int, per_m: int, per
     if g.out_dram:
         t_out = max(chip.dram_latency + per_m * per_n * g.to / chip.dram_write, g.out_total / g.dram_write_cycle)
     return chip.fixed_s + (loop + t_out) / chip.clock_hz
+
+
+def dram_sharded_width(per_n: int, sub_w: int) -> int:
+    """Output columns (tiles) a DRAM-sharded worker computes: its ``per_n`` columns padded up to whole
+    sub-blocks of ``sub_w`` (tt-metal pads ``per_core_N_compute`` rather than run narrow sub-blocks; the
+    reader still fetches only ``per_n``)."""
+    return math.ceil(per_n / sub_w) * sub_w
+
+
+def dram_sharded_sub_w(per_n: int, max_w: int) -> int:
+    """Sub-block width of a DRAM-sharded worker with a one-row sub-block, as
+    ``matmul_multicore_reuse_mcast_dram_sharded_program_factory.cpp`` sets it: the widest divisor of ``per_n``
+    the destination register holds; if narrower than ``max_w``, each wider width up to ``max_w`` that needs
+    fewer sub-blocks (⌈per_n / w⌉) replaces it — the compute width is then padded
+    (``dram_sharded_width``). E.g. 11 columns, max 8: divisor 1 (11 sub-blocks) → width 6, 2 sub-blocks,
+    12 columns computed."""
+    w = max(d for d in range(1, min(per_n, max_w) + 1) if per_n % d == 0)
+    if w < max_w:
+        blocks, best = per_n // w, w
+        for nw in range(w + 1, max_w + 1):
+            if math.ceil(per_n / nw) < blocks:
+                blocks, best = math.ceil(per_n / nw), nw
+        w = best
+    return w
 
 
 @lru_cache(maxsize=4096)
