@@ -198,7 +198,6 @@ SHARDED_MATMULS = (
     ShardedMatmul("DeepSeek-V3 wo", 16384, 896, "bfp8", "LoFi", 93.0, "test_matmul_deepseek.py wo (83 tuned)"),
 )
 SHARDED_MATMUL_DEVICE = "wormhole-n150-llama2-7b-inference"  # a preset project on an n150 (12 DRAM banks)
-DRAM_BANKS = 12  # Wormhole: tt-metal pads N to a multiple of 32 × banks (pad_to_dram_banks)
 
 
 def sharded_matmul_rows() -> list[tuple[ShardedMatmul, float, float]]:
@@ -211,7 +210,8 @@ def sharded_matmul_rows() -> list[tuple[ShardedMatmul, float, float]]:
     for mm in SHARDED_MATMULS:
         c = gemm_on_grid(chip, 32, mm.k, mm.n, "bf16", mm.weights, "bf16", mm.fidelity, "auto", None,
                          (False, True, False), True)
-        n_pad = math.ceil(mm.n / (chip.tile * DRAM_BANKS)) * chip.tile * DRAM_BANKS
+        banks = chip.dram_banks  # tt-metal pads N to a multiple of 32 × banks (pad_to_dram_banks)
+        n_pad = math.ceil(mm.n / (chip.tile * banks)) * chip.tile * banks
         out.append((mm, c.seconds, mm.k * n_pad * chip.tile_bytes(mm.weights) / chip.tile**2))
     return out
 
