@@ -31,7 +31,6 @@ from tilewright.engine.perf.memory import (
     recomputed_layers,
     workspace_bytes,
 )
-from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.device_layers import (
     block_names,
     edge_weight_bytes,
@@ -70,11 +69,11 @@ from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass,
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
 from tilewright.engine.plan.report import format_notes, split_rows
 from tilewright.engine.plan.residency import (
-    AdamStep,
     StageResidency,
     adam_step,
-    optimizer_seconds,
+    offloaded_activations,
     stage_residency,
+    step_seconds,
 )
 from tilewright.engine.plan.residency import notes as residency_notes
 from tilewright.engine.plan.sharding import dp_kind, is_dp, is_edp, spans_replicas
@@ -351,24 +350,6 @@ class Plan:
         return total / st.params if st.params > 0 and total > 0 else 1.0
 
 
-def _optimizer_s(dev: DeviceModel, placed: StageResidency | None, params: float, step: AdamStep) -> float:
-    """The optimizer step's memory stream: at the device's DRAM bandwidth as always, or level by level when
-    ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step)."""
-    if placed is None and (dev.local_dram is not None or dev.remote_dram is not None):
-        return params * step.bytes_per_param / dev.dram_bandwidth
-    return optimizer_seconds(dev, placed, params, step.mixed, step.split)
-
-
-def offloaded_activations(res: Residency) -> tuple[float, Residency]:
-    """Training with activations in host memory offloads what the backward needs (Megatron's activation
-    offloading, DeepSpeed's CPU checkpointing): each op computes in device memory as usual, and its stored
-    activations are copied to the host during the forward and back during the backward, overlapped with
-    the compute by the copy engines (``passes.Segment.close``). (host link bytes/s, the residency the ops
-    see: activations in device DRAM.)"""
-    levels = dict(res.levels) | {"activations": "dram"}
-    return res.host_bandwidth, Residency(levels, res.host_bandwidth)
-
-
 def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> Plan:
     m = project.mapping
     run = project.run
@@ -508,7 +489,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         # the optimizer steps the parameters whose state this device holds (ZeRO: its shard of each group's)
         local_params = (params - experts) / shard_dp + experts / edp if m.zero >= 1 else params
         train = run.mode is Mode.train
-        fused_s = _optimizer_s(dev, placed[0] if placed else None, local_params, step) if train else 0.0
+        fused_s = step_seconds(dev, placed[0] if placed else None, local_params, step) if train else 0.0
         stages.append(
             StagePlan(
                 rank=r,

@@ -340,3 +340,21 @@ def level_tracks(res: StageResidency) -> list[tuple[str, float, tuple[str, ...]]
             cats.append("workspace")
         out.append((info.memory, info.capacity, tuple(cats)))
     return out
+
+
+def step_seconds(dev: DeviceModel, placed: StageResidency | None, params: float, step: AdamStep) -> float:
+    """The optimizer step's memory stream: at the device's DRAM bandwidth as always, or level by level when
+    ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step)."""
+    if placed is None and (dev.local_dram is not None or dev.remote_dram is not None):
+        return params * step.bytes_per_param / dev.dram_bandwidth
+    return optimizer_seconds(dev, placed, params, step.mixed, step.split)
+
+
+def offloaded_activations(res: Residency) -> tuple[float, Residency]:
+    """Training with activations in host memory offloads what the backward needs (Megatron's activation
+    offloading, DeepSpeed's CPU checkpointing): each op computes in device memory as usual, and its stored
+    activations are copied to the host during the forward and back during the backward, overlapped with
+    the compute by the copy engines (``passes.Segment.close``). (host link bytes/s, the residency the ops
+    see: activations in device DRAM.)"""
+    levels = dict(res.levels) | {"activations": "dram"}
+    return res.host_bandwidth, Residency(levels, res.host_bandwidth)

@@ -23,8 +23,8 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.memory import StateBytes
 from tilewright.engine.plan.param_gather import exposed_fractions
-from tilewright.engine.plan.plan import _optimizer_s as optimizer_s
 from tilewright.engine.plan.residency import AdamStep, StageResidency
+from tilewright.engine.plan.residency import step_seconds as optimizer_s
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
 from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead, te_holds_master
 from tilewright.engine.search.comm import CommModel, Layout
