@@ -16,6 +16,17 @@ the group being the first N GPUs of one node: the same decomposition both engine
 max(pred/meas, meas/pred) - 1 (sign: pred < meas is negative in the table). Only ``per-gpu`` rows are the
 calibration target; the others are printed for comparison.
 
+Group size: the engine's per-GPU rate on the switch does not depend on how many GPUs take part; only the
+ring's step count 2 (n - 1) and volume 2 (n - 1) / n do. That is NCCL's own model (src/graph/tuning.cc: a
+ring's busBw = nChannels x bwIntra, times n / (2 (n - 1)) for the all-reduce's algorithm bandwidth; LL128 is
+enabled on Ampere whatever the rank count), whose channel search finds the same 24 channels for 2 and for 4
+A100s of one node (the HGX logs below: each GPU's NVSwitch links, not the group, bound the search). The one
+node measured with both 2 and 4 GPUs, same launch mode, agrees: 185.7 vs 186.7 GB/s at 256 MiB, 192.4 vs
+193.7 at 512 MiB (``group_size_ratio``). Those 2- and 4-GPU runs take 13-16 % longer than the engine at
+256-512 MiB, as the one-process ``-g 8`` runs do at 256 MiB (8-10 %) and unlike the one-process-per-GPU
+ones: a launch-mode and machine difference, not a group-size one. vTrain's 2-GPU LUT matches the ``-g 2``
+run within 1 % at 256 MiB (1,455.8 vs 1,445.2 us).
+
 Usage: python benchmarks/calibrate_nccl_a100.py [--rows]
 """
 
@@ -46,6 +57,11 @@ PROFILER = ("profiler test fixture test_nccl_hardware_profile (index id 26203046
             "(nGpus 8, one pid), 8 x A100-SXM4-40GB at DGX A100 bus ids 0x07..0xbd, NCCL version not printed")
 VTRAIN = ("VIA-Research/vTrain trace/a100/AR_GPU{n}_1M_1024M_LUT (nccl-tests columns, time in ns; launch mode "
           "not stated), A100 used for vTrain (MICRO 2024)")
+HGX = ("GitHub markdown study notes (Chinese) on NCCL internals (index id 36910972912): NCCL_DEBUG=INFO "
+       "all_reduce_perf -b 128M -e 512M -f 2 -g {n} in one container on A100-SXM4-80GB (bus ids 0xa4, 0xa9, 0xe1, "
+       "0xe7), NCCL 2.20.5+cuda12.4; both runs print '24 coll channels' and P2P/direct pointer/read, NVLS not "
+       "available. On NVSwitch: 192 GB/s between two GPUs is beyond the 4 direct NVLinks (100 GB/s) a pair has on "
+       "the 4-GPU HGX board")
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,10 @@ ROWS: list[Row] = [
         (1 * MIB, 51.40, 30.60), (2 * MIB, 55.74, 56.44), (4 * MIB, 77.32, 81.37), (8 * MIB, 116.8, 107.74),
         (16 * MIB, 179.6, 140.11), (32 * MIB, 284.2, 177.09), (64 * MIB, 543.8, 185.11),
         (128 * MIB, 998.6, 201.61), (256 * MIB, 1929.0, 208.73)]),
+    *_rows(HGX.format(n=2), "g-n", 2, [
+        (128 * MIB, 857.6, 156.51), (256 * MIB, 1445.2, 185.74), (512 * MIB, 2789.9, 192.43)]),
+    *_rows(HGX.format(n=4), "g-n", 4, [
+        (128 * MIB, 1144.4, 175.93), (256 * MIB, 2157.0, 186.67), (512 * MIB, 4157.4, 193.70)]),
     *_rows(VTRAIN.format(n=2), "unknown", 2, [
         (1 * MIB, 44.21, 23.72), (2 * MIB, 53.43, 39.25), (4 * MIB, 61.18, 68.55), (8 * MIB, 86.90, 96.53),
         (16 * MIB, 131.9, 127.16), (32 * MIB, 230.0, 145.88), (64 * MIB, 404.7, 165.81),
@@ -173,6 +193,25 @@ def launch_overhead(source: str = THANOS) -> dict[int, float]:
     return {size: g_n[size] / per_gpu[size] for size in sorted(per_gpu.keys() & g_n.keys())}
 
 
+def bus_bandwidth(r: Row) -> float:
+    """The row's bus bandwidth in GB/s from its size and time (nccl-tests' formula)."""
+    return r.size_bytes / (r.time_us * 1e-6) * bus_factor(r.gpus) / 1e9
+
+
+def group_size_ratio(small: int = 2, large: int = 4, source: str = HGX) -> dict[int, float]:
+    """Size -> bus bandwidth of ``large`` GPUs over that of ``small`` GPUs on the one node measured with both
+    group sizes and the same launch mode: whether a smaller group moves its bytes more slowly per GPU.
+
+    Why it matters: NCCL's tuning model gives a ring all-reduce inside one NVSwitch node the same bus bandwidth
+    whatever the group (busBw = nChannels x bwIntra, src/graph/tuning.cc; both runs of this node print 24 coll
+    channels), so the engine's per-GPU rate does not depend on the group size; this is the measurement that
+    could contradict it."""
+    small_rows = {r.size_bytes: r for r in ROWS if r.source == source.format(n=small) and r.gpus == small}
+    large_rows = {r.size_bytes: r for r in ROWS if r.source == source.format(n=large) and r.gpus == large}
+    return {size: bus_bandwidth(large_rows[size]) / bus_bandwidth(small_rows[size])
+            for size in sorted(small_rows.keys() & large_rows.keys())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", action="store_true", help="also print each row's source")
@@ -194,6 +233,8 @@ def main() -> None:
         print(f"{k:>20} {n:>5} {100 * mean:>6.1f}% {100 * mx:>6.1f}%")
     print("same node, -g 8 over mpirun -np 8: " + ", ".join(
         f"{size / MIB:g} MiB x{ratio:.2f}" for size, ratio in launch_overhead().items()))
+    print("same node, -g 4 over -g 2 bus bandwidth: " + ", ".join(
+        f"{size / MIB:g} MiB x{ratio:.3f}" for size, ratio in group_size_ratio().items()))
     print(f"target: {TARGET} rows of {TARGET_MIN_BYTES // MIB} MiB and more, every row within "
           f"{100 * TARGET_ROW_ERROR:.0f} %, mean within {100 * TARGET_MEAN_ERROR:.0f} % "
           "(tests/test_calibration_nccl_a100.py)")
