@@ -20,8 +20,9 @@ and the share of layer time outside the ops' roofline (``fixed``); then mean |er
 overall, by tp, by source family and by precision. No physics is changed here: predictions only.
 
 ``--host-scale F``: a diagnostic what-if, not a calibration: every host cost of the system preset (per-kernel
-dispatch, per-call framework time, per-synchronisation idle: ``host_dispatch_s``, ``host_call_s``,
-``host_sync_s``) multiplied by F in memory, to see how much of the gap host-side time could account for.
+dispatch, per-call framework time, per-synchronisation idle, per-collective call, per-backward start-up:
+``host_dispatch_s``, ``host_call_s``, ``host_sync_s``, ``host_collective_s``, ``host_backward_s``) multiplied by F
+in memory, to see how much of the gap host-side time could account for.
 
 Usage: python benchmarks/calibrate_public_megatron_logs.py [--engine analytic|event] [--host-scale F]
 """
@@ -37,7 +38,7 @@ from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.simulate import simulate
 
-HOST_COSTS = ("host_dispatch_s", "host_call_s", "host_sync_s")  # ComputeSpec fields the what-if scales
+HOST_COSTS = ("host_dispatch_s", "host_call_s", "host_sync_s", "host_collective_s", "host_backward_s")  # scaled
 
 CSV = Path(__file__).resolve().parent / "data" / "public_megatron_logs.csv"
 SYSTEMS = {"A100": "dgx-a100", "H100": "dgx-h100"}  # GPU name prefix in the CSV → system preset

@@ -49,19 +49,22 @@ def _compute(project: Project):
 @pytest.mark.parametrize(
     "scope,forward,backward",
     [
-        (["attn", "mlp"], (16, 100), (30, 68)),  # the whole layer: one graph per pass
-        (["attn"], (10, 67), (3 + 3 + 5 + 1 + 1 + 3 + 1 + 1, 5 + 8 + 12 + 5 + 1 + 8 + 1 + 2)),
+        (["attn", "mlp"], (16, 100, 2), (30, 68, 2)),  # the whole layer: one graph per pass
+        (["attn"], (10, 67, 1), (3 + 3 + 5 + 1 + 1 + 3 + 1 + 1, 5 + 8 + 12 + 5 + 1 + 8 + 1 + 2, 1)),
     ],
 )
 def test_graphs_remove_the_captured_ops_host_dispatch(scope, forward, backward):
-    """Per layer and pass: the captured ops' kernels and calls are no longer issued by the host, one graph
-    launch is. Attention part backward: norm (3 kernels, 5 calls), qkv (3, 8), the core (5, 12), softmax (1,
-    5), attention dropout (1, 1), out_proj (3, 8), dropout1 (1, 1), the residual add (1, 2)."""
+    """Per layer and pass: the captured ops' kernels, calls and tensor-parallel collective calls (``plan.launch``:
+    attention's and the MLP's all-reduce forward, the QKV's and h→4h's input gradients' backward) are no longer
+    issued by the host, one graph launch is. Attention part backward: norm (3 kernels, 5 calls), qkv (3, 8), the
+    core (5, 12), softmax (1, 5), attention dropout (1, 1), out_proj (3, 8), dropout1 (1, 1), the residual add
+    (1, 2)."""
     eager, graphed = _gpt(None), _gpt(scope)
     c = _compute(eager)
-    for kind, (kernels, calls) in (("F", forward), ("B", backward)):
+    for kind, (kernels, calls, collectives) in (("F", forward), ("B", backward)):
         removed = _host(make_plan(eager), kind) - _host(make_plan(graphed), kind)
-        expected = LAYERS * (kernels * c.host_dispatch_s + calls * c.host_call_s - c.host_dispatch_s)
+        expected = LAYERS * (kernels * c.host_dispatch_s + calls * c.host_call_s - c.host_dispatch_s
+                             + collectives * c.host_collective_s)
         assert removed == pytest.approx(expected, rel=1e-9)
 
 
@@ -213,7 +216,8 @@ def test_moe_scope_on_drop_and_pad_graphs_the_whole_moe_layer():
     dispatcher kernels, experts, combine, residual) replay as one graph per layer and pass. What is left on the
     host beyond full_iteration's nothing: the embedding's and head's ops, eager (``launch.host_seconds``,
     read as a primitive), one launch per layer, and the training step's per-pass drains (tp 1, pp 1: three
-    per forward, one per backward; ``plan.train_step``), which full_iteration does not have."""
+    per forward, one per backward; ``plan.train_step``) and the backward's ``backward()`` start-up, which
+    full_iteration does not have."""
     project = _moe(["attn", "moe"], capacity=1.0)
     c = _compute(project)
     graph = build_workload(project.workload)
@@ -223,7 +227,8 @@ def test_moe_scope_on_drop_and_pad_graphs_the_whole_moe_layer():
     for kind, drains in (("F", 3), ("B", 1)):
         eager_rest = sum(host_seconds(op, kind == "B", c) for op in outside)
         left = _host(make_plan(project), kind) - _host(whole, kind)
-        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s + drains * drain, rel=1e-9)
+        start = c.host_backward_s if kind == "B" else 0.0
+        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s + drains * drain + start, rel=1e-9)
 
 
 def test_cli_flag(capsys):

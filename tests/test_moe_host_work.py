@@ -122,7 +122,8 @@ def test_nothing_is_charged_without_host_costs(monkeypatch):
     system = load_system("dgx-h100")
     for _, c in system.walk():
         if c.compute is not None:
-            c.compute = c.compute.model_copy(update={"host_dispatch_s": 0.0, "host_call_s": 0.0, "host_sync_s": 0.0})
+            c.compute = c.compute.model_copy(update={"host_dispatch_s": 0.0, "host_call_s": 0.0, "host_sync_s": 0.0,
+                                                          "host_collective_s": 0.0, "host_backward_s": 0.0})
     project = _project(ep=4).model_copy(update={"hardware": system})
     plan = make_plan(project)
     assert _host(plan, "F") == 0.0 and _host(plan, "B") == 0.0

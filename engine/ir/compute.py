@@ -83,6 +83,7 @@ class Compute(QuietDefaultsModel):
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
               "programs_by_op", "program_s_by_op", "gemm_granule", "runtime_step_s", "runtime_sampling", "host_sync_s",
+              "host_collective_s", "host_backward_s",
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
               "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w")
@@ -173,6 +174,18 @@ class Compute(QuietDefaultsModel):
         0.0,
         description="device idle per host synchronisation of an eager training framework (the device drains, "
         "the host thread wakes and its next launch reaches the device), on top of that launch's host_dispatch_s",
+    )
+    host_collective_s: Seconds = Field(
+        0.0,
+        description="host time of one collective call an eager training framework makes (torch.distributed over "
+        "NCCL: Python, the process group's bookkeeping, stream joins, the NCCL enqueue) up to its kernel's launch; "
+        "the device waits for it when the host binds (the rest of the call overlaps the collective)",
+    )
+    host_backward_s: Seconds = Field(
+        0.0,
+        description="host start-up of one top-level autograd backward() call of an eager training framework "
+        "(graph task, hand-off to the device's engine thread and back), paid once per backward pass on a "
+        "drained device",
     )
     runtime_prefill: PrefillOrder = Field(
         PrefillOrder.batched, description="how the device's serving runtime prefills a batch (run.inference.prefill)"

@@ -58,12 +58,24 @@ allocation and the launch: measured eager ops cost 9-11 µs each on A100 and H10
 comment); so a layer's forward costs its host ``16 × host_dispatch_s + 100 × host_call_s`` (460 µs on a DGX
 A100's host) and its backward ``30 × host_dispatch_s + 68 × host_call_s`` (504 µs), which small layers (tp 8,
 micro-batch 1) cannot hide. A backward kernel is issued by an autograd node in C++, without the forward's
-Python: charging it the same ``host_dispatch_s`` leans high; the top-level ``backward()`` call's own start-up
-(its graph task, the hand-off to the device thread and back, tens of µs once per micro-batch) is not charged.
+Python: charging it the same ``host_dispatch_s`` leans high. The top-level ``backward()`` call's own start-up
+(its graph task, the hand-off to the device's engine thread and back: ``Compute.host_backward_s``, once per
+backward pass) runs on a drained device (the schedule's timer syncs just before it) and is ``plan.train_step``'s.
 
-Collectives launch their own NCCL kernel, whose host cost is part of the collective's latency. The host
-synchronisations of the training loop (timers, ``.item()``, pipeline sends), which throw the host's lead
-away, are ``plan.train_step``'s.
+**Collective calls.** A collective's device time (NCCL's latency and bandwidth, ``perf.collectives``) starts
+when its kernel is launched; before that the host makes the call: Megatron-LM issues each tensor-parallel
+reduction from Python (``_reduce`` → ``torch.distributed.all_reduce(..., group=...)``), whose wrapper checks its
+arguments, looks up the communicator, records an event on the compute stream for the NCCL stream to wait on,
+creates the work object, records the tensors' streams and enqueues the NCCL kernel: ``Compute.host_collective_s``,
+the call's host time up to its launch. Where the host binds, the device waits that long before the collective
+starts: ``collective_host_seconds`` is added to the host time of the segment the collective closes (every
+collective the passes issue: tensor, expert, context and sharded data parallelism). The rest of the call (the
+end event, ``work.wait()``'s stream join) runs on the host while the collective runs on the device and is not
+charged. A collective a CUDA graph replays (``plan.cuda_graphs``) costs no host time; an inference pass's
+collectives are the serving runtime's own (custom all-reduce, pynccl), not ``torch.distributed``'s: ``pass_device``
+drops the cost there. The host synchronisations of the training loop (timers, ``.item()``, pipeline sends),
+which throw the host's lead away, are ``plan.train_step``'s, with the collective calls made right after them
+(the pipeline sends, ``get_batch``'s broadcasts) wholly exposed.
 
 **Captured graphs.** Serving runtimes replay a captured CUDA graph for a decode step (vLLM captures the
 "uniform decode" batches, prefill and mixed batches run eager; ``Compute.runtime_graphs``): the replay
@@ -87,7 +99,9 @@ gradient once more (``op_cost``), serial with the GEMMs.
 host_call_s)``: with 10 µs per kernel and 3 µs per other call the host issues a Megatron GPT layer's forward
 in about 460 µs, which the device undercuts when a layer's work is small (a hidden size of 1-2 k at
 micro-batch 1, or tp 4-8). The host's lead is not carried across a collective (it could be: launches are
-asynchronous), which makes the bound slightly pessimistic, never optimistic.
+asynchronous), which makes the bound slightly pessimistic, never optimistic: in a host-bound stretch the host
+issues the next segment while the device runs the collective, so a collective costs the device its call's
+pre-launch host time and then its own device time, as charged.
 
 **Cross-entropy.** Megatron-LM's vocab-parallel cross-entropy runs as eager kernels, each streaming the
 rank's fp32 logit shard (``megatron/mpu/cross_entropy.py``, ``_VocabParallelCrossEntropy``): forward, the
@@ -167,13 +181,44 @@ def graphed(compute: Compute, kind: InferencePass) -> bool:
     return g is RuntimeGraphs.all or (g is RuntimeGraphs.decode and kind == "decode")
 
 
+TRAINING_HOST = ("host_collective_s", "host_backward_s")  # a training framework's, not a serving runtime's
+
+
+def serving_device(dev: DeviceModel) -> DeviceModel:
+    """The device as a serving runtime drives it: without the training framework's collective calls and
+    backward start-up (``TRAINING_HOST``; module docstring), else ``dev`` itself."""
+    return _without(dev, TRAINING_HOST)
+
+
 def pass_device(dev: DeviceModel, kind: InferencePass) -> DeviceModel:
-    """The device as an inference pass of ``kind`` sees it: without host dispatch when the runtime replays
-    the pass as a graph (its kernels and their device gaps unchanged), else ``dev`` itself."""
-    if not (dev.compute.host_dispatch_s or dev.compute.host_call_s) or not graphed(dev.compute, kind):
+    """The device as an inference pass of ``kind`` sees it (``serving_device``), also without host dispatch
+    when the runtime replays the pass as a graph (its kernels and their device gaps unchanged)."""
+    names = TRAINING_HOST + (("host_dispatch_s", "host_call_s") if graphed(dev.compute, kind) else ())
+    return _without(dev, names)
+
+
+def _without(dev: DeviceModel, names: tuple[str, ...]) -> DeviceModel:
+    """``dev`` with the named host costs zeroed; ``dev`` itself when none is set."""
+    c = dev.compute
+    if not any(getattr(c, name) for name in names):
         return dev
-    host_free = {"host_dispatch_s": 0.0, "host_call_s": 0.0}
-    return dataclasses.replace(dev, compute=dev.compute.model_copy(update=host_free))
+    return dataclasses.replace(dev, compute=c.model_copy(update=dict.fromkeys(names, 0.0)))
+
+
+def collective_host_seconds(compute: Compute) -> float:
+    """Host time of one eager collective call up to its kernel's launch (``Compute.host_collective_s``) on a
+    device whose kernels a host framework issues one by one (``issues_kernels``); 0 elsewhere."""
+    if not compute.host_collective_s or not issues_kernels(compute):
+        return 0.0
+    return compute.host_collective_s
+
+
+def backward_startup_seconds(compute: Compute) -> float:
+    """Host start-up of one top-level ``backward()`` call (``Compute.host_backward_s``) on a device whose
+    kernels a host framework issues; 0 elsewhere."""
+    if not compute.host_backward_s or not issues_kernels(compute):
+        return 0.0
+    return compute.host_backward_s
 
 
 def extra_launches(op: Op, backward: bool, compute: Compute) -> float:

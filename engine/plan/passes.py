@@ -30,6 +30,7 @@ from tilewright.engine.plan.launch import (
     SCORE_PASSES_FORWARD,
     attention_scores,
     checkpoint_host_seconds,
+    collective_host_seconds,
     eager_cross_entropy_bytes,
     extra_launches,
     host_seconds,
@@ -205,6 +206,7 @@ class _Builder:
         self.out = ChunkPass(kind, captured=FULL_ITERATION in ctx.cuda_graph_scope)
         self._open: Segment | None = None
         self._graph: Capture | None = None  # the op being added, as CUDA graphs capture it
+        self.graphs: dict[str, Capture] = {}  # the current layer's ops under CUDA graphs (``layer_graphs``)
         self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
         # delayed weight gradients (``PassContext.delay_wgrad``, ``_defer``): the routed experts' of this layer,
         # waiting for its dispatch's gradient; attention's and the shared experts' of this layer, and those of
@@ -407,11 +409,21 @@ class _Builder:
         self._exchanged = False
         return busy
 
+    def call_host(self, name: str) -> float:
+        """Host time of one collective call at op ``name`` before its kernel's launch (``plan.launch``): none
+        when a CUDA graph replays it — the op wholly captured, or the pass inside a full-iteration graph."""
+        graph = self.graphs.get(name)
+        if self.out.captured or (graph is not None and graph.whole):
+            return 0.0
+        return collective_host_seconds(self.ctx.dev.compute)
+
     def dp_comms(self, items: list[tuple[str, float]], layer: int, label: str) -> None:
-        """Sharded-data-parallel collectives ((dp: kind, bytes per tensor rank)) after the open segment."""
+        """Collectives over replicas ((kind, bytes per tensor rank): sharded data parallelism, the context ring,
+        the expert all-to-all) after the open segment, each call's host time with it (``call_host``)."""
         for kind, nbytes in items:
             seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
             seg.comm = (kind, nbytes)
+            seg.host_s += self.call_host(label)
             seg.close()
             self.out.segments.append(seg)
             self._open = None
@@ -426,8 +438,9 @@ class _Builder:
             self.comm(routed[0], routed[1], op.layer, op.name, overlap=not is_etp(routed[0]))
 
     def comm(self, kind: str, elems: float, layer: int, label: str, overlap: bool = True) -> None:
-        """A tensor-parallel collective closing the open segment; ``overlap``: one the GEMMs beside it may
-        hide (``plan.tp_overlap``), not the cross-entropy's."""
+        """A tensor-parallel collective closing the open segment, its call's host time with it (``call_host``);
+        ``overlap``: one the GEMMs beside it may hide (``plan.tp_overlap``: Transformer Engine's userbuffers then
+        drive it from the GEMM's own call, no collective call of its own), not the cross-entropy's."""
         c = self.ctx
         if c.tp <= 1 or elems <= 0:
             return
@@ -437,6 +450,8 @@ class _Builder:
             seg.comm, slower = self.tp_overlap.collective(seg, *seg.comm)
             seg.busy_s += slower  # the GEMM's SMs the pipelined reduce-scatter takes
             self.layer_busy += slower
+        else:
+            seg.host_s += self.call_host(label)
         seg.close()
         self.out.segments.append(seg)
         self._open = None
@@ -501,6 +516,7 @@ def forward_pass(
         flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
         rerun = selection(ops, modules) if only_selective else {}
         graphs = {} if only_selective else layer_graphs(ops, ctx.cuda_graph_scope)  # R: eager (cuda_graphs)
+        b.graphs = graphs
         vocab_out = False  # the op before left its output split over the vocabulary (the logits)
         for j, (op, fused) in enumerate(zip(ops, flags, strict=True)):
             if only_selective:
@@ -556,6 +572,7 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
         graphs = layer_graphs(ops, ctx.cuda_graph_scope)
+        b.graphs = graphs
         for op, fused in zip(reversed(ops), reversed(flags), strict=True):
             if pending is not None and not _column(op):
                 b.op_comm(_reduce(sp), pending, pending.in_elems)

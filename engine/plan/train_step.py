@@ -28,6 +28,17 @@ timer's start) cost nothing more. Counted per pass (``DRAINS``): a forward drain
 stop), each pipeline send once (its ``synchronize``, which also waits for the transfer, already timed as
 ``pp_comm``). The drain is put first in the pass and reported as ``host_wait``.
 
+**Host work on a drained device.** What the host does between a drain and its next launch the device waits
+for whole: each pipeline send's collective call (``send_forward`` / ``send_backward`` start their timer, which
+synchronises, then call ``batch_isend_irecv``: ``Compute.host_collective_s`` up to its launch, ``plan.launch``),
+``get_batch``'s two broadcasts (the first after the ``batch-generator`` timer's start, the second after the
+sizes' ``.cpu()``: each call's ``host_collective_s``, on the broadcast's own segment) and the backward pass's
+``torch.autograd.backward`` call, made right after the ``backward-compute`` timer's start (its start-up,
+``Compute.host_backward_s``; the recomputing layers' nested calls are ``launch.CHECKPOINT_CALLS``). They lead
+their pass as host waits beside the drains. Left out: the warm-up's and cool-down's separate receives (1F1B's
+steady state receives in the send's call), the optimizer step's flag all-reduces and the data-parallel
+reduction's call (two or three calls an iteration, issued behind the step's own kernels).
+
 **The mixed-precision optimizer's passes.** ``ADAM_BYTES_*`` (``plan.plan``) streams one fused Adam step
 (fp32 gradient, master weights and moments read, the three written, the low-precision copy written).
 Megatron's step makes more passes (``megatron/optimizer/optimizer.py``, local DDP with its contiguous
@@ -83,7 +94,7 @@ from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import Fp8Scaling
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
-from tilewright.engine.plan.launch import drain_seconds
+from tilewright.engine.plan.launch import backward_startup_seconds, collective_host_seconds, drain_seconds
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.residency import StageResidency, home_level, optimizer_seconds
 
@@ -111,15 +122,27 @@ SIZES_BYTES = 8 * 8
 TOKEN_BYTES = 8
 
 
+def pass_sends(kind: str, virtual_stage: int, virtual_stages: int) -> int:
+    """Pipeline sends of one forward ("F") or backward ("B") pass of a virtual stage: a forward sends on
+    unless its stage is the last, a backward back unless it is the first."""
+    if kind == "F" and virtual_stage < virtual_stages - 1:
+        return 1
+    if kind == "B" and virtual_stage > 0:
+        return 1
+    return 0
+
+
 def pass_drains(kind: str, virtual_stage: int, virtual_stages: int) -> int:
     """Drains of one forward ("F") or backward ("B") pass of a virtual stage (a recompute pass runs inside
     the backward's timer: none of its own)."""
-    drains = DRAINS.get(kind, 0)
-    if kind == "F" and virtual_stage < virtual_stages - 1:
-        drains += SEND_DRAINS
-    if kind == "B" and virtual_stage > 0:
-        drains += SEND_DRAINS
-    return drains
+    return DRAINS.get(kind, 0) + SEND_DRAINS * pass_sends(kind, virtual_stage, virtual_stages)
+
+
+def exposed_host_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int) -> float:
+    """Host work of a pass on a drained device beside its drains (module docstring): each pipeline send's
+    collective call and, a backward, its ``backward()`` start-up."""
+    sends = pass_sends(kind, virtual_stage, virtual_stages) * collective_host_seconds(compute)
+    return sends + (backward_startup_seconds(compute) if kind == "B" else 0.0)
 
 
 def add_drains(
@@ -128,24 +151,31 @@ def add_drains(
     """Lead each training pass of a stage (``passes`` by (chunk, kind)) with the device's idle time for the
     framework's synchronisations, reported as host wait; a forward also with ``get_batch``'s two broadcasts
     over the tensor group (``broadcast_data``: the key sizes, ``SIZES_BYTES``, then the flattened batch,
-    ``batch_bytes``), reported as tensor-parallel communication. A pass inside a full-iteration CUDA graph
-    (``ChunkPass.captured``) has no drain and only the batch's broadcast (module docstring)."""
+    ``batch_bytes``), reported as tensor-parallel communication, each call's host time before it. A pass inside
+    a full-iteration CUDA graph (``ChunkPass.captured``) has no drain, no host work and only the batch's broadcast
+    (module docstring)."""
     if not issues_kernels(compute) or not passes:
         return
     each = drain_seconds(compute)
+    call = collective_host_seconds(compute)
     virtual_stages = pp * (1 + max(c for c, _ in passes))
     for (chunk, kind), ps in passes.items():
         if not ps.segments:
             continue
         layer = ps.segments[0].layer
-        seconds = 0.0 if ps.captured else pass_drains(kind, chunk * pp + rank, virtual_stages) * each
+        vs = chunk * pp + rank
+        seconds = 0.0 if ps.captured else pass_drains(kind, vs, virtual_stages) * each
+        host = 0.0 if ps.captured else exposed_host_seconds(compute, kind, vs, virtual_stages)
         lead = []
         if seconds > 0:
             lead.append(Segment.host_wait("host synchronisation", layer, seconds))
+        if host > 0:
+            lead.append(Segment.host_wait("host calls on a drained device", layer, host))
         if kind == "F" and tp > 1:
             for label, nbytes in broadcasts(batch_bytes, ps.captured):
-                lead.append(Segment(label=label, layer=layer, busy_s=0.0, compute_s=0.0, flops=0.0, dram_bytes=0.0,
-                                    comm=("broadcast", nbytes)))
+                seg = Segment.host_wait(label, layer, 0.0 if ps.captured else call)
+                seg.comm = ("broadcast", nbytes)
+                lead.append(seg)
         ps.segments[:0] = lead
 
 
@@ -164,12 +194,19 @@ def flag_allreduce_s(hw: HardwareGraph, model_group: list[int]) -> float:
 def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int, broadcasts_s: float,
                  captured: bool = False) -> float:
     """Seconds ``add_drains`` puts at the head of a pass, for an estimator that sums passes without building
-    them: its drains (none ``captured`` in a full-iteration graph) and, a forward, the batch broadcasts'
-    time (``broadcasts_s``, 0 with tp 1; the caller sizes them with ``broadcasts``)."""
+    them: its drains and exposed host work (none ``captured`` in a full-iteration graph) and, a forward, the
+    batch broadcasts' time (``broadcasts_s``, 0 with tp 1 — no broadcast then; the caller sizes them with
+    ``broadcasts``) and, eager, their calls' host time."""
     if not issues_kernels(compute):
         return 0.0
-    drains = 0.0 if captured else pass_drains(kind, virtual_stage, virtual_stages) * drain_seconds(compute)
-    return drains + (broadcasts_s if kind == "F" else 0.0)
+    lead = 0.0
+    if not captured:
+        lead = (pass_drains(kind, virtual_stage, virtual_stages) * drain_seconds(compute)
+                + exposed_host_seconds(compute, kind, virtual_stage, virtual_stages))
+    if kind == "F" and broadcasts_s > 0:
+        calls = 0.0 if captured else len(broadcasts(0.0)) * collective_host_seconds(compute)
+        lead += broadcasts_s + calls
+    return lead
 
 
 def te_holds_master(moments: str, master: str, weights: DType, scaling: Fp8Scaling | None) -> bool:

@@ -48,7 +48,7 @@ from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.plan.group_comm import scaled
 from tilewright.engine.plan.inference_phases import kv_dtype, sampling_tile
-from tilewright.engine.plan.launch import graphed
+from tilewright.engine.plan.launch import graphed, serving_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass, fused_edges
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.serving.config import ServingSetupError
@@ -101,7 +101,8 @@ def stage_context(plan: Plan, r: int, micro_batch: int) -> PassContext:
         fmt = dataclasses.replace(fmt, kv_cache=kv)
     residency = st.residency.residency if st.residency is not None else None
     return PassContext(
-        st.dev, micro_batch, m.tp, False, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial, residency
+        serving_device(st.dev), micro_batch, m.tp, False, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial,
+        residency,
     )
 
 
