@@ -30,6 +30,10 @@ published Tenstorrent row, the bytes that iteration reads back over PCIe (``demo
 on-device argmax's 32-row token tensor from each device; at batch > 1, in the demo at ``DEMO_TIMER``'s commit,
 device 0's 32-row logits, sampled on the host) and their transfer time at Wormhole's measured host read rates
 (``HOST_READ_BPS``) beside the preset's ``compute.runtime_step_s``, the fixed round trip each iteration pays.
+Then one decoder layer of the Galaxy's batch-32 step, op by op, beside the per-op device targets tt-metal publishes
+for models/demos/llama3_70b_galaxy (``benchmarks/tiled_galaxy_ops.py``, with their source commit). The Galaxy
+project models that runtime (prefetched weights, its programs per op); its batch-1 row is tt-transformers'
+(``Config.tt_transformers``: the system's programs, DRAM-sharded weights).
 
 Usage: python benchmarks/calibrate_tiled_llm.py
 """
@@ -40,7 +44,8 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from tilewright.engine.io.presets import load_project_preset
+from tilewright.engine.io.presets import load_project_preset, load_system
+from tilewright.engine.ir.mapping import WeightPlacement
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.op_cost import programs_fixed_s, runtime_programs
 from tilewright.engine.plan.inference_phases import inference_phases, sampling_tile
@@ -84,6 +89,9 @@ class Config:
     workload_from: str = ""  # another preset project whose model to run instead
     dims: tuple[tuple[str, object], ...] = ()  # then these workload fields replaced (a model of no preset)
     published: Published | None = None
+    # tt-transformers on a machine whose preset project models another runtime (the Galaxy's models/demos/
+    # llama3_70b_galaxy): the system preset's compute (tt-transformers' device programs) and DRAM-sharded weights
+    tt_transformers: bool = False
 
 
 CONFIGS = (
@@ -107,7 +115,7 @@ CONFIGS = (
            published=Published((14.8, 15.9), ("PERF", "README v0.59.0-rc53"), "Llama 3.1 70B")),
     Config("wormhole-t3000-llama2-70b-inference", 1, 128, 128, LLAMA31_8B, published=Published((64.3,), ("PERF",))),
     Config("wormhole-galaxy-llama3-70b-inference", 1, 128, 128,
-           published=Published((12.7,), ("PERF",), "Llama 3.1 70B, tt-transformers on TG")),
+           published=Published((12.7,), ("PERF",), "Llama 3.1 70B, tt-transformers on TG"), tt_transformers=True),
     Config("wormhole-galaxy-llama3-70b-inference", 32, 128, 128,
            published=Published((72.5,), ("README v0.62.0-dev20251015",),
                                "Llama 3.1 70B, models/demos/llama3_70b_galaxy: another implementation")),
@@ -229,6 +237,10 @@ def configured(
         update["workload"] = load_project_preset(c.workload_from).workload
     if c.dims:
         update["workload"] = update.get("workload", p.workload).model_copy(update=dict(c.dims))
+    if c.tt_transformers:
+        update["hardware"] = load_system(p.hardware.name)
+        spatial = p.mapping.spatial.model_copy(update={"weights": WeightPlacement.sharded})
+        update["mapping"] = p.mapping.model_copy(update={"spatial": spatial})
     return p.model_copy(update=update)
 
 
@@ -386,6 +398,11 @@ def main() -> None:
     print("  at batch 1 the transfer is negligible: the host step is the runtime's fixed round trip, not the")
     print("  constant ms per token left in the missing/token column. At batch > 1 (demo @001cd078) the host also")
     print("  reads and samples the logits, which runtime_step_s does not include; later demos sample on the device.")
+    print("\nOne decoder layer of the Galaxy's batch-32 decode step against tt-metal's published per-op decode")
+    print("targets of models/demos/llama3_70b_galaxy (benchmarks/tiled_galaxy_ops.py):\n")
+    from tiled_galaxy_ops import report  # a sibling script: benchmarks/ is the script's directory on sys.path
+
+    report()
 
 
 if __name__ == "__main__":

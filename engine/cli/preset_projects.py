@@ -39,6 +39,29 @@ GALAXY_TP_NOTE = (
     "1/4 along each 8-chip row."
 )
 
+# Tenstorrent's own Llama 3.1 70B decode on a Galaxy, models/demos/llama3_70b_galaxy (the README row, 72.5 t/s/u at
+# batch 32), differs from tt-transformers in what its runtime does around the model's ops; the per-op list of its
+# published decode targets (models/demos/llama3_70b_galaxy/tests/decoder_perf_targets_6u.json @02cd859b, read by
+# test_decoder_device_perf.py: 16 device programs per layer) says which. The weights are prefetched
+# (mapping.spatial.weights, ``WeightPlacement.prefetched``); its device programs per model op replace the
+# system's tt-transformers counts (``Compute.programs_by_op``), each further one at the system's program_s_by_op.
+GALAXY_DEMO_PROGRAMS = {
+    "attention": 3, "softmax": 0, "qkv": 1, "out_proj": 1, "mlp_gate": 0, "activation": 1, "mlp_down": 1,
+    "residual*": 0, "sample_update": 8,
+}
+GALAXY_DEMO_COMPUTE_NOTE = (
+    " Project (models/demos/llama3_70b_galaxy, not tt-transformers): programs_by_op as the per-op list of its "
+    "decode targets (tenstorrent/tt-metal models/demos/llama3_70b_galaxy/tests/decoder_perf_targets_6u.json "
+    "@02cd859b, 16 programs per layer): attention 3 (RotaryEmbeddingLlamaFusedQK, PagedUpdateCache, "
+    "ScaledDotProductAttentionDecode; the head split runs inside LlamaReduceScatterCreateHeads and the head "
+    "concatenation inside AllGatherConcat, collectives), softmax 0, qkv, out_proj, activation (the SiLU-fused "
+    "mul) and mlp_down 1 (no reshard: their inputs and outputs stay in the ring's L1 memory configs), mlp_gate 0 "
+    "(FF1 and FF3 run as one double matmul, double_matmul_line_reduce_scatter in llama_ccl.py), residual adds 0 "
+    "(no program of their own in the list: the RMSAllGather norms take the residual), the sampling tail as "
+    "tt-transformers' (its model-tail targets are not modelled); each further program at program_s_by_op "
+    "(attention 7.02 us: its rotary 6.23 and cache update 7.80 us at @01020348, the same mean)."
+)
+
 PROJECTS: dict[str, dict[str, Any]] = {
     "gpt3-dgx-a100": {
         "description": (
@@ -220,12 +243,20 @@ PROJECTS: dict[str, dict[str, Any]] = {
             "links per neighbour pair): tensor parallel 32 across the chips (2 query heads per chip, the 8 KV "
             "heads replicated 4 times) and every op split over each chip's 8 × 8 Tensix cores; bfp8/bfp4 weights "
             "DRAM-sharded (~1.8 GB per chip), bfp8 KV cache, bf16 activations; batch 32, 128-token prompts, "
-            "128 generated tokens, the whole batch prefilled together."
+            "128 generated tokens, the whole batch prefilled together. Runtime as Tenstorrent's "
+            "models/demos/llama3_70b_galaxy (its README row is at batch 32): in a decode step a DRAM prefetcher on "
+            "12 reader cores streams each layer's weights into L1 ring buffers of 24 matmul cores behind the other "
+            "ops (mapping.spatial.weights prefetched: tt/prefetcher_common.py, num_reader_cores 12, "
+            "num_global_cb_receivers 2), and its device programs per op are those of its published decode "
+            "targets (the chip's compute comment); tt-transformers on a Galaxy (PERF.md's batch-1 row) is the "
+            "system's compute with DRAM-sharded weights (benchmarks/calibrate_tiled_llm.py)."
         ) + GALAXY_TP_NOTE + TT_PERFORMANCE_NOTE,
         "system": "wormhole-galaxy",
         "model": "llama3-70b",
         "mapping": {"tp": 32, "tp_axes": [4, 8], "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
-                    "formats": TT_PERFORMANCE, "spatial": {"weights": "sharded"}},
+                    "formats": TT_PERFORMANCE, "spatial": {"weights": "prefetched"}},
+        "compute": {"programs_by_op": GALAXY_DEMO_PROGRAMS},
+        "compute_note": GALAXY_DEMO_COMPUTE_NOTE,
         "run": {"mode": "infer", "dtype": "bf16",
                 "inference": {"prompt_tokens": 128, "output_tokens": 128, "batch": 32}},
     },
@@ -261,13 +292,26 @@ PROJECTS: dict[str, dict[str, Any]] = {
 }
 
 
+def _with_compute(node: dict[str, Any], update: dict[str, Any], note: str) -> dict[str, Any]:
+    """A system's component tree with ``update`` over the fields of every compute in it and ``note`` added to
+    each compute's comment: what a project's runtime does differently on the same chips."""
+    out = dict(node)
+    if out.get("compute") is not None:
+        out["compute"] = {**out["compute"], **update, "comment": out["compute"].get("comment", "") + note}
+    out["children"] = [_with_compute(c, update, note) for c in out.get("children", [])]
+    return out
+
+
 def build(name: str) -> Project:
     spec = PROJECTS[name]
+    hardware = load_system(spec["system"]).model_dump(mode="json")
+    if spec.get("compute"):
+        hardware = _with_compute(hardware, spec["compute"], spec.get("compute_note", ""))
     project = Project.model_validate(
         {
             "name": name,
             "description": spec["description"],
-            "hardware": load_system(spec["system"]).model_dump(mode="json"),
+            "hardware": hardware,
             "workload": load_model(spec["model"]).model_dump(mode="json"),
             "mapping": spec["mapping"],
             "run": spec["run"],

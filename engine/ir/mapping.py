@@ -157,13 +157,18 @@ class WeightPlacement(StrEnum):
 
     interleaved = "interleaved"  # pages round-robin over every bank, read by arbitrary cores (the default)
     sharded = "sharded"  # width-sharded one slice per bank, each read by a core next to its bank (decode matmuls)
+    # sharded, and in a decode step streamed by a DRAM prefetcher on its own cores into L1 ring buffers of the
+    # matmul cores while every other op runs (tt-metal's dram_prefetcher, models/demos/llama3_70b_galaxy);
+    # prefill reads them as ``sharded`` (``spatial_op.gemm_op``, ``inference_phases.with_prefetch_floor``)
+    prefetched = "prefetched"
 
 
 class SpatialSplit(StrictModel):
     """The split inside each device (nested mapping: tp/pp/dp count devices, this splits each op over the
     device's cores). ``grid``: use only ``rows × cols`` of the device's cores (default: all of them).
     ``weights``: DRAM placement of the weights; ``sharded`` is tt-metal's DRAM-sharded decode matmul
-    (Saturating_DRAM_bandwidth.md): a 1-D split whose weight columns are read bank-adjacent."""
+    (Saturating_DRAM_bandwidth.md): a 1-D split whose weight columns are read bank-adjacent; ``prefetched``
+    adds a decode-step DRAM prefetcher that streams them into the matmul cores' L1 behind the other ops."""
 
     policy: SpatialPolicy = SpatialPolicy.auto
     grid: tuple[PosInt, PosInt] | None = None

@@ -17,7 +17,7 @@ from fnmatch import fnmatchcase
 
 from tilewright.engine.ir.common import DEFAULT_FIDELITY, DType
 from tilewright.engine.ir.hardware import Compute
-from tilewright.engine.ir.mapping import Fp8Scaling, SpatialSplit
+from tilewright.engine.ir.mapping import Fp8Scaling, SpatialSplit, WeightPlacement
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats, gemm_dtype
@@ -45,11 +45,24 @@ class OpTime:
         return max(self.compute_s, self.memory_s) + self.overhead_s
 
 
-def _sharded_gemm(op: Op, micro_batch: int, tp: int) -> tuple[float, float, float]:
-    """(M, N, K) of one tensor-parallel rank's matmul: tokens × output columns × reduction."""
+def _sharded_gemm(
+    op: Op, micro_batch: int, tp: int, axes: tuple[int, int] | None = None
+) -> tuple[float, float, float]:
+    """(M, N, K) of one tensor-parallel rank's matmul: tokens × output columns × reduction. With 2-D tensor
+    parallelism (``axes`` = rows × cols of ``Mapping.tp_axes``) a weighted matmul's weight is cut along both
+    of its dimensions, as ``ShardTensor2dMesh`` lays it on a Galaxy (tt-metal tech_reports/LLMs/llms.md §2.5):
+    a column-parallel op's N over the cols and its K over the rows (its partial sums reduced along a column,
+    ``tensor_axes.axis_comm``), a row-parallel op's K over the cols and N over the rows — the same weight
+    elements per device as a 1-D cut, but a K (and the activations every core receives) ``rows`` or ``cols``
+    times shorter."""
     assert op.gemm is not None
     m, n, k = op.gemm
     m = m * micro_batch
+    if axes is not None and op.params > 0 and op.split in (TensorSplit.column, TensorSplit.row):
+        rows, cols = axes
+        if op.split is TensorSplit.column:
+            return m, n / cols, k / rows
+        return m, n / rows, k / cols
     if op.split in (TensorSplit.column, TensorSplit.heads, TensorSplit.vocab):
         n = n / tp
     elif op.split is TensorSplit.row:
@@ -186,6 +199,7 @@ def op_time(
     spatial: SpatialSplit | None = None,
     residency: Residency | None = None,
     gemm_only: bool = False,
+    tp_axes: tuple[int, int] | None = None,
 ) -> OpTime:
     """``fused_in``/``fused_out``: the op's input comes from / its output goes to a fused neighbour on
     chip (``mapping.fusion``), so that tensor — and in the backward its gradient — skips DRAM (local, or
@@ -194,7 +208,8 @@ def op_time(
     ``residency``: which memory level holds each category (None: the device's own memory,
     ``perf.residency``); ``gemm_only``: a matrix op's GEMM kernels alone, without the kernels around them (a
     bias gradient's reduction, fp8 quantization), as when a library splits only the GEMM call into chunks
-    (``plan.tp_overlap``'s split GEMMs)."""
+    (``plan.tp_overlap``'s split GEMMs); ``tp_axes``: 2-D tensor parallelism's rows × cols (``_sharded_gemm``),
+    given for forward passes only (``plan.tensor_axes``)."""
     if formats is not None:
         formats = formats.for_op(op.name)  # mapping.formats.weights_by_op / fidelity_by_op
     k = shard(op, tp, sequence_parallel)
@@ -223,7 +238,7 @@ def op_time(
         on = OnChip(fused_in, fused_out, *(residency is not None and residency.at(c) == "sram"
                                            for c in ("weights", "activations", "kv_cache")))
         cost = _grid_cost(op, dev, micro_batch, tp, flops, backward, fmt, spatial or SpatialSplit(),
-                          OpTensors(w_elems, in_elems, out_elems, cache), on)
+                          OpTensors(w_elems, in_elems, out_elems, cache), on, tp_axes)
         split = f"{op.name.split('.', 1)[-1]}: {cost.split}" if cost.split else ""
         overhead = max(0.0, cost.overhead_s + runtime_programs_extra(op, dev.compute))
         return OpTime(flops, cost.compute_s, cost.movement_s, 0.0, local_bytes=cost.dram_bytes,
@@ -242,7 +257,7 @@ def op_time(
         # and the size curve (fixed launch and fill costs against throughput) applies to that padded work —
         # so a fixed per-kernel cost is paid once per kernel, not once per wasted tile row.
         peak = dev.matmul_peak(formats, op.params > 0)  # fp8 GEMMs on the fp8 units (``formats.gemm_dtype``)
-        shape = _sharded_gemm(op, micro_batch, tp) if op.gemm is not None else None
+        shape = _sharded_gemm(op, micro_batch, tp, tp_axes) if op.gemm is not None else None
         split = issues_kernels(dev.compute) and not flash
         compute_s = 0.0
         for share, dims in (gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),)):
@@ -282,7 +297,7 @@ def op_time(
     tensors = OpBytes.of(w_elems, in_elems, out_elems, op.cache_elems * micro_batch / k, backward,
                          (fused_in, fused_out), formats if formats is not None and not formats.uniform else None,
                          elem_bytes)
-    gemm = _sharded_gemm(op, micro_batch, tp) if op.gemm is not None and op.kind in MATRIX_KINDS else None
+    gemm = _sharded_gemm(op, micro_batch, tp, tp_axes) if op.gemm is not None and op.kind in MATRIX_KINDS else None
     cost, dataflow = op_memory(dev, tensors, residency, gemm, bytes_per_elem, backward, (fused_in, fused_out))
     return OpTime(flops, compute_s, cost.memory_s, cost.dram_bytes, dataflow, cost.local_bytes, overhead_s=fixed_s)
 
@@ -340,12 +355,16 @@ def _grid_cost(
     spatial: SpatialSplit,
     tensors: OpTensors,
     on: OnChip,
+    tp_axes: tuple[int, int] | None = None,
 ) -> GridOpCost:
     """A grid device: the GEMM split or 1-D stream of the op (``perf.spatial_op``). Residency in host
     memory is not modelled here: such tensors are read from the device's DRAM."""
     chip = device_chip(dev)
     if op.gemm is not None and op.kind in MATRIX_KINDS:
-        m, n, k = _sharded_gemm(op, micro_batch, tp)
+        m, n, k = _sharded_gemm(op, micro_batch, tp, tp_axes)
+        if spatial.weights is WeightPlacement.prefetched and op.split not in (TensorSplit.column, TensorSplit.row):
+            # the prefetcher streams the transformer layers' projections; the LM head reads its own (sharded)
+            spatial = spatial.model_copy(update={"weights": WeightPlacement.sharded})
         experts = _experts_reached(op)
         if experts == 1.0:
             return gemm_op(chip, (m, n, k), backward, fmt, spatial, on)

@@ -54,13 +54,16 @@ def gemm_on_grid(
     grid: tuple[int, int] | None = None,
     in_dram: tuple[bool, bool, bool] = (True, True, True),
     b_sharded: bool = False,
+    a_ring: bool = False,
 ) -> GemmCost:
     """The chosen split of C[m×n] = A[m×k]·B[k×n] and its cost. Sizes may be fractional (a tensor-parallel
     shard of an odd size): the grid works in whole elements, rounded up. ``in_dram``: whether A, B and C
     live in DRAM (True) or already sit in the cores' L1; ``b_sharded``: B is DRAM-sharded over the banks
-    (``mapping.spatial.weights``)."""
+    (``mapping.spatial.weights``); ``a_ring``: A's blocks go around a ring of the cores
+    (``GemmProblem.a_ring``)."""
     p = GemmProblem(
-        math.ceil(m), math.ceil(k), math.ceil(n), fmt_a, fmt_b, fmt_out, fidelity, *in_dram, b_sharded=b_sharded
+        math.ceil(m), math.ceil(k), math.ceil(n), fmt_a, fmt_b, fmt_out, fidelity, *in_dram, b_sharded=b_sharded,
+        a_ring=a_ring,
     )
     return choose(limit_grid(chip, grid), p, policy)
 

@@ -47,6 +47,9 @@ class GemmProblem:
     b_in_dram: bool = True
     out_in_dram: bool = True
     b_sharded: bool = False  # B width-sharded one slice per DRAM bank (tt-metal's DRAM-sharded matmul)
+    # under a 1-D split, A's K-blocks handed from core to neighbouring core around a ring while each computes
+    # (tt-metal's matmul_1d_ring, the prefetched decode matmuls) instead of multicast by one sender
+    a_ring: bool = False
 
     def tiles(self, tile: int) -> tuple[int, int, int]:
         return (max(1, math.ceil(self.m / tile)), max(1, math.ceil(self.k / tile)), max(1, math.ceil(self.n / tile)))
@@ -235,7 +238,7 @@ def pipeline(
     elif kind == "1d_in0":
         line = rows * cols
         if line > 1:
-            t_a += _mcast(chip, a_blk, line - 1, chip.rows + chip.cols)
+            t_a += _ring_pass(chip, a_blk) if g.p.a_ring else _mcast(chip, a_blk, line - 1, chip.rows + chip.cols)
         senders_a, senders_b = 1, line
         per_cycle_b = g.dram_b_1d_in0
         if g.ds:  # reads pipelined (latency once per op, below), arithmetic on the sub-block-padded width
@@ -295,6 +298,8 @@ def floor_seconds(g: GemmTerms, kind: str, rows: int, cols: int, per_m: int, per
     else:
         mcast_a, mcast_b, senders_a, senders_b, per_cycle_b = False, line > 1, line, 1, g.per_cycle
     mcast_rate = min(chip.multicast, chip.noc_link)
+    if kind == "1d_in0" and g.p.a_ring:  # A handed on by unicast to the neighbour (``_ring_pass``)
+        mcast_rate = min(chip.unicast, chip.noc_link)
     dram = 0.0
     if g.dram_a:
         dram += a_panel * senders_a * ks / g.per_cycle
@@ -354,6 +359,13 @@ def _fetch_terms(chip: GridChip, in_dram: bool) -> tuple[float, float]:
     if in_dram and chip.has_dram:
         return chip.dram_latency, chip.dram_read
     return 0.0, chip.l1_bytes_per_cycle
+
+
+def _ring_pass(chip: GridChip, nbytes: float) -> float:
+    """Cycles to hand a block to the next core of a ring: every core sends the block it holds to its
+    neighbour at once (each link carries one block per step), one unicast and one hop; the write's latency is
+    pipelined behind the previous block's arithmetic as the buffers are double-buffered."""
+    return nbytes / min(chip.unicast, chip.noc_link) + chip.hop_cycles
 
 
 def _mcast(chip: GridChip, nbytes: float, receivers: int, depth: int) -> float:

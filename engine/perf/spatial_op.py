@@ -9,11 +9,13 @@ chunks over the cores, each chunk re-reading its K/V; a decode step as FlashDeco
 with the keys split over the cores. A decode-step norm (rows within one tile row) adds the cross-core chain of
 tt-metal's sharded norm to its stream (``spatial_norm``). Tensors a fused neighbour hands over on chip
 (``mapping.fusion``) stay in L1 instead of going through DRAM, as do categories held in SRAM
-(``mapping.memory_levels``).
+(``mapping.memory_levels``). With ``mapping.spatial.weights`` prefetched, a decode matmul runs as tt-metal's ring
+matmul on the prefetcher's receiver cores, its weight already in their L1 (``_prefetched_gemm``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tilewright.engine.ir.mapping import SpatialSplit, WeightPlacement
@@ -80,8 +82,10 @@ def gemm_op(
     m, n, k = mnk
     a, w, fid = str(fmt.activations), str(fmt.weights), str(fmt.fidelity)
     policy, grid = spatial.policy.value, spatial.grid
+    if not backward and prefetched(chip, spatial, m, on):
+        return _prefetched_gemm(chip, mnk, fmt, spatial)
     if not backward:
-        sharded = spatial.weights is WeightPlacement.sharded and not on.weights
+        sharded = spatial.weights in (WeightPlacement.sharded, WeightPlacement.prefetched) and not on.weights
         c = gemm_on_grid(
             chip, m, k, n, a, w, a, fid, policy, grid, (not on.op_input, not on.weights, not on.op_output), sharded
         )
@@ -100,6 +104,51 @@ def gemm_op(
         dram_bytes=sum(p.dram_read_bytes + p.dram_write_bytes for p in parts),
         split=f"input grad {dgrad.split.describe()}; weight grad {wgrad.split.describe()}",
     )
+
+
+# tt-metal's decode prefetcher (models/demos/llama3_70b_galaxy/tt/prefetcher_common.py: ``num_reader_cores = 12``,
+# ``num_global_cb_receivers = 2``): one reader core per DRAM bank on a sub-device of its own streams the weight
+# slices of the coming matmuls into a global circular buffer on 2 receiver cores each — the 24-core ring the
+# decode matmuls run on (``matmul_1d_ring_config``, RING_SIZE 24 on a Wormhole).
+PREFETCH_RECEIVERS_PER_BANK = 2
+
+
+def prefetched(chip: GridChip, spatial: SpatialSplit, m: float, on: OnChip = OnChip()) -> bool:
+    """Whether a forward matmul of ``m`` rows reads its weights from the prefetcher's ring buffers: weights
+    ``prefetched`` in DRAM (not held in SRAM), a chip that states its banks, and decode rows (one tile row,
+    as the runtime prefetches in decode mode only; a prefill reads them as ``sharded``)."""
+    return (spatial.weights is WeightPlacement.prefetched and not on.weights and chip.dram_banks > 0
+            and math.ceil(m / chip.tile) == 1)
+
+
+def prefetch_ring(chip: GridChip) -> tuple[int, int]:
+    """The rows × cols of cores the prefetched matmuls run on: the receivers of the bank readers
+    (``PREFETCH_RECEIVERS_PER_BANK`` per bank), laid over whole rows of the grid."""
+    ring = chip.dram_banks * PREFETCH_RECEIVERS_PER_BANK
+    return min(chip.rows, max(1, math.ceil(ring / chip.cols))), min(chip.cols, ring)
+
+
+def _prefetched_gemm(
+    chip: GridChip, mnk: tuple[float, float, float], fmt: OpFormats, spatial: SpatialSplit
+) -> GridOpCost:
+    """A decode matmul fed by the prefetcher: a 1-D split over the ring (each core its slice of the output
+    columns over all of K, the activations passed around the ring) with B already in the cores' L1. The ring
+    program takes A width-sharded in the ring cores' L1 and leaves C there (``matmul_1d_ring_config``; the
+    collectives around it read and write those L1 shards), so neither touches DRAM. The
+    weight's DRAM read is the prefetcher's, which runs on its own cores behind every op of the step: it is
+    not in this op's time but in its bytes, and a layer is never faster than its weights' stream
+    (``inference_phases.with_prefetch_floor``)."""
+    m, n, k = mnk
+    a, w, fid = str(fmt.activations), str(fmt.weights), str(fmt.fidelity)
+    rows, cols = prefetch_ring(chip)
+    if spatial.grid is not None:
+        rows, cols = min(rows, spatial.grid[0]), min(cols, spatial.grid[1])
+    c = gemm_on_grid(
+        chip, m, k, n, a, w, a, fid, "1d", (rows, cols), (False, False, False), a_ring=True
+    )
+    weight = math.ceil(k / chip.tile) * math.ceil(n / chip.tile) * chip.tile_bytes(w)
+    split = c.split.describe().replace("A mcast to all", "A around the ring") + ", B prefetched to L1"
+    return GridOpCost(c.seconds, c.compute_s, c.movement_s, c.dram_read_bytes + c.dram_write_bytes + weight, split)
 
 
 def stream_op(

@@ -39,6 +39,9 @@ A runtime that samples on the device (``compute.runtime_sampling``) ends each de
 all-gather, untilize and (one sequence) argmax and index updates (``transformer_inference.sampling_ops``),
 built into the decode passes here and priced the same way by ``serving.cost_model``.
 
+With prefetched weights (``WeightPlacement.prefetched``) a decode layer lasts at least its weights' stream from
+DRAM, which the prefetcher runs behind its ops and collectives (``with_prefetch_floor``).
+
 Decode cost is affine in the context except where the roofline switches sides, so decode passes are built
 at three contexts (first, middle, last step) and each step's segments are interpolated between the two
 nearest samples (segment by segment: the same ops and collectives, only durations move).
@@ -53,12 +56,15 @@ from functools import cached_property
 
 from tilewright.engine.ir.common import DType, PrefillOrder, dtype_bytes
 from tilewright.engine.ir.compute import Compute
-from tilewright.engine.ir.ops import LayerKind, Op
+from tilewright.engine.ir.mapping import WeightPlacement
+from tilewright.engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
 from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.memory import workspace_bytes
+from tilewright.engine.perf.spatial import device_chip
+from tilewright.engine.perf.spatial_op import prefetched
 from tilewright.engine.plan.group_comm import scaled
 from tilewright.engine.plan.launch import InferencePass, pass_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
@@ -280,9 +286,68 @@ def _context(
     )
 
 
+def step_formats(plan: Plan) -> OpFormats | None:
+    """The plan's formats with the KV cache in its own (``kv_dtype``): what inference passes are costed in."""
+    fmt = plan.formats
+    kv_type = kv_dtype(plan)
+    if fmt is not None and fmt.kv_cache != kv_type:  # the cache defaults to the activations' format
+        fmt = dataclasses.replace(fmt, kv_cache=kv_type)
+    return fmt
+
+
+def decode_context(plan: Plan, r: int, sequences: int) -> PassContext:
+    """The pass context stage ``r``'s decode step of ``sequences`` sequences is costed in (``forward_pass``
+    of its layers, as ``inference_phases`` builds it): for per-op reports of a decode step."""
+    return _context(plan, r, sequences, False, step_formats(plan), "decode")
+
+
 def _stage_layers(plan: Plan, graph: WorkloadGraph, r: int) -> list[list[Op]]:
     st = plan.stages[r]
     return [graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
+
+
+def prefetch_stream_s(plan: Plan, r: int, ops: list[Op], mb: int, fmt: OpFormats | None) -> float:
+    """Seconds stage ``r``'s DRAM prefetcher (``WeightPlacement.prefetched``) takes to stream one layer's
+    projection weights (per device) into the matmul cores' L1 in a decode step of ``mb`` sequences: their
+    bytes at the bank-adjacent read rate (the reader cores sit next to their banks, as a DRAM-sharded
+    matmul's do); 0 when nothing of the layer is prefetched."""
+    dev = plan.stages[r].dev
+    m = plan.project.mapping
+    if dev.compute.grid is None or m.spatial.weights is not WeightPlacement.prefetched:
+        return 0.0
+    chip = device_chip(dev)
+    if not prefetched(chip, m.spatial, float(mb)):
+        return 0.0
+    nbytes = 0.0
+    for op in ops:
+        if op.kind is OpKind.matmul and op.params > 0 and op.split in (TensorSplit.column, TensorSplit.row):
+            per = fmt.for_op(op.name).weight_bytes if fmt is not None else plan.elem_bytes
+            nbytes += op.params / m.tp * per
+    return nbytes / chip.dram_read_Bps(interleaved=False)
+
+
+def with_prefetch_floor(plan: Plan, r: int, ps: ChunkPass, layers: list[list[Op]], mb: int,
+                        fmt: OpFormats | None) -> ChunkPass:
+    """A decode pass in which no layer ends before its prefetched weights have arrived: the prefetcher runs
+    on its own cores behind every op and collective of the layer (tt-metal's ``dram_prefetcher`` on a
+    sub-device of its own), its buffers a layer's weights deep, so a layer takes the longer of its ops and
+    collectives and its weights' stream (``prefetch_stream_s``); the wait is added to the layer's last
+    segment, where both engines read it."""
+    stream = {ops[0].layer: prefetch_stream_s(plan, r, ops, mb, fmt) for ops in layers if ops}
+    if not any(stream.values()):
+        return ps
+    busy: dict[int, float] = {}
+    last: dict[int, int] = {}
+    for i, seg in enumerate(ps.segments):
+        ccl = plan.tp_time(r, 0, *seg.comm) if seg.comm else 0.0
+        busy[seg.layer] = busy.get(seg.layer, 0.0) + seg.busy_s + ccl
+        last[seg.layer] = i
+    segments = list(ps.segments)
+    for layer, i in last.items():
+        wait = stream.get(layer, 0.0) - busy[layer]
+        if wait > 0:
+            segments[i] = dataclasses.replace(segments[i], busy_s=segments[i].busy_s + wait)
+    return ChunkPass(ps.kind, segments, ps.dataflows)
 
 
 def sampling_tile(compute: Compute) -> int:
@@ -299,9 +364,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
     dims = project.workload if isinstance(project.workload, TransformerDims) else None
     micro_batches = plan.pp if plan.pp > 1 and inf.batch % plan.pp == 0 else 1
     kv_type = kv_dtype(plan)
-    fmt = plan.formats
-    if fmt is not None and fmt.kv_cache != kv_type:  # the cache defaults to the activations' format
-        fmt = dataclasses.replace(fmt, kv_cache=kv_type)
+    fmt = step_formats(plan)
     ph = InferencePhases(plan, inf.batch, inf.prompt_tokens, inf.output_tokens, micro_batches, dims,
                          inf.kv_block_tokens, dtype_bytes(kv_type))
     mb = ph.micro_batch
@@ -339,8 +402,11 @@ def inference_phases(plan: Plan) -> InferencePhases:
             space = max(space, workspace_bytes(_transient(ops), mb, m.tp, False, plan.elem_bytes))
         ph.workspaces.append(space)
     for c, graph in decode.items():
-        passes = [forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, False, fmt, "decode"))
-                  for r in range(plan.pp)]
+        passes = []
+        for r in range(plan.pp):
+            layers = _stage_layers(plan, graph, r)
+            ps = forward_pass(layers, _context(plan, r, mb, False, fmt, "decode"))
+            passes.append(with_prefetch_floor(plan, r, ps, layers, mb, fmt))
         passes[0] = with_runtime_step(NamedPass(passes[0].kind, passes[0].segments, passes[0].dataflows), step_s)
         ph.samples[c] = passes
     return ph

@@ -255,6 +255,7 @@ class _Builder:
             c.formats,
             c.spatial,
             c.residency,
+            tp_axes=None if backward else c.tp_axes,
         )
         seg = self._open
         if seg is None:

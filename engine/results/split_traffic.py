@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from tilewright.engine.ir.hardware import Component, Memory, MemoryKind
+from tilewright.engine.ir.mapping import tp_axes_for
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.formats import resolve_formats
@@ -86,7 +87,8 @@ def gemms_by_name(workload: WorkloadGraph) -> dict[str, Op]:
 
 def split_problem(project: Project, op: Op, s: Split, b_sharded: bool, tile: int) -> GemmProblem:
     """The op's GEMM on one device as ``s`` lays it (see the module docstring for M)."""
-    _m, n, k = _sharded_gemm(op, 1, project.mapping.tp)
+    m = project.mapping
+    _m, n, k = _sharded_gemm(op, 1, m.tp, tp_axes_for(m.tp_axes, m.tp))  # forward splits: 2-D cut if any
     name = op.name.split(".", 1)[-1]
     fmt = resolve_formats(project.run.dtype, project.mapping.formats, project.mapping.fidelity).for_op(name)
     a, b = fmt.activations.value, fmt.weights.value
