@@ -91,7 +91,7 @@ OPTION_FIELDS = (  # set one at a time
     "recompute", "recompute_layers", "overlap_grad_reduce", "overlap_tp_comm", "ep_dispatcher", "overlap_ep_comm",
     "fused_cross_entropy", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "fp8_scaling",
     "delay_wgrad_compute", "fp8_bf16_layers", "grad_reduce_in_fp32", "optimizer_moments", "optimizer_master",
-    "overlap_param_gather_with_optimizer_step", "tp_overlap_reduce_scatter",
+    "overlap_param_gather_with_optimizer_step", "tp_overlap_reduce_scatter", "expert_imbalance", "memory_levels",
 )
 # options held inside a part of the mapping: option → (part, field), the engine's problems at mapping.part.field
 NESTED_OPTIONS = {"fp8_scaling": ("formats", "fp8_scaling")}

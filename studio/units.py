@@ -60,6 +60,7 @@ DOLLARS = Unit("$", "15000 $", (("USD", 1.0), ("usd", 1.0)), prefixed=False)
 PJ_PER_BYTE = Unit("pJ/B", "30 pJ/B", prefixed=False)
 PJ_PER_BIT = Unit("pJ/bit", "5 pJ/bit", (("pJ/b", 1.0),), prefixed=False)
 FRACTION = Unit("", "0.9", prefixed=False)
+FACTOR = Unit("", "1.2", prefixed=False)  # a multiple of something (× the mean), not a share of it
 COUNT = Unit("", "4", prefixed=False, integer=True)
 SAMPLES_PER_S = Unit("samples/s", "120 samples/s")
 TOKENS_PER_S = Unit("tokens/s", "250 ktokens/s")

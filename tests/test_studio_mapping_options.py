@@ -270,6 +270,9 @@ def test_the_options_fit_the_workload_dock_at_1280x720(make_window, qtbot):
     options = panel.options
     assert options.isVisible()
     assert options.width() <= panel.viewport().width()
+    # not even a pixel too wide: a horizontal scroll bar would take a line of the dock's height for nothing
+    assert panel.widget().minimumSizeHint().width() <= panel.viewport().width()
+    assert panel.horizontalScrollBar().maximum() == 0
     for editor in options.editors.values():
         assert editor.isVisible() and editor.toolTip()
         assert editor.geometry().right() <= options.contentsRect().right(), editor

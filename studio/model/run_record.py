@@ -12,6 +12,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.results.result import MemoryTrack, Result, Series
 from tilewright.studio.model import metrics
 from tilewright.studio.model.gantt_data import GanttData
+from tilewright.studio.model.link_carriage import LinkCarriage, link_carriage
 from tilewright.studio.units import SECONDS, format_value
 
 
@@ -23,6 +24,7 @@ class RunRecord:
     gantt: GanttData | None = None
     ranked_links: list[tuple[Series, float]] = field(default_factory=list)
     memory_order: list[tuple[MemoryTrack, float]] | None = None  # (track, peak bytes), fullest first
+    carriage: LinkCarriage | None = None  # what each link carried, by category (the links view's filter)
     finished_at: float = field(default_factory=time.time)
     number: int = 0  # given by ``RunHistory`` when kept
 
@@ -47,4 +49,5 @@ def prepare_record(project: Project, result: Result, seconds: float) -> RunRecor
     metrics.average_device_activity(result)
     gantt = GanttData(result.timeline, result.time_breakdown_s, result.iteration_time_s)
     return RunRecord(project=project, result=result, seconds=seconds, gantt=gantt,
-                     ranked_links=ranked, memory_order=metrics.fullest_first(list(result.memory)))
+                     ranked_links=ranked, memory_order=metrics.fullest_first(list(result.memory)),
+                     carriage=link_carriage(result.timeline))

@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 from tilewright.engine.results.result import Result
 from tilewright.studio.model.core_grid import op_uses
+from tilewright.studio.model.link_carriage import LinkCarriage
 from tilewright.studio.model.metrics import time_span
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.results.time_cursor import TimeCursor
@@ -25,8 +26,9 @@ SLIDER_MIN_PX = 100  # the scrubber stays draggable next to the op chooser in a 
 OP_TIP = "after a run on a grid device: which cores this op uses, how A and B are multicast"
 OP_CHARS = 15  # the op chooser's width in characters (its popup and tooltip hold the whole descriptions);
 # 18 left the hierarchy dock too narrow for its names at 1280 × 720 (the canvas took 734 px)
-MODES = [(Overlay.stages, "Pipeline stages"), (Overlay.cursor, "Heat at cursor"),
-         (Overlay.average, "Heat averaged"), (Overlay.off, "Plain")]
+MODES = [(Overlay.stages, "Pipeline stages"), (Overlay.experts, "Expert groups"), (Overlay.context, "Context rings"),
+         (Overlay.cursor, "Heat at cursor"), (Overlay.average, "Heat averaged"),
+         (Overlay.traffic, "Link traffic"), (Overlay.off, "Plain")]
 
 
 class DemoBar(QWidget):
@@ -86,12 +88,12 @@ class DemoBar(QWidget):
         cursor.moved.connect(self._cursor_moved)
         self._cursor_moved(cursor.position)
 
-    def show_result(self, result: Result | None) -> None:
+    def show_result(self, result: Result | None, carriage: LinkCarriage | None = None) -> None:
         """A run finished: heat becomes available, the cursor spans the iteration."""
         self.set_playing(False)
         if result is not None and time_span(result) > 0 and self.cursor.span != time_span(result):
             self.cursor.set_span(time_span(result))
-        self.overlay.set_result(result)
+        self.overlay.set_result(result, carriage)
         self._cursor_moved(self.cursor.position)
 
     def set_mode(self, mode: Overlay) -> None:
@@ -177,8 +179,8 @@ class DemoBar(QWidget):
             w.setEnabled(has_run)
         for i, (mode, _text) in enumerate(MODES):
             item = self.mode_box.model().item(i)  # type: ignore[attr-defined]
-            item.setEnabled(has_run or mode in (Overlay.stages, Overlay.off))
-        if not has_run and self.overlay.mode in (Overlay.cursor, Overlay.average):
+            item.setEnabled(has_run or mode in (Overlay.stages, Overlay.experts, Overlay.context, Overlay.off))
+        if not has_run and self.overlay.mode in (Overlay.cursor, Overlay.average, Overlay.traffic):
             self.set_mode(Overlay.stages)
         self.set_playing(False)
 

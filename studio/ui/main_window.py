@@ -141,7 +141,8 @@ class MainWindow(QMainWindow):
         self.runner.done.connect(lambda: self.status.set_run_state(self.runner.last_message))
         self.results.follow(self.runner)
         self.canvas.set_time_cursor(self.time_cursor)  # the canvas heat map and demo follow the same cursor
-        self.runner.finished.connect(lambda result, _s: self.canvas.show_result(result))
+        self.runner.finished.connect(
+            lambda result, _s: self.canvas.show_result(result, self.runner.last_record.carriage))
         self.canvas.demo.opChosen.connect(self._op_chosen)
 
     def _op_chosen(self, use: Any) -> None:

@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Eighteen of them, in a group under the Mapping box of the workload dock:
+Twenty of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -34,7 +34,11 @@ Eighteen of them, in a group under the Mapping box of the workload dock:
   (``mapping.optimizer_master``: fp32, bf16 parameters + remainders, fp16), Megatron-Core's precision-aware
   optimizer; mixed-precision training (the engine refuses them without the distributed optimizer, ZeRO ≥ 1);
 - gathering the first model chunk's weights during the optimizer step
-  (``mapping.overlap_param_gather_with_optimizer_step``); needs the param-gather overlap, ZeRO-1/2 and interleaving.
+  (``mapping.overlap_param_gather_with_optimizer_step``); needs the param-gather overlap, ZeRO-1/2 and interleaving;
+- the expert load imbalance (``mapping.expert_imbalance``, × the mean, ≥ 1): the busiest expert rank's routed
+  tokens over the mean, which paces every rank; MoE models;
+- offloading weights, gradients, optimizer state or activations to the node's host memory
+  (``mapping.memory_levels``, ``studio.ui.offload_editor``); needs a host memory with a host link.
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
 (``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
@@ -60,7 +64,8 @@ from tilewright.studio.mapping_commands import SetMappingOption
 from tilewright.studio.mapping_edit import checked_option, option_value
 from tilewright.studio.tree_edit import EditRefused
 from tilewright.studio.ui.fields import Check, ChoiceEditor, FlagEditor, ValueEditor
-from tilewright.studio.units import COUNT
+from tilewright.studio.ui.offload_editor import OffloadEditor, host_memory, offload_text, offload_undo_text
+from tilewright.studio.units import COUNT, FACTOR
 
 TITLE = "Options · each applies at once"
 RECOMPUTE_TEXT = "activation recompute"
@@ -70,7 +75,7 @@ OVERLAP_GRAD_TEXT = "reduce gradients under the last backward"
 OVERLAP_EP_TEXT = "overlap the expert all-to-all with compute"
 DELAY_WGRAD_TEXT = "delay weight gradients behind the all-to-all"
 OVERLAP_TP_TEXT = "overlap tp communication with GEMMs"
-TP_RS_TEXT = "forward reduce-scatter overlap"
+TP_RS_TEXT = "reduce-scatter overlap"  # the forward's; the tooltip says so
 TP_RS_LABELS = {"pipeline": "pipelined", "ring_exchange": "ring exchange"}
 FUSED_LOSS_TEXT = "fused cross-entropy kernel"
 LAYOUT_TEXT = "layers per virtual stage"
@@ -81,7 +86,9 @@ EDGE_TEXT = "bf16 layers first,last"
 GRAD_FP32_TEXT = "accumulate and reduce gradients in fp32"
 MOMENTS_TEXT = "Adam moments"
 MASTER_TEXT = "master weights"
-GATHER_STEP_TEXT = "gather the first chunk's weights during the step"
+GATHER_STEP_TEXT = "gather the first chunk during the step"
+IMBALANCE_TEXT = "expert load (× mean)"
+WIDE = ("memory_levels",)  # controls under their label, across both columns
 MOMENT_LABELS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16 (scaled)", "fp8": "fp8 (scaled)"}
 MASTER_LABELS = {"fp32": "fp32", "remainders": "bf16 + remainders", "fp16": "fp16 (scaled)"}
 FP8_LABELS = {"tensor": "tensor (current)", "delayed": "delayed (amax history)", "block": "block (1×128)",
@@ -165,6 +172,15 @@ OPTION_TIPS = {
                                                 "stepped, so the next forward waits only for what that step cannot "
                                                 "hide (Megatron-Core --overlap-param-gather-with-optimizer-step). "
                                                 f"{APPLIES}",
+    "expert_imbalance": "MoE: the busiest expert-parallel rank's routed tokens over the mean, ≥ 1 (1: a balanced "
+                        "router). Its expert GEMMs take that much longer and every rank waits for it in the "
+                        "combine; typed as a factor, e.g. 1.2 for 20 % above the mean. "
+                        f"{APPLIES}",
+    "memory_levels": "keep these categories of state in the node's host memory instead of the device's: each "
+                     "step streams them over the host link (weights read in the forward and backward, "
+                     "gradients written, the optimizer state read and written by the step, activations "
+                     "saved and read back), and the device's memory holds that much less. Categories set "
+                     f"elsewhere by the project (an SRAM, auto) are kept. {APPLIES}",
     "fp8_bf16_layers": (
         "fp8 training: how many transformer layers at the start and at the end of the model run outside fp8, in "
         "bf16, typed first,last (\"1,1\"; empty: none) — Megatron-Core's --first-last-layers-bf16 with "
@@ -194,6 +210,9 @@ MIXED_OFF_TIP = ("needs mixed-precision training: low-precision weights (bf16, f
 TP_RS_OFF_TIP = "needs the tensor-parallel communication overlapped with the GEMMs (the option above)"
 GATHER_STEP_OFF_TIP = ("needs the post-step weight gather overlapped (overlap_param_gather), ZeRO-1/2 and interleaved "
                        "1F1B (interleave ≥ 2): it steps the first model chunk apart from the others")
+IMBALANCE_OFF_TIP = "needs a mixture-of-experts model: the model has no routed experts to balance"
+OFFLOAD_OFF_TIP = ("needs a host memory the devices reach over a host link: a memory of a node (or any component "
+                   "that does not compute) with host_link_bandwidth_bytes_per_s set")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
                       "is exchanged (set ep > 1 and press Auto-map first)")
 
@@ -236,6 +255,10 @@ def disabled_reason(field: str, project: Project) -> str | None:
         weights = m.formats.weights or project.run.dtype
         mixed = dtype_bytes(weights) < 4 and project.run.master_weights_fp32
         return TRAINING_ONLY if not training else None if mixed else MIXED_OFF_TIP
+    if field == "expert_imbalance":
+        return None if getattr(project.workload, "moe", None) is not None else IMBALANCE_OFF_TIP
+    if field == "memory_levels":
+        return None if host_memory(project.hardware) is not None else OFFLOAD_OFF_TIP
     if field == "overlap_param_gather_with_optimizer_step":
         ready = m.overlap_param_gather and m.zero in (1, 2) and m.interleave > 1
         return TRAINING_ONLY if not training else None if ready or m.overlap_param_gather_with_optimizer_step \
@@ -243,8 +266,14 @@ def disabled_reason(field: str, project: Project) -> str | None:
     raise KeyError(field)
 
 
-def undo_text(field: str, value: Any) -> str:
-    """The Edit menu's name of the gesture ("Activation recompute selective", not "Set mapping recompute")."""
+def undo_text(field: str, value: Any, project: Project | None = None) -> str:
+    """The Edit menu's name of the gesture ("Activation recompute selective", not "Set mapping recompute");
+    ``project``: the one edited, for the offload's host memory name."""
+    if field == "expert_imbalance":
+        return f"Expert load {value:g}× the mean"
+    if field == "memory_levels":
+        host = host_memory(project.hardware) if project is not None else None
+        return offload_undo_text(value, host[0] if host else None)
     if field == "recompute":
         return f"Activation recompute {value}"
     if field == "recompute_layers":
@@ -397,7 +426,11 @@ class MappingOptions(QGroupBox):
         self.master = LabelledChoice(m.optimizer_master, MASTER_LABELS, self._check("optimizer_master"), parent=self)
         self.gather_step = FlagEditor(m.overlap_param_gather_with_optimizer_step, GATHER_STEP_TEXT,
                                       self._check("overlap_param_gather_with_optimizer_step"), parent=self)
-        self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor] = {
+        self.imbalance = ValueEditor(m.expert_imbalance, FACTOR, self._check("expert_imbalance"), parent=self)
+        host = host_memory(doc.project.hardware)
+        self.offload = OffloadEditor(m.memory_levels, host[0] if host else None, self._check("memory_levels"),
+                                     parent=self)
+        self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor | OffloadEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
             "tp_overlap_reduce_scatter": self.tp_rs,
@@ -407,6 +440,7 @@ class MappingOptions(QGroupBox):
             "grad_reduce_in_fp32": self.grad_fp32, "optimizer_moments": self.moments, "optimizer_master": self.master,
             "overlap_param_gather_with_optimizer_step": self.gather_step,
             "recompute_modules": self.modules, "cuda_graph_scope": self.graphs, "fp8_scaling": self.fp8_scaling,
+            "expert_imbalance": self.imbalance, "memory_levels": self.offload,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
@@ -423,21 +457,31 @@ class MappingOptions(QGroupBox):
                        "fp8_bf16_layers": QLabel(EDGE_TEXT, self),
                        "optimizer_moments": QLabel(MOMENTS_TEXT, self),
                        "optimizer_master": QLabel(MASTER_TEXT, self),
-                       "tp_overlap_reduce_scatter": QLabel(TP_RS_TEXT, self)}
+                       "tp_overlap_reduce_scatter": QLabel(TP_RS_TEXT, self),
+                       "expert_imbalance": QLabel(IMBALANCE_TEXT, self),
+                       "memory_levels": QLabel(offload_text(host), self)}
         grid = QGridLayout(self)
         rows: list[str | QWidget] = [
             "recompute", "recompute_layers", self.overlap_grad, self.grad_fp32, self.overlap_tp,
             "tp_overlap_reduce_scatter", self.fused_loss,
-            "pipeline_layers", "ep_dispatcher", self.overlap_ep, self.delay_wgrad, "recompute_modules",
+            "pipeline_layers", "ep_dispatcher", "expert_imbalance", self.overlap_ep, self.delay_wgrad,
+            "recompute_modules",
             "cuda_graph_scope", "fp8_scaling", "fp8_bf16_layers", "optimizer_moments", "optimizer_master",
-            self.gather_step,
+            self.gather_step, "memory_levels",
         ]
-        for row, item in enumerate(rows):  # a labelled control, or a check box across both columns
+        row = 0
+        for item in rows:  # a labelled control, or a check box across both columns
+            if item in WIDE:  # its label above it: the control needs the dock's width
+                grid.addWidget(self.labels[item], row, 0, 1, 2)
+                grid.addWidget(self.editors[item], row + 1, 0, 1, 2)
+                row += 2
+                continue
             if isinstance(item, str):
                 grid.addWidget(self.labels[item], row, 0)
                 grid.addWidget(self.editors[item], row, 1)
             else:
                 grid.addWidget(item, row, 0, 1, 2)
+            row += 1
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:
@@ -460,7 +504,7 @@ class MappingOptions(QGroupBox):
         """Push ONE ``SetMappingOption``; a refusal puts the control back to the model's value and says why."""
         editor = self.editors[field]
         try:
-            command = SetMappingOption(self.doc, field, value, undo_text(field, value))
+            command = SetMappingOption(self.doc, field, value, undo_text(field, value, self.doc.project))
         except EditRefused as exc:
             editor.set_value(self.current(field))
             editor.show_error(exc.reason)
@@ -471,6 +515,9 @@ class MappingOptions(QGroupBox):
     def refresh(self) -> None:
         """Follow the model: values, enabled states and the tooltips that say what a control does or why it is off."""
         editable = not self.doc.read_only
+        host = host_memory(self.doc.project.hardware)  # the hardware may have changed under the panel
+        self.offload.host = host[0] if host else None
+        self.labels["memory_levels"].setText(offload_text(host))
         for field, editor in self.editors.items():
             editor.set_value(self.current(field))
             editor.show_error(None)

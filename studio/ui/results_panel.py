@@ -212,7 +212,7 @@ class ResultsPanel(QWidget):
             self.tabs.setCurrentWidget(self.gantt)
         updates = {
             self.gantt: lambda: self.gantt.set_data(record.gantt),
-            self.links: lambda: self.links.set_result(result, record.ranked_links),
+            self.links: lambda: self.links.set_result(result, record.ranked_links, record.carriage),
             self.memory: lambda: self.memory.set_result(result, record.memory_order),
         }
         shown = self.tabs.currentWidget()

@@ -5,7 +5,8 @@ expert-parallel ep, context-parallel cp), the ZeRO stage and FSDP, micro- and gl
 strategy, applied together by **Auto-map** as ONE undo command (an ep or cp the engine cannot run is
 refused with the engine's own check message, as the field is typed and again by Auto-map); under it, the
 options that change no degree and apply at once, each its own undo command (activation recompute,
-reducing gradients under the backward, the expert token exchange and overlapping the expert all-to-all;
+reducing gradients under the backward, the expert token exchange, the expert load imbalance, overlapping the
+expert all-to-all, the fp8 recipe, the optimizer's precision, offloading state to host memory;
 ``studio.ui.mapping_options``); and the layer table (parameters, FLOPs and activations per sample, with
 units, the stage holding each layer and, for chains of conv/fc layers, HyPar's data/model-parallel choice
 with an Apply button; see ``studio.ui.hypar_column``). Selected layers drag onto the canvas, where a drop
@@ -389,6 +390,8 @@ class WorkloadPanel(QScrollArea):
         if layout.problem:
             self.placement_label.setText(f"no placement: {layout.problem}")
         elif layout.explicit:
-            self.placement_label.setText(f"{layout.stages} stages placed by hand (Auto-map replaces them)")
+            self.placement_label.setText(f"{layout.stages} {plural('stage', layout.stages)} placed by hand "
+                                         "(Auto-map replaces them)")
         else:
-            self.placement_label.setText(f"{layout.stages} stages placed by the {m.placement.value} strategy")
+            self.placement_label.setText(f"{layout.stages} {plural('stage', layout.stages)} placed by the "
+                                         f"{m.placement.value} strategy")

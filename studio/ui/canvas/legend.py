@@ -1,5 +1,6 @@
 """The key to the canvas colours, floating in the view's top-right corner: pipeline stages with the
-layers each holds, or the heat scale in percent with what it measures and when.
+layers each holds, the heat scale in percent with what it measures and when, or the collectives whose
+traffic colours the links (expert all-to-all, data-parallel all-reduce, …) with the link time each took.
 
 The key fits the view it floats on. It comes in three sizes: in full; compact (no explanation, each stage
 by its first layer range as its tag on the canvas shows it, more columns); and a one-line title for a view
@@ -15,9 +16,12 @@ from enum import Enum
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 from tilewright.studio.mapping import expert_tp_text, stage_split
+from tilewright.studio.model.palette import CATEGORY_COLOURS, category_label
+from tilewright.studio.model.parallel_groups import GroupKind
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.canvas.stage_tags import tag_text
+from tilewright.studio.units import SECONDS, format_value
 
 MAX_STAGE_ROWS = 12  # per column; two columns (four when compact), then "… and N more"
 MARGIN = 10
@@ -93,6 +97,79 @@ def heat_legend(overlay: OverlayController, size: Size = Size.full) -> str:
             f"{told}")
 
 
+TRAFFIC_TITLE = "Traffic by collective"
+TRAFFIC_HOW = ("links coloured by what kept them busy:<br>spokes stacked by share, mesh links<br>"
+               "by the longest; links not split<br>keep their usual colour")
+NO_TRAFFIC = ("the run split no link's traffic by collective (the event engine records it on its busiest "
+              "links; the analytic engine has no links)")
+
+
+def traffic_legend(overlay: OverlayController, size: Size = Size.full) -> str:
+    """The categories the run's links carried, each with its colour and its link-seconds, most first."""
+    carriage = overlay.carriage
+    categories = carriage.categories()
+    if not categories:
+        return f"<b>{TRAFFIC_TITLE}</b><br><span style='color:{NOTE_COLOUR}'>{NO_TRAFFIC}</span>"
+    if size is Size.title:
+        return f"<b>{TRAFFIC_TITLE}</b> · " + " · ".join(category_label(c) for c in categories)
+    rows = []
+    for category in categories:
+        links = [name for name in carriage.by_link if carriage.carries(name, category)]
+        seconds = sum(carriage.by_link[name][category] for name in links)
+        label = category_label(category)
+        if size is Size.full:
+            label += (f" <span style='color:#566573'>· {len(links)} {'link' if len(links) == 1 else 'links'} · "
+                      f"{format_value(seconds, SECONDS)}</span>")
+        rows.append(f"{_swatch(CATEGORY_COLOURS.get(category, '#bab0ac'))}&nbsp;{label}")
+    how = f"<br><span style='color:#566573'>{TRAFFIC_HOW}</span>" if size is Size.full else ""
+    return f"<b>{TRAFFIC_TITLE}</b>{how}<br>{'<br>'.join(rows)}"
+
+
+GROUP_TITLES = {GroupKind.expert: "Expert-parallel groups", GroupKind.context: "Context-parallel rings"}
+NO_GROUPS = {
+    GroupKind.expert: "ep 1: every device holds all the routed experts, no tokens are exchanged (set ep > 1 "
+                      "and Auto-map)",
+    GroupKind.context: "cp 1: every device runs whole sequences, no keys and values pass around a ring (set "
+                       "cp > 1 and Auto-map; training only)",
+}
+
+
+def group_legend(overlay: OverlayController, kind: GroupKind, size: Size = Size.full, max_rows: int = MAX_STAGE_ROWS
+                 ) -> str:
+    """Which devices exchange tokens (expert all-to-all) or keys and values (context ring): one colour a group."""
+    title = f"<b>{GROUP_TITLES[kind]}</b>"
+    if overlay.layout.problem:
+        return f"{title} · <span style='color:#c0392b'>no placement</span>"
+    groups = overlay.groups(kind)
+    if groups is None:
+        return f"{title}<br><span style='color:{NOTE_COLOUR}'>{NO_GROUPS[kind]}</span>"
+    name = "ep" if kind is GroupKind.expert else "cp"
+    stages = max(groups.stage_of_group) + 1
+    head = f"{title} · {name} {groups.degree} · {groups.count // stages} per stage"
+    if size is Size.title:
+        return head
+    if size is Size.full:
+        m = overlay.doc.project.mapping
+        if kind is GroupKind.expert:
+            what = (f"each colour: {groups.block} devices whose tokens go all-to-all among them<br>"
+                    f"(ep {groups.degree} × expert tp {groups.block // groups.degree}), the routed experts "
+                    "split over them")
+        else:
+            what = (f"each colour: {groups.block} devices passing keys and values<br>around a ring "
+                    f"(tp {m.tp} × cp {groups.degree}), each holding 1/{groups.degree} of every sequence")
+        head += f"<br><span style='color:#566573'>{what}</span>"
+    rows = [f"{_swatch(style.stage_color(g).name())}&nbsp;{g}&nbsp;&nbsp;stage {s}"
+            for g, s in enumerate(groups.stage_of_group)]
+    per_column = max(1, min(max_rows, MAX_STAGE_ROWS))
+    shown = rows[: 4 * per_column]
+    if len(shown) < len(rows) and len(shown) > 1:
+        shown = shown[:-1]
+    columns = [shown[i : i + per_column] for i in range(0, len(shown), per_column)]
+    cells = "".join(f"<td style='padding-right:10px'>{'<br>'.join(col)}</td>" for col in columns)
+    more = f"<br>… and {len(rows) - len(shown)} more" if len(rows) > len(shown) else ""
+    return f"{head}<table><tr>{cells}</tr></table>{more}"
+
+
 class Legend(QLabel):
     def __init__(self, overlay: OverlayController, parent: QWidget):
         super().__init__(parent)
@@ -107,7 +184,8 @@ class Legend(QLabel):
 
     def refresh(self) -> None:
         """Show the largest key that fits the view: full, compact, else the one-line title."""
-        if not (self.overlay.heat_active or self.overlay.mode is Overlay.stages):
+        shows = self.overlay.heat_active or self.overlay.traffic_active or self.overlay.group_kind is not None
+        if not (shows or self.overlay.mode is Overlay.stages):
             self.key_size = Size.full
             self.setText("")
             self.setVisible(False)
@@ -132,8 +210,12 @@ class Legend(QLabel):
     def _text(self, size: Size, view_height: int, line: int) -> str:
         if self.overlay.heat_active:
             return heat_legend(self.overlay, size)
+        if self.overlay.traffic_active:
+            return traffic_legend(self.overlay, size)
         head_lines = 3 if size is Size.full else 1
         rows = (view_height - 2 * MARGIN - CHROME_PX) // max(line, 1) - head_lines - 1
+        if self.overlay.group_kind is not None:
+            return group_legend(self.overlay, self.overlay.group_kind, size, max(1, rows))
         return stage_legend(self.overlay, size, max(1, rows))
 
     def room(self) -> tuple[int, int]:

@@ -9,18 +9,21 @@ grid (``GridItem``), since their links join neighbouring cells.
 from __future__ import annotations
 
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
-from PySide6.QtGui import QPainter, QPainterPath
+from PySide6.QtGui import QColor, QPainter, QPainterPath
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 from tilewright.engine.ir.hardware import Interconnect, Topology
+from tilewright.studio.model.palette import CATEGORY_COLOURS
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.grid_item import GridItem
 from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
+from tilewright.studio.ui.canvas.traffic import shares
 
 MAX_SPOKES = 128
 MAX_ARCS = 2000
 BAR_TOPOLOGIES = (Topology.switch, Topology.fat_tree, Topology.dragonfly, Topology.htree)
 BAR_THICKNESS = style.CELL * 0.28
 BAR_CLEARANCE = style.CELL * 1.1  # between the bar and the grids its spokes reach
+TRAFFIC_BAR_FILL = QColor("#d5dbe1")  # a neutral bar under the traffic colours
 
 
 def bar_clearance(ic: Interconnect | None) -> float:
@@ -45,6 +48,7 @@ class LinksItem(QGraphicsItem):
         self.caption: PixelLabel | None = None
         self.spoke_keys: list[tuple[str, int]] = []  # (grid path, instance; −1 when bundled) per spoke
         self.heat: dict[tuple[str, int], float] | None = None
+        self.traffic: dict[tuple[str, int], dict[str, float]] | None = None  # busy seconds by category per spoke
         self._bounds = QRectF()
 
     def boundingRect(self) -> QRectF:
@@ -136,6 +140,26 @@ class LinksItem(QGraphicsItem):
             self.heat = values
             self.update()
 
+    def set_traffic(self, traffic: dict[tuple[str, int], dict[str, float]] | None) -> None:
+        """Busy seconds by category per spoke (keyed like ``spoke_keys``, bundled already), or None for the
+        plain network: each spoke is then drawn as its categories' shares stacked along it."""
+        traffic = traffic or None
+        if traffic != self.traffic:
+            self.traffic = traffic
+            self.update()
+
+    def spoke_segments(self, line: QLineF, key: tuple[str, int]) -> list[tuple[QLineF, str]]:
+        """One spoke cut into pieces along its length, one per category it carried, each as long as its
+        share of the spoke's busy time, with the category's colour (from the bar end towards the grid)."""
+        if not self.traffic or key not in self.traffic:
+            return []
+        out, start = [], 0.0
+        for category, share in shares(self.traffic[key]):
+            end = start + share
+            out.append((QLineF(line.pointAt(start), line.pointAt(end)), CATEGORY_COLOURS.get(category, "#bab0ac")))
+            start = end
+        return out
+
     def _heat_level(self, value: float) -> int:
         return round(min(1.0, max(0.0, value)) * (style.HEAT_LEVELS - 1))
 
@@ -150,6 +174,13 @@ class LinksItem(QGraphicsItem):
                 if level > 0:
                     painter.setPen(style.cosmetic_pen(palette[level], 5.0))
                     painter.drawLine(line)
+        if self.traffic:
+            for line, key in zip(self.spokes, self.spoke_keys, strict=False):
+                for piece, colour in self.spoke_segments(line, key):
+                    pen = style.cosmetic_pen(QColor(colour), 5.0)
+                    pen.setCapStyle(Qt.PenCapStyle.FlatCap)
+                    painter.setPen(pen)
+                    painter.drawLine(piece)
         if not self.arcs.isEmpty():
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.setPen(style.cosmetic_pen(style.LINK, 1.2))
@@ -157,6 +188,8 @@ class LinksItem(QGraphicsItem):
         if not self.bar.isNull():
             hottest = max(self.heat.values(), default=0.0) if self.heat else 0.0
             fill = style.heat_palette()[self._heat_level(hottest)] if self.heat is not None else style.SWITCH_FILL
+            if self.traffic:  # the switch's own yellow would read as the expert all-to-all's
+                fill = TRAFFIC_BAR_FILL
             painter.setBrush(fill)
             painter.setPen(style.cosmetic_pen(style.SWITCH_EDGE, 1.5))
             painter.drawRoundedRect(self.bar, BAR_THICKNESS / 4, BAR_THICKNESS / 4)

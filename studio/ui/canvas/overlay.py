@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from PySide6.QtGui import QColor, QImage
+from tilewright.engine.results import CATEGORIES
 from tilewright.studio.mapping import StageLayout, format_ranges, to_ranges
 from tilewright.studio.model.level_cells import GridCells
+from tilewright.studio.model.palette import CATEGORY_COLOURS
+from tilewright.studio.model.parallel_groups import GroupKind, Groups
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.layout import GridShape
+from tilewright.studio.ui.canvas.traffic import dominant
 
 
 @dataclass
@@ -95,3 +99,40 @@ def heat_colours(cells: GridCells, device_values: np.ndarray, links: dict[tuple[
     per_cell = np.where(counts > 0, np.rint(means * top), -1).astype(np.int32)
     link_idx = {k: int(round(min(1.0, max(0.0, v)) * top)) for k, v in links.items()}
     return CellColours(style.heat_palette(), pixels, per_cell, None, link_idx)
+
+
+def traffic_colours(cells: GridCells, links: dict[tuple[int, int], dict[str, float]]) -> CellColours:
+    """Devices in their own colour; each neighbour link in the colour of the category that kept it busy
+    longest (``canvas.traffic.dominant``), the palette being the Gantt's category colours after an unused
+    slot 0 (the painters skip index 0, "no traffic")."""
+    palette = (style.LINK, *(QColor(CATEGORY_COLOURS[c]) for c in CATEGORIES))
+    pixels = np.full(cells.raster.shape, -1, np.int32)
+    per_cell = np.full(len(cells.raster), -1, np.int32)
+    link_idx = {}
+    for pair, split in links.items():
+        category = dominant(split)
+        if category is not None:
+            link_idx[pair] = 1 + CATEGORIES.index(category)
+    return CellColours(palette, pixels, per_cell, None, link_idx)
+
+
+GROUP_NAMES = {GroupKind.expert: "ep group", GroupKind.context: "cp ring"}
+
+
+def group_colours(cells: GridCells, groups: Groups) -> CellColours:
+    """Colour each device by its expert-parallel or context-parallel group (the stage colours, cycled); label
+    each cell with the group(s) it holds ("ep group 3", "cp rings 0–1")."""
+    pixels = groups.of_device[cells.raster]
+    name = GROUP_NAMES[groups.kind]
+    labels = []
+    for i in range(len(cells.nodes)):
+        ids = [int(g) for g in np.unique(groups.of_device[cells.members[i]]) if g >= 0]
+        if len(ids) == 1:
+            labels.append(f"{name} {ids[0]}\nstage {groups.stage_of_group[ids[0]]}")
+        elif ids:
+            ranges = ", ".join(f"{a}" if b - a == 1 else f"{a}–{b - 1}" for a, b in to_ranges(ids))
+            labels.append(f"{name.replace('group', 'groups').replace('ring', 'rings')} {ranges}")
+        else:
+            labels.append("")
+    palette = tuple(style.stage_color(g) for g in range(max(1, groups.count)))
+    return CellColours(palette, pixels, _dominant(pixels), labels)

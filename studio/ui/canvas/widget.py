@@ -12,6 +12,7 @@ from PySide6.QtCore import QEvent, QObject, QRectF
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 from tilewright.engine.results.result import Result
 from tilewright.studio.document import ProjectDocument
+from tilewright.studio.model.link_carriage import LinkCarriage
 from tilewright.studio.ui.canvas.breadcrumb import Breadcrumb
 from tilewright.studio.ui.canvas.legend import Legend
 from tilewright.studio.ui.canvas.overlay_controller import OverlayController
@@ -68,8 +69,9 @@ class CanvasWidget(QWidget):
         if self.view.auto_fit:
             self.view.zoom_to_fit()
 
-    def show_result(self, result: Result | None) -> None:
-        self.demo.show_result(result)
+    def show_result(self, result: Result | None, carriage: LinkCarriage | None = None) -> None:
+        """A run finished (``carriage``: what its links carried, prepared by the worker), or None."""
+        self.demo.show_result(result, carriage)
 
     def set_time_cursor(self, cursor: TimeCursor) -> None:
         self.demo.set_time_cursor(cursor)

@@ -1,7 +1,11 @@
 """Link utilisation over time: a list of links busiest first, and a step curve (in %) for each one selected.
 
 The list is sorted by time-averaged utilisation (``metrics.busiest_links``) because the question an
-architect brings is "which links are hot, and when"; the four busiest are shown on opening.
+architect brings is "which links are hot, and when"; the four busiest are shown on opening. A second
+question is "which links does the expert all-to-all load, and which the data-parallel all-reduce": the
+"Carrying" choice keeps only the links whose recorded traffic includes that category
+(``model.link_carriage``, from the Gantt's link lanes), each link's tooltip gives its busy time by category,
+and the chosen category's swatch stands beside the choice in the Gantt's colour.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from PySide6.QtWidgets import (
 from tilewright.engine.results.result import Result, Series
 from tilewright.studio.model.core_grid import CoreUse
 from tilewright.studio.model.gantt_data import elide, link_name, root_prefix
+from tilewright.studio.model.link_carriage import LinkCarriage, link_carriage
 from tilewright.studio.model.metrics import (
     busiest_links,
     link_data_note,
@@ -33,7 +38,7 @@ from tilewright.studio.model.metrics import (
     time_span,
     window_average,
 )
-from tilewright.studio.model.palette import series_colour
+from tilewright.studio.model.palette import CATEGORY_COLOURS, CATEGORY_TIPS, category_label, series_colour
 from tilewright.studio.model.traffic_rows import TrafficRow, op_rows, port_rows, port_spread
 from tilewright.studio.ui.results.plot_style import (
     add_legend_row,
@@ -49,6 +54,9 @@ from tilewright.studio.units import SECONDS, format_percent, format_value
 SHOWN_AT_FIRST = 4
 LEGEND_CHARS = 40
 WINDOWS = 200  # averaging windows per iteration: bursty links are read as load, not as 0/100 % spikes
+ANY_TRAFFIC = "any traffic"
+CARRYING_TIP = ("show only the links that carried this traffic (what the run recorded on the Gantt's link lanes, "
+                "the busiest links); a link's tooltip gives its busy time by category")
 
 
 def _swatch(colour: str) -> QIcon:
@@ -61,7 +69,10 @@ class LinksView(QWidget):
     def __init__(self, cursor: TimeCursor, parent: QWidget | None = None):
         super().__init__(parent)
         self.cursor = cursor
-        self.ranked: list[tuple[Series, float]] = []
+        self.ranked: list[tuple[Series, float]] = []  # the links listed (those carrying the chosen category)
+        self.all_ranked: list[tuple[Series, float]] = []
+        self.carriage = LinkCarriage()
+        self.result: Result | None = None
         self.span = 0.0
         self.root = ""
         self.curves: list[pg.PlotDataItem] = []
@@ -84,9 +95,16 @@ class LinksView(QWidget):
         self.shape.setToolTip("averaged: mean utilisation per window (bursts read as load); "
                               "exact: the engine's piecewise-constant series")
         self.shape.currentIndexChanged.connect(lambda _i: self._replot())
+        self.carrying = QComboBox()
+        self.carrying.setToolTip(CARRYING_TIP)
+        self.carrying.currentIndexChanged.connect(lambda _i: self._fill_list())
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
+        carrying_row = QHBoxLayout()
+        carrying_row.addWidget(QLabel("Carrying:"))
+        carrying_row.addWidget(self.carrying, 1)
+        left_layout.addLayout(carrying_row)
         left_layout.addWidget(self.list, 1)
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -135,40 +153,79 @@ class LinksView(QWidget):
 
     def export_title(self) -> str:
         shape = f"averaged over {self.window_note.text()[5:]}" if self.averaged else "exact"
-        return f"Link utilisation ({shape}) of the {len(self.selected())} selected of {len(self.ranked)} links"
+        carrying = f" carrying {category_label(self.category)}" if self.category else ""
+        return (f"Link utilisation ({shape}) of the {len(self.selected())} selected of {len(self.ranked)} links"
+                f"{carrying}")
 
-    def set_result(self, result: Result | None, ranked: list[tuple[Series, float]] | None = None) -> None:
-        """Show ``result``'s links; ``ranked`` (busiest first) may come precomputed from the worker."""
+    def set_result(self, result: Result | None, ranked: list[tuple[Series, float]] | None = None,
+                   carriage: LinkCarriage | None = None) -> None:
+        """Show ``result``'s links; ``ranked`` (busiest first) and ``carriage`` may come precomputed from the
+        worker."""
+        self.result = result
         if result is None:
-            self.ranked = []
+            self.all_ranked, self.carriage = [], LinkCarriage()
         else:
-            self.ranked = ranked if ranked is not None else busiest_links(result)
+            self.all_ranked = ranked if ranked is not None else busiest_links(result)
+            self.carriage = carriage if carriage is not None else link_carriage(result.timeline)
         self.span = time_span(result) if result is not None else 0.0
-        self.root = root_prefix([s.name for s, _ in self.ranked])
-        self.heading.setWordWrap(result is not None and not self.ranked)  # the reason, in full
+        self.root = root_prefix([s.name for s, _ in self.all_ranked])
+        self.heading.setWordWrap(result is not None and not self.all_ranked)  # the reason, in full
+        self._fill_carrying()
+        self.ports = list(result.dram_ports) if result is not None else []
+        # no links: no empty plot squeezed to a sliver above the table; the table is the news
+        self.curves_part.setVisible(result is None or bool(self.all_ranked))
+        self.outer.setSizes([600, 200])
+        self._fill_traffic()
+        self._fill_list()
+
+    def _fill_carrying(self) -> None:
+        """The categories the run's links carried, most link-seconds first, each with its Gantt colour."""
+        self.carrying.blockSignals(True)
+        self.carrying.clear()
+        self.carrying.addItem(ANY_TRAFFIC, None)
+        for category in self.carriage.categories():
+            self.carrying.addItem(_swatch(CATEGORY_COLOURS.get(category, "#bab0ac")), category_label(category),
+                                  category)
+            tip = CATEGORY_TIPS.get(category)
+            if tip:
+                self.carrying.setItemData(self.carrying.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self.carrying.setCurrentIndex(0)
+        self.carrying.setEnabled(self.carrying.count() > 2)  # one category: nothing to tell apart
+        self.carrying.blockSignals(False)
+
+    @property
+    def category(self) -> str | None:
+        """The category the list is narrowed to, or None for every link."""
+        return self.carrying.currentData()
+
+    def _fill_list(self) -> None:
+        category = self.category
+        self.ranked = [(s, m) for s, m in self.all_ranked
+                       if category is None or self.carriage.carries(s.name, category)]
         self.list.blockSignals(True)
         self.list.clear()
         for series, mean in self.ranked:
             item = QListWidgetItem(f"{format_percent(mean):>7}  {self.short(series.name)}")
+            carried = self.carriage.describe(series.name)
             item.setToolTip(f"{series.name}\naverage utilisation {format_percent(mean)} over "
-                            f"{format_value(self.span, SECONDS)}")
+                            f"{format_value(self.span, SECONDS)}"
+                            + (f"\nbusy carrying {carried}" if carried else ""))
             self.list.addItem(item)
         for i in range(min(SHOWN_AT_FIRST, self.list.count())):
             self.list.item(i).setSelected(True)
         self.list.blockSignals(False)
-        if result is None:
+        if self.result is None:
             self.heading.setText("No run yet.")
-        elif not self.ranked:
-            self.heading.setText(f"No link utilisation to plot — {link_data_note(result, detail=True)}.")
-        else:
+        elif not self.all_ranked:
+            self.heading.setText(f"No link utilisation to plot — {link_data_note(self.result, detail=True)}.")
+        elif category is None:
             self.heading.setText(f"<b>{len(self.ranked)} links</b>, busiest first (average utilisation)")
+        else:
+            self.heading.setText(f"<b>{len(self.ranked)} of {len(self.all_ranked)} links</b> carried "
+                                 f"{category_label(category)}, busiest first (average utilisation of all their "
+                                 "traffic)")
         if self.span > 0:
             self.plot.setXRange(0, self.span, padding=0.01)
-        self.ports = list(result.dram_ports) if result is not None else []
-        # no links: no empty plot squeezed to a sliver above the table; the table is the news
-        self.curves_part.setVisible(result is None or bool(self.ranked))
-        self.outer.setSizes([600, 200])
-        self._fill_traffic()
         self._replot()
 
     def set_op(self, use: CoreUse | None, grid_shape: tuple[int, int] | None = None) -> None:
