@@ -172,3 +172,36 @@ def test_the_second_stage_checks_candidates_on_the_searchs_graph(monkeypatch: py
     times = [evaluate(Candidate(tp=1, pp=1, dp=8, micro_batch=1, ep=ep)) for ep in (1, 2, 4, 8)]
     assert all(t is not None for t in times)
     assert built == []
+
+
+def test_output_below_a_file_or_at_a_folder_is_refused_before_the_mapping_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-o afile/p.json`` cannot be written; it used to fail only after the whole mapping search, as
+    "afile/p.json: File exists" naming neither the flag nor the reason. Now it exits 2 first, naming -o."""
+    import tilewright.engine.cli.import_hf as import_hf
+
+    def no_search(*args: object, **kwargs: object) -> dict:
+        raise AssertionError("the mapping search ran for an output that cannot be written")
+
+    monkeypatch.setattr(import_hf, "_project_around", no_search)
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep")
+    code = main(["import-hf", str(HF / "gpt2"), "--system", "dgx-h100", "-o", str(blocker / "p.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "-o" in err and "not a folder" in err and "Traceback" not in err
+    assert blocker.read_text() == "keep"
+    assert main(["import-hf", str(HF / "gpt2"), "--system", "dgx-h100", "-o", str(tmp_path)]) == 2  # a folder
+    assert "-o: " in capsys.readouterr().err
+
+
+def test_what_the_import_approximates_is_said_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The spec's comment lists what it approximates or leaves out (Gemma-2's soft-capping here); a user of the
+    command never opens it, so the same notes go to stderr beside the chosen seq_len."""
+    out = tmp_path / "gemma2.json"
+    assert main(["import-hf", str(HF / "gemma-2-9b"), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    comment = json.loads(out.read_text())["comment"]
+    assert "soft-capping" in comment
+    (line,) = [x for x in err.splitlines() if x.startswith("import-hf: notes: ")]
+    assert "soft-capping" in line and line.removeprefix("import-hf: notes: ") in comment

@@ -160,8 +160,9 @@ def test_bad_file_exits_2_naming_file_and_reason(
 
 
 def test_missing_file_and_bad_dim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["import-onnx", str(tmp_path / "absent.onnx")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    absent = tmp_path / "absent.onnx"
+    assert main(["import-onnx", str(absent)]) == 2
+    assert capsys.readouterr().err.strip() == f"{absent}: file not found"  # the file named once, with the reason
     assert main(["import-onnx", str(save(cnn_model(), tmp_path)), "--dim", "seq"]) == 2
     assert "--dim" in capsys.readouterr().err
 
@@ -175,3 +176,140 @@ def test_graph_without_compute_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="no compute nodes"):
         import_onnx_model(save(helper.make_model(graph), tmp_path))
+
+
+def one_node_model(node: onnx.NodeProto, inputs: list, output: onnx.ValueInfoProto, inits: list) -> onnx.ModelProto:
+    graph = helper.make_graph([node], "one-node", inputs, [output], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_weight_on_the_left_of_a_matmul_is_a_gemm(tmp_path: Path) -> None:
+    """``W @ x`` (W 32 × 64, x 64 × 8) is a weighted GEMM like ``x @ W``, not an activation × activation
+    attention matmul: 2 · 32 · 8 · 64 FLOPs over the 32 · 64 weights."""
+    m, k, n = 32, 64, 8
+    model = one_node_model(
+        helper.make_node("MatMul", ["w", "x"], ["y"], name="wx"),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [k, n])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n]),
+        [weight("w", m, k)],
+    )
+    (op,) = import_onnx_model(save(model, tmp_path)).ops
+    assert op.kind is OpKind.matmul
+    assert op.flops == 2 * m * n * k and op.params == m * k
+    assert op.gemm is not None and op.gemm[2] == k and op.gemm[0] * op.gemm[1] == m * n
+
+
+def test_qlinear_matmul_reads_its_b_operand_not_a_scale(tmp_path: Path) -> None:
+    """QLinearMatMul(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero): the GEMM's k and n come from
+    a and b (inputs 0 and 3); reading input 1 (a 0-d scale) for b broke the import of a supported node."""
+    rows, k, n = 8, 64, 32
+
+    def scalar(name: str, dtype: type) -> onnx.TensorProto:
+        return numpy_helper.from_array(np.array(1, dtype=dtype), name)
+
+    inits = [scalar("a_s", np.float32), scalar("a_z", np.uint8),
+             numpy_helper.from_array(np.zeros((k, n), dtype=np.uint8), "b"),
+             scalar("b_s", np.float32), scalar("b_z", np.uint8), scalar("y_s", np.float32), scalar("y_z", np.uint8)]
+    model = one_node_model(
+        helper.make_node("QLinearMatMul", ["a", "a_s", "a_z", "b", "b_s", "b_z", "y_s", "y_z"], ["y"], name="qmm"),
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, rows, k])],
+        helper.make_tensor_value_info("y", TensorProto.UINT8, [1, rows, n]),
+        inits,
+    )
+    (op,) = import_onnx_model(save(model, tmp_path)).ops
+    assert op.kind is OpKind.matmul
+    assert op.flops == 2 * rows * n * k
+    assert op.gemm == (rows, n, k)
+
+
+def test_output_over_the_model_or_below_a_file_is_refused_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``-o model.onnx`` would replace the model with JSON; ``-o afile/w.json`` could only fail at the write
+    with "File exists". Both exit 2 naming -o and leave the files as they were."""
+    model = save(cnn_model(), tmp_path)
+    before = model.read_bytes()
+    assert main(["import-onnx", str(model), "-o", str(tmp_path / "." / model.name)]) == 2
+    assert "-o" in capsys.readouterr().err and model.read_bytes() == before
+    blocker = tmp_path / "afile"
+    blocker.write_text("keep")
+    assert main(["import-onnx", str(model), "-o", str(blocker / "w.json")]) == 2
+    err = capsys.readouterr().err
+    assert "-o" in err and "not a folder" in err and blocker.read_text() == "keep"
+    assert main(["import-onnx", str(model), "-o", str(tmp_path)]) == 2  # a folder: "Is a directory" at the end
+    assert "-o: " in capsys.readouterr().err
+
+
+def test_einsum_projection_and_scores_are_costed(tmp_path: Path) -> None:
+    """Einsum used to import as a 0-FLOP elementwise op, weights and all. A weighted einsum is a GEMM, one of
+    two activations an attention matmul; 2 FLOPs per step of the loop over every index."""
+    s, d, e = 16, 64, 32
+    nodes = [helper.make_node("Einsum", ["x", "w"], ["y"], equation="bsd,de->bse", name="proj"),
+             helper.make_node("Einsum", ["y", "y"], ["scores"], equation="bqd,bkd", name="scores")]  # implicit ->kq
+    graph = helper.make_graph(nodes, "einsum", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", s, d])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [s, s])],
+                              initializer=[weight("w", d, e)])
+    spec = import_onnx_model(save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path))
+    proj, scores = spec.ops
+    assert proj.kind is OpKind.matmul and proj.params == d * e
+    assert proj.flops == 2 * s * d * e and proj.gemm == (s, e, d)
+    assert scores.kind is OpKind.attention and scores.flops == 2 * s * s * e
+    assert "without FLOPs" not in spec.comment
+
+
+def test_einsum_forms_not_costed_are_named(tmp_path: Path) -> None:
+    """Three operands are not costed; the comment says so instead of counting them silently as free."""
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", ["a", "b", "c"], ["y"], equation="ij,jk,kl->il", name="chain")], "chain",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 4]) for n in "abc"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])])
+    spec = import_onnx_model(save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path))
+    assert spec.ops[0].flops == 0 and "without FLOPs" in spec.comment and "ij,jk,kl->il" in spec.comment
+
+
+@pytest.mark.parametrize(("op_type", "gates"), [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_recurrent_layers_count_their_input_and_state_products(tmp_path: Path, op_type: str, gates: int) -> None:
+    """LSTM/GRU/RNN used to import as free elementwise ops: each of ``steps`` steps multiplies the input
+    (width i) and the state (width h) by gates·h-wide weights: 2·steps·gates·h·(i + h) FLOPs."""
+    steps, i, hidden = 10, 24, 16
+    node = helper.make_node(op_type, ["x", "w", "r"], ["y"], hidden_size=hidden, name="rnn")
+    graph = helper.make_graph([node], "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                     [steps, 1, i])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, 1, 1, hidden])],
+                              initializer=[weight("w", 1, gates * hidden, i), weight("r", 1, gates * hidden, hidden)])
+    spec = import_onnx_model(save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path))
+    (op,) = spec.ops
+    assert op.kind is OpKind.matmul and op.params == gates * hidden * (i + hidden)
+    assert op.flops == 2 * steps * gates * hidden * (i + hidden)
+
+
+def test_a_dim_the_graph_does_not_have_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--dim sequence=2048`` on a graph whose length is called ``seq`` left it at 1 per sample, with no word
+    but the comment's list of dimensions taken as 1. Now the misspelt name is refused, naming the real ones."""
+    model = save(block_model(1), tmp_path)
+    assert main(["import-onnx", str(model), "--dim", "sequence=2048"]) == 2
+    err = capsys.readouterr().err
+    assert "--dim: sequence" in err and "batch, seq" in err
+    with pytest.raises(ConfigError, match="no symbolic dimension"):
+        import_onnx_model(model, dims={"seq": S, "sequence": S})
+    assert import_onnx_model(model, dims={"seq": S, "batch": 1}).ops  # the graph's own names are taken
+
+
+@pytest.mark.parametrize("rank", [3, 4])
+def test_fused_grouped_query_attention_weighs_values_once_per_query_head(tmp_path: Path, rank: int) -> None:
+    """Opset-23 Attention with 4 query heads over 2 KV heads (width 8): QKᵀ and the weighted sum of V each
+    cost 2·s·s·8 per query head, 2·s²·(4·8 + 4·8) in all; V's own width (2·8) undercounted the second."""
+    s, qh, kvh, d = 16, 4, 2, 8
+    if rank == 4:
+        shapes = {"q": [1, qh, s, d], "k": [1, kvh, s, d], "v": [1, kvh, s, d], "y": [1, qh, s, d]}
+        attrs: dict = {}
+    else:
+        shapes = {"q": [1, s, qh * d], "k": [1, s, kvh * d], "v": [1, s, kvh * d], "y": [1, s, qh * d]}
+        attrs = {"q_num_heads": qh, "kv_num_heads": kvh}
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="attn", **attrs)
+    graph = helper.make_graph([node], "gqa", [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n])
+                                              for n in "qkv"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shapes["y"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    (op,) = import_onnx_model(save(model, tmp_path)).ops
+    assert op.kind is OpKind.attention and op.flops == 2 * s * s * (qh * d + qh * d)

@@ -43,3 +43,18 @@ def test_standard_input_as_dash(capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO('{"a": '))
     assert main(["validate", "-"]) == 2
     assert "<stdin>: not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("model", "unit"), [("lenet", " parameters"), ("gpt-1.7b", " B parameters")])
+def test_a_model_reports_its_parameters_at_a_readable_scale(capsys, model, unit):
+    """LeNet-5's ~62 k parameters were printed as "0.000 B parameters"; the count now shows at its scale,
+    equal to the graph's own count to the 4 digits printed."""
+    from tilewright.engine.io.presets import load_model
+    from tilewright.engine.workloads import build_workload
+
+    params = build_workload(load_model(model)).params
+    assert main(["validate", str(preset_path("models", model))]) == 0
+    shown = capsys.readouterr().out.strip().rsplit("— ", 1)[1].split(", ", 1)[1]
+    assert shown.endswith(unit) and "0.000" not in shown
+    value = float(shown.removesuffix(" parameters").removesuffix(" B").replace(",", ""))
+    assert value * (1e9 if unit == " B parameters" else 1) == pytest.approx(params, rel=1e-3)

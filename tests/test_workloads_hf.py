@@ -139,3 +139,17 @@ def test_unreadable_file(tmp_path: Path) -> None:
     bad.write_text("[1, 2]")
     with pytest.raises(ConfigError, match="JSON object"):
         import_hf_config(bad)
+
+
+@pytest.mark.parametrize(("name", "key"), [("gpt2", "n_positions"), ("bert-base-uncased", "max_position_embeddings")])
+def test_seq_len_past_a_learned_position_table_is_refused(name: str, key: str) -> None:
+    """GPT-2 and BERT index a learned table of ``key`` positions: a longer sequence cannot run on them, and
+    building it gave the model (limit + extra)·h position parameters it does not have. Up to the limit is kept."""
+    limit = load(name)[key]
+    with pytest.raises(ConfigError, match=f"{limit} learned positions") as exc:
+        import_hf_config(HF / name, seq_len=limit + 1)
+    assert exc.value.field == key
+    assert import_hf_config(HF / name, seq_len=limit).seq_len == limit
+    # rotary positions have no table: Llama 2 takes a length past its max_position_embeddings
+    llama_limit = load("llama-2-7b")["max_position_embeddings"]
+    assert import_hf_config(HF / "llama-2-7b", seq_len=2 * llama_limit).seq_len == 2 * llama_limit

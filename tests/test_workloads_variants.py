@@ -234,3 +234,37 @@ def test_search_takes_the_same_flags() -> None:
         ["search", "--model", "gpt", "--layers", "2", "--hidden", "256", "--heads", "8", "--kv-heads", "1"]
     )
     assert model_data(args, None)["kv_heads"] == 1
+
+
+def test_moe_flags_on_a_moe_model_change_only_what_they_name(tmp_path) -> None:
+    """--moe-experts/--moe-top-k on a model that already has experts (an imported DeepSeek-style file) used
+    to replace its MoE with a new one: shared experts, dense leading blocks and the router bias dropped, and
+    each routed expert sized by the dense ffn (9× DeepSeek-V3's expert width). The flags now change only the
+    count and top-k, and either alone is enough there."""
+    import json
+
+    moe = {"experts": 32, "top_k": 4, "expert_ffn": 96, "shared_experts": 1, "first_dense_layers": 1,
+           "router_bias": True}
+    path = tmp_path / "moe.json"
+    path.write_text(json.dumps({"kind": "llama", "name": "moe", "layers": 3, "hidden": 256, "heads": 8,
+                                "ffn": 864, "seq_len": 128, "vocab": 1000, "moe": moe}))
+
+    def moe_of(*argv: str):
+        args = build_parser().parse_args(["run", "--model", str(path), *argv])
+        return LlamaSpec(**model_data(args, None)).moe
+
+    both = moe_of("--moe-experts", "16", "--moe-top-k", "2")
+    assert (both.experts, both.top_k) == (16, 2)
+    assert (both.expert_ffn, both.shared_experts, both.first_dense_layers, both.router_bias) == (96, 1, 1, True)
+    alone = moe_of("--moe-top-k", "8")
+    assert (alone.experts, alone.top_k, alone.expert_ffn) == (32, 8, 96)
+    assert moe_of("--moe-experts", "16", "--moe-top-k", "2", "--moe-expert-ffn", "48").expert_ffn == 48
+
+
+@pytest.mark.parametrize("argv", [["--kv-heads", "2"], ["--bias", "none"], ["--parallel-block"],
+                                  ["--mla", "64,0,32,16,32"]])
+def test_a_block_flag_on_a_cnn_is_refused_naming_that_flag(argv: list[str]) -> None:
+    """The refusal named "--kv-heads/--moe-experts/…" whatever was typed; it names the flag given."""
+    args = build_parser().parse_args(["run", "--model", "resnet50", *argv])
+    with pytest.raises(InputError, match=f"^command line: {argv[0]}: a cnn model has no transformer blocks$"):
+        model_data(args, None)

@@ -15,6 +15,21 @@ def print_result(data: dict[str, Any], as_json: bool, text: str) -> None:
     print(dumps_strict(data, sort_keys=True) if as_json else text)
 
 
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number. ``float`` takes 'nan' and 'inf', which then failed far later as
+    "not JSON data: Out of range float values", naming no flag."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return value
+
+
 def require_positive(flag: str, value: int | float | None) -> None:
     if value is not None and value <= 0:
         raise InputError(COMMAND_LINE, Problem(flag, f"{value} must be positive"))
@@ -46,3 +61,13 @@ def refuse_unreachable_outputs(outputs: dict[str, str | None]) -> None:
                 if not parent.is_dir():
                     raise InputError(COMMAND_LINE, Problem(flag, f"{out}: {parent} is a file, not a folder"))
                 break
+
+
+def refuse_file_outputs_at_folders(outputs: dict[str, str | None]) -> None:
+    """Refuse a file output that names an existing folder: the write would fail only at the end, as
+    "Is a directory", naming neither the flag nor what to do."""
+    import os
+
+    for flag, out in outputs.items():
+        if out and os.path.isdir(out):
+            raise InputError(COMMAND_LINE, Problem(flag, f"{out} is a folder; name a file"))

@@ -24,7 +24,11 @@ DEFAULT_GLOBAL_BATCH = 64  # sequences per iteration unless --global-batch (or m
 
 
 def import_hf_command(args: argparse.Namespace) -> int:
-    from tilewright.engine.cli.common import refuse_overwriting_inputs
+    from tilewright.engine.cli.common import (
+        refuse_file_outputs_at_folders,
+        refuse_overwriting_inputs,
+        refuse_unreachable_outputs,
+    )
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.io.atomic import dumps_stable, write_atomic
     from tilewright.engine.io.json_file import read_json, require_object
@@ -42,6 +46,8 @@ def import_hf_command(args: argparse.Namespace) -> int:
     if Path(args.config).is_dir():  # a model folder holding config.json, as import_hf_config takes
         args.config = str(Path(args.config) / "config.json")
     refuse_overwriting_inputs({"-o": args.output}, [args.config, args.system])
+    refuse_unreachable_outputs({"-o": args.output})  # before the mapping search, not at the write after it
+    refuse_file_outputs_at_folders({"-o": args.output})
     data = require_object(read_json(args.config), args.config)
     name = args.name or data.get("_name_or_path") or Path(args.config).resolve().parent.name
     try:
@@ -53,6 +59,9 @@ def import_hf_command(args: argparse.Namespace) -> int:
         how = ("as asked" if args.seq_len is not None
                else f"the config's context limit, capped at {MAX_SEQ_LEN}; --seq-len sets it")
         print(f"import-hf: seq_len {seq} ({how})", file=sys.stderr)
+    notes = spec.comment.split("; ")[2:]  # after "Imported from …" and the family's seq_len note (hf_import)
+    if notes:  # what the spec approximates or leaves out, said where the user looks, not only in the file
+        print(f"import-hf: notes: {'; '.join(notes)}", file=sys.stderr)
     out = spec.model_dump(mode="json")
     if args.system:
         out = _project_around(spec, args.system, args.devices, args.global_batch, args.config, args.allow_large)

@@ -6,6 +6,13 @@ import argparse
 
 
 def import_onnx_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tilewright.engine.cli.common import (
+        refuse_file_outputs_at_folders,
+        refuse_overwriting_inputs,
+        refuse_unreachable_outputs,
+    )
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.io.atomic import dumps_stable, write_atomic
     from tilewright.engine.workloads.hf_config import ConfigError
@@ -17,10 +24,16 @@ def import_onnx_command(args: argparse.Namespace) -> int:
         if not sep or not key or not value.isdigit() or int(value) < 1:
             raise InputError(args.model, Problem("--dim", f"{item!r}: expected NAME=VALUE with a positive integer"))
         dims[key] = int(value)
+    if not Path(args.model).is_file():  # named once, as every command names a missing input
+        raise InputError(args.model, "file not found" if not Path(args.model).exists() else "not a file")
+    # -o MODEL.onnx would replace the model with its workload; -o below a file fails only at the write
+    refuse_overwriting_inputs({"-o": args.output}, [args.model])
+    refuse_unreachable_outputs({"-o": args.output})
+    refuse_file_outputs_at_folders({"-o": args.output})
     try:
         spec = import_onnx_model(args.model, name=args.name, dims=dims)
     except ConfigError as exc:
-        raise InputError(args.model, Problem(exc.field, exc.reason)) from None
+        raise InputError(args.model, Problem("--dim" if exc.field == "dims" else exc.field, exc.reason)) from None
     text = dumps_stable(spec.model_dump(mode="json"))
     if args.output:
         write_atomic(args.output, text)

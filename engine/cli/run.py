@@ -7,7 +7,13 @@ import gc
 import os
 from typing import Any
 
-from tilewright.engine.cli.common import COMMAND_LINE, refuse_overwriting_inputs, refuse_unreachable_outputs
+from tilewright.engine.cli.common import (
+    COMMAND_LINE,
+    finite_float,
+    refuse_overwriting_inputs,
+    refuse_unreachable_outputs,
+)
+from tilewright.engine.cli.idle_flags import refuse_idle_run_flags
 from tilewright.engine.cli.optimizer_flags import (
     add_optimizer_arguments,
     apply_optimizer_flags,
@@ -55,7 +61,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expert-tp", type=int, metavar="N",
                    help="expert tensor parallelism: each routed expert split over N tensor ranks (default tp; 1: "
                    "whole experts, the ep × N expert ranks folded over tp × dp, Megatron-Core's ETP)")
-    p.add_argument("--expert-imbalance", type=float, metavar="X",
+    p.add_argument("--expert-imbalance", type=finite_float, metavar="X",
                    help="busiest expert rank's tokens over the mean (default 1, a balanced router)")
     p.add_argument("--pipeline-layers", metavar="LIST",
                    help="transformer layers per virtual stage (pp × interleave of them, N*K repeats), the "
@@ -77,6 +83,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights sharded over dp (per-layer gathers)")
     p.add_argument("--fsdp", action="store_true", default=None,
                    help="PyTorch FSDP (full shard): ZeRO stage 3 with the next layer's weights prefetched")
+    p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
+                   help="reduce gradients in buckets during the last backward, as the search's 'ovl-grad' "
+                   "(Megatron --overlap-grad-reduce)")
     p.add_argument("--overlap-param-gather", action="store_true", default=None,
                    help="ZeRO-3: all-gather the next layer's weights while the current one computes; "
                    "ZeRO-1/2: gather the updated weights behind the next forward")
@@ -95,6 +104,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delay-wgrad-compute", action="store_true", default=None,
                    help="with --overlap-ep-comm: weight gradients run apart from the input gradients "
                    "and hide the backward's all-to-all too (Megatron-Core --delay-wgrad-compute)")
+    p.add_argument("--ep-dispatcher", choices=["alltoall", "deepep"], default=None,
+                   help="MoE token exchange, as the search's sharding column names it: alltoall (Megatron-Core's "
+                   "alltoall dispatcher) or deepep (once per destination node, then over the node's fabric)")
     p.add_argument("--overlap-tp-comm", action="store_true", default=None,
                    help="with --sequence-parallel: hide tensor-parallel all-gathers and reduce-scatters behind the "
                    "GEMMs beside them (Transformer Engine userbuffers, Megatron-Core --tp-comm-overlap)")
@@ -136,7 +148,7 @@ def add_model_variant_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-top-k", type=int, metavar="K", help="experts each token is routed to (with --moe-experts)")
     g.add_argument("--moe-expert-ffn", type=int, metavar="N", help="width of one routed expert (default: ffn)")
     g.add_argument("--moe-shared-experts", type=int, metavar="N", help="experts every token passes through (DeepSeek)")
-    g.add_argument("--moe-capacity-factor", type=float, metavar="F",
+    g.add_argument("--moe-capacity-factor", type=finite_float, metavar="F",
                    help="expert capacity over the balanced load (token slots padded); default dropless")
     g.add_argument("--moe-first-dense", type=int, metavar="N", help="leading blocks that keep a dense MLP")
     g.add_argument("--mla", metavar="KV_RANK,Q_RANK,NOPE,ROPE,V",
@@ -160,14 +172,19 @@ def _model_variants(args: argparse.Namespace, data: dict[str, Any]) -> dict[str,
     if bias is not None:
         out |= {"qkv_bias": bias != "none", "out_bias": bias == "all", "mlp_bias": bias == "all"}
     experts, top_k = getattr(args, "moe_experts", None), getattr(args, "moe_top_k", None)
-    if (experts is None) != (top_k is None):
+    existing = data.get("moe") if isinstance(data.get("moe"), dict) else None
+    if (experts is None) != (top_k is None) and existing is None:
         raise InputError(COMMAND_LINE, Problem("--moe-experts/--moe-top-k", "give both, or neither"))
     moe_extras = {key: getattr(args, flag, None) for key, flag in MOE_FLAGS.items()}
     moe_extras = {k: v for k, v in moe_extras.items() if v is not None}
     if moe_extras and experts is None and not data.get("moe"):
         raise InputError(COMMAND_LINE, Problem("--moe-" + next(iter(moe_extras)).replace("_", "-"),
                                                "needs a mixture-of-experts model (--moe-experts and --moe-top-k)"))
-    if experts is not None:
+    if existing is not None and (experts is not None or top_k is not None):
+        # a MoE model (DeepSeek-V3, Mixtral) keeps its expert width, shared experts, dense blocks and router:
+        # the flags change only what they name (a new object used to drop them and size experts by the dense ffn)
+        out["moe"] = existing | {k: v for k, v in (("experts", experts), ("top_k", top_k)) if v is not None}
+    elif experts is not None:
         ffn = data.get("ffn") or 4 * int(data.get("hidden") or 0)
         out["moe"] = {"experts": experts, "top_k": top_k, "expert_ffn": ffn}
     if moe_extras:
@@ -176,11 +193,15 @@ def _model_variants(args: argparse.Namespace, data: dict[str, Any]) -> dict[str,
     if mla is not None:
         out["mla"] = _mla(mla)
     if out and data.get("kind") not in ("gpt", "llama", "bert"):
-        raise InputError(COMMAND_LINE, Problem("--kv-heads/--moe-experts/…", f"a {data.get('kind')} model has no "
-                                                                               "transformer blocks"))
+        given = [f for f in VARIANT_FLAGS if getattr(args, f, None) is not None]  # named as typed
+        raise InputError(COMMAND_LINE, Problem("--" + (given[0] if given else "kv_heads").replace("_", "-"),
+                                               f"a {data.get('kind')} model has no transformer blocks"))
     return out
 
 
+# the block-variant flags, in the order a refusal names the first one given
+VARIANT_FLAGS = ("kv_heads", "head_dim", "moe_experts", "moe_top_k", "moe_expert_ffn", "moe_shared_experts",
+                 "moe_capacity_factor", "moe_first_dense", "mla", "parallel_block", "bias")
 # moe fields set by --moe-… flags (beyond --moe-experts/--moe-top-k)
 MOE_FLAGS = {"expert_ffn": "moe_expert_ffn", "shared_experts": "moe_shared_experts",
              "capacity_factor": "moe_capacity_factor", "first_dense_layers": "moe_first_dense"}
@@ -331,9 +352,11 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
     if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
         m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
     for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy", "overlap_tp_comm",
-                 "moe_router_fusion", "delay_wgrad_compute"):
+                 "moe_router_fusion", "delay_wgrad_compute", "overlap_grad_reduce"):
         if getattr(args, flag, None):
             m[flag] = True
+    if getattr(args, "ep_dispatcher", None):  # checked with the project (idle_flags: MoE, training)
+        m["ep_dispatcher"] = args.ep_dispatcher
     if getattr(args, "tp_overlap_rs", None):
         m["tp_overlap_reduce_scatter"] = args.tp_overlap_rs
     if getattr(args, "fp8_param_gather", None):  # checked with the project (plan.checks)
@@ -422,6 +445,7 @@ def assemble_project(args: argparse.Namespace):
     check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
     raise_for_problems(project, source, allow_large=args.allow_large)
     refuse_idle_precision_flag(args, project)  # the flag where it applies to nothing (all dtypes fp32)
+    refuse_idle_run_flags(args, project)  # flags this project's simulation would not read
     return project
 
 

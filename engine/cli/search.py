@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE, print_result, require_positive
+from tilewright.engine.cli.idle_flags import refuse_idle_search_flags
 from tilewright.engine.cli.optimizer_flags import add_optimizer_arguments, apply_optimizer_flags
 from tilewright.engine.cli.run import (
     DIM_FLAGS,
@@ -82,6 +83,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     require_positive("--top", args.top)
     require_positive("--devices", devices)
     require_positive("--global-batch", batch)
+    refuse_idle_search_flags(args, project, devices)  # lists naming what the model cannot use
     check_search_budget(project, devices, args.project or COMMAND_LINE, command="search",
                         allow_large=args.allow_large)
     with ProgressPrinter(not args.quiet) as progress:

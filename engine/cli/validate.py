@@ -60,7 +60,7 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
             raise InputError(path, limit)
         graph = build_workload(spec)
         return (f"{path}: valid model '{graph.name}' — {counted(len(graph.layers), 'layer')}, "
-                f"{graph.params / 1e9:.3f} B parameters")
+                f"{_parameters(graph.params)}")
     if kind == "sweep":
         from tilewright.engine.io.project_file import project_from_data
         from tilewright.engine.search.sweep.run import load_spec
@@ -98,3 +98,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("schema", help="print the JSON Schema of project files")
     p.add_argument("--kind", choices=["project", "system", "model"], default="project")
     p.set_defaults(handler=_cmd_schema)
+
+
+def _parameters(n: float) -> str:
+    """"671.0 B parameters", "124.4 M parameters", "36,350 parameters": a fixed "{n/1e9:.3f} B" wrote every
+    model below 0.5 M parameters (an imported ONNX graph, a LeNet) as "0.000 B"."""
+    from tilewright.engine.results.text import number
+
+    for scale, unit in ((1e9, " B"), (1e6, " M")):
+        if n >= scale:
+            return f"{number(n / scale)}{unit} parameters"
+    return f"{number(n)} parameters"

@@ -71,8 +71,13 @@ class Reader:
             raise ConfigError(key, f"expected a positive number, got {value!r}")
         return float(value)
 
-    def seq(self, key: str, default: int, *alternatives: str) -> int:
+    def seq(self, key: str, default: int, *alternatives: str, learned: bool = False) -> int:
+        """The sequence length: the override, else the config's limit capped at ``MAX_SEQ_LEN``. ``learned``:
+        the model has a learned position table of ``limit`` rows (GPT-2, BERT), which no token past it can
+        index, so a longer override is refused rather than built with a table the model does not have."""
         limit = self.get_int(key, default, *alternatives)
+        if learned and self.seq_len_override is not None and self.seq_len_override > limit:
+            raise ConfigError(key, f"seq_len {self.seq_len_override} exceeds the model's {limit} learned positions")
         if self.seq_len_override is not None:
             self.seq_note = f"{self.seq_len_override} as asked ({key} {limit})"
             return positive_int("seq_len", self.seq_len_override)

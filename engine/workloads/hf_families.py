@@ -371,7 +371,7 @@ def gemma3(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
 def gpt2(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
     fields: dict[str, Any] = r.dims("n_embd", "n_layer", "n_head", None)
     ffn = r.get_int("n_inner", 4 * fields["hidden"])
-    return GPTSpec, fields | {"ffn": ffn, "seq_len": r.seq("n_positions", 1024, "n_ctx")}
+    return GPTSpec, fields | {"ffn": ffn, "seq_len": r.seq("n_positions", 1024, "n_ctx", learned=True)}
 
 
 def gpt_neox(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
@@ -388,7 +388,8 @@ def bert(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
     types = r.get_int("type_vocab_size", 2)
     if types != 2:
         r.notes.append(f"type_vocab_size {types} built as 2")
-    return BertSpec, fields | {"ffn": r.get_int("intermediate_size"), "seq_len": r.seq("max_position_embeddings", 512)}
+    seq = r.seq("max_position_embeddings", 512, learned=True)
+    return BertSpec, fields | {"ffn": r.get_int("intermediate_size"), "seq_len": seq}
 
 
 # model_type → reader; the order is the order the error message lists them in.

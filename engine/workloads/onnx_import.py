@@ -2,7 +2,8 @@
 
 Shapes come from ``onnx.shape_inference``. Quantities are per sample, as ``engine.ir.ops`` wants: a
 symbolic dimension (``dim_param``, e.g. the batch) counts as 1 unless ``dims`` gives its value (a symbolic
-sequence length should be given: ``dims={"seq": 2048}``), and a model exported with a fixed batch should be
+sequence length should be given: ``dims={"seq": 2048}``; a name the graph does not use is refused, as a
+misspelling would leave its dimension at 1), and a model exported with a fixed batch should be
 exported with batch 1. Which symbolic dimensions were taken as 1 is written in the spec's comment; a
 ``Reshape`` to ``-1`` makes shape inference invent dimensions (``unk__N``) that count as 1 too, so export
 with static shapes (``torch.onnx.export`` without ``dynamic_axes``) when the comment lists them.
@@ -11,12 +12,17 @@ Node → op (FLOPs are 2 per multiply-accumulate, as every builder counts them):
 
 - ``MatMul`` with a weight (an initializer) and ``Gemm``: ``matmul``, 2·M·N·K, weights = the initializers
   (Gemm's bias too), ``gemm = (M, N, K)`` with M the rows per sample;
-- ``MatMul`` of two activations (attention's QKᵀ and AV): ``attention``, 2·(output elements)·K;
+- ``MatMul`` of two activations (attention's QKᵀ and AV): ``attention``, 2·(output elements)·K; a weight
+  on the left (``W @ x``) is a GEMM too, and ``QLinearMatMul`` reads its operands a and b (inputs 0 and 3);
+- ``Einsum`` of two operands: 2·(the product of every index's extent), ``matmul`` with a weight operand,
+  else ``attention``; three or more operands or ellipses are left at 0 FLOPs and named in the comment;
+- ``LSTM``/``GRU``/``RNN``: ``matmul``, 2·steps·batch·(|W| + |R|);
 - ``Conv``: ``conv``, 2·(output elements)·(C_in / group)·kernel; ``ConvTranspose`` 2·(input elements)·
   (C_out / group)·kernel;
 - fused attention (``Attention`` of opset 23, ``com.microsoft`` ``Attention``/``MultiHeadAttention``):
-  ``attention``, 2·S_q·S_kv·(query width + value width), plus the packed qkv projection's GEMM when the
-  node carries its weights (``com.microsoft`` Attention);
+  ``attention``, 2·S_q·S_kv·(query width + output width; the output's, as V is weighed once per query head
+  under GQA), plus the packed qkv projection's GEMM when the node carries its weights (``com.microsoft``
+  Attention);
 - ``Gather`` from an initializer: ``embedding``; the normalisations: ``norm``; ``Softmax``: ``softmax``;
   pooling: ``pool``; ``Dropout``: ``dropout``; any other node: ``elementwise`` (0 FLOPs, its bytes);
 - shape-only nodes (``Reshape``, ``Shape``, ``Constant``, ``Squeeze``, ``Unsqueeze``, ``Flatten``,
@@ -66,6 +72,7 @@ NORMS = {
 }
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"}
 FUSED_ATTENTION = {"Attention", "MultiHeadAttention", "GroupQueryAttention"}
+RECURRENT = {"LSTM", "GRU", "RNN"}
 _BLOCK = re.compile(r"^(.*?[A-Za-z]\w*?[._]\d+)/")  # "model/layers.3/…" → "model/layers.3"
 
 Shape = tuple[int, ...]
@@ -90,6 +97,10 @@ def import_onnx_model(
         raise ConfigError("model", f"not a valid ONNX model ({reason})") from exc
     graph = _Graph(model.graph, dict(dims or {}))
     ops, layer_names = graph.ops()
+    unused = sorted(set(dims or {}) - graph.symbols)
+    if unused:  # a misspelt name would leave the dimension at 1 per sample without a word
+        have = ", ".join(sorted(n for n in graph.symbols if n)) or "none"
+        raise ConfigError("dims", f"{', '.join(unused)}: no symbolic dimension of that name (the graph has: {have})")
     if not ops:
         raise ConfigError("graph", "no compute nodes (MatMul, Gemm, Conv, attention, …) to import")
     source = name or model.graph.name or Path(path).stem
@@ -98,6 +109,8 @@ def import_onnx_model(
         notes.append(f"symbolic dimensions taken as 1 per sample: {', '.join(sorted(graph.assumed))}")
     if graph.unknown:
         notes.append(f"{len(graph.unknown)} node(s) with unknown shapes counted without bytes")
+    if graph.uncosted:
+        notes.append(f"counted without FLOPs (a form the importer does not cost): {', '.join(sorted(graph.uncosted))}")
     comment = f"Imported from ONNX ({Path(path).name}, opset {_opset(model)}); " + "; ".join(notes)
     return CustomSpec(name=source, comment=comment, layer_names=layer_names, ops=ops)
 
@@ -113,7 +126,9 @@ class _Graph:
         self.graph = graph
         self.dims = dims
         self.assumed: set[str] = set()
+        self.symbols: set[str] = set()  # every symbolic dimension's name the graph uses
         self.unknown: set[str] = set()
+        self.uncosted: set[str] = set()  # compute nodes left at 0 FLOPs, named in the spec's comment
         self.weights: dict[str, Shape] = {t.name: tuple(t.dims) for t in graph.initializer}
         self.shapes: dict[str, Shape] = dict(self.weights)
         for value in (*graph.input, *graph.value_info, *graph.output):
@@ -135,7 +150,9 @@ class _Graph:
         for d in tensor.shape.dim:
             if d.HasField("dim_value"):
                 out.append(d.dim_value)
-            elif d.dim_param in self.dims:
+                continue
+            self.symbols.add(d.dim_param)
+            if d.dim_param in self.dims:
                 out.append(self.dims[d.dim_param])
             else:
                 self.assumed.add(d.dim_param or "?")
@@ -198,6 +215,10 @@ class _Graph:
             fields |= self._conv(node)
         elif t in FUSED_ATTENTION:
             fields |= self._attention(node, weights)
+        elif t == "Einsum":
+            fields |= self._einsum(node, weights)
+        elif t in RECURRENT:
+            fields |= self._recurrent(node)
         elif t == "Gather" and node.input[0] in self.weights:
             fields |= {"kind": OpKind.embedding}
         elif t in NORMS:
@@ -213,7 +234,10 @@ class _Graph:
         return fields
 
     def _matmul(self, node: Any, weights: list[str]) -> dict[str, Any]:
-        a, b = self.shape(node, node.input[0]), self.shape(node, node.input[1])
+        """A weight on either side makes a GEMM (``W @ x`` as well as ``x @ W``); QLinearMatMul's operands are
+        its inputs 0 and 3 (a, a_scale, a_zero_point, b, …), the others are scales and zero points."""
+        second = 3 if node.op_type == "QLinearMatMul" else 1
+        a, b = self.shape(node, node.input[0]), self.shape(node, node.input[second])
         out = self.shape(node, node.output[0])
         if node.op_type == "Gemm":
             attrs = {x.name: x.i for x in node.attribute}
@@ -223,7 +247,7 @@ class _Graph:
         n = b[0] if node.op_type == "Gemm" and {x.name: x.i for x in node.attribute}.get("transB") else b[-1]
         out_elems = math.prod(out)
         flops = 2.0 * out_elems * k
-        if node.input[1] in weights or node.op_type == "Gemm":
+        if node.op_type == "Gemm" or node.input[0] in weights or node.input[second] in weights:
             m = max(1, out_elems // max(n, 1))
             return {"kind": OpKind.matmul, "flops": flops, "gemm": (m, n, k)}
         return {"kind": OpKind.attention, "flops": flops}
@@ -250,8 +274,64 @@ class _Graph:
         v = self.shape(node, node.input[2]) if len(node.input) > 2 and node.input[2] else k
         s_q, s_kv = q[-2], k[-2]
         q_width = q[-1] * (q[1] if len(q) == 4 else 1)  # rank 4: heads × head width
-        v_width = v[-1] * (v[1] if len(v) == 4 else 1)
+        # the weighted sum runs once per query head: its width is the output's (q heads × value width), which
+        # with grouped KV heads (GQA/MQA) is wider than V's own
+        out = self.shapes.get(node.output[0])
+        if out is not None and len(out) == len(q):
+            v_width = out[-1] * (out[1] if len(out) == 4 else 1)
+        else:
+            v_width = v[-1] * (v[1] if len(v) == 4 else 1) * _heads_ratio(node, q, k)
         return {"kind": OpKind.attention, "flops": 2.0 * s_q * s_kv * (q_width + v_width)}
+
+
+    def _einsum(self, node: Any, weights: list[str]) -> dict[str, Any]:
+        """Two operands: 2 FLOPs per step of the loop over every index (the product of all index extents, a
+        matmul's 2·M·N·K); a weight operand makes it a GEMM (k the contracted extents, n the weight's kept
+        ones), else an activation × activation ``attention`` matmul. One operand (a transpose, a sum) moves
+        data only. Three or more operands and ellipses are left at 0 FLOPs and named in the comment."""
+        eq = next((a.s.decode() for a in node.attribute if a.name == "equation"), "").replace(" ", "")
+        lhs, arrow, out = eq.partition("->")
+        terms = lhs.split(",")
+        if len(terms) == 1:
+            return {}
+        if len(terms) != 2 or len(node.input) != 2 or "..." in eq:
+            self.uncosted.add(f"Einsum {eq!r}")
+            return {}
+        if not arrow:  # implicit output: the indices that appear once, in alphabetical order (numpy's rule)
+            out = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
+        extents: dict[str, int] = {}
+        for term, name in zip(terms, node.input, strict=True):
+            shape = self.shape(node, name)
+            if len(shape) != len(term):
+                raise ConfigError(f"node {node.name or 'Einsum'}",
+                                  f"equation {eq!r}: {term!r} does not match the shape {shape} of {name!r}")
+            for letter, size in zip(term, shape, strict=True):
+                extents[letter] = max(extents.get(letter, 1), size)  # an extent of 1 broadcasts
+        flops = 2.0 * math.prod(extents.values())
+        weight = next((term for term, name in zip(terms, node.input, strict=True) if name in weights), None)
+        if weight is None:
+            return {"kind": OpKind.attention, "flops": flops}
+        k = math.prod(extents[c] for c in extents if c not in out)
+        n = math.prod(extents[c] for c in dict.fromkeys(weight) if c in out)
+        return {"kind": OpKind.matmul, "flops": flops, "gemm": (max(1, round(flops / (2 * n * k))), n, k)}
+
+    def _recurrent(self, node: Any) -> dict[str, Any]:
+        """LSTM/GRU/RNN (X, W, R, …): every step multiplies its input by W (directions × gates·hidden ×
+        input) and its state by R (… × hidden): 2·steps·batch·(|W| + |R|) FLOPs, steps × batch the first two
+        axes of X in either layout. The gates' elementwise work is not counted, as no builder counts it; no
+        single GEMM shape (the state's product is one small GEMM per step)."""
+        x = self.shape(node, node.input[0])
+        w, r = self.shape(node, node.input[1]), self.shape(node, node.input[2])
+        return {"kind": OpKind.matmul, "flops": 2.0 * x[0] * x[1] * (math.prod(w) + math.prod(r))}
+
+
+def _heads_ratio(node: Any, q: Shape, k: Shape) -> int:
+    """Query heads per key/value head of a fused attention node (1 without grouping): rank-4 inputs carry the
+    heads on axis 1, rank-3 ones in the q_num_heads / kv_num_heads attributes (opset 23)."""
+    if len(q) == 4 and len(k) == 4:
+        return max(1, q[1] // max(k[1], 1))
+    attrs = {a.name: a.i for a in node.attribute}
+    return max(1, attrs.get("q_num_heads", attrs.get("num_heads", 1)) // max(attrs.get("kv_num_heads", 1), 1))
 
 
 class _Layers:

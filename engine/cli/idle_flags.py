@@ -1,0 +1,157 @@
+"""``run``: flags the assembled project would silently ignore are refused, naming the flag (exit 2).
+
+A flag whose field the simulation never reads for this project — a load imbalance without experts, a
+parameter gather without sharded parameters, data-parallel replicas of an inference run (which simulates
+one tensor group) — used to run as if it had not been given, so a user comparing two runs saw no
+difference and no reason. Checked after the project's own checks (``plan.checks``), which name fields;
+only what the user typed is refused here, so a project file or a search keeps its latitude (a degree
+change alone never makes a mapping invalid, as ``ir.mapping`` keeps it).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from tilewright.engine.cli.common import COMMAND_LINE
+from tilewright.engine.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from tilewright.engine.ir.project import Project
+
+# flags that only mean something where the model has mixture-of-experts layers → what they act on
+_MOE_FLAGS = {
+    "expert_imbalance": "weighs the busiest expert rank's routed tokens",
+    "overlap_ep_comm": "hides the expert all-to-all",
+    "delay_wgrad_compute": "hides the backward's expert all-to-all",
+    "ep_dispatcher": "picks how tokens reach their experts",
+}
+# training flags an inference run does not read (each shown idle there: the same time and memory), and the
+# values that ask for something (``--zero 0`` or ``--recompute none`` ask for nothing)
+_TRAINING_ONLY = {
+    "zero": lambda v: v > 0,
+    "fsdp": bool,
+    "recompute": lambda v: v != "none",
+    "recompute_layers": lambda v: True,
+    "recompute_modules": lambda v: True,
+    "schedule": lambda v: True,
+    "interleave": lambda v: v > 1,
+    "overlap_ep_comm": bool,
+    "delay_wgrad_compute": bool,
+    "expert_imbalance": lambda v: True,
+    "ep": lambda v: v > 1,  # the plan splits experts in training only (plan.plan: ep 1 otherwise)
+    "ep_dispatcher": lambda v: True,
+    "overlap_grad_reduce": bool,
+    "expert_tp": lambda v: True,
+}
+
+
+def _shown(value: object) -> str:
+    return "on" if value is True else str(value)
+
+
+# model flags that ask for MoE blocks, named in the order the refusal prefers
+_MOE_MODEL_FLAGS = ("moe_first_dense", "moe_experts")
+
+
+def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
+    """Exit 2 (``InputError``) for a flag the simulation of ``project`` would not read."""
+    from tilewright.engine.ir.project import Mode
+
+    m, train = project.mapping, project.run.mode is Mode.train
+    if not train:
+        for name, idle in _TRAINING_ONLY.items():
+            value = getattr(args, name, None)
+            if value is not None and idle(value):
+                raise InputError(COMMAND_LINE, Problem("--" + name.replace("_", "-"), f"{_shown(value)}: training "
+                                                       "only; an inference run simulates without it (no backward "
+                                                       "pass, optimizer step, pipeline schedule or expert split to "
+                                                       "change): add --mode train, or leave it out"))
+        if getattr(args, "dp", None) is not None and args.dp > 1:
+            raise InputError(COMMAND_LINE, Problem("--dp", f"{args.dp}: an inference run simulates one tensor "
+                                                   f"group (tp × pp = {m.tp * m.pp} devices); its replicas would "
+                                                   "change nothing (tilewright serve spreads requests)"))
+        if getattr(args, "devices", None) is not None and m.dp > 1:
+            raise InputError(COMMAND_LINE, Problem("--devices", f"{args.devices}: an inference run uses tp × pp = "
+                                                   f"{m.tp * m.pp} of them (one tensor group); set --tp/--pp to "
+                                                   "use more"))
+    if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
+        raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
+                                               "(the run was ZeRO-3 whatever --zero said)"))
+    if getattr(args, "overlap_param_gather", None) and not getattr(args, "fsdp", None):
+        why = ("an inference run gathers no updated parameters" if not train else
+               "needs sharded parameters: the distributed optimizer (--zero ≥ 1) or --fsdp; at ZeRO 0 every rank "
+               "holds all its weights and gathers nothing (Megatron-LM asserts it too)" if m.zero < 1 else None)
+        if why is not None:
+            raise InputError(COMMAND_LINE, Problem("--overlap-param-gather", why))
+    if getattr(args, "tp", None) is not None and args.tp > 1 and not m.layer_parallelism:
+        _refuse_tp_without_splits(args.tp, project)
+    given = [name for name in _MOE_FLAGS if getattr(args, name, None) is not None]
+    model_flags = [name for name in _MOE_MODEL_FLAGS if getattr(args, name, None) is not None]
+    if not given and not model_flags:
+        return
+    from tilewright.engine.workloads import build_workload
+
+    if any(op.moe is not None for op in build_workload(project.workload).ops()):
+        return
+    if model_flags:  # the MoE model the flags describe has no MoE block left
+        w = project.workload
+        moe = getattr(w, "moe", None)
+        which = (f" (first_dense_layers {moe.first_dense_layers}, layer_freq {moe.layer_freq})" if moe is not None
+                 else "")
+        name = model_flags[0]
+        raise InputError(COMMAND_LINE, Problem(
+            "--" + name.replace("_", "-"), f"{getattr(args, name)}: none of the model's "
+            f"{getattr(w, 'layers', '?')} blocks is a mixture-of-experts block{which}"))
+    name = given[0]
+    raise InputError(COMMAND_LINE, Problem(
+        "--" + name.replace("_", "-"), f"{_MOE_FLAGS[name]}, and the model has no mixture-of-experts layers"))
+
+
+def _refuse_tp_without_splits(tp: int, project: Project) -> None:
+    """``--tp N`` on a workload none of whose ops tensor parallelism can split (an ONNX import, a CNN: their
+    ops carry split none, ``onnx_import``) ran every op whole on each of the N ranks — the same weights and
+    memory per device, N times the devices, a little slower — without a word. HyPar's layer-wise choices
+    (``mapping.layer_parallelism``) are what splits such layers; without them the flag is refused."""
+    from tilewright.engine.ir.ops import TensorSplit
+    from tilewright.engine.workloads import build_workload
+
+    splittable = (TensorSplit.column, TensorSplit.row, TensorSplit.heads, TensorSplit.vocab)
+    if not any(op.split in splittable for op in build_workload(project.workload).ops()):
+        raise InputError(COMMAND_LINE, Problem("--tp", f"{tp}: no op of this {project.workload.kind} workload has a "
+                                               "tensor-parallel split, so every rank would run the whole model "
+                                               "(use --dp, --pp, or HyPar's mapping.layer_parallelism)"))
+
+
+def refuse_idle_search_flags(args: argparse.Namespace, project: Project, devices: int) -> None:
+    """``search``: a second-stage list naming what the model cannot use — expert parallelism or a token
+    dispatcher without experts, a context-parallel size that does not divide the sequence or exceeds the
+    devices, a recomputed module the model lacks — used to be dropped from the space without a word, so the
+    table looked as if those options had been tried and lost. The same refusals ``run`` makes, by flag."""
+    from tilewright.engine.perf.recompute import present
+    from tilewright.engine.search.parallel.narrowing import int_list, module_lists
+    from tilewright.engine.workloads import build_workload
+
+    eps = int_list("--ep", getattr(args, "ep", None), COMMAND_LINE) or []
+    cps = int_list("--cp", getattr(args, "cp", None), COMMAND_LINE) or []
+    lists = module_lists("--recompute-modules", getattr(args, "recompute_modules", None), COMMAND_LINE) or []
+    seq = getattr(project.workload, "seq_len", None)
+    for cp in cps:
+        if cp > devices:
+            raise InputError(COMMAND_LINE, Problem("--cp", f"{cp} exceeds the {devices} devices available"))
+        if cp > 1 and seq is not None and seq % cp:
+            raise InputError(COMMAND_LINE, Problem("--cp", f"{cp} does not divide seq_len ({seq})"))
+    wants_experts = [f for f, given in (("--ep", any(e > 1 for e in eps)),
+                                        ("--ep-dispatcher", getattr(args, "ep_dispatcher", None) is not None)) if given]
+    if not wants_experts and not lists:
+        return
+    graph = build_workload(project.workload)
+    if wants_experts and not any(op.moe is not None for op in graph.ops()):
+        raise InputError(COMMAND_LINE, Problem(wants_experts[0], "the model has no mixture-of-experts layers to "
+                                                                 "split or exchange tokens between"))
+    blocks = [graph.layer_ops(i) for i in graph.block_layers]
+    for mods in lists:
+        for name in mods:
+            if not any(present(ops, name) for ops in blocks):
+                raise InputError(COMMAND_LINE, Problem("--recompute-modules", f"'{name}': the model has nothing it "
+                                                                              "recomputes"))

@@ -1,0 +1,174 @@
+"""``tilewright run`` refuses a flag the simulation would not read (exit 2 naming it), and keeps it where it
+acts. Each idle case is shown idle first through ``--set`` (which bypasses the flag check): the field changes
+nothing there, so before the refusal the flag ran silently as if it had not been typed. Each kept case is
+shown to change the result, so the refusal does not hide a working option."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tilewright.engine.cli import main
+
+DENSE = ["run", "--system", "dgx-a100", "--model", "gpt", "--layers", "4", "--hidden", "512", "--heads", "8",
+         "--seq-len", "256", "--vocab", "4096", "--engine", "analytic", "--json", "--quiet"]
+MOE = [*DENSE, "--moe-experts", "4", "--moe-top-k", "2"]
+TRAIN_8 = ["--devices", "8", "--dp", "8", "--global-batch", "16"]
+
+
+def _metrics(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main(list(args)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _refused(capsys: pytest.CaptureFixture[str], flag: str, *args: str) -> str:
+    assert main(list(args)) == 2
+    err = capsys.readouterr().err
+    assert f"{flag}:" in err and "Traceback" not in err
+    return err
+
+
+def test_expert_imbalance_without_experts_is_refused(capsys):
+    base = _metrics(capsys, *DENSE, *TRAIN_8)["iteration_time_s"]
+    assert _metrics(capsys, *DENSE, *TRAIN_8, "--set", "mapping.expert_imbalance=2")["iteration_time_s"] == base
+    assert "no mixture-of-experts" in _refused(capsys, "--expert-imbalance", *DENSE, *TRAIN_8,
+                                               "--expert-imbalance", "2")
+    # with experts the busiest rank's extra tokens cost compute (this small job is host-bound, so the
+    # iteration time may hide it behind kernel launches)
+    balanced = _metrics(capsys, *MOE, *TRAIN_8)["time_breakdown_s"]["compute"]
+    assert _metrics(capsys, *MOE, *TRAIN_8, "--expert-imbalance", "2")["time_breakdown_s"]["compute"] > balanced
+
+
+@pytest.mark.parametrize("flags", [["--overlap-ep-comm"], ["--overlap-ep-comm", "--delay-wgrad-compute"]])
+def test_expert_overlap_without_experts_is_refused(capsys, flags):
+    _refused(capsys, "--overlap-ep-comm", *DENSE, *TRAIN_8, *flags)
+    assert main([*MOE, *TRAIN_8, "--ep", "4", *flags]) == 0
+
+
+def test_overlap_param_gather_needs_sharded_parameters(capsys):
+    base = _metrics(capsys, *DENSE, *TRAIN_8)["iteration_time_s"]
+    idle = _metrics(capsys, *DENSE, *TRAIN_8, "--set", "mapping.overlap_param_gather=true")["iteration_time_s"]
+    assert idle == base
+    assert "--zero" in _refused(capsys, "--overlap-param-gather", *DENSE, *TRAIN_8, "--overlap-param-gather")
+    # ZeRO-1: the updated weights' gather hides behind the next forward, so less data-parallel time is exposed
+    zero1 = _metrics(capsys, *DENSE, *TRAIN_8, "--zero", "1")["time_breakdown_s"]["dp_comm"]
+    hidden = _metrics(capsys, *DENSE, *TRAIN_8, "--zero", "1", "--overlap-param-gather")["time_breakdown_s"]["dp_comm"]
+    assert hidden < zero1
+    assert main([*DENSE, *TRAIN_8, "--fsdp", "--overlap-param-gather"]) == 0
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--dp", "8"), ("--devices", "8")])
+def test_inference_replicas_are_refused(capsys, flag, value):
+    """An inference run simulates one tensor group: --dp 8 (or 8 devices at tp 1) ran on 1 device."""
+    one = _metrics(capsys, *DENSE, "--mode", "infer", "--global-batch", "8")
+    idle = _metrics(capsys, *DENSE, "--mode", "infer", "--global-batch", "8", "--set", "mapping.dp=8")
+    assert idle["devices"] == one["devices"] == 1 and idle["iteration_time_s"] == one["iteration_time_s"]
+    _refused(capsys, flag, *DENSE, "--mode", "infer", flag, value)
+    assert _metrics(capsys, *DENSE, "--mode", "infer", "--devices", "8", "--tp", "8")["devices"] == 8
+
+
+def test_moe_flags_that_leave_no_moe_block_are_refused(capsys):
+    """--moe-first-dense 4 of 4 layers built a dense model; the MoE flags beside it meant nothing."""
+    dense = _metrics(capsys, *DENSE, *TRAIN_8)["model_flops_per_iteration"]
+    all_dense = '{"experts": 4, "top_k": 2, "expert_ffn": 2048, "first_dense_layers": 4}'
+    idle = _metrics(capsys, *DENSE, *TRAIN_8, "--set", f"workload.moe={all_dense}")
+    assert idle["model_flops_per_iteration"] == dense
+    assert "none of the model's 4 blocks" in _refused(capsys, "--moe-first-dense", *MOE, *TRAIN_8,
+                                                     "--moe-first-dense", "4")
+    assert main([*MOE, *TRAIN_8, "--moe-first-dense", "3"]) == 0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+@pytest.mark.parametrize("flag", ["--expert-imbalance", "--moe-capacity-factor"])
+def test_non_finite_numbers_are_refused_naming_the_flag(capsys, flag, value):
+    """float() takes 'nan' and 'inf'; they failed later as "not JSON data", naming no flag."""
+    with pytest.raises(SystemExit) as exc:
+        main([*MOE, *TRAIN_8, flag, value])
+    assert exc.value.code == 2
+    assert flag in capsys.readouterr().err
+
+
+SEARCH = ["search", "--system", "dgx-a100", "--model", "gpt", "--layers", "2", "--hidden", "512", "--heads", "8",
+          "--seq-len", "256", "--vocab", "4096", "--devices", "8", "--global-batch", "16", "--no-simulate", "--quiet",
+          "--json"]
+
+
+def _search_mappings(capsys, *flags: str) -> list[dict]:
+    assert main([*SEARCH, *flags]) == 0
+    return json.loads(capsys.readouterr().out)["candidates"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named", "says"),
+    [
+        (["--ep", "1,2,4"], "--ep", "no mixture-of-experts"),
+        (["--ep-dispatcher", "deepep"], "--ep-dispatcher", "no mixture-of-experts"),
+        (["--recompute-modules", "moe"], "--recompute-modules", "'moe'"),
+        (["--cp", "1,3"], "--cp", "does not divide seq_len (256)"),
+        (["--cp", "16"], "--cp", "exceeds the 8 devices"),
+    ],
+    ids=["ep-dense", "dispatcher-dense", "moe-module-dense", "cp-not-dividing", "cp-past-devices"],
+)
+def test_search_lists_naming_what_the_model_cannot_use_are_refused(capsys, flags, named, says):
+    """These sizes were dropped from the space without a word: the table looked as if they had lost."""
+    assert says in _refused(capsys, named, *SEARCH, *flags)
+
+
+def test_search_lists_the_model_can_use_are_searched(capsys):
+    """The sizes the model can use are kept and appear among the candidates."""
+    assert {c["cp"] for c in _search_mappings(capsys, "--cp", "1,2", "--list", "400")} == {1, 2}
+    moe = _search_mappings(capsys, "--moe-experts", "4", "--moe-top-k", "2", "--ep", "1,2,4", "--list", "400")
+    assert {c["ep"] for c in moe} == {1, 2, 4}
+
+
+
+INFER = [*DENSE, "--mode", "infer"]
+MOE_INFER = [*MOE, "--mode", "infer", "--tp", "2", "--devices", "2", "--sequence-parallel"]
+FOLDED = ["--set", "mapping.expert_tp=1"]  # experts folded over the tensor ranks, so ep 2 fits one group
+
+
+@pytest.mark.parametrize(
+    ("base", "flags", "field"),
+    [
+        (INFER, ["--zero", "3"], "mapping.zero=3"),
+        (INFER, ["--fsdp"], "mapping.fsdp=true"),
+        (INFER, ["--recompute", "full"], "mapping.recompute=full"),
+        (INFER, ["--schedule", "gpipe"], "mapping.schedule=gpipe"),
+        ([*INFER, "--pp", "2", "--devices", "2"], ["--interleave", "2"], "mapping.interleave=2"),
+        ([*MOE_INFER, *FOLDED], ["--ep", "2"], "mapping.ep=2"),
+        (MOE_INFER, ["--expert-tp", "1"], "mapping.expert_tp=1"),
+        ([*MOE_INFER, *FOLDED, "--set", "mapping.ep=2"], ["--expert-imbalance", "2"], "mapping.expert_imbalance=2"),
+    ],
+    ids=["zero", "fsdp", "recompute", "schedule", "interleave", "ep", "expert-tp", "imbalance"],
+)
+def test_training_flags_in_an_inference_run_are_refused(capsys, base, flags, field):
+    """Each field leaves an inference run as it was (same time and memory through --set, which the flag check
+    does not see), so its flag is refused there, naming it and the way out (--mode train)."""
+    plain = _metrics(capsys, *base)
+    idle = _metrics(capsys, *base, "--set", field)
+    assert (idle["iteration_time_s"], idle["peak_memory_bytes"]) == (plain["iteration_time_s"],
+                                                                     plain["peak_memory_bytes"])
+    assert "--mode train" in _refused(capsys, flags[0], *base, *flags)
+
+
+def test_fsdp_with_zero_0_is_refused(capsys):
+    """--fsdp --zero 0 ran ZeRO-3 (FSDP's sharding) whatever --zero said; stages 1 and 2 were refused already."""
+    fsdp = _metrics(capsys, *DENSE, *TRAIN_8, "--fsdp")
+    zero3 = _metrics(capsys, *DENSE, *TRAIN_8, "--zero", "3", "--overlap-param-gather")
+    assert fsdp["memory_breakdown_bytes"] == zero3["memory_breakdown_bytes"]
+    assert "--fsdp" in _refused(capsys, "--zero", *DENSE, *TRAIN_8, "--fsdp", "--zero", "0")
+    assert main([*DENSE, *TRAIN_8, "--fsdp", "--zero", "3"]) == 0
+
+
+@pytest.mark.parametrize("model", ["mlp-mnist", "vgg-a"])
+def test_tensor_parallelism_of_a_workload_without_splits_is_refused(capsys, model):
+    """MLP/CNN (and ONNX-imported) ops carry no tensor-parallel split: --tp 2 ran the whole model on both ranks,
+    the same weights per device and the same FLOPs, only slower. Shown through --set, refused as a flag."""
+    base = ["run", "--system", "dgx-a100", "--model", model, "--global-batch", "8", "--engine", "analytic",
+            "--json", "--quiet"]
+    one = _metrics(capsys, *base, "--devices", "1")
+    two = _metrics(capsys, *base, "--devices", "1", "--set", "mapping.tp=2")
+    assert two["devices"] == 2 * one["devices"]
+    assert two["memory_breakdown_bytes"]["weights"] == one["memory_breakdown_bytes"]["weights"]
+    assert two["iteration_time_s"] >= one["iteration_time_s"]
+    assert "no op of this" in _refused(capsys, "--tp", *base, "--tp", "2", "--devices", "2")
