@@ -32,8 +32,9 @@ device 0's 32-row logits, sampled on the host) and their transfer time at Wormho
 (``HOST_READ_BPS``) beside the preset's ``compute.runtime_step_s``, the fixed round trip each iteration pays.
 Then one decoder layer of the Galaxy's batch-32 step, op by op, beside the per-op device targets tt-metal publishes
 for models/demos/llama3_70b_galaxy (``benchmarks/tiled_galaxy_ops.py``, with their source commit). The Galaxy
-project models that runtime (prefetched weights, its programs per op); its batch-1 row is tt-transformers'
-(``Config.tt_transformers``: the system's programs, DRAM-sharded weights).
+project models that runtime (prefetched weights, its programs per op, persistent collectives); its batch-1 row is
+tt-transformers' (``Config.tt_transformers``: the system's programs, DRAM-sharded weights, ttnn's generic
+collectives).
 
 Usage: python benchmarks/calibrate_tiled_llm.py
 """
@@ -90,7 +91,8 @@ class Config:
     dims: tuple[tuple[str, object], ...] = ()  # then these workload fields replaced (a model of no preset)
     published: Published | None = None
     # tt-transformers on a machine whose preset project models another runtime (the Galaxy's models/demos/
-    # llama3_70b_galaxy): the system preset's compute (tt-transformers' device programs) and DRAM-sharded weights
+    # llama3_70b_galaxy): the system preset's compute (tt-transformers' device programs, generic collectives:
+    # compute.runtime_ccl) and DRAM-sharded weights
     tt_transformers: bool = False
 
 

@@ -12,11 +12,20 @@ fit: no preset constant is derived from these rows.
 Ours: each op of one layer of the ``wormhole-galaxy-llama3-70b-inference`` decode step at 128 keys, costed alone
 as the plan costs it (``op`` = its kernel and the runtime's further programs, ``Compute.programs_by_op``; ``CCL`` =
 the tensor-parallel collective after it, ``Plan.tp_time``), twice: with the project's runtime (models/demos/
-llama3_70b_galaxy: prefetched weights, its programs per op) and as tt-transformers runs it (``Config.tt_transformers``
-of ``calibrate_tiled_llm``: the system's programs, DRAM-sharded weights). The published programs are grouped into
+llama3_70b_galaxy: prefetched weights, its programs per op, persistent collectives) and as tt-transformers runs it
+(``Config.tt_transformers`` of ``calibrate_tiled_llm``: the system's programs, DRAM-sharded weights, ttnn's
+generic collectives). The published programs are grouped into
 the model's terms (``TERMS``): a collective the runtime splits into a reduce-scatter and an all-gather around
 other programs (QKV's reduce before the heads, FF1/FF3's before the SiLU mul) is compared with the all-reduce the
 model runs.
+
+Collectives, op by op (``CCL_OPS``): each published CCL program beside our time for the same collective (kind,
+mesh axis, message) on the project's plan, with the runtime's persistent collectives (``Compute.runtime_ccl``,
+the preset) and with ttnn's generic ones (the system as tt-transformers runs it). The messages are derived from
+the implementation at batch 32 (models/demos/llama3_70b_galaxy/tt/llama_attention.py, llama_mlp.py, llama_ccl.py),
+in the dtype the runtime sends (its matmul outputs and persistent buffers: bfloat8_b for WO, FF1, FF3 and FF2,
+bfloat16 for QKV and the attention output); the model's own step sends its activations' format (bf16), so the
+table also prints ours at the model's bytes.
 
 Usage: python benchmarks/tiled_galaxy_ops.py (also printed by benchmarks/calibrate_tiled_llm.py)
 """
@@ -26,10 +35,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from tilewright.engine.ir.common import DType, dtype_bytes
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.op_cost import runtime_programs, runtime_programs_extra
 from tilewright.engine.plan.inference_phases import decode_context, prefetch_stream_s, sampling_tile, step_formats
 from tilewright.engine.plan.passes import forward_pass
+from tilewright.engine.plan.tensor_axes import COLUMN, ROW
 from tilewright.engine.simulate import make_plan
 from tilewright.engine.workloads.transformer_inference import inference_graph
 
@@ -109,6 +120,103 @@ TERMS = (
     Term("CCL on the 8-chip axis (WO, FF2)", ("AllReduceAsync_DO", "AllReduceAsync_FF2"),
          ccl=("out_proj", "mlp_down")),
 )
+
+
+@dataclass(frozen=True)
+class CclOp:
+    """One published CCL program as the model would cost it: the collective ``kind`` along ``axis`` (``COLUMN``:
+    the 4-chip axis, cluster_axis 1; ``ROW``: the 8-chip axis, cluster_axis 0) of a full tensor of ``BATCH`` rows
+    × ``cols`` in ``dtype`` (an all-reduce's input and output, a reduce-scatter's input, an all-gather's output,
+    per device), the model op whose collective it is (``op``: ours at the model's own bytes), and where the
+    size comes from. ``fused``: the published program also runs matmuls (its time is not the collective's
+    alone)."""
+
+    target: str  # Target.name
+    axis: str
+    kind: str
+    cols: int
+    dtype: DType
+    op: str
+    source: str
+    fused: bool = False
+
+    @property
+    def nbytes(self) -> float:
+        return BATCH * self.cols * dtype_bytes(self.dtype)
+
+
+# Llama 3.1 70B (hidden 8192, 64 query and 8 KV heads of 128, FFN 28672) on the 8 x 4 mesh: weights split K over
+# one axis and N over the other (llama_attention.py, llama_mlp.py, dims (-1, -2) / (-2, -1)).
+CCL_OPS = (
+    CclOp("LlamaReduceScatterCreateHeads", COLUMN, "reduce-scatter", 1280, DType.bf16, "qkv",
+          "QKV output 10240 / 8 = 1280 columns (8 Q, 1 K, 1 V heads of 128), bf16 (llama_rs_create_heads' "
+          "interim buffer is bfloat16), scattered over 4: 8 users each"),
+    CclOp("AllGatherConcat", COLUMN, "all-gather", 1024, DType.bf16, "",
+          "SDPA output of 8 users x 8 heads x 128 per device, gathered to 32 users x 1024 (all_gather_concat, "
+          "bf16); no model collective: ours all-gathers nothing after attention"),
+    CclOp("AllReduceAsync_DO", ROW, "all-reduce", 2048, DType.bfp8, "out_proj",
+          "WO output 8192 / 4 = 2048 columns, bfloat8_b (the matmul's dtype and the persistent buffer's)"),
+    CclOp("Matmul_FF3_ReduceScatter_FF1", COLUMN, "reduce-scatter", 3584, DType.bfp8, "mlp_gate",
+          "FF1 output 28672 / 8 = 3584 columns, bfloat8_b, reduce-scattered inside the double matmul "
+          "(llama_rs_matmul)", fused=True),
+    CclOp("ReduceScatter_FF3", COLUMN, "reduce-scatter", 3584, DType.bfp8, "mlp_up",
+          "FF3 output 3584 columns, bfloat8_b (llama_reduce_scatter)"),
+    CclOp("AllGatherAsync_Binary_Mult", COLUMN, "all-gather", 3584, DType.bfp8, "",
+          "SiLU(FF1) x FF3 of 896 columns per device gathered to 3584, bfloat8_b (all_gather_async, buffer "
+          "BINARY_MUL); ours all-reduces FF1 and FF3 instead, each with its own gather"),
+    CclOp("AllReduceAsync_FF2", ROW, "all-reduce", 2048, DType.bfp8, "mlp_down",
+          "FF2 output 8192 / 4 = 2048 columns, bfloat8_b"),
+)
+
+
+@dataclass(frozen=True)
+class CclRow:
+    """Our cost of one ``CclOp`` on one project's plan: at the runtime's bytes (algorithm, µs) and at the
+    model's own bytes (its op's collective; None where the model has none)."""
+
+    algorithm: str
+    us: float
+    model_us: float | None
+
+
+def ccl_rows(project: Project, batch: int = BATCH) -> list[CclRow]:
+    """Each ``CCL_OPS`` entry costed as ``Plan.tp_time`` costs a tensor-parallel collective of ``project``."""
+    inf = project.run.inference.model_copy(update={"batch": batch})
+    plan = make_plan(project.model_copy(update={"run": project.run.model_copy(update={"inference": inf})}))
+    rows, _ = layer_rows(project, batch=batch)
+    by = {r.name: r for r in rows}
+    out = []
+    for c in CCL_OPS:
+        coll = plan.tp_collective(0, 0, c.axis + c.kind, c.nbytes)
+        model = by[c.op].ccl_s * 1e6 if c.op in by and by[c.op].ccl else None
+        out.append(CclRow(coll.algorithm, coll.time(plan.hw) * 1e6, model))
+    return out
+
+
+def ccl_report(variants: list[tuple[str, Project]]) -> None:
+    """Print the published CCL programs beside our collectives, op by op."""
+    costed = [(label.split(" runtime")[0], ccl_rows(p)) for label, p in variants]
+    by = {t.name: t for t in TARGETS}
+    print("\nCollectives op by op (kernel + op-to-op, us): ours is the same collective at the runtime's message, "
+          "[in brackets: the model op's own collective in the step, an all-reduce of bf16 activations]")
+    head = "".join(f" {label:>40s}" for label, _ in costed)
+    print(f"  {'published program':30s} {'axis':>4s} {'kind':>14s} {'message':>10s} {'6U':>6s} {'4U':>6s}{head}")
+    for i, c in enumerate(CCL_OPS):
+        t = by[c.target]
+        axis = "4" if c.axis == COLUMN else "8"
+        cells = ""
+        for _, rows in costed:
+            r = rows[i]
+            model = f" [{r.model_us:5.1f}]" if r.model_us is not None else " " * 8
+            cells += f" {r.us:6.1f}{model} {r.algorithm[:24]:>24s}"
+        flag = " (fused with FF1+FF3)" if c.fused else ""
+        print(f"  {c.target:30s} {axis:>4s} {c.kind:>14s} {c.nbytes / 1024:7.1f} KiB {t.us('6U'):6.1f} "
+              f"{t.us('4U'):6.1f}{cells}{flag}")
+    for c in CCL_OPS:
+        print(f"    {c.target}: {c.source}")
+    print("  6U runs rings with 4 links per axis, 4U lines with 3 (model_config.py: GALAXY_NUM_LINKS {'6U': 4, "
+          "'4U': 3}, CCL_TOPOLOGY Ring / Linear); the preset is an open 4 x 8 mesh (lines) with 3 links along the "
+          "4-chip axis and 4 along the 8-chip one.")
 
 
 @dataclass(frozen=True)
@@ -196,6 +304,7 @@ def report() -> None:
         print(f"{term.label:42s} {published_us(term, '6U'):7.1f} {published_us(term, '4U'):7.1f}{cells}{note}")
     tot = "".join(f" {sum(r.op_s + r.ccl_s for r in rows) * 1e6:18.1f}" for _, rows, _ in variants)
     print(f"{'layer':42s} {sum(t.us('6U') for t in TARGETS):7.1f} {sum(t.us('4U') for t in TARGETS):7.1f}{tot}")
+    ccl_report(projects())
 
 
 def main() -> None:

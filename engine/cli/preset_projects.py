@@ -59,7 +59,14 @@ GALAXY_DEMO_COMPUTE_NOTE = (
     "(FF1 and FF3 run as one double matmul, double_matmul_line_reduce_scatter in llama_ccl.py), residual adds 0 "
     "(no program of their own in the list: the RMSAllGather norms take the residual), the sampling tail as "
     "tt-transformers' (its model-tail targets are not modelled); each further program at program_s_by_op "
-    "(attention 7.02 us: its rotary 6.23 and cache update 7.80 us at @01020348, the same mean)."
+    "(attention 7.02 us: its rotary 6.23 and cache update 7.80 us at @01020348, the same mean). runtime_ccl "
+    "persistent: its TT_CCL (models/demos/llama3_70b_galaxy/tt/llama_ccl.py) creates its global semaphores and "
+    "double-buffered persistent intermediate buffers once per axis, so a decode collective needs no entry barrier "
+    "(tech_reports/CCLs/CCL_bandwidth.md @1080d1c4, 'Per-invocation cost': the barrier's diameter round trip; the "
+    "program launch and the fabric connection's open and close are still paid), and it runs one-shot collectives: "
+    "all_reduce_async gathers every device's whole partial sum into a buffer of one slice per device and adds them "
+    "locally (WO, FF2), llama_reduce_scatter writes each shard straight to its owner (FF3; QKV's inside "
+    "llama_rs_create_heads); perf.collective_grid offers them as 'direct' beside reduce-scatter + all-gather."
 )
 
 PROJECTS: dict[str, dict[str, Any]] = {
@@ -255,7 +262,7 @@ PROJECTS: dict[str, dict[str, Any]] = {
         "model": "llama3-70b",
         "mapping": {"tp": 32, "tp_axes": [4, 8], "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
                     "formats": TT_PERFORMANCE, "spatial": {"weights": "prefetched"}},
-        "compute": {"programs_by_op": GALAXY_DEMO_PROGRAMS},
+        "compute": {"programs_by_op": GALAXY_DEMO_PROGRAMS, "runtime_ccl": "persistent"},
         "compute_note": GALAXY_DEMO_COMPUTE_NOTE,
         "run": {"mode": "infer", "dtype": "bf16",
                 "inference": {"prompt_tokens": 128, "output_tokens": 128, "batch": 32}},

@@ -67,6 +67,21 @@ class RuntimeGraphs(StrEnum):
     all = "all"
 
 
+class RuntimeCcl(StrEnum):
+    """How the device's runtime runs its collectives between chips of a grid fabric (Ethernet meshes).
+    ``generic``: every call of a ttnn CCL pays what the fabric's ``collective`` costs say (program launch,
+    connection set-up, an entry barrier over the diameter, the data pipeline). ``persistent``: the runtime
+    pre-creates its global semaphores and double-buffers persistent intermediate buffers on every axis (tt-metal
+    models/demos/llama3_70b_galaxy/tt/llama_ccl.py, TT_CCL), so no entry barrier is needed (the data crosses the
+    diameter once) and it runs the one-shot decode collectives: an all-reduce as a direct all-gather of each
+    member's whole tensor into the persistent buffer and a local sum (all_reduce_async), a reduce-scatter as direct
+    writes of each shard to its owner (llama_reduce_scatter); ``perf.collective_grid`` offers them beside the
+    generic algorithms and the cheaper wins (prefill's larger tensors keep reduce-scatter + all-gather)."""
+
+    generic = "generic"
+    persistent = "persistent"
+
+
 def _tile_side(largest: int, extent: float) -> int:
     """A GEMM tile's side along an extent: libraries pick narrower tiles for skinny products (decode, small
     batches), never taller or wider than the problem rounded up to a power of two (at least 16, the MMA
@@ -83,7 +98,7 @@ class Compute(QuietDefaultsModel):
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
               "programs_by_op", "program_s_by_op", "gemm_granule", "runtime_step_s", "runtime_sampling", "host_sync_s",
-              "host_collective_s", "host_backward_s",
+              "host_collective_s", "host_backward_s", "runtime_ccl",
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
               "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w")
@@ -206,6 +221,13 @@ class Compute(QuietDefaultsModel):
         "for a batch of one sequence, their argmax taken and the next step's position, rotary index and token "
         "updated in place (ops named sample_*, ``workloads.transformer_inference.sampling_ops``); off: the "
         "logits' sampling is not modelled (a host's, or a GPU runtime's)",
+    )
+    runtime_ccl: RuntimeCcl = Field(
+        RuntimeCcl.generic,
+        description="grid fabrics (Ethernet meshes): how the runtime runs its collectives between chips: "
+        "'generic' (every call sets up and synchronises, the fabric's collective costs) or 'persistent' (global "
+        "semaphores and double-buffered persistent buffers made once: no entry barrier, and the one-shot "
+        "direct all-gather-and-sum all-reduce and direct reduce-scatter of tt-metal's llama3_70b_galaxy decode)",
     )
     energy_pj_per_flop: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,

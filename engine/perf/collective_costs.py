@@ -17,21 +17,31 @@ once, its per-step latency at every step of the algorithm on each fabric it cros
 at the protocol's payload fraction; the cheapest protocol wins, one for the whole collective
 (``protocol_phases``). Small messages are latency-bound (LL), large ones bandwidth-bound (Simple): this is
 the message-size bandwidth curve of nccl-tests, from the protocols rather than a fitted curve.
+
+A runtime with persistent collectives (``Compute.runtime_ccl`` persistent on every member: tt-metal's
+llama3_70b_galaxy, whose TT_CCL creates its global semaphores and double-buffered persistent buffers once) needs
+no entry barrier: a sender may write into its peers' buffer of this call at once, since they read the other one,
+so the data crosses the diameter once (S8's barrier round trip is gone) and the exit wait is that crossing.
+Still paid: the program launch (it is a program of the step's trace like any other) and the opening and
+closing of the worker's fabric connection (S8 'Per-invocation cost'; the runtime does not avoid it). Such a
+runtime also offers the one-shot ``direct`` algorithms (``collective_grid``): every member writes straight to
+every peer over its route, no store-and-forward of partial sums.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.links import Protocol
 from tilewright.engine.perf.collective_phase import Phase
 
-Op = Literal["rs", "ag", "tree"]
-_CACHE: weakref.WeakKeyDictionary[HardwareGraph, dict[str, OpCosts | None]] = weakref.WeakKeyDictionary()
+Op = Literal["rs", "ag", "tree", "direct"]
+_CACHE: weakref.WeakKeyDictionary[HardwareGraph, dict[tuple[str, bool], OpCosts | None]] = weakref.WeakKeyDictionary()
+DIRECT = "direct"  # the one-shot algorithms of a persistent runtime (``collective_grid.direct_candidates``)
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,7 @@ class OpCosts:
     payload_bytes: int | None
     algorithms: frozenset[str] | None = None  # what the fabric's runtime offers (None: everything)
     protocols: tuple[Protocol, ...] = ()  # switched fabrics: the collective library's protocols
+    persistent: bool = False  # the members' runtime keeps semaphores and buffers across calls (module notes)
 
     def offers(self, algorithm: str) -> bool:
         return self.algorithms is None or algorithm.split(",")[0] in self.algorithms
@@ -53,22 +64,37 @@ class OpCosts:
     def latency(self, hop: float, steps: float, diameter: float, op: Op) -> float:
         ops = 2 if op == "tree" else 1
         base = steps * hop if self.diameter_crossings is None else self.diameter_crossings * diameter * hop
-        extra = self.reduce_hop_s * diameter if op == "rs" else 0.0
+        extra = self.reduce_hop_s * diameter if op == "rs" else 0.0  # "direct" sums locally: no reduce hop
         return ops * (self.fixed_s + self.handshake_hops * hop) + base + extra
+
+
+def persistent_runtime(hw: HardwareGraph, members: list[int]) -> bool:
+    """Whether every member's runtime runs persistent collectives (``Compute.runtime_ccl``). The devices that
+    do are found once per graph: most graphs have none, and a search asks for every collective it times."""
+    found = hw.__dict__.get("_persistent_ccl")
+    if found is None:
+        found = hw.__dict__["_persistent_ccl"] = frozenset(
+            d.index for d in hw.devices if d.compute.runtime_ccl == "persistent"
+        )
+    return bool(found) and all(m in found for m in members)
 
 
 def costs_of(hw: HardwareGraph, members: list[int]) -> OpCosts | None:
     """The costs of the interconnect that carries traffic among ``members`` (their lowest common level);
-    None when it has none, i.e. plain steps × hop latency."""
+    None when it has none, i.e. plain steps × hop latency. Members whose runtime keeps its collectives
+    persistent (``persistent_runtime``) get the fabric's costs without the entry barrier and with ``direct``
+    offered (the module notes); a fabric without collective costs, or one that names its library's protocols
+    (NCCL), is left as it is."""
     if len(members) < 2:
         return None
     levels = {hw.common_level(members[0], m) for m in members[1:]}
     level = min(levels, key=len)  # the outermost: paths of outer components are prefixes of inner ones
     cache = _CACHE.setdefault(hw, {})
-    if level not in cache:
+    key = (level, persistent_runtime(hw, members))
+    if key not in cache:
         ic = hw.interconnects.get(level)
         c = ic.collective if ic is not None else None
-        cache[level] = (
+        cache[key] = (
             None
             if c is None
             else OpCosts(
@@ -82,7 +108,15 @@ def costs_of(hw: HardwareGraph, members: list[int]) -> OpCosts | None:
                 tuple(c.protocols or ()),
             )
         )
-    return cache[level]
+        base = cache[key]
+        if key[1] and base is not None and not base.protocols:
+            cache[key] = replace(
+                base,
+                diameter_crossings=None if base.diameter_crossings is None else 1.0,
+                algorithms=None if base.algorithms is None else base.algorithms | {DIRECT},
+                persistent=True,
+            )
+    return cache[key]
 
 
 def make_phase(

@@ -13,6 +13,12 @@ a wafer) gets every algorithm that fits its shape, each costed on the real links
   1/size of the data, all-gather back in reverse; each axis a ring where it wraps, else a line. On a
   full torus this is the bucket algorithm as before.
 - **tree**: small all-reduces (< 64 KiB, > 2 members), latency-bound, as before.
+- **direct** (a persistent runtime only, ``Compute.runtime_ccl``): one-shot, every member writes straight to
+  every peer over its route, and the sums are local: an all-reduce all-gathers each member's whole tensor and
+  adds the copies (tt-metal's all_reduce_async, whose persistent buffer holds one slice per device), a
+  reduce-scatter writes each shard to its owner (llama_reduce_scatter). More bytes through the bottleneck link,
+  one operation's fixed costs and no store-and-forward: it wins on the small tensors of a decode step. The local
+  sums are not timed (S8, 'Introduction': that arithmetic is far cheaper than the data movement).
 - **hierarchical**: when the group spans children (chips, dies) whose own fabric differs from the links
   between them: reduce-scatter inside each child, all-reduce of the 1/q shard across children (one rail
   per local position), all-gather inside.
@@ -33,7 +39,7 @@ from tilewright.engine.hardware import fabrics as fab
 from tilewright.engine.hardware.builder import lca
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.hardware.grid import GridDomain
-from tilewright.engine.perf.collective_costs import OpCosts, costs_of, make_phase
+from tilewright.engine.perf.collective_costs import DIRECT, OpCosts, costs_of, make_phase
 from tilewright.engine.perf.collective_phase import (
     Collective,
     Kind,
@@ -285,10 +291,56 @@ def _tree(g: Grid, order: list[int], nbytes: float) -> tuple[Phase, ...]:
 # --- candidates and choice -------------------------------------------------------------------------------
 
 
+def direct_phase(g: Grid, members: list[int], nbytes: float, costs: OpCosts | None) -> Phase:
+    """Every member sends ``nbytes`` to every other member straight over its route, all at once: the link
+    usage counts the pairs whose route crosses it; one crossing of the group's diameter (the farthest pair)
+    at the slowest neighbour hop's latency."""
+    hw = g.hw
+    usage: Counter = Counter()
+    hop = 0.0
+    diameter = 0
+    for a in members:
+        for b in members:
+            if a == b:
+                continue
+            route = g.route(a, b)
+            usage.update(route)
+            diameter = max(diameter, g.hops(a, b))
+            if g.hops(a, b) == 1:
+                hop = max(hop, route_latency(hw, route))
+    if hop == 0.0 and diameter:  # no two members adjacent (a strided group): the mean hop of the farthest pair
+        far = max(((a, b) for a in members for b in members if a != b), key=lambda p: g.hops(*p))
+        hop = route_latency(hw, g.route(*far)) / diameter
+    return make_phase(hw, usage, nbytes, hop, diameter, diameter, "direct", costs)
+
+
+def _direct(g: Grid, kind: Kind, members: list[int], nbytes: float, costs: OpCosts | None) -> Collective | None:
+    """A persistent runtime's one-shot algorithm for ``kind`` (module notes), None for other kinds. An
+    all-reduce gathers every member's whole tensor as the fabric's all-gather carries it (a line multicasts, the
+    routers forwarding each member's data once across every link: S8 'Line versus ring'; a ring relays it both
+    ways), the cheapest such gather; a reduce-scatter writes each of its shards to their owner (``direct_phase``:
+    a shard for each peer, no multicast since every peer's differs)."""
+    n = len(members)
+    if kind == "all-reduce":
+        gathers = [c for c in _fitting(g, "all-gather", members, nbytes * n)
+                   if costs is None or costs.offers(c.algorithm)]
+        if not gathers:
+            return None
+        best = min(gathers, key=lambda c: c.time(g.hw))
+        return Collective(kind, f"{DIRECT}, {best.algorithm} all-gather", best.phases)
+    if kind == "reduce-scatter":
+        return Collective(kind, DIRECT, (direct_phase(g, members, nbytes / n, costs),))
+    return None
+
+
 def _flat_candidates(g: Grid, kind: Kind, members: list[int], nbytes: float) -> Iterator[Collective]:
-    """Every non-hierarchical algorithm that fits the group's shape and that the fabric offers."""
+    """Every non-hierarchical algorithm that fits the group's shape and that the fabric offers (a persistent
+    runtime's ``direct`` among them)."""
     costs = costs_of(g.hw, members)
     fitting = list(_fitting(g, kind, members, nbytes))
+    direct = _direct(g, kind, members, nbytes, costs) if costs is not None and costs.persistent else None
+    if direct is not None:
+        fitting.append(direct)
     offered = [c for c in fitting if costs is None or costs.offers(c.algorithm)]
     yield from offered or fitting  # a runtime that offers nothing that fits still moves the data somehow
 
