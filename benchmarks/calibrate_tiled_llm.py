@@ -10,8 +10,10 @@ generation) so that whoever holds measurements can compare them and see which te
   pipeline fill, tails, and the fixed per-op cost), of which ``compute`` is the arithmetic and ``fixed`` the
   programs' fixed cost (``compute.fixed_op_s`` for each op's first program, the measured duration of each
   further one the runtime adds, ``compute.program_s_by_op``; ``compute.programs_by_op`` counts them);
-- ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer, and on Tenstorrent boards the
-  logits' all-gather of the on-device sampler, ``Compute.runtime_sampling``), timed by the same model as
+- ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer with 1-D tensor parallelism,
+  four on a 2-D mesh, or the Galaxy project's reduce-scatters and all-gathers, ``mapping.tp_axes_collectives``;
+  each in its collective format, ``mapping.formats.collectives*``; and on Tenstorrent boards the logits'
+  all-gather of the on-device sampler, ``Compute.runtime_sampling``), timed by the same model as
   ``benchmarks/calibrate_ccl.py``.
 
 Three TTFTs: ``TTFT batch`` is the engine's definition (every sequence of the batch arrives at once and the whole
@@ -32,9 +34,10 @@ device 0's 32-row logits, sampled on the host) and their transfer time at Wormho
 (``HOST_READ_BPS``) beside the preset's ``compute.runtime_step_s``, the fixed round trip each iteration pays.
 Then one decoder layer of the Galaxy's batch-32 step, op by op, beside the per-op device targets tt-metal publishes
 for models/demos/llama3_70b_galaxy (``benchmarks/tiled_galaxy_ops.py``, with their source commit). The Galaxy
-project models that runtime (prefetched weights, its programs per op, persistent collectives); its batch-1 row is
-tt-transformers' (``Config.tt_transformers``: the system's programs, DRAM-sharded weights, ttnn's generic
-collectives).
+project models that runtime (prefetched weights, its programs per op, persistent collectives, reduce-scatters and
+all-gathers in its matmuls' formats); its batch-1 row is tt-transformers' (``Config.tt_transformers``: the
+system's programs, DRAM-sharded weights, ttnn's generic collectives, every partial sum all-reduced in its
+``ccl_dtype`` bfloat8_b).
 
 Usage: python benchmarks/calibrate_tiled_llm.py
 """
@@ -46,6 +49,7 @@ import math
 from dataclasses import dataclass
 
 from tilewright.engine.io.presets import load_project_preset, load_system
+from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.mapping import WeightPlacement
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.op_cost import programs_fixed_s, runtime_programs
@@ -242,7 +246,11 @@ def configured(
     if c.tt_transformers:
         update["hardware"] = load_system(p.hardware.name)
         spatial = p.mapping.spatial.model_copy(update={"weights": WeightPlacement.sharded})
-        update["mapping"] = p.mapping.model_copy(update={"spatial": spatial})
+        # tt-transformers all-reduces every partial sum (tt_all_reduce, models/tt_transformers/tt/attention.py,
+        # mlp.py) in its ccl_dtype, bfloat8_b (tt/model_config.py: self.ccl_dtype = ttnn.bfloat8_b)
+        formats = p.mapping.formats.model_copy(update={"collectives": DType.bfp8, "collectives_by_op": {}})
+        update["mapping"] = p.mapping.model_copy(
+            update={"spatial": spatial, "formats": formats, "tp_axes_collectives": "all-reduce"})
     return p.model_copy(update=update)
 
 

@@ -24,8 +24,10 @@ mesh axis, message) on the project's plan, with the runtime's persistent collect
 the preset) and with ttnn's generic ones (the system as tt-transformers runs it). The messages are derived from
 the implementation at batch 32 (models/demos/llama3_70b_galaxy/tt/llama_attention.py, llama_mlp.py, llama_ccl.py),
 in the dtype the runtime sends (its matmul outputs and persistent buffers: bfloat8_b for WO, FF1, FF3 and FF2,
-bfloat16 for QKV and the attention output); the model's own step sends its activations' format (bf16), so the
-table also prints ours at the model's bytes.
+bfloat16 for QKV and the attention output); the table also prints the model's own collectives of that op in
+its step: the preset reduce-scatters and all-gathers as the runtime does (``mapping.tp_axes_collectives``
+'scatter-gather') in the runtime's formats (``mapping.formats.collectives_by_op``), tt-transformers all-reduces
+every partial sum in bfloat8_b (its ``ccl_dtype``).
 
 Usage: python benchmarks/tiled_galaxy_ops.py (also printed by benchmarks/calibrate_tiled_llm.py)
 """
@@ -36,11 +38,13 @@ import argparse
 from dataclasses import dataclass
 
 from tilewright.engine.ir.common import DType, dtype_bytes
+from tilewright.engine.ir.ops import Op
 from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.formats import message_bytes
 from tilewright.engine.perf.op_cost import runtime_programs, runtime_programs_extra
 from tilewright.engine.plan.inference_phases import decode_context, prefetch_stream_s, sampling_tile, step_formats
-from tilewright.engine.plan.passes import forward_pass
-from tilewright.engine.plan.tensor_axes import COLUMN, ROW
+from tilewright.engine.plan.passes import PassContext, forward_pass
+from tilewright.engine.plan.tensor_axes import COLUMN, ROW, layer_comms
 from tilewright.engine.simulate import make_plan
 from tilewright.engine.workloads.transformer_inference import inference_graph
 
@@ -116,7 +120,8 @@ TERMS = (
     Term("FF2 matmul", ("FF2_MM",), ("mlp_down",)),
     Term("CCL on the 4-chip axis (QKV, FF1, FF3)",
          ("LlamaReduceScatterCreateHeads", "AllGatherConcat", "ReduceScatter_FF3", "AllGatherAsync_Binary_Mult"),
-         ccl=("qkv", "mlp_up", "mlp_gate"), note="published: reduce-scatter + all-gather; FF1's RS inside Matmul_RS"),
+         ccl=("qkv", "attention", "mlp_up", "mlp_gate", "activation"),
+         note="published: reduce-scatter + all-gather; FF1's RS inside Matmul_RS"),
     Term("CCL on the 8-chip axis (WO, FF2)", ("AllReduceAsync_DO", "AllReduceAsync_FF2"),
          ccl=("out_proj", "mlp_down")),
 )
@@ -151,9 +156,9 @@ CCL_OPS = (
     CclOp("LlamaReduceScatterCreateHeads", COLUMN, "reduce-scatter", 1280, DType.bf16, "qkv",
           "QKV output 10240 / 8 = 1280 columns (8 Q, 1 K, 1 V heads of 128), bf16 (llama_rs_create_heads' "
           "interim buffer is bfloat16), scattered over 4: 8 users each"),
-    CclOp("AllGatherConcat", COLUMN, "all-gather", 1024, DType.bf16, "",
+    CclOp("AllGatherConcat", COLUMN, "all-gather", 1024, DType.bf16, "attention",
           "SDPA output of 8 users x 8 heads x 128 per device, gathered to 32 users x 1024 (all_gather_concat, "
-          "bf16); no model collective: ours all-gathers nothing after attention"),
+          "bf16); the model's after attention with tp_axes_collectives scatter-gather, none with all-reduce"),
     CclOp("AllReduceAsync_DO", ROW, "all-reduce", 2048, DType.bfp8, "out_proj",
           "WO output 8192 / 4 = 2048 columns, bfloat8_b (the matmul's dtype and the persistent buffer's)"),
     CclOp("Matmul_FF3_ReduceScatter_FF1", COLUMN, "reduce-scatter", 3584, DType.bfp8, "mlp_gate",
@@ -161,9 +166,10 @@ CCL_OPS = (
           "(llama_rs_matmul)", fused=True),
     CclOp("ReduceScatter_FF3", COLUMN, "reduce-scatter", 3584, DType.bfp8, "mlp_up",
           "FF3 output 3584 columns, bfloat8_b (llama_reduce_scatter)"),
-    CclOp("AllGatherAsync_Binary_Mult", COLUMN, "all-gather", 3584, DType.bfp8, "",
+    CclOp("AllGatherAsync_Binary_Mult", COLUMN, "all-gather", 3584, DType.bfp8, "activation",
           "SiLU(FF1) x FF3 of 896 columns per device gathered to 3584, bfloat8_b (all_gather_async, buffer "
-          "BINARY_MUL); ours all-reduces FF1 and FF3 instead, each with its own gather"),
+          "BINARY_MUL); the model's after the SiLU mul with scatter-gather; with all-reduce FF1 and FF3 are "
+          "all-reduced instead, each with its own gather"),
     CclOp("AllReduceAsync_FF2", ROW, "all-reduce", 2048, DType.bfp8, "mlp_down",
           "FF2 output 8192 / 4 = 2048 columns, bfloat8_b"),
 )
@@ -198,7 +204,8 @@ def ccl_report(variants: list[tuple[str, Project]]) -> None:
     costed = [(label.split(" runtime")[0], ccl_rows(p)) for label, p in variants]
     by = {t.name: t for t in TARGETS}
     print("\nCollectives op by op (kernel + op-to-op, us): ours is the same collective at the runtime's message, "
-          "[in brackets: the model op's own collective in the step, an all-reduce of bf16 activations]")
+          "[in brackets: the model op's own collectives in the step, as the project runs them: "
+          "mapping.tp_axes_collectives, in mapping.formats.collectives*]")
     head = "".join(f" {label:>40s}" for label, _ in costed)
     print(f"  {'published program':30s} {'axis':>4s} {'kind':>14s} {'message':>10s} {'6U':>6s} {'4U':>6s}{head}")
     for i, c in enumerate(CCL_OPS):
@@ -233,6 +240,16 @@ class OpRow:
     split: str
 
 
+def op_comms(ctx: PassContext, ops: list[Op], j: int) -> list[tuple[str, float]]:
+    """The 2-D tensor-parallel collectives the layer's forward runs after ``ops[j]`` (kind, bytes per device), as
+    ``forward_pass`` sizes them: which ones from the layer around the op (``tensor_axes.layer_comms``: an
+    all-gather waits for the next row-parallel op), each of elements × sequences × its collective format."""
+    axes = ctx.tp_axes
+    assert axes is not None
+    return [(kind, elems * ctx.micro_batch * message_bytes(ctx.formats, ops[j].name, ctx.elem_bytes))
+            for kind, elems in layer_comms(ops, j, axes, ctx.tp_scatter)]
+
+
 def layer_rows(project: Project, keys: int = KEYS, batch: int = BATCH) -> tuple[list[OpRow], float]:
     """The ops of one decoder layer of ``project``'s decode step (``batch`` sequences over ``keys`` keys),
     each costed alone as ``forward_pass`` costs it in the step, and the layer's prefetch stream (s; 0 without
@@ -245,10 +262,10 @@ def layer_rows(project: Project, keys: int = KEYS, batch: int = BATCH) -> tuple[
     layer = graph.block_layers[len(graph.block_layers) // 2]
     ops = graph.layer_ops(layer)
     rows = []
-    for op in ops:
+    for j, op in enumerate(ops):
         ps = forward_pass([[op]], ctx)
         busy = sum(s.busy_s for s in ps.segments)
-        comms = [s.comm for s in ps.segments if s.comm]
+        comms = op_comms(ctx, ops, j) if ctx.tp_axes is not None else [s.comm for s in ps.segments if s.comm]
         ccl = sum(plan.tp_time(0, 0, kind, nbytes) for kind, nbytes in comms)
         rows.append(OpRow(op.name.split(".", 1)[-1], busy, max(0.0, runtime_programs_extra(op, dev.compute)),
                           runtime_programs(op, dev.compute), ccl, ", ".join(k for k, _ in comms),

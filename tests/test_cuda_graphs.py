@@ -13,6 +13,7 @@ from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, LlamaSpec, Mapping, Project, RunSettings
 from tilewright.engine.ir.workload import MoESpec
 from tilewright.engine.plan.checks import check_project
+from tilewright.engine.plan.grad_hooks import ADD_CALLS, HOOK_CALLS, param_tensors
 from tilewright.engine.plan.launch import host_seconds
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
@@ -216,8 +217,9 @@ def test_moe_scope_on_drop_and_pad_graphs_the_whole_moe_layer():
     dispatcher kernels, experts, combine, residual) replay as one graph per layer and pass. What is left on the
     host beyond full_iteration's nothing: the embedding's and head's ops, eager (``launch.host_seconds``,
     read as a primitive), one launch per layer, and the training step's per-pass drains (tp 1, pp 1: three
-    per forward, one per backward; ``plan.train_step``) and the backward's ``backward()`` start-up, which
-    full_iteration does not have."""
+    per forward, one per backward; ``plan.train_step``), the backward's ``backward()`` start-up and every
+    parameter's gradient hook (``plan.grad_hooks``: eager after a graphed layer), which full_iteration does not
+    have."""
     project = _moe(["attn", "moe"], capacity=1.0)
     c = _compute(project)
     graph = build_workload(project.workload)
@@ -228,7 +230,14 @@ def test_moe_scope_on_drop_and_pad_graphs_the_whole_moe_layer():
         eager_rest = sum(host_seconds(op, kind == "B", c) for op in outside)
         left = _host(make_plan(project), kind) - _host(whole, kind)
         start = c.host_backward_s if kind == "B" else 0.0
-        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s + drains * drain + start, rel=1e-9)
+        hooks = sum(_hooks_host(op, graph.tokens_per_sample, c) for op in graph.ops()) if kind == "B" else 0.0
+        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s + drains * drain + start + hooks, rel=1e-9)
+
+
+def _hooks_host(op, tokens: int, c) -> float:
+    """One op's gradient hooks' host time with gradient-accumulation fusion (``plan.grad_hooks``)."""
+    tensors, added = param_tensors(op, tokens, True)
+    return tensors * HOOK_CALLS * c.host_call_s + len(added) * (ADD_CALLS * c.host_call_s + c.host_dispatch_s)
 
 
 def test_cli_flag(capsys):

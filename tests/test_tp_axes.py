@@ -21,7 +21,12 @@ GALAXY = "wormhole-galaxy-llama3-70b-inference"  # 4 × 8 mesh, tp 32, ranks row
 
 
 def galaxy(**mapping) -> Project:
+    """The Galaxy project with tt-transformers' collectives (every partial sum all-reduced, in the activations'
+    format), not the preset's llama3_70b_galaxy ones (tests/test_tiled_ccl_structure.py), unless ``mapping``
+    says otherwise."""
     data = load_project_preset(GALAXY).model_dump(mode="json")
+    data["mapping"]["tp_axes_collectives"] = "all-reduce"
+    data["mapping"]["formats"]["collectives_by_op"] = {}
     data["mapping"].update(mapping)
     return Project.model_validate(data)
 

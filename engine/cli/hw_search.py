@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tilewright.engine.cli.common import print_result
+from tilewright.engine.cli.common import finite_float, print_result
 
 
 def _cmd_hw_search(args: argparse.Namespace) -> int:
@@ -28,14 +28,14 @@ def _cmd_hw_search(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hw-search", help="search accelerator designs for training under area and power budgets")
     p.add_argument("--model", required=True, metavar="NAME|FILE")
-    p.add_argument("--area-mm2", type=float, required=True, metavar="A", help="die area budget per chip")
-    p.add_argument("--power-w", type=float, required=True, metavar="P", help="TDP budget per chip")
+    p.add_argument("--area-mm2", type=finite_float, required=True, metavar="A", help="die area budget per chip")
+    p.add_argument("--power-w", type=finite_float, required=True, metavar="P", help="TDP budget per chip")
     p.add_argument("--top", type=int, default=5, metavar="K", help="designs kept per stage (default 5)")
     p.add_argument("--pp", type=int, default=1, metavar="N", help="pipeline stages, one design each")
     p.add_argument("--tp", type=int, default=1, metavar="N", help="tensor-parallel chips per stage")
     p.add_argument("--micro-batch", type=int, default=1, metavar="N")
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "fp16", "fp8"])
-    p.add_argument("--link-gbps", type=float, default=300.0, metavar="GB/S", help="chip-to-chip bandwidth (tp)")
+    p.add_argument("--link-gbps", type=finite_float, default=300.0, metavar="GB/S", help="chip-to-chip bandwidth (tp)")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_hw_search)

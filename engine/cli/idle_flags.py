@@ -3,9 +3,10 @@
 A flag whose field the simulation never reads for this project — a load imbalance without experts, a
 parameter gather without sharded parameters, data-parallel replicas of an inference run (which simulates
 one tensor group) — used to run as if it had not been given, so a user comparing two runs saw no
-difference and no reason. Checked after the project's own checks (``plan.checks``), which name fields;
-only what the user typed is refused here, so a project file or a search keeps its latitude (a degree
-change alone never makes a mapping invalid, as ``ir.mapping`` keeps it).
+difference and no reason. Checked before the project's own checks (``plan.checks``), which name fields and
+refuse the fields that can only be idle however they were given (``plan.idle_fields``), so a typed flag is
+named as typed; what only the flag check refuses (training fields in an inference run) stays open to a
+project file or a search (a degree change alone never makes a mapping invalid, as ``ir.mapping`` keeps it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tilewright.engine.cli.common import print_result, require_positive
+from tilewright.engine.cli.common import finite_float, print_result, require_positive
 
 
 def _cmd_map(args: argparse.Namespace) -> int:
@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "map", help="multi-level mapping: tp/pp/dp per network dimension and operator fusion per chip (MILP)"
     )
     p.add_argument("project", metavar="PROJECT", help="a project preset or file; its device count is kept")
-    p.add_argument("--sram-mb", type=float, metavar="MB", help="on-chip memory to fuse against (default: the device's)")
+    p.add_argument("--sram-mb", type=finite_float, metavar="MB",
+                   help="on-chip memory to fuse against (default: the device's)")
     p.add_argument("-o", "--output", metavar="FILE.json", help="write the project with the optimized mapping")
     p.add_argument("--no-check", action="store_true", help="skip the analytic-engine runs of both mappings")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -49,6 +49,19 @@ GALAXY_DEMO_PROGRAMS = {
     "attention": 3, "softmax": 0, "qkv": 1, "out_proj": 1, "mlp_gate": 0, "activation": 1, "mlp_down": 1,
     "residual*": 0, "sample_update": 8,
 }
+# How llama3_70b_galaxy's decode combines its partial sums and in what format it sends them (tenstorrent/tt-metal
+# models/demos/llama3_70b_galaxy/tt/llama_attention.py, llama_mlp.py, llama_ccl.py): QKV (bf16 matmul output)
+# reduce-scattered into heads, the attention output (bf16) all-gathered; FF1, FF3 (bfloat8_b) reduce-scattered,
+# their SiLU product (ttnn.mul dtype bfloat8_b) all-gathered once; WO and FF2 (bfloat8_b) all-reduced.
+GALAXY_DEMO_COLLECTIVES = {"out_proj": "bfp8", "mlp_*": "bfp8", "activation": "bfp8"}
+GALAXY_DEMO_CCL_NOTE = (
+    " Collectives as models/demos/llama3_70b_galaxy runs them (tt/llama_attention.py, llama_mlp.py, llama_ccl.py): "
+    "mapping.tp_axes_collectives scatter-gather (QKV reduce-scattered into heads by llama_rs_create_heads and the "
+    "attention output all-gathered by all_gather_concat; FF1 and FF3 reduce-scattered, FF1's inside the double "
+    "matmul, their SiLU product all-gathered once; WO and FF2 all-reduced along the 8-chip axis), and "
+    "mapping.formats.collectives_by_op bfp8 for the WO, FF1, FF3, FF2 outputs and the SiLU product (their "
+    "dtype=ttnn.bfloat8_b), the QKV and attention outputs bf16."
+)
 GALAXY_DEMO_COMPUTE_NOTE = (
     " Project (models/demos/llama3_70b_galaxy, not tt-transformers): programs_by_op as the per-op list of its "
     "decode targets (tenstorrent/tt-metal models/demos/llama3_70b_galaxy/tests/decoder_perf_targets_6u.json "
@@ -257,11 +270,13 @@ PROJECTS: dict[str, dict[str, Any]] = {
             "num_global_cb_receivers 2), and its device programs per op are those of its published decode "
             "targets (the chip's compute comment); tt-transformers on a Galaxy (PERF.md's batch-1 row) is the "
             "system's compute with DRAM-sharded weights (benchmarks/calibrate_tiled_llm.py)."
-        ) + GALAXY_TP_NOTE + TT_PERFORMANCE_NOTE,
+        ) + GALAXY_TP_NOTE + GALAXY_DEMO_CCL_NOTE + TT_PERFORMANCE_NOTE,
         "system": "wormhole-galaxy",
         "model": "llama3-70b",
-        "mapping": {"tp": 32, "tp_axes": [4, 8], "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1,
-                    "formats": TT_PERFORMANCE, "spatial": {"weights": "prefetched"}},
+        "mapping": {"tp": 32, "tp_axes": [4, 8], "tp_axes_collectives": "scatter-gather", "pp": 1, "dp": 1,
+                    "micro_batch": 1, "global_batch": 1,
+                    "formats": {**TT_PERFORMANCE, "collectives_by_op": GALAXY_DEMO_COLLECTIVES},
+                    "spatial": {"weights": "prefetched"}},
         "compute": {"programs_by_op": GALAXY_DEMO_PROGRAMS, "runtime_ccl": "persistent"},
         "compute_note": GALAXY_DEMO_COMPUTE_NOTE,
         "run": {"mode": "infer", "dtype": "bf16",

@@ -120,6 +120,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--moe-router-fusion", action="store_true", default=None,
                    help="MoE on GPUs: the router's top-k, scores and aux loss as Transformer Engine's fused kernels "
                    "(Megatron-Core --moe-router-fusion)")
+    p.add_argument("--no-gradient-accumulation-fusion", dest="gradient_accumulation_fusion", action="store_false",
+                   default=None, help="GPU training: every weight's gradient added by its hook's main_grad.add_ "
+                   "kernel, as Megatron-LM v2.x and Megatron's flag of that name (plan.grad_hooks)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"])
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Scaling],
@@ -355,6 +358,8 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
                  "moe_router_fusion", "delay_wgrad_compute", "overlap_grad_reduce"):
         if getattr(args, flag, None):
             m[flag] = True
+    if getattr(args, "gradient_accumulation_fusion", None) is False:
+        m["gradient_accumulation_fusion"] = False
     if getattr(args, "ep_dispatcher", None):  # checked with the project (idle_flags: MoE, training)
         m["ep_dispatcher"] = args.ep_dispatcher
     if getattr(args, "tp_overlap_rs", None):
@@ -443,9 +448,9 @@ def assemble_project(args: argparse.Namespace):
                                                "tensor-parallel reduce-scatters hide; this run does not overlap them "
                                                "(add --overlap-tp-comm: mapping.overlap_tp_comm)"))
     check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
-    raise_for_problems(project, source, allow_large=args.allow_large)
+    refuse_idle_run_flags(args, project)  # flags this project's simulation would not read, by the flag typed
+    raise_for_problems(project, source, allow_large=args.allow_large)  # then by field (plan.idle_fields too)
     refuse_idle_precision_flag(args, project)  # the flag where it applies to nothing (all dtypes fp32)
-    refuse_idle_run_flags(args, project)  # flags this project's simulation would not read
     return project
 
 
@@ -520,7 +525,7 @@ def _run(args: argparse.Namespace) -> int:
         print(dumps_strict(result.metrics_json(), sort_keys=True))
     else:
         print(result.summary_text())
-    return EXIT_OUT_OF_MEMORY if result.oom else 0
+    return EXIT_OUT_OF_MEMORY if result.oom or result.host_oom else 0  # the host memory holds offloaded state
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any
 
-from tilewright.engine.cli.common import COMMAND_LINE, print_result
+from tilewright.engine.cli.common import COMMAND_LINE, finite_float, print_result
 from tilewright.engine.errors import InputError, Problem
 
 
@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="simulate serving: arrivals, continuous batching, TTFT/TPOT percentiles, goodput")
     p.add_argument("project", metavar="PROJECT", help="a project file, or a preset project's name (a decoder LLM)")
     g = p.add_argument_group("requests")
-    g.add_argument("--rate", type=float, default=1.0, metavar="R", help="Poisson arrivals per second (default 1)")
+    g.add_argument("--rate", type=finite_float, default=1.0, metavar="R",
+                   help="Poisson arrivals per second (default 1)")
     g.add_argument("--requests", type=int, default=100, metavar="N", help="requests to simulate (default 100)")
     g.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")
     g.add_argument(
@@ -40,17 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--disaggregate", metavar="P:D", help="prefill on P devices, decode on D others (P + D = the project's devices)"
     )
     g.add_argument("--spec-k", type=int, metavar="K", help="speculative decoding: draft tokens per verify step")
-    g.add_argument("--spec-accept", type=float, metavar="A", help="speculative decoding: acceptance rate 0–1")
+    g.add_argument("--spec-accept", type=finite_float, metavar="A", help="speculative decoding: acceptance rate 0–1")
     g.add_argument(
         "--spec-draft-cost",
-        type=float,
+        type=finite_float,
         default=0.05,
         metavar="F",
         help="one draft step's cost as a fraction of the target's decode step (default 0.05)",
     )
     g = p.add_argument_group("report")
-    g.add_argument("--slo-ttft", type=float, metavar="S", help="time-to-first-token target, seconds")
-    g.add_argument("--slo-tpot", type=float, metavar="S", help="time-per-output-token target, seconds")
+    g.add_argument("--slo-ttft", type=finite_float, metavar="S", help="time-to-first-token target, seconds")
+    g.add_argument("--slo-tpot", type=finite_float, metavar="S", help="time-per-output-token target, seconds")
     g.add_argument(
         "--sweep-rates",
         metavar="A,B,C|START:STOP:STEP",
@@ -77,7 +78,7 @@ def parse_rates(text: str) -> list[float]:
     """ "1,2,4" or "0.5:4:0.5" (start, stop inclusive, step)."""
     try:
         if ":" in text:
-            start, stop, step = (float(x) for x in text.split(":"))
+            start, stop, step = (_finite(x) for x in text.split(":"))
             if step <= 0 or stop < start:
                 raise ValueError
             n = math.floor((stop - start) / step + 1e-9) + 1
@@ -85,16 +86,25 @@ def parse_rates(text: str) -> list[float]:
                 raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: {n:,} rates (limit {MAX_RATES:,})"))
             rates = [start + i * step for i in range(n)]
         else:
-            rates = [float(x) for x in text.split(",") if x.strip()]
+            rates = [_finite(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InputError(
-            COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: give A,B,C or START:STOP:STEP (step > 0, stop ≥ start)")
+            COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: give A,B,C or START:STOP:STEP of finite numbers "
+                                   "(step > 0, stop ≥ start)")
         ) from None
-    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+    if not rates or any(not r > 0 for r in rates):
         raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: every rate must be positive"))
     if len(rates) > MAX_RATES:
         raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{len(rates):,} rates (limit {MAX_RATES:,})"))
     return rates
+
+
+def _finite(text: str) -> float:
+    """A finite number of a rate list, or ValueError ('nan', 'inf': a sweep to infinity never ends)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(text)
+    return value
 
 
 def _disaggregate(text: str | None) -> tuple[int, int] | None:

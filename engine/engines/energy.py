@@ -3,8 +3,9 @@
 The traffic is counted from the plan once, for both engines (contention changes when bytes move, never
 how many): every pass a stage runs (its FLOPs, the bytes its devices move to and from their own memory,
 the bytes they stream from remote DRAM ports), every tensor-parallel collective and DRAM stream on its
-links, every pipeline send, gradient reduction and ZeRO gather. These are the transfers the event engine
-puts on its flow network (per device, ``aggregate=False``: tests/test_energy.py checks the two agree).
+links (the part of a context ring its attention hides too, ``Segment.hidden``), every pipeline send,
+gradient reduction and ZeRO gather. These are the transfers the event engine puts on its flow network
+(per device, ``aggregate=False``: tests/test_energy.py checks the two agree).
 
 - links: bytes on each directed link × its pJ/bit × 8, split into on-chip/on-wafer (``noc``) and the
   rest (``links``); memory channels are left out here — their energy is the memory's pJ/byte;
@@ -123,6 +124,8 @@ def iteration_traffic(program: Program) -> Traffic:
                 for j in replicas:
                     if seg.comm and (j == replicas[0] or not spans_replicas(seg.comm[0])):  # one for all replicas
                         usage.collective(plan.tp_collective(r, j, seg.comm[0], seg.comm[1]), n)
+                    for kind, nbytes in seg.hidden if j == replicas[0] else ():  # the ring behind its kernels
+                        usage.collective(plan.tp_collective(r, j, kind, nbytes), n)
                     if seg.dram_bytes > 0:
                         usage.add(plan.dram_usage(r, j), n * seg.dram_bytes)
         sends = Counter(row.send for row in program.table[r] if row.send is not None)

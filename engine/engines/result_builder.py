@@ -187,10 +187,10 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
         if st.residency is None:
             tracks.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=times, by_category=columns))
             continue
-        for memory, capacity, cats in level_tracks(st.residency):  # memory_levels: one track per level
-            held = {c: (v if c in cats else [0.0] * len(v)) for c, v in columns.items()}
+        for lv, (memory, capacity, cats) in zip(st.residency.levels, level_tracks(st.residency), strict=True):
+            held = {c: (v if c in cats else [0.0] * len(v)) for c, v in columns.items()}  # one track per level
             tracks.append(MemoryTrack(device=f"{node}/{memory}", capacity_bytes=capacity, times=times,
-                                      by_category=held))
+                                      by_category=held, level=lv))
     peak_row, oom = memory_verdict(tracks)
     if not isinstance(program, InferenceProgram):
         meta = {

@@ -110,7 +110,8 @@ class TensorFormats(QuietDefaultsModel):
     (bfp8 attention weights, bfp4 MLP weights, bf16 activations, bfp8 KV cache); every byte count of the
     plan (weight streams, activations, the KV cache) uses the format of the tensor it moves."""
 
-    _quiet = ("weights_by_op", "fidelity_by_op", "fp8_scaling", "bf16_first_layers", "bf16_last_layers")
+    _quiet = ("weights_by_op", "fidelity_by_op", "fp8_scaling", "bf16_first_layers", "bf16_last_layers",
+              "collectives", "collectives_by_op")
 
     weights: DType | None = None
     activations: DType | None = None
@@ -140,6 +141,16 @@ class TensorFormats(QuietDefaultsModel):
     bf16_last_layers: Annotated[int, Field(ge=0)] = Field(
         0, description="fp8 training: the last N transformer layers of the model in bf16, Megatron-Core "
         "--num-layers-at-end-in-bf16 N (multi-token-prediction layers are not among them: they stay fp8)",
+    )
+    collectives: DType | None = Field(
+        None, description="format of the activations the tensor-parallel collectives send (None: the activations' "
+        "format); a runtime may send its matmuls' outputs narrower than it keeps activations (tt-metal's "
+        "llama3_70b_galaxy reduces WO, FF1, FF3 and FF2 in bfloat8_b) (perf.formats.OpFormats.message_bytes)",
+    )
+    collectives_by_op: dict[str, DType] = Field(
+        default_factory=dict,
+        description="format of the tensor-parallel collectives after the ops whose name within the layer matches "
+        "a glob pattern (e.g. {'out_proj': 'bfp8', 'mlp_*': 'bfp8'}), over ``collectives``; first match wins",
     )
 
 
@@ -220,7 +231,7 @@ class Mapping(QuietDefaultsModel):
         "expert_tp", "overlap_ep_comm", "ep_dispatcher", "recompute_layers", "fused_cross_entropy", "fp8_param_gather",
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
         "optimizer_moments", "delay_wgrad_compute", "grad_reduce_in_fp32", "optimizer_master",
-        "overlap_param_gather_with_optimizer_step",
+        "overlap_param_gather_with_optimizer_step", "gradient_accumulation_fusion", "tp_axes_collectives",
     )
 
     tp: PosInt = 1
@@ -229,6 +240,12 @@ class Mapping(QuietDefaultsModel):
         description="2-D tensor parallelism: the tensor group laid out rows × cols (product tp, ranks "
         "row-major); column-parallel ops all-reduce over each column (rows devices), row-parallel ops over each "
         "row (cols devices), as tt-transformers on a Galaxy mesh; None: every collective spans the whole group",
+    )
+    tp_axes_collectives: Literal["all-reduce", "scatter-gather"] = Field(
+        "all-reduce", description="2-D tensor parallelism: how a column-parallel op's partial sums are combined. "
+        "'all-reduce' (tt-transformers): each all-reduced along its column; 'scatter-gather' (tt-metal's "
+        "llama3_70b_galaxy): each reduce-scattered, the element-wise ops after it (attention, SiLU mul) run on "
+        "its shard, and their output all-gathered once before the row-parallel op (plan.tensor_axes)",
     )
     pp: PosInt = 1
     dp: PosInt = 1
@@ -277,6 +294,12 @@ class Mapping(QuietDefaultsModel):
     fused_cross_entropy: bool = Field(
         False, description="GPUs: the cross-entropy as one fused kernel (Megatron-Core --cross-entropy-loss-fusion, "
         "NVIDIA's recipes) instead of Megatron-LM's eager vocab-parallel kernels over fp32 logits (plan.launch)",
+    )
+    gradient_accumulation_fusion: bool = Field(
+        True, description="GPU training: the linear layers' weight-gradient GEMMs accumulate straight into the "
+        "gradient buffer (Megatron's default since v3.0 and in Megatron-Core); False "
+        "(--no-gradient-accumulation-fusion, and Megatron-LM v2.x, which lacks it): each weight's gradient hook adds "
+        "it with a main_grad.add_ kernel (plan.grad_hooks)",
     )
     moe_router_fusion: bool = Field(
         False, description="GPU training of MoE models: the router's top-k, scores and aux loss as Transformer "

@@ -22,6 +22,11 @@ for their ``fp8_model_init`` too, so their weights are ordinary bf16 parameters 
 they stay fp8. ``OpFormats.for_op`` gives such a layer's ops bf16 weights, so every per-op decision that
 reads the weights' format (``gemm_dtype``: the GEMM's rate and its quantization passes, ``perf.memory.
 fp8_saved``, ``plan.moe_host``'s fp8 GroupedLinear, the weights' bytes) follows the layer.
+
+Per collective, ``formats.collectives`` and ``collectives_by_op`` give the format the tensor-parallel collective
+after an op sends (``OpFormats.message_bytes``; unset: the activations'): tt-metal's llama3_70b_galaxy writes the
+WO, FF1, FF3 and FF2 matmul outputs as bfloat8_b and reduces them in that format (``llama_attention.py``,
+``llama_mlp.py``: ``dtype=ttnn.bfloat8_b``), its QKV output and attention output as bfloat16.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ class OpFormats:
     fp8_scaling: Fp8Scaling = Fp8Scaling.tensor  # mapping.formats.fp8_scaling: the quantization of fp8 GEMMs
     # names of the layers run outside fp8 ("block0"): mapping.formats.bf16_first_layers / bf16_last_layers
     bf16_layers: frozenset[str] = frozenset()
+    # mapping.formats.collectives / collectives_by_op: what the tensor-parallel collectives send (None: activations)
+    collectives: DType | None = None
+    collectives_by_op: tuple[tuple[str, DType], ...] = ()  # (glob pattern, format), first match wins
 
     @property
     def uniform(self) -> bool:
@@ -81,9 +89,25 @@ class OpFormats:
             return self
         return _for_local(self, local_name(name))
 
+    def message_bytes(self, name: str, default: float) -> float:
+        """Bytes per element of the tensor-parallel collective after the op called ``name`` ("block3.mlp_up"):
+        its first matching ``collectives_by_op`` pattern, else ``collectives``, else ``default`` (the bytes the
+        pass counts activations in). Why a format of its own: a runtime may write a matmul's partial sums
+        narrower than it keeps activations and reduce them in that format (llama3_70b_galaxy's WO, FF1, FF3
+        and FF2 outputs are bfloat8_b, its QKV output bfloat16), so the messages are not the activations' bytes."""
+        fmt = _first(self.collectives_by_op, local_name(name)) if self.collectives_by_op else None
+        fmt = fmt or self.collectives
+        return dtype_bytes(fmt) if fmt is not None else default  # type: ignore[arg-type]
+
     def without_edge_layers(self) -> OpFormats:
         """These formats with every layer in fp8 as the run's recipe says (no ``bf16_layers``)."""
         return replace(self, bf16_layers=frozenset()) if self.bf16_layers else self
+
+
+def message_bytes(formats: OpFormats | None, name: str, default: float) -> float:
+    """Bytes per element of the tensor-parallel collective after op ``name`` (``OpFormats.message_bytes``);
+    ``default`` (the pass's activation bytes) without formats."""
+    return formats.message_bytes(name, default) if formats is not None else default
 
 
 def local_name(name: str) -> str:
@@ -146,6 +170,8 @@ def resolve_formats(
         explicit_fidelity=fidelity,
         fp8_scaling=formats.fp8_scaling or Fp8Scaling.tensor,
         bf16_layers=edge_layers(formats, blocks) if train else frozenset(),
+        collectives=formats.collectives,
+        collectives_by_op=tuple(formats.collectives_by_op.items()),
     )
 
 
@@ -192,7 +218,8 @@ def per_op_problems(formats: TensorFormats, op_names: Iterable[str]) -> list[Pro
     """A per-op pattern that matches no op of the workload is a typo, not a no-op: refused, by field."""
     names = {local_name(n) for n in op_names}
     out = []
-    for field, patterns in (("weights_by_op", formats.weights_by_op), ("fidelity_by_op", formats.fidelity_by_op)):
+    for field, patterns in (("weights_by_op", formats.weights_by_op), ("fidelity_by_op", formats.fidelity_by_op),
+                            ("collectives_by_op", formats.collectives_by_op)):
         for pattern in patterns:
             if not any(fnmatchcase(n, pattern) for n in names):
                 known = ", ".join(sorted(names))

@@ -222,10 +222,10 @@ def op_time(
         fused_out = False
     w_elems = op.params / (tp if op.split in TP_SPLITS else 1)
     in_elems, out_elems = op.in_elems * micro_batch / k, op.out_elems * micro_batch / k
-    if op.kind is OpKind.softmax and fused_in:
-        # inside a fused attention kernel the scores come from QKᵀ and the probabilities feed PV on chip, and
-        # the backward recomputes them there (``FLASH_BACKWARD``): no side of the softmax, forward or
-        # backward, touches memory
+    if op.kind in (OpKind.softmax, OpKind.dropout) and op.selective and fused_in:
+        # inside a fused attention kernel the scores come from QKᵀ and the probabilities (dropped out in the
+        # kernel, ``flash_ops``) feed PV on chip, and the backward recomputes them there (``FLASH_BACKWARD``):
+        # no side of the softmax or of its dropout, forward or backward, touches memory
         in_elems = out_elems = 0.0
     act_elems = in_elems + out_elems
     if backward:  # reads weights, saved input and output gradient; writes input and weight gradients

@@ -429,6 +429,7 @@ def check_project(
     graph when the caller has built it (a search checks thousands of mappings of one model)."""
     from tilewright.engine.perf.formats import edge_layer_problems, fp8_scaling_problems, per_op_problems
     from tilewright.engine.plan.budget import estimate
+    from tilewright.engine.plan.idle_fields import idle_field_problems
     from tilewright.engine.plan.tensor_axes import problems as tensor_axes_problems
     from tilewright.engine.workloads import build_workload
 
@@ -477,6 +478,7 @@ def check_project(
     out += _optimizer_precision_checks(project)  # mapping.optimizer_moments / optimizer_master (perf.memory)
     out += _param_gather_step_checks(project)  # mapping.overlap_param_gather_with_optimizer_step (plan.param_gather)
     out += _grad_buffer_checks(project)  # mapping.grad_reduce_in_fp32 (perf.memory)
+    out += idle_field_problems(project, graph)  # fields the run would read as nothing (plan.idle_fields)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():
         if name != "auto" and name not in memories:

@@ -2,12 +2,30 @@
 
 Each sequence is split over ``cp`` ranks: every rank runs every layer on s/cp of the tokens, so all
 token-proportional work and memory — GEMM rows, activations, attention's queries — divide by cp, while
-weights are whole on every rank (their gradients are reduced over dp × cp). Attention needs every key: the
-ranks pass their K and V blocks around a ring, cp − 1 steps, each overlapped with the attention of the
-block already at hand. Per tensor rank that is an all-gather of the layer's K and V (forward) and, in the
-backward, K and V again plus the reduce-scatter of their gradients. Only what the attention's own compute
-cannot hide is exposed (charged as the collective carrying that fraction of its bytes, as
-``plan.sharding`` does).
+weights are whole on every rank (their gradients are reduced over dp × cp).
+
+**The ring.** Attention needs every key: the ranks pass their K and V blocks around a ring. Megatron-Core runs
+context parallelism only through Transformer Engine (its own ``DotProductAttention`` asserts
+``context_parallel_size == 1``), whose ``AttnFuncWithCPAndKVP2P`` (``cp_comm_type`` 'p2p', the default) works in
+cp steps, each the fused attention of the block in hand while the next block travels to the ring neighbour
+(``flash_attn_p2p_communicate``: a send to rank + 1 and a receive from rank − 1):
+
+- forward: steps 0 … cp − 2 each send one K/V block — 2 × (tokens / cp) × kv heads × head size elements, per
+  tensor rank kv heads / tp of them; the last step sends nothing;
+- backward: the same K/V blocks go round again and each block's gradient dK/dV (the same size, in the same
+  dtype: ``p2p_comm_buffers`` hold [kv, dkv]) follows them, accumulated rank by rank: step 0 sends K/V, steps
+  1 … cp − 2 send K/V and dK/dV, the last step dK/dV alone — (cp − 1) blocks of each.
+
+Each step's sends overlap that step's attention kernel, so a step shows only what its transfer takes beyond
+1 / cp of the op's attention time (causal attention is load-balanced over the ranks, Transformer Engine's two
+chunks per rank, so every step computes the same share). The exposed seconds are charged as the ring carrying
+that fraction of its bytes (kind ``cp:ring``, as ``plan.sharding`` charges what overlap leaves), reported as
+``cp_comm``; the rest of the bytes cross the same links behind the attention kernel (``Segment.hidden``): the
+engines draw them on the links and count their energy, and no one waits for them.
+
+**Flash kernels.** Ring attention is blockwise attention (each step's kernel folds one K/V block into a running
+softmax): the s × s scores are never materialised, so with cp > 1 every attention core runs as one fused
+kernel whether or not ``mapping.fusion`` says so (``ring_fused``).
 
 Placement: cp ranks sit next to the tensor ranks (Megatron's order tp, cp, dp, pp), so a ring stays
 inside a node while tp × cp fits one. The plan sees dp × cp replicas of each stage's tensor group: replica
@@ -16,11 +34,29 @@ inside a node while tp × cp fits one. The plan sees dp × cp replicas of each s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tilewright.engine.ir.ops import Op
+from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.plan.sharding import CP_PREFIX
+
+RING = CP_PREFIX + "ring"  # every rank sends one block to its ring neighbour (``group_comm.cp_group_collective``)
+
+
+def kv_block_bytes(op: Op, micro_batch: float, tp: int, elem_bytes: float) -> float:
+    """Bytes of one rank's K and V block, per tensor rank: K and V are the attention op's input beyond its
+    queries (``in_elems − out_elems`` per sample: 2 × seq × kv heads × head size), of the ``micro_batch``
+    samples' worth of tokens one rank holds (mapping.micro_batch / cp), over ``tp``."""
+    return max(op.in_elems - op.out_elems, 0.0) * micro_batch * elem_bytes / tp
+
+
+def ring_steps(cp: int, backward: bool) -> list[float]:
+    """Blocks each rank sends at each of the cp steps of one attention op (module docstring)."""
+    if cp <= 1:
+        return []
+    if not backward:
+        return [1.0] * (cp - 1) + [0.0]
+    return [1.0] + [2.0] * (cp - 2) + [1.0]
 
 
 @dataclass(frozen=True)
@@ -31,16 +67,45 @@ class ContextComm:
     seconds: Callable[[str, float], float]  # uncontended time of a ``cp:`` collective of that many bytes
 
     def exchange(
-        self, op: Op, micro_batch: int, tp: int, elem_bytes: float, backward: bool, attention_s: float
-    ) -> list[tuple[str, float]]:
-        """The exposed part of one attention op's K/V ring, per tensor rank: (cp: kind, bytes of the whole
-        gathered K and V of a micro-batch) — K and V are the op's input beyond its queries."""
-        kv = max(op.in_elems - op.out_elems, 0.0) * micro_batch * elem_bytes / tp
-        items = [(CP_PREFIX + "all-gather", kv)]
-        if backward:
-            items.append((CP_PREFIX + "reduce-scatter", kv))
-        total = sum(self.seconds(k, b) for k, b in items)
-        if kv <= 0 or total <= attention_s:
-            return []
-        frac = (total - attention_s) / total
-        return [(k, b * frac) for k, b in items]
+        self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float
+    ) -> tuple[list[tuple[str, float]], tuple[tuple[str, float], ...]]:
+        """One attention op's ring, per tensor rank: (the exposed part as segment collectives, the hidden
+        part behind the kernel) as (kind, bytes). ``micro_batch``: samples' worth of tokens per rank;
+        ``attention_s``: the op's kernel time, 1 / cp of it beside each step."""
+        block = kv_block_bytes(op, micro_batch, tp, elem_bytes)
+        steps = ring_steps(self.cp, backward)
+        total = block * sum(steps)
+        if total <= 0:
+            return [], ()
+        per_step = attention_s / self.cp
+        times = [self.seconds(RING, n * block) if n else 0.0 for n in steps]
+        busy = sum(times)
+        shown = sum(max(0.0, t - per_step) for t in times)
+        exposed = total * shown / busy if busy > 0 else 0.0
+        hidden = total - exposed
+        return ([(RING, exposed)] if exposed > 0 else []), (((RING, hidden),) if hidden > 0 else ())
+
+
+def ring_fused(layers: Iterable[list[Op]], cp: int) -> frozenset[tuple[str, str]]:
+    """The (producer, consumer) edges, by op name within the layer, that put each attention core in one fused
+    kernel under context parallelism (module docstring, "Flash kernels"): the attention op and the selective
+    ops chained after it (softmax, attention dropout), as ``mapping.fusion`` [attention, softmax,
+    attention_dropout] would. Empty at cp 1."""
+    if cp <= 1:
+        return frozenset()
+    edges: set[tuple[str, str]] = set()
+    for ops in layers:
+        for i, op in enumerate(ops):
+            if op.kind is not OpKind.attention or op.cache_elems:
+                continue
+            prev = op
+            for nxt in ops[i + 1:]:
+                if not nxt.selective:
+                    break
+                edges.add((_local(prev), _local(nxt)))
+                prev = nxt
+    return frozenset(edges)
+
+
+def _local(op: Op) -> str:
+    return op.name.split(".", 1)[-1]

@@ -41,28 +41,30 @@ device runs micro_batch / cp samples' worth of tokens, so its all-to-all carries
   device's load over the mean, which sets the pace of every rank that waits for it in the combine;
 - an all-to-all over the ep group before the first routed-expert op (dispatch: each token's hidden vector to
   each of its expert slots) and after the last (combine: the outputs back); the backward moves the same
-  amounts in reverse. Of a device's buffer, (ep − 1)/ep leaves it. With tensor parallelism each tensor rank
-  sends 1/tp of it (tokens split by sequence, Megatron's all-to-all dispatcher), whatever etp. After the
-  dispatch Megatron-Core's all-to-all dispatcher gathers what the device *received* — token-slots, each
-  token once per expert slot routed to it — over the expert-tensor group, and reduce-scatters as many
+  amounts in reverse. Of a device's buffer, (ep − 1)/ep leaves it. An imbalanced router sizes it by the
+  busiest rank, which receives ``expert_imbalance`` × its share in the dispatch and sends as much back in the
+  combine (``busiest``); the permutation of a rank's own tokens stays balanced. With tensor parallelism each
+  tensor rank sends 1/tp of it (tokens split by sequence, Megatron's all-to-all dispatcher), whatever etp.
+  After the dispatch Megatron-Core's all-to-all dispatcher gathers what the device *received* — token-slots,
+  each token once per expert slot routed to it — over the expert-tensor group, and reduce-scatters as many
   before the combine (``MoEAlltoAllTokenDispatcher.dispatch_postprocess``, ``combine_preprocess``:
   ``gather_from_sequence_parallel_region`` / ``reduce_scatter_to_sequence_parallel_region`` over
-  ``expt_tp_group``). So with ep > 1 the plan sizes the gather and reduction around the routed experts by
-  the token-slots (``gathered_elems``: token-slots · hidden, top_k × the dense layer's tokens · hidden,
-  times the capacity factor when padded), over the tensor group at etp = tp, over the expert-tensor groups
-  with etp / tp of the bytes below it, none at etp 1 (``expert_tp_comm``). Without expert parallelism
-  (ep 1, and every pass that is not training) the all-gather dispatcher's collective is the dense one:
+  ``expt_tp_group``). So with ep > 1 the plan sizes the gather and reduction around the routed experts by the
+  token-slots (``gathered_elems``: token-slots · hidden, top_k × the dense layer's tokens · hidden, times the
+  capacity factor when padded), over the tensor group at etp = tp, over the expert-tensor groups with etp / tp
+  of the bytes below it, none at etp 1 (``expert_tp_comm``). Without expert parallelism (ep 1, and every pass
+  that is not training) the all-gather dispatcher's collective is the dense one:
   ``MoEAllGatherTokenDispatcher`` gathers the layer's tokens before routing (tokens · hidden) and
   reduce-scatters them after the local un-permutation — over the tensor group at etp = tp, over the
-  expert-tensor groups (etp / tp of the bytes) below it, none at etp 1. A device's expert GEMMs then run etp / tp of its
-  replica's token-slots on 1/etp of the width: FLOPs per device stay flops / tp on a balanced router. The
-  flex dispatcher (``'deepep'``) has no separate gather — its exchange spans the tp × ep group and sends a
-  token to every tensor rank of an expert — but moves the same token-slots to the same ranks, so the plan
-  charges it the same gather. All pairs exchange at once:
-  one phase whose per-link use counts the routes crossing it (``all_to_all``). With ``Mapping.ep_dispatcher``
-  'deepep' (DeepEP, Megatron-Core's flex dispatcher with DeepEP or HybridEP) a token crosses the network
-  once per destination node and is forwarded inside the node (``hierarchical_all_to_all``), its nodes capped
-  by node-limited routing (``MoESpec.max_nodes_per_token``).
+  expert-tensor groups (etp / tp of the bytes) below it, none at etp 1. A device's expert GEMMs then run etp /
+  tp of its replica's token-slots on 1/etp of the width: FLOPs per device stay flops / tp on a balanced
+  router. The flex dispatcher (``'deepep'``) has no separate gather — its exchange spans the tp × ep group and
+  sends a token to every tensor rank of an expert — but moves the same token-slots to the same ranks, so the
+  plan charges it the same gather. All pairs exchange at once: one phase whose per-link use counts the routes
+  crossing it (``all_to_all``). With ``Mapping.ep_dispatcher`` 'deepep' (DeepEP, Megatron-Core's flex
+  dispatcher with DeepEP or HybridEP) a token crosses the network once per destination node and is forwarded
+  inside the node (``hierarchical_all_to_all``), its nodes capped by node-limited routing
+  (``MoESpec.max_nodes_per_token``).
 
 Gradients of the routed experts are reduced (and, with ZeRO-1/2, their updated weights gathered) over the
 dp / ep replicas that hold the same experts (Megatron-Core's expert-data-parallel group; tp·dp / (ep·etp)
@@ -107,7 +109,7 @@ from dataclasses import dataclass
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import Mapping
-from tilewright.engine.ir.ops import MoERole, Op, TensorSplit
+from tilewright.engine.ir.ops import ExpertInfo, MoERole, Op, TensorSplit
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collective_phase import Collective, Phase, route_latency
 from tilewright.engine.perf.device import issues_kernels
@@ -159,6 +161,8 @@ def shard_experts(ops: list[Op], ep: int, imbalance: float, tp: int = 1, etp: in
                 "flops": op.flops * imbalance,
                 "bwd_flops": op.backward_flops * imbalance,
             }
+            if imbalance != 1.0:
+                update["moe"] = busiest(op.moe, imbalance)
             if fold:
                 update["params"] = op.params / ep * tp / etp  # type: ignore[operator]
                 if op.gemm is not None:
@@ -166,6 +170,28 @@ def shard_experts(ops: list[Op], ep: int, imbalance: float, tp: int = 1, etp: in
             op = op.model_copy(update=update)
         out.append(op)
     return out
+
+
+def busiest(info: ExpertInfo, imbalance: float) -> ExpertInfo:
+    """A routed-expert op's metadata as the busiest ep rank sees it under ``mapping.expert_imbalance``: its
+    experts get ``imbalance`` × their share of the tokens (``tokens_fraction``), so the dispatch brings it
+    ``imbalance`` × the token-slots a balanced router would and the combine sends as many back. An
+    all-to-all finishes when its busiest receiver (and the links into it) has its bytes, and every rank
+    waits for it: the exchange is sized by that rank's receive (``exchange``) — the per-link model spreads
+    the same bytes over every route, the busiest rank's own links the ones that bind. What a rank sends of
+    its own tokens stays balanced (``own_share``: the dispatcher's permutation)."""
+    return info.model_copy(update={
+        "tokens_fraction": info.tokens_fraction * imbalance,
+        "dispatch_elems_per_token": info.dispatch_elems_per_token * imbalance,
+        "combine_elems_per_token": info.combine_elems_per_token * imbalance,
+    })
+
+
+def received_scale(info: ExpertInfo) -> float:
+    """The token-slots an ep rank receives over a balanced router's (``busiest``): its experts' share of the
+    tokens over top_k · capacity factor / experts; 1 for a balanced op (and for a share left at 0)."""
+    balanced = info.top_k * (info.capacity_factor or 1.0) / info.experts
+    return info.tokens_fraction / balanced if info.tokens_fraction > 0 else 1.0
 
 
 def folded_gemm(op: Op, tp: int, etp: int) -> tuple[float, float, float]:
@@ -293,10 +319,13 @@ def gathered_elems(op: Op, elems: float, ep: int) -> float:
     expert-tensor group gathers the token-slots the all-to-all brought and reduce-scatters them before the
     combine: ``elems``. Without it (the all-gather dispatcher) the layer's tokens are gathered before routing
     permutes them and reduced after the combine un-permutes them locally: tokens · hidden, the slots over
-    top_k (× capacity factor). Any other op: ``elems``."""
+    top_k (× capacity factor). Any other op: ``elems``. The busiest rank of an imbalanced router gathers what
+    it received: ``received_scale`` × the balanced slots (``busiest``)."""
     info = op.moe
-    if info is None or info.role is not MoERole.expert or ep > 1:
+    if info is None or info.role is not MoERole.expert:
         return elems
+    if ep > 1:
+        return elems * received_scale(info)
     return elems / (info.top_k * (info.capacity_factor or 1.0))
 
 
@@ -358,9 +387,9 @@ def dispatch_work(
     dispatch, combine = exchange(op, False, tokens_scale, tp, elem_bytes)  # token-slot bytes each side
     if info.role is not MoERole.expert or (not dispatch and not combine):
         return NO_DISPATCH if host is None else DispatchWork(host_s=host)
+    own = dispatch / received_scale(info)  # the permutation reorders the rank's own tokens: balanced
     sorts = 1 if info.experts / ep > 1 else 0  # sort_chunks_by_idxs only with several local experts
     if ep > 1:  # the all-to-all dispatcher sorts after the expert-tensor gather: etp ranks' slots
         sorts *= tp if etp is None else etp
     sync = dispatch > 0 and not backward and info.capacity_factor is None
-    return DispatchWork(2 * dispatch, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0,
-                        host)
+    return DispatchWork(2 * own, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0, host)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.project import Mode, Project
-from tilewright.engine.perf.collectives import Collective, Phase, collective
+from tilewright.engine.perf.collectives import Collective, Phase, collective, point_to_point
 from tilewright.engine.plan.context import ContextComm
 from tilewright.engine.plan.experts import (
     Routing,
@@ -101,10 +101,15 @@ def embedding_group_collective(
 
 def cp_group_collective(hw: HardwareGraph, groups: list[list[int]], cp: int, kind: str, nbytes: float) -> Collective:
     """``kind`` of ``nbytes`` (per tensor rank) over every context-parallel group of the stage at once:
-    replicas ``d·cp … d·cp + cp − 1`` (``plan.context``), each tensor rank on its own ring."""
+    replicas ``d·cp … d·cp + cp − 1`` (``plan.context``), each tensor rank on its own ring. Kind "ring": one
+    step of ring attention, every rank sending ``nbytes`` to the next rank of its ring (Transformer Engine's
+    ``flash_attn_p2p_communicate``), each send over its own route."""
     if cp <= 1:
         return Collective(kind, "none", ())  # type: ignore[arg-type]
     tp = len(groups[0])
+    if kind == "ring":
+        rings = [[groups[d * cp + c][i] for c in range(cp)] for d in range(len(groups) // cp) for i in range(tp)]
+        return point_to_point(hw, [(g[c], g[(c + 1) % cp]) for g in rings for c in range(cp)], nbytes)
     parts = [
         collective(hw, kind, [groups[d * cp + c][i] for c in range(cp)], nbytes)  # type: ignore[arg-type]
         for d in range(len(groups) // cp)

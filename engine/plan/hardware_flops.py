@@ -1,4 +1,5 @@
-"""The FLOPs a training iteration's devices execute (HFU's numerator), as the cost model runs them.
+"""The FLOPs a training iteration's devices execute (HFU's numerator), as the cost model runs them, and the
+model's own FLOPs (MFU's numerator).
 
 MFU counts the model's FLOPs by the SC'21 / PaLM convention: every query-key pair of attention, forward and
 twice that backward, no recomputation. The hardware does something else, and HFU should say what:
@@ -9,7 +10,14 @@ twice that backward, no recomputation. The hardware does something else, and HFU
   causal pairs), or those of the layers ``mapping.recompute_layers`` picks; selective recomputation re-runs
   the ops of ``mapping.recompute_modules`` (``perf.recompute``; by default the attention core,
   ``Op.selective``) except what runs inside a fused kernel (``op_cost.flash_ops``), which has nothing to
-  re-run.
+  re-run;
+- routed experts with a capacity factor run every padded capacity slot (the ops' ``flops`` count
+  tokens · top_k · capacity_factor, ``ir.ops.ExpertInfo``). The model's FLOPs count the top_k slots each
+  token is routed to, whatever the capacity, as Megatron-LM's MFU formula does
+  (``megatron/training/training.py`` ``num_floating_point_operations``: ``num_experts_routed_to =
+  args.moe_router_topk``, no capacity factor) and NeMo's (``nemo/utils/flops_formulas.py``: ``FLOPSConfig``
+  has ``moe_router_topk`` and no capacity): padding is work the hardware does, not work the model needs, so
+  a larger capacity factor may raise HFU but never MFU.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tilewright.engine.ir.mapping import Recompute
-from tilewright.engine.ir.ops import OpKind
+from tilewright.engine.ir.ops import MoERole, Op, OpKind
 from tilewright.engine.perf.op_cost import flash_ops, pass_flops
 from tilewright.engine.perf.recompute import selection
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -45,3 +53,20 @@ def hardware_flops_per_sample(
             elif op.name in again and again[op.name].rerun and not inside:
                 total += forward
     return total
+
+
+def useful_share(op: Op) -> float:
+    """The share of an op's FLOPs the model needs: 1 / capacity_factor for a routed expert op with padded
+    capacity (its FLOPs count tokens · top_k · capacity_factor slots, the model top_k), else 1."""
+    moe = op.moe
+    if moe is None or moe.role is not MoERole.expert or moe.capacity_factor is None:
+        return 1.0
+    return 1.0 / moe.capacity_factor
+
+
+def model_flops_per_sample(workload: WorkloadGraph, backward: bool = True) -> float:
+    """The model's FLOPs per sample (MFU's numerator): every op's forward (and, with ``backward``, its
+    backward) FLOPs, routed experts at top_k slots per token (``useful_share``)."""
+    return sum(
+        (op.flops + (op.backward_flops if backward else 0.0)) * useful_share(op) for op in workload.ops()
+    )

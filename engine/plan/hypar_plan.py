@@ -33,6 +33,7 @@ from tilewright.engine.perf.collectives import Collective, Phase, pairwise_excha
 from tilewright.engine.perf.device import DeviceModel, device_capacity, device_model, remote_memory
 from tilewright.engine.perf.memory import activation_bytes, bytes_per_param, model_state, workspace_bytes
 from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.plan.hardware_flops import model_flops_per_sample
 from tilewright.engine.plan.hypar_comm import Exchange, HyparComm, hypar_comm, layer_choices, layer_tensors
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, Segment
@@ -182,7 +183,7 @@ def build_hypar_plan(project: Project, hw: HardwareGraph, workload: WorkloadGrap
         optimizer_s=params * opt_bytes / dev.dram_bandwidth,
         label="stage 0",
     )
-    model_flops = sum(op.flops + op.backward_flops for op in workload.ops()) * m.global_batch
+    hardware_flops = sum(op.flops + op.backward_flops for op in workload.ops()) * m.global_batch
     assert run.mode is Mode.train  # build_plan sends only training runs here
     return HyparPlan(
         project=project,
@@ -198,8 +199,8 @@ def build_hypar_plan(project: Project, hw: HardwareGraph, workload: WorkloadGrap
         elem_bytes=elem,
         stages=[stage],
         p2p_bytes={},
-        model_flops=model_flops,
-        hardware_flops=model_flops,
+        model_flops=model_flops_per_sample(workload) * m.global_batch,
+        hardware_flops=hardware_flops,
         notes=_notes(comm, m.micro_batches, forward.out.dataflows),
         comm=comm,
         array=array,

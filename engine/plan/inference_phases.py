@@ -282,7 +282,7 @@ def _context(
     residency = st.residency.residency if st.residency is not None else None  # mapping.memory_levels
     return PassContext(
         pass_device(st.dev, kind), mb, m.tp, sp, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial, residency,
-        tp_axes=m.tp_axes, moe_framework=False,
+        tp_axes=m.tp_axes, moe_framework=False, tp_scatter=m.tp_axes_collectives == "scatter-gather",
     )
 
 

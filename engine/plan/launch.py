@@ -61,6 +61,9 @@ micro-batch 1) cannot hide. A backward kernel is issued by an autograd node in C
 Python: charging it the same ``host_dispatch_s`` leans high. The top-level ``backward()`` call's own start-up
 (its graph task, the hand-off to the device's engine thread and back: ``Compute.host_backward_s``, once per
 backward pass) runs on a drained device (the schedule's timer syncs just before it) and is ``plan.train_step``'s.
+Beyond the ops' own counts, every parameter tensor's gradient hook of Megatron's data-parallel wrapper runs in
+the backward (its Python, and a ``main_grad.add_`` kernel where gradient-accumulation fusion does not cover the
+parameter: 12 hooks and 8 adds per GPT layer with it): ``plan.grad_hooks``.
 
 **Collective calls.** A collective's device time (NCCL's latency and bandwidth, ``perf.collectives``) starts
 when its kernel is launched; before that the host makes the call: Megatron-LM issues each tensor-parallel

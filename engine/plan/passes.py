@@ -10,20 +10,14 @@ collectives (Shoeybi et al. 2019; Korthikanti et al. 2023 for sequence paralleli
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Sequence
 
 from tilewright.engine.ir.common import DType
-from tilewright.engine.ir.mapping import SpatialSplit
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
-from tilewright.engine.perf.formats import OpFormats
+from tilewright.engine.perf.formats import message_bytes
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.recompute import selection
-from tilewright.engine.perf.residency import Residency
-from tilewright.engine.plan.context import ContextComm
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture, layer_graphs
 from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
 from tilewright.engine.plan.launch import (
@@ -35,121 +29,10 @@ from tilewright.engine.plan.launch import (
     extra_launches,
     host_seconds,
 )
-from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm, spans_replicas
-from tilewright.engine.plan.tensor_axes import ROW, axis_comm
+from tilewright.engine.plan.pass_records import ChunkPass, PassContext, PassKind, Segment  # noqa: F401 (re-exported)
+from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm
+from tilewright.engine.plan.tensor_axes import ROW, layer_comms
 from tilewright.engine.plan.tp_overlap import TpOverlap, gemm_chunks
-
-PassKind = str  # "F" | "B" | "R"
-
-
-@dataclass
-class Segment:
-    label: str
-    layer: int
-    busy_s: float  # roofline time on the device (compute and local memory overlapped)
-    compute_s: float  # arithmetic-only part, the rest of busy_s is memory stall
-    flops: float
-    dram_bytes: float
-    comm: tuple[str, float] | None = None  # (collective kind, full-tensor bytes) after this segment
-    local_bytes: float = 0.0  # moved to/from the device's own memory (its DRAM, else its SRAM): energy
-    host_s: float = 0.0  # host time issuing the segment's kernels (``plan.launch``)
-    offload_s: float = 0.0  # stored activations copied to (forward) or from (backward) host memory
-    dispatch_wait_s: float = 0.0  # part of busy_s the device waited for the host (host_s past device time)
-
-    @classmethod
-    def host_wait(cls, label: str, layer: int, seconds: float) -> Segment:
-        """The device idle while the host works (a framework's synchronisation, a runtime's step): reported
-        as host wait."""
-        return cls(label=label, layer=layer, busy_s=seconds, compute_s=0.0, flops=0.0, dram_bytes=0.0,
-                   host_s=seconds, dispatch_wait_s=seconds)
-
-    def close(self) -> None:
-        """The device cannot finish before the host has issued every kernel (``plan.launch``), nor before
-        the copy engines have moved the stored activations over the host link (activation offload)."""
-        if self.host_s > self.busy_s:
-            self.dispatch_wait_s = self.host_s - self.busy_s
-            self.busy_s = self.host_s
-        self.busy_s = max(self.busy_s, self.offload_s)
-
-    def add(self, t: OpTime, dataflows: Counter) -> None:
-        """Accumulate one op's time; count the SRAM dataflow its tiling chose, or the split of a grid
-        device, if any."""
-        self.busy_s += t.busy_s
-        self.compute_s += t.compute_s
-        self.flops += t.flops
-        self.dram_bytes += t.dram_bytes
-        self.local_bytes += t.local_bytes
-        if t.dataflow:
-            dataflows[t.dataflow] += 1
-        if t.split:
-            dataflows[t.split] += 1
-
-
-@dataclass
-class ChunkPass:
-    kind: PassKind
-    segments: list[Segment] = field(default_factory=list)
-    dataflows: Counter = field(default_factory=Counter)  # SRAM tiling choices / grid splits of its ops
-    captured: bool = False  # inside a full-iteration CUDA graph: no host syncs (``plan.train_step``)
-
-    @property
-    def busy_s(self) -> float:
-        return sum(s.busy_s for s in self.segments)
-
-    @property
-    def flops(self) -> float:
-        return sum(s.flops for s in self.segments)
-
-    @property
-    def compute_s(self) -> float:
-        return sum(s.compute_s for s in self.segments)
-
-    @property
-    def dispatch_wait_s(self) -> float:
-        """Seconds the device waited for the host to issue kernels (part of ``busy_s``)."""
-        return sum(s.dispatch_wait_s for s in self.segments)
-
-    @cached_property
-    def has_dram(self) -> bool:
-        return any(s.dram_bytes > 0 for s in self.segments)
-
-    @cached_property
-    def has_dp_comm(self) -> bool:
-        """Carries collectives over several replicas: sharded data parallelism (``plan.sharding``) or the
-        context-parallel ring (``plan.context``)."""
-        return any(s.comm is not None and spans_replicas(s.comm[0]) for s in self.segments)
-
-
-@dataclass
-class PassContext:
-    dev: DeviceModel
-    micro_batch: float  # samples per pass on one device: mapping.micro_batch, ÷ cp with context parallelism
-    tp: int
-    sequence_parallel: bool
-    elem_bytes: float  # of activations (and every tensor when ``formats`` is None)
-    fused: frozenset[tuple[str, str]] = frozenset()  # (producer, consumer) names within a layer, on chip
-    formats: OpFormats | None = None  # per tensor kind (mapping.formats) and math fidelity
-    spatial: SpatialSplit | None = None  # split policy over a grid device's cores (mapping.spatial)
-    residency: Residency | None = None  # memory level of each category (mapping.memory_levels)
-    rows_per_sample: int = 1  # token rows per sample: a fused chain streams its intermediate row block by block
-    shard: ShardComm | None = None  # ZeRO-2/3 and FSDP collectives inside the passes (``plan.sharding``)
-    offload_saved: float = 0.0  # training with activations in host memory: the host link's bytes/s (else 0)
-    context: ContextComm | None = None  # context parallelism's K/V ring (``plan.context``); micro_batch is per rank
-    expert_parallel: int = 1  # ep: MoE ops exchange their tokens all-to-all (``plan.experts``)
-    expert_tp: int | None = None  # routed experts' tensor parallelism (None: tp; ``experts.expert_tp_comm``)
-    # with mapping.overlap_ep_comm: seconds of an all-to-all of that many bytes per tensor rank (the stage's
-    # ep groups at once), to hide it behind the paired micro-batch's compute of the layer (``_a2a``)
-    ep_seconds: Callable[[float], float] | None = None
-    # with mapping.delay_wgrad_compute: the backward's weight gradients hide its all-to-all too (``_Builder._a2a``)
-    delay_wgrad: bool = False
-    tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
-    fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
-    # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
-    tp_seconds: Callable[[str, float], float] | None = None
-    tp_ring_reduce_scatter: bool = False  # mapping.tp_overlap_reduce_scatter 'ring_exchange' (``plan.tp_overlap``)
-    moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
-    cuda_graph_scope: tuple[str, ...] = ()  # training's CUDA graphs (mapping.cuda_graph_scope, ``plan.cuda_graphs``)
-    moe_router_fusion: bool = False  # the routing op's host counts are TE's fused router's (``plan.moe_host``)
 
 
 def fused_edges(chains: list[list[str]]) -> frozenset[tuple[str, str]]:
@@ -278,14 +161,16 @@ class _Builder:
             host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute,
                               c.moe_router_fusion)
         seg.host_s += host
+        if backward and c.grad_hooks is not None:  # the parameters' hooks, no host time in a full-iteration graph
+            self.layer_busy += c.grad_hooks.charge(seg, op, c, self.out.captured)
         if c.offload_saved:
             seg.offload_s += saved_bytes(op, c) / c.offload_saved
         self.layer_busy += t.busy_s
         if backward and c.delay_wgrad:
             self._defer(op, t)
         if c.context is not None and op.kind is OpKind.attention:
-            cp = c.context.cp
-            ring = c.context.exchange(op, c.micro_batch * cp, c.tp, c.elem_bytes, backward, t.busy_s)
+            ring, hidden = c.context.exchange(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s)
+            seg.hidden += hidden
             self.dp_comms(ring, op.layer, op.name)
         if not sort_first:
             self._stream(op, moe.sort_bytes)
@@ -446,7 +331,7 @@ class _Builder:
         if c.tp <= 1 or elems <= 0:
             return
         seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
-        seg.comm = (kind, elems * c.micro_batch * c.elem_bytes)
+        seg.comm = (kind, elems * c.micro_batch * message_bytes(c.formats, label, c.elem_bytes))  # formats.collectives
         if self.tp_overlap is not None and overlap:  # hidden behind the GEMM beside it (``plan.tp_overlap``)
             seg.comm, slower = self.tp_overlap.collective(seg, *seg.comm)
             seg.busy_s += slower  # the GEMM's SMs the pipelined reduce-scatter takes
@@ -539,8 +424,8 @@ def forward_pass(
             if kind == "R" and j == 0 and not only_selective:  # the layer's checkpoint (``launch.CHECKPOINT_CALLS``)
                 b.host(checkpoint_host_seconds(ctx.dev.compute))
             if ctx.tp_axes is not None:
-                if _weighted(op):  # 2-D tensor parallelism: every weighted op reduces along one axis
-                    b.comm(*axis_comm(op, ctx.tp_axes), op.layer, op.name)
+                for comm_kind, elems in layer_comms(ops, j, ctx.tp_axes, ctx.tp_scatter):  # 2-D (plan.tensor_axes)
+                    b.comm(comm_kind, elems, op.layer, op.name)
             elif _weighted(op) and (
                 op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)
             ):

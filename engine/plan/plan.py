@@ -31,6 +31,7 @@ from tilewright.engine.perf.memory import (
     recomputed_layers,
     workspace_bytes,
 )
+from tilewright.engine.plan.context import ring_fused
 from tilewright.engine.plan.device_layers import (
     block_names,
     edge_weight_bytes,
@@ -50,6 +51,7 @@ from tilewright.engine.plan.experts import (
     routed_experts,
     routing_for,
 )
+from tilewright.engine.plan.grad_hooks import grad_hooks
 from tilewright.engine.plan.group_comm import (
     context_comm,
     cp_group_collective,
@@ -63,7 +65,7 @@ from tilewright.engine.plan.group_comm import (
     shard_comm,
     tp_seconds,
 )
-from tilewright.engine.plan.hardware_flops import hardware_flops_per_sample
+from tilewright.engine.plan.hardware_flops import hardware_flops_per_sample, model_flops_per_sample
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
@@ -364,6 +366,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     cp = m.cp if run.mode is Mode.train else 1
     groups = stage_groups(hw.devices, m if cp == 1 else m.model_copy(update={"dp": m.dp * cp}))
     mb = m.micro_batch / cp  # samples' worth of tokens one device runs per micro-batch (``plan.context``)
+    fusion = fused_edges(m.fusion) | ring_fused(map(workload.layer_ops, blocks), cp)  # ring attention is flash
     ep = m.ep if run.mode is Mode.train else 1
     etp = expert_tp_of(m, run.mode is Mode.train)  # MoE parallel folding (``plan.experts``)
     # ZeRO shards the dense weights' state over the dp · cp replicas: context ranks hold the same weights, and
@@ -402,12 +405,13 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         first = groups[r][0][0]
         d = hw.devices[first]
         dev = device_model(d.compute, d.memories, remote_memory(hw, first), run.dtype)
-        ctx = PassContext(dev, mb, m.tp, m.sequence_parallel, elem, fused_edges(m.fusion), formats, m.spatial)
+        ctx = PassContext(dev, mb, m.tp, m.sequence_parallel, elem, fusion, formats, m.spatial)
         chunk_layers = {c: per_virtual[c * m.pp + r] for c in range(v)}
         ctx.rows_per_sample = workload.tokens_per_sample
         ctx.fused_loss = m.fused_cross_entropy
         ctx.cuda_graph_scope = tuple(m.cuda_graph_scope or ())  # plan.cuda_graphs
         ctx.moe_router_fusion = m.moe_router_fusion  # plan.moe_host
+        ctx.grad_hooks = grad_hooks(project, formats.weight_bytes)  # plan.grad_hooks
         if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
             ctx.tp_seconds = tp_seconds(hw, groups[r][0])
             ctx.tp_ring_reduce_scatter = m.tp_overlap_reduce_scatter == "ring_exchange"
@@ -529,21 +533,21 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         last_ops = workload.layer_ops(per_virtual[vs][-1])
         out = last_ops[-1].out_elems if last_ops else 0.0
         p2p[vs] = out * mb * elem / m.tp  # Megatron's scatter/gather: each rank sends 1/tp
-    per_sample = sum(op.flops + op.backward_flops for op in workload.ops())
-    fwd_sample = sum(op.flops for op in workload.ops())
     if run.mode is Mode.train:
-        model_flops = per_sample * m.global_batch
+        model_flops = model_flops_per_sample(workload) * m.global_batch  # routed experts at top_k, not capacity
         rerun_of = frozenset(rerun_layers) if m.recompute is Recompute.full else None  # what the R passes re-run
         hardware_flops = (
-            hardware_flops_per_sample(workload, m.recompute, fused_edges(m.fusion), rerun_of, m.recompute_modules)
+            hardware_flops_per_sample(workload, m.recompute, fusion, rerun_of, m.recompute_modules)
             * m.global_batch
         )
     else:
-        model_flops = hardware_flops = fwd_sample * run.inference.batch
+        model_flops = model_flops_per_sample(workload, backward=False) * run.inference.batch
+        hardware_flops = workload.flops_per_sample * run.inference.batch
     notes = format_notes(project, stages[0].dev, formats)
     notes += per_op_notes(formats, [op.name for op in workload.ops()])  # mapping.formats.*_by_op
     if m.tp_axes is not None:
-        notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()))
+        notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()),
+                                   m.tp_axes_collectives == "scatter-gather")
     for st in stages:
         forward = Counter()
         for (_c, kind), ps in st.passes.items():

@@ -24,6 +24,8 @@ METRIC_UNITS = {
     "hfu": "fraction",
     "devices": "count",
     "peak_memory_bytes": "bytes",
+    "host_peak_memory_bytes": "bytes",
+    "host_memory_capacity_bytes": "bytes",
     "events": "count",
     "wall_time_s": "s",
     "ttft_s": "s",

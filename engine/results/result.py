@@ -10,6 +10,7 @@ import numpy as np
 from tilewright.engine.results.text import counted, number
 from tilewright.engine.results.timeline import Timeline
 
+HOST_LEVEL = "host"  # ``mapping.memory_levels``' name of the node's host memory
 MEMORY_CATEGORIES = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace")
 TIME_CATEGORIES = (
     "compute", "recompute", "tp_comm", "ep_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer",
@@ -73,12 +74,24 @@ class OutOfMemory:
 
 @dataclass
 class MemoryTrack:
-    """Occupancy of one device over time, by category (bytes)."""
+    """Occupancy of one device over time, by category (bytes); with ``mapping.memory_levels`` one track per
+    memory level the device keeps state in (``level``: "sram", "dram" or "host"; "" — the device's own memory,
+    one track). A "host" track is the node's host memory, the device's share of it: not the accelerator's."""
 
     device: str
     capacity_bytes: float
     times: list[float]
     by_category: dict[str, list[float]]
+    level: str = ""
+
+    @property
+    def host(self) -> bool:
+        return self.level == HOST_LEVEL
+
+    @property
+    def owner(self) -> str:
+        """The device the track belongs to: a level's track is named "<device node>/<memory>"."""
+        return self.device.rsplit("/", 1)[0] if self.level else self.device
 
     def totals(self) -> list[float]:
         return self._totals().tolist()
@@ -105,18 +118,58 @@ class MemoryTrack:
 
 
 def memory_verdict(tracks: list[MemoryTrack]) -> tuple[dict[str, float], OutOfMemory | None]:
-    """The breakdown of the fullest device, and the worst overflow (the device furthest over its
-    capacity), if any — what every engine reports from its memory tracks."""
-    if not tracks:
-        return dict.fromkeys(MEMORY_CATEGORIES, 0.0), None
+    """The breakdown of the fullest device, and the worst overflow (the level furthest over its capacity),
+    if any — what every engine reports from its memory tracks. Both are about the accelerators' own memory:
+    a device's levels (SRAM and DRAM with ``mapping.memory_levels``) add up to its occupancy, each checked
+    against its own capacity; host-memory tracks are left to ``host_memory`` (the node's DDR is no device's
+    memory, and state offloaded there must not read as the GPU's peak)."""
+    own = [t for t in tracks if not t.host]
+    if not own:
+        return dict.fromkeys(MEMORY_CATEGORIES, 0.0), _worst_overflow([])
+    devices = [_together(ts) for ts in _by_owner(own).values()]
+    fullest = max(devices, key=lambda t: t.peak())
+    return fullest.peak_breakdown(), _worst_overflow(own)
+
+
+def host_memory(tracks: list[MemoryTrack]) -> tuple[dict[str, float], float, OutOfMemory | None] | None:
+    """What the devices keep in their node's host memory (``mapping.memory_levels`` … = "host"): the
+    breakdown of the fullest device's share at its peak, that share's capacity, and the worst overflow of
+    a share; None when nothing is offloaded."""
+    host = [t for t in tracks if t.host]
+    if not host:
+        return None
+    fullest = max(host, key=lambda t: t.peak())
+    return fullest.peak_breakdown(), fullest.capacity_bytes, _worst_overflow(host)
+
+
+def _worst_overflow(tracks: list[MemoryTrack]) -> OutOfMemory | None:
     peaks = [t.peak() for t in tracks]
-    fullest = max(range(len(tracks)), key=peaks.__getitem__)
     over = [i for i, t in enumerate(tracks) if peaks[i] > t.capacity_bytes]
-    oom = None
-    if over:
-        worst = max(over, key=lambda i: peaks[i] - tracks[i].capacity_bytes)
-        oom = OutOfMemory(tracks[worst].device, peaks[worst], tracks[worst].capacity_bytes)
-    return tracks[fullest].peak_breakdown(), oom
+    if not over:
+        return None
+    worst = max(over, key=lambda i: peaks[i] - tracks[i].capacity_bytes)
+    return OutOfMemory(tracks[worst].device, peaks[worst], tracks[worst].capacity_bytes)
+
+
+def _by_owner(tracks: list[MemoryTrack]) -> dict[str, list[MemoryTrack]]:
+    out: dict[str, list[MemoryTrack]] = {}
+    for t in tracks:
+        out.setdefault(t.owner, []).append(t)
+    return out
+
+
+def _together(tracks: list[MemoryTrack]) -> MemoryTrack:
+    """One device's level tracks as one: they share the device's time points (``engines.result_builder``
+    masks one set of columns per level), so their categories add up point by point."""
+    if len(tracks) == 1:
+        return tracks[0]
+    n = min(len(t.times) for t in tracks)
+    summed: dict[str, list[float]] = {}
+    for t in tracks:
+        for c, vals in t.by_category.items():
+            prev = np.asarray(summed.get(c, np.zeros(n)), dtype=float)
+            summed[c] = (prev + np.asarray(vals, dtype=float)[:n]).tolist()
+    return MemoryTrack(tracks[0].owner, sum(t.capacity_bytes for t in tracks), tracks[0].times[:n], summed)
 
 
 @dataclass
@@ -195,6 +248,18 @@ class Result:
         return sum(self.memory_breakdown_bytes.values())
 
     @property
+    def host_memory(self) -> tuple[dict[str, float], float, OutOfMemory | None] | None:
+        """State offloaded to the node's host memory (``results.result.host_memory``), reported apart from
+        the device's peak; None when nothing is offloaded."""
+        return host_memory(self.memory)
+
+    @property
+    def host_oom(self) -> OutOfMemory | None:
+        """The worst overflow of a device's share of its node's host memory (not the device's own)."""
+        host = self.host_memory
+        return host[2] if host is not None else None
+
+    @property
     def mfu(self) -> float:
         denom = self.iteration_time_s * self.devices * self.peak_flops_per_device
         return self.model_flops_per_iteration / denom if denom > 0 else 0.0
@@ -246,6 +311,14 @@ class Result:
             out["energy_sources"] = list(self.energy.sources)
         if self.oom is not None:
             out["oom"] = self.oom.as_json()
+        host = self.host_memory
+        if host is not None:  # offloaded state, apart from the device's peak (peak_memory_bytes)
+            row, capacity, over = host
+            out["host_peak_memory_bytes"] = sum(row.values())
+            out["host_memory_capacity_bytes"] = capacity
+            out["host_memory_breakdown_bytes"] = row
+            if over is not None:
+                out["host_oom"] = over.as_json()
         if self.spatial_splits:
             out["spatial_splits"] = list(self.spatial_splits)
         out["notes"] = list(self.notes)
@@ -279,6 +352,11 @@ class Result:
             f"  MFU / HFU        {100 * m['mfu']:.1f} % / {100 * m['hfu']:.1f} %",
             f"  peak memory      {number(m['peak_memory_bytes'] / gib)} GiB (largest device)",
         ]
+        if "host_peak_memory_bytes" in m:
+            held = ", ".join(f"{k} {number(v / gib)} GiB" for k, v in m["host_memory_breakdown_bytes"].items() if v)
+            lines.append(f"  host memory      {number(m['host_peak_memory_bytes'] / gib)} GiB of "
+                         f"{number(m['host_memory_capacity_bytes'] / gib)} GiB per device, offloaded "
+                         f"({held or 'nothing held'})")
         if self.mode == "infer":
             tpot = "— (one output token)" if self.tpot_s is None else f"{number(self.tpot_s * 1e3)} ms"
             user = "" if self.tpot_s is None else f", {number(m['tokens_per_s_per_user'])} tokens/s per user"
@@ -295,6 +373,12 @@ class Result:
             lines.append(
                 f"  OUT OF MEMORY    {self.oom.device}: needs {number(self.oom.need_bytes / gib)} GiB, "
                 f"has {number(self.oom.capacity_bytes / gib)} GiB"
+            )
+        if "host_oom" in m:
+            over = m["host_oom"]
+            lines.append(
+                f"  HOST MEMORY FULL {over['device']}: needs {number(over['need_bytes'] / gib)} GiB, "
+                f"has {number(over['capacity_bytes'] / gib)} GiB"
             )
         lines.append(f"  simulated in     {number(m['wall_time_s'], 3)} s ({counted(self.events, 'event')})")
         lines += [f"  note             {n}" for n in self.notes[:4]]

@@ -20,6 +20,7 @@ from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
 from tilewright.engine.plan.device_layers import block_names
+from tilewright.engine.plan.grad_hooks import GradHooks, grad_hooks
 from tilewright.engine.plan.passes import PassContext, collective_between, fused_edges, local_name
 from tilewright.engine.workloads.graph import WorkloadGraph
 
@@ -36,6 +37,7 @@ class OpSettings:
     # under 'full_iteration', the passes' host syncs (``plan.train_step``) are gone, as in the plan
     cuda_graph_scope: tuple[str, ...] = ()
     moe_router_fusion: bool = False  # mapping.moe_router_fusion: the routing op's host counts (``plan.moe_host``)
+    grad_hooks: GradHooks | None = None  # training: the parameters' gradient hooks (``plan.grad_hooks``)
 
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
@@ -45,6 +47,7 @@ class OpSettings:
         return cls(
             formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
             m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,
+            grad_hooks(project, formats.weight_bytes),
         )
 
     @property
@@ -61,6 +64,7 @@ class OpSettings:
         ctx.fused_loss = self.fused_loss
         ctx.cuda_graph_scope = self.cuda_graph_scope
         ctx.moe_router_fusion = self.moe_router_fusion
+        ctx.grad_hooks = self.grad_hooks
         return ctx
 
     @property

@@ -232,8 +232,8 @@ class FlowNetwork:
                 out[link] = out.get(link, 0.0) + u * p.bytes
         return out
 
-    def link_categories(self) -> dict[int, str]:
-        """Per link that carried bytes, the category that carried most of them (ties: the first seen)."""
+    def link_category_bytes(self) -> dict[int, dict[str, float]]:
+        """Per link that carried bytes, its bytes by the category that moved them (in the order first seen)."""
         per: dict[int, dict[str, float]] = {}
         for p in self.patterns.values():
             for link, u in p.usage.items():
@@ -242,6 +242,12 @@ class FlowNetwork:
                 tally = per.setdefault(link, {})
                 for category, nbytes in p.by_category.items():
                     tally[category] = tally.get(category, 0.0) + u * nbytes
+        return per
+
+    def link_categories(self, per: dict[int, dict[str, float]] | None = None) -> dict[int, str]:
+        """Per link that carried bytes, the category that carried most of them (ties: the first seen);
+        ``per``: ``link_category_bytes``, when the caller has it already."""
+        per = self.link_category_bytes() if per is None else per
         return {link: max(tally, key=tally.__getitem__) for link, tally in per.items() if tally}
 
     def category_traces(self, links: list[int]) -> dict[int, dict[str, ArrayTrace]]:

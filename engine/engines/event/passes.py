@@ -114,6 +114,8 @@ class PassRunner:
             ledger.times["memory_stall"] += beyond - host
             ledger.times["host_wait"] += host
             self.rec.slice(lane, start, took, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+            if seg.hidden and _books(u):
+                self._book_hidden(r, seg, start, env.now)
             if seg.comm:
                 start = env.now
                 coll = plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
@@ -179,9 +181,10 @@ class PassRunner:
         if hit is None:
             totals: dict[tuple[int, str], tuple[dict[int, float], float, str]] = {}
             for seg in ps.segments:
-                if seg.comm:
-                    category = comm_category(seg.comm[0])
-                    for ph in self.plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).phases:
+                # the hidden ring spans every replica's rings (``Segment.hidden``): booked for replica 0 alone
+                for kind, size in ((seg.comm,) if seg.comm else ()) + (seg.hidden if j == 0 else ()):
+                    category = comm_category(kind)
+                    for ph in self.plan.tp_collective(r, j, kind, size).phases:
                         usage, nbytes, _c = totals.get((id(ph.usage), category), (ph.usage, 0.0, category))
                         totals[(id(ph.usage), category)] = (usage, nbytes + ph.bytes_per_member, category)
             hit = self._traffic[key] = list(totals.values())
@@ -195,6 +198,8 @@ class PassRunner:
         times["memory_stall"] += seg.busy_s - seg.compute_s - host
         times["host_wait"] += host
         self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+        if seg.hidden and _books(u):
+            self._book_hidden(r, seg, t, t + seg.busy_s)
         t += seg.busy_s
         if seg.comm:
             coll = self.plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
@@ -208,3 +213,18 @@ class PassRunner:
             self.rec.slice(lane, t, dur, comm_cat, f"{seg.comm[0]} {seg.label}", r, step.micro_batch, seg.layer)
             t += dur
         return t
+
+    def _book_hidden(self, r: int, seg: Segment, start: float, end: float) -> None:
+        """The collectives a segment's kernels hide (the context ring's, ``Segment.hidden``): their bytes on the
+        links, spread over the segment, as bookings, not flows — nothing waits for them, and they take no share
+        of a link from the flows that are timed (the overlap the plan assumed)."""
+        for kind, nbytes in seg.hidden:
+            category = comm_category(kind)
+            for ph in self.plan.tp_collective(r, 0, kind, nbytes).phases:
+                self.net.account(ph.usage, ph.bytes_per_member, start, max(end, start + 1e-12), category)
+
+
+def _books(u: Unit) -> bool:
+    """The unit that books traffic spanning the stage's replicas (a hidden ring covers every replica's rings):
+    the aggregated unit, or replica 0's first member."""
+    return u[0] == 0 and u[1] in (WHOLE_GROUP, 0)

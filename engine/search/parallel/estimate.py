@@ -44,6 +44,7 @@ from tilewright.engine.perf.memory import (
     param_gather_bytes,
     params_on_device,
 )
+from tilewright.engine.plan.context import ring_fused
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.recurrence import run_pipeline
 from tilewright.engine.plan.report import split_rows
@@ -108,6 +109,7 @@ class Estimator(IterationTail):
         # its own. On a switched cluster they are alike, and stage 0's stands for all (as it always did).
         self.per_stage = any(d.coord for d in hw.devices)
         self.costs = LayerCosts(workload, self.dev, self.settings, self.comm)
+        self._ring_costs: LayerCosts | None = None  # candidates with cp > 1 (``layer_costs``)
         blocks = workload.block_layers
         self.blocks = np.array(blocks)
         extras = [li.index for li in workload.layers if li.index not in blocks]
@@ -266,8 +268,18 @@ class Estimator(IterationTail):
         group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
         res = placed.residency if placed is not None else None
         knobs = (c.tp, self.micro_batch(c), c.sequence_parallel, c.recompute)
-        return (self.costs.table(*knobs, group, res, c.recompute_modules),
-                (*knobs, group, res, c.recompute_modules))
+        return (self.layer_costs(c).table(*knobs, group, res, c.recompute_modules),
+                (*knobs, group, res, c.recompute_modules, c.cp > 1))
+
+    def layer_costs(self, c: Candidate) -> LayerCosts:
+        """The layer costs ``c``'s passes are built from: with cp > 1 every attention core a flash kernel, as the
+        plan runs ring attention (``plan.context.ring_fused``)."""
+        if c.cp <= 1:
+            return self.costs
+        if self._ring_costs is None:
+            fused = self.settings.fused | ring_fused(map(self.workload.layer_ops, self.workload.block_layers), c.cp)
+            self._ring_costs = LayerCosts(self.workload, self.dev, replace(self.settings, fused=fused), self.comm)
+        return self._ring_costs
 
     @staticmethod
     def micro_batch(c: Candidate) -> float:
@@ -320,18 +332,19 @@ class Estimator(IterationTail):
         groups = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in range(c.pp)]
         knobs = (c.tp, self.micro_batch(c), c.sequence_parallel, c.recompute)
         rm = c.recompute_modules
-        first = self.chunks(self.costs.table(*knobs, groups[0], res, rm), (*knobs, groups[0], res, rm), c.pp,
+        costs = self.layer_costs(c)
+        first = self.chunks(costs.table(*knobs, groups[0], res, rm), (*knobs, groups[0], res, rm, c.cp > 1), c.pp,
                             c.interleave)
         if len(set(groups)) == 1:
             return first
-        k = (*knobs, tuple(groups), res, rm, c.pp, c.interleave)
+        k = (*knobs, tuple(groups), res, rm, c.pp, c.interleave, c.cp > 1)
         ch = self._chunks.get(k)
         if ch is None:
             fwd, bwd = first.fwd.copy(), first.bwd.copy()
             sums: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
             for r, g in enumerate(groups[1:], start=1):
                 if g not in sums:
-                    table = self.costs.table(*knobs, g, res, rm)
+                    table = costs.table(*knobs, g, res, rm)
                     sums[g] = self._passes(table, c.pp, c.interleave)
                 fwd[:, r], bwd[:, r] = sums[g][0][:, r], sums[g][1][:, r]
             fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()

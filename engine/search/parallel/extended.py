@@ -303,6 +303,6 @@ def exact_evaluator(
             r = engine.run(planner.plan(p))
         except (InputError, ValueError):
             return None
-        return Exact(r.iteration_time_s, r.peak_memory_bytes, r.oom is None)
+        return Exact(r.iteration_time_s, r.peak_memory_bytes, r.oom is None and r.host_oom is None)
 
     return evaluate

@@ -1,0 +1,66 @@
+"""Mapping fields the simulation would read as nothing: refused by ``plan.checks`` with the field and why.
+
+``cli.idle_flags`` refuses an idle *flag* by name; a field set through ``--set`` or a project file used to run
+as if it had not been given — the same time and memory and no word — so a user comparing two runs saw no
+difference and no reason. These are the fields that can only be idle for the project as given, whatever the
+degrees a search or an Auto-map would pick next (a field a degree change could make meaningful is not refused
+here, so a search keeps its latitude; and training-only fields in an inference run stay allowed, as
+``cli.idle_flags`` explains — a project flips between modes and keeps its mapping):
+
+- ``recompute_layers`` above the layers of the largest model chunk: Megatron's block method re-runs the first
+  N layers of each chunk (``TransformerBlock._checkpointed_forward``: ``l_no < recompute_num_layers``), so
+  any N past the chunk's layers is every layer — recompute 'full' without the count;
+- ``interleave`` > 1 on one pipeline stage: interleaving splits a stage's layers into chunks so the pipeline
+  fills sooner; with pp 1 there is no pipeline, and Megatron-Core refuses it ("pipeline-model-parallel size
+  should be greater than 1 with interleaved schedule", ``parallel_state.initialize_model_parallel``);
+- ``memory_levels.kv_cache`` in training: a training step keeps no KV cache;
+- the mixture-of-experts fields (``expert_imbalance``, ``overlap_ep_comm``, ``delay_wgrad_compute``,
+  ``ep_dispatcher``) on a model without mixture-of-experts layers: no router, no expert all-to-all.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from tilewright.engine.errors import Problem
+from tilewright.engine.ir.project import Mode, Project
+
+if TYPE_CHECKING:
+    from tilewright.engine.workloads.graph import WorkloadGraph
+
+# mixture-of-experts fields of the mapping → what they act on, and the value that asks for nothing
+_MOE_FIELDS = {
+    "expert_imbalance": ("weighs the busiest expert rank's routed tokens", 1.0),
+    "overlap_ep_comm": ("hides the expert all-to-all", False),
+    "delay_wgrad_compute": ("hides the backward's expert all-to-all", False),
+    "ep_dispatcher": ("picks how tokens reach their experts", "alltoall"),
+}
+
+
+def idle_field_problems(project: Project, graph: WorkloadGraph) -> list[Problem]:
+    """Every mapping field of ``project`` that can only be idle (module docstring)."""
+    m = project.mapping
+    out: list[Problem] = []
+    train = project.run.mode is Mode.train
+    blocks = len(graph.block_layers)
+    if train and m.recompute_layers is not None and not m.stages:
+        largest = max(m.pipeline_layers) if m.pipeline_layers is not None else math.ceil(blocks / (m.pp * m.interleave))
+        if m.recompute_layers > largest:
+            out.append(Problem("mapping.recompute_layers", f"{m.recompute_layers}: a model chunk holds at most "
+                               f"{largest} transformer layers ({blocks} over pp × interleave = "
+                               f"{m.pp} × {m.interleave}), so every layer is re-run — recompute 'full' without "
+                               f"recompute_layers does that; give at most {largest}"))
+    if train and m.interleave > 1 and m.pp == 1:
+        out.append(Problem("mapping.interleave", f"{m.interleave}: interleaving splits pipeline stages into model "
+                           "chunks, and pp is 1 (Megatron-Core: 'pipeline-model-parallel size should be greater "
+                           "than 1 with interleaved schedule'); set pp ≥ 2 or interleave 1"))
+    if train and "kv_cache" in m.memory_levels:
+        out.append(Problem("mapping.memory_levels.kv_cache", f"'{m.memory_levels['kv_cache']}': a training run "
+                           "keeps no KV cache (it exists in inference only); leave it out"))
+    asked = [name for name, (_, none) in _MOE_FIELDS.items() if getattr(m, name) != none]
+    if asked and not any(op.moe is not None for op in graph.ops()):
+        for name in asked:
+            out.append(Problem(f"mapping.{name}", f"{getattr(m, name)}: {_MOE_FIELDS[name][0]}, and the model has "
+                               "no mixture-of-experts layers"))
+    return out
