@@ -2,10 +2,11 @@
 
 A link's utilisation series is one number per moment (``Result.link_utilisation``); which collective filled it
 is recorded only on the Gantt's link lanes, where the event engine colours each busy slice by the category
-that carried most of the link's load then (``engine.engines.event.links``; the busiest links get lanes). This
-module sums those slices per link — busy seconds per category — so the links view can say what a link moved
-and show only the links a chosen collective used. No Qt; computed on the worker with the rest of the record
-(a million slices are one ``bincount``).
+that carried most of the link's load then (``engine.engines.event.links``: the lane budget is shared between
+the categories that loaded links, each taking its busiest). This module sums those slices per link — busy
+seconds per category — so the links view can say what a link moved and show only the links a chosen
+collective used. No Qt; computed on the worker with the rest of the record (a million slices are one
+``bincount``).
 """
 
 from __future__ import annotations

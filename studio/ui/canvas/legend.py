@@ -100,8 +100,8 @@ def heat_legend(overlay: OverlayController, size: Size = Size.full) -> str:
 TRAFFIC_TITLE = "Traffic by collective"
 TRAFFIC_HOW = ("links coloured by what kept them busy:<br>spokes stacked by share, mesh links<br>"
                "by the longest; links not split<br>keep their usual colour")
-NO_TRAFFIC = ("the run split no link's traffic by collective (the event engine records it on its busiest "
-              "links; the analytic engine has no links)")
+NO_TRAFFIC = ("the run split no link's traffic by collective (the event engine records it on the busiest "
+              "links of each collective; the analytic engine has no links)")
 
 
 def traffic_legend(overlay: OverlayController, size: Size = Size.full) -> str:

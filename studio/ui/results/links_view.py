@@ -56,7 +56,7 @@ LEGEND_CHARS = 40
 WINDOWS = 200  # averaging windows per iteration: bursty links are read as load, not as 0/100 % spikes
 ANY_TRAFFIC = "any traffic"
 CARRYING_TIP = ("show only the links that carried this traffic (what the run recorded on the Gantt's link lanes, "
-                "the busiest links); a link's tooltip gives its busy time by category")
+                "the busiest links of each collective); a link's tooltip gives its busy time by category")
 
 
 def _swatch(colour: str) -> QIcon:
