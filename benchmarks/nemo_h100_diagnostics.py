@@ -72,13 +72,18 @@ def detail(row: Row) -> None:
     ops = (moe or blocks)[0]
     comp = ctx.dev.compute
     print(f"{row.label}: one micro-batch ({ctx.micro_batch:g} samples) of {ops[0].name.split('.')[0]}, tp {ctx.tp}, "
-          f"ep {ctx.expert_parallel}; ms")
+          f"ep {ctx.expert_parallel}; ms (F/B: device busy, the host's issue time in brackets; each op alone here, "
+          f"while the plan's segments span the ops up to a collective and last the longer of the two sums)")
+    totals = [0.0, 0.0, 0.0, 0.0]
     for op in ops:
         f, b = forward_pass([[op]], ctx), backward_pass([[op]], ctx)
         comm = [f"{kind} {plan.tp_time(0, 0, kind, n) * 1e3:.3f}" for kind, n in
                 (seg.comm for seg in f.segments if seg.comm)]
-        line = (f"  {op.name.split('.', 1)[1]:20} F {sum(s.busy_s for s in f.segments) * 1e3:7.3f} "
-                f"B {sum(s.busy_s for s in b.segments) * 1e3:7.3f}  {', '.join(comm)}")
+        times = [sum(s.busy_s for s in f.segments), sum(s.host_s for s in f.segments),
+                 sum(s.busy_s for s in b.segments), sum(s.host_s for s in b.segments)]
+        totals = [t + x for t, x in zip(totals, times, strict=True)]
+        line = (f"  {op.name.split('.', 1)[1]:20} F {times[0] * 1e3:7.3f} [{times[1] * 1e3:6.3f}] "
+                f"B {times[2] * 1e3:7.3f} [{times[3] * 1e3:6.3f}]  {', '.join(comm)}")
         if op.moe is not None and op.moe.role is MoERole.expert and op.gemm is not None:
             local = op.moe.experts / ctx.expert_parallel
             m_rows, n, k = op.gemm[0] * ctx.micro_batch, op.gemm[1] / ctx.tp, op.gemm[2]
@@ -91,3 +96,5 @@ def detail(row: Row) -> None:
             one, per = gemm_s(m_rows), local * gemm_s(m_rows / local)
             line += f"  [fwd GEMM: one {one * 1e3:.3f}, {local:g} per-expert {per * 1e3:.3f} ×{per / one:.2f}]"
         print(line)
+    print(f"  {'block':20} F {totals[0] * 1e3:7.3f} [{totals[1] * 1e3:6.3f}] B {totals[2] * 1e3:7.3f} "
+          f"[{totals[3] * 1e3:6.3f}]  (all-to-alls not included)")

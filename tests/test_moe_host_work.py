@@ -23,10 +23,10 @@ EXPERTS, TOP_K, LAYERS = 16, 2, 2
 # Megatron-Core's MoE layer per pass, from the counts in plan.moe_host's docstring: (eager kernels, calls) of the
 # groups our router, routing (+ the dispatcher before its sync), experts_up (the rest of the dispatch + fc1),
 # experts_gate (in fc1), experts_activation, experts_down (fc2 + combine side) and combine ops stand for, and
-# each GroupedLinear's (fixed calls, calls per local expert).
+# each GroupedLinear's (fixed calls, calls per local expert, cuBLASLt GEMMs per local expert: host_dispatch_s each).
 FORWARD = {"kernels": 3 + (22 + 15) + 2 + 0 + 1 + 2 + 1, "calls": 9 + (27 + 36) + 22 + 0 + 7 + 13 + 15}
 BACKWARD = {"kernels": 3 + 11 + 1 + 0 + 2 + 0 + 1, "calls": 3 + 8 + 15 + 0 + 3 + 6 + 4}
-LINEAR = {(False, "F"): (27, 5), (False, "B"): (22, 7), (True, "F"): (27, 13), (True, "B"): (22, 13)}
+LINEAR = {(False, "F"): (27, 4, 1), (False, "B"): (22, 5, 2), (True, "F"): (27, 12, 1), (True, "B"): (22, 11, 2)}
 FP8_PADDING_CALLS = 4 + 3  # Fp8Padding (tokens, probabilities) and Fp8Unpadding, forward
 
 
@@ -69,9 +69,9 @@ def _moe_ops(spec: LlamaSpec):
 def _expected_layer(kind: str, local: int, fp8: bool, compute) -> float:
     """Megatron-Core's host seconds for one MoE layer's pass, from the counts."""
     groups = FORWARD if kind == "F" else BACKWARD
-    fixed, per_expert = LINEAR[(fp8, kind)]
+    fixed, per_expert, gemms = LINEAR[(fp8, kind)]
     calls = groups["calls"] + 2 * (fixed + per_expert * local) + (FP8_PADDING_CALLS if fp8 and kind == "F" else 0)
-    return groups["kernels"] * compute.host_dispatch_s + calls * compute.host_call_s
+    return (groups["kernels"] + 2 * gemms * local) * compute.host_dispatch_s + calls * compute.host_call_s
 
 
 @pytest.mark.parametrize("kind", ["F", "B"])
@@ -95,11 +95,12 @@ def test_the_plan_charges_one_moe_layers_counted_host_work(kind, dtype, monkeypa
 @pytest.mark.parametrize("kind", ["F", "B"])
 def test_the_grouped_linears_work_grows_with_the_local_experts(kind):
     """Halving ep doubles each rank's local experts: both GroupedLinears (fc1, fc2) make their per-expert calls
-    for every extra expert, and nothing else changes."""
+    and cuBLASLt GEMMs for every extra expert, and nothing else changes."""
     few, many = make_plan(_project(ep=8)), make_plan(_project(ep=2))  # 2 and 8 local experts
     compute = few.stages[0].dev.compute
-    per_expert = LINEAR[(False, kind)][1]
-    expected = LAYERS * 2 * per_expert * (EXPERTS // 2 - EXPERTS // 8) * compute.host_call_s
+    _, per_expert, gemms = LINEAR[(False, kind)]
+    per_expert_s = per_expert * compute.host_call_s + gemms * compute.host_dispatch_s
+    expected = LAYERS * 2 * per_expert_s * (EXPERTS // 2 - EXPERTS // 8)
     assert _host(many, kind) - _host(few, kind) == pytest.approx(expected, rel=1e-9)
 
 

@@ -18,9 +18,18 @@ parallelism 1; bf16, or fp8 with current scaling (FP8-CS). Three kinds of host w
   event calls, a D2H copy's bookkeeping; a Python autograd ``Function``'s apply or backward counts 3, as in
   ``plan.launch``): ``host_call_s``;
 - ``per_expert``: calls made once per local expert inside each ``GroupedLinear`` (two per layer: fc1 with gate
-  and up fused, fc2), at ``host_call_s``. Kernels TE launches from a C++ loop (a cuBLAS GEMM per expert on its
-  multi-stream path; current scaling's amax, scale and cast-transpose per expert) pay the library lookup and
-  ``cudaLaunchKernel`` without Python, autograd or ATen: counted here as calls.
+  and up fused, fc2), at ``host_call_s``. Kernels TE launches from a C++ loop (current scaling's amax, scale and
+  cast-transpose per expert) pay ``cudaLaunchKernel`` without Python, autograd or ATen: counted here as calls;
+- ``per_expert_gemms``: the cuBLASLt GEMMs TE's multi-stream path issues per local expert (``GroupedLinear``'s
+  ``general_grouped_gemm`` → ``nvte_multi_stream_cublas_gemm`` → ``cublas_gemm`` once per expert), at
+  ``host_dispatch_s``. Each ``cublas_gemm`` call builds its matmul descriptor, four matrix layouts and a preference
+  with its alignment attributes, asks ``cublasLtMatmulAlgoGetHeuristic`` for an algorithm, launches and destroys
+  them all again (TransformerEngine ``transformer_engine/common/gemm/cublaslt_gemm.cu``, read at 5c62f7283a65;
+  later versions keep the per-call heuristic query): no algorithm cache. RAFT measured that un-memoized
+  cuBLASLt path at about 10 us of host from entering its matmul wrapper to the kernel's launch, 5 us once the
+  heuristic and descriptors were memoized (rapidsai/raft pull request #1736, 2023, NVTX ranges) — the preset's
+  ``host_dispatch_s`` (10 us, an eager PyTorch launch), not a plain call's ``host_call_s`` (3 us). Forward one
+  GEMM per expert, backward two (data and weight gradients), bf16 and fp8 alike.
 
 Per group (forward; backward), ``n`` = local experts:
 
@@ -60,14 +69,14 @@ Per group (forward; backward), ``n`` = local experts:
   module call and its route/dispatch/compute/combine methods): 1 kernel, 15 calls; backward 1 kernel, 4 calls.
 - each ``GroupedLinear`` (TE ``GroupedLinear.forward``/``_GroupedLinear.forward``, Megatron-Core's
   ``TEGroupedLinear``): fixed 27 calls (module calls, ``prepare_forward``, quantizer lookup, the Function, the
-  output buffer, the grouped-GEMM wrapper, saving, the multi-stream events); per expert bf16 5 (the weight's
-  attribute, its split view, its ``cast_if_needed``, its cuBLAS GEMM, its saved tensors), fp8 13 (the attribute,
-  two quantizers' ``set_usage``, ``split_quantize``'s three buffers and current scaling's three kernels — its
-  fused multi-tensor kernel is for delayed scaling only —, the weight workspace, the GEMM, saving, usage).
-  Backward fixed 22 calls (the Function, restore, the dgrad buffer, two grouped GEMMs' wrappers and events);
-  per expert bf16 7 (main-grad lookup, split view, dgrad and wgrad GEMMs, ``handle_custom_ddp_from_mcore`` and
-  its dummy ``torch.empty``, ``clear_tensor_data``), fp8 13 (the grad output's three buffers and three
-  quantize kernels instead of the view, the weight's usage).
+  output buffer, the grouped-GEMM wrapper, saving, the multi-stream events); per expert bf16 4 calls and its
+  cuBLAS GEMM (the weight's attribute, its split view, its ``cast_if_needed``, its saved tensors), fp8 12 calls
+  and the GEMM (the attribute, two quantizers' ``set_usage``, ``split_quantize``'s three buffers and current
+  scaling's three kernels — its fused multi-tensor kernel is for delayed scaling only —, the weight workspace,
+  saving, usage). Backward fixed 22 calls (the Function, restore, the dgrad buffer, two grouped GEMMs' wrappers
+  and events); per expert the dgrad and wgrad GEMMs and bf16 5 calls (main-grad lookup, split view,
+  ``handle_custom_ddp_from_mcore`` and its dummy ``torch.empty``, ``clear_tensor_data``), fp8 11 (the grad
+  output's three buffers and three quantize kernels instead of the view, the weight's usage).
 
 Not counted: NCCL's per-peer calls inside an uneven all-to-all, the tensor-parallel gathers of an expert-TP
 layer, the shared experts (an ordinary MLP: ``plan.launch``'s counts), capacity-factor routing (padded: the
@@ -129,9 +138,11 @@ class HostCount:
     kernels: int = 0  # eager launches: host_dispatch_s each
     calls: int = 0  # calls that launch nothing: host_call_s each
     per_expert: int = 0  # calls per local expert (GroupedLinear): host_call_s each
+    per_expert_gemms: int = 0  # cuBLASLt GEMMs per local expert (GroupedLinear): host_dispatch_s each
 
     def seconds(self, local_experts: int, compute: Compute) -> float:
-        return host_time(self.kernels, self.calls + self.per_expert * local_experts, compute)
+        return host_time(self.kernels + self.per_expert_gemms * local_experts,
+                         self.calls + self.per_expert * local_experts, compute)
 
 
 # group → (forward, backward), module docstring
@@ -150,8 +161,8 @@ FUSED_ROUTING: tuple[HostCount, HostCount] = (HostCount(6, 44), HostCount(5, 19)
 FP8_PADDING: dict[str, int] = {"dispatch": 4, "combine_side": 3}  # Fp8Padding / Fp8Unpadding calls, forward
 # one GroupedLinear: (forward, backward), bf16 and fp8
 GROUPED_LINEAR: dict[bool, tuple[HostCount, HostCount]] = {
-    False: (HostCount(0, 27, 5), HostCount(0, 22, 7)),
-    True: (HostCount(0, 27, 13), HostCount(0, 22, 13)),
+    False: (HostCount(0, 27, 4, 1), HostCount(0, 22, 5, 2)),
+    True: (HostCount(0, 27, 12, 1), HostCount(0, 22, 11, 2)),
 }
 # split_quantize per recipe against current scaling's (module docstring): (calls per GroupedLinear, per expert)
 FP8_SPLIT_QUANTIZE: dict[Fp8Scaling, tuple[int, int]] = {
@@ -169,7 +180,7 @@ def grouped_linear(backward: bool, fp8: Fp8) -> HostCount:
     if not fp8:
         return base
     calls, per_expert = FP8_SPLIT_QUANTIZE[Fp8Scaling.tensor if fp8 is True else Fp8Scaling(fp8)]
-    return HostCount(base.kernels, base.calls + calls, base.per_expert + per_expert)
+    return HostCount(base.kernels, base.calls + calls, base.per_expert + per_expert, base.per_expert_gemms)
 
 
 # the groups that run a GroupedLinear: fc1 after the dispatch, fc2 on the combine side
