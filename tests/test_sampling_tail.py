@@ -109,7 +109,10 @@ def test_a_multi_chip_board_gathers_the_whole_vocabulary_before_untilizing():
 def test_the_galaxy_gathers_along_one_axis_of_its_mesh():
     plan, step = decode_step(configured(GALAXY))
     gathers = [s.comm for s in step.segments if s.comm and s.comm[0].endswith("all-gather")]
-    assert gathers == [("tp-row:all-gather", 32 * 128256 * 2.0)]
+    # the logits' gather after the vocab-split LM head, along the mesh's rows (the layers' own gathers of the
+    # project's scatter-gather structure come before it, each along one axis too)
+    assert gathers[-1] == ("tp-row:all-gather", 32 * 128256 * 2.0)
+    assert all(kind.startswith(("tp-row:", "tp-col:")) for kind, _ in gathers)
 
 
 def test_at_batch_32_the_host_samples_only_the_gather_and_untilize_stay():

@@ -44,6 +44,7 @@ _TRAINING_ONLY = {
     "ep_dispatcher": lambda v: True,
     "overlap_grad_reduce": bool,
     "expert_tp": lambda v: True,
+    "pipeline_p2p": lambda v: True,
 }
 
 
@@ -60,14 +61,14 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
     from tilewright.engine.ir.project import Mode
 
     m, train = project.mapping, project.run.mode is Mode.train
-    if not train:
-        for name, idle in _TRAINING_ONLY.items():
-            value = getattr(args, name, None)
-            if value is not None and idle(value):
-                raise InputError(COMMAND_LINE, Problem("--" + name.replace("_", "-"), f"{_shown(value)}: training "
-                                                       "only; an inference run simulates without it (no backward "
-                                                       "pass, optimizer step, pipeline schedule or expert split to "
-                                                       "change): add --mode train, or leave it out"))
+    if not train:  # every idle training flag at once, so that one edit of the command line mends them all
+        idle_flags = [Problem("--" + name.replace("_", "-"), f"{_shown(value)}: training only; an inference run "
+                              "simulates without it (no backward pass, optimizer step, pipeline schedule or expert "
+                              "split to change): add --mode train, or leave it out")
+                      for name, idle in _TRAINING_ONLY.items()
+                      if (value := getattr(args, name, None)) is not None and idle(value)]
+        if idle_flags:
+            raise InputError(COMMAND_LINE, idle_flags)
         if getattr(args, "dp", None) is not None and args.dp > 1:
             raise InputError(COMMAND_LINE, Problem("--dp", f"{args.dp}: an inference run simulates one tensor "
                                                    f"group (tp × pp = {m.tp * m.pp} devices); its replicas would "
