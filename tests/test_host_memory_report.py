@@ -30,16 +30,17 @@ def _max_over_time(track: MemoryTrack, cats: tuple[str, ...]) -> float:
 def test_offloaded_activations_leave_the_device_peak(engine):
     plain, offload = simulate(_project(engine=engine)), simulate(_project({"activations": "host"}, engine))
     gpu = offload.memory_breakdown_bytes
-    assert gpu["activations"] == 0 and gpu["workspace"] == 0
-    # the device holds its model state, as much as without offloading: weights and optimizer never change
     held = [t for t in plain.memory if t.device == plain.memory[0].device][0]
+    # the ops still compute in HBM: their workspace stays on the device (``residency.workspace_level``)
+    assert gpu["activations"] == 0 and gpu["workspace"] == pytest.approx(max(held.by_category["workspace"]))
+    # the device holds its model state, as much as without offloading: weights and optimizer never change
     assert gpu["weights"] == pytest.approx(max(held.by_category["weights"]))
     assert gpu["optimizer"] == pytest.approx(max(held.by_category["optimizer"]))
-    assert offload.peak_memory_bytes == pytest.approx(_max_over_time(held, STATE))
+    assert offload.peak_memory_bytes == pytest.approx(_max_over_time(held, (*STATE, "workspace")))
     assert offload.peak_memory_bytes < plain.peak_memory_bytes
-    # the host holds what left the device: the activations and the op buffers that go with them
+    # the host holds what left the device: the stored activations
     m = offload.metrics_json()
-    assert m["host_peak_memory_bytes"] == pytest.approx(_max_over_time(held, ("activations", "workspace")))
+    assert m["host_peak_memory_bytes"] == pytest.approx(_max_over_time(held, ("activations",)))
     assert m["host_memory_breakdown_bytes"]["weights"] == 0
     assert m["host_memory_capacity_bytes"] > offload.peak_memory_bytes
     assert "host_oom" not in m and offload.oom is None

@@ -39,6 +39,7 @@ MAPPING_FLAGS = (
     "recompute_layers",
     "zero",
     "schedule",
+    "pipeline_p2p",
 )
 
 
@@ -124,6 +125,11 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    default=None, help="GPU training: every weight's gradient added by its hook's main_grad.add_ "
                    "kernel, as Megatron-LM v2.x and Megatron's flag of that name (plan.grad_hooks)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"])
+    p.add_argument("--pipeline-p2p", choices=["overlap", "blocking", "megatron-lm"], default=None,
+                   help="training pipelines: 'overlap' computes while a send flies (Megatron-Core interleaved with "
+                   "--overlap-p2p-comm), 'blocking' waits for each send, 'megatron-lm' also all-gathers each "
+                   "received tensor over the tensor group (v2.x-v3.0 scatter-gather); default: 'megatron-lm' for GPU "
+                   "training with full recompute, else 'overlap' (plan.pipeline_p2p)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Scaling],
                    help="with fp8: Transformer Engine's scaling recipe (mapping.formats.fp8_scaling): delayed "

@@ -34,6 +34,7 @@ from tilewright.engine.ir.hardware import Memory, MemoryKind
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.plan.passes import ChunkPass
 from tilewright.engine.plan.program import Program
+from tilewright.engine.plan.residency import cpu_steps
 from tilewright.engine.plan.sharding import spans_replicas
 from tilewright.engine.results.result import ENERGY_PARTS, LASTING_PARTS, Energy
 
@@ -101,6 +102,8 @@ def device_traffic(program: Program, r: int, runs: list[tuple[ChunkPass, int]] |
     if program.train:
         bandwidth = st.dev.dram_bandwidth
         optimizer = st.optimizer_s * bandwidth if math.isfinite(bandwidth) else 0.0
+        if st.residency is not None and cpu_steps(st.dev, st.residency):
+            optimizer = 0.0  # the host's CPUs step it (plan.host_step); the copies' 8 B per parameter left out
         if st.dev.local_dram is not None:
             local += optimizer
         else:

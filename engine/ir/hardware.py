@@ -115,7 +115,7 @@ class Memory(QuietDefaultsModel):
 
     _quiet = (
         "efficiency_interleaved_read", "efficiency_interleaved_write", "placement", "interleave",
-        "host_link_bandwidth_bytes_per_s", "stream_ramp_s",
+        "host_link_bandwidth_bytes_per_s", "stream_ramp_s", "host_adam_params_per_s",
     )
 
     name: Name
@@ -151,6 +151,12 @@ class Memory(QuietDefaultsModel):
         description="a memory of a component above the devices (host DDR): each device's own link to it "
         "(PCIe), per direction; the memory's bandwidth shared by the devices below it caps it too. Needed to "
         "hold state there (mapping.memory_levels)",
+    )
+    host_adam_params_per_s: float | None = Field(
+        None, gt=0,
+        description="a host memory: parameters per second the CPUs beside it update with a vectorised Adam "
+        "(DeepSpeed's CPU-Adam, torch's fused AdamW) when the optimizer is offloaded there, for the whole host; "
+        "the devices below it share it. None: bounded by the memory's bandwidth alone (plan.host_step)",
     )
     comment: str = ""
 

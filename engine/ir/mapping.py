@@ -32,6 +32,7 @@ class PlacementStrategy(StrEnum):
 
 
 HyparChoice = Literal["dp", "mp"]
+PipelineP2PMode = Literal["overlap", "blocking", "megatron-lm"]  # how pipeline sends run (plan.pipeline_p2p)
 
 
 class LayerParallelism(StrictModel):
@@ -232,6 +233,7 @@ class Mapping(QuietDefaultsModel):
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
         "optimizer_moments", "delay_wgrad_compute", "grad_reduce_in_fp32", "optimizer_master",
         "overlap_param_gather_with_optimizer_step", "gradient_accumulation_fusion", "tp_axes_collectives",
+        "pipeline_p2p",
     )
 
     tp: PosInt = 1
@@ -274,6 +276,14 @@ class Mapping(QuietDefaultsModel):
     micro_batch: PosInt = 1
     global_batch: PosInt = 1
     schedule: Schedule = Schedule.one_f_one_b
+    pipeline_p2p: PipelineP2PMode | None = Field(
+        None, description="training pipelines: 'overlap' lets a stage compute while its send is in flight (Megatron-"
+        "Core's interleaved schedule with --overlap-p2p-comm); 'blocking' makes it wait for each send and the receive "
+        "paired with it (Megatron-Core's non-interleaved 1F1B); 'megatron-lm' blocks and all-gathers each received "
+        "tensor over the tensor group (Megatron-LM v2.x-v3.0's --scatter-gather-tensors-in-pipeline, without "
+        "sequence parallelism); None: 'megatron-lm' for GPU training with full recompute (--checkpoint-activations), "
+        "else 'overlap' (plan.pipeline_p2p)",
+    )
     recompute: Recompute = Recompute.none
     recompute_layers: PosInt | None = Field(
         None, description="with recompute 'full': re-run only the first N transformer layers of each model chunk "

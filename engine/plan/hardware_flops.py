@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import MoERole, Op, OpKind
+from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.op_cost import flash_ops, pass_flops
 from tilewright.engine.perf.recompute import selection
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -70,3 +71,18 @@ def model_flops_per_sample(workload: WorkloadGraph, backward: bool = True) -> fl
     return sum(
         (op.flops + (op.backward_flops if backward else 0.0)) * useful_share(op) for op in workload.ops()
     )
+
+
+def run_flops(
+    workload: WorkloadGraph, project: Project, fused: frozenset[tuple[str, str]], rerun_layers: Sequence[int]
+) -> tuple[float, float]:
+    """(model, hardware) FLOPs of one iteration (training: the global batch; inference: the batch's forward).
+    Model FLOPs count routed experts at top-k (``model_flops_per_sample``), hardware FLOPs what the device runs:
+    capacity padding, and in training the recomputation (``rerun_layers``: the layers a full recompute re-runs)."""
+    m, run = project.mapping, project.run
+    if run.mode is not Mode.train:
+        batch = run.inference.batch
+        return model_flops_per_sample(workload, backward=False) * batch, workload.flops_per_sample * batch
+    rerun_of = frozenset(rerun_layers) if m.recompute is Recompute.full else None  # what the R passes re-run
+    hardware = hardware_flops_per_sample(workload, m.recompute, fused, rerun_of, m.recompute_modules)
+    return model_flops_per_sample(workload) * m.global_batch, hardware * m.global_batch

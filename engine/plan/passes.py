@@ -163,7 +163,7 @@ class _Builder:
         seg.host_s += host
         if backward and c.grad_hooks is not None:  # the parameters' hooks, no host time in a full-iteration graph
             self.layer_busy += c.grad_hooks.charge(seg, op, c, self.out.captured)
-        if c.offload_saved:
+        if c.offload_saved and self.out.kind != "R":  # a recompute's activations feed its backward on the device
             seg.offload_s += saved_bytes(op, c) / c.offload_saved
         self.layer_busy += t.busy_s
         if backward and c.delay_wgrad:

@@ -65,9 +65,11 @@ from tilewright.engine.plan.group_comm import (
     shard_comm,
     tp_seconds,
 )
-from tilewright.engine.plan.hardware_flops import hardware_flops_per_sample, model_flops_per_sample
+from tilewright.engine.plan.hardware_flops import run_flops
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
+from tilewright.engine.plan.pipeline_p2p import PipelineP2P, add_receive_gathers, pipeline_p2p
+from tilewright.engine.plan.pipeline_p2p import notes as p2p_notes
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
 from tilewright.engine.plan.report import format_notes, split_rows
 from tilewright.engine.plan.residency import (
@@ -128,6 +130,7 @@ class Plan:
     formats: OpFormats | None = None  # per tensor kind; None: every tensor elem_bytes per element
     tied: TiedEmbedding | None = None  # the word embedding's copy on the last stage (``plan.tied``)
     tied_bytes: float = 0.0  # per device, the embedding group's gradient all-reduce (training; 0: none)
+    pipeline: PipelineP2P = field(default_factory=PipelineP2P)  # blocking sends, gathered receives (plan.pipeline_p2p)
 
     @property
     def weight_bytes(self) -> float:
@@ -533,18 +536,16 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         last_ops = workload.layer_ops(per_virtual[vs][-1])
         out = last_ops[-1].out_elems if last_ops else 0.0
         p2p[vs] = out * mb * elem / m.tp  # Megatron's scatter/gather: each rank sends 1/tp
-    if run.mode is Mode.train:
-        model_flops = model_flops_per_sample(workload) * m.global_batch  # routed experts at top_k, not capacity
-        rerun_of = frozenset(rerun_layers) if m.recompute is Recompute.full else None  # what the R passes re-run
-        hardware_flops = (
-            hardware_flops_per_sample(workload, m.recompute, fusion, rerun_of, m.recompute_modules)
-            * m.global_batch
-        )
-    else:
-        model_flops = model_flops_per_sample(workload, backward=False) * run.inference.batch
-        hardware_flops = workload.flops_per_sample * run.inference.batch
+    pipeline = pipeline_p2p(m.pipeline_p2p, m.recompute, stages[0].dev.compute, run.mode is Mode.train, m.tp,
+                            m.sequence_parallel)
+    if pipeline.gather and m.pp > 1:  # each receive all-gathered over the tensor group (plan.pipeline_p2p)
+        whole = {vs: nbytes * m.tp for vs, nbytes in p2p.items()}
+        for st in stages:
+            add_receive_gathers(st.passes, m.pp, st.rank, st.dev.compute, whole)
+    model_flops, hardware_flops = run_flops(workload, project, fusion, rerun_layers)
     notes = format_notes(project, stages[0].dev, formats)
     notes += per_op_notes(formats, [op.name for op in workload.ops()])  # mapping.formats.*_by_op
+    notes += p2p_notes(m.pipeline_p2p, pipeline, m.pp)  # sends that block by default (plan.pipeline_p2p)
     if m.tp_axes is not None:
         notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()),
                                    m.tp_axes_collectives == "scatter-gather")
@@ -584,6 +585,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         model_flops=model_flops,
         hardware_flops=hardware_flops,
         tied=tied,
+        pipeline=pipeline,
         tied_bytes=tied.allreduce_bytes(state_per_param.gradients, m.zero, shard_dp)
         if tied is not None and run.mode is Mode.train
         else 0.0,

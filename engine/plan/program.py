@@ -32,6 +32,7 @@ class TrainingProgram:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
+        self.blocking = plan.pipeline.blocking  # a stage waits for its sends (``plan.pipeline_p2p``)
         self.table: Table = training_table(plan.schedule, plan.pp, plan.micro_batches, plan.chunks)
         self._work: dict[int, list[StepWork]] = {}
 
@@ -94,6 +95,7 @@ class InferenceProgram:
     ``engine.plan.inference_phases``). Runs one tensor group per stage (its members are symmetric)."""
 
     train = False
+    blocking = False  # a serving runtime's sends: the stage computes on
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan

@@ -39,7 +39,10 @@ def run_table(
     send: Mapping[tuple, float],  # StepRow.send → seconds to the consumer
     log: list[tuple[int, StepRow, float, float]] | None = None,  # gets (rank, row, start, end) per step
     end: dict[tuple, float] | None = None,  # gets StepRow.key → end of that step
+    blocking: bool = False,
 ) -> list[StageTimes]:
+    """``blocking`` (``plan.pipeline_p2p``): a stage waits for each of its sends (its ``pp_comm``), which
+    arrives as the stage is free again; otherwise it computes on while the send flies."""
     pp = len(table)
     end = {} if end is None else end
     arrive: dict[tuple, float] = {}
@@ -65,12 +68,18 @@ def run_table(
                 t = ready + duration[row.dkey]
                 key = row.key
                 end[key] = t
-                arrive[key] = t if row.send is None else t + send[row.send]
-                if row.kind == "B":
-                    st.last_backward[row.chunk] = t
-                    st.last_backward_start[row.chunk] = ready
                 if log is not None:
                     log.append((r, row, ready, t))
+                if row.send is None:
+                    arrive[key] = t
+                else:
+                    arrive[key] = sent = t + send[row.send]
+                    if blocking:
+                        st.waits["pp_comm"] += sent - t
+                        t = sent
+                if row.kind == "B":
+                    st.last_backward[row.chunk] = t  # what follows it (the reduction) waits for a blocking send
+                    st.last_backward_start[row.chunk] = ready
                 clock[r] = t
                 pos[r] += 1
                 remaining -= 1
@@ -89,6 +98,7 @@ def run_pipeline(
     duration: Mapping[tuple[int, int, str], float],  # (rank, chunk, "F"|"B") → seconds (B includes recompute)
     send: Mapping[tuple[int, bool], float],  # (virtual stage, backward) → seconds to the next/previous one
     log: list[tuple[int, StepRow, float, float]] | None = None,
+    blocking: bool = False,
 ) -> list[StageTimes]:
-    """One training iteration of ``schedule`` by the recurrence."""
-    return run_table(training_table(schedule, pp, m, v), duration, send, log)
+    """One training iteration of ``schedule`` by the recurrence (``blocking``: as ``run_table``)."""
+    return run_table(training_table(schedule, pp, m, v), duration, send, log, blocking=blocking)

@@ -10,8 +10,9 @@ fastest level that still has room (weights first, then the KV cache, activations
 state), else in the slowest; categories not named stay where they always were (the device's DRAM, or its
 SRAM when it has no DRAM). Without ``memory_levels`` nothing here runs and the plan is what it was.
 
-The result drives the traffic (``perf.residency``), the optimizer step's time, one memory track per
-level (capacity checked per level) and a note.
+The result drives the traffic (``perf.residency``), the optimizer step's time (a GPU's offloaded optimizer
+is stepped by the host's CPUs, ``plan.host_step``), one memory track per level (capacity checked per level)
+and a note.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tilewright.engine.ir.mapping import Mapping
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.ir.workload import TransformerDims
-from tilewright.engine.perf.device import DeviceModel, shared_memory, sharing_devices
+from tilewright.engine.perf.device import DeviceModel, issues_kernels, shared_memory, sharing_devices
 from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.memory import (
     MOMENT_BYTES,
@@ -36,6 +37,7 @@ from tilewright.engine.perf.memory import (
 from tilewright.engine.perf.residency import LEVELS, Level, Residency
 from tilewright.engine.plan.context import ring_fused
 from tilewright.engine.plan.experts import expert_dp, expert_tp_of, experts_apart, routed_experts
+from tilewright.engine.plan.host_step import host_step_seconds
 from tilewright.engine.plan.passes import fused_edges
 
 AUTO = "auto"
@@ -114,12 +116,16 @@ def adam_step(per_param: StateBytes, moments: str = "fp32", master: str = "fp32"
 @dataclass(frozen=True)
 class LevelInfo:
     """One memory level as a stage's device sees it: the memory's name, what one device may hold there,
-    and its bandwidth per device (bytes/s)."""
+    and its bandwidth per device (bytes/s). A host memory also gives the device's share of the memory's own
+    bandwidth and of its CPUs' Adam rate (params/s, inf: not measured), which an optimizer step run on the
+    host's CPUs takes (``plan.host_step``)."""
 
     level: Level
     memory: str
     capacity: float
     bandwidth: float
+    memory_bandwidth: float = float("inf")
+    adam_rate: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -147,8 +153,11 @@ def available_levels(hw: HardwareGraph, device: int, dev: DeviceModel) -> dict[s
             out[name] = LevelInfo("dram", name, share, mem.effective_bandwidth)
             continue
         link = mem.host_link_bandwidth_bytes_per_s  # None: how devices reach it is unknown (refused if named)
-        bw = min(mem.effective_bandwidth / sharing_devices(hw, device, name), link) if link else 0.0
-        out[name] = LevelInfo("host", name, share, bw)
+        sharing = sharing_devices(hw, device, name)
+        own = mem.effective_bandwidth / sharing
+        bw = min(own, link) if link else 0.0
+        rate = mem.host_adam_params_per_s / sharing if mem.host_adam_params_per_s else float("inf")
+        out[name] = LevelInfo("host", name, share, bw, own, rate)
     return out
 
 
@@ -334,22 +343,47 @@ def _ranges(ranks: list[int]) -> str:
 def level_tracks(res: StageResidency) -> list[tuple[str, float, tuple[str, ...]]]:
     """(memory name, capacity per device, memory categories it holds) per level in use, fastest first: one
     memory track each, so every level's capacity is checked on its own. The workspace (an op's transient
-    buffers) goes with the activations."""
+    buffers) goes with the activations (``workspace_level``)."""
     out = []
+    ws = workspace_level(res)
     for lv, info in res.levels.items():
         cats = [c for c in AUTO_ORDER if res.placed.get(c) == lv]
-        if res.placed.get("activations") == lv:
+        if ws == lv:
             cats.append("workspace")
         out.append((info.memory, info.capacity, tuple(cats)))
     return out
 
 
+def workspace_level(res: StageResidency) -> Level:
+    """Where an op's transient buffers live: with the activations, unless those are in host memory, where no
+    op computes. Training's offloaded activations (``offloaded_activations``) are copied out after the op that
+    made them ran in the device's own memory, its workspace beside it; inference streams host activations
+    in and out of each op, its buffers still on the device. Then the fastest other level in use holds them."""
+    lv = res.placed.get("activations", "dram")
+    if lv != "host":
+        return lv
+    return next((level for level in res.levels if level != "host"), lv)
+
+
 def step_seconds(dev: DeviceModel, placed: StageResidency | None, params: float, step: AdamStep) -> float:
     """The optimizer step's memory stream: at the device's DRAM bandwidth as always, or level by level when
-    ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step)."""
+    ``memory_levels`` places its state (or the device has no DRAM: its SRAM then bounds the step). A GPU with
+    its optimizer state in host memory steps it on the host's CPUs (``plan.host_step``), as the offloading
+    frameworks do; a device without a host framework (a grid, a wafer) streams its state as before."""
     if placed is None and (dev.local_dram is not None or dev.remote_dram is not None):
         return params * step.bytes_per_param / dev.dram_bandwidth
+    if placed is not None and cpu_steps(dev, placed):
+        host = placed.levels["host"]
+        return host_step_seconds(params, host.bandwidth, host.memory_bandwidth, host.adam_rate,
+                                 placed.placed.get("gradients") == "host", placed.placed.get("weights") == "host")
     return optimizer_seconds(dev, placed, params, step.mixed, step.split)
+
+
+def cpu_steps(dev: DeviceModel, placed: StageResidency) -> bool:
+    """Whether the optimizer step runs on the host's CPUs (``plan.host_step``): the optimizer state is in host
+    memory and the device is a GPU (its own DRAM, its kernels issued by a host framework)."""
+    return (placed.placed.get("optimizer") == "host" and "host" in placed.levels and dev.local_dram is not None
+            and issues_kernels(dev.compute))
 
 
 def offloaded_activations(res: Residency) -> tuple[float, Residency]:

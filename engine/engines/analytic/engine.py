@@ -79,7 +79,7 @@ class AnalyticEngine:
                 duration[(r, c, "F")] = parts[(r, c, "F")][0]
                 duration[(r, c, "B")] = parts[(r, c, "R")][0] + parts[(r, c, "B")][0]
         log: Log | None = [] if self.timeline else None
-        stages = run_table(program.table, duration, program.send_times(), log)
+        stages = run_table(program.table, duration, program.send_times(), log, blocking=program.blocking)
         finishes, reduced_at = [], []
         for r, st in enumerate(plan.stages):
             reduced = stages[r].finish

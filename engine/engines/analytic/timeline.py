@@ -45,8 +45,13 @@ def training_timeline(
             for kind in ("F", "R", "B"):
                 labels[(r, c, kind)] = (_pass_label(st.passes.get((c, kind)), kind), parts[(r, c, kind)][0])
     last = [0.0] * len(plan.stages)
+    blocking = plan.pipeline.blocking  # a stage held by its sends (plan.pipeline_p2p)
     for r, row, start, end in log:
         last[r] = max(last[r], end)
+        held = plan.p2p(row.send[0], 0, row.send[1]).time(plan.hw) if blocking and row.send is not None else 0.0
+        if held > 0:
+            tl.add(lanes[r], end, held, "pp_comm", "pipeline send (blocking)", r, row.micro_batch, -1)
+            last[r] = max(last[r], end + held)
         if row.kind == "F":
             tl.add(lanes[r], start, end - start, "compute", labels[(r, row.chunk, "F")][0], r, row.micro_batch, -1)
             continue

@@ -84,7 +84,8 @@ class Simulation(PassRunner):
         """A gradient reduction (or one bucket of it): starts when every unit has reached it."""
         return self._meet(("dp", r, chunk, part), len(self.units), coll, "dp_comm")
 
-    def _send(self, coll: Collective, key: tuple) -> None:
+    def _send(self, coll: Collective, key: tuple) -> simpy.Event:
+        """Start a pipeline send; returns the event of its arrival (a blocking sender waits for it)."""
         if len(coll.phases) == 1:  # one flow: its own event is (or triggers) the arrival
             ph = coll.phases[0]
             sent = self.net.transfer(ph.usage, ph.bytes_per_member, ph.latency_s, "pp_comm")
@@ -93,12 +94,13 @@ class Simulation(PassRunner):
                 self.arrivals[key] = sent
             else:
                 sent.callbacks.append(lambda _e: waiting.succeed())
-            return
+            return sent
         done = self._event(key)
         if not coll.phases:
             done.succeed()
-            return
+            return done
         self._start(coll, "pp_comm").callbacks.append(lambda _e: done.succeed())
+        return done
 
     def _unit_table(self, r: int, u: Unit) -> list[tuple]:
         """Per row of stage ``r``, what the loop needs for unit ``u``, resolved once: (row, dependency
@@ -129,6 +131,7 @@ class Simulation(PassRunner):
             self.total_steps += len(table)
         arrivals, steps_info, producer_end, memory = self.arrivals, self.steps_info, self.producer_end, ledger.memory
         fast_pass, run_pass, timeout, times = self._fast_pass, self._run_pass, env.timeout, ledger.times
+        blocking = program.blocking
         prev: tuple | None = None
         for (row, dep_key, key, send), (pre, ps, grow, free) in zip(table, program.work(r), strict=True):
             if primary:
@@ -163,15 +166,19 @@ class Simulation(PassRunner):
                 yield timeout(delay)
             if free is not None:
                 memory(env.now, *free)
+            now = producer_end[key] = env.now  # before a blocking wait: the consumer splits its own by it
             if send is not None:
-                self._send(send, key)
+                sent = self._send(send, key)
+                if blocking and not sent.processed:  # the stage waits for its send (plan.pipeline_p2p)
+                    yield sent
+                    times["pp_comm"] += env.now - now
+                    self.rec.slice(self.lanes[(r, u)], now, env.now - now, "pp_comm", "pipeline send (blocking)",
+                                   r, row.micro_batch, -1)
             else:
                 self._event(key).succeed()
             if row.last_backward:
                 late = plan.dp_buckets(r, row.chunk)[1]
                 reductions.append(self._reduction(r, row.chunk, late, "late"))
-            now = env.now
-            producer_end[key] = now
             steps_info[key] = (started, now, cause)
             prev = key
         self.last_step[(r, u)] = prev

@@ -46,17 +46,18 @@ from tilewright.engine.perf.memory import (
 )
 from tilewright.engine.plan.context import ring_fused
 from tilewright.engine.plan.memo import memo_method
+from tilewright.engine.plan.pipeline_p2p import gather_lead_seconds
 from tilewright.engine.plan.recurrence import run_pipeline
 from tilewright.engine.plan.report import split_rows
-from tilewright.engine.plan.residency import AdamStep, StageResidency, adam_step, resolve
+from tilewright.engine.plan.residency import AdamStep, StageResidency, adam_step, resolve, workspace_level
 from tilewright.engine.plan.tied import copy_params
-from tilewright.engine.plan.timing import closed_form
 from tilewright.engine.plan.train_step import TOKEN_BYTES, broadcasts, lead_seconds
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.layer_table import LayerCosts, LayerTable, fold
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate, precision_fields, replicas
 from tilewright.engine.search.parallel.inflight import peak_activation
+from tilewright.engine.search.parallel.pipeline_hops import PipelineHops
 from tilewright.engine.search.parallel.tail import IterationTail
 from tilewright.engine.workloads.graph import WorkloadGraph
 
@@ -75,7 +76,7 @@ class Chunks:
     dram: list[float] | None = None  # per stage: bytes one member streams from remote DRAM per micro-batch
 
 
-class Estimator(IterationTail):
+class Estimator(IterationTail, PipelineHops):
     """Memory and iteration time of candidates for one (project template, elaborated system) pair."""
 
     def __init__(self, project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> None:
@@ -303,22 +304,31 @@ class Estimator(IterationTail):
     def framework_chunks(self, c: Candidate, chunks: Chunks) -> Chunks:
         """``chunks`` with each pass led by the training framework's drains and, a forward, its batch
         broadcasts over the tensor group, as the plan leads them (``plan.train_step.add_drains``); inside a
-        full-iteration CUDA graph (``OpSettings.full_iteration``) no drains and the batch's broadcast only."""
-        if not issues_kernels(self.dev.compute):
+        full-iteration CUDA graph (``OpSettings.full_iteration``) no drains and the batch's broadcast only. With
+        scatter-gather pipelines, each pass that consumes a received tensor is led by its all-gather too
+        (``plan.pipeline_p2p.add_receive_gathers``)."""
+        gathers = self.pipeline_p2p(c).gather and c.pp > 1
+        if not issues_kernels(self.dev.compute) and not gathers:
             return chunks
         group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
         batch = self.micro_batch(c) * (self.workload.tokens_per_sample + 1) * TOKEN_BYTES
         captured = self.settings.full_iteration
-        k = (id(chunks), group, batch, c.pp, c.interleave)
+        k = (id(chunks), group, batch, c.pp, c.interleave, gathers)
         hit = self._framework.get(k)
         if hit is None:
             bcast = sum(collective(self.hw, "broadcast", list(group), n).time(self.hw)
                         for _, n in broadcasts(batch, captured)) if c.tp > 1 else 0.0
+            gather = collective(self.hw, "all-gather", list(group), self.p2p_bytes(c) * c.tp).time(self.hw) \
+                if gathers else 0.0
             fwd, bwd, vss = chunks.fwd.copy(), chunks.bwd.copy(), c.pp * c.interleave
+            compute = self.dev.compute
             for ch in range(c.interleave):
                 for r in range(c.pp):
-                    fwd[ch, r] += lead_seconds(self.dev.compute, "F", ch * c.pp + r, vss, bcast, captured)
-                    bwd[ch, r] += lead_seconds(self.dev.compute, "B", ch * c.pp + r, vss, bcast, captured)
+                    vs = ch * c.pp + r
+                    fwd[ch, r] += (lead_seconds(compute, "F", vs, vss, bcast, captured)
+                                   + gather_lead_seconds(compute, "F", vs, vss, gather, captured))
+                    bwd[ch, r] += (lead_seconds(compute, "B", vs, vss, bcast, captured)
+                                   + gather_lead_seconds(compute, "B", vs, vss, gather, captured))
             fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
             hit = self._framework[k] = (chunks, replace(chunks, fwd=fwd, bwd=bwd, fb=fb))  # holds the key's chunks
         return hit[1]
@@ -392,16 +402,19 @@ class Estimator(IterationTail):
             return need <= self.capacity, need
         per = self.state_per(c.zero)
         worst, need = 0.0, 0.0
-        for (params, acts), edge in zip(self.memory_parts(c, m, chunks), self.edge_weights(c), strict=True):
+        parts = zip(self.stages_to_check(c.pp), self.memory_parts(c, m, chunks), self.edge_weights(c), strict=True)
+        for r, (params, acts), edge in parts:
+            ws = float(chunks.workspace[r])  # beside the activations, or on the device when they are offloaded
             sizes = {
                 "weights": params * per.weights + edge,
                 "gradients": params * per.gradients,
                 "optimizer": params * per.optimizer / (replicas(c) if c.zero >= 1 else 1),
-                "activations": acts,
+                "activations": acts - ws,
+                "workspace": ws,
             }
             used = dict.fromkeys(placed.levels, 0.0)
             for cat, nbytes in sizes.items():
-                lv = placed.placed.get(cat)
+                lv = workspace_level(placed) if cat == "workspace" else placed.placed.get(cat)
                 if lv in used:
                     used[lv] += nbytes
             for lv, info in placed.levels.items():
@@ -510,32 +523,11 @@ class Estimator(IterationTail):
 
     # --- time -----------------------------------------------------------------------------------------
 
-    def hops(self, c: Candidate) -> list[float]:
-        """Pipeline hop times: ``hops[r]`` from stage r to r+1, ``hops[pp-1]`` from the last stage back to
-        stage 0 (the next chunk, interleaved only). Hops differ where stages straddle a node boundary."""
-        if c.pp == 1:
-            return [0.0]
-        layout = Layout(c.placement, c.rank_order)
-        starts, ends = self._ranges(c.pp, c.interleave)
-        nbytes = self.out_elems[int(self.blocks[ends[0] - 1])] * self.micro_batch(c) * self.elem / c.tp
-        groups = [self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0) for r in range(c.pp)]
-        out = [self.comm.p2p_time(groups[r], groups[r + 1], nbytes) for r in range(c.pp - 1)]
-        out.append(self.comm.p2p_time(groups[-1], groups[0], nbytes) if c.interleave > 1 else 0.0)
-        return out
-
-    def pipeline_time(self, c: Candidate, m: int, chunks: Chunks) -> tuple[float, list[float]]:
-        """(closed-form pipeline time, hop times)."""
-        hops = self.hops(c)
-        sends = [hops[vs % c.pp] for vs in range(c.pp * c.interleave - 1)]
-        return closed_form(chunks.fb, m, c.interleave, sends), hops
-
-    def lower_bound(self, c: Candidate, m: int, chunks: Chunks) -> float:
-        """The pipeline without any communication: no candidate sharing these chunks can be faster."""
-        return closed_form(chunks.fb, m, c.interleave, [])
-
     def iteration_time(self, c: Candidate, m: int, chunks: Chunks) -> float:
         t_pipe, hops = self.pipeline_time(c, m, chunks)
         placed = self.residency(c, m, chunks)
+        if self.pipeline_p2p(c).blocking:  # a stage's last send is in its finish: no trip back after it
+            hops = [0.0] * len(hops)
         return max(t_pipe + self.tail(c, chunks, t_pipe, hops, placed), self.dram_floor(c, m, chunks))
 
     def dram_floor(self, c: Candidate, m: int, chunks: Chunks) -> float:
@@ -582,7 +574,7 @@ class Estimator(IterationTail):
         send = {}
         for vs in range(pp * v - 1):
             send[(vs, False)] = send[(vs, True)] = hops[vs % pp]
-        stages = run_pipeline(c.schedule, pp, m, v, duration, send)
+        stages = run_pipeline(c.schedule, pp, m, v, duration, send, blocking=self.pipeline_p2p(c).blocking)
         placed = self.residency(c, m, chunks)
         reduced = {
             r: self._reduced(c, r, st.finish, [st.last_backward.get(ch, st.finish) for ch in range(v)],
