@@ -33,7 +33,11 @@ fastest to slowest. Predictions only: vTrain's measured times (``data/ground_tru
 are not read.
 
 ``--mechanisms``: for every row with pp > 1, the size of Megatron-LM mechanisms around the pipeline, as shares
-of the row's predicted iteration (a diagnostic from the plan, not the calibrated model):
+of the row's predicted iteration (a diagnostic, each measured on the row's plan with ``mapping.pipeline_p2p``
+'overlap'). The first two are now in the model: these full-recompute runs default to 'megatron-lm'
+(``engine/plan/pipeline_p2p.py``: blocking sends and the gather after each receive); the gradient hooks are
+``engine/plan/grad_hooks.py`` (its add_ kernels for the non-GEMM parameters only, gradient-accumulation fusion
+being Megatron's default since v3.0; ``--no-gradient-accumulation-fusion`` for v2.x):
 
 - ``sync p2p``: Megatron's pipeline sends block (``p2p_communication._communicate``: ``batch_isend_irecv``,
   ``wait`` on every request, then ``torch.cuda.synchronize()``; 1F1B's steady state calls
@@ -45,12 +49,12 @@ of the row's predicted iteration (a diagnostic from the plan, not the calibrated
   (NVIDIA/apex PR #1616 replaces ``batch_isend_irecv`` to avoid "serialization of send/recv ops within a
   kernel") it doubles;
 - ``gather``: the all-gather over the tensor group that follows each receive (``gather_split_1d_tensor``,
-  the scatter/gather optimisation; not in the plan): two per micro-batch on a middle stage;
+  the scatter/gather optimisation): two per micro-batch on a middle stage;
 - ``tied AR``: the word embedding's gradient all-reduce between the first and the last stage (in the plan);
 - ``last +``: how much longer the last stage's forward, recompute and backward of one micro-batch are than a
   middle stage's (the logits and the loss; in the plan, which sets the 1F1B period by the slowest stage);
 - ``grad acc``: local DDP's per-micro-batch ``param.main_grad.add_(param.grad.data)`` hook
-  (``megatron/model/distributed.py``; not in the plan): 6 B per parameter (fp16 gradient read, fp16 buffer
+  (``megatron/model/distributed.py``): 6 B per parameter (fp16 gradient read, fp16 buffer
   read and written) per micro-batch on the busiest stage, at its DRAM bandwidth. Megatron versions with
   gradient-accumulation fusion (the weight-gradient GEMM accumulates into ``main_grad``) do it for the
   non-GEMM parameters only.
@@ -323,7 +327,8 @@ GRAD_ACC_BYTES = 6  # per parameter and micro-batch: fp16 gradient read, fp16 ma
 
 def mechanisms(c: Config, nic_gbps: float | None = None) -> dict[str, float]:
     """Shares of the predicted iteration of the Megatron mechanisms the module docstring lists (pp > 1)."""
-    plan = make_plan(project_for(c, "analytic", nic_gbps))
+    p = project_for(c, "analytic", nic_gbps)
+    plan = make_plan(p.model_copy(update={"mapping": p.mapping.model_copy(update={"pipeline_p2p": "overlap"})}))
     total = simulate(plan.project, plan, series=False).iteration_time_s
     program = TrainingProgram(plan)
     send = program.send_times()
