@@ -210,14 +210,14 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
         # TPOT: the rest of the request over its output_tokens − 1 decode steps (None without any).
         ph = program.phases
         steps = ph.decode_steps
-        flops = ph.request_flops() * mapping.tp
+        flops = ph.request_flops() * mapping.tp  # the hardware's: padded expert slots run too
         prefill_end = m.phase_ends.get("prefill", 0.0)
         ttft = ph.first_token_s(m.phase_ends.get("first_prefill", 0.0)) if ph.sequential else prefill_end
         meta = {
             "mode": "infer",
             "samples_per_iteration": ph.batch,
             "tokens_per_sample": ph.generated_tokens,
-            "model_flops_per_iteration": flops,
+            "model_flops_per_iteration": ph.request_model_flops() * mapping.tp,  # routed experts at top_k
             "hardware_flops_per_iteration": flops,
             "devices": mapping.tp * mapping.pp,
             "ttft_s": ttft,

@@ -200,10 +200,33 @@ class TransformerDims(QuietDefaultsModel):
         return self
 
 
-class GPTSpec(TransformerDims):
+class LearnedPositions(TransformerDims):
+    """A transformer with a learned position table (GPT-2, Megatron's GPT, BERT). The table is the model's, as
+    long as its checkpoint's (Hugging Face ``n_positions`` / ``max_position_embeddings``), whatever sequence a
+    run trains or serves at: a run at 512 tokens still holds and updates GPT-2's 1024 rows. No token past the
+    table's last row can be indexed, so ``seq_len`` may not exceed it."""
+
+    position_table: PosInt | None = Field(
+        None, description="rows of the learned position table (the model's n_positions); default seq_len"
+    )
+
+    @property
+    def positions(self) -> int:
+        """Rows of the learned position table: ``position_table``, else ``seq_len``."""
+        return self.position_table if self.position_table is not None else self.seq_len
+
+    @model_validator(mode="after")
+    def _seq_within_table(self) -> LearnedPositions:
+        if self.position_table is not None and self.seq_len > self.position_table:
+            raise ValueError(f"position_table: seq_len {self.seq_len} exceeds the model's {self.position_table} "
+                             "learned positions")
+        return self
+
+
+class GPTSpec(LearnedPositions):
     """Megatron-style GPT: learned positions, LayerNorm, GeLU MLP, tied embedding/logits."""
 
-    _quiet = (*_NEW_FIELDS, "tie_embeddings")
+    _quiet = (*_NEW_FIELDS, "tie_embeddings", "position_table")
 
     kind: Literal["gpt"] = "gpt"
     tie_embeddings: bool = Field(True, description="logits reuse the word embedding (Megatron's GPT)")
@@ -226,8 +249,10 @@ class LlamaSpec(TransformerDims):
     norm: NormKind = "rmsnorm"
 
 
-class BertSpec(TransformerDims):
+class BertSpec(LearnedPositions):
     """BERT encoder with masked-LM head."""
+
+    _quiet = (*_NEW_FIELDS, "position_table")
 
     kind: Literal["bert"] = "bert"
     seq_len: PosInt = 512

@@ -15,7 +15,7 @@ from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.ir.mapping import Mapping, Recompute, Schedule
 from tilewright.engine.ir.ops import LayerKind
 from tilewright.engine.ir.project import Mode, Project
-from tilewright.engine.ir.workload import TransformerDims
+from tilewright.engine.ir.workload import BertSpec, LearnedPositions, TransformerDims
 
 if TYPE_CHECKING:
     from tilewright.engine.workloads.graph import WorkloadGraph
@@ -421,6 +421,48 @@ def _param_gather_step_checks(project: Project) -> list[Problem]:
     return out
 
 
+def _position_checks(project: Project) -> list[Problem]:
+    """A served sequence indexes the learned position table at every token it feeds in: the prompt's and each
+    decode step's (prompt + output_tokens − 1 positions; the last output token is not fed back), which must
+    not run past the model's table (``LearnedPositions.position_table``; a training run's ``seq_len`` is held
+    to it by the spec itself). Unset, the table is ``seq_len`` long and says nothing of the served length."""
+    spec, inf = project.workload, project.run.inference
+    if project.run.mode is not Mode.infer or not isinstance(spec, LearnedPositions) or spec.position_table is None:
+        return []
+    fed = inf.prompt_tokens + (inf.output_tokens - 1 if not isinstance(spec, BertSpec) else 0)
+    if fed <= spec.position_table:
+        return []
+    return [Problem("workload.position_table", f"a sequence of {inf.prompt_tokens} prompt and {inf.output_tokens} "
+                    f"output tokens feeds {fed} positions, past the model's {spec.position_table} learned ones")]
+
+
+def host_memories(project: Project) -> set[str]:
+    """Names of the memories a device reaches only over its host link: those of a component that does not
+    compute and are not ported DRAM (``plan.residency.available_levels`` calls them the ``host`` level)."""
+    return {mem.name for _, c in project.hardware.walk() if c.compute is None for mem in c.memories
+            if not mem.ported}
+
+
+def _offload_checks(project: Project) -> list[Problem]:
+    """Activations in host memory while training are Megatron-Core's activation CPU offloading (``cpu_offloading``,
+    Transformer Engine's ``get_cpu_offload_context``: every layer's saved tensors copied out in the forward and
+    back in the backward, ``plan.residency.offloaded_activations``), which Megatron-Core refuses with any
+    recomputation: ``TransformerConfig.__post_init__`` (``megatron/core/transformer/transformer_config.py``)
+    raises "CPU offloading does not work when activation recomputation is enabled" whenever
+    ``recompute_granularity`` is set, full or selective. (DeepSpeed's CPU checkpointing, which offloads only
+    the checkpointed layer inputs of a full recompute, is another mechanism, not modelled.) ``auto`` does not
+    put a recomputing run's activations in host memory (``plan.residency.resolve``)."""
+    m = project.mapping
+    name = m.memory_levels.get("activations")
+    if project.run.mode is not Mode.train or m.recompute is Recompute.none or name not in host_memories(project):
+        return []
+    return [Problem("mapping.memory_levels.activations",
+                    f"'{name}' is host memory: activation offloading with recompute '{m.recompute.value}' is "
+                    "refused by Megatron-Core ('CPU offloading does not work when activation recomputation is "
+                    "enabled', transformer_config.py); set recompute 'none' or keep the activations on the "
+                    "device")]
+
+
 def check_project(
     project: Project, *, allow_large: bool = False, workload: WorkloadGraph | None = None
 ) -> list[Problem]:
@@ -454,6 +496,7 @@ def check_project(
                            "layer_parallelism"))
     if isinstance(project.workload, TransformerDims):
         out += _transformer_checks(project.workload, m)
+        out += _position_checks(project)
     graph = workload if workload is not None else build_workload(project.workload)
     out += _expert_checks(m, graph)
     out += _recompute_checks(m, graph)
@@ -478,6 +521,7 @@ def check_project(
     out += _optimizer_precision_checks(project)  # mapping.optimizer_moments / optimizer_master (perf.memory)
     out += _param_gather_step_checks(project)  # mapping.overlap_param_gather_with_optimizer_step (plan.param_gather)
     out += _grad_buffer_checks(project)  # mapping.grad_reduce_in_fp32 (perf.memory)
+    out += _offload_checks(project)  # mapping.memory_levels.activations with recompute (plan.residency)
     out += idle_field_problems(project, graph)  # fields the run would read as nothing (plan.idle_fields)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():

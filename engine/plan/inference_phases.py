@@ -63,9 +63,11 @@ from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.memory import workspace_bytes
+from tilewright.engine.perf.op_cost import shard
 from tilewright.engine.perf.spatial import device_chip
 from tilewright.engine.perf.spatial_op import prefetched
 from tilewright.engine.plan.group_comm import scaled
+from tilewright.engine.plan.hardware_flops import useful_share
 from tilewright.engine.plan.launch import InferencePass, pass_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
 from tilewright.engine.plan.plan import Plan
@@ -150,6 +152,10 @@ class InferencePhases:
     prefill: list[NamedPass] = field(default_factory=list)  # per stage
     samples: dict[int, list[ChunkPass]] = field(default_factory=dict)  # context → per-stage decode pass
     workspaces: list[float] = field(default_factory=list)  # per stage, per device
+    # per stage, per device: FLOPs of padded expert capacity slots in the prefill pass / a decode sample's
+    # (``padding_flops``), which the hardware runs and the model does not need (MFU leaves them out)
+    prefill_padding: list[float] = field(default_factory=list)
+    sample_padding: dict[int, list[float]] = field(default_factory=dict)  # context → per stage
     _recent: dict[int, tuple[int, NamedPass]] = field(default_factory=dict)  # stage → (step, its pass)
     _flops: dict[tuple[int, int], float] = field(default_factory=dict)  # (stage, phase) → its pass's flops
 
@@ -181,14 +187,18 @@ class InferencePhases:
         recent = self._recent.get(r)
         if recent is not None and recent[0] == k:  # micro-batches of one step share it
             return recent[1]
+        lo, hi, w = self._bracket(k)
+        ps = _mix(self.samples[lo][r], self.samples[hi][r], w, f"decode token {k + 2}", ("decode", k))
+        self._recent[r] = (k, ps)  # the engines ask in step order: keep only the latest, memory stays flat
+        return ps
+
+    def _bracket(self, k: int) -> tuple[int, int, float]:
+        """The two sampled contexts around decode step ``k``'s and its weight between them (0 → lo, 1 → hi)."""
         c = self.context(k)
         ctxs = sorted(self.samples)
         lo = max(s for s in ctxs if s <= c)
         hi = min((s for s in ctxs if s >= c), default=lo)
-        w = 0.0 if hi == lo else (c - lo) / (hi - lo)
-        ps = _mix(self.samples[lo][r], self.samples[hi][r], w, f"decode token {k + 2}", ("decode", k))
-        self._recent[r] = (k, ps)  # the engines ask in step order: keep only the latest, memory stays flat
-        return ps
+        return lo, hi, 0.0 if hi == lo else (c - lo) / (hi - lo)
 
     def first_token_s(self, first_micro_batch_end: float) -> float:
         """Time to the batch's first output token, from the end of micro-batch 0's prefill on the last stage:
@@ -217,6 +227,17 @@ class InferencePhases:
         for p in range(1 + self.decode_steps):
             total += self.micro_batches * sum(self._phase_flops(r, p) for r in range(self.plan.pp))
         return total
+
+    def request_model_flops(self) -> float:
+        """The model's FLOPs per device of the whole batch (MFU's numerator): ``request_flops`` without the
+        padded expert capacity slots (``plan.hardware_flops``: routed experts count at top_k, as Megatron-LM's
+        and NeMo's MFU formulas count them; HFU keeps the padding)."""
+        padding = sum(self.prefill_padding)
+        for k in range(self.decode_steps):
+            lo, hi, w = self._bracket(k)
+            padding += sum(a + w * (b - a) for a, b in zip(self.sample_padding[lo], self.sample_padding[hi],
+                                                          strict=True))
+        return self.request_flops() - self.micro_batches * padding
 
     def _phase_flops(self, r: int, phase: int) -> float:
         hit = self._flops.get((r, phase))
@@ -301,6 +322,14 @@ def decode_context(plan: Plan, r: int, sequences: int) -> PassContext:
     return _context(plan, r, sequences, False, step_formats(plan), "decode")
 
 
+def padding_flops(layers: list[list[Op]], sequences: float, tp: int, sequence_parallel: bool) -> float:
+    """Per device, the FLOPs a forward pass of ``layers`` over ``sequences`` spends on padded expert capacity
+    slots: each op's FLOPs as ``op_cost.op_time`` counts them (per sample × sequences ÷ its tensor shard) times
+    the share the model does not need (1 − ``hardware_flops.useful_share``); 0 for dense or dropless models."""
+    return sum(op.flops * (1.0 - useful_share(op)) * sequences / shard(op, tp, sequence_parallel)
+               for ops in layers for op in ops)
+
+
 def _stage_layers(plan: Plan, graph: WorkloadGraph, r: int) -> list[list[Op]]:
     st = plan.stages[r]
     return [graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
@@ -374,6 +403,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
             ps = forward_pass(_stage_layers(plan, graph, r), _context(plan, r, mb, m.sequence_parallel, fmt))
             ph.prefill.append(NamedPass(ps.kind, ps.segments, ps.dataflows, name="prefill", cache_key=("prefill",)))
             ph.workspaces.append(plan.stages[r].workspace * mb / max(plan.micro_batch, 1))
+            ph.prefill_padding.append(0.0)  # no routed experts outside a transformer
         return ph
     fused = inf.attention == AttentionKind.fused
     step_s = plan.stages[0].dev.compute.runtime_step_s  # the runtime's host work per iteration
@@ -394,6 +424,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
         # its splits are reported once: the ops of one sequence's pass
         segments = ps.segments * repeat
         named = NamedPass(ps.kind, segments, ps.dataflows, name="prefill", cache_key=("prefill",))
+        ph.prefill_padding.append(repeat * padding_flops(layers, per_pass, m.tp, m.sequence_parallel))
         ph.prefill.append(with_runtime_step(named, step_s) if r == 0 else named)
         ops = [op for ls in layers for op in ls]
         space = workspace_bytes(_transient(ops), per_pass, m.tp, m.sequence_parallel, plan.elem_bytes)
@@ -407,6 +438,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
             layers = _stage_layers(plan, graph, r)
             ps = forward_pass(layers, _context(plan, r, mb, False, fmt, "decode"))
             passes.append(with_prefetch_floor(plan, r, ps, layers, mb, fmt))
+            ph.sample_padding.setdefault(c, []).append(padding_flops(layers, mb, m.tp, False))
         passes[0] = with_runtime_step(NamedPass(passes[0].kind, passes[0].segments, passes[0].dataflows), step_s)
         ph.samples[c] = passes
     return ph

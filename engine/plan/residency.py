@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewright.engine.hardware.graph import HardwareGraph
-from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.mapping import Mapping, Recompute
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.ir.workload import TransformerDims
@@ -202,9 +202,12 @@ def stage_sizes(
 
 
 def resolve(
-    mapping: Mapping, hw: HardwareGraph, device: int, dev: DeviceModel, sizes: dict[str, float]
+    mapping: Mapping, hw: HardwareGraph, device: int, dev: DeviceModel, sizes: dict[str, float],
+    off_host: frozenset[str] = frozenset(),
 ) -> StageResidency | None:
-    """The stage's residency, or None when ``memory_levels`` is empty (the plan as it always was)."""
+    """The stage's residency, or None when ``memory_levels`` is empty (the plan as it always was). ``off_host``:
+    categories ``auto`` may not put in host memory (a recomputing run's activations, ``stage_residency``); one
+    that fits nowhere else stays in the device's slowest own level."""
     if not mapping.memory_levels:
         return None
     node = hw.devices[device].node
@@ -244,8 +247,9 @@ def resolve(
     order = [lv for lv in LEVELS if lv in levels]
     for cat in chosen:
         need = sizes.get(cat, 0.0)
-        fits = [lv for lv in order if used[lv] + need <= levels[lv].capacity]
-        lv = fits[0] if fits else order[-1]
+        allowed = [lv for lv in order if not (lv == "host" and cat in off_host)] or order
+        fits = [lv for lv in allowed if used[lv] + need <= levels[lv].capacity]
+        lv = fits[0] if fits else allowed[-1]
         placed[cat] = lv
         used[lv] += need
     host = levels["host"].bandwidth if "host" in levels else float("inf")
@@ -297,7 +301,9 @@ def stage_residency(
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)
     sizes = stage_sizes(project, ops, layers, state, elem, micro_batch, formats)
-    res = resolve(m, hw, device, dev, sizes)
+    # Megatron-Core refuses activation offloading with recomputation (``plan.checks._offload_checks``)
+    recomputing = project.run.mode is Mode.train and m.recompute is not Recompute.none
+    res = resolve(m, hw, device, dev, sizes, frozenset({"activations"}) if recomputing else frozenset())
     assert res is not None
     return res, sizes
 
@@ -387,10 +393,13 @@ def cpu_steps(dev: DeviceModel, placed: StageResidency) -> bool:
 
 
 def offloaded_activations(res: Residency) -> tuple[float, Residency]:
-    """Training with activations in host memory offloads what the backward needs (Megatron's activation
-    offloading, DeepSpeed's CPU checkpointing): each op computes in device memory as usual, and its stored
-    activations are copied to the host during the forward and back during the backward, overlapped with
-    the compute by the copy engines (``passes.Segment.close``). (host link bytes/s, the residency the ops
+    """Training with activations in host memory offloads what the backward needs (Megatron-Core's activation
+    CPU offloading, ``cpu_offloading`` with Transformer Engine's ``get_cpu_offload_context``): each op computes
+    in device memory as usual, and its stored activations are copied to the host during the forward and back
+    during the backward, overlapped with the compute by the copy engines (``passes.Segment.close``). Never with
+    recomputation, which Megatron-Core refuses alongside it (``plan.checks._offload_checks``), so every op's
+    saved bytes are what moves; DeepSpeed's CPU checkpointing (only a full recompute's layer inputs) is not
+    this. (host link bytes/s, the residency the ops
     see: activations in device DRAM.)"""
     levels = dict(res.levels) | {"activations": "dram"}
     return res.host_bandwidth, Residency(levels, res.host_bandwidth)

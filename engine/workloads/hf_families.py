@@ -371,7 +371,9 @@ def gemma3(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
 def gpt2(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
     fields: dict[str, Any] = r.dims("n_embd", "n_layer", "n_head", None)
     ffn = r.get_int("n_inner", 4 * fields["hidden"])
-    return GPTSpec, fields | {"ffn": ffn, "seq_len": r.seq("n_positions", 1024, "n_ctx", learned=True)}
+    seq = r.seq("n_positions", 1024, "n_ctx", learned=True)
+    # the learned table is the checkpoint's, whatever sequence the run uses (``ir.workload.LearnedPositions``)
+    return GPTSpec, fields | {"ffn": ffn, "seq_len": seq, "position_table": r.get_int("n_positions", 1024, "n_ctx")}
 
 
 def gpt_neox(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
@@ -389,7 +391,8 @@ def bert(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
     if types != 2:
         r.notes.append(f"type_vocab_size {types} built as 2")
     seq = r.seq("max_position_embeddings", 512, learned=True)
-    return BertSpec, fields | {"ffn": r.get_int("intermediate_size"), "seq_len": seq}
+    table = r.get_int("max_position_embeddings", 512)  # the checkpoint's table (``ir.workload.LearnedPositions``)
+    return BertSpec, fields | {"ffn": r.get_int("intermediate_size"), "seq_len": seq, "position_table": table}
 
 
 # model_type → reader; the order is the order the error message lists them in.

@@ -14,8 +14,10 @@ a spec leaves out (soft-capping, ALiBi, multi-token prediction unless ``mtp``) i
 
 Sequence length: config.json holds the context limit (``max_position_embeddings``: 32k for Mistral, 128k
 for Llama 3.1), not the training length, and attention memory grows with s². The importer therefore takes
-min(limit, 4096) — LLaMA 2's training length — unless ``seq_len=`` is given. For gpt2 the learned position
-table is sized by the spec's ``seq_len``, so a capped or overridden length changes its parameters too.
+min(limit, 4096) — LLaMA 2's training length — unless ``seq_len=`` is given. A learned position table (gpt2,
+bert) keeps the checkpoint's rows whatever the length (``position_table``: ``n_positions`` /
+``max_position_embeddings``), so a shorter ``seq_len`` leaves the parameters as they are and a longer one is
+refused.
 
 Dimensions that decide the model's size are required (a missing one is an error, never a guess); the
 others default as the Hugging Face config classes do (``num_key_value_heads`` = heads, ``n_inner`` = 4h,

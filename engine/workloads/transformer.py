@@ -5,9 +5,10 @@ loss). Blocks are built by ``transformer_block.add_block``; this module adds the
 
 Choices worth knowing:
 
-- GPT has learned positions (s·h parameters, the position table is exactly ``seq_len`` long), biases,
-  LayerNorm, GeLU, dropout, and logits tied to the word embedding, so with the final LayerNorm its
-  parameters are 12lh² + 13lh + Vh + sh + 2h (Megatron's formula plus 2h).
+- GPT has learned positions (P·h parameters: the table is the model's ``position_table`` rows, by default
+  ``seq_len``; GPT-2's 1024 whatever the run's sequence), biases, LayerNorm, GeLU, dropout, and logits tied
+  to the word embedding, so with the final LayerNorm its parameters are 12lh² + 13lh + Vh + Ph + 2h
+  (Megatron's formula, P = s, plus 2h). BERT's position table is sized the same way.
 - The tied logits op has ``params=0`` (the weight lives in the embedding op) and an explicit
   ``bwd_flops`` of 2× forward, since it still computes both the input and the weight gradient.
 - LLaMA has no biases, no dropout (it trains without), RMSNorm (h parameters) and SwiGLU; rotary
@@ -43,7 +44,7 @@ def build_gpt(spec: GPTSpec) -> WorkloadGraph:
     ops = OpList()
     ops.layer("embedding", LayerKind.embedding)
     _word_embedding(ops, spec)
-    ops.add("position_embedding", OpKind.embedding, REP, params=s * h, in_elems=s * h, out_elems=s * h)
+    ops.add("position_embedding", OpKind.embedding, REP, params=spec.positions * h, in_elems=s * h, out_elems=s * h)
     add_dropout(ops, "embedding_dropout", s * h)
     _blocks(ops, spec, dropout=True, pre_norm=True, causal=True)
     ops.layer("head", LayerKind.head)
@@ -72,7 +73,7 @@ def build_bert(spec: BertSpec) -> WorkloadGraph:
     ops = OpList()
     ops.layer("embedding", LayerKind.embedding)
     _word_embedding(ops, spec)
-    ops.add("position_embedding", OpKind.embedding, REP, params=sh, in_elems=sh, out_elems=sh)
+    ops.add("position_embedding", OpKind.embedding, REP, params=spec.positions * h, in_elems=sh, out_elems=sh)
     ops.add("token_type_embedding", OpKind.embedding, REP, params=BERT_TOKEN_TYPES * h, in_elems=sh, out_elems=sh)
     add_norm(ops, "embedding_norm", sh, _norm_params(spec))
     add_dropout(ops, "embedding_dropout", sh)

@@ -389,7 +389,8 @@ class Estimator(IterationTail, PipelineHops):
         if hit is None:
             device = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)[0]
             sizes = self.stage_sizes(c, m, chunks)
-            hit = self._residency[key] = resolve(self.project.mapping, self.hw, device, self.dev, sizes)
+            off_host = frozenset({"activations"}) if c.recompute is not Recompute.none else frozenset()  # as the plan
+            hit = self._residency[key] = resolve(self.project.mapping, self.hw, device, self.dev, sizes, off_host)
         return hit
 
     def fits(self, c: Candidate, m: int, chunks: Chunks) -> tuple[bool, float]:
