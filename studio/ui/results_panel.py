@@ -14,10 +14,10 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QDockWidget,
-    QHBoxLayout,
     QLabel,
     QMainWindow,
     QScrollArea,
+    QSizePolicy,
     QStackedWidget,
     QTabWidget,
     QVBoxLayout,
@@ -28,6 +28,7 @@ from tilewright.studio.model.metrics import time_span
 from tilewright.studio.model.run_record import RunRecord
 from tilewright.studio.ui.results.breakdown_bar import BreakdownBar
 from tilewright.studio.ui.results.compare_view import CompareView
+from tilewright.studio.ui.results.flow_layout import FlowLayout
 from tilewright.studio.ui.results.gantt import GanttView
 from tilewright.studio.ui.results.headline_label import HeadlineLabel
 from tilewright.studio.ui.results.history import RunHistory
@@ -97,8 +98,9 @@ class ResultsPanel(QWidget):
         self.breakdown = BreakdownBar()
         self.breakdown.setVisible(False)
         outer.addWidget(self.breakdown)
-        self._columns = QHBoxLayout()
-        self._columns.setSpacing(28)
+        # the tables wrap like words, never wider than the dock: at 1280 × 720 (a projector) the summary
+        # scrolls down, never sideways (the single-message label wraps its text instead)
+        self._columns = FlowLayout(h_spacing=28, v_spacing=8)
         outer.addLayout(self._columns)
         self.splits = QLabel()  # full width under the columns: one op's split is a long line
         self.splits.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
@@ -163,13 +165,13 @@ class ResultsPanel(QWidget):
             label = QLabel(text)
             label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-            label.setWordWrap(len(texts) == 1)
-            if len(texts) > 1:  # a metric column is never cut: the summary scrolls sideways instead
+            if len(texts) > 1:  # a metric column is never cut: the flow puts it on the next line instead
                 label.setMinimumWidth(label.sizeHint().width())
-            self._columns.addWidget(label, 1 if len(texts) == 1 else 0)
+            else:  # a message: the whole width, wrapped
+                label.setWordWrap(True)
+                label.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+            self._columns.addWidget(label)
             self.labels.append(label)
-        if len(texts) > 1:
-            self._columns.addStretch(1)
 
     # -- run states ----------------------------------------------------------------------------------
     def _running(self, running: bool) -> None:

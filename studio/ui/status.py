@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QStatusBar, QWidget
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.workers import Job, Relay, check_job, start
 
@@ -23,8 +23,12 @@ class StatusBar(QStatusBar):
         super().__init__(parent)
         self.doc = doc
         self.validation = QLabel("checking…")
+        # a check's message can be 300 characters: cut at the bar's edge (all of it in the tooltip) rather
+        # than widening the window past the screen (a 1280 × 720 window became 2,111 px wide)
+        self.validation.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.validation.setMinimumWidth(10)
         self.run_state = QLabel("no run yet")
-        self.addPermanentWidget(self.validation)
+        self.addPermanentWidget(self.validation, 1)
         self.addPermanentWidget(self.run_state)
         self._generation = 0
         self._answered = -1
@@ -67,6 +71,8 @@ class StatusBar(QStatusBar):
         self._answered = generation
         self.validation.setText(text)
         self.validation.setStyleSheet(f"color: {color};")
+        if not text.startswith("⚠"):  # a warning's tooltip lists every problem (``_checked``)
+            self.validation.setToolTip(text)
         self.checked.emit(text)
 
     @property

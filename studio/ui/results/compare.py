@@ -20,6 +20,7 @@ KEY_METRICS: tuple[tuple[str, bool | None], ...] = (
     ("mfu", True),
     ("hfu", True),
     ("peak_memory_bytes", False),
+    ("host_peak_memory_bytes", False),
     ("energy_j", False),
     ("average_power_w", False),
     ("devices", None),
@@ -64,9 +65,12 @@ def _row(key: str, label_text: str, a: Any, b: Any, higher_better: bool | None) 
 
 
 def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[CompareRow]:
-    """Key metrics, then the time and memory breakdowns, for two ``metrics_json()`` dicts."""
+    """Key metrics, then the time, device-memory and (when offloaded) host-memory breakdowns, for two
+    ``metrics_json()`` dicts."""
     rows = [_row(k, label(k), a.get(k), b.get(k), hb) for k, hb in KEY_METRICS if k in a or k in b]
-    for group, title in (("time_breakdown_s", "time"), ("memory_breakdown_bytes", "memory")):
+    groups = (("time_breakdown_s", "time"), ("memory_breakdown_bytes", "device memory"),
+              ("host_memory_breakdown_bytes", "host memory"))
+    for group, title in groups:
         part_a, part_b = a.get(group) or {}, b.get(group) or {}
         unit_key = "x_s" if group.endswith("_s") else "x_bytes"
         for k in [*part_a, *(k for k in part_b if k not in part_a)]:
@@ -77,4 +81,8 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any]) -> list[CompareRow]:
     if oom_a or oom_b:
         rows.append(CompareRow("out of memory", "yes" if oom_a else "no", "yes" if oom_b else "no", "", "",
                                None if oom_a == oom_b else oom_a))
+    full_a, full_b = isinstance(a.get("host_oom"), dict), isinstance(b.get("host_oom"), dict)
+    if full_a or full_b:
+        rows.append(CompareRow("host memory full", "yes" if full_a else "no", "yes" if full_b else "no", "", "",
+                               None if full_a == full_b else full_a))
     return rows

@@ -31,9 +31,12 @@ class CompareView(QWidget):
         self.history = history
         self.run_a, self.run_b = QComboBox(), QComboBox()
         for combo in (self.run_a, self.run_b):
+            # a run's title ends with its time per iteration: as wide as the longest title, so that number
+            # is never cut (it was "2.82 s/ite" at 34 characters); the whole title is also the tooltip
             combo.setMinimumContentsLength(34)
-            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
             combo.currentIndexChanged.connect(self.refresh_table)
+            combo.currentTextChanged.connect(combo.setToolTip)
         self.table = QTableWidget(0, len(HEADERS))
         self.table.setHorizontalHeaderLabels(HEADERS)
         self.table.verticalHeader().setVisible(False)

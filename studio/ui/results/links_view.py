@@ -90,6 +90,7 @@ class LinksView(QWidget):
         self.cursor_line = CursorLine(cursor, self.plot, self)
         self.readout = elastic(QLabel())
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.readout.setWordWrap(True)  # four links' names and values overrun 1280 px: a second line, not a cut
         self.shape = QComboBox()
         self.shape.addItems(["averaged", "exact steps"])
         self.shape.setToolTip("averaged: mean utilisation per window (bursts read as load); "

@@ -45,9 +45,15 @@ LABELS = {
     "energy_per_request_j": "energy per request",
     "tokens_per_s_per_user": "output tokens/s per user",
     "tokens_per_s_per_device": "output tokens/s per device",
+    "host_peak_memory_bytes": "host memory (offloaded)",
 }
 # shown below (splits), in the notes panel, or in --json and the metrics CSV
 SKIPPED = ("energy_sources", "spatial_splits", "notes")
+# in the host-memory table, next to the device's: one place for each figure
+HOST_KEYS = ("host_peak_memory_bytes", "host_memory_capacity_bytes")
+HOST_TITLE = "Host memory (offloaded, per device)"
+HOST_FULL_TITLE = "HOST MEMORY FULL"
+CONTINUED = "{}, continued"  # the title of a table's later columns: they may wrap onto another line
 ENERGY_KEYS = ("energy_j", "average_power_w", "average_power_per_device_w", "energy_per_token_j",
                "energy_per_sample_j", "energy_per_request_j")
 POWER_KEYS = ("average_power_w", "average_power_per_device_w")
@@ -114,7 +120,7 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
     head = [
         (label(k), UNKNOWN_ENERGY if k in ENERGY_KEYS and not known else format_metric(k, v)
          + (f" ({partial.split(';')[0]})" if k in POWER_KEYS and partial else ""))
-        for k, v in m.items() if not isinstance(v, dict) and k not in SKIPPED
+        for k, v in m.items() if not isinstance(v, dict) and k not in SKIPPED and k not in HOST_KEYS
     ]
     if m.get("mode") == "infer" and round(result.samples_per_iteration) != 1:  # every request at once
         whole = f"energy (batch of {plural_count(round(result.samples_per_iteration), 'request')})"
@@ -128,6 +134,8 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
         rows = [(category_label(k), format_metric(unit_key, v)) for k, v in m[key].items() if v]
         if rows:
             tables.append((title, rows))
+    if "host_peak_memory_bytes" in m:
+        tables.append((HOST_TITLE, host_rows(m)))
     if "energy_breakdown_j" in m and known:
         n = round(result.samples_per_iteration)
         per = ("iteration" if m.get("mode") != "infer" else "request" if n == 1
@@ -142,7 +150,21 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
         need = format_metric("x_bytes", result.oom.need_bytes)
         have = format_metric("x_bytes", result.oom.capacity_bytes)
         tables.insert(0, ("OUT OF MEMORY", [(result.oom.device, f"needs {need}, has {have}")]))
+    if "host_oom" in m:  # the node's host memory overflowed, not the device's own: said so by name
+        over = m["host_oom"]
+        need, have = format_metric("x_bytes", over["need_bytes"]), format_metric("x_bytes", over["capacity_bytes"])
+        tables.insert(0, (HOST_FULL_TITLE, [(over["device"], f"needs {need}, has {have}")]))
     return tables
+
+
+def host_rows(m: dict[str, Any]) -> Rows:
+    """What one device keeps in its node's host memory (``Result.host_memory``): the share's peak against
+    its capacity, then the categories held there, each row saying "host" so no one reads it as HBM."""
+    rows = [("host peak", format_metric("x_bytes", m["host_peak_memory_bytes"])),
+            ("host capacity", format_metric("x_bytes", m["host_memory_capacity_bytes"]))]
+    rows += [(f"host {category_label(k)}", format_metric("x_bytes", v))
+             for k, v in m["host_memory_breakdown_bytes"].items() if v]
+    return rows
 
 
 def plural_count(n: int, noun: str) -> str:
@@ -155,21 +177,28 @@ def split_rows(result: Result) -> Rows:
 
 
 def in_columns(tables: list[tuple[str, Rows]], rows: int = ROWS_PER_COLUMN) -> list[tuple[str, Rows]]:
-    """Split long tables into columns of at most ``rows`` rows: the results dock is wide and low."""
+    """Split long tables into balanced columns of at most ``rows`` rows: the results dock is wide and low.
+    A table's later columns are titled "…, continued": in a narrow window they wrap onto the next line,
+    away from the first."""
     out: list[tuple[str, Rows]] = []
     for title, body in tables:
-        for start in range(0, max(len(body), 1), rows):
-            out.append((title if start == 0 else "", body[start : start + rows]))
+        columns = max(1, -(-len(body) // rows))
+        per = max(1, -(-len(body) // columns))  # balanced: 8 rows make two columns of 4, not 6 and 2
+        for start in range(0, max(len(body), 1), per):
+            out.append((title if start == 0 else CONTINUED.format(title), body[start : start + per]))
     return out
 
 
 def table_html(title: str, rows: Rows) -> str:
+    """A titled two-column table; a continuation's title in grey, the labels in grey, values right-aligned."""
     body = "".join(
         f"<tr><td style='color:#566573; padding-right:10px'>{html.escape(k)}</td>"
         f"<td align='right'>{html.escape(v)}</td></tr>"
         for k, v in rows
     )
-    return f"<b>{html.escape(title) or '&nbsp;'}</b><table cellspacing='0' cellpadding='1'>{body}</table>"
+    head = (f"<span style='color:#808b96'>{html.escape(title)}</span>" if title.endswith(CONTINUED.format(""))
+            else f"<b>{html.escape(title) or '&nbsp;'}</b>")
+    return f"{head}<table cellspacing='0' cellpadding='1'>{body}</table>"
 
 
 def headline(result: Result) -> str:
@@ -181,7 +210,7 @@ def headline(result: Result) -> str:
                                    if m.get("devices") else "") if p)
     wanted = [("iteration_time_s", "{} per iteration"), ("ttft_s", "TTFT {}"), ("tpot_s", "TPOT {}"),
               ("samples_per_s", "{}"), ("tokens_per_s", "{}"), ("mfu", "MFU {}"),
-              ("peak_memory_bytes", "peak memory {}")]
+              ("peak_memory_bytes", "peak memory {}"), ("host_peak_memory_bytes", "host memory {}")]
     if m.get("mode") == "infer":
         wanted = [w for w in wanted if w[0] != "samples_per_s"]  # one request at a time: tokens/s says it
     facts = [template.format(format_metric(key, m[key])) for key, template in wanted if m.get(key) is not None]
@@ -192,4 +221,8 @@ def headline(result: Result) -> str:
     if oom is not None:
         text = (f"<span style='color:#c0392b'><b>OUT OF MEMORY</b> on {html.escape(oom.device)}: "
                 f"needs {format_bytes(oom.need_bytes)}, has {format_bytes(oom.capacity_bytes)}</span> · " + text)
+    if "host_oom" in m:
+        over = m["host_oom"]
+        text = (f"<span style='color:#c0392b'><b>HOST MEMORY FULL</b> for {html.escape(over['device'])}: needs "
+                f"{format_bytes(over['need_bytes'])}, has {format_bytes(over['capacity_bytes'])}</span> · " + text)
     return text
