@@ -36,8 +36,13 @@ Then one decoder layer of the Galaxy's batch-32 step, op by op, beside the per-o
 for models/demos/llama3_70b_galaxy (``benchmarks/tiled_galaxy_ops.py``, with their source commit). The Galaxy
 project models that runtime (prefetched weights, its programs per op, persistent collectives, reduce-scatters and
 all-gathers in its matmuls' formats); its batch-1 row is tt-transformers' (``Config.tt_transformers``: the
-system's programs, DRAM-sharded weights, ttnn's generic collectives, every partial sum all-reduced in its
+system's programs, DRAM-interleaved weights, ttnn's generic collectives, every partial sum all-reduced in its
 ``ccl_dtype`` bfloat8_b).
+
+Before it, tt-transformers on the Galaxy at batch 1 across the four TG rows of PERF.md's table (1B to 70B,
+``TG_MODELS``): published and ours split by least squares into a time per layer and a time per step
+(``layer_line``), and one layer's collective calls as tt-transformers' TG code makes them, each costed by our
+model, beside legacy CCL measurements (``tiled_galaxy_ops.tt_tg_report``).
 
 Usage: python benchmarks/calibrate_tiled_llm.py
 """
@@ -96,7 +101,7 @@ class Config:
     published: Published | None = None
     # tt-transformers on a machine whose preset project models another runtime (the Galaxy's models/demos/
     # llama3_70b_galaxy): the system preset's compute (tt-transformers' device programs, generic collectives:
-    # compute.runtime_ccl) and DRAM-sharded weights
+    # compute.runtime_ccl) and DRAM-interleaved weights (its TG branches)
     tt_transformers: bool = False
 
 
@@ -134,6 +139,62 @@ CONFIGS = (
     Config("cerebras-wse2-llama2-7b-inference", 1, 512, 128, LLAMA31_8B, (("name", "llama3-8b"),),
            published=Published((2700.0,), ("WaferLLM",), "Llama3-8B: Llama 3.1 8B's dimensions")),
 )
+
+
+# PERF.md's TG rows of the same 'Performance' table (batch 1, tt-transformers on the Galaxy): four Llama models of
+# 16 to 80 layers on one machine and runtime, a check of how the step grows with the layers (``layer_line``), not
+# rows of the main table. Their figure first appears in models/demos/llama3/PERF.md (demo/demo.py,
+# 'LlamaOptimizations' sections: the legacy ttnn.all_gather era) and is carried unchanged into every later
+# models/tt_transformers/PERF.md, @040a27c1 included.
+GALAXY = "wormhole-galaxy-llama3-70b-inference"
+TG_MODELS = (
+    Config(GALAXY, 1, 128, 128, LLAMA31_8B, LLAMA32_1B, Published((51.0,), ("PERF",)), tt_transformers=True),
+    Config(GALAXY, 1, 128, 128, LLAMA31_8B, LLAMA32_3B, Published((33.5,), ("PERF",)), tt_transformers=True),
+    Config(GALAXY, 1, 128, 128, LLAMA31_8B, published=Published((29.5,), ("PERF",)), tt_transformers=True),
+    *(c for c in CONFIGS if c.project == GALAXY and c.tt_transformers),
+)
+
+
+def layer_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """The least-squares line through (layers, seconds per step): seconds per layer and per step beside them. A
+    decomposition of a set of steps of one machine and runtime, not a fit of any model constant."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return slope, my - slope * mx
+
+
+def tg_model_rows() -> list[tuple[Config, Project, float, float]]:
+    """Each ``TG_MODELS`` configuration: its project, our TPOT and the published time per token (s)."""
+    out = []
+    for c in TG_MODELS:
+        p = configured(c)
+        assert c.published is not None
+        out.append((c, p, simulate(p, series=False).tpot_s or math.nan, 1.0 / c.published.tsu[0]))
+    return out
+
+
+def tg_report() -> None:
+    """Print the TG rows across models, the per-layer and per-step parts of both, and the layer's collectives as
+    tt-transformers calls them (``tiled_galaxy_ops.tt_tg_report``)."""
+    from tiled_galaxy_ops import tt_tg_report  # a sibling script: benchmarks/ is the script's directory on sys.path
+
+    rows = tg_model_rows()
+    print("\ntt-transformers on the Galaxy at batch 1 across PERF.md's TG rows (its Performance table):")
+    for _, p, ours, pub in rows:
+        print(f"  {p.workload.name:12s} {p.workload.layers:3d} layers: published {seconds(pub):>8s} per token, ours "
+              f"{seconds(ours):>8s}, missing {seconds(pub - ours)}")
+    pub_line = layer_line([(p.workload.layers, pub) for _, p, _, pub in rows])
+    our_line = layer_line([(p.workload.layers, ours) for _, p, ours, _ in rows])
+    for label, (slope, icept) in (("published", pub_line), ("ours", our_line)):
+        sign = "-" if icept < 0 else "+"
+        print(f"  {label:9s}: {seconds(slope)} per layer {sign} {seconds(abs(icept))} per step (least squares over "
+              "the rows)")
+    print("  The published step grows by about the same time per layer from a 1B to a 70B model, whose layer holds "
+          "~14x the weights: a per-layer cost that does not scale with the bytes, as the fixed costs of the "
+          "layer's collective calls and programs do; the rest is per step (LM head, sampling, host).")
+    tt_tg_report(rows[-1][1], rows[-1][1].workload.layers)
 
 
 LONG_PROMPT = 2048  # tokens of the ``TTFT 2k`` column
@@ -245,9 +306,15 @@ def configured(
         update["workload"] = update.get("workload", p.workload).model_copy(update=dict(c.dims))
     if c.tt_transformers:
         update["hardware"] = load_system(p.hardware.name)
-        spatial = p.mapping.spatial.model_copy(update={"weights": WeightPlacement.sharded})
+        # the TG branches keep every weight interleaved in DRAM ('TODO: Fix this when TG supports DRAM sharded
+        # matmuls': mlp.py's as_sharded_tensor memory_config DRAM_MEMORY_CONFIG if args.is_galaxy, attention.py's wo
+        # likewise; the decode matmuls run FF1_3_TG_PROGCFG / core_grid 4 x 8 instead of the DRAM-sharded program)
+        spatial = p.mapping.spatial.model_copy(update={"weights": WeightPlacement.interleaved})
         # tt-transformers all-reduces every partial sum (tt_all_reduce, models/tt_transformers/tt/attention.py,
-        # mlp.py) in its ccl_dtype, bfloat8_b (tt/model_config.py: self.ccl_dtype = ttnn.bfloat8_b)
+        # mlp.py) in its ccl_dtype, bfloat8_b (tt/model_config.py: self.ccl_dtype = ttnn.bfloat8_b). On a Galaxy at
+        # hidden 8192 its MLP reduce-scatters FF1 and FF3 and gathers their product once, and its attention both
+        # all-reduces QKV and gathers the users after attention (tiled_galaxy_ops.TT_TG_CALLS): neither of the
+        # mapping's structures; all-reduce is kept, the calls themselves are printed beside it
         formats = p.mapping.formats.model_copy(update={"collectives": DType.bfp8, "collectives_by_op": {}})
         update["mapping"] = p.mapping.model_copy(
             update={"spatial": spatial, "formats": formats, "tp_axes_collectives": "all-reduce"})
@@ -408,6 +475,7 @@ def main() -> None:
     print("  at batch 1 the transfer is negligible: the host step is the runtime's fixed round trip, not the")
     print("  constant ms per token left in the missing/token column. At batch > 1 (demo @001cd078) the host also")
     print("  reads and samples the logits, which runtime_step_s does not include; later demos sample on the device.")
+    tg_report()
     print("\nOne decoder layer of the Galaxy's batch-32 decode step against tt-metal's published per-op decode")
     print("targets of models/demos/llama3_70b_galaxy (benchmarks/tiled_galaxy_ops.py):\n")
     from tiled_galaxy_ops import report  # a sibling script: benchmarks/ is the script's directory on sys.path

@@ -13,7 +13,7 @@ Ours: each op of one layer of the ``wormhole-galaxy-llama3-70b-inference`` decod
 as the plan costs it (``op`` = its kernel and the runtime's further programs, ``Compute.programs_by_op``; ``CCL`` =
 the tensor-parallel collective after it, ``Plan.tp_time``), twice: with the project's runtime (models/demos/
 llama3_70b_galaxy: prefetched weights, its programs per op, persistent collectives) and as tt-transformers runs it
-(``Config.tt_transformers`` of ``calibrate_tiled_llm``: the system's programs, DRAM-sharded weights, ttnn's
+(``Config.tt_transformers`` of ``calibrate_tiled_llm``: the system's programs, DRAM-interleaved weights, ttnn's
 generic collectives). The published programs are grouped into
 the model's terms (``TERMS``): a collective the runtime splits into a reduce-scatter and an all-gather around
 other programs (QKV's reduce before the heads, FF1/FF3's before the SiLU mul) is compared with the all-reduce the
@@ -28,6 +28,10 @@ bfloat16 for QKV and the attention output); the table also prints the model's ow
 its step: the preset reduce-scatters and all-gathers as the runtime does (``mapping.tp_axes_collectives``
 'scatter-gather') in the runtime's formats (``mapping.formats.collectives_by_op``), tt-transformers all-reduces
 every partial sum in bfloat8_b (its ``ccl_dtype``).
+
+tt-transformers' own decode collectives on the Galaxy (``TT_TG_CALLS``, ``tt_tg_report``: the batch-1 row of its
+PERF.md, printed by calibrate_tiled_llm) are listed call by call from its TG code, each costed by the model, beside
+the legacy (EDM) all-gathers of decode tensors measured on a T3K (``LEGACY_T3K_ALL_GATHERS``).
 
 Usage: python benchmarks/tiled_galaxy_ops.py (also printed by benchmarks/calibrate_tiled_llm.py)
 """
@@ -322,6 +326,118 @@ def report() -> None:
     tot = "".join(f" {sum(r.op_s + r.ccl_s for r in rows) * 1e6:18.1f}" for _, rows, _ in variants)
     print(f"{'layer':42s} {sum(t.us('6U') for t in TARGETS):7.1f} {sum(t.us('4U') for t in TARGETS):7.1f}{tot}")
     ccl_report(projects())
+
+
+# --- tt-transformers on the Galaxy (the batch-1 row of PERF.md) ------------------------------------------------
+
+TT_TG_SOURCE = (
+    "tenstorrent/tt-metal models/tt_transformers/tt/ccl.py (tt_all_reduce's TG branch: ttnn.all_gather of every "
+    "partial sum then ttnn.experimental.fast_reduce_nc, or with use_composite ttnn.reduce_scatter then "
+    "ttnn.all_gather; tt_sharded_distributed_rmsnorm: ttnn.all_gather of the statistics, cluster_axis 1; "
+    "Topology.Linear), attention.py forward_decode and mlp.py forward (their 'if self.TG' branches), "
+    "distributed_norm.py (TG decode: tt_sharded_distributed_rmsnorm), all of the legacy ttnn.all_gather / "
+    "ttnn.reduce_scatter era of PERF.md's TG rows"
+)
+
+
+@dataclass(frozen=True)
+class TgCall:
+    """One collective call of a tt-transformers decoder layer on the Galaxy (hidden 8192): ``kind`` along ``axis``
+    of a tensor of ``rows`` (tile-padded) × ``cols`` in ``dtype`` (an all-gather's output, a reduce-scatter's
+    input, per device, as ``CclOp``), and where it is in the code."""
+
+    what: str
+    axis: str
+    kind: str
+    rows: int
+    cols: int
+    dtype: DType
+    code: str
+
+    @property
+    def nbytes(self) -> float:
+        return self.rows * self.cols * dtype_bytes(self.dtype)
+
+
+# Llama 3.1 70B on the 8 x 4 mesh (cluster_axis 0: the 8-chip axis, ROW; 1: the 4-chip axis, COLUMN), batch 1 padded
+# to one 32-row tile. bfloat8_b where the code passes ccl_dtype or the matmul's bfloat8_b output.
+TT_TG_CALLS = (
+    TgCall("attention norm statistics", COLUMN, "all-gather", 32, 4 * 32, DType.bf16,
+           "distributed_norm.py -> ccl.tt_sharded_distributed_rmsnorm: ttnn.all_gather(stats, 3, cluster_axis=1)"),
+    TgCall("QKV partial sums (all-reduce)", COLUMN, "all-gather", 4 * 32, 1280, DType.bfp8,
+           "attention.py: tt_all_reduce(xqkv, cluster_axis=1, dim 0, dtype=ccl_dtype): all_gather + fast_reduce_nc"),
+    TgCall("attention output, users", COLUMN, "all-gather", 4 * 32, 1024, DType.bf16,
+           "attention.py: tt_all_gather(attn_output_cat, dim=2, cluster_axis=1) (bf16: 'Running bf16 until ...')"),
+    TgCall("WO partial sums: reduce-scatter", ROW, "reduce-scatter", 32, 2048, DType.bfp8,
+           "attention.py: tt_all_reduce(dense_out, cluster_axis=0, dim=3, use_composite=True for hidden 8192)"),
+    TgCall("WO partial sums: all-gather", ROW, "all-gather", 32, 2048, DType.bfp8, "the same tt_all_reduce"),
+    TgCall("FFN norm statistics", COLUMN, "all-gather", 32, 4 * 32, DType.bf16, "as the attention norm"),
+    TgCall("FF1 output: reduce-scatter", COLUMN, "reduce-scatter", 32, 3584, DType.bfp8,
+           "mlp.py (TG, dim 8192): ttnn.reduce_scatter(w1_out, dim=3, cluster_axis=1)"),
+    TgCall("FF3 output: reduce-scatter", COLUMN, "reduce-scatter", 32, 3584, DType.bfp8,
+           "mlp.py: ttnn.reduce_scatter(w3_out, dim=3, cluster_axis=1, num_links=1)"),
+    TgCall("SiLU(FF1) x FF3: all-gather", COLUMN, "all-gather", 32, 3584, DType.bfp8,
+           "mlp.py: ttnn.all_gather(w2_in, 3, cluster_axis=1)"),
+    TgCall("FF2 partial sums: reduce-scatter", ROW, "reduce-scatter", 32, 2048, DType.bfp8,
+           "mlp.py: tt_all_reduce(w2_out, cluster_axis=0, dim=3, use_composite=True)"),
+    TgCall("FF2 partial sums: all-gather", ROW, "all-gather", 32, 2048, DType.bfp8, "the same tt_all_reduce"),
+)
+
+# The legacy (Erisc Data Mover) all-gathers of decode-sized tensors on a T3K (8 Wormhole chips, 1 link), with the
+# times the fabric port had to match: tenstorrent/tt-metal issues #18807 and #18808 (2025-03-07, 'Perf Target [ns]'
+# of each model's case); #18709 (the port's master issue: legacy CCLs launch the EDM on the Ethernet cores at every
+# invocation, with 'implicit cross-chip barriers every CCL op launch and teardown'; the port aims at 'performance at
+# parity or better than before'). (label, all-gather output bytes per device, measured µs low-high, source)
+LEGACY_T3K_ALL_GATHERS = (
+    ("Llama decode, [1,1,32,1024] -> [1,1,32,8192] bf16", 32 * 8192 * 2, (70.0, 75.0), "issue #18807"),
+    ("Mixtral decode, [1,1,32,4096] -> [1,1,256,4096] bfp8", 256 * 4096 * dtype_bytes(DType.bfp8), (60.0, 70.0),
+     "issue #18808"),
+)
+
+
+def tt_tg_call_rows(project: Project) -> list[tuple[TgCall, float, str]]:
+    """Each ``TT_TG_CALLS`` collective costed as ``Plan.tp_collective`` costs a tensor-parallel collective of
+    ``project`` (seconds and the algorithm chosen)."""
+    plan = make_plan(project)
+    out = []
+    for c in TT_TG_CALLS:
+        coll = plan.tp_collective(0, 0, c.axis + c.kind, c.nbytes)
+        out.append((c, coll.time(plan.hw), coll.algorithm))
+    return out
+
+
+def legacy_t3k_rows() -> list[tuple[str, float, tuple[float, float], str]]:
+    """Each legacy T3K all-gather with the engine's time for it on the wormhole-t3000 preset at 1 link (the
+    collective model of ``calibrate_ccl``, its own algorithm choice)."""
+    from calibrate_ccl import group_for, machine  # a sibling script
+    from tilewright.engine.perf.collectives import collective
+
+    hw = machine("wormhole-t3000", 1)
+    group = group_for(hw, 8)
+    return [(label, collective(hw, "all-gather", group, nbytes).time(hw), us, src)
+            for label, nbytes, us, src in LEGACY_T3K_ALL_GATHERS]
+
+
+def tt_tg_report(project: Project, layers: int) -> None:
+    """Print a tt-transformers decoder layer's collectives on the Galaxy beside ours, and the legacy CCL check."""
+    rows = tt_tg_call_rows(project)
+    print("\ntt-transformers' decode collectives of one Llama 3.1 70B layer on the Galaxy (batch 1 padded to 32 "
+          "rows), each costed by our model with the system's generic collectives (us):")
+    for c, t, alg in rows:
+        axis = "4" if c.axis == COLUMN else "8"
+        print(f"  {c.what:34s} {axis:>2s} chips {c.kind:>14s} {c.nbytes / 1024:7.1f} KiB {t * 1e6:6.1f} us "
+              f"{alg[:12]:>12s}  [{c.code}]")
+    total = sum(t for _, t, _ in rows)
+    print(f"  {len(rows)} calls per layer, {total * 1e6:.1f} us; x {layers} layers = {total * layers * 1e3:.2f} ms "
+          "per step")
+    print(f"  source: {TT_TG_SOURCE}")
+    print("The same code runs 1-4 further programs around each call (typecast or to_memory_config, fast_reduce_nc, "
+          "the slice and user-selection matmuls of attention.py's TG branch).")
+    print("Legacy all-gathers of decode tensors on a T3K (8 chips, 1 link; EDM launched per call, cross-chip "
+          "barriers at launch and teardown, issue #18709), measured vs our generic model on wormhole-t3000:")
+    for label, t, (lo, hi), src in legacy_t3k_rows():
+        print(f"  {label:52s} measured {lo:g}-{hi:g} us, ours {t * 1e6:5.1f} us: {lo - t * 1e6:+.1f}.."
+              f"{hi - t * 1e6:+.1f} us per call [{src}]")
 
 
 def main() -> None:

@@ -172,7 +172,7 @@ def test_both_engines_time_the_prefetched_galaxy_alike():
 
 def test_the_galaxy_project_models_llama3_70b_galaxy_and_its_batch_1_row_tt_transformers():
     """The preset prefetches and runs the demo's programs per op; calibrate_tiled_llm's batch-1 Galaxy row
-    (tt-transformers) is the system's compute with DRAM-sharded weights."""
+    (tt-transformers) is the system's compute with DRAM-interleaved weights (its TG branches)."""
     project = load_project_preset(GALAXY)
     assert project.mapping.spatial.weights is WeightPlacement.prefetched
     compute = project.hardware.children[0].compute
@@ -186,7 +186,7 @@ def test_the_galaxy_project_models_llama3_70b_galaxy_and_its_batch_1_row_tt_tran
     tt = [c for c in CONFIGS if c.project == GALAXY and c.tt_transformers]
     assert [c.batch for c in tt] == [1]
     p = configured(tt[0])
-    assert p.mapping.spatial.weights is WeightPlacement.sharded
+    assert p.mapping.spatial.weights is WeightPlacement.interleaved  # tt-transformers' TG branches
     assert p.hardware.children[0].compute == system
 
 
