@@ -61,11 +61,47 @@ def test_overlap_param_gather_needs_sharded_parameters(capsys):
 @pytest.mark.parametrize(("flag", "value"), [("--dp", "8"), ("--devices", "8")])
 def test_inference_replicas_are_refused(capsys, flag, value):
     """An inference run simulates one tensor group: --dp 8 (or 8 devices at tp 1) ran on 1 device."""
-    one = _metrics(capsys, *DENSE, "--mode", "infer", "--global-batch", "8")
-    idle = _metrics(capsys, *DENSE, "--mode", "infer", "--global-batch", "8", "--set", "mapping.dp=8")
+    one = _metrics(capsys, *DENSE, "--mode", "infer", "--batch", "8")
+    idle = _metrics(capsys, *DENSE, "--mode", "infer", "--batch", "8", "--set", "mapping.dp=8", "--set",
+                    "mapping.global_batch=8")
     assert idle["devices"] == one["devices"] == 1 and idle["iteration_time_s"] == one["iteration_time_s"]
     _refused(capsys, flag, *DENSE, "--mode", "infer", flag, value)
     assert _metrics(capsys, *DENSE, "--mode", "infer", "--devices", "8", "--tp", "8")["devices"] == 8
+
+
+@pytest.mark.parametrize(
+    ("flag", "field"),
+    [(["--global-batch", "8"], "mapping.global_batch=8"),
+     (["--micro-batch", "2"], "mapping.micro_batch=2 mapping.global_batch=2"),
+     (["--no-gradient-accumulation-fusion"], "mapping.gradient_accumulation_fusion=false"),
+     (["--grad-reduce-dtype", "fp32"], "mapping.grad_reduce_in_fp32=true"),
+     (["--fused-cross-entropy"], "mapping.fused_cross_entropy=true"),
+     (["--moe-router-fusion"], "mapping.moe_router_fusion=true")],
+    ids=["global-batch", "micro-batch", "no-grad-acc-fusion", "grad-reduce-dtype", "fused-ce", "router-fusion"],
+)
+def test_training_batch_and_gradient_flags_in_inference_are_refused(capsys, flag, field):
+    """Each ran an inference request unchanged (shown through --set, on an MoE model so the router's flag has a
+    router to act on) and is refused by the flag typed; --batch is what an inference run serves."""
+    infer = [*MOE, "--mode", "infer", "--batch", "4"]
+    one = _metrics(capsys, *infer)
+    idle = _metrics(capsys, *infer, *(a for f in field.split() for a in ("--set", f)))
+    assert (idle["iteration_time_s"], idle["peak_memory_bytes"]) == (one["iteration_time_s"], one["peak_memory_bytes"])
+    err = _refused(capsys, flag[0], *infer, *flag)
+    assert "training only" in err
+    if flag[0] in ("--global-batch", "--micro-batch"):
+        assert "--batch" in err
+    assert main([*MOE, *TRAIN_8, *flag]) == 0  # a training run takes it
+
+
+def test_pipeline_p2p_without_a_pipeline_is_refused(capsys):
+    """pp 1 has no pipeline sends: every --pipeline-p2p mode ran the same iteration without a word."""
+    runs = [_metrics(capsys, *DENSE, *TRAIN_8, "--set", f"mapping.pipeline_p2p={mode}")["iteration_time_s"]
+            for mode in ("overlap", "blocking", "megatron-lm")]
+    assert runs[0] == runs[1] == runs[2]
+    assert "pp is 1" in _refused(capsys, "--pipeline-p2p", *DENSE, *TRAIN_8, "--pipeline-p2p", "blocking")
+    piped = ["--devices", "8", "--tp", "2", "--pp", "2", "--dp", "2", "--global-batch", "8", "--recompute", "full"]
+    overlap = _metrics(capsys, *DENSE, *piped, "--pipeline-p2p", "overlap")["iteration_time_s"]
+    assert _metrics(capsys, *DENSE, *piped, "--pipeline-p2p", "megatron-lm")["iteration_time_s"] > overlap
 
 
 def test_moe_flags_that_leave_no_moe_block_are_refused(capsys):

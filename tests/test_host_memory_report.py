@@ -89,3 +89,21 @@ def test_a_full_host_memory_is_reported_as_the_hosts():
     assert full.metrics_json()["host_oom"]["need_bytes"] == pytest.approx(need)
     text = full.summary_text()
     assert "HOST MEMORY FULL" in text and "OUT OF MEMORY" not in text
+
+
+def test_a_full_host_memory_reads_as_out_of_memory_in_the_search_rows():
+    """The search's event-engine confirmation counts a full host memory as out of memory, as its analytic
+    stage does (``extended``'s ``Exact``) and ``tilewright run``'s exit code."""
+    import dataclasses
+
+    from tilewright.engine.search.parallel.candidate import Candidate
+    from tilewright.engine.search.parallel.ranking import Ranked, SearchResult, result_json
+
+    result = simulate(_project({"activations": "host"}))
+    need = result.metrics_json()["host_peak_memory_bytes"]
+    full = dataclasses.replace(result, memory=[dataclasses.replace(t, capacity_bytes=need / 2) if t.host else t
+                                               for t in result.memory])
+    c = Candidate(tp=1, pp=1, dp=8, micro_batch=2)  # type: ignore[arg-type]
+    rows = [Ranked(c, result.iteration_time_s, result.peak_memory_bytes, event=r) for r in (result, full)]
+    fits, over = result_json(SearchResult(rows, global_batch=32, devices=8))["candidates"]
+    assert fits["event_oom"] is False and over["event_oom"] is True

@@ -45,11 +45,29 @@ _TRAINING_ONLY = {
     "overlap_grad_reduce": bool,
     "expert_tp": lambda v: True,
     "pipeline_p2p": lambda v: True,
+    "global_batch": lambda v: True,  # an inference run serves run.inference.batch (--batch)
+    "micro_batch": lambda v: True,  # its micro-batches are the batch over pp (plan.inference_phases)
+    "gradient_accumulation_fusion": lambda v: v is False,  # --no-gradient-accumulation-fusion (plan.grad_hooks)
+    "grad_reduce_dtype": lambda v: True,
+    "fused_cross_entropy": bool,  # a served pass computes no loss
+    "moe_router_fusion": bool,  # a serving runtime's router carries no Megatron host work (plan.moe_host)
 }
 
 
+# fields whose flag is not their name's (a store_false flag turns the field off)
+_FLAG_OF = {"gradient_accumulation_fusion": "--no-gradient-accumulation-fusion"}
+
+
+# what an inference run reads instead, where it has its own setting
+_HINT = {name: " (an inference run serves --batch sequences)" for name in ("global_batch", "micro_batch")}
+
+
+def _flag(name: str) -> str:
+    return _FLAG_OF.get(name, "--" + name.replace("_", "-"))
+
+
 def _shown(value: object) -> str:
-    return "on" if value is True else str(value)
+    return "on" if isinstance(value, bool) else str(value)  # a bool is only ever a flag that was typed
 
 
 # model flags that ask for MoE blocks, named in the order the refusal prefers
@@ -62,9 +80,9 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
 
     m, train = project.mapping, project.run.mode is Mode.train
     if not train:  # every idle training flag at once, so that one edit of the command line mends them all
-        idle_flags = [Problem("--" + name.replace("_", "-"), f"{_shown(value)}: training only; an inference run "
+        idle_flags = [Problem(_flag(name), f"{_shown(value)}: training only; an inference run "
                               "simulates without it (no backward pass, optimizer step, pipeline schedule or expert "
-                              "split to change): add --mode train, or leave it out")
+                              f"split to change): add --mode train, or leave it out{_HINT.get(name, '')}")
                       for name, idle in _TRAINING_ONLY.items()
                       if (value := getattr(args, name, None)) is not None and idle(value)]
         if idle_flags:
@@ -77,6 +95,9 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
             raise InputError(COMMAND_LINE, Problem("--devices", f"{args.devices}: an inference run uses tp × pp = "
                                                    f"{m.tp * m.pp} of them (one tensor group); set --tp/--pp to "
                                                    "use more"))
+    if train and getattr(args, "pipeline_p2p", None) is not None and m.pp == 1:
+        raise InputError(COMMAND_LINE, Problem("--pipeline-p2p", f"{args.pipeline_p2p}: how pipeline sends run, and "
+                                               "pp is 1 (no pipeline, no sends); set --pp ≥ 2 or leave it out"))
     if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
         raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
                                                "(the run was ZeRO-3 whatever --zero said)"))

@@ -73,7 +73,7 @@ def result_json(result: SearchResult) -> dict:
             row["event_iteration_time_s"] = r.event.iteration_time_s
             row["event_samples_per_s"] = result.global_batch / r.event.iteration_time_s
             row["event_peak_memory_bytes"] = r.event.peak_memory_bytes
-            row["event_oom"] = r.event.oom is not None
+            row["event_oom"] = r.event.oom is not None or r.event.host_oom is not None  # offloaded state too
         rows.append(row)
     return {
         "candidates": rows,
