@@ -45,10 +45,11 @@ def whatif(selected: list[Row]) -> None:
 
 
 def detail(row: Row) -> None:
-    """Per-op times of one block (a MoE block if the model has one) for one micro-batch on one device of
-    stage 0, as the plan costs them one op at a time, with the expert all-to-alls; for routed-expert GEMMs
-    also the time of one GEMM per local expert (Megatron-Core's grouped GEMM on Hopper runs one GEMM per
-    expert) on the same efficiency curve, against ours (one GEMM over every token-slot)."""
+    """Per-op times of one block (a MoE block if the model has one; not one of the bf16 edge layers of an fp8
+    row) for one micro-batch on one device of stage 0, as the plan costs them one op at a time, with the expert
+    all-to-alls; for routed-expert GEMMs also the time of one GEMM per local expert (Megatron-Core's grouped GEMM
+    on Hopper runs one GEMM per expert) on the same efficiency curve, against ours (one GEMM over every
+    token-slot). A collective's time is that of the bytes the plan leaves exposed (``plan.tp_overlap``)."""
     import tilewright.engine.plan.plan as planmod
     from tilewright.engine.ir.ops import MoERole
     from tilewright.engine.plan.passes import backward_pass, forward_pass
@@ -68,6 +69,10 @@ def detail(row: Row) -> None:
         planmod.forward_pass = original
     ctx = seen[0][1]
     blocks = [ops for layers, _ in seen for ops in layers if ops and ops[0].name.startswith("block")]
+    # an fp8 row keeps its first and last layers in bf16 (FP8_BF16_LAYERS): show a block in the run's format,
+    # which every other layer is (block0 of an FP8-CS row costs about twice an fp8 block)
+    bf16 = getattr(ctx.formats, "bf16_layers", frozenset())
+    blocks = [ops for ops in blocks if ops[0].name.split(".")[0] not in bf16] or blocks
     moe = [ops for ops in blocks if any(o.moe is not None for o in ops)]
     ops = (moe or blocks)[0]
     comp = ctx.dev.compute
