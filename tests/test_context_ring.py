@@ -161,3 +161,31 @@ def test_ring_attention_never_materialises_its_scores():
             for backward in (False, True):
                 t = op_time(op, dev, 1 / 8, 1, False, backward, BF16, fused_in, fused_out)
                 assert t.local_bytes == 0.0
+
+
+@pytest.mark.parametrize("cp", [2, 8])
+def test_every_ring_step_costs_the_host_its_call_hidden_or_not(cp):
+    """Transformer Engine issues each step's send/receive from Python whether the step hides or not: a pass's
+    host time grows by one collective call per step that moves a block — cp − 1 per attention forward, cp per
+    backward — over the same run whose calls cost nothing (the rest of the host's work is the same)."""
+    call = load_system("dgx-h100").children[0].children[0].compute.host_collective_s
+    assert call > 0
+
+    def host(p: Project, kind: str) -> float:
+        return sum(s.host_s for s in make_plan(p).stages[0].passes[(0, kind)].segments)
+
+    p = _project(cp)
+    free = p.model_copy(update={"hardware": _without_calls(p.hardware)})
+    layers = GQA.layers
+    assert host(p, "F") - host(free, "F") == pytest.approx(layers * (cp - 1) * call, rel=1e-9)
+    assert host(p, "B") - host(free, "B") == pytest.approx(layers * cp * call, rel=1e-9)
+
+
+def _without_calls(hw):
+    """``hw`` with every device's collective-call host time set to 0."""
+    def walk(c):
+        update = {"children": [walk(ch) for ch in c.children]}
+        if c.compute is not None:
+            update["compute"] = c.compute.model_copy(update={"host_collective_s": 0.0})
+        return c.model_copy(update=update)
+    return walk(hw)

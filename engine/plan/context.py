@@ -59,6 +59,12 @@ def ring_steps(cp: int, backward: bool) -> list[float]:
     return [1.0] + [2.0] * (cp - 2) + [1.0]
 
 
+def ring_calls(cp: int, backward: bool) -> int:
+    """Send/receive calls of one attention op's ring on each rank: one per step that moves a block (Transformer
+    Engine issues each step's exchange from Python, hidden or not): cp − 1 forward, cp backward."""
+    return sum(1 for n in ring_steps(cp, backward) if n)
+
+
 @dataclass(frozen=True)
 class ContextComm:
     """The ring exchange of one stage's attention layers."""

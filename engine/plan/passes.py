@@ -18,6 +18,7 @@ from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import message_bytes
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.recompute import selection
+from tilewright.engine.plan.context import ring_calls
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture, layer_graphs
 from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
 from tilewright.engine.plan.launch import (
@@ -171,7 +172,9 @@ class _Builder:
         if c.context is not None and op.kind is OpKind.attention:
             ring, hidden = c.context.exchange(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s)
             seg.hidden += hidden
-            self.dp_comms(ring, op.layer, op.name)
+            # every step's send/receive call costs the host, the hidden steps' too (``context.ring_calls``)
+            seg.host_s += ring_calls(c.context.cp, backward) * self.call_host(op.name)
+            self.dp_comms(ring, op.layer, op.name, calls=False)
         if not sort_first:
             self._stream(op, moe.sort_bytes)
         if a2a[1] and (exposed := self._a2a(a2a[1], self._cover(backward, carried=False))) > 0:
@@ -303,13 +306,14 @@ class _Builder:
             return 0.0
         return collective_host_seconds(self.ctx.dev.compute)
 
-    def dp_comms(self, items: list[tuple[str, float]], layer: int, label: str) -> None:
+    def dp_comms(self, items: list[tuple[str, float]], layer: int, label: str, calls: bool = True) -> None:
         """Collectives over replicas ((kind, bytes per tensor rank): sharded data parallelism, the context ring,
-        the expert all-to-all) after the open segment, each call's host time with it (``call_host``)."""
+        the expert all-to-all) after the open segment, each call's host time with it (``call_host``) unless
+        the caller charged the calls already (``calls`` False: the context ring's, one per step)."""
         for kind, nbytes in items:
             seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
             seg.comm = (kind, nbytes)
-            seg.host_s += self.call_host(label)
+            seg.host_s += self.call_host(label) if calls else 0.0
             seg.close()
             self.out.segments.append(seg)
             self._open = None
