@@ -136,7 +136,7 @@ def evaluate(row: Row, engine: str = "analytic") -> Outcome:
     m = res.metrics_json()
     per_gpu = m["tokens_per_s"] / res.devices
     tflops = res.model_flops_per_iteration / res.iteration_time_s / res.devices / 1e12
-    return Outcome(row, per_gpu, tflops, m["time_breakdown_s"], res.oom is not None, wall)
+    return Outcome(row, per_gpu, tflops, m["time_breakdown_s"], res.oom is not None or res.host_oom is not None, wall)
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, float]:

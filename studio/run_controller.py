@@ -91,5 +91,7 @@ class RunController(JobController):
         )
         if result.oom is not None:
             self.last_message += " · OUT OF MEMORY"
+        elif result.host_oom is not None:  # offloaded state past the host memory (``Result.host_oom``)
+            self.last_message += " · HOST MEMORY FULL"
         self.recorded.emit(record)
         self.finished.emit(result, seconds)

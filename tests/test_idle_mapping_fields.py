@@ -54,9 +54,11 @@ def test_interleave_needs_a_pipeline():
     assert _paths(_project(interleave=2, pp=2, dp=4)) == []
 
 
-def test_a_kv_cache_level_in_training_is_refused():
+def test_a_kv_cache_level_in_training_keeps_its_latitude():
+    """An inference project's KV-cache placement stays when it flips to training (a Cerebras serving preset run
+    with --mode train), as training fields stay in inference: idle there, not refused."""
     assert _time(_project(memory_levels={"kv_cache": "hbm"})) == _time(_project())
-    assert "mapping.memory_levels.kv_cache" in _paths(_project(memory_levels={"kv_cache": "hbm"}))
+    assert _paths(_project(memory_levels={"kv_cache": "hbm"})) == []
 
 
 @pytest.mark.parametrize(("field", "value"), [("expert_imbalance", 2.0), ("overlap_ep_comm", True),
@@ -76,12 +78,11 @@ def test_training_fields_in_inference_keep_their_latitude():
     [
         (["--recompute", "full", "--recompute-layers", str(LAYERS + 1)], "mapping.recompute_layers"),
         (["--interleave", "2"], "mapping.interleave"),
-        (["--set", "mapping.memory_levels.kv_cache=host"], "mapping.memory_levels.kv_cache"),
         (["--set", "mapping.recompute=full", "--set", f"mapping.recompute_layers={LAYERS + 1}"],
          "mapping.recompute_layers"),
         (["--set", "mapping.ep_dispatcher=deepep"], "mapping.ep_dispatcher"),
     ],
-    ids=["flags", "interleave-flag", "set-kv", "set-recompute", "set-dispatcher"],
+    ids=["flags", "interleave-flag", "set-recompute", "set-dispatcher"],
 )
 def test_the_command_line_refuses_them_by_field(capsys, args, field):
     assert main([*BASE, *args]) == 2

@@ -5,7 +5,8 @@ as if it had not been given — the same time and memory and no word — so a us
 difference and no reason. These are the fields that can only be idle for the project as given, whatever the
 degrees a search or an Auto-map would pick next (a field a degree change could make meaningful is not refused
 here, so a search keeps its latitude; and training-only fields in an inference run stay allowed, as
-``cli.idle_flags`` explains — a project flips between modes and keeps its mapping):
+``cli.idle_flags`` explains — a project flips between modes and keeps its mapping, so the inference-only
+``memory_levels.kv_cache`` stays allowed in training for the same reason):
 
 - ``recompute_layers`` above the layers of the largest model chunk: Megatron's block method re-runs the first
   N layers of each chunk (``TransformerBlock._checkpointed_forward``: ``l_no < recompute_num_layers``), so
@@ -13,7 +14,6 @@ here, so a search keeps its latitude; and training-only fields in an inference r
 - ``interleave`` > 1 on one pipeline stage: interleaving splits a stage's layers into chunks so the pipeline
   fills sooner; with pp 1 there is no pipeline, and Megatron-Core refuses it ("pipeline-model-parallel size
   should be greater than 1 with interleaved schedule", ``parallel_state.initialize_model_parallel``);
-- ``memory_levels.kv_cache`` in training: a training step keeps no KV cache;
 - the mixture-of-experts fields (``expert_imbalance``, ``overlap_ep_comm``, ``delay_wgrad_compute``,
   ``ep_dispatcher``) on a model without mixture-of-experts layers: no router, no expert all-to-all.
 """
@@ -55,9 +55,6 @@ def idle_field_problems(project: Project, graph: WorkloadGraph) -> list[Problem]
         out.append(Problem("mapping.interleave", f"{m.interleave}: interleaving splits pipeline stages into model "
                            "chunks, and pp is 1 (Megatron-Core: 'pipeline-model-parallel size should be greater "
                            "than 1 with interleaved schedule'); set pp ≥ 2 or interleave 1"))
-    if train and "kv_cache" in m.memory_levels:
-        out.append(Problem("mapping.memory_levels.kv_cache", f"'{m.memory_levels['kv_cache']}': a training run "
-                           "keeps no KV cache (it exists in inference only); leave it out"))
     asked = [name for name, (_, none) in _MOE_FIELDS.items() if getattr(m, name) != none]
     if asked and not any(op.moe is not None for op in graph.ops()):
         for name in asked:

@@ -59,7 +59,7 @@ def summary(result: Result) -> dict[str, Any]:
         "compute_s": t.get("compute", 0.0) + t.get("memory_stall", 0.0) + t.get("host_wait", 0.0),  # device busy
         "time_breakdown_s": dict(t),
         "peak_memory_bytes": result.peak_memory_bytes,
-        "out_of_memory": result.oom is not None,
+        "out_of_memory": result.oom is not None or result.host_oom is not None,
     }
     if result.spatial_splits:  # a grid of cores per accelerator: how each forward op was split over them
         out["spatial_splits"] = list(result.spatial_splits)
