@@ -76,15 +76,15 @@ def test_the_covering_compute_grows_by_the_deferred_weight_gradients():
     for i, n in enumerate(full):
         block, dispatch = divmod(i, 2)
         seconds = plan.tp_time(0, 0, A2A, n)
-        covered = seconds * (1 - left0[i] / n)  # what hid it without the delay
+        covered = seconds - plan.tp_time(0, 0, A2A, left0[i])  # what hid it without the delay (time-based)
         if dispatch:
             extra = experts[block]  # the block's own routed experts, between its input gradients and this
         else:
             extra = others[block - 1] if block else 0.0  # the block after it (run before it): attention, shared
         assert extra > 0 or i == 0
-        expected = n * (seconds - covered - extra) / seconds
+        expected = seconds - covered - extra  # the exposed part's seconds (``plan.exposed``)
         assert expected > 0  # the configuration keeps every one partly exposed (SPEC)
-        assert left1[i] == pytest.approx(expected, rel=1e-9)
+        assert plan.tp_time(0, 0, A2A, left1[i]) == pytest.approx(expected, rel=1e-9)
 
 
 def test_compute_stays_only_the_hidden_part_moves_and_engines_agree():

@@ -128,6 +128,9 @@ class PassContext:
     fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
     # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
     tp_seconds: Callable[[str, float], float] | None = None
+    # with sequence parallelism at tp > 1 (1-D): a tensor-group collective's seconds, (kind, bytes) → s, what the
+    # backward's re-gather of a column-parallel input must hide behind its data gradient (``plan.sp_regather``)
+    regather_seconds: Callable[[str, float], float] | None = None
     tp_ring_reduce_scatter: bool = False  # mapping.tp_overlap_reduce_scatter 'ring_exchange' (``plan.tp_overlap``)
     moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
     cuda_graph_scope: tuple[str, ...] = ()  # training's CUDA graphs (mapping.cuda_graph_scope, ``plan.cuda_graphs``)

@@ -21,6 +21,7 @@ from tilewright.engine.perf.recompute import selection
 from tilewright.engine.plan.context import ring_calls
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture, layer_graphs
 from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
+from tilewright.engine.plan.exposed import bytes_for
 from tilewright.engine.plan.launch import (
     SCORE_PASSES_FORWARD,
     attention_scores,
@@ -32,6 +33,7 @@ from tilewright.engine.plan.launch import (
 )
 from tilewright.engine.plan.pass_records import ChunkPass, PassContext, PassKind, Segment  # noqa: F401 (re-exported)
 from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm
+from tilewright.engine.plan.sp_regather import Regather, exposed_bytes, regathers
 from tilewright.engine.plan.tensor_axes import ROW, layer_comms
 from tilewright.engine.plan.tp_overlap import TpOverlap, gemm_chunks
 
@@ -103,7 +105,7 @@ class _Builder:
                            if seconds is not None and ctx.tp > 1 else None)
 
     def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0,
-               graph: Capture | None = None) -> None:
+               graph: Capture | None = None) -> OpTime:
         """``scores``: the a·s² score elements per sample of an attention op (``launch.attention_scores``).
         With context parallelism an attention op is followed by the exposed part of its K/V ring. ``graph``:
         what a CUDA graph replays of it (``plan.cuda_graphs``), its host work gone."""
@@ -181,6 +183,7 @@ class _Builder:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         if backward:
             self._stream(op, moe.permute_bytes)
+        return t
 
     def _split_gemm(self, op: Op, backward: bool, seg: Segment, scores: float, fused: tuple[bool, bool]) -> None:
         """A transformer layer's tensor-parallel GEMM that userbuffers runs in row chunks beside its collective
@@ -242,7 +245,8 @@ class _Builder:
         one micro-batch's forward and another's backward alternate compute and communication — so it hides
         behind as much compute as this pass has run in the layer so far (the paired pass runs the same ops)
         plus ``deferred_s``, this pass's own delayed weight gradients scheduled against it (``_cover``), and
-        only the excess shows, charged as the same all-to-all carrying that fraction of its bytes."""
+        only the excess shows: the all-to-all's time minus the cover, as the bytes of it that take that long
+        (``plan.exposed``; a fraction of its bytes would pay its fixed latency again)."""
         seconds = self.ctx.ep_seconds
         if seconds is None or nbytes <= 0:
             return nbytes
@@ -251,7 +255,7 @@ class _Builder:
         cover = self.layer_busy + deferred_s
         if total <= cover or total <= 0:
             return 0.0
-        return nbytes * (total - cover) / total
+        return bytes_for(seconds, nbytes, total - cover)
 
     def _defer(self, op: Op, t: OpTime) -> None:
         """Megatron-Core's ``--delay-wgrad-compute`` (``PassContext.delay_wgrad``): every Transformer Engine
@@ -317,6 +321,27 @@ class _Builder:
             seg.close()
             self.out.segments.append(seg)
             self._open = None
+
+    def regather(self, run: Regather | None) -> None:
+        """Sequence parallelism's re-gather of a column-parallel run's input for its weight gradients
+        (``plan.sp_regather``): the part its data gradients cannot hide closes the open segment; its NCCL call
+        costs the host (none under userbuffers, which drive it from the GEMM)."""
+        c = self.ctx
+        if run is None or c.regather_seconds is None:
+            return
+        op = run.op
+        nbytes = op.in_elems * c.micro_batch * message_bytes(c.formats, op.name, c.elem_bytes)
+        shown = exposed_bytes(c.regather_seconds, nbytes, run.cover_s)
+        call = self.call_host(op.name) if self.tp_overlap is None else 0.0
+        if shown <= 0:
+            self.host(call)
+            return
+        seg = self._open or Segment(label=op.name, layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
+        seg.comm = ("all-gather", shown)
+        seg.host_s += call
+        seg.close()
+        self.out.segments.append(seg)
+        self._open = None
 
     def op_comm(self, kind: str, op: Op, elems: float) -> None:
         """The tensor-parallel collective at an op's input or output (``elems`` per sample, as the op counts
@@ -445,18 +470,26 @@ def forward_pass(
 
 def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
     """Input gradients of consecutive column-parallel ops (SwiGLU's gate and up) add up locally and
-    are reduced once, as Megatron's fused linear does."""
+    are reduced once, as Megatron's fused linear does; with sequence parallelism their input is re-gathered
+    once for their weight gradients (``plan.sp_regather``), its exposed part just before that reduction."""
     b = _Builder(ctx, "B")
     sp = ctx.sequence_parallel
     pending: Op | None = None
+    run: Regather | None = None  # the pending run's re-gather
     shard = ctx.shard
     reduce: list[tuple[str, float]] = []  # the reduce-scatter of the layer just finished
+
+    def flush() -> None:
+        nonlocal pending, run
+        b.regather(run)
+        b.op_comm(_reduce(sp), pending, pending.in_elems)  # type: ignore[arg-type]
+        pending = run = None
+
     for i, ops in enumerate(reversed(layers)):
         before = b.next_layer()
         if shard is not None and ops:
             if pending is not None:
-                b.op_comm(_reduce(sp), pending, pending.in_elems)
-                pending = None
+                flush()
             _shard_boundary(b, shard, ops, reduce, before, first=i == 0)
             reduce = shard.layer_items("reduce-scatter", ops, ctx.tp)
         flags = _fusion_flags(ops, ctx.fused)
@@ -465,15 +498,18 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
         b.graphs = graphs
         for op, fused in zip(reversed(ops), reversed(flags), strict=True):
             if pending is not None and not _column(op):
-                b.op_comm(_reduce(sp), pending, pending.in_elems)
-                pending = None
+                flush()
             if sp and op.split is TensorSplit.row and _weighted(op):
                 b.op_comm("all-gather", op, op.out_elems)
-            b.add_op(op, backward=True, fused=fused, scores=scores.get(op.name, 0.0), graph=graphs.get(op.name))
+            if pending is None and regathers(op, _column(op), sp, ctx.tp, ctx.tp_axes is not None):
+                run = Regather(op)
+            t = b.add_op(op, backward=True, fused=fused, scores=scores.get(op.name, 0.0), graph=graphs.get(op.name))
+            if run is not None and _column(op):
+                run.add(op, t)
             if _column(op):
                 pending = op
     if pending is not None:
-        b.op_comm(_reduce(sp), pending, pending.in_elems)
+        flush()
     if shard is not None and reduce and layers:
         b.dp_comms(reduce, layers[0][0].layer if layers[0] else 0, "gradients")  # nothing left to hide behind
     return b.finish()

@@ -418,6 +418,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
             ctx.tp_seconds = tp_seconds(hw, groups[r][0])
             ctx.tp_ring_reduce_scatter = m.tp_overlap_reduce_scatter == "ring_exchange"
+        if m.sequence_parallel and m.tp > 1 and m.tp_axes is None:  # the backward's re-gather (plan.sp_regather)
+            ctx.regather_seconds = ctx.tp_seconds or tp_seconds(hw, groups[r][0])
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
         tied_copy = {tied.layer: tied.params} if tied is not None and r == tied.last else {}  # plan.tied
         held = held_weight_bytes(run.mode is Mode.train, m.fp8_param_gather, m.zero)  # weights_by_op, bf16 layers

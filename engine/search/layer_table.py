@@ -22,6 +22,7 @@ from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, recomputed_layers, workspace_bytes
 from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.group_comm import tp_seconds
 from tilewright.engine.plan.passes import ChunkPass, Segment, backward_pass, forward_pass
 from tilewright.engine.search.comm import CommModel
 from tilewright.engine.search.op_settings import OpSettings
@@ -128,7 +129,7 @@ class LayerCosts:
         modules: tuple[str, ...] | None = None,
     ) -> LayerTable:
         """The layers' passes (``_layer_passes``, shared by every group) timed on ``group``."""
-        built = self._layer_passes(tp, mb, sp, rc, residency, modules)
+        built = self._layer_passes(tp, mb, sp, rc, residency, modules, self._regather_group(tp, sp, group))
         per_class = {}
         for k, (passes, act, transient, ws, dram) in built.items():
             fwd = self._duration(passes[0], group)
@@ -168,20 +169,26 @@ class LayerCosts:
             pieces=pieces,
         )
 
+    @staticmethod
+    def _regather_group(tp: int, sp: bool, group: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The tensor group a backward's sequence-parallel re-gather is timed on (``plan.sp_regather``: its
+        exposed part depends on it), None where there is none; the only group-dependent part of the passes."""
+        return group if sp and tp > 1 else None
+
     def _layer_passes(
         self, tp: int, mb: float, sp: bool, rc: Recompute, residency: Residency | None,
-        modules: tuple[str, ...] | None = None,
+        modules: tuple[str, ...] | None = None, regather: tuple[int, ...] | None = None,
     ) -> dict[int, tuple[list[ChunkPass], float, float, float, float]]:
         """Per layer class: its passes (forward first), stored activations, a recomputed layer's transient
         activations, workspace and DRAM bytes. None of it depends on which devices run the layer. Stored
         activations as ``build_plan`` counts them: with the selective ``modules`` and the run's formats (fp8
         GEMMs save their inputs in fp8, ``perf.memory.fp8_saved``)."""
         modules = modules if rc is Recompute.selective else None
-        key = (tp, mb, sp, rc, residency, modules)
+        key = (tp, mb, sp, rc, residency, modules, regather)
         hit = self._passes.get(key)
         if hit is not None:
             return hit
-        base = self._base_passes(tp, mb, sp, residency)
+        base = self._base_passes(tp, mb, sp, residency, regather)
         out = {}
         for k, i in self.representative.items():
             layer = [self.ops[i]]
@@ -211,14 +218,18 @@ class LayerCosts:
         return forward_pass([self.ops[i]], ctx, "R", only_selective=True, modules=modules)
 
     def _base_passes(
-        self, tp: int, mb: float, sp: bool, residency: Residency | None
+        self, tp: int, mb: float, sp: bool, residency: Residency | None, regather: tuple[int, ...] | None = None
     ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass, ChunkPass]]:
         """Per layer class: its forward, backward, selective-recompute and full re-run passes, shared by the
-        three recompute settings (the op costs on a grid of cores are the expensive part of a search)."""
-        key = (tp, mb, sp, residency)
+        three recompute settings (the op costs on a grid of cores are the expensive part of a search).
+        ``regather``: the tensor group the backward's re-gather is timed on (``_regather_group``), as the plan
+        times it (``group_comm.tp_seconds``)."""
+        key = (tp, mb, sp, residency, regather)
         hit = self._base.get(key)
         if hit is None:
             ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
+            if regather is not None:
+                ctx.regather_seconds = tp_seconds(self.comm.hw, list(regather))
             hit = self._base[key] = {
                 k: (
                     forward_pass([self.ops[i]], ctx),
