@@ -253,3 +253,34 @@ def test_the_canvas_colours_expert_groups_and_context_rings(make_window):
     w.workload.editors["cp"].type_and_commit("1")
     assert w.workload.apply_auto_map()
     assert "cp 1: every device runs whole sequences" in w.canvas.legend.text()
+
+
+@pytest.mark.parametrize("kind_name, mapping", [("expert", dict(tp=2, dp=2, ep=2)), ("context", dict(tp=2, cp=2))])
+def test_an_inference_project_draws_no_groups_the_engine_does_not_form(kind_name, mapping):
+    """The engine runs an inference pass at ep 1 and cp 1 whatever the mapping keeps from training
+    (``plan.plan.build_plan``): the canvas draws no all-to-all groups or rings for it, and the key says the
+    degree is for training instead of claiming it is 1."""
+    from tilewright.engine.simulate import simulate
+    from tilewright.studio.mapping import stage_layout
+    from tilewright.studio.model.parallel_groups import GroupKind, idle_degree, parallel_groups
+
+    kind = GroupKind(kind_name)
+    train = grouped_project(**mapping)
+    infer = Project.model_validate({**train.model_dump(), "run": {**train.run.model_dump(), "mode": "infer"}})
+    assert parallel_groups(train, stage_layout(train), kind) is not None  # the same mapping trains with them
+    category = "ep_comm" if kind is GroupKind.expert else "cp_comm"
+    assert simulate(train).time_breakdown_s.get(category, 0.0) > 0  # the groups exchange when training …
+    served = simulate(infer)
+    assert served.mode == "infer" and served.time_breakdown_s.get(category, 0.0) == 0  # … and form nowhere there
+    degree = train.mapping.ep if kind is GroupKind.expert else train.mapping.cp
+    assert parallel_groups(infer, stage_layout(infer), kind) is None
+    assert idle_degree(infer, kind) == degree and idle_degree(train, kind) == 1
+    from types import SimpleNamespace
+
+    from tilewright.studio.ui.canvas.legend import group_legend
+
+    layout = stage_layout(infer)
+    overlay = SimpleNamespace(layout=layout, doc=SimpleNamespace(project=infer),
+                              groups=lambda k: parallel_groups(infer, layout, k))
+    key = group_legend(overlay, kind)  # type: ignore[arg-type]
+    assert f"{kind_name[0]}p {degree}: training only" in key and f"{kind_name[0]}p 1:" not in key

@@ -13,7 +13,12 @@ from tilewright.engine.io import load_project  # noqa: E402
 from tilewright.engine.io.presets import load_system  # noqa: E402
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings  # noqa: E402
 from tilewright.engine.simulate import simulate  # noqa: E402
-from tilewright.studio.ui.mapping_options import IMBALANCE_OFF_TIP, IMBALANCE_TEXT, OFFLOAD_OFF_TIP  # noqa: E402
+from tilewright.studio.ui.mapping_options import (  # noqa: E402
+    IMBALANCE_INFER_TIP,
+    IMBALANCE_OFF_TIP,
+    IMBALANCE_TEXT,
+    OFFLOAD_OFF_TIP,
+)
 from tilewright.studio.ui.offload_editor import host_memory, with_offload  # noqa: E402
 
 MIXTRAL = "presets/projects/mixtral-8x7b-dgx-h100.json"
@@ -67,6 +72,23 @@ def test_expert_imbalance_needs_experts(make_window):
     w = make_window(small(moe=False))
     editor = w.workload.options.imbalance
     assert not editor.isEnabled() and editor.toolTip() == IMBALANCE_OFF_TIP
+
+
+def test_expert_imbalance_is_off_in_inference_where_the_engine_ignores_it(make_window):
+    """An inference run holds every routed expert on each device (the plan runs it at ep 1): the busiest rank's
+    load changes nothing there — the same times at 1 and 1.5 — so the control is off and says why."""
+    train = small()
+    infer = Project.model_validate({**train.model_dump(), "run": {**train.run.model_dump(), "mode": "infer"}})
+    skewed = Project.model_validate({**infer.model_dump(),
+                                     "mapping": {**infer.mapping.model_dump(), "expert_imbalance": 1.5}})
+    runs = [simulate(p) for p in (infer, skewed)]
+    assert [r.mode for r in runs] == ["infer", "infer"]
+    assert runs[0].iteration_time_s == runs[1].iteration_time_s > 0
+    w = make_window(infer)
+    editor = w.workload.options.imbalance
+    assert not editor.isEnabled() and editor.toolTip() == IMBALANCE_INFER_TIP
+    w2 = make_window(train)
+    assert w2.workload.options.imbalance.isEnabled()
 
 
 def test_offloading_the_optimizer_is_one_undo_step_and_saved(make_window, tmp_path):

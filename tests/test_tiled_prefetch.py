@@ -72,6 +72,17 @@ def test_a_2d_tensor_parallel_gemm_is_cut_along_both_dimensions_of_its_weight():
     assert kernel_s(project, "qkv", tp_axes=None) > 1.5 * kernel_s(project, "qkv")
 
 
+def test_the_prefetch_ring_has_as_many_cores_as_receivers_on_any_grid():
+    """The ring is the bank readers' receivers (2 per bank), no more: on a Blackhole (8 banks, a 10 × 11 grid)
+    16 cores in 2 rows of 8 — rounding up to whole rows of 11 gave the ring matmul 22 cores it does not have."""
+    for name, banks in (("blackhole-galaxy-llama3-70b-inference", 8), (GALAXY, 12)):
+        chip = device_chip(make_plan(load_project_preset(name)).stages[0].dev)
+        assert chip.dram_banks == banks
+        rows, cols = prefetch_ring(chip)
+        assert rows * cols == banks * PREFETCH_RECEIVERS_PER_BANK
+        assert rows <= chip.rows and cols <= chip.cols and rows == math.ceil(rows * cols / chip.cols)
+
+
 def test_a_prefetched_decode_matmul_runs_on_the_ring_from_l1_whatever_the_dram():
     """With the weights prefetched, FF2 in a decode step is the ring GEMM (12 banks × 2 receivers = 24 cores,
     A passed around the ring, A, B and C in L1): the DRAM's bandwidth does not change it, while the same op
@@ -159,6 +170,39 @@ def test_a_layer_is_never_faster_than_its_prefetched_weights_stream():
     ops = graph.layer_ops(layer)
     alone = forward_pass([ops], decode_context(fast, 0, 32))
     assert prefetch_stream_s(fast, 0, ops, 32, fast.formats) < alone.busy_s
+
+
+def with_sram_weights(project: Project) -> Project:
+    """The project with an SRAM level beside each chip's DRAM (as large as the DRAM, a hypothetical chip) that
+    ``mapping.memory_levels`` puts the weights in."""
+    hw = project.hardware.model_dump(mode="json")
+    for chip in hw["children"]:
+        dram = chip["memories"][0]
+        chip["memories"].append({"name": "l1", "kind": "sram", "capacity_bytes": dram["capacity_bytes"],
+                                 "bandwidth_bytes_per_s": 100 * dram["bandwidth_bytes_per_s"]})
+    levels = {**project.mapping.memory_levels, "weights": "l1"}
+    return project.model_copy(update={"hardware": type(project.hardware).model_validate(hw),
+                                      "mapping": project.mapping.model_copy(update={"memory_levels": levels})})
+
+
+def test_weights_held_in_sram_have_no_prefetch_stream_to_wait_for():
+    """Weights that ``mapping.memory_levels`` keeps in SRAM are read from L1 by the matmuls (``spatial_op.
+    prefetched`` is false for them), so no layer waits for a DRAM stream of them: under a DRAM slow enough for
+    the prefetcher to bind (the test above), each decode layer is back to its ops and collectives."""
+    project = with_inference(slow_dram(load_project_preset(GALAXY), 0.01), output_tokens=3)
+    plans = {name: make_plan(p) for name, p in (("dram", project), ("sram", with_sram_weights(project)))}
+    w = project.workload
+    graph = inference_graph(w, 1, 129, 32, True, 32)
+    layer = graph.block_layers[3]
+    ops = graph.layer_ops(layer)
+    assert prefetch_stream_s(plans["dram"], 0, ops, 32, plans["dram"].formats) > 0
+    sram = plans["sram"]
+    assert sram.stages[0].residency is not None and sram.stages[0].residency.residency.at("weights") == "sram"
+    assert prefetch_stream_s(sram, 0, ops, 32, sram.formats) == 0.0
+    ps = inference_phases(sram).samples[129][0]
+    alone = forward_pass([ops], decode_context(sram, 0, 32))
+    spent = sum(s.busy_s for s in ps.segments if s.layer == layer)
+    assert spent == pytest.approx(sum(s.busy_s for s in alone.segments), rel=1e-12)
 
 
 def test_both_engines_time_the_prefetched_galaxy_alike():

@@ -123,9 +123,12 @@ def prefetched(chip: GridChip, spatial: SpatialSplit, m: float, on: OnChip = OnC
 
 def prefetch_ring(chip: GridChip) -> tuple[int, int]:
     """The rows × cols of cores the prefetched matmuls run on: the receivers of the bank readers
-    (``PREFETCH_RECEIVERS_PER_BANK`` per bank), laid over whole rows of the grid."""
+    (``PREFETCH_RECEIVERS_PER_BANK`` per bank), in as few rows of the grid as hold them and no wider than
+    they need (the ring's 24 cores of a Wormhole's 8 × 8 grid: 3 × 8; a Blackhole's 16 of 10 × 11: 2 × 8,
+    not two whole rows of 22 cores the ring does not have)."""
     ring = chip.dram_banks * PREFETCH_RECEIVERS_PER_BANK
-    return min(chip.rows, max(1, math.ceil(ring / chip.cols))), min(chip.cols, ring)
+    rows = min(chip.rows, max(1, math.ceil(ring / chip.cols)))
+    return rows, min(chip.cols, math.ceil(ring / rows))
 
 
 def _prefetched_gemm(

@@ -65,7 +65,7 @@ from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.memory import workspace_bytes
 from tilewright.engine.perf.op_cost import shard
 from tilewright.engine.perf.spatial import device_chip
-from tilewright.engine.perf.spatial_op import prefetched
+from tilewright.engine.perf.spatial_op import OnChip, prefetched
 from tilewright.engine.plan.group_comm import scaled
 from tilewright.engine.plan.hardware_flops import useful_share
 from tilewright.engine.plan.launch import InferencePass, pass_device
@@ -339,13 +339,16 @@ def prefetch_stream_s(plan: Plan, r: int, ops: list[Op], mb: int, fmt: OpFormats
     """Seconds stage ``r``'s DRAM prefetcher (``WeightPlacement.prefetched``) takes to stream one layer's
     projection weights (per device) into the matmul cores' L1 in a decode step of ``mb`` sequences: their
     bytes at the bank-adjacent read rate (the reader cores sit next to their banks, as a DRAM-sharded
-    matmul's do); 0 when nothing of the layer is prefetched."""
-    dev = plan.stages[r].dev
+    matmul's do); 0 when nothing of the layer is prefetched, as when ``mapping.memory_levels`` holds the weights
+    in SRAM (``spatial_op.prefetched``: the matmuls read them from L1, no DRAM stream)."""
+    st = plan.stages[r]
+    dev = st.dev
     m = plan.project.mapping
     if dev.compute.grid is None or m.spatial.weights is not WeightPlacement.prefetched:
         return 0.0
     chip = device_chip(dev)
-    if not prefetched(chip, m.spatial, float(mb)):
+    in_sram = st.residency is not None and st.residency.residency.at("weights") == "sram"
+    if not prefetched(chip, m.spatial, float(mb), OnChip(weights=in_sram)):
         return 0.0
     nbytes = 0.0
     for op in ops:

@@ -125,7 +125,8 @@ def notes(
 ) -> list[str]:
     """What each collective of a layer spans: which ops reduce (or, with ``scatter``, reduce-scatter and
     gather) along which axis, over how many devices, carrying which fraction of their output, and the
-    algorithm the lines run (at one token of the model's hidden size)."""
+    algorithm the lines run for a 1 MiB message (a decode step's smaller messages may pick another: the
+    pass times each at its own size)."""
     rows, cols = axes
     by_kind: dict[str, list[str]] = {}
     for layer in dict.fromkeys(op.layer for op in ops):

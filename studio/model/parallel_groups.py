@@ -43,11 +43,21 @@ class Groups:
 
 
 def degree(project: Project, kind: GroupKind) -> int:
-    """ep, or cp as the engine places it (training only: inference runs every sequence whole)."""
+    """ep or cp as the engine places them: training only (``plan.plan.build_plan`` runs an inference pass at
+    ep 1, every device holding all the routed experts, and every sequence whole, cp 1), so an inference
+    project that keeps a training mapping's ep or cp shows no groups."""
     m = project.mapping
-    if kind is GroupKind.expert:
-        return m.ep
-    return m.cp if project.run.mode is Mode.train else 1
+    if project.run.mode is not Mode.train:
+        return 1
+    return m.ep if kind is GroupKind.expert else m.cp
+
+
+def idle_degree(project: Project, kind: GroupKind) -> int:
+    """The mapping's ep or cp when the run ignores it (an inference project keeping a training mapping's),
+    else 1: what the canvas's key names when it shows no groups."""
+    m = project.mapping
+    asked = m.ep if kind is GroupKind.expert else m.cp
+    return asked if asked > 1 and degree(project, kind) == 1 else 1
 
 
 def block_size(mapping: Mapping, kind: GroupKind, deg: int) -> int:

@@ -211,6 +211,9 @@ TP_RS_OFF_TIP = "needs the tensor-parallel communication overlapped with the GEM
 GATHER_STEP_OFF_TIP = ("needs the post-step weight gather overlapped (overlap_param_gather), ZeRO-1/2 and interleaved "
                        "1F1B (interleave ≥ 2): it steps the first model chunk apart from the others")
 IMBALANCE_OFF_TIP = "needs a mixture-of-experts model: the model has no routed experts to balance"
+IMBALANCE_INFER_TIP = ("training only: an inference run splits no experts over expert-parallel ranks (every device "
+                       "runs all of them), so no rank is busier than another; the CLI refuses --expert-imbalance "
+                       "there too")
 OFFLOAD_OFF_TIP = ("needs a host memory the devices reach over a host link: a memory of a node (or any component "
                    "that does not compute) with host_link_bandwidth_bytes_per_s set")
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
@@ -256,7 +259,9 @@ def disabled_reason(field: str, project: Project) -> str | None:
         mixed = dtype_bytes(weights) < 4 and project.run.master_weights_fp32
         return TRAINING_ONLY if not training else None if mixed else MIXED_OFF_TIP
     if field == "expert_imbalance":
-        return None if getattr(project.workload, "moe", None) is not None else IMBALANCE_OFF_TIP
+        if getattr(project.workload, "moe", None) is None:
+            return IMBALANCE_OFF_TIP
+        return None if training else IMBALANCE_INFER_TIP
     if field == "memory_levels":
         return None if host_memory(project.hardware) is not None else OFFLOAD_OFF_TIP
     if field == "overlap_param_gather_with_optimizer_step":

@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 from tilewright.studio.mapping import expert_tp_text, stage_split
 from tilewright.studio.model.palette import CATEGORY_COLOURS, category_label
-from tilewright.studio.model.parallel_groups import GroupKind
+from tilewright.studio.model.parallel_groups import GroupKind, idle_degree
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.canvas.stage_tags import tag_text
@@ -132,6 +132,11 @@ NO_GROUPS = {
     GroupKind.context: "cp 1: every device runs whole sequences, no keys and values pass around a ring (set "
                        "cp > 1 and Auto-map; training only)",
 }
+INFERENCE_GROUPS = {  # an inference run keeps a training mapping's ep or cp but runs without them (plan.plan)
+    GroupKind.expert: "ep {}: training only; an inference run holds every routed expert on each device and "
+                      "exchanges no tokens",
+    GroupKind.context: "cp {}: training only; an inference run keeps every sequence whole on its devices",
+}
 
 
 def group_legend(overlay: OverlayController, kind: GroupKind, size: Size = Size.full, max_rows: int = MAX_STAGE_ROWS
@@ -142,7 +147,9 @@ def group_legend(overlay: OverlayController, kind: GroupKind, size: Size = Size.
         return f"{title} · <span style='color:#c0392b'>no placement</span>"
     groups = overlay.groups(kind)
     if groups is None:
-        return f"{title}<br><span style='color:{NOTE_COLOUR}'>{NO_GROUPS[kind]}</span>"
+        idle = idle_degree(overlay.doc.project, kind)
+        note = NO_GROUPS[kind] if idle == 1 else INFERENCE_GROUPS[kind].format(idle)
+        return f"{title}<br><span style='color:{NOTE_COLOUR}'>{note}</span>"
     name = "ep" if kind is GroupKind.expert else "cp"
     stages = max(groups.stage_of_group) + 1
     head = f"{title} · {name} {groups.degree} · {groups.count // stages} per stage"
