@@ -95,3 +95,15 @@ def test_the_search_times_an_imbalanced_router_as_run_does():
         assert r.iteration_time_s == pytest.approx(run.iteration_time_s, rel=1e-9)
         even = simulate(project.model_copy(update={"mapping": mapping.model_copy(update={"expert_imbalance": 1.0})}))
         assert run.time_breakdown_s["ep_comm"] > even.time_breakdown_s["ep_comm"]
+
+
+def test_one_expert_rank_has_no_busier_rank_than_the_mean():
+    """At ep 1 one rank runs every expert over all the routed tokens: the imbalance between experts moves no
+    work onto it (its time equals the balanced router's), while at ep > 1 it does."""
+    def at(ep: int, imbalance: float) -> float:
+        p = _project(imbalance)
+        p = p.model_copy(update={"mapping": p.mapping.model_copy(update={"ep": ep})})
+        return simulate(p).iteration_time_s
+
+    assert at(1, 1.5) == at(1, 1.0)
+    assert at(EP, 1.5) > at(EP, 1.0)

@@ -185,3 +185,16 @@ def test_the_score_passes_stay_with_the_attention_op():
     plain = op_time(attn, dev, 2, 1, False, False, 2.0)
     assert with_scores.local_bytes - plain.local_bytes == pytest.approx(2 * 2 * scores * 2.0)
     assert with_scores.overhead_s == pytest.approx(plain.overhead_s)
+
+
+def test_a_softmax_inside_a_fused_attention_chain_touches_no_memory_selective_or_not():
+    """Inside a fused attention kernel the scores come from QKᵀ and feed PV on chip: a softmax whose input is
+    fused moves no bytes whether the model marks it selective (a GPT layer) or not (an imported graph's), and
+    an unfused one streams its scores."""
+    dev = _a100()
+    softmax = _op(_gpt_layer(), "softmax")
+    plain = softmax.model_copy(update={"selective": False})
+    for op in (softmax, plain):
+        for backward in (False, True):
+            assert op_time(op, dev, 1, 1, False, backward, 2.0, fused_in=True).local_bytes == 0.0
+            assert op_time(op, dev, 1, 1, False, backward, 2.0).local_bytes > 0.0

@@ -264,7 +264,8 @@ class Mapping(QuietDefaultsModel):
         "tp × dp ranks (MoE parallel folding, plan.experts); None: tp",
     )
     expert_imbalance: Annotated[float, Field(ge=1.0)] = Field(
-        1.0, description="busiest expert-parallel rank's routed tokens over the mean (1 = a balanced router)"
+        1.0, description="busiest expert-parallel rank's routed tokens over the mean (1 = a balanced router; "
+        "no effect at ep 1, where one rank runs every expert over all the routed tokens)"
     )
     sequence_parallel: bool = False
     interleave: PosInt = Field(1, description="model chunks per device (interleaved 1F1B)")

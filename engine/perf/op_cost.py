@@ -222,7 +222,7 @@ def op_time(
         fused_out = False
     w_elems = op.params / (tp if op.split in TP_SPLITS else 1)
     in_elems, out_elems = op.in_elems * micro_batch / k, op.out_elems * micro_batch / k
-    if op.kind in (OpKind.softmax, OpKind.dropout) and op.selective and fused_in:
+    if fused_in and (op.kind is OpKind.softmax or (op.kind is OpKind.dropout and op.selective)):
         # inside a fused attention kernel the scores come from QKᵀ and the probabilities (dropped out in the
         # kernel, ``flash_ops``) feed PV on chip, and the backward recomputes them there (``FLASH_BACKWARD``):
         # no side of the softmax or of its dropout, forward or backward, touches memory

@@ -151,7 +151,9 @@ def shard_experts(ops: list[Op], ep: int, imbalance: float, tp: int = 1, etp: in
     the stacked GEMM's rows · etp / tp and its split dimension · tp / etp (→ m · etp / tp, width / etp); its
     FLOPs and tensors stay (→ / tp: the same token-slot share of the stage's work, ``flops / tp``)."""
     fold = etp is not None and etp != tp
-    if ep <= 1 and imbalance == 1.0 and not fold:
+    if ep <= 1:  # one rank runs every expert over all the routed tokens: no busier rank than the mean
+        imbalance = 1.0
+    if ep <= 1 and not fold:
         return ops
     out = []
     for op in ops:
