@@ -185,7 +185,8 @@ def one_node_model(node: onnx.NodeProto, inputs: list, output: onnx.ValueInfoPro
 
 def test_a_weight_on_the_left_of_a_matmul_is_a_gemm(tmp_path: Path) -> None:
     """``W @ x`` (W 32 × 64, x 64 × 8) is a weighted GEMM like ``x @ W``, not an activation × activation
-    attention matmul: 2 · 32 · 8 · 64 FLOPs over the 32 · 64 weights."""
+    attention matmul: 2 · 32 · 8 · 64 FLOPs over the 32 · 64 weights, its 8 columns of x the tokens (the GEMM's
+    rows, which a micro-batch multiplies) and W's 32 rows its outputs."""
     m, k, n = 32, 64, 8
     model = one_node_model(
         helper.make_node("MatMul", ["w", "x"], ["y"], name="wx"),
@@ -196,7 +197,7 @@ def test_a_weight_on_the_left_of_a_matmul_is_a_gemm(tmp_path: Path) -> None:
     (op,) = import_onnx_model(save(model, tmp_path)).ops
     assert op.kind is OpKind.matmul
     assert op.flops == 2 * m * n * k and op.params == m * k
-    assert op.gemm is not None and op.gemm[2] == k and op.gemm[0] * op.gemm[1] == m * n
+    assert op.gemm == (n, m, k)
 
 
 def test_qlinear_matmul_reads_its_b_operand_not_a_scale(tmp_path: Path) -> None:

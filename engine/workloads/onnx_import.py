@@ -248,6 +248,8 @@ class _Graph:
         out_elems = math.prod(out)
         flops = 2.0 * out_elems * k
         if node.op_type == "Gemm" or node.input[0] in weights or node.input[second] in weights:
+            if node.op_type != "Gemm" and node.input[0] in weights and node.input[second] not in weights:
+                n = a[-2] if len(a) > 1 else 1  # W @ x: the weight's rows are the outputs, x's columns the tokens
             m = max(1, out_elems // max(n, 1))
             return {"kind": OpKind.matmul, "flops": flops, "gemm": (m, n, k)}
         return {"kind": OpKind.attention, "flops": flops}
