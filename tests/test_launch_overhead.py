@@ -146,10 +146,19 @@ def test_graphed_passes_pay_no_host_calls():
 
 def test_a_recomputed_layer_pays_its_checkpoint_on_the_host():
     """Megatron-LM's CheckpointFunction saves and restores the RNG states and calls backward from inside its
-    own backward: ``CHECKPOINT_CALLS`` framework calls per re-run layer, charged with the re-run pass."""
+    own backward: ``CHECKPOINT_CALLS`` framework calls and one nested ``backward()`` start-up
+    (``host_backward_s``) per re-run layer, charged with the re-run pass."""
     from tilewright.engine.plan.launch import CHECKPOINT_CALLS
 
     layers = _block(_spec()) * 3
-    ctx = PassContext(_gpu(1e-3, call_s=0.5e-3), 1, 1, False, 2)  # host-bound: a pass lasts its host time
+    gpu = _gpu(1e-3, call_s=0.5e-3)  # host-bound: a pass lasts its host time
+    startup = gpu.compute.host_backward_s
+    assert startup > 0
+    ctx = PassContext(gpu, 1, 1, False, 2)
     rerun, forward = forward_pass(layers, ctx, "R"), forward_pass(layers, ctx, "F")
-    assert rerun.busy_s - forward.busy_s == pytest.approx(3 * CHECKPOINT_CALLS * 0.5e-3)
+    assert rerun.busy_s - forward.busy_s == pytest.approx(3 * (CHECKPOINT_CALLS * 0.5e-3 + startup))
+    # a device whose runtime has no backward() start-up pays the calls alone
+    bare = dataclasses.replace(gpu, compute=gpu.compute.model_copy(update={"host_backward_s": 0.0}))
+    ctx0 = PassContext(bare, 1, 1, False, 2)
+    assert forward_pass(layers, ctx0, "R").busy_s - forward_pass(layers, ctx0, "F").busy_s == pytest.approx(
+        3 * CHECKPOINT_CALLS * 0.5e-3)

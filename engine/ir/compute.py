@@ -200,7 +200,7 @@ class Compute(QuietDefaultsModel):
         0.0,
         description="host start-up of one top-level autograd backward() call of an eager training framework "
         "(graph task, hand-off to the device's engine thread and back), paid once per backward pass on a "
-        "drained device",
+        "drained device, and again by each fully recomputed layer's re-entrant backward() (plan.launch)",
     )
     runtime_prefill: PrefillOrder = Field(
         PrefillOrder.batched, description="how the device's serving runtime prefills a batch (run.inference.prefill)"

@@ -50,8 +50,13 @@ Full recomputation wraps each layer in Megatron-LM's ``CheckpointFunction`` (``m
 whose Python saves the CPU, CUDA and RNG-tracker states in the forward (its Function, three state reads, the
 no-grad context and the save: 9 calls) and in the backward reads the current states, restores the forward's,
 detaches the inputs, re-runs the layer under ``enable_grad``, restores the states again and calls
-``torch.autograd.backward`` on the layer from inside its own backward (23): ``CHECKPOINT_CALLS`` per re-run
-layer, charged with its re-run.
+``torch.autograd.backward`` on the layer from inside its own backward (22 calls besides that one):
+``CHECKPOINT_CALLS`` per re-run layer, charged with its re-run. That nested ``torch.autograd.backward`` is a
+whole backward call (its Python argument checks and ``_make_grads``, a new graph task, the dependency count
+over the layer's graph), which the autograd engine runs re-entrantly on the device thread that is already
+running the outer backward (``Engine::execute`` from a worker thread, torch/csrc/autograd/engine.cpp): it costs
+a top-level call's start-up (``Compute.host_backward_s``) less the two thread hand-offs, a few µs, which are
+not separated: charged at ``host_backward_s`` (``checkpoint_host_seconds``), leaning high by those µs.
 
 A kernel-issuing call costs ``host_dispatch_s`` in all (its Python, the autograd node, the dispatcher, the
 allocation and the launch: measured eager ops cost 9-11 µs each on A100 and H100 hosts, the dgx presets'
@@ -166,7 +171,7 @@ HOST_CALLS: dict[OpKind, tuple[int, int]] = {
     OpKind.loss: (11, 6),
 }
 
-CHECKPOINT_CALLS = 9 + 23  # CheckpointFunction's forward and backward per re-run layer (module docstring)
+CHECKPOINT_CALLS = 9 + 22  # CheckpointFunction's forward and backward per re-run layer, its nested backward() apart
 
 SCORE_PASSES_FORWARD = 2  # QKᵀ writes S, PV reads P
 SCORE_PASSES_BACKWARD = 2 * SCORE_PASSES_FORWARD  # reads P (∂V), writes ∂P, reads ∂S for ∂Q and ∂K
@@ -249,8 +254,10 @@ def host_calls(op: Op, backward: bool) -> int:
 
 
 def checkpoint_host_seconds(compute: Compute) -> float:
-    """Host time of the activation checkpoint around one fully recomputed layer (``CHECKPOINT_CALLS``)."""
-    return CHECKPOINT_CALLS * compute.host_call_s
+    """Host time of the activation checkpoint around one fully recomputed layer: its framework calls
+    (``CHECKPOINT_CALLS``) and the re-entrant ``backward()`` it calls from inside the outer backward
+    (``backward_startup_seconds``; module docstring)."""
+    return CHECKPOINT_CALLS * compute.host_call_s + backward_startup_seconds(compute)
 
 
 def host_time(launches: float, calls: float, compute: Compute) -> float:

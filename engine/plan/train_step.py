@@ -34,10 +34,11 @@ synchronises, then call ``batch_isend_irecv``: ``Compute.host_collective_s`` up 
 ``get_batch``'s two broadcasts (the first after the ``batch-generator`` timer's start, the second after the
 sizes' ``.cpu()``: each call's ``host_collective_s``, on the broadcast's own segment) and the backward pass's
 ``torch.autograd.backward`` call, made right after the ``backward-compute`` timer's start (its start-up,
-``Compute.host_backward_s``; the recomputing layers' nested calls are ``launch.CHECKPOINT_CALLS``). They lead
-their pass as host waits beside the drains. Left out: the warm-up's and cool-down's separate receives (1F1B's
-steady state receives in the send's call), the optimizer step's flag all-reduces and the data-parallel
-reduction's call (two or three calls an iteration, issued behind the step's own kernels).
+``Compute.host_backward_s``; the recomputing layers' checkpoints, their nested ``backward()`` calls included,
+are ``launch.checkpoint_host_seconds``). They lead their pass as host waits beside the drains. Left out: the
+warm-up's and cool-down's separate receives (1F1B's steady state receives in the send's call), the optimizer
+step's flag all-reduces and the data-parallel reduction's call (two or three calls an iteration, issued behind
+the step's own kernels).
 
 **The mixed-precision optimizer's passes.** ``ADAM_BYTES_*`` (``plan.plan``) streams one fused Adam step
 (fp32 gradient, master weights and moments read, the three written, the low-precision copy written).
