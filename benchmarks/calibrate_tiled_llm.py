@@ -31,7 +31,9 @@ decode and stop checks run outside the timer, while the device is idle. The last
 published Tenstorrent row, the bytes that iteration reads back over PCIe (``demo_readback_bytes``: at batch 1 the
 on-device argmax's 32-row token tensor from each device; at batch > 1, in the demo at ``DEMO_TIMER``'s commit,
 device 0's 32-row logits, sampled on the host) and their transfer time at Wormhole's measured host read rates
-(``HOST_READ_BPS``) beside the preset's ``compute.runtime_step_s``, the fixed round trip each iteration pays.
+(``HOST_READ_BPS``) beside the preset's ``compute.runtime_step_s``, the fixed round trip each iteration pays,
+and what the engine charges each decode step for the logits' read at batch > 1
+(``compute.runtime_host_read_bytes_per_s``, ``plan.inference_phases.host_sampling_s``).
 Then one decoder layer of the Galaxy's batch-32 step, op by op, beside the per-op device targets tt-metal publishes
 for models/demos/llama3_70b_galaxy (``benchmarks/tiled_galaxy_ops.py``, with their source commit). The Galaxy
 project models that runtime (prefetched weights, its programs per op, persistent collectives, reduce-scatters and
@@ -58,7 +60,7 @@ from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.mapping import WeightPlacement
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.op_cost import programs_fixed_s, runtime_programs
-from tilewright.engine.plan.inference_phases import inference_phases, sampling_tile
+from tilewright.engine.plan.inference_phases import host_sampling_s, inference_phases, sampling_tile
 from tilewright.engine.simulate import make_plan, simulate
 
 # Published decode throughputs (tokens/s/user) of Tenstorrent's own model demos, each with its source. A check,
@@ -232,10 +234,11 @@ def demo_readback_bytes(batch: int, vocab: int, devices: int, tile: int = 32) ->
     return rows * math.ceil(vocab / tile) * tile * LOGIT_BYTES
 
 
-def readback_rows(cases: tuple[Config, ...] = CONFIGS) -> list[tuple[Config, Project, int, float, float]]:
+def readback_rows(cases: tuple[Config, ...] = CONFIGS) -> list[tuple[Config, Project, int, float, float, float]]:
     """Each row published in tt-transformers' PERF.md (measured by the demo of ``DEMO_TIMER``; the README's
     rows come from several demos): its project, the bytes its demo iteration reads back, their transfer time at
-    the slower host read rate, and the preset's ``runtime_step_s``."""
+    the slower host read rate, the preset's ``runtime_step_s`` and the engine's charge for the host's read of
+    the logits (``host_sampling_s``: 0 at batch 1)."""
     out = []
     for c in cases:
         if c.published is None or "PERF" not in c.published.sources:
@@ -243,8 +246,9 @@ def readback_rows(cases: tuple[Config, ...] = CONFIGS) -> list[tuple[Config, Pro
         p = configured(c)
         devices = p.mapping.tp
         nbytes = demo_readback_bytes(c.batch, p.workload.vocab, devices)
-        step = make_plan(p).stages[0].dev.compute.runtime_step_s
-        out.append((c, p, nbytes, nbytes / HOST_READ_BPS[0], step))
+        compute = make_plan(p).stages[-1].dev.compute
+        host = host_sampling_s(compute, p.workload.vocab, c.batch)
+        out.append((c, p, nbytes, nbytes / HOST_READ_BPS[0], compute.runtime_step_s, host))
     return out
 
 
@@ -467,14 +471,16 @@ def main() -> None:
     print(f"  {DEMO_TIMER}.")
     print(f"Bytes that iteration reads back over PCIe and their transfer at {lo / 1e9:g}-{hi / 1e9:g} GB/s (Wormhole")
     print("host reads, tt-metal issue #8098), beside the preset's runtime_step_s (the fixed round trip: trace")
-    print("launch, read command, completion):")
-    for c, p, nbytes, slow, step in readback_rows():
+    print("launch, read command, completion) and the engine's charge per decode step for the logits' read")
+    print("(runtime_host_read_bytes_per_s; 0 where the preset has no rate):")
+    for c, p, nbytes, slow, step, host in readback_rows():
         what = "tokens" if c.batch == 1 else "logits"
         print(f"  {p.hardware.name + ' / ' + p.workload.name:36s} batch {c.batch:2d}: {what} {nbytes:>9,d} B in "
-              f"{seconds(nbytes / hi)}-{seconds(slow)}; runtime_step_s {seconds(step)}")
+              f"{seconds(nbytes / hi)}-{seconds(slow)}; runtime_step_s {seconds(step)}; logits read {seconds(host)}")
     print("  at batch 1 the transfer is negligible: the host step is the runtime's fixed round trip, not the")
-    print("  constant ms per token left in the missing/token column. At batch > 1 (demo @001cd078) the host also")
-    print("  reads and samples the logits, which runtime_step_s does not include; later demos sample on the device.")
+    print("  constant ms per token left in the missing/token column. At batch > 1 the demo samples on the host")
+    print("  (@001cd078, as did the models/demos/llama3 demo @0c4b9e98 of PERF.md's first batch-32 table): the")
+    print("  engine charges the logits' read, not the host's conversion and argmax over them (no published rate).")
     tg_report()
     print("\nOne decoder layer of the Galaxy's batch-32 decode step against tt-metal's published per-op decode")
     print("targets of models/demos/llama3_70b_galaxy (benchmarks/tiled_galaxy_ops.py):\n")

@@ -133,23 +133,25 @@ def test_torus_bucket_time_is_unchanged():
 
 
 def test_two_chip_line_all_gather_equals_the_bidirectional_line_formula():
+    """Each direction carries one member's half, injected by its one worker: on Wormhole two workers fill a link
+    (the preset's workers_to_fill_link), so the half moves at half the link (tests/test_tiled_ccl_workers.py)."""
     hw = elaborate(load_system("wormhole-n300"))
     t = 16 * MiB
     coll = collective(hw, "all-gather", [0, 1], t)
     hop, eth = 711e-9, 12.5 * GB * 6144 / (6144 + 48 + 50 * 5)  # S8 framing: 5 frames of <= 1,500 B
     launch, handshake, crossings = 2.37e-6, 4 * hop, 3 * 1 * hop  # diameter 1, crossed 3 times
     assert coll.algorithm == "line"
-    assert coll.time(hw) == pytest.approx(launch + handshake + crossings + (2 - 1) / 2 * t / eth, rel=1e-12)
+    assert coll.time(hw) == pytest.approx(launch + handshake + crossings + 2 * (2 - 1) / 2 * t / eth, rel=1e-12)
 
 
 def test_reduce_scatter_pays_store_and_forward_and_neighbour_syncs():
     hw = elaborate(load_system("wormhole-n300"))
     t = 16 * MiB
-    ag = collective(hw, "all-gather", [0, 1], t).time(hw)
     rs = collective(hw, "reduce-scatter", [0, 1], t).time(hw)
-    hop = 711e-9
+    hop, eth = 711e-9, 12.5 * GB * 6144 / (6144 + 48 + 50 * 5)
+    line = 2.37e-6 + 4 * hop + 3 * 1 * hop + (2 - 1) / 2 * t / eth  # the line at the full link: several workers
     syncs = (t / 2) / (20 * 6144)  # a round trip every 20 packets of 6,144 B (S8)
-    assert rs - ag == pytest.approx((hop + 2 * 300e-9) + syncs * 2 * hop, rel=1e-9)
+    assert rs - line == pytest.approx((hop + 2 * 300e-9) + syncs * 2 * hop, rel=1e-9)
 
 
 def test_ring_of_the_t3000_is_a_cycle_of_neighbour_links():

@@ -45,12 +45,13 @@ def test_when_the_host_samples_it_reads_device_0s_tile_padded_logits_in_bf16():
 
 def test_each_perf_row_is_listed_with_its_readback_time_and_the_presets_host_step():
     """Every configuration published in PERF.md appears once; the transfer time is bytes over the slower host
-    read rate (2.5 GB/s: the 8.2 MB of logits take 3.28 ms), and the step is the preset's runtime_step_s."""
+    read rate (2.5 GB/s: the 8.2 MB of logits take 3.28 ms), the step is the preset's runtime_step_s, and at
+    batch > 1 the engine charges the same read per decode step (``host_sampling_s``)."""
     rows = readback_rows()
     perf = [c for c in CONFIGS if c.published is not None and "PERF" in c.published.sources]
     assert [r[0] for r in rows] == perf
     slow_bps = min(HOST_READ_BPS)
-    for c, p, nbytes, transfer, step in rows:
+    for c, p, nbytes, transfer, step, host in rows:
         assert nbytes == demo_readback_bytes(c.batch, p.workload.vocab, p.mapping.tp)
         assert transfer == pytest.approx(nbytes / slow_bps)
         chip = next(ch for ch in p.hardware.children if ch.compute is not None)
@@ -58,8 +59,11 @@ def test_each_perf_row_is_listed_with_its_readback_time_and_the_presets_host_ste
         if c.batch == 1:
             # a few hundred bytes: the host step is the round trip, not the transfer (< 1 % of it)
             assert transfer < 0.01 * step
+            assert host == 0.0  # the argmax ran on the device: the engine charges no logits' read
         else:
             assert transfer == pytest.approx(8_208_384 / 2.5e9)
+            # the engine charges the logits' read at the Wormhole board's rate, the same 2.5 GB/s
+            assert host == pytest.approx(transfer, rel=1e-12)
 
 
 @pytest.mark.parametrize("name", TENSTORRENT)

@@ -12,6 +12,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 from tilewright.engine.ir.common import (
     DEFAULT_FIDELITY,
+    BytesPerSecond,
     DType,
     Fraction,
     MathFidelity,
@@ -98,7 +99,7 @@ class Compute(QuietDefaultsModel):
 
     _quiet = ("grid", "fixed_op_s", "host_dispatch_s", "host_call_s", "runtime_prefill", "runtime_graphs",
               "programs_by_op", "program_s_by_op", "gemm_granule", "runtime_step_s", "runtime_sampling", "host_sync_s",
-              "host_collective_s", "host_backward_s", "runtime_ccl",
+              "host_collective_s", "host_backward_s", "runtime_ccl", "runtime_host_read_bytes_per_s",
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
               "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w")
@@ -221,6 +222,14 @@ class Compute(QuietDefaultsModel):
         "for a batch of one sequence, their argmax taken and the next step's position, rotary index and token "
         "updated in place (ops named sample_*, ``workloads.transformer_inference.sampling_ops``); off: the "
         "logits' sampling is not modelled (a host's, or a GPU runtime's)",
+    )
+    runtime_host_read_bytes_per_s: BytesPerSecond | None = Field(
+        None,
+        description="with runtime_sampling: the rate at which the serving runtime reads a device tensor back to "
+        "the host (its blocking device-to-host copy over PCIe, host-side copies included). A decode step of more "
+        "than one sequence is sampled on the host: the untilized logits of one device (the tile-padded rows x "
+        "the vocabulary, bf16) are read at this rate while the device waits "
+        "(``plan.inference_phases.host_sampling_s``); None: that read is not modelled",
     )
     runtime_ccl: RuntimeCcl = Field(
         RuntimeCcl.generic,

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import Field
-from tilewright.engine.ir.common import BytesPerSecond, Seconds, StrictModel
+from tilewright.engine.ir.common import BytesPerSecond, QuietDefaultsModel, Seconds, StrictModel
 
 Count = Annotated[int, Field(ge=1)]
 
@@ -93,14 +93,18 @@ class Protocol(StrictModel):
     comment: str = ""
 
 
-class CollectiveCosts(StrictModel):
+class CollectiveCosts(QuietDefaultsModel):
     """What a collective operation pays on this fabric besides moving its bytes.
 
     Default (all off): a phase of an algorithm costs its steps × the per-hop latency, as in the α–β model.
     Measured fabrics (tt-metal's CCL report) add, per operation, a program launch and the opening and closing
     of the connection to the neighbour (blocking round trips), cross the algorithm's diameter several times
     (entry barrier round trip + the data pipeline), store-and-forward partial sums at every hop of a
-    reduce-scatter, and pause a reduce-scatter for a neighbour handshake every few packets."""
+    reduce-scatter, and pause a reduce-scatter for a neighbour handshake every few packets. Where one worker
+    core cannot keep a link fed (``workers_to_fill_link``), a line all-gather's link that carries fewer
+    members' shards than that runs below its bandwidth (``perf.collective_grid.fed``)."""
+
+    _quiet = ("workers_to_fill_link",)
 
     fixed_s: Seconds = Field(0.0, description="per collective operation: program launch")
     handshake_hops: Annotated[float, Field(ge=0)] = Field(
@@ -115,6 +119,11 @@ class CollectiveCosts(StrictModel):
         None, description="a reduce-scatter waits for a neighbour round trip every this many packets "
         "(packet = framing.payload_bytes)"
     )
+    workers_to_fill_link: Count = Field(
+        1, description="worker cores it takes to keep one link direction fed; a line all-gather injects each "
+        "member's shard with one worker per link (the routers forward the others), so a link carrying fewer "
+        "shards than this runs at shards / this of its bandwidth"
+    )
     algorithms: list[Algorithm] | None = Field(
         None, description="the algorithms the fabric's runtime offers (default: every one that fits)"
     )
@@ -127,4 +136,5 @@ class CollectiveCosts(StrictModel):
     def grid_fields(self) -> list[str]:
         """The fields that describe a grid fabric's collectives (``perf.collective_grid``)."""
         grid = ("fixed_s", "handshake_hops", "diameter_crossings", "reduce_hop_s", "reduce_sync_packets", "algorithms")
-        return [f for f in grid if f in self.model_fields_set and getattr(self, f) not in (None, 0, 0.0)]
+        names = [f for f in grid if f in self.model_fields_set and getattr(self, f) not in (None, 0, 0.0)]
+        return names + (["workers_to_fill_link"] if self.workers_to_fill_link > 1 else [])

@@ -57,6 +57,7 @@ class OpCosts:
     algorithms: frozenset[str] | None = None  # what the fabric's runtime offers (None: everything)
     protocols: tuple[Protocol, ...] = ()  # switched fabrics: the collective library's protocols
     persistent: bool = False  # the members' runtime keeps semaphores and buffers across calls (module notes)
+    fill_workers: int = 1  # workers it takes to keep a link direction fed (``CollectiveCosts.workers_to_fill_link``)
 
     def offers(self, algorithm: str) -> bool:
         return self.algorithms is None or algorithm.split(",")[0] in self.algorithms
@@ -106,6 +107,7 @@ def costs_of(hw: HardwareGraph, members: list[int]) -> OpCosts | None:
                 ic.framing.payload_bytes if ic.framing is not None else None,
                 frozenset(a.value for a in c.algorithms) if c.algorithms is not None else None,
                 tuple(c.protocols or ()),
+                fill_workers=c.workers_to_fill_link,
             )
         )
         base = cache[key]

@@ -175,9 +175,28 @@ def cyclic(g: Grid, order: list[int]) -> bool:
 # --- phases ---------------------------------------------------------------------------------------------
 
 
+def fed(shards: float, op: str, costs: OpCosts | None) -> float:
+    """A line all-gather link's usage, in shards, when ``shards`` members' shards cross it one way.
+
+    tt-metal's line all-gather multicasts: each member's worker core injects its own shard once per direction
+    (one worker per link) and the routers forward the others (S8 'Line versus ring'; ttnn
+    all_gather_multicast_factory.cpp, ``num_workers_per_link = 1``). Where one worker cannot keep a link fed
+    (``OpCosts.fill_workers`` > 1: on Wormhole two workers saturate a link and one cannot, ttnn
+    all_gather_unicast_factory.cpp), a link whose shards come from fewer workers than that runs at
+    shards / fill_workers of its bandwidth: it takes as long as ``fill_workers`` shards would. Only the
+    2-member line is short enough for this to bind (its one link per direction carries one shard, where a longer
+    line's end link carries N - 1 >= fill_workers). A reduce-scatter runs 2 to 8 workers per direction and link
+    through a fabric mux (ttnn reduce_scatter_program_utils.cpp, ``reduce_scatter_default_workers``) and the ring
+    all-gather two per direction on Wormhole (all_gather_unicast_factory.cpp), so neither is limited."""
+    if op != "ag" or costs is None or costs.fill_workers <= 1 or shards <= 0:
+        return shards
+    return max(shards, costs.fill_workers)
+
+
 def line_phase(g: Grid, order: list[int], shard: float, op: str, costs: OpCosts | None) -> Phase:
     """A bidirectional line: every member's shard travels to (all-gather) or from (reduce-scatter) every
-    other member; the link after position k carries k + 1 shards one way and N - 1 - k the other."""
+    other member; the link after position k carries k + 1 shards one way and N - 1 - k the other (an all-gather's
+    link fed by too few workers counts as more, ``fed``)."""
     hw = g.hw
     n = len(order)
     usage: Counter = Counter()
@@ -191,6 +210,7 @@ def line_phase(g: Grid, order: list[int], shard: float, op: str, costs: OpCosts 
         for lk in back:
             usage[lk] += left
         hop = max(hop, route_latency(hw, fwd), route_latency(hw, back))
+    usage = Counter({lk: fed(u, op, costs) for lk, u in usage.items()})
     return make_phase(hw, usage, shard, hop, n - 1, n - 1, op, costs)  # type: ignore[arg-type]
 
 
@@ -209,6 +229,8 @@ def ring_phase_ordered(
     if len(ring) > 2:
         usage.update(ring_usage(hw, ring[::-1])[0])
         volume /= 2
+    else:  # two members are a line of one link pair: each direction carries one member's shard (``fed``)
+        usage = Counter({lk: fed(u, op, costs) for lk, u in usage.items()})
     d = len(ring) // 2 if diameter is None else diameter
     return make_phase(hw, usage, volume, hop, steps, d, op, costs)  # type: ignore[arg-type]
 

@@ -37,7 +37,9 @@ embeddings, KV-cache writes, head split/concat (a Llama layer here is 11 ops, in
 — whose fixed per-op cost is therefore not counted (on grid devices ``compute.programs_by_op`` counts them).
 A runtime that samples on the device (``compute.runtime_sampling``) ends each decode step with the logits'
 all-gather, untilize and (one sequence) argmax and index updates (``transformer_inference.sampling_ops``),
-built into the decode passes here and priced the same way by ``serving.cost_model``.
+built into the decode passes here and priced the same way by ``serving.cost_model``; for more than one
+sequence it samples on the host, and each decode step ends with the device waiting for the host's read of the
+logits (``host_sampling_s``, on the last stage).
 
 With prefetched weights (``WeightPlacement.prefetched``) a decode layer lasts at least its weights' stream from
 DRAM, which the prefetcher runs behind its ops and collectives (``with_prefetch_floor``).
@@ -390,6 +392,35 @@ def sampling_tile(compute: Compute) -> int:
     return compute.grid.tile if compute.grid is not None else 1
 
 
+LOGIT_BYTES = 2  # the logits a host sampler reads: untilized to bf16 rows (ttnn.untilize of the LM head's output)
+
+
+def host_sampling_s(compute: Compute, vocab: int, sequences: int) -> float:
+    """Seconds the device waits, after a decode step of ``sequences`` sequences, for the runtime to read the
+    logits back and sample them on the host (``Compute.runtime_host_read_bytes_per_s``): tt-transformers takes
+    the argmax on the device only for one sequence (``sampling_ops``); for more, its decode reads one device's
+    untilized, all-gathered logits — the sequences' rows padded to whole tiles × the vocabulary padded to whole
+    tiles, bf16 — with a blocking copy before it samples them and launches the next step (tenstorrent/tt-metal
+    models/tt_transformers/tt/generator.py ``read_decode_output``, demo/simple_text_demo.py ``sample_host``).
+    Only that copy is priced; the host's conversion and argmax over the logits and the next step's input copies
+    are not (no published rate). 0 for one sequence, or when the runtime samples on the device or elsewhere."""
+    rate = compute.runtime_host_read_bytes_per_s
+    tile = sampling_tile(compute)
+    if not rate or not tile or sequences <= 1:
+        return 0.0
+    rows = math.ceil(sequences / tile) * tile
+    return rows * math.ceil(vocab / tile) * tile * LOGIT_BYTES / rate
+
+
+def with_host_sampling(ps: NamedPass, seconds: float) -> NamedPass:
+    """``ps`` followed by the host's read and sampling of its logits (``host_sampling_s``), which the device
+    waits for before the next step."""
+    if seconds <= 0 or not ps.segments:
+        return ps
+    read = Segment.host_wait("logits read and host sampling", ps.segments[-1].layer, seconds)
+    return NamedPass(ps.kind, [*ps.segments, read], ps.dataflows, name=ps.name, cache_key=ps.cache_key)
+
+
 def inference_phases(plan: Plan) -> InferencePhases:
     project = plan.project
     m, inf = project.mapping, project.run.inference
@@ -443,5 +474,7 @@ def inference_phases(plan: Plan) -> InferencePhases:
             passes.append(with_prefetch_floor(plan, r, ps, layers, mb, fmt))
             ph.sample_padding.setdefault(c, []).append(padding_flops(layers, mb, m.tp, False))
         passes[0] = with_runtime_step(NamedPass(passes[0].kind, passes[0].segments, passes[0].dataflows), step_s)
+        sample_s = host_sampling_s(plan.stages[-1].dev.compute, dims.vocab, mb)
+        passes[-1] = with_host_sampling(NamedPass(passes[-1].kind, passes[-1].segments, passes[-1].dataflows), sample_s)
         ph.samples[c] = passes
     return ph

@@ -47,7 +47,7 @@ from tilewright.engine.ir.ops import LayerKind, Op, OpKind
 from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.plan.group_comm import scaled
-from tilewright.engine.plan.inference_phases import kv_dtype, sampling_tile
+from tilewright.engine.plan.inference_phases import host_sampling_s, kv_dtype, sampling_tile
 from tilewright.engine.plan.launch import graphed, serving_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass, fused_edges
 from tilewright.engine.plan.plan import Plan
@@ -372,10 +372,11 @@ class IterationCostModel:
         return hit
 
     def _sampling_s(self, rows: int) -> float:
-        """Seconds of the runtime's on-device sampling after a decode iteration of ``rows`` sequences on the
-        last stage (``Compute.runtime_sampling``): the ops ``transformer_inference.sampling_ops`` appends to a
-        decode step and the logits' all-gather, timed as ``tilewright run`` times them (the head's pass with
-        and without them); 0 when the runtime samples elsewhere."""
+        """Seconds of the runtime's sampling after a decode iteration of ``rows`` sequences on the last stage
+        (``Compute.runtime_sampling``): the ops ``transformer_inference.sampling_ops`` appends to a decode step
+        and the logits' all-gather, timed as ``tilewright run`` times them (the head's pass with and without
+        them), then for more than one sequence the host's read of the logits (``host_sampling_s``); 0 when the
+        runtime samples elsewhere."""
         if not self._sampling_tile or rows <= 0 or not self._head_ops:
             return 0.0
         hit = self._sampling_cache.get(rows)
@@ -385,8 +386,9 @@ class IterationCostModel:
             tail = forward_pass([[logits, *sampling_ops(logits, self.dims.vocab, rows, self._sampling_tile)]], ctx)
             bare = forward_pass([[logits]], ctx)
             comm = sum(self.plan.tp_time(r, 0, *s.comm) for s in tail.segments if s.comm)
+            host = host_sampling_s(self.plan.stages[r].dev.compute, self.dims.vocab, rows)
             hit = self._sampling_cache[rows] = (
-                sum(_device(s) for s in tail.segments) - sum(_device(s) for s in bare.segments) + comm
+                sum(_device(s) for s in tail.segments) - sum(_device(s) for s in bare.segments) + comm + host
             )
         return hit
 
