@@ -44,12 +44,15 @@ def test_overlap_exposes_only_what_the_layers_compute_cannot_hide():
 
 def test_inside_one_node_the_all_to_all_hides_behind_the_layer():
     """8 GPUs on NVSwitch: each forward all-to-all is shorter than the layer's compute before it, so none
-    shows; of the backward's, at most a little of the first (the combine's gradient, hidden only by the loss
-    and head before it) shows."""
+    shows; of the backward's, at most a little shows (the combine's gradient is hidden only by the loss and
+    head before it, and with NCCL's per-call cost, ``experts.exchange_latency``, a second one's cover falls
+    short by about a microsecond): each shown part a small share of its all-to-all."""
     hidden, plain = make_plan(_project(True, dp=8)), make_plan(_project(False, dp=8))
     assert _a2a(hidden, "F") == []
-    assert len(_a2a(hidden, "B")) <= 1
-    assert 0 <= sum(_a2a(hidden, "B")) < 0.05 * sum(_a2a(plain, "B"))
+    full = _a2a(plain, "B")
+    assert len(_a2a(hidden, "B")) < len(full)
+    assert all(0 <= b < 0.05 * max(full) for b in _a2a(hidden, "B"))
+    assert 0 <= sum(_a2a(hidden, "B")) < 0.05 * sum(full)
 
 
 def test_both_engines_agree_with_the_overlap():

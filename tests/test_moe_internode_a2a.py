@@ -15,7 +15,9 @@ nodes, about 134 MB per rank per exchange, 4 MB per peer: the bandwidth regime):
 
 So at these sizes an inter-node all-to-all on the dgx-h100 preset must not move a GPU's network share faster
 than one NIC can (≤ 49 GB/s), and the NIC is what binds it (the NVLink share is 7/31 of the bytes at ~8× the
-rate). Expected times are derived here from the preset's own link fields, not from the engine."""
+rate). Expected times are derived here from the preset's own link fields, not from the engine; the fixed part
+from its NCCL protocols (``_nccl_latency``: NCCL's send/recv runs LL or Simple, the fixed cost once, one
+protocol step of the network, and each round's issue at the fastest step of the fabric reaching its peer)."""
 
 from __future__ import annotations
 
@@ -45,18 +47,38 @@ def _hw(devices: int):
     return elaborate(load_system("dgx-h100"), devices_needed=devices)
 
 
+def _protocols(level: dict) -> dict[str, dict]:
+    return {pr["name"]: pr for pr in level["collective"]["protocols"]}
+
+
+def _nccl_seconds(p: int, per_node: int, wire_s: float) -> float:
+    """A flat all-to-all of p GPUs, ``per_node`` per node, whose binding network share takes ``wire_s`` at
+    the full payload rate: the faster of LL (payload fraction × that rate) and Simple, with the protocol's
+    fixed cost, one network step, and p − per_node rounds at the network's fastest step plus per_node − 1 at
+    NVLink's."""
+    d = json.loads(PRESET.read_text())
+    net, nvl = _protocols(d["interconnect"]), _protocols(d["children"][0]["interconnect"])
+    issue = (p - per_node) * min(pr["step_s"] for pr in net.values()) + (per_node - 1) * min(
+        pr["step_s"] for pr in nvl.values())
+    return min(
+        wire_s / net[name]["payload_fraction"] + max(net[name]["fixed_s"], nvl[name]["fixed_s"])
+        + net[name]["step_s"] + issue
+        for name in ("LL", "Simple")
+    )
+
+
 @pytest.mark.parametrize("nodes", [2, 4, 8])
 def test_an_ep_group_over_nodes_moves_its_network_share_at_one_nic(nodes):
     """ep = 8 · nodes GPUs, each sending nbytes / p to every peer: (p − 8) of the p shares leave the node
-    through the GPU's own NIC, which binds; the time is that share over the NIC's rate plus one route's
-    route's latency (GPU → NIC → switch → NIC → GPU: the network link twice)."""
+    through the GPU's own NIC, which binds; the time is that share over the NIC's rate plus NCCL's fixed
+    part (``_nccl_seconds``)."""
     p = 8 * nodes
     hw = _hw(p)
     nbytes = 134.2e6  # Qwen3-235B: 2048 tokens per tensor rank × top-8 × hidden 4096 × 2 B
     coll = all_to_all(hw, list(range(p)), nbytes)
-    net, latency, nvl = _rates()
+    net, _, nvl = _rates()
     remote = nbytes * (p - 8) / p
-    assert coll.time(hw) == pytest.approx(remote / net + 2 * latency, rel=1e-6)
+    assert coll.time(hw) == pytest.approx(_nccl_seconds(p, 8, remote / net), rel=1e-6)
     # the NVLink share is not what binds
     assert nbytes * 7 / p / nvl < remote / net
 
@@ -83,8 +105,8 @@ def test_the_folded_ep32_group_of_the_qwen3_235b_layout_spans_four_nodes():
     groups = [[2 * d, 2 * d + 1] for d in range(16)]  # 16 replicas of tp 2
     nbytes = 134.2e6
     coll = ep_group_collective(hw, groups, 32, nbytes, etp=1)
-    net, latency, _ = _rates()
-    assert coll.time(hw) == pytest.approx(nbytes * 24 / 32 / net + 2 * latency, rel=1e-6)
+    net, _, _ = _rates()
+    assert coll.time(hw) == pytest.approx(_nccl_seconds(32, 8, nbytes * 24 / 32 / net), rel=1e-6)
 
 
 def test_the_node_deduplicated_dispatcher_keeps_its_own_exchange():

@@ -185,15 +185,19 @@ class ProtocolChoice:
 
 
 def protocol_choice(
-    hw: HardwareGraph, parts: list[tuple[dict[int, float], float, list[int]]]
+    hw: HardwareGraph, parts: list[tuple[dict[int, float], float, list[int]]], only: frozenset[str] | None = None
 ) -> ProtocolChoice | None:
     """``ProtocolChoice`` for a collective's parts — (link usage, algorithm steps, members whose fabric carries
-    it) — or None when a fabric names no protocols or they share none (the phases keep steps × hop latency)."""
+    it) — or None when a fabric names no protocols or they share none (the phases keep steps × hop latency).
+    ``only``: the protocols the operation can use at all (NCCL's send/recv never runs LL128:
+    ``plan.experts.P2P_PROTOCOLS``); None: every one the fabrics offer."""
     levels = [costs_of(hw, members) for _, _, members in parts]
     if not parts or any(c is None or not c.protocols for c in levels):
         return None
     by_level = [{p.name: p for p in c.protocols} for c in levels]  # type: ignore[union-attr]
     names = set.intersection(*(set(b) for b in by_level))
+    if only is not None:
+        names &= only
     if not names:
         return None
     worst = tuple(

@@ -61,10 +61,11 @@ device runs micro_batch / cp samples' worth of tokens, so its all-to-all carries
   router. The flex dispatcher (``'deepep'``) has no separate gather — its exchange spans the tp × ep group and
   sends a token to every tensor rank of an expert — but moves the same token-slots to the same ranks, so the
   plan charges it the same gather. All pairs exchange at once: one phase whose per-link use counts the routes
-  crossing it (``all_to_all``). With ``Mapping.ep_dispatcher`` 'deepep' (DeepEP, Megatron-Core's flex
-  dispatcher with DeepEP or HybridEP) a token crosses the network once per destination node and is forwarded
-  inside the node (``hierarchical_all_to_all``), its nodes capped by node-limited routing
-  (``MoESpec.max_nodes_per_token``).
+  crossing it (``all_to_all``), with NCCL's per-call cost of a grouped send/recv on fabrics that name its
+  protocols (``exchange_latency``: ~11 µs on one DGX H100 node at tiny sizes, as nccl-tests measures). With
+  ``Mapping.ep_dispatcher`` 'deepep' (DeepEP, Megatron-Core's flex dispatcher with DeepEP or HybridEP) a token
+  crosses the network once per destination node and is forwarded inside the node (``hierarchical_all_to_all``),
+  its nodes capped by node-limited routing (``MoESpec.max_nodes_per_token``).
 
 Gradients of the routed experts are reduced (and, with ZeRO-1/2, their updated weights gathered) over the
 dp / ep replicas that hold the same experts (Megatron-Core's expert-data-parallel group; tp·dp / (ep·etp)
@@ -111,6 +112,7 @@ from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import Mapping
 from tilewright.engine.ir.ops import ExpertInfo, MoERole, Op, TensorSplit
 from tilewright.engine.ir.project import Project
+from tilewright.engine.perf.collective_costs import costs_of, protocol_choice
 from tilewright.engine.perf.collective_phase import Collective, Phase, route_latency
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.plan.launch import drain_seconds
@@ -118,6 +120,9 @@ from tilewright.engine.plan.moe_host import Fp8, framework_host
 
 EP_PREFIX = "ep:"  # expert parallelism's all-to-all, a segment collective (``plan.sharding``)
 ETP_PREFIX = "etp:"  # a routed expert's tensor-parallel collective over its expert-tensor group (etp < tp)
+# NCCL's send/recv protocols: LL while a peer's bytes fit nChannels × NCCL_P2P_LL_THRESHOLD (16 KiB), else
+# Simple; never LL128 (src/enqueue.cc, the p2p planner). The all-to-all is grouped send/recv (``exchange_latency``).
+P2P_PROTOCOLS = frozenset({"LL", "Simple"})
 
 
 def expert_tp_of(mapping: Mapping, train: bool = True) -> int:
@@ -228,11 +233,62 @@ def exchange(op: Op, backward: bool, tokens_scale: float, tp: int, elem_bytes: f
 
 def all_to_all(hw: HardwareGraph, group: list[int], nbytes: float) -> Collective:
     """Every member sends nbytes / p to each other member at once: one phase, each member (p − 1)/p · nbytes,
-    ``usage[link]`` = routes crossing the link / (p − 1) (a member's bytes split evenly over its routes)."""
+    ``usage[link]`` = routes crossing the link / (p − 1) (a member's bytes split evenly over its routes), timed
+    by the fabric's collective library where it names one (``exchange_latency``)."""
     p = len(group)
     if p <= 1 or nbytes <= 0:
         return Collective("exchange", "none", ())
-    return Collective("exchange", "all-to-all", (_pairs_phase(hw, [group], (p - 1) / p * nbytes),))
+    phase = _pairs_phase(hw, [group], (p - 1) / p * nbytes)
+    nodes = _by_node(hw, group)
+    g = min(len(m) for m in nodes)
+    rounds = [(p - 1, group)] if len(nodes) == 1 else [(p - g, group), (g - 1, nodes[0])]
+    timed = exchange_latency(hw, [(phase, group)], rounds)
+    if timed is None:
+        return Collective("exchange", "all-to-all", (phase,))
+    (phase,), fraction = timed
+    return Collective("exchange", "all-to-all", (phase,), fraction)
+
+
+def exchange_latency(
+    hw: HardwareGraph, parts: list[tuple[Phase, list[int]]], rounds: list[tuple[int, list[int]]]
+) -> tuple[tuple[Phase, ...], float] | None:
+    """An exchange's phases — each with the members whose fabric carries it — timed as NCCL runs an
+    all-to-all, grouped ``ncclSend``/``ncclRecv`` to every peer (Megatron-Core's ``all_to_all``:
+    ``torch.distributed.all_to_all_single``), by the fabrics' protocols (``collective_costs.protocol_choice``,
+    NCCL's tuning model, which prices every other collective); None where a fabric names none (the phases
+    keep their routes' latency).
+
+    NCCL's p2p planner runs a member's exchange as p − 1 rounds, one peer each (send to rank + r, receive
+    from rank − r), in one kernel launch, each round on channels of its own (``ncclP2pChannelBaseForRound``):
+    the rounds' data moves at once, so a phase pays the protocol's fixed cost (once per exchange) and one
+    step of its latency, its bytes at the protocol's payload fraction. Protocols: LL and Simple only
+    (``P2P_PROTOCOLS``); the one that finishes first wins, as NCCL's LL threshold picks LL for small shares.
+    What the rounds do not share is their issue — each peer's send and receive enqueued by the host and, to
+    another node, posted by the proxy thread one after the other — charged per round at the fastest step
+    NCCL's model knows on the round's fabric (LL's): ``rounds`` lists (rounds, members whose fabric reaches
+    those peers), added to the first phase. On the dgx-h100 preset, 8 GPUs of one node at 128 B: LL,
+    6.6 + 0.6 + 7 × 0.6 = 11.4 µs; 16 GPUs over two nodes: 6.6 + 2.7 + 8 × 2.7 + 7 × 0.6 = 35.1 µs."""
+    choice = protocol_choice(hw, [(ph.usage, 1.0, members) for ph, members in parts], P2P_PROTOCOLS)
+    if choice is None:
+        return None
+    picked, fraction = choice.pick([ph.usage for ph, _ in parts], [ph.bytes_per_member for ph, _ in parts])
+    issue = sum(n * _fastest_step(hw, members) for n, members in rounds if n > 0)
+    first = picked[0]
+    return (Phase(first.usage, first.bytes_per_member, first.latency_s + issue), *picked[1:]), fraction
+
+
+def _fastest_step(hw: HardwareGraph, members: list[int]) -> float:
+    """The smallest per-step latency the protocols of the fabric joining ``members`` name (NCCL's LL)."""
+    costs = costs_of(hw, members)
+    return min((pr.step_s for pr in costs.protocols), default=0.0) if costs is not None else 0.0
+
+
+def _by_node(hw: HardwareGraph, group: list[int]) -> list[list[int]]:
+    """``group``'s members node by node (the device's parent component), in order of first appearance."""
+    by_node: dict[str, list[int]] = {}
+    for d in group:
+        by_node.setdefault(hw.devices[d].node.rsplit("/", 1)[0], []).append(d)
+    return list(by_node.values())
 
 
 def _pairs_phase(hw: HardwareGraph, groups: list[list[int]], per_member: float) -> Phase:
@@ -291,19 +347,24 @@ def hierarchical_all_to_all(hw: HardwareGraph, group: list[int], nbytes: float, 
       node: every copy once, (g − 1)/g of them to another of the node's g members, an all-to-all per node.
 
     The phases run one after the other (DeepEP pipelines them in chunks: an upper bound on its time). A group
-    within one node is the flat all-to-all; one member per node has no forwarding."""
-    by_node: dict[str, list[int]] = {}
-    for d in group:
-        by_node.setdefault(hw.devices[d].node.rsplit("/", 1)[0], []).append(d)
-    nodes = list(by_node.values())
+    within one node is the flat all-to-all; one member per node has no forwarding. The fixed part is NCCL's
+    (``exchange_latency``: n − 1 network rounds, g − 1 NVLink ones): DeepEP's own kernels (NVSHMEM) are not
+    NCCL, so that is an estimate of theirs, not a measured one."""
+    nodes = _by_node(hw, group)
     n, g = len(nodes), min(len(m) for m in nodes)
     if n <= 1 or nbytes <= 0:
         return all_to_all(hw, group, nbytes)
     same_index = [[members[i] for members in nodes] for i in range(g)]
     phases = [_pairs_phase(hw, same_index, nbytes * distinct_nodes(r, n) / r.top_k * (n - 1) / n)]
+    fabrics, rounds = [same_index[0]], [(n - 1, same_index[0])]
     if g > 1:
         phases.append(_pairs_phase(hw, nodes, (g - 1) / g * nbytes))
-    return Collective("exchange", "hierarchical all-to-all", tuple(phases))
+        fabrics.append(nodes[0])
+        rounds.append((g - 1, nodes[0]))
+    timed = exchange_latency(hw, list(zip(phases, fabrics, strict=True)), rounds)
+    if timed is None:
+        return Collective("exchange", "hierarchical all-to-all", tuple(phases))
+    return Collective("exchange", "hierarchical all-to-all", timed[0], timed[1])
 
 
 def is_ep(kind: str) -> bool:
