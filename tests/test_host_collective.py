@@ -121,13 +121,15 @@ def test_replayed_and_serving_collectives_make_no_call():
 @pytest.mark.parametrize("engine", ["analytic", "event"])
 def test_each_micro_batch_pays_its_calls_and_its_backward_start(engine):
     """A host-bound tp-2 job: every collective of every pass (forward, recompute, backward; the batch
-    broadcasts) costs its call once per micro-batch, and each backward pass its ``backward()`` start-up."""
+    broadcasts) costs its call once per micro-batch, and each backward pass its ``backward()`` start-up, once
+    for the pass and once more for each fully recomputed layer (its checkpoint's re-entrant ``backward()``)."""
     gb = 4
+    project = _project(0.0, 0.0, gb=gb)
     on = simulate(_project(CALL, START, gb=gb, engine=engine))
     off = simulate(_project(0.0, 0.0, gb=gb, engine=engine))
-    passes = make_plan(_project(0.0, 0.0, gb=gb)).stages[0].passes
+    passes = make_plan(project).stages[0].passes
     calls = sum(1 for ps in passes.values() for s in ps.segments if s.comm)
-    per_micro_batch = calls * CALL + START
+    per_micro_batch = calls * CALL + START * (1 + project.workload.layers)
     assert on.iteration_time_s - off.iteration_time_s == pytest.approx(gb * per_micro_batch, rel=1e-6)
     assert (on.time_breakdown_s["host_wait"] - off.time_breakdown_s["host_wait"]
             == pytest.approx(gb * per_micro_batch, rel=1e-6))
