@@ -324,19 +324,27 @@ class Compute(QuietDefaultsModel):
             return self.energy_pj_per_flop.get(d)
         return self.energy_pj_per_flop.get(self.runs_as(d))
 
-    def shape_efficiency(self, m: float, n: float, k: float = 0.0) -> float:
+    def shape_efficiency(self, m: float, n: float, k: float = 0.0, batch: float = 1.0) -> float:
         """Tile and wave quantization of an M×N output (NVIDIA, "Matrix Multiplication Background",
         §3): partial edge tiles do wasted work, and the last wave of tiles leaves units idle. With fewer
-        tiles than units, libraries split K across the idle units (split-K), in slices of at least 256."""
+        tiles than units, libraries split K across the idle units (split-K), in slices of at least 256.
+        ``batch`` > 1: a batched GEMM of that many M×N×K products in one kernel (``torch.bmm``, a strided-batched
+        cuBLAS call): each product is tiled on its own and all their tiles fill the units in shared waves, split
+        along K like one GEMM's when batch × tiles leave units idle. cuBLAS's batched path has split-K kernels:
+        ``torch.bmm`` of small-output, long-K shapes runs ``nvjet_…_splitK`` with ``cublasLt::splitKreduce_kernel``
+        (profiled on B200 in Dao-AILab/quack PR #157; its batch counts are not stated), and XLA's H100 table
+        times a 2 × 256×256×1024 kernel at 7.3 µs, less than the 9 µs one SM needs at peak for one of its four
+        whole 256 × 128 × 1024 tiles (``benchmarks/calibrate_gemm_gpu.py``): the idle units take part of K.
+        (CUTLASS's own universal GEMM has no such mode: its grid's z is either the batch or the K slices.)"""
         if self.gemm_granule is not None:
-            return self._granule_efficiency(m, n, k)
+            return self._granule_efficiency(m, n, k, batch)
         tile = self.gemm_tile or self.pe_array
         if tile is None or m <= 0 or n <= 0:
             return 1.0
         units = self.gemm_units or self.tensor_cores
         tm, tn = _tile_side(tile[0], m), _tile_side(tile[1], n)
         rows, cols = math.ceil(m / tm), math.ceil(n / tn)
-        tiles = rows * cols
+        tiles = rows * cols * math.ceil(batch)
         if tiles < units and k > 0:
             tiles *= max(1, min(units // tiles, math.ceil(k / 256)))
         waves = math.ceil(tiles / units)
@@ -350,11 +358,12 @@ class Compute(QuietDefaultsModel):
             return None
         return _tile_side(tile[0], m)
 
-    def _granule_efficiency(self, m: float, n: float, k: float) -> float:
+    def _granule_efficiency(self, m: float, n: float, k: float, batch: float = 1.0) -> float:
         """A systolic array holds a K × N block of the weights and streams M rows past it, a few rows per
         pass: M, N and K are each padded to whole blocks (``gemm_granule``) and every block costs a unit the
         same time, so the useful fraction is M·N·K over the padded volume. Blocks (K blocks too: partial sums
-        add up afterwards) are dealt to the units in waves, and a last partial wave leaves units idle."""
+        add up afterwards) are dealt to the units in waves, and a last partial wave leaves units idle; a
+        ``batch`` of products deals all their blocks together."""
         assert self.gemm_granule is not None
         if m <= 0 or n <= 0:
             return 1.0
@@ -363,7 +372,7 @@ class Compute(QuietDefaultsModel):
             k, gk = 1.0, 1
         blocks = [math.ceil(x / g) for x, g in ((m, gm), (n, gn), (k, gk))]
         padded = blocks[0] * gm * blocks[1] * gn * blocks[2] * gk
-        count = blocks[0] * blocks[1] * blocks[2]
+        count = blocks[0] * blocks[1] * blocks[2] * math.ceil(batch)
         units = self.gemm_units or self.tensor_cores
         waves = math.ceil(count / units)
         return (m * n * k) / padded * count / (waves * units)

@@ -124,8 +124,23 @@ class AttentionShape(StrictModel):
     keys: int = Field(ge=1, description="keys the last query attends to (the context)")
 
 
+class AttentionBmm(StrictModel):
+    """The head structure of an attention op as an unfused core attention runs it: batched GEMMs, one product
+    per (sample, head) in each kernel (Megatron-LM's ``CoreAttention``: ``baddbmm`` QKᵀ and ``bmm`` PV forward,
+    autograd's four gradient GEMMs backward). K and V are expanded to every query head before the GEMMs (GQA),
+    so the batch counts query heads. What ``perf.op_cost`` needs to give each kernel its own shape and tile
+    and wave quantization on a GPU. Unlike ``Op.attention`` it says nothing about how the op runs: a training
+    graph carries it whether or not the mapping fuses attention (a fused kernel is priced as one kernel)."""
+
+    heads: int = Field(ge=1, description="query heads (the batch per sample, before tensor parallelism)")
+    queries: int = Field(ge=1, description="query rows per sample and head")
+    keys: int = Field(ge=1, description="keys per query in the score matrix (the op's FLOPs count queries × keys)")
+    qk_dim: int = Field(ge=1, description="elements per query/key head (QKᵀ's reduction)")
+    v_dim: int = Field(ge=1, description="elements per value head (PV's output columns)")
+
+
 class Op(QuietDefaultsModel):
-    _quiet = ("cache_elems", "moe", "attention", "fused_flops")
+    _quiet = ("cache_elems", "moe", "attention", "fused_flops", "bmm")
 
     name: str = Field(min_length=1)
     kind: OpKind
@@ -148,6 +163,10 @@ class Op(QuietDefaultsModel):
     inputs: list[str] = Field(default_factory=list, description="names of producer ops")
     moe: ExpertInfo | None = Field(None, description="mixture-of-experts metadata (expert parallelism)")
     attention: AttentionShape | None = Field(None, description="head structure of an attention op (None: unknown)")
+    bmm: AttentionBmm | None = Field(
+        None, description="an attention op's batched GEMM shapes when run unfused (None: unknown, one shapeless "
+        "kernel per GEMM)"
+    )
     fused_flops: NonNeg | None = Field(
         None,
         description="forward FLOPs per sample of an attention op run as one fused (flash) kernel, which skips the "

@@ -18,7 +18,7 @@ from fnmatch import fnmatchcase
 from tilewright.engine.ir.common import DEFAULT_FIDELITY, DType
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import Fp8Scaling, SpatialSplit, WeightPlacement
-from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
+from tilewright.engine.ir.ops import AttentionBmm, MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats, gemm_dtype
 from tilewright.engine.perf.residency import OpBytes, Residency, op_memory
@@ -88,14 +88,33 @@ def gemm_kernels(
     Every kernel pays its own launch and fill (the efficiency curve's fixed part) and its own tile and wave
     quantization, at its own output shape: for an M×N×K forward (tokens × outputs × inputs) the data
     gradient is M×K reducing over N, the weight gradient K×N reducing over M (same FLOPs each). Without a
-    shape (attention's batched GEMMs) the kernels share the FLOPs evenly. Grids and wafers run an op as
-    one program (``device.issues_kernels``): the caller keeps one GEMM there."""
+    shape (an attention op without ``Op.bmm``, as an imported graph's) the kernels share the FLOPs evenly;
+    with one, ``attention_kernels``. Grids and wafers run an op as one program (``device.issues_kernels``):
+    the caller keeps one GEMM there."""
     fwd, bwd = GEMM_KERNELS.get(kind, (1, 1))
     n = bwd if backward else fwd
     if shape is not None and backward and n == 2:
         m, nn, k = shape
         return ((0.5, (m, k, nn)), (0.5, (k, nn, m)))
     return tuple((1.0 / n, shape) for _ in range(n))
+
+
+def attention_kernels(bmm: AttentionBmm, backward: bool) -> tuple[tuple[float, tuple[float, float, float]], ...]:
+    """(share of the op's FLOPs, (M, N, K) of one product) of each batched GEMM kernel of an unfused attention
+    (``Op.bmm``), as Megatron-LM's ``CoreAttention`` and autograd run them, with s_q queries, s_k keys and
+    head widths d_qk, d_v. Forward: S = Q·Kᵀ (``baddbmm`` of Q [s_q × d_qk] and Kᵀ [d_qk × s_k]: s_q × s_k
+    reducing over d_qk) and O = P·V (s_q × d_v reducing over s_k). Backward, the gradients of each GEMM's two
+    operands: dV = Pᵀ·dO (s_k × d_v over s_q), dP = dO·Vᵀ (s_q × s_k over d_v), dQ = dS·K (s_q × d_qk over
+    s_k) and dKᵀ = Qᵀ·dS (d_qk × s_k over s_q: the gradient of ``baddbmm``'s second operand, Kᵀ). Each
+    kernel's share is its own FLOPs (M·N·K) over the pass's: QKᵀ and its gradients scale with d_qk, PV and
+    its gradients with d_v."""
+    q, keys, dq, dv = bmm.queries, bmm.keys, bmm.qk_dim, bmm.v_dim
+    if backward:
+        dims = ((keys, dv, q), (q, keys, dv), (q, dq, keys), (dq, keys, q))
+    else:
+        dims = ((q, keys, dq), (q, dv, keys))
+    total = sum(m * n * k for m, n, k in dims)
+    return tuple((m * n * k / total, (float(m), float(n), float(k))) for m, n, k in dims)
 
 
 def _fused_attention(op: Op, fused_out: bool) -> bool:
@@ -259,11 +278,17 @@ def op_time(
         peak = dev.matmul_peak(formats, op.params > 0)  # fp8 GEMMs on the fp8 units (``formats.gemm_dtype``)
         shape = _sharded_gemm(op, micro_batch, tp, tp_axes) if op.gemm is not None else None
         split = issues_kernels(dev.compute) and not flash
+        # an unfused attention's kernels are batched: one product per sample and local head (``attention_kernels``)
+        bmm = op.bmm if split and op.kind is OpKind.attention else None
+        batch = micro_batch * bmm.heads / k if bmm is not None else 1.0
+        kernels = (attention_kernels(bmm, backward) if bmm is not None
+                   else gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),))
         compute_s = 0.0
-        for share, dims in (gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),)):
+        for share, dims in kernels:
             if not flops:
                 break
-            padded = flops * share / (_kernel_efficiency(op, dev.compute, dims, shape) if dims is not None else 1.0)
+            eff = _kernel_efficiency(op, dev.compute, dims, shape, batch) if dims is not None else 1.0
+            padded = flops * share / eff
             # the fill is never hidden under streaming; a fused attention kernel runs at its own measured rate
             throughput_s, fill_s = (dev.flash_parts(padded, peak, backward, _masked_attention(op)) if flash
                                     else _gemm_parts(op, dev, padded, peak))
@@ -394,14 +419,16 @@ GROUPED_GEMM_STREAMS = 4
 
 
 def _kernel_efficiency(
-    op: Op, compute: Compute, dims: tuple[float, float, float], shape: tuple[float, float, float] | None
+    op: Op, compute: Compute, dims: tuple[float, float, float], shape: tuple[float, float, float] | None,
+    batch: float = 1.0,
 ) -> float:
-    """Tile and wave quantization of one GEMM kernel a GPU runs for ``op`` (``dims``: the kernel's M×N×K,
-    ``shape``: the op's forward M×N×K). A routed-expert op runs as a grouped GEMM (``grouped_efficiency``);
-    any other op as one GEMM (``Compute.shape_efficiency``)."""
+    """Tile and wave quantization of one GEMM kernel a GPU runs for ``op`` (``dims``: the kernel's M×N×K — one
+    product's, for a batched kernel of ``batch`` products — ``shape``: the op's forward M×N×K). A routed-expert
+    op runs as a grouped GEMM (``grouped_efficiency``); any other op as one (batched) GEMM
+    (``Compute.shape_efficiency``)."""
     experts = _experts_reached(op)
     if experts == 1.0 or shape is None:
-        return compute.shape_efficiency(*dims)
+        return compute.shape_efficiency(*dims, batch=batch)
     return grouped_efficiency(compute, dims, shape[0], experts)
 
 

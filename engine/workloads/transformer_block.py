@@ -14,7 +14,9 @@ and the ``selective`` ones 5as², giving sh·(10 + 24/t + 5as/(ht)) with tensor 
 
 The ``attention`` op (QKᵀ and the context matmul, 4·s²·h FLOPs) is marked ``selective`` too although it
 stores nothing: Megatron's selective recomputation re-runs the whole core attention, so recomputing the
-selective ops must also pay for those two matmuls.
+selective ops must also pay for those two matmuls. It carries its head structure (``Op.bmm``: query heads,
+queries, keys, query/key and value head widths) so that a GPU prices each of the unfused attention's batched
+GEMMs at its own shape, quantized over micro-batch × local heads (``perf.op_cost.attention_kernels``).
 
 Causal attention. ``flops`` count every (query, key) pair, s² per head: what Megatron-LM's unfused core
 attention (``baddbmm`` QKᵀ, masked softmax, ``bmm``) computes — it masks the upper triangle after computing it
@@ -59,7 +61,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tilewright.engine.ir.ops import ExpertInfo, MoERole, OpKind, TensorSplit
+from tilewright.engine.ir.ops import AttentionBmm, ExpertInfo, MoERole, OpKind, TensorSplit
 from tilewright.engine.ir.workload import MLASpec, MoESpec, TransformerDims
 from tilewright.engine.workloads.builder import OpList
 
@@ -241,7 +243,7 @@ def _add_attention(ops: OpList, b: BlockShape, attn_in: str) -> str:
     ops.add(
         "attention", OpKind.attention, HEADS, flops=pair_flops * s * b.keys, in_elems=qkv_elems,
         out_elems=s * b.q_width, selective=True, inputs=inputs,
-        fused_flops=pair_flops * flash_pairs(s, b.window) if b.causal else None,
+        fused_flops=pair_flops * flash_pairs(s, b.window) if b.causal else None, bmm=_bmm(b),
     )
     ops.add("softmax", OpKind.softmax, HEADS, params=a if b.sinks else 0, in_elems=as2, out_elems=as2,
             saved_elems=as2, selective=True)
@@ -251,6 +253,14 @@ def _add_attention(ops: OpList, b: BlockShape, attn_in: str) -> str:
     if b.dropout:
         add_dropout(ops, "dropout1", s * h)
     return ops.last
+
+
+def _bmm(b: BlockShape) -> AttentionBmm:
+    """The batched GEMMs of the block's attention run unfused (``Op.bmm``): every query head over ``keys`` keys
+    per query (the op's FLOPs count the same pairs), QKᵀ over the query/key head width, PV over the value
+    head width (MLA's qk_head_dim and v_head_dim, else head_dim for both)."""
+    qk, v = (b.mla.qk_head_dim, b.mla.v_head_dim) if b.mla is not None else (b.head_dim, b.head_dim)
+    return AttentionBmm(heads=b.heads, queries=b.seq, keys=b.keys, qk_dim=qk, v_dim=v)
 
 
 def _add_mla_projections(ops: OpList, b: BlockShape, attn_in: str) -> tuple[int, str]:
