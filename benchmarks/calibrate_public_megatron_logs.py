@@ -19,12 +19,21 @@ are too fast), the iteration's time breakdown (shares of the predicted iteration
 and the share of layer time outside the ops' roofline (``fixed``); then mean |error| and mean signed error
 overall, by tp, by source family and by precision. No physics is changed here: predictions only.
 
+The CI's own training-loop options are columns too, each a mapping field, read from the row's cited config
+(``plan.train_logging``, ``plan.grad_hooks``): ``gradient_accumulation_fusion`` (every config passes
+--no-gradient-accumulation-fusion), ``log_params_norm``, ``log_num_zeros_in_grad``, ``timing_log_level`` (2 for the
+12-layer tests, 0 for the 7B ones) and ``check_for_nan_in_loss_and_grad`` (Megatron-LM's default from late 2023,
+none of the configs turns it off: on for the 2024-25 rows; off for the 2023 rows, whose commits' dates are not
+known here). ``--defaults all`` (or a comma list of those columns) leaves them at the mapping's defaults: the
+predictions without them, for comparison. Not columns: --deterministic-mode and NCCL_ALGO (no cost modelled).
+
 ``--host-scale F``: a diagnostic what-if, not a calibration: every host cost of the system preset (per-kernel
 dispatch, per-call framework time, per-synchronisation idle, per-collective call, per-backward start-up:
 ``host_dispatch_s``, ``host_call_s``, ``host_sync_s``, ``host_collective_s``, ``host_backward_s``) multiplied by F
 in memory, to see how much of the gap host-side time could account for.
 
 Usage: python benchmarks/calibrate_public_megatron_logs.py [--engine analytic|event] [--host-scale F]
+       [--defaults all|COLUMN,...]
 """
 
 from __future__ import annotations
@@ -49,7 +58,11 @@ FLASH = [["attention", "softmax"]]
 MAKE_VOCAB_DIVISIBLE_BY = 128  # Megatron's --make-vocab-size-divisible-by default (arguments.py)
 INT_FIELDS = ("gpus", "layers", "hidden", "heads", "kv_heads", "seq", "vocab", "mb", "gbs", "tp", "pp", "dp",
               "interleave", "zero")
-BOOL_FIELDS = ("tie_embeddings", "overlap_grad_reduce", "overlap_param_gather")
+BOOL_FIELDS = ("tie_embeddings", "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
+               "log_params_norm", "log_num_zeros_in_grad", "check_for_nan_in_loss_and_grad")
+# the CI's training-loop options: mapping fields of the same name (module docstring)
+LOOP_OPTIONS = ("gradient_accumulation_fusion", "log_params_norm", "log_num_zeros_in_grad", "timing_log_level",
+                "check_for_nan_in_loss_and_grad")
 
 
 def rows(path: Path = CSV) -> list[dict]:
@@ -66,6 +79,8 @@ def rows(path: Path = CSV) -> list[dict]:
                 if raw[k] not in ("true", "false"):
                     raise ValueError(f"{raw['id']}: {k} must be true or false, not {raw[k]!r}")
                 r[k] = raw[k] == "true"
+            level = raw["timing_log_level"]
+            r["timing_log_level"] = int(level) if level != "" else None
             r["measured_ms"] = float(raw["measured_ms"])
             out.append(r)
     return out
@@ -86,8 +101,9 @@ def system_for(gpu: str) -> str:
     raise ValueError(f"no system preset for GPU {gpu!r}")
 
 
-def project_for(r: dict, engine: str = "analytic") -> Project:
-    """The row as a project: a Megatron GPT (learned positions, LayerNorm, GeLU, biases) on one node."""
+def project_for(r: dict, engine: str = "analytic", defaults: tuple[str, ...] = ()) -> Project:
+    """The row as a project: a Megatron GPT (learned positions, LayerNorm, GeLU, biases) on one node, with its
+    training-loop options (``LOOP_OPTIONS``) but those named in ``defaults``."""
     spec = GPTSpec(name=r["id"], layers=r["layers"], hidden=r["hidden"], heads=r["heads"],
                    kv_heads=r["kv_heads"] if r["kv_heads"] != r["heads"] else None, seq_len=r["seq"],
                    vocab=padded_vocab(r["vocab"], r["tp"]), tie_embeddings=r["tie_embeddings"])
@@ -96,7 +112,8 @@ def project_for(r: dict, engine: str = "analytic") -> Project:
     mapping = Mapping(tp=r["tp"], pp=r["pp"], dp=r["dp"], interleave=r["interleave"], micro_batch=r["mb"],
                       global_batch=r["gbs"], recompute=recompute, zero=r["zero"],
                       overlap_grad_reduce=r["overlap_grad_reduce"], overlap_param_gather=r["overlap_param_gather"],
-                      fusion=FLASH if flash else [])
+                      fusion=FLASH if flash else [],
+                      **{k: r[k] for k in LOOP_OPTIONS if k not in defaults})
     return Project(name=r["id"], hardware=load_system(system_for(r["gpu"])), workload=spec, mapping=mapping,
                    run=RunSettings(dtype=r["precision"], engine=engine))
 
@@ -137,7 +154,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", default="analytic", choices=["event", "analytic"])
     ap.add_argument("--host-scale", type=float, default=1.0, help="what-if: multiply the host costs by this")
+    ap.add_argument("--defaults", default="", help="'all' or a comma list of LOOP_OPTIONS left at the mapping's "
+                    "defaults (the predictions without those CI options)")
     args = ap.parse_args()
+    defaults = LOOP_OPTIONS if args.defaults == "all" else tuple(x for x in args.defaults.split(",") if x)
+    unknown = set(defaults) - set(LOOP_OPTIONS)
+    if unknown:
+        ap.error(f"--defaults: not a loop option: {', '.join(sorted(unknown))} (one of {', '.join(LOOP_OPTIONS)})")
+    if defaults:
+        print(f"WITHOUT the CI options {', '.join(defaults)} (the mapping's defaults)")
     if args.host_scale != 1.0:
         print(f"WHAT-IF: host costs ({', '.join(HOST_COSTS)}) x {args.host_scale:g}; not the calibrated model")
     head = (f"{'id':<31} {'tp':>2} {'pp':>2} {'dp':>2} {'mb':>2} {'m':>2} {'meas ms':>8} {'pred ms':>8} "
@@ -146,7 +171,7 @@ def main() -> None:
     print(head)
     results: list[tuple[dict, float, dict[str, float]]] = []  # row, error, breakdown shares
     for r in rows():
-        p = scaled_host(project_for(r, args.engine), args.host_scale)
+        p = scaled_host(project_for(r, args.engine, defaults), args.host_scale)
         res = simulate(p)
         t = res.iteration_time_s
         b = dict(res.time_breakdown_s)

@@ -124,14 +124,18 @@ def test_the_search_times_an_offload_candidate_as_the_engine(c: Candidate):
 
 
 def test_activation_offload_keeps_the_workspace_on_the_device():
-    """The host track holds the stored activations alone (one micro-batch in flight at pp 1); the op's
-    workspace is the device's, beside its model state."""
+    """The host track holds the offloaded layers' stored activations alone (one micro-batch in flight at pp 1;
+    ``plan.activation_offload``); the op's workspace is the device's, beside its model state and the kept
+    layers' activations."""
     p = _project({"activations": "host"})
     st = make_plan(p).stages[0]
     result = simulate(p)
     host = [t for t in result.memory if t.level == "host"]
     device = [t for t in result.memory if t.level != "host"]
-    assert max(host[0].totals()) == pytest.approx(st.act_bytes[0], rel=1e-9)
+    assert 0 < st.offloaded_bytes[0] < st.act_bytes[0]
+    assert max(host[0].totals()) == pytest.approx(st.offloaded_bytes[0], rel=1e-9)
+    assert max(device[0].by_category["activations"]) == pytest.approx(st.act_bytes[0] - st.offloaded_bytes[0],
+                                                                       rel=1e-9)
     assert max(device[0].by_category["workspace"]) == pytest.approx(st.workspace, rel=1e-9)
     assert result.peak_memory_bytes >= st.workspace + st.state.weights + st.state.gradients
 
@@ -167,14 +171,15 @@ def test_a_recompute_pass_copies_nothing_to_the_host():
 
 def test_each_pass_copies_the_stored_activations_once():
     """Where the reproducer's memory stall comes from: each forward copies one micro-batch's stored activations
-    out (as ``perf.memory`` counts them for the host track) and each backward copies them back, at the link's
+    of the offloaded layers out (as ``perf.memory`` counts them for the host track) and each backward copies
+    them back, at the link's
     rate per direction, overlapped with the pass's kernels — nothing counted twice. Two micro-batches per
     replica run forward then backward (pp 1), so the link is busy 2 × 2 × stored / link per iteration, which
     bounds the iteration from below when the kernels are shorter."""
     p = _project({"activations": "host"})
     plan = make_plan(p)
     st = plan.stages[0]
-    stored = st.act_bytes[0]
+    stored = st.offloaded_bytes[0]
     for kind in ("F", "B"):
         ps = st.passes[(0, kind)]
         assert sum(seg.offload_s for seg in ps.segments) == pytest.approx(stored / HOST_LINK, rel=1e-9)

@@ -47,12 +47,13 @@ def test_optimizer_state_in_host_memory_is_stepped_by_the_host_cpus_and_leaves_t
 
 
 def test_activation_offload_copies_the_stored_activations_out_and_back():
-    """Stored activations go to the host in the forward and come back in the backward; with these small
-    kernels and a 25 GB/s link, the copies bound every pass: per micro-batch at least 2 × stored bytes /
-    link, and the GPU no longer holds them."""
+    """Stored activations of the offloaded layers (all transformer layers but the last, ``plan.activation_offload``)
+    go to the host in the forward and come back in the backward; with these small kernels and a 25 GB/s link,
+    the copies bound every pass: per micro-batch at least 2 × stored bytes / link, and the GPU no longer holds
+    them."""
     base, off = simulate(_project()), simulate(_project({"activations": "host"}))
     plan = make_plan(_project({"activations": "host"}))
-    stored = plan.stages[0].act_bytes[0]  # per micro-batch
+    stored = plan.stages[0].offloaded_bytes[0]  # per micro-batch
     copies = 2 * stored / HOST_LINK * plan.micro_batches
     assert off.iteration_time_s >= base.iteration_time_s + 0.5 * copies
     assert off.iteration_time_s <= base.iteration_time_s + copies

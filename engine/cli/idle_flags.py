@@ -45,12 +45,17 @@ _TRAINING_ONLY = {
     "overlap_grad_reduce": bool,
     "expert_tp": lambda v: True,
     "pipeline_p2p": lambda v: True,
+    "overlap_dgrad_comm": lambda v: True,  # a served pass has no backward (plan.dgrad_overlap)
     "global_batch": lambda v: True,  # an inference run serves run.inference.batch (--batch)
     "micro_batch": lambda v: True,  # its micro-batches are the batch over pp (plan.inference_phases)
     "gradient_accumulation_fusion": lambda v: v is False,  # --no-gradient-accumulation-fusion (plan.grad_hooks)
     "grad_reduce_dtype": lambda v: True,
     "fused_cross_entropy": bool,  # a served pass computes no loss
     "moe_router_fusion": bool,  # a serving runtime's router carries no Megatron host work (plan.moe_host)
+    "log_params_norm": bool,  # the training loop's logging and checks (plan.train_logging)
+    "log_num_zeros_in_grad": bool,
+    "timing_log_level": lambda v: True,
+    "check_for_nan_in_loss_and_grad": bool,
 }
 
 
@@ -98,6 +103,10 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
     if train and getattr(args, "pipeline_p2p", None) is not None and m.pp == 1:
         raise InputError(COMMAND_LINE, Problem("--pipeline-p2p", f"{args.pipeline_p2p}: how pipeline sends run, and "
                                                "pp is 1 (no pipeline, no sends); set --pp ≥ 2 or leave it out"))
+    if train and getattr(args, "overlap_dgrad_comm", None) is not None and m.tp == 1:
+        raise InputError(COMMAND_LINE, Problem("--overlap-dgrad-comm", f"{args.overlap_dgrad_comm}: how a column-"
+                                               "parallel linear's input-gradient all-reduce runs, and tp is 1 (no "
+                                               "tensor group, no all-reduce); set --tp ≥ 2 or leave it out"))
     if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
         raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
                                                "(the run was ZeRO-3 whatever --zero said)"))

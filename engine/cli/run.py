@@ -124,12 +124,30 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gradient-accumulation-fusion", dest="gradient_accumulation_fusion", action="store_false",
                    default=None, help="GPU training: every weight's gradient added by its hook's main_grad.add_ "
                    "kernel, as Megatron-LM v2.x and Megatron's flag of that name (plan.grad_hooks)")
+    p.add_argument("--log-params-norm", action="store_true", default=None,
+                   help="GPU training: every iteration takes the parameters' norm (Megatron --log-params-norm: a "
+                   "norm kernel, an all-reduce, a host sync; plan.train_logging)")
+    p.add_argument("--log-num-zeros-in-grad", action="store_true", default=None,
+                   help="GPU training: every step counts the gradients' zeros (Megatron --log-num-zeros-in-grad: "
+                   "kernels per gradient tensor, an all-reduce, a host sync; plan.train_logging)")
+    p.add_argument("--timing-log-level", type=int, choices=[0, 1, 2], default=None,
+                   help="GPU training: Megatron's timers, each synchronising the device: 2 every micro-batch's, 1 the "
+                   "iteration's parts with barriers, 0 the iteration's; default: Megatron-LM v2.x-v3.0's, every timer "
+                   "without levels (plan.train_logging)")
+    p.add_argument("--check-for-nan-in-loss-and-grad", action="store_true", default=None,
+                   help="GPU training: each micro-batch's loss and each gradient bucket checked for NaN with a host "
+                   "sync (Megatron-LM's default from late 2023; plan.train_logging)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"])
     p.add_argument("--pipeline-p2p", choices=["overlap", "blocking", "megatron-lm"], default=None,
                    help="training pipelines: 'overlap' computes while a send flies (Megatron-Core interleaved with "
                    "--overlap-p2p-comm), 'blocking' waits for each send, 'megatron-lm' also all-gathers each "
                    "received tensor over the tensor group (v2.x-v3.0 scatter-gather); default: 'megatron-lm' for GPU "
                    "training with full recompute, else 'overlap' (plan.pipeline_p2p)")
+    p.add_argument("--overlap-dgrad-comm", choices=["on", "off"], default=None,
+                   help="training at tp > 1: each column-parallel linear's input-gradient all-reduce (reduce-scatter "
+                   "with --sequence-parallel) hidden behind its weight-gradient GEMM (Megatron --async-tensor-model-"
+                   "parallel-allreduce, Megatron-Core, Transformer Engine); default: off for GPU training with full "
+                   "recompute (Megatron-LM v2.x), else on (plan.dgrad_overlap)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Scaling],
                    help="with fp8: Transformer Engine's scaling recipe (mapping.formats.fp8_scaling): delayed "
@@ -361,11 +379,16 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
     if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
         m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
     for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy", "overlap_tp_comm",
-                 "moe_router_fusion", "delay_wgrad_compute", "overlap_grad_reduce"):
+                 "moe_router_fusion", "delay_wgrad_compute", "overlap_grad_reduce", "log_params_norm",
+                 "log_num_zeros_in_grad", "check_for_nan_in_loss_and_grad"):
         if getattr(args, flag, None):
             m[flag] = True
+    if getattr(args, "overlap_dgrad_comm", None):  # plan.dgrad_overlap
+        m["overlap_dgrad_comm"] = args.overlap_dgrad_comm == "on"
     if getattr(args, "gradient_accumulation_fusion", None) is False:
         m["gradient_accumulation_fusion"] = False
+    if getattr(args, "timing_log_level", None) is not None:  # plan.train_logging
+        m["timing_log_level"] = args.timing_log_level
     if getattr(args, "ep_dispatcher", None):  # checked with the project (idle_flags: MoE, training)
         m["ep_dispatcher"] = args.ep_dispatcher
     if getattr(args, "tp_overlap_rs", None):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from tilewright.engine.engines.energy import device_traffic, iteration_energy
 from tilewright.engine.hardware.model import Link
+from tilewright.engine.plan.activation_offload import activation_series, track_split
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, Program
 from tilewright.engine.plan.residency import AUTO_ORDER, home_level, level_tracks
@@ -187,8 +188,11 @@ def build_result(program: Program, m: Measurement, *, energy: bool = True) -> Re
         if st.residency is None:
             tracks.append(MemoryTrack(device=node, capacity_bytes=st.capacity, times=times, by_category=columns))
             continue
+        split = track_split(st)  # activation offload: the kept layers' share stays on the device
         for lv, (memory, capacity, cats) in zip(st.residency.levels, level_tracks(st.residency), strict=True):
             held = {c: (v if c in cats else [0.0] * len(v)) for c, v in columns.items()}  # one track per level
+            if split is not None and "activations" in columns:
+                held["activations"] = activation_series(columns["activations"], lv, split)
             tracks.append(MemoryTrack(device=f"{node}/{memory}", capacity_bytes=capacity, times=times,
                                       by_category=held, level=lv))
     peak_row, oom = memory_verdict(tracks)

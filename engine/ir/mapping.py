@@ -233,7 +233,8 @@ class Mapping(QuietDefaultsModel):
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
         "optimizer_moments", "delay_wgrad_compute", "grad_reduce_in_fp32", "optimizer_master",
         "overlap_param_gather_with_optimizer_step", "gradient_accumulation_fusion", "tp_axes_collectives",
-        "pipeline_p2p",
+        "pipeline_p2p", "offload_layers", "overlap_dgrad_comm",
+        "log_params_norm", "log_num_zeros_in_grad", "timing_log_level", "check_for_nan_in_loss_and_grad",
     )
 
     tp: PosInt = 1
@@ -285,6 +286,14 @@ class Mapping(QuietDefaultsModel):
         "sequence parallelism); None: 'megatron-lm' for GPU training with full recompute (--checkpoint-activations), "
         "else 'overlap' (plan.pipeline_p2p)",
     )
+    overlap_dgrad_comm: bool | None = Field(
+        None, description="training at tp > 1: each column-parallel linear's input-gradient all-reduce (reduce-scatter "
+        "with sequence parallelism) launched asynchronously and hidden behind its own weight-gradient GEMM, only what "
+        "that GEMM cannot cover showing (Megatron-LM --async-tensor-model-parallel-allreduce, on by default from late "
+        "2021; Megatron-Core, Transformer Engine); False: each blocks; None: False for GPU training with full "
+        "recompute (Megatron-LM v2.x --checkpoint-activations, as pipeline_p2p reads it), else True "
+        "(plan.dgrad_overlap). Under overlap_tp_comm userbuffers overlap it already",
+    )
     recompute: Recompute = Recompute.none
     recompute_layers: PosInt | None = Field(
         None, description="with recompute 'full': re-run only the first N transformer layers of each model chunk "
@@ -311,6 +320,24 @@ class Mapping(QuietDefaultsModel):
         "gradient buffer (Megatron's default since v3.0 and in Megatron-Core); False "
         "(--no-gradient-accumulation-fusion, and Megatron-LM v2.x, which lacks it): each weight's gradient hook adds "
         "it with a main_grad.add_ kernel (plan.grad_hooks)",
+    )
+    log_params_norm: bool = Field(
+        False, description="GPU training: every iteration takes the parameters' L2 norm (Megatron --log-params-norm: "
+        "a multi-tensor norm, an all-reduce over the model-parallel group, a .item(); plan.train_logging)",
+    )
+    log_num_zeros_in_grad: bool = Field(
+        False, description="GPU training: every optimizer step counts the gradients' zeros (Megatron "
+        "--log-num-zeros-in-grad: count_nonzero per gradient tensor, an all-reduce, a .item(); plan.train_logging)",
+    )
+    timing_log_level: Annotated[int, Field(ge=0, le=2)] | None = Field(
+        None, description="GPU training: Megatron's --timing-log-level, which timers exist (each start and stop "
+        "synchronises the device): 2 every micro-batch's, 1 the iteration's parts (with barriers), 0 the iteration's; "
+        "None: Megatron-LM v2.x-v3.0's, every timer without levels or barriers (plan.train_logging)",
+    )
+    check_for_nan_in_loss_and_grad: bool = Field(
+        False, description="GPU training: each micro-batch's loss and each gradient bucket's norm checked for NaN "
+        "with a host sync (Megatron-LM's default from late 2023, off with --no-check-for-nan-in-loss-and-grad; "
+        "Megatron-LM v2.x-v3.0 has none; plan.train_logging)",
     )
     moe_router_fusion: bool = Field(
         False, description="GPU training of MoE models: the router's top-k, scores and aux loss as Transformer "
@@ -404,6 +431,12 @@ class Mapping(QuietDefaultsModel):
         default_factory=dict,
         description="memory name holding each category (an SRAM, the DRAM, a host memory), or 'auto' for the "
         "fastest that fits; categories not named stay in the device's own memory",
+    )
+    offload_layers: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="training with memory_levels.activations in host memory: how many transformer layers "
+        "of each model chunk, the first ones, copy their stored activations to the host (Megatron-Core "
+        "cpu_offloading_num_layers, below the chunk's layers: the last one's backward starts as its forward ends, "
+        "so it is never offloaded, plan.activation_offload); None: all but the last, the frameworks' maximum",
     )
     formats: TensorFormats = Field(
         default_factory=TensorFormats, description="storage format per tensor kind; unset = run.dtype"

@@ -443,24 +443,47 @@ def host_memories(project: Project) -> set[str]:
             if not mem.ported}
 
 
-def _offload_checks(project: Project) -> list[Problem]:
+def _offload_checks(project: Project, blocks: int) -> list[Problem]:
     """Activations in host memory while training are Megatron-Core's activation CPU offloading (``cpu_offloading``,
-    Transformer Engine's ``get_cpu_offload_context``: every layer's saved tensors copied out in the forward and
-    back in the backward, ``plan.residency.offloaded_activations``), which Megatron-Core refuses with any
-    recomputation: ``TransformerConfig.__post_init__`` (``megatron/core/transformer/transformer_config.py``)
-    raises "CPU offloading does not work when activation recomputation is enabled" whenever
-    ``recompute_granularity`` is set, full or selective. (DeepSpeed's CPU checkpointing, which offloads only
-    the checkpointed layer inputs of a full recompute, is another mechanism, not modelled.) ``auto`` does not
-    put a recomputing run's activations in host memory (``plan.residency.resolve``)."""
+    Transformer Engine's ``get_cpu_offload_context``: the first ``cpu_offloading_num_layers`` transformer layers'
+    saved tensors copied out in the forward and back in the backward, ``plan.activation_offload``), which
+    Megatron-Core's ``TransformerConfig.__post_init__`` (``megatron/core/transformer/transformer_config.py``,
+    NVIDIA/Megatron-LM @ 002526d8) refuses
+    - with any recomputation: "CPU offloading does not work when activation recomputation is enabled" whenever
+      ``recompute_granularity`` is set, full or selective;
+    - with pipeline parallelism: "Currently there is no support for Pipeline parallelism with CPU offloading"
+      whenever ``pipeline_model_parallel_size > 1``;
+    - for all of a chunk's layers: "CPU offloading can be done only for layers less than {num_layers}" unless
+      0 ≤ ``cpu_offloading_num_layers`` < ``num_layers`` (``mapping.offload_layers``; Transformer Engine asserts
+      the same: "last layer is not offloaded").
+    (DeepSpeed's CPU checkpointing, which offloads only the checkpointed layer inputs of a full recompute, is
+    another mechanism, not modelled.) ``auto`` puts neither a recomputing run's nor a pipeline's activations in
+    host memory (``plan.residency.stage_residency``). ``blocks``: the model's transformer layers."""
     m = project.mapping
     name = m.memory_levels.get("activations")
-    if project.run.mode is not Mode.train or m.recompute is Recompute.none or name not in host_memories(project):
+    if project.run.mode is not Mode.train or name not in host_memories(project):
         return []
-    return [Problem("mapping.memory_levels.activations",
-                    f"'{name}' is host memory: activation offloading with recompute '{m.recompute.value}' is "
-                    "refused by Megatron-Core ('CPU offloading does not work when activation recomputation is "
-                    "enabled', transformer_config.py); set recompute 'none' or keep the activations on the "
-                    "device")]
+    out = []
+    if m.recompute is not Recompute.none:
+        out.append(Problem("mapping.memory_levels.activations",
+                           f"'{name}' is host memory: activation offloading with recompute '{m.recompute.value}' is "
+                           "refused by Megatron-Core ('CPU offloading does not work when activation recomputation "
+                           "is enabled', transformer_config.py); set recompute 'none' or keep the activations on the "
+                           "device"))
+    if m.pp > 1:
+        out.append(Problem("mapping.memory_levels.activations",
+                           f"'{name}' is host memory: activation offloading with pp {m.pp} is refused by "
+                           "Megatron-Core ('Currently there is no support for Pipeline parallelism with CPU "
+                           "offloading', transformer_config.py); set pp 1 or keep the activations on the device"))
+    chunks = m.pp * m.interleave
+    smallest = min(m.pipeline_layers) if m.pipeline_layers else blocks // chunks
+    if m.offload_layers is not None and not m.stages and m.offload_layers > max(smallest - 1, 0):
+        out.append(Problem("mapping.offload_layers",
+                           f"{m.offload_layers}: a model chunk of {smallest} transformer layers offloads at most "
+                           f"{max(smallest - 1, 0)} (Megatron-Core: 'CPU offloading can be done only for layers "
+                           f"less than {smallest}'; Transformer Engine never offloads the last layer, whose "
+                           "backward starts as its forward ends)"))
+    return out
 
 
 def check_project(
@@ -521,7 +544,7 @@ def check_project(
     out += _optimizer_precision_checks(project)  # mapping.optimizer_moments / optimizer_master (perf.memory)
     out += _param_gather_step_checks(project)  # mapping.overlap_param_gather_with_optimizer_step (plan.param_gather)
     out += _grad_buffer_checks(project)  # mapping.grad_reduce_in_fp32 (perf.memory)
-    out += _offload_checks(project)  # mapping.memory_levels.activations with recompute (plan.residency)
+    out += _offload_checks(project, len(graph.block_layers))  # activation offload (plan.activation_offload)
     out += idle_field_problems(project, graph)  # fields the run would read as nothing (plan.idle_fields)
     memories = {mem.name for mem in project.hardware.all_memories()}
     for category, name in m.memory_levels.items():

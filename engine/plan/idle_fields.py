@@ -14,6 +14,8 @@ here, so a search keeps its latitude; and training-only fields in an inference r
 - ``interleave`` > 1 on one pipeline stage: interleaving splits a stage's layers into chunks so the pipeline
   fills sooner; with pp 1 there is no pipeline, and Megatron-Core refuses it ("pipeline-model-parallel size
   should be greater than 1 with interleaved schedule", ``parallel_state.initialize_model_parallel``);
+- ``offload_layers`` in training without ``memory_levels.activations`` naming a host memory (or ``auto``):
+  it counts the layers whose activations are copied to the host, and none are (``plan.activation_offload``);
 - the mixture-of-experts fields (``expert_imbalance``, ``overlap_ep_comm``, ``delay_wgrad_compute``,
   ``ep_dispatcher``) on a model without mixture-of-experts layers: no router, no expert all-to-all.
 """
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from tilewright.engine.errors import Problem
 from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.plan.checks import host_memories
 
 if TYPE_CHECKING:
     from tilewright.engine.workloads.graph import WorkloadGraph
@@ -55,6 +58,12 @@ def idle_field_problems(project: Project, graph: WorkloadGraph) -> list[Problem]
         out.append(Problem("mapping.interleave", f"{m.interleave}: interleaving splits pipeline stages into model "
                            "chunks, and pp is 1 (Megatron-Core: 'pipeline-model-parallel size should be greater "
                            "than 1 with interleaved schedule'); set pp ≥ 2 or interleave 1"))
+    level = m.memory_levels.get("activations")
+    if train and m.offload_layers is not None and level != "auto" and level not in host_memories(project):
+        where = f"'{level}' is not host memory" if level else "memory_levels.activations is not set"
+        out.append(Problem("mapping.offload_layers", f"{m.offload_layers}: counts the transformer layers whose "
+                           f"activations are copied to host memory, and {where}; put the activations in the "
+                           "node's host memory or leave offload_layers unset"))
     asked = [name for name, (_, none) in _MOE_FIELDS.items() if getattr(m, name) != none]
     if asked and not any(op.moe is not None for op in graph.ops()):
         for name in asked:

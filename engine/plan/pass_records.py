@@ -36,6 +36,10 @@ class Segment:
     offload_s: float = 0.0  # stored activations copied to (forward) or from (backward) host memory
     dispatch_wait_s: float = 0.0  # part of busy_s the device waited for the host (host_s past device time)
     hidden: tuple[tuple[str, float], ...] = ()  # collectives behind its kernels (the context ring): on links, untimed
+    # an async collective the builder could not time (``PassContext.dgrad_seconds`` None, ``plan.dgrad_overlap``):
+    # the seconds of weight-gradient GEMMs it runs beside, for a caller that times it per placement
+    # (``search.multilevel``); ``comm`` then carries its whole bytes. None otherwise.
+    deferred_cover_s: float | None = None
 
     @classmethod
     def host_wait(cls, label: str, layer: int, seconds: float) -> Segment:
@@ -115,6 +119,7 @@ class PassContext:
     rows_per_sample: int = 1  # token rows per sample: a fused chain streams its intermediate row block by block
     shard: ShardComm | None = None  # ZeRO-2/3 and FSDP collectives inside the passes (``plan.sharding``)
     offload_saved: float = 0.0  # training with activations in host memory: the host link's bytes/s (else 0)
+    offload_layers: frozenset[int] = frozenset()  # the layers whose stored activations go (plan.activation_offload)
     context: ContextComm | None = None  # context parallelism's K/V ring (``plan.context``); micro_batch is per rank
     expert_parallel: int = 1  # ep: MoE ops exchange their tokens all-to-all (``plan.experts``)
     expert_tp: int | None = None  # routed experts' tensor parallelism (None: tp; ``experts.expert_tp_comm``)
@@ -131,6 +136,11 @@ class PassContext:
     # with sequence parallelism at tp > 1 (1-D): a tensor-group collective's seconds, (kind, bytes) → s, what the
     # backward's re-gather of a column-parallel input must hide behind its data gradient (``plan.sp_regather``)
     regather_seconds: Callable[[str, float], float] | None = None
+    # mapping.overlap_dgrad_comm resolved (tp > 1, 1-D, no userbuffers): a column-parallel run's input-gradient
+    # collective runs beside its weight-gradient GEMMs (``plan.dgrad_overlap``), timed by ``dgrad_seconds`` (a
+    # tensor-group collective's seconds, (kind, bytes) → s; None: left to the caller, ``Segment.deferred_cover_s``)
+    dgrad_overlap: bool = False
+    dgrad_seconds: Callable[[str, float], float] | None = None
     tp_ring_reduce_scatter: bool = False  # mapping.tp_overlap_reduce_scatter 'ring_exchange' (``plan.tp_overlap``)
     moe_framework: bool = True  # MoE ops carry Megatron-Core's host work (``plan.moe_host``); serving: False
     cuda_graph_scope: tuple[str, ...] = ()  # training's CUDA graphs (mapping.cuda_graph_scope, ``plan.cuda_graphs``)

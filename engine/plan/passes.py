@@ -20,6 +20,8 @@ from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
 from tilewright.engine.perf.recompute import selection
 from tilewright.engine.plan.context import ring_calls
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture, layer_graphs
+from tilewright.engine.plan.dgrad_overlap import covers, timed, wgrad_seconds
+from tilewright.engine.plan.dgrad_overlap import exposed as dgrad_exposed
 from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
 from tilewright.engine.plan.exposed import bytes_for
 from tilewright.engine.plan.launch import (
@@ -166,7 +168,8 @@ class _Builder:
         seg.host_s += host
         if backward and c.grad_hooks is not None:  # the parameters' hooks, no host time in a full-iteration graph
             self.layer_busy += c.grad_hooks.charge(seg, op, c, self.out.captured)
-        if c.offload_saved and self.out.kind != "R":  # a recompute's activations feed its backward on the device
+        # the offloaded layers' stored activations (plan.activation_offload); a recompute's stay for its backward
+        if c.offload_saved and self.out.kind != "R" and op.layer in c.offload_layers:
             seg.offload_s += saved_bytes(op, c) / c.offload_saved
         self.layer_busy += t.busy_s
         if backward and c.delay_wgrad:
@@ -343,19 +346,24 @@ class _Builder:
         self.out.segments.append(seg)
         self._open = None
 
-    def op_comm(self, kind: str, op: Op, elems: float) -> None:
+    def op_comm(self, kind: str, op: Op, elems: float, wgrad_s: float | None = None) -> None:
         """The tensor-parallel collective at an op's input or output (``elems`` per sample, as the op counts
         them): a routed expert's sized by what the token dispatcher gathers and, with expert tensor parallelism
-        below tp, over its expert-tensor groups or none (``experts.expert_tp_comm``)."""
+        below tp, over its expert-tensor groups or none (``experts.expert_tp_comm``). ``wgrad_s``: a backward's
+        input-gradient collective beside its run's weight-gradient GEMMs (``plan.dgrad_overlap``)."""
         c = self.ctx
         routed = expert_tp_comm(op, kind, elems, c.tp, c.expert_tp, c.expert_parallel)
         if routed is not None:
-            self.comm(routed[0], routed[1], op.layer, op.name, overlap=not is_etp(routed[0]))
+            self.comm(routed[0], routed[1], op.layer, op.name, overlap=not is_etp(routed[0]),
+                      wgrad_s=wgrad_s if covers(op) else None)
 
-    def comm(self, kind: str, elems: float, layer: int, label: str, overlap: bool = True) -> None:
+    def comm(self, kind: str, elems: float, layer: int, label: str, overlap: bool = True,
+             wgrad_s: float | None = None) -> None:
         """A tensor-parallel collective closing the open segment, its call's host time with it (``call_host``);
         ``overlap``: one the GEMMs beside it may hide (``plan.tp_overlap``: Transformer Engine's userbuffers then
-        drive it from the GEMM's own call, no collective call of its own), not the cross-entropy's."""
+        drive it from the GEMM's own call, no collective call of its own), not the cross-entropy's; ``wgrad_s``:
+        the weight-gradient GEMMs an async collective runs beside (``plan.dgrad_overlap``), what they cannot hide
+        showing."""
         c = self.ctx
         if c.tp <= 1 or elems <= 0:
             return
@@ -366,6 +374,11 @@ class _Builder:
             seg.busy_s += slower  # the GEMM's SMs the pipelined reduce-scatter takes
             self.layer_busy += slower
         else:
+            if wgrad_s is not None and c.dgrad_overlap and not c.delay_wgrad:  # plan.dgrad_overlap
+                if c.dgrad_seconds is None:
+                    seg.deferred_cover_s = wgrad_s
+                else:
+                    seg.comm = (kind, dgrad_exposed(timed(c.dgrad_seconds, kind), seg.comm[1], wgrad_s))
             seg.host_s += self.call_host(label)
         seg.close()
         self.out.segments.append(seg)
@@ -471,7 +484,8 @@ def forward_pass(
 def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
     """Input gradients of consecutive column-parallel ops (SwiGLU's gate and up) add up locally and
     are reduced once, as Megatron's fused linear does; with sequence parallelism their input is re-gathered
-    once for their weight gradients (``plan.sp_regather``), its exposed part just before that reduction."""
+    once for their weight gradients (``plan.sp_regather``), its exposed part just before that reduction; the
+    reduction itself may hide behind the run's weight gradients (``plan.dgrad_overlap``)."""
     b = _Builder(ctx, "B")
     sp = ctx.sequence_parallel
     pending: Op | None = None
@@ -479,11 +493,14 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
     shard = ctx.shard
     reduce: list[tuple[str, float]] = []  # the reduce-scatter of the layer just finished
 
+    wgrad = 0.0  # the pending run's weight-gradient GEMMs, beside its input gradient's collective (plan.dgrad_overlap)
+
     def flush() -> None:
-        nonlocal pending, run
+        nonlocal pending, run, wgrad
         b.regather(run)
-        b.op_comm(_reduce(sp), pending, pending.in_elems)  # type: ignore[arg-type]
+        b.op_comm(_reduce(sp), pending, pending.in_elems, wgrad)  # type: ignore[arg-type]
         pending = run = None
+        wgrad = 0.0
 
     for i, ops in enumerate(reversed(layers)):
         before = b.next_layer()
@@ -508,6 +525,7 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
                 run.add(op, t)
             if _column(op):
                 pending = op
+                wgrad += wgrad_seconds(op, t)
     if pending is not None:
         flush()
     if shard is not None and reduce and layers:

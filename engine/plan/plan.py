@@ -31,6 +31,8 @@ from tilewright.engine.perf.memory import (
     recomputed_layers,
     workspace_bytes,
 )
+from tilewright.engine.plan.activation_offload import notes as offload_notes
+from tilewright.engine.plan.activation_offload import offloaded_layers, offloaded_ops
 from tilewright.engine.plan.context import ring_fused
 from tilewright.engine.plan.device_layers import (
     block_names,
@@ -41,6 +43,9 @@ from tilewright.engine.plan.device_layers import (
     stage_mean_bytes,
     stage_per_param,
 )
+from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
+from tilewright.engine.plan.dgrad_overlap import notes as dgrad_notes
+from tilewright.engine.plan.dgrad_overlap import overlaps as dgrad_overlaps
 from tilewright.engine.plan.experts import (
     ETP_PREFIX,
     expert_dp,
@@ -51,7 +56,7 @@ from tilewright.engine.plan.experts import (
     routed_experts,
     routing_for,
 )
-from tilewright.engine.plan.grad_hooks import grad_hooks
+from tilewright.engine.plan.grad_hooks import grad_hooks, param_tensors
 from tilewright.engine.plan.group_comm import (
     context_comm,
     cp_group_collective,
@@ -84,6 +89,8 @@ from tilewright.engine.plan.sharding import dp_kind, is_dp, is_edp, spans_replic
 from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
 from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
 from tilewright.engine.plan.tied import TiedEmbedding, tied_embedding
+from tilewright.engine.plan.train_logging import TrainLogging
+from tilewright.engine.plan.train_logging import step_seconds as logging_seconds
 from tilewright.engine.plan.train_step import TOKEN_BYTES, add_drains, flag_allreduce_s, step_overhead, te_holds_master
 from tilewright.engine.workloads.graph import WorkloadGraph
 
@@ -107,6 +114,10 @@ class StagePlan:
     residency: StageResidency | None = None  # mapping.memory_levels resolved for this stage; None: not set
     expert_grad_bytes: dict[int, float] = field(default_factory=dict)  # per chunk: the routed experts' share
     fused_step_s: float = 0.0  # of optimizer_s, the fused Adam step's stream alone (plan.param_gather)
+    # activation offload (plan.activation_offload): the layers copied to the host, and per chunk their stored
+    # activations per micro-batch (of act_bytes: the host's share, the rest stays on the device)
+    offload_layers: frozenset[int] = frozenset()
+    offloaded_bytes: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(eq=False)  # hashed by identity, so its methods can cache per plan
@@ -391,6 +402,16 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     micro_batches = m.micro_batches if run.mode is Mode.train else 1
     stages: list[StagePlan] = []
     flags: list[float] = []
+    log = TrainLogging.of(m)  # the training loop's logging flags (plan.train_logging)
+    world: list[float] = []
+
+    def world_s(dev: DeviceModel) -> float:
+        """A 4-byte all-reduce over every rank (the level-1 timers' barriers), timed once when any is charged."""
+        if not issues_kernels(dev.compute) or not log.barriers:
+            return 0.0
+        if not world:
+            world.append(flag_allreduce_s(hw, [d for g in groups for grp in g for d in grp]))
+        return world[0]
 
     def flag_s(dev: DeviceModel) -> float:
         """The optimizer's flag all-reduce over the model-parallel group (one group for every stage), timed
@@ -420,6 +441,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             ctx.tp_ring_reduce_scatter = m.tp_overlap_reduce_scatter == "ring_exchange"
         if m.sequence_parallel and m.tp > 1 and m.tp_axes is None:  # the backward's re-gather (plan.sp_regather)
             ctx.regather_seconds = ctx.tp_seconds or tp_seconds(hw, groups[r][0])
+        if dgrad_active(m.overlap_dgrad_comm, m.recompute, d.compute, run.mode is Mode.train, m.tp,
+                        m.tp_axes is not None, m.overlap_tp_comm):  # the backward's async dgrad (plan.dgrad_overlap)
+            ctx.dgrad_overlap = True
+            ctx.dgrad_seconds = ctx.regather_seconds or tp_seconds(hw, groups[r][0])
         ctx.tp_axes = m.tp_axes  # 2-D tensor parallelism (plan.tensor_axes)
         tied_copy = {tied.layer: tied.params} if tied is not None and r == tied.last else {}  # plan.tied
         held = held_weight_bytes(run.mode is Mode.train, m.fp8_param_gather, m.zero)  # weights_by_op, bf16 layers
@@ -452,9 +477,11 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             ctx.residency = placed[0].residency
             if run.mode is Mode.train and ctx.residency.at("activations") == "host":
                 ctx.offload_saved, ctx.residency = offloaded_activations(ctx.residency)
+                ctx.offload_layers = offloaded_layers(chunk_layers.values(), blocks, m.offload_layers)
             notes_residency.append((r, *placed))
         passes: dict[tuple[int, str], ChunkPass] = {}
         act: dict[int, float] = {}
+        offloaded: dict[int, float] = {}
         grad: dict[int, float] = {}
         expert_grad: dict[int, float] = {}
         expert_params: dict[int, float] = {}
@@ -475,6 +502,10 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 passes[(c, "R")] = forward_pass(layers, ctx, "R", only_selective=True, modules=m.recompute_modules)
             act[c] = activation_bytes(layers, mb, m.tp, m.sequence_parallel, m.recompute, elem, ctx.fused,  # type: ignore[arg-type]
                                       m.recompute_layers, m.recompute_modules, m.fused_cross_entropy, formats)
+            if ctx.offload_saved:  # activation offload, even of no layer (mapping.offload_layers 0)
+                offloaded[c] = activation_bytes(offloaded_ops(layers, ctx.offload_layers), mb, m.tp,  # type: ignore[arg-type]
+                                                m.sequence_parallel, m.recompute, elem, ctx.fused, m.recompute_layers,
+                                                m.recompute_modules, m.fused_cross_entropy, formats)
             transient = max(
                 [transient]
                 + [
@@ -489,7 +520,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                 expert_params[c] = params_on_device(routed_experts(ops), m.tp)
                 expert_grad[c] = expert_params[c] * state_per_param.gradients
         if run.mode is Mode.train:  # the framework's host synchronisations (``plan.train_step``)
-            add_drains(passes, m.pp, r, dev.compute, m.tp, mb * (workload.tokens_per_sample + 1) * TOKEN_BYTES)
+            add_drains(passes, m.pp, r, dev.compute, m.tp, mb * (workload.tokens_per_sample + 1) * TOKEN_BYTES, log)
         experts = sum(expert_params.values())
         state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, edp if apart else None)
         if run.mode is Mode.infer:
@@ -525,12 +556,20 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
                                 run.dtype.value == "fp16", flag_s(dev), shard_dp,
                                 full_iteration="full_iteration" in (m.cuda_graph_scope or ()),
                                 te_master=te_holds_master(m.optimizer_moments, m.optimizer_master, formats.weights,
-                                                          m.formats.fp8_scaling))
+                                                          m.formats.fp8_scaling), log=log)
+                + logging_seconds(dev, log, tensors=sum(param_tensors(op, workload.tokens_per_sample, False)[0]
+                                                        for op in all_ops),
+                                  params=params, weight_bytes=formats.weight_bytes, bf16=run.dtype.value == "bf16",
+                                  model_reduce_s=flag_s(dev), world_reduce_s=world_s(dev),
+                                  zero_shard=shard_dp if m.zero >= 1 else 1, grad_bytes=state_per_param.gradients,
+                                  dp=shard_dp, overlap_grad_reduce=m.overlap_grad_reduce)
                 if run.mode is Mode.train
                 else 0.0,
                 label=f"stage {r}",
                 residency=placed[0] if placed else None,
                 fused_step_s=fused_s,
+                offload_layers=ctx.offload_layers,
+                offloaded_bytes=offloaded,
             )
         )
     p2p: dict[int, float] = {}
@@ -548,6 +587,9 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
     notes = format_notes(project, stages[0].dev, formats)
     notes += per_op_notes(formats, [op.name for op in workload.ops()])  # mapping.formats.*_by_op
     notes += p2p_notes(m.pipeline_p2p, pipeline, m.pp)  # sends that block by default (plan.pipeline_p2p)
+    notes += dgrad_notes(m.overlap_dgrad_comm, dgrad_overlaps(m.overlap_dgrad_comm, m.recompute, stages[0].dev.compute,
+                                                              run.mode is Mode.train),
+                         run.mode is Mode.train, m.tp, m.tp_axes is not None, m.overlap_tp_comm)  # plan.dgrad_overlap
     if m.tp_axes is not None:
         notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()),
                                    m.tp_axes_collectives == "scatter-gather")
@@ -560,6 +602,7 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
             chosen = ", ".join(f"{n} × {flow}" for flow, n in forward.most_common())
             notes.append(f"stage {st.rank}: SRAM tiling of forward matmuls per micro-batch: {chosen}")
     notes += residency_notes(notes_residency)
+    notes += offload_notes(stages, blocks, m.offload_layers)  # plan.activation_offload
     if m.layer_parallelism:
         notes.append("mapping.layer_parallelism (HyPar) partitions training; this inference run ignores it")
     compute = stages[0].dev.compute

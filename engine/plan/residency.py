@@ -206,8 +206,8 @@ def resolve(
     off_host: frozenset[str] = frozenset(),
 ) -> StageResidency | None:
     """The stage's residency, or None when ``memory_levels`` is empty (the plan as it always was). ``off_host``:
-    categories ``auto`` may not put in host memory (a recomputing run's activations, ``stage_residency``); one
-    that fits nowhere else stays in the device's slowest own level."""
+    categories ``auto`` may not put in host memory (a recomputing or pipelined run's activations,
+    ``stage_residency``); one that fits nowhere else stays in the device's slowest own level."""
     if not mapping.memory_levels:
         return None
     node = hw.devices[device].node
@@ -301,9 +301,9 @@ def stage_residency(
     if project.run.mode is Mode.infer:
         state = StateBytes(state.weights, 0.0, 0.0)
     sizes = stage_sizes(project, ops, layers, state, elem, micro_batch, formats)
-    # Megatron-Core refuses activation offloading with recomputation (``plan.checks._offload_checks``)
-    recomputing = project.run.mode is Mode.train and m.recompute is not Recompute.none
-    res = resolve(m, hw, device, dev, sizes, frozenset({"activations"}) if recomputing else frozenset())
+    # Megatron-Core refuses activation offloading with recomputation and with pp > 1 (``plan.checks._offload_checks``)
+    refused = project.run.mode is Mode.train and (m.recompute is not Recompute.none or m.pp > 1)
+    res = resolve(m, hw, device, dev, sizes, frozenset({"activations"}) if refused else frozenset())
     assert res is not None
     return res, sizes
 

@@ -85,6 +85,11 @@ What stays and what goes, from where each sync runs:
   replayed graph as it drains the eager iteration.
 
 The graph's one replay per iteration costs one launch's host time, left out as ``plan.cuda_graphs`` does.
+
+**Timer levels and optional logging** (``plan.train_logging``): the counts above are the default, every timer
+synchronising; ``mapping.timing_log_level`` below 2 drops the per-micro-batch timers' drains and the exposed
+calls they caused, below 1 the step's timer drains (``TrainLogging``); ``--check-for-nan-in-loss-and-grad`` adds
+a drain to the last stage's forwards. The logging flags' own step work is ``train_logging.step_seconds``.
 """
 
 from __future__ import annotations
@@ -98,13 +103,19 @@ from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.plan.launch import backward_startup_seconds, collective_host_seconds, drain_seconds
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.residency import StageResidency, home_level, optimizer_seconds
+from tilewright.engine.plan.train_logging import DEFAULT, TrainLogging
 
-# Drains of queued device work per pass (module docstring): forward, backward, and per pipeline send.
+# Drains of queued device work per pass (module docstring): forward, backward, and per pipeline send; of
+# them the schedule's timers' (``batch-generator`` and ``forward-compute`` stops, ``backward-compute`` stop),
+# which Megatron's --timing-log-level below 2 does not create (``plan.train_logging``)
 DRAINS = {"F": 3, "B": 1}
+TIMER_DRAINS = {"F": 2, "B": 1}
 SEND_DRAINS = 1
+NAN_LOSS_DRAINS = 1  # --check-for-nan-in-loss-and-grad: the last stage's loss .isnan() per forward
 # Per optimizer step: the gradient norm's .item() and the copy-back timer's stop, the found-inf .item()
 # with a loss scaler (fp16), the data-parallel reduction's timer stop with replicas.
 STEP_DRAINS = 2
+COPY_TIMER_DRAINS = 1  # of STEP_DRAINS, the copy-back timer's (a level-1 timer in Megatron-Core)
 SCALER_DRAINS = 1
 DP_DRAINS = 1
 
@@ -133,28 +144,39 @@ def pass_sends(kind: str, virtual_stage: int, virtual_stages: int) -> int:
     return 0
 
 
-def pass_drains(kind: str, virtual_stage: int, virtual_stages: int) -> int:
+def pass_drains(kind: str, virtual_stage: int, virtual_stages: int, log: TrainLogging = DEFAULT) -> int:
     """Drains of one forward ("F") or backward ("B") pass of a virtual stage (a recompute pass runs inside
-    the backward's timer: none of its own)."""
-    return DRAINS.get(kind, 0) + SEND_DRAINS * pass_sends(kind, virtual_stage, virtual_stages)
+    the backward's timer: none of its own); ``log``: the run's timer level and NaN check (``plan.train_logging``)."""
+    own = DRAINS.get(kind, 0) - (0 if log.pass_timers else TIMER_DRAINS.get(kind, 0))
+    if log.nan_check and kind == "F" and virtual_stage == virtual_stages - 1:
+        own += NAN_LOSS_DRAINS
+    return own + SEND_DRAINS * pass_sends(kind, virtual_stage, virtual_stages)
 
 
-def exposed_host_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int) -> float:
+def exposed_host_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int,
+                         log: TrainLogging = DEFAULT) -> float:
     """Host work of a pass on a drained device beside its drains (module docstring): each pipeline send's
-    collective call and, a backward, its ``backward()`` start-up."""
-    sends = pass_sends(kind, virtual_stage, virtual_stages) * collective_host_seconds(compute)
-    return sends + (backward_startup_seconds(compute) if kind == "B" else 0.0)
+    collective call and, a backward, its ``backward()`` start-up. Without the per-micro-batch timers
+    (``log.pass_timers``) a send's call follows no synchronisation and hides behind the queued pass, and a
+    backward starts on a drained device only after receiving its gradient (the receive's ``synchronize``: every
+    virtual stage but the last)."""
+    calls = pass_sends(kind, virtual_stage, virtual_stages) * collective_host_seconds(compute)
+    sends = calls if log.pass_timers else 0.0
+    drained = log.pass_timers or virtual_stage < virtual_stages - 1
+    return sends + (backward_startup_seconds(compute) if kind == "B" and drained else 0.0)
 
 
 def add_drains(
-    passes: dict[tuple[int, str], ChunkPass], pp: int, rank: int, compute: Compute, tp: int, batch_bytes: float
+    passes: dict[tuple[int, str], ChunkPass], pp: int, rank: int, compute: Compute, tp: int, batch_bytes: float,
+    log: TrainLogging = DEFAULT,
 ) -> None:
     """Lead each training pass of a stage (``passes`` by (chunk, kind)) with the device's idle time for the
     framework's synchronisations, reported as host wait; a forward also with ``get_batch``'s two broadcasts
     over the tensor group (``broadcast_data``: the key sizes, ``SIZES_BYTES``, then the flattened batch,
     ``batch_bytes``), reported as tensor-parallel communication, each call's host time before it. A pass inside
     a full-iteration CUDA graph (``ChunkPass.captured``) has no drain, no host work and only the batch's broadcast
-    (module docstring)."""
+    (module docstring). ``log``: the run's timer level and NaN check (``plan.train_logging``); without the
+    per-micro-batch timers the key sizes' call follows no synchronisation (``broadcast_calls``)."""
     if not issues_kernels(compute) or not passes:
         return
     each = drain_seconds(compute)
@@ -165,16 +187,17 @@ def add_drains(
             continue
         layer = ps.segments[0].layer
         vs = chunk * pp + rank
-        seconds = 0.0 if ps.captured else pass_drains(kind, vs, virtual_stages) * each
-        host = 0.0 if ps.captured else exposed_host_seconds(compute, kind, vs, virtual_stages)
+        seconds = 0.0 if ps.captured else pass_drains(kind, vs, virtual_stages, log) * each
+        host = 0.0 if ps.captured else exposed_host_seconds(compute, kind, vs, virtual_stages, log)
         lead = []
         if seconds > 0:
             lead.append(Segment.host_wait("host synchronisation", layer, seconds))
         if host > 0:
             lead.append(Segment.host_wait("host calls on a drained device", layer, host))
         if kind == "F" and tp > 1:
-            for label, nbytes in broadcasts(batch_bytes, ps.captured):
-                seg = Segment.host_wait(label, layer, 0.0 if ps.captured else call)
+            sent, exposed = broadcasts(batch_bytes, ps.captured), broadcast_calls(ps.captured, log)
+            for i, (label, nbytes) in enumerate(sent):
+                seg = Segment.host_wait(label, layer, call if i >= len(sent) - exposed else 0.0)
                 seg.comm = ("broadcast", nbytes)
                 lead.append(seg)
         ps.segments[:0] = lead
@@ -187,13 +210,22 @@ def broadcasts(batch_bytes: float, captured: bool = False) -> list[tuple[str, fl
     return [*sizes, ("batch broadcast", batch_bytes)]
 
 
+def broadcast_calls(captured: bool, log: TrainLogging = DEFAULT) -> int:
+    """How many of ``get_batch``'s broadcast calls (the last ones) run on a drained device: both after the
+    ``batch-generator`` timer's start, only the batch's (after the key sizes' ``.cpu()``) without that timer,
+    none inside a full-iteration graph (module docstring)."""
+    if captured:
+        return 0
+    return len(broadcasts(0.0)) if log.pass_timers else 1
+
+
 def flag_allreduce_s(hw: HardwareGraph, model_group: list[int]) -> float:
     """One flag's all-reduce (the found-inf flag, the squared norm) over the model-parallel group."""
     return collective(hw, "all-reduce", model_group, FLAG_BYTES).time(hw)
 
 
 def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int, broadcasts_s: float,
-                 captured: bool = False) -> float:
+                 captured: bool = False, log: TrainLogging = DEFAULT) -> float:
     """Seconds ``add_drains`` puts at the head of a pass, for an estimator that sums passes without building
     them: its drains and exposed host work (none ``captured`` in a full-iteration graph) and, a forward, the
     batch broadcasts' time (``broadcasts_s``, 0 with tp 1 — no broadcast then; the caller sizes them with
@@ -202,10 +234,10 @@ def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages
         return 0.0
     lead = 0.0
     if not captured:
-        lead = (pass_drains(kind, virtual_stage, virtual_stages) * drain_seconds(compute)
-                + exposed_host_seconds(compute, kind, virtual_stage, virtual_stages))
+        lead = (pass_drains(kind, virtual_stage, virtual_stages, log) * drain_seconds(compute)
+                + exposed_host_seconds(compute, kind, virtual_stage, virtual_stages, log))
     if kind == "F" and broadcasts_s > 0:
-        calls = 0.0 if captured else len(broadcasts(0.0)) * collective_host_seconds(compute)
+        calls = broadcast_calls(captured, log) * collective_host_seconds(compute)
         lead += broadcasts_s + calls
     return lead
 
@@ -223,7 +255,7 @@ def te_holds_master(moments: str, master: str, weights: DType, scaling: Fp8Scali
 
 def step_overhead(
     dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, fp16: bool, flag_s: float, dp: int,
-    full_iteration: bool = False, te_master: bool = False,
+    full_iteration: bool = False, te_master: bool = False, log: TrainLogging = DEFAULT,
 ) -> float:
     """Seconds Megatron's mixed-precision optimizer step adds to a fused Adam step on a device whose kernels
     a host framework issues (module docstring): its extra passes over ``params`` parameters, its drains and
@@ -233,7 +265,8 @@ def step_overhead(
     not Megatron's fp16 optimizer: nothing is added either; naming the device's own memory changes nothing.
     ``full_iteration``: the data-parallel reduction runs inside a full-iteration CUDA graph, its timer's
     drain gone; the step itself stays eager (module docstring). ``te_master`` (``te_holds_master``): no read-back of
-    the master for the low-precision copy."""
+    the master for the low-precision copy. ``log``: below timing level 1 (``plan.train_logging``) the copy-back's
+    and the reduction's timers do not synchronise."""
     if not mixed or not issues_kernels(dev.compute) or params <= 0:
         return 0.0
     if res is not None and any(res.placed.get(cat, home_level(dev)) != home_level(dev) for cat in STATE):
@@ -242,6 +275,8 @@ def step_overhead(
     if te_master:  # the master's read-back is the extra passes' only optimizer-state traffic
         extra = {cat: nbytes for cat, nbytes in extra.items() if cat != "optimizer"}
     stream = optimizer_seconds(dev, None, params, True, extra)
-    drains = STEP_DRAINS + (SCALER_DRAINS if fp16 else 0) + (DP_DRAINS if dp > 1 and not full_iteration else 0)
+    timers = log.step_timers
+    drains = (STEP_DRAINS - (0 if timers else COPY_TIMER_DRAINS) + (SCALER_DRAINS if fp16 else 0)
+              + (DP_DRAINS if dp > 1 and not full_iteration and timers else 0))
     flags = 2 if fp16 else 1
     return stream + drains * drain_seconds(dev.compute) + flags * flag_s

@@ -129,7 +129,8 @@ class LayerCosts:
         modules: tuple[str, ...] | None = None,
     ) -> LayerTable:
         """The layers' passes (``_layer_passes``, shared by every group) timed on ``group``."""
-        built = self._layer_passes(tp, mb, sp, rc, residency, modules, self._regather_group(tp, sp, group))
+        dgrad = group if self.settings.dgrad(rc, self.dev.compute, tp) else None  # plan.dgrad_overlap's tensor group
+        built = self._layer_passes(tp, mb, sp, rc, residency, modules, self._regather_group(tp, sp, group), dgrad)
         per_class = {}
         for k, (passes, act, transient, ws, dram) in built.items():
             fwd = self._duration(passes[0], group)
@@ -178,17 +179,18 @@ class LayerCosts:
     def _layer_passes(
         self, tp: int, mb: float, sp: bool, rc: Recompute, residency: Residency | None,
         modules: tuple[str, ...] | None = None, regather: tuple[int, ...] | None = None,
+        dgrad: tuple[int, ...] | None = None,
     ) -> dict[int, tuple[list[ChunkPass], float, float, float, float]]:
         """Per layer class: its passes (forward first), stored activations, a recomputed layer's transient
         activations, workspace and DRAM bytes. None of it depends on which devices run the layer. Stored
         activations as ``build_plan`` counts them: with the selective ``modules`` and the run's formats (fp8
         GEMMs save their inputs in fp8, ``perf.memory.fp8_saved``)."""
         modules = modules if rc is Recompute.selective else None
-        key = (tp, mb, sp, rc, residency, modules, regather)
+        key = (tp, mb, sp, rc, residency, modules, regather, dgrad)
         hit = self._passes.get(key)
         if hit is not None:
             return hit
-        base = self._base_passes(tp, mb, sp, residency, regather)
+        base = self._base_passes(tp, mb, sp, residency, regather, dgrad)
         out = {}
         for k, i in self.representative.items():
             layer = [self.ops[i]]
@@ -218,18 +220,23 @@ class LayerCosts:
         return forward_pass([self.ops[i]], ctx, "R", only_selective=True, modules=modules)
 
     def _base_passes(
-        self, tp: int, mb: float, sp: bool, residency: Residency | None, regather: tuple[int, ...] | None = None
+        self, tp: int, mb: float, sp: bool, residency: Residency | None, regather: tuple[int, ...] | None = None,
+        dgrad: tuple[int, ...] | None = None,
     ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass, ChunkPass]]:
         """Per layer class: its forward, backward, selective-recompute and full re-run passes, shared by the
         three recompute settings (the op costs on a grid of cores are the expensive part of a search).
         ``regather``: the tensor group the backward's re-gather is timed on (``_regather_group``), as the plan
-        times it (``group_comm.tp_seconds``)."""
-        key = (tp, mb, sp, residency, regather)
+        times it (``group_comm.tp_seconds``); ``dgrad``: the group the backward's overlapped input-gradient
+        collectives are timed on (``plan.dgrad_overlap``), None when they block."""
+        key = (tp, mb, sp, residency, regather, dgrad)
         hit = self._base.get(key)
         if hit is None:
             ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
             if regather is not None:
                 ctx.regather_seconds = tp_seconds(self.comm.hw, list(regather))
+            if dgrad is not None:
+                ctx.dgrad_overlap = True
+                ctx.dgrad_seconds = ctx.regather_seconds or tp_seconds(self.comm.hw, list(dgrad))
             hit = self._base[key] = {
                 k: (
                     forward_pass([self.ops[i]], ctx),

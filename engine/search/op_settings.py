@@ -13,13 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewright.engine.ir.common import dtype_bytes
-from tilewright.engine.ir.mapping import SpatialSplit
+from tilewright.engine.ir.hardware import Compute
+from tilewright.engine.ir.mapping import Recompute, SpatialSplit
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
 from tilewright.engine.plan.device_layers import block_names
+from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
 from tilewright.engine.plan.grad_hooks import GradHooks, grad_hooks
 from tilewright.engine.plan.passes import PassContext, collective_between, fused_edges, local_name
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -38,6 +40,8 @@ class OpSettings:
     cuda_graph_scope: tuple[str, ...] = ()
     moe_router_fusion: bool = False  # mapping.moe_router_fusion: the routing op's host counts (``plan.moe_host``)
     grad_hooks: GradHooks | None = None  # training: the parameters' gradient hooks (``plan.grad_hooks``)
+    overlap_dgrad: bool | None = None  # mapping.overlap_dgrad_comm, resolved per candidate (``dgrad``)
+    train: bool = True
 
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
@@ -47,7 +51,7 @@ class OpSettings:
         return cls(
             formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
             m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,
-            grad_hooks(project, formats.weight_bytes),
+            grad_hooks(project, formats.weight_bytes), m.overlap_dgrad_comm, train,
         )
 
     @property
@@ -66,6 +70,12 @@ class OpSettings:
         ctx.moe_router_fusion = self.moe_router_fusion
         ctx.grad_hooks = self.grad_hooks
         return ctx
+
+    def dgrad(self, recompute: Recompute, compute: Compute, tp: int) -> bool:
+        """Whether a candidate's backward hides its column-parallel input-gradient collectives behind their weight
+        gradients, as ``build_plan`` resolves it (``plan.dgrad_overlap``; the search's candidates are 1-D and
+        time userbuffers through the plan itself)."""
+        return dgrad_active(self.overlap_dgrad, recompute, compute, self.train, tp, False, False)
 
     @property
     def full_iteration(self) -> bool:

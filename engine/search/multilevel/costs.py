@@ -36,7 +36,9 @@ class Part:
 
     fused_s: float = 0.0
     default_s: float = 0.0
-    comm: list[tuple[str, float]] = field(default_factory=list)  # (collective, full-tensor bytes)
+    # (collective, full-tensor bytes, the seconds of weight gradients an async one runs beside or None:
+    # ``plan.dgrad_overlap``, timed per placement by ``Problem.collective``)
+    comm: list[tuple[str, float, float | None]] = field(default_factory=list)
     scale: float = 1.0  # the blocks' part is an average: its collectives count 1/L each
 
 
@@ -107,11 +109,12 @@ def tensor_costs(
             if key not in cache:
                 cache[key] = optimize_layer(ops, fusion_dev, mb, t, sp_t, elem, settings)
         ctx = settings.context(dev, mb, t, sp_t)
+        ctx.dgrad_overlap = settings.dgrad(recompute, dev.compute, t)  # timed per placement (plan.dgrad_overlap)
         # the chains the programme fuses, as ``with_fusion`` writes them into the mapping for the engine
         chains = fusion_chains([g for lay in cache.values() for g in lay.groups])
         fused_ctx = dataclasses.replace(ctx, fused=fused_edges(chains))
         spb = spb_of(t)
-        timed: dict[tuple, tuple[float, float, list[tuple[str, float]]]] = {}
+        timed: dict[tuple, tuple[float, float, list[tuple[str, float, float | None]]]] = {}
         parts = {"first": Part(), "block": Part(), "last": Part()}
         acts = ws = 0.0
         for i, ops in enumerate(layers):
@@ -120,7 +123,7 @@ def tensor_costs(
                 passes = _passes(ops, ctx, recompute, modules)
                 fused = _passes(ops, fused_ctx, recompute, modules)
                 timed[key] = (sum(_busy(ps, spb) for ps in passes), sum(_busy(ps, spb) for ps in fused),
-                              [seg.comm for ps in passes for seg in ps.segments if seg.comm])
+                              [(*seg.comm, seg.deferred_cover_s) for ps in passes for seg in ps.segments if seg.comm])
             busy, busy_fused, comm = timed[key]
             part = parts["block" if i in block_set else ("first" if i < blocks[0] else "last")]
             acts += activation_bytes([ops], mb, t, sp_t, recompute, elem)

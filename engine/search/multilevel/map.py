@@ -27,8 +27,11 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.perf.device import device_capacity, device_model, issues_kernels, remote_memory
 from tilewright.engine.perf.memory import bytes_per_param
+from tilewright.engine.plan.grad_hooks import param_tensors
 from tilewright.engine.plan.placement import split_layers
 from tilewright.engine.plan.residency import adam_step
+from tilewright.engine.plan.train_logging import TrainLogging
+from tilewright.engine.plan.train_logging import step_seconds as logging_seconds
 from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead, te_holds_master
 from tilewright.engine.search.layer_table import LayerCosts
 from tilewright.engine.search.multilevel import milp as ml
@@ -162,12 +165,21 @@ def build_problem(
                                 m.formats.fp8_scaling)
 
     params_tp = {t: t * params_per_tensor_rank(layers, t) for t in degrees["tp"]}
+    log = TrainLogging.of(m)  # the training loop's logging flags (plan.train_logging)
+    tensors = sum(param_tensors(op, workload.tokens_per_sample, False)[0] for ops in layers for op in ops)
+    drives = issues_kernels(dev.compute)
 
     def overhead(t: int, q: int) -> float:  # StagePlan.optimizer_s beyond the stream; flags over N/q devices
-        local = params_tp[t] * q / n / (q if m.zero >= 1 else 1)
-        flag = flag_allreduce_s(hw, [d.index for d in hw.devices[: n // q]]) if issues_kernels(dev.compute) else 0.0
+        held = params_tp[t] * q / n  # a device's parameters (its stage's share at tp t)
+        local = held / (q if m.zero >= 1 else 1)
+        flag = flag_allreduce_s(hw, [d.index for d in hw.devices[: n // q]]) if drives else 0.0
+        world = flag_allreduce_s(hw, [d.index for d in hw.devices[:n]]) if drives and log.barriers else 0.0
         return step_overhead(dev, None, local, step.mixed, run.dtype.value == "fp16", flag, q, full_iteration,
-                             te_master)
+                             te_master, log) \
+            + logging_seconds(dev, log, tensors=tensors * t * q / n, params=held, weight_bytes=settings.weight_bytes,
+                              bf16=run.dtype.value == "bf16", model_reduce_s=flag, world_reduce_s=world,
+                              zero_shard=q if m.zero >= 1 else 1, grad_bytes=per_param.gradients, dp=q,
+                              overlap_grad_reduce=m.overlap_grad_reduce)
 
     last_block = workload.layer_ops(workload.block_layers[0])
     pb = ml.Problem(

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
+from tilewright.engine.plan.dgrad_overlap import exposed as dgrad_exposed
 from tilewright.engine.search.multilevel.costs import Part, TensorCosts, ring_time
 from tilewright.engine.search.multilevel.dimcomm import DimComm
 from tilewright.engine.search.multilevel.netdims import Dim
@@ -71,6 +72,15 @@ class Problem:
         if self.comm is None:
             return ring_time(kind, f, nbytes, self.dims[j])
         return self.comm.collective(kind, j, f, nbytes, step)
+
+    def shown(self, kind: str, j: int, f: int, nbytes: float, cover_s: float | None) -> float:
+        """A pass's collective over ``f`` members along dimension ``j``; an async one (``cover_s`` seconds of
+        weight gradients beside it, ``plan.dgrad_overlap``) as the plan charges it on that group: the bytes of
+        it that take what the cover leaves."""
+        if cover_s is None:
+            return self.collective(kind, j, f, nbytes)
+        shown = dgrad_exposed(lambda n: self.collective(kind, j, f, n), nbytes, cover_s)
+        return self.collective(kind, j, f, shown) if shown > 0 else 0.0
 
     def hops(self, j: int, s: tuple[int, int, int], nbytes: float) -> float:
         """Forward and backward sends across the s[1] − 1 stage boundaries along dimension ``j``."""
@@ -129,7 +139,7 @@ def _cost_terms(pb: Problem, fused: bool) -> dict[str, Any]:
         return max(B * t * p / (N * mb) - 1, 0.0)
 
     def comm(part: Part, f: int, j: int) -> float:
-        return part.scale * sum(pb.collective(kind, j, f, n) for kind, n in part.comm)
+        return part.scale * sum(pb.shown(kind, j, f, n, cover) for kind, n, cover in part.comm)
 
     terms: dict[str, Any] = {"total": {}, "pipe": {}, "tp_total": {}, "tp_pipe": {}, "hops": {}, "dp": {}}
     for t in pb.degrees["tp"]:

@@ -44,13 +44,16 @@ from tilewright.engine.perf.memory import (
     param_gather_bytes,
     params_on_device,
 )
+from tilewright.engine.plan.activation_offload import offload_count
 from tilewright.engine.plan.context import ring_fused
+from tilewright.engine.plan.grad_hooks import param_tensors
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.pipeline_p2p import gather_lead_seconds
 from tilewright.engine.plan.recurrence import run_pipeline
 from tilewright.engine.plan.report import split_rows
 from tilewright.engine.plan.residency import AdamStep, StageResidency, adam_step, resolve, workspace_level
 from tilewright.engine.plan.tied import copy_params
+from tilewright.engine.plan.train_logging import TrainLogging
 from tilewright.engine.plan.train_step import TOKEN_BYTES, broadcasts, lead_seconds
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.layer_table import LayerCosts, LayerTable, fold
@@ -74,6 +77,9 @@ class Chunks:
     fb: list[float]  # per stage: forward + backward of one micro-batch over all its chunks
     act_stage: list[float]  # per stage: one micro-batch's stored activations over all its chunks
     dram: list[float] | None = None  # per stage: bytes one member streams from remote DRAM per micro-batch
+    # per stage: of act_stage, the stored activations activation offload copies to host memory (its first
+    # transformer layers of each chunk, ``plan.activation_offload``), when the activations are placed there
+    offloaded: list[float] | None = None
 
 
 class Estimator(IterationTail, PipelineHops):
@@ -249,8 +255,18 @@ class Estimator(IterationTail, PipelineHops):
                 (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist(),
                 act.sum(axis=0).tolist(),
                 self._sum(table.dram, pp, v).sum(axis=0).tolist() if table.dram is not None else None,
+                self._offloaded(table.act, pp, v),
             )
         return ch
+
+    def _offloaded(self, act: np.ndarray, pp: int, v: int) -> list[float]:
+        """Per stage: the stored activations of the first ``offload_count`` transformer layers of each of its
+        chunks, what activation offload copies to the host (``plan.activation_offload``)."""
+        starts, ends = self._ranges(pp, v)
+        pre, _, _ = self._prefix(act)
+        asked = self.project.mapping.offload_layers
+        out = np.array([pre[a + offload_count(int(b - a), asked)] - pre[a] for a, b in zip(starts, ends, strict=True)])
+        return out.reshape(v, pp).sum(axis=0).tolist()
 
     def params(self, tp: int, pp: int, v: int) -> np.ndarray:
         """Parameters per device of each chunk, shaped (v, pp)."""
@@ -321,13 +337,13 @@ class Estimator(IterationTail, PipelineHops):
             gather = collective(self.hw, "all-gather", list(group), self.p2p_bytes(c) * c.tp).time(self.hw) \
                 if gathers else 0.0
             fwd, bwd, vss = chunks.fwd.copy(), chunks.bwd.copy(), c.pp * c.interleave
-            compute = self.dev.compute
+            compute, log = self.dev.compute, TrainLogging.of(self.project.mapping)  # plan.train_logging
             for ch in range(c.interleave):
                 for r in range(c.pp):
                     vs = ch * c.pp + r
-                    fwd[ch, r] += (lead_seconds(compute, "F", vs, vss, bcast, captured)
+                    fwd[ch, r] += (lead_seconds(compute, "F", vs, vss, bcast, captured, log)
                                    + gather_lead_seconds(compute, "F", vs, vss, gather, captured))
-                    bwd[ch, r] += (lead_seconds(compute, "B", vs, vss, bcast, captured)
+                    bwd[ch, r] += (lead_seconds(compute, "B", vs, vss, bcast, captured, log)
                                    + gather_lead_seconds(compute, "B", vs, vss, gather, captured))
             fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
             hit = self._framework[k] = (chunks, replace(chunks, fwd=fwd, bwd=bwd, fb=fb))  # holds the key's chunks
@@ -389,7 +405,8 @@ class Estimator(IterationTail, PipelineHops):
         if hit is None:
             device = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)[0]
             sizes = self.stage_sizes(c, m, chunks)
-            off_host = frozenset({"activations"}) if c.recompute is not Recompute.none else frozenset()  # as the plan
+            refused = c.recompute is not Recompute.none or c.pp > 1  # as the plan (plan.residency.stage_residency)
+            off_host = frozenset({"activations"}) if refused else frozenset()
             hit = self._residency[key] = resolve(self.project.mapping, self.hw, device, self.dev, sizes, off_host)
         return hit
 
@@ -406,16 +423,21 @@ class Estimator(IterationTail, PipelineHops):
         parts = zip(self.stages_to_check(c.pp), self.memory_parts(c, m, chunks), self.edge_weights(c), strict=True)
         for r, (params, acts), edge in parts:
             ws = float(chunks.workspace[r])  # beside the activations, or on the device when they are offloaded
+            # activation offload keeps the last transformer layers' activations on the device, beside the workspace
+            stored = chunks.act_stage[r]
+            offloading = placed.placed.get("activations") == "host" and chunks.offloaded is not None and stored > 0
+            share = chunks.offloaded[r] / stored if offloading else 1.0  # type: ignore[index]
             sizes = {
                 "weights": params * per.weights + edge,
                 "gradients": params * per.gradients,
                 "optimizer": params * per.optimizer / (replicas(c) if c.zero >= 1 else 1),
-                "activations": acts - ws,
+                "activations": (acts - ws) * share,
+                "kept": (acts - ws) * (1.0 - share),
                 "workspace": ws,
             }
             used = dict.fromkeys(placed.levels, 0.0)
             for cat, nbytes in sizes.items():
-                lv = workspace_level(placed) if cat == "workspace" else placed.placed.get(cat)
+                lv = workspace_level(placed) if cat in ("workspace", "kept") else placed.placed.get(cat)
                 if lv in used:
                     used[lv] += nbytes
             for lv, info in placed.levels.items():
@@ -489,6 +511,14 @@ class Estimator(IterationTail, PipelineHops):
 
     def stage_params(self, tp: int, pp: int, v: int) -> list[float]:
         return self._stage_params(tp, pp, v)
+
+    @memo_method
+    def stage_tensors(self, pp: int, v: int) -> list[float]:
+        """Parameter tensors of each stage (``plan.grad_hooks.param_tensors``, the count the plan's logging flags
+        read: ``plan.train_logging``); the tied copy is a shared parameter they skip."""
+        rows = self.workload.tokens_per_sample
+        per = np.array([sum(param_tensors(op, rows, False)[0] for op in ops) for ops in self.costs.ops], dtype=float)
+        return self._sum(per, pp, v).sum(axis=0).tolist()
 
     @memo_method
     def _stage_params(self, tp: int, pp: int, v: int) -> list[float]:

@@ -26,6 +26,8 @@ from tilewright.engine.plan.param_gather import exposed_fractions
 from tilewright.engine.plan.residency import AdamStep, StageResidency
 from tilewright.engine.plan.residency import step_seconds as optimizer_s
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
+from tilewright.engine.plan.train_logging import TrainLogging
+from tilewright.engine.plan.train_logging import step_seconds as logging_seconds
 from tilewright.engine.plan.train_step import flag_allreduce_s, step_overhead, te_holds_master
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.op_settings import OpSettings
@@ -55,6 +57,8 @@ class IterationTail:
         def params(self, tp: int, pp: int, v: int) -> np.ndarray: ...
 
         def stage_params(self, tp: int, pp: int, v: int) -> list[float]: ...
+
+        def stage_tensors(self, pp: int, v: int) -> list[float]: ...
 
         def edge_bytes(self, tp: int, pp: int, v: int, zero: int) -> tuple[list[float], list[float]]: ...
 
@@ -154,7 +158,7 @@ class IterationTail:
         groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
         local = stage_params[r] / (replicas(c) if c.zero >= 1 else 1)
         fused = optimizer_s(self.dev, placed, local, self.step_at(c.zero))
-        opt = fused + self._step_overhead(c, placed, local)
+        opt = fused + self._step_overhead(c, placed, local) + self._logging_s(c, r, stage_params[r])
         gather = 0.0
         if c.zero >= 1 and groups:
             edge = self.edge_bytes(c.tp, c.pp, c.interleave, c.zero)[1][r]  # bf16 edge layers gather 2 B
@@ -186,14 +190,42 @@ class IterationTail:
         the model-parallel group (replica 0's tensor ranks of every stage)."""
         if not issues_kernels(self.dev.compute):  # no host framework: no flags to all-reduce (nothing added)
             return 0.0
-        layout = Layout(c.placement, c.rank_order)
-        group = tuple(d for r in range(c.pp) for d in self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0))
-        flag = self._flags.get(group)
-        if flag is None:
-            flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
+        flag = self._model_flag_s(c)
         fp16 = self.project.run.dtype.value == "fp16"
         step = self.step_at(c.zero)
         te_master = te_holds_master(step.moments, step.master, self.settings.formats.weights,
                                     self.project.mapping.formats.fp8_scaling)
         return step_overhead(self.dev, placed, local, step.mixed, fp16, flag, replicas(c),
-                             full_iteration=self.settings.full_iteration, te_master=te_master)
+                             full_iteration=self.settings.full_iteration, te_master=te_master,
+                             log=TrainLogging.of(self.project.mapping))
+
+    def _model_flag_s(self, c: Candidate) -> float:
+        """The 4-byte all-reduce over the model-parallel group (replica 0's tensor ranks of every stage), kept."""
+        layout = Layout(c.placement, c.rank_order)
+        group = tuple(d for r in range(c.pp) for d in self.comm.tensor_group(layout, c.tp, c.pp, c.dp, r, 0))
+        flag = self._flags.get(group)
+        if flag is None:
+            flag = self._flags[group] = flag_allreduce_s(self.hw, list(group))
+        return flag
+
+    def _logging_s(self, c: Candidate, r: int, params: float) -> float:
+        """The training loop's logging flags on stage ``r`` holding ``params`` parameters per device, as the plan
+        adds them to its optimizer time (``plan.train_logging.step_seconds``)."""
+        m = self.project.mapping
+        log = TrainLogging.of(m)
+        if not log.adds_step_work or not issues_kernels(self.dev.compute):
+            return 0.0
+        world = 0.0
+        if log.barriers:
+            layout = Layout(c.placement, c.rank_order)
+            devices = tuple(d for s in range(c.pp) for g in self.comm.stage_groups(layout, c.tp, c.pp, c.dp, s)
+                            for d in g)
+            world = self._flags.get(devices)
+            if world is None:
+                world = self._flags[devices] = flag_allreduce_s(self.hw, list(devices))
+        run = self.project.run
+        return logging_seconds(self.dev, log, tensors=self.stage_tensors(c.pp, c.interleave)[r], params=params,
+                               weight_bytes=self.weight_bytes, bf16=run.dtype.value == "bf16",
+                               model_reduce_s=self._model_flag_s(c), world_reduce_s=world,
+                               zero_shard=replicas(c) if c.zero >= 1 else 1, grad_bytes=self.per_param.gradients,
+                               dp=replicas(c), overlap_grad_reduce=m.overlap_grad_reduce)
