@@ -46,6 +46,7 @@ class Recipe:
     micro_batch: int | None = None  # micro_batch_size, where a published MBS cell contradicts the recipe (a gap)
     grad_reduce_in_fp32: bool = False  # ddp.grad_reduce_in_fp32 (mapping.grad_reduce_in_fp32): see BRIDGE_H100
     dp_overlap: bool = True  # overlap_grad_reduce and overlap_param_gather (the distributed optimizer's overlaps)
+    log_norms: bool = False  # log_params_norm and log_num_zeros_in_grad (mapping fields of the same names)
     unmodelled: tuple[str, ...] = ()  # recipe settings the mapping cannot express (reported as gaps)
 
 
@@ -181,7 +182,7 @@ BRIDGE_H100 = {
 #   recompute_modules moe_act layernorm; cuda_graph_impl transformer_engine, cuda_graph_scope moe_router
 #   moe_preprocess; NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24; use_distributed_optimizer without overlap_grad_reduce
 #   or overlap_param_gather (the 30B YAMLs set both; this one sets neither: Recipe.dp_overlap False), and
-#   log_num_zeros_in_grad / log_params_norm (per-iteration host work, not modelled).
+#   log_num_zeros_in_grad / log_params_norm (per-iteration host work: Recipe.log_norms, plan.train_logging).
 # None of the three sets overlap_param_gather_with_optimizer_step (Megatron-LM turns it on only by that flag, which
 # the 235B run, dp 16 × pp 8 × vp 4, could take), and only the fp8 one the precision-aware optimizer: the bf16 runs
 # keep Megatron-Core's plain distributed optimizer (fp32 moments and master). Read at NVIDIA/Megatron-LM
@@ -200,7 +201,6 @@ MLM_QWEN3_30B_FP8 = Recipe(
 MLM_QWEN3_235B_BF16 = Recipe(
     recompute_modules=("moe_act", "layernorm"), expert_tp=1, overlap_ep_comm=True, delay_wgrad=True,
     dispatcher="deepep", cuda_graph_scope=("moe_router", "moe_preprocess"), router_fusion=True,
-    grad_reduce_in_fp32=True, dp_overlap=False, unmodelled=(*_MLM_COMMON,
-        "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled",
-        "log_num_zeros_in_grad and log_params_norm every iteration (host syncs and norm passes): not modelled"),
+    grad_reduce_in_fp32=True, dp_overlap=False, log_norms=True, unmodelled=(*_MLM_COMMON,
+        "NVTE_FWD/BWD_LAYERNORM_SM_MARGIN 24 (norm kernels leave 24 SMs to communication): not modelled"),
 )
