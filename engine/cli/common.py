@@ -30,6 +30,20 @@ def finite_float(text: str) -> float:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number ≥ 0 (a count that may be zero, as ``--offload-layers 0``); argparse
+    names the flag in its refusal (exit 2)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: give a count ≥ 0")
+    return value
+
+
 def require_positive(flag: str, value: int | float | None) -> None:
     if value is not None and value <= 0:
         raise InputError(COMMAND_LINE, Problem(flag, f"{value} must be positive"))

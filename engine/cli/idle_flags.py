@@ -56,6 +56,7 @@ _TRAINING_ONLY = {
     "log_num_zeros_in_grad": bool,
     "timing_log_level": lambda v: True,
     "check_for_nan_in_loss_and_grad": bool,
+    "offload_layers": lambda v: True,  # activation offload is a training run's (plan.activation_offload)
 }
 
 
@@ -107,6 +108,8 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
         raise InputError(COMMAND_LINE, Problem("--overlap-dgrad-comm", f"{args.overlap_dgrad_comm}: how a column-"
                                                "parallel linear's input-gradient all-reduce runs, and tp is 1 (no "
                                                "tensor group, no all-reduce); set --tp ≥ 2 or leave it out"))
+    if train and getattr(args, "offload_layers", None) is not None:
+        _refuse_offload_layers_without_host(args.offload_layers, project)
     if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
         raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
                                                "(the run was ZeRO-3 whatever --zero said)"))
@@ -138,6 +141,23 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
     name = given[0]
     raise InputError(COMMAND_LINE, Problem(
         "--" + name.replace("_", "-"), f"{_MOE_FLAGS[name]}, and the model has no mixture-of-experts layers"))
+
+
+def _refuse_offload_layers_without_host(count: int, project: Project) -> None:
+    """``--offload-layers N`` counts the layers whose activations go to host memory; with the activations on the
+    device (``mapping.memory_levels.activations`` neither a host memory nor ``auto``) none go, and the run
+    would be the same without the flag. The field's own refusal (``plan.idle_fields``) names the field; this
+    names the flag typed."""
+    from tilewright.engine.plan.checks import host_memories
+
+    level = project.mapping.memory_levels.get("activations")
+    if level == "auto" or level in host_memories(project):
+        return
+    where = f"'{level}' is not host memory" if level else "the activations stay on the device"
+    raise InputError(COMMAND_LINE, Problem("--offload-layers", f"{count}: counts the transformer layers whose "
+                                           f"activations are copied to host memory, and {where}; add --set "
+                                           "mapping.memory_levels.activations=<the node's host memory> or leave "
+                                           "it out"))
 
 
 def _refuse_tp_without_splits(tp: int, project: Project) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from tilewright.engine.cli.common import (
     COMMAND_LINE,
     finite_float,
+    non_negative_int,
     refuse_overwriting_inputs,
     refuse_unreachable_outputs,
 )
@@ -40,6 +41,7 @@ MAPPING_FLAGS = (
     "zero",
     "schedule",
     "pipeline_p2p",
+    "offload_layers",
 )
 
 
@@ -148,6 +150,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "with --sequence-parallel) hidden behind its weight-gradient GEMM (Megatron --async-tensor-model-"
                    "parallel-allreduce, Megatron-Core, Transformer Engine); default: off for GPU training with full "
                    "recompute (Megatron-LM v2.x), else on (plan.dgrad_overlap)")
+    p.add_argument("--offload-layers", type=non_negative_int, metavar="N",
+                   help="training with the activations in host memory (--set mapping.memory_levels.activations=HOST): "
+                   "offload the stored activations of the first N transformer layers of each model chunk "
+                   "(Megatron-Core --cpu-offloading-num-layers); default: all but the last (plan.activation_offload)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])
     p.add_argument("--fp8-recipe", choices=[r.value for r in Fp8Scaling],
                    help="with fp8: Transformer Engine's scaling recipe (mapping.formats.fp8_scaling): delayed "

@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Twenty of them, in a group under the Mapping box of the workload dock:
+Twenty-seven of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -38,7 +38,11 @@ Twenty of them, in a group under the Mapping box of the workload dock:
 - the expert load imbalance (``mapping.expert_imbalance``, × the mean, ≥ 1): the busiest expert rank's routed
   tokens over the mean, which paces every rank; MoE models;
 - offloading weights, gradients, optimizer state or activations to the node's host memory
-  (``mapping.memory_levels``, ``studio.ui.offload_editor``); needs a host memory with a host link.
+  (``mapping.memory_levels``, ``studio.ui.offload_editor``); needs a host memory with a host link;
+- under it, the transformer layers per chunk whose activations go there (``mapping.offload_layers``), beside the
+  tensor-parallel overlap the input-gradient all-reduce's (``mapping.overlap_dgrad_comm``), and in a framework
+  group of their own the pipeline sends (``mapping.pipeline_p2p``) and Megatron's logging and checks: the options
+  whose default is a framework era's, each showing what it resolves to (``studio.ui.framework_options``).
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
 (``disabled_reason``): the state follows the model, not degrees typed but not yet applied. A choice the
@@ -64,6 +68,27 @@ from tilewright.studio.mapping_commands import SetMappingOption
 from tilewright.studio.mapping_edit import checked_option, option_value
 from tilewright.studio.tree_edit import EditRefused
 from tilewright.studio.ui.fields import Check, ChoiceEditor, FlagEditor, ValueEditor
+from tilewright.studio.ui.framework_options import (
+    DGRAD_LABELS,
+    DGRAD_TEXT,
+    ERA_FIELDS,
+    FRAMEWORK_FIELDS,
+    FRAMEWORK_TIPS,
+    NAN_TEXT,
+    NUM_ZEROS_TEXT,
+    OFFLOAD_LAYERS_TEXT,
+    P2P_LABELS,
+    P2P_TEXT,
+    PARAMS_NORM_TEXT,
+    TIMING_LABELS,
+    TIMING_TEXT,
+    EraChoice,
+    default_label,
+    era_text,
+    framework_group,
+    framework_reason,
+    framework_undo_text,
+)
 from tilewright.studio.ui.offload_editor import OffloadEditor, host_memory, offload_text, offload_undo_text
 from tilewright.studio.units import COUNT, FACTOR
 
@@ -88,7 +113,7 @@ MOMENTS_TEXT = "Adam moments"
 MASTER_TEXT = "master weights"
 GATHER_STEP_TEXT = "gather the first chunk during the step"
 IMBALANCE_TEXT = "expert load (× mean)"
-WIDE = ("memory_levels",)  # controls under their label, across both columns
+WIDE = ("memory_levels", "offload_layers", "overlap_dgrad_comm")  # controls under their label, across both columns
 MOMENT_LABELS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16 (scaled)", "fp8": "fp8 (scaled)"}
 MASTER_LABELS = {"fp32": "fp32", "remainders": "bf16 + remainders", "fp16": "fp16 (scaled)"}
 FP8_LABELS = {"tensor": "tensor (current)", "delayed": "delayed (amax history)", "block": "block (1×128)",
@@ -188,7 +213,7 @@ OPTION_TIPS = {
         "recipe sets to 1 and 1. Their GEMMs run at the bf16 rate without quantization passes and their weights "
         f"are plain bf16 parameters. Not with delayed scaling. {APPLIES}"
     ),
-}
+} | FRAMEWORK_TIPS
 TRAINING_ONLY = "training only: an inference run has no backward pass, so this option changes nothing"
 OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradients to reduce across replicas "
                         "(set dp > 1 and press Auto-map first)")
@@ -223,6 +248,8 @@ DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds al
 def disabled_reason(field: str, project: Project) -> str | None:
     """Why the option ``field`` cannot matter for ``project`` as applied, or None when it can."""
     m, training = project.mapping, project.run.mode is Mode.train
+    if field in FRAMEWORK_FIELDS:
+        return framework_reason(field, project)
     if field == "recompute":
         return None if training else TRAINING_ONLY
     if field == "recompute_layers":
@@ -274,6 +301,8 @@ def disabled_reason(field: str, project: Project) -> str | None:
 def undo_text(field: str, value: Any, project: Project | None = None) -> str:
     """The Edit menu's name of the gesture ("Activation recompute selective", not "Set mapping recompute");
     ``project``: the one edited, for the offload's host memory name."""
+    if field in FRAMEWORK_FIELDS:
+        return framework_undo_text(field, value)
     if field == "expert_imbalance":
         return f"Expert load {value:g}× the mean"
     if field == "memory_levels":
@@ -396,7 +425,7 @@ def _compact(combo: QComboBox) -> None:
 
 
 class MappingOptions(QGroupBox):
-    """The eighteen option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
+    """The option controls; ``push`` is the panel's way of pushing a command (it keeps staged degrees)."""
 
     def __init__(self, doc: ProjectDocument, push: Callable[[QUndoCommand], None], parent: QWidget | None = None):
         super().__init__(TITLE, parent)
@@ -435,6 +464,16 @@ class MappingOptions(QGroupBox):
         host = host_memory(doc.project.hardware)
         self.offload = OffloadEditor(m.memory_levels, host[0] if host else None, self._check("memory_levels"),
                                      parent=self)
+        self.offload_layers = ValueEditor(m.offload_layers, COUNT, self._check("offload_layers"), optional=True,
+                                          parent=self)
+        self.dgrad = EraChoice(m.overlap_dgrad_comm, DGRAD_LABELS, self._check("overlap_dgrad_comm"), parent=self)
+        self.p2p = EraChoice(m.pipeline_p2p, P2P_LABELS, self._check("pipeline_p2p"), parent=self)
+        self.timing = EraChoice(m.timing_log_level, TIMING_LABELS, self._check("timing_log_level"), parent=self)
+        self.params_norm = FlagEditor(m.log_params_norm, PARAMS_NORM_TEXT, self._check("log_params_norm"), parent=self)
+        self.num_zeros = FlagEditor(m.log_num_zeros_in_grad, NUM_ZEROS_TEXT, self._check("log_num_zeros_in_grad"),
+                                    parent=self)
+        self.nan_check = FlagEditor(m.check_for_nan_in_loss_and_grad, NAN_TEXT,
+                                    self._check("check_for_nan_in_loss_and_grad"), parent=self)
         self.editors: dict[str, ChoiceEditor | FlagEditor | ValueEditor | OffloadEditor] = {
             "recompute": self.recompute, "recompute_layers": self.recompute_layers,
             "overlap_grad_reduce": self.overlap_grad, "overlap_tp_comm": self.overlap_tp,
@@ -446,11 +485,14 @@ class MappingOptions(QGroupBox):
             "overlap_param_gather_with_optimizer_step": self.gather_step,
             "recompute_modules": self.modules, "cuda_graph_scope": self.graphs, "fp8_scaling": self.fp8_scaling,
             "expert_imbalance": self.imbalance, "memory_levels": self.offload,
+            "offload_layers": self.offload_layers, "overlap_dgrad_comm": self.dgrad, "pipeline_p2p": self.p2p,
+            "log_params_norm": self.params_norm, "log_num_zeros_in_grad": self.num_zeros,
+            "timing_log_level": self.timing, "check_for_nan_in_loss_and_grad": self.nan_check,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
         for combo in (self.recompute.combo, self.ep_dispatcher.combo, self.fp8_scaling.combo, self.moments.combo,
-                      self.master.combo, self.tp_rs.combo):
+                      self.master.combo, self.tp_rs.combo, self.dgrad.combo, self.p2p.combo, self.timing.combo):
             _compact(combo)
         self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
@@ -464,15 +506,19 @@ class MappingOptions(QGroupBox):
                        "optimizer_master": QLabel(MASTER_TEXT, self),
                        "tp_overlap_reduce_scatter": QLabel(TP_RS_TEXT, self),
                        "expert_imbalance": QLabel(IMBALANCE_TEXT, self),
-                       "memory_levels": QLabel(offload_text(host), self)}
+                       "memory_levels": QLabel(offload_text(host), self),
+                       "offload_layers": QLabel(OFFLOAD_LAYERS_TEXT, self),
+                       "overlap_dgrad_comm": QLabel(DGRAD_TEXT, self),
+                       "pipeline_p2p": QLabel(P2P_TEXT, self),
+                       "timing_log_level": QLabel(TIMING_TEXT, self)}
         grid = QGridLayout(self)
         rows: list[str | QWidget] = [
             "recompute", "recompute_layers", self.overlap_grad, self.grad_fp32, self.overlap_tp,
-            "tp_overlap_reduce_scatter", self.fused_loss,
+            "tp_overlap_reduce_scatter", "overlap_dgrad_comm", self.fused_loss,
             "pipeline_layers", "ep_dispatcher", "expert_imbalance", self.overlap_ep, self.delay_wgrad,
             "recompute_modules",
             "cuda_graph_scope", "fp8_scaling", "fp8_bf16_layers", "optimizer_moments", "optimizer_master",
-            self.gather_step, "memory_levels",
+            self.gather_step, "memory_levels", "offload_layers",
         ]
         row = 0
         for item in rows:  # a labelled control, or a check box across both columns
@@ -487,6 +533,10 @@ class MappingOptions(QGroupBox):
             else:
                 grid.addWidget(item, row, 0, 1, 2)
             row += 1
+        framework = [(self.labels["pipeline_p2p"], self.p2p), (self.labels["timing_log_level"], self.timing),
+                     (None, self.params_norm), (None, self.num_zeros), (None, self.nan_check)]
+        self.framework = framework_group(framework, self)
+        grid.addWidget(self.framework, row, 0, 1, 2)
         grid.setColumnStretch(1, 1)
 
     def _check(self, field: str) -> Check:
@@ -523,6 +573,9 @@ class MappingOptions(QGroupBox):
         host = host_memory(self.doc.project.hardware)  # the hardware may have changed under the panel
         self.offload.host = host[0] if host else None
         self.labels["memory_levels"].setText(offload_text(host))
+        for field in ERA_FIELDS:  # the unset item names what the engine resolves it to for this project
+            self.editors[field].set_default(default_label(field, self.doc.project))  # type: ignore[union-attr]
+        self.offload_layers.line_edit.setPlaceholderText(f"default: {era_text('offload_layers', self.doc.project)}")
         for field, editor in self.editors.items():
             editor.set_value(self.current(field))
             editor.show_error(None)

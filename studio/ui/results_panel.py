@@ -1,6 +1,11 @@
 """The results dock: a headline (or, while a run goes, its progress and Cancel) above tabs for the summary,
 the Gantt, link utilisation, memory occupancy and the comparison of recent runs.
 
+The result's notes (``Result.notes``: a framework era's default the engine assumed, say "pipeline sends block
+their stage (Megatron-LM v2.x-v3.0, read from full recompute on GPUs)") close the Summary, whose tab then carries
+an information icon and a tooltip counting them, so a run whose numbers rest on an assumption says so even while
+the Timeline is in front.
+
 Every view is fed the same ``RunRecord`` (prepared on the worker) and follows one ``TimeCursor``, which
 the main window owns so the canvas can follow it too.
 """
@@ -12,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (
     QDockWidget,
     QLabel,
@@ -19,6 +25,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QStackedWidget,
+    QStyle,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -40,6 +47,7 @@ from tilewright.studio.ui.results.summary import (
     format_metric,
     headline,
     in_columns,
+    notes_html,
     result_tables,
     split_rows,
     table_html,
@@ -50,6 +58,7 @@ from tilewright.studio.units import SECONDS, format_value
 __all__ = ["PLACEHOLDER", "ResultsPanel", "format_metric", "result_tables"]
 
 PLACEHOLDER = "No run yet. Press F5 (Run ▸ Run) to simulate this project."
+NOTES_TIP = "{n} note{s} on what the engine assumed: see the end of the Summary"
 ROOM_PX = 430  # height the dock grows to when the first result arrives, so the Gantt is readable
 ROOM_SHARE = 0.4  # ...but no more than this share of the window's height: the canvas keeps the most
 BREATH_MS = 20  # between two hidden views' updates: time for paints, input and timers
@@ -108,12 +117,18 @@ class ResultsPanel(QWidget):
         self.splits.setWordWrap(True)
         self.splits.setVisible(False)
         outer.addWidget(self.splits)
+        self.notes = QLabel()  # full width too: each note is a sentence or two
+        self.notes.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.notes.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notes.setWordWrap(True)
+        self.notes.setVisible(False)
+        outer.addWidget(self.notes)
         outer.addStretch(1)
         scroll = QScrollArea(self)
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.summary)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
-        self.tabs.addTab(scroll, "Summary")
+        self.summary_tab = self.tabs.addTab(scroll, "Summary")
 
     # -- wiring --------------------------------------------------------------------------------------
     def add_view(self, widget: QWidget, title: str) -> None:
@@ -151,7 +166,8 @@ class ResultsPanel(QWidget):
 
     # -- summary text --------------------------------------------------------------------------------
     def text(self) -> str:
-        shown = [self.headline, *self.labels] + ([self.splits] if self.splits.isVisibleTo(self) else [])
+        shown = [self.headline, *self.labels] + [label for label in (self.splits, self.notes)
+                                                 if label.isVisibleTo(self)]
         return "\n".join(label.text() for label in shown)
 
     def _set_columns(self, texts: list[str]) -> None:
@@ -193,6 +209,7 @@ class ResultsPanel(QWidget):
         splits = split_rows(result)
         self.splits.setText(table_html(SPLITS_TITLE, splits) if splits else "")
         self.splits.setVisible(bool(splits))
+        self._show_notes(list(result.notes))
         self.breakdown.set_breakdown(result.metrics_json()["time_breakdown_s"])  # in the categories' order
         self.headline.setText(headline(result))
         name = result.project
@@ -244,8 +261,18 @@ class ResultsPanel(QWidget):
                               if text != PLACEHOLDER else "")
         self.breakdown.setVisible(False)
         self.splits.setVisible(False)
+        self._show_notes([])
         self._set_columns([html.escape(text)])
         self.tabs.setCurrentIndex(0)
+
+    def _show_notes(self, notes: list[str]) -> None:
+        """The notes under the summary's tables, and the Summary tab marked while there are any."""
+        self.notes.setText(notes_html(notes) if notes else "")
+        self.notes.setVisible(bool(notes))
+        icon = self.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxInformation) if notes else QIcon()
+        self.tabs.setTabIcon(self.summary_tab, icon)
+        self.tabs.setTabToolTip(self.summary_tab, NOTES_TIP.format(n=len(notes), s="s" * (len(notes) != 1))
+                                if notes else "")
 
     def _make_room(self) -> None:
         """Once, when the first result arrives: grow the results dock so the Gantt has rows to show —

@@ -201,6 +201,16 @@ def table_html(title: str, rows: Rows) -> str:
     return f"{head}<table cellspacing='0' cellpadding='1'>{body}</table>"
 
 
+NOTES_TITLE = "Notes: what the engine assumed or left out"
+
+
+def notes_html(notes: list[str]) -> str:
+    """The result's notes (``Result.notes``: an era's default assumed, an offload's layers, formats applied)
+    as a titled list, each note a paragraph of its own: they are sentences, not figures."""
+    items = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return f"<b>{html.escape(NOTES_TITLE)}</b><ul style='margin-left:-20px'>{items}</ul>"
+
+
 def headline(result: Result) -> str:
     """One line of HTML with what an architect checks first; an out-of-memory leads, in red."""
     m = result.metrics_json()
