@@ -27,6 +27,14 @@ none of the configs turns it off: on for the 2024-25 rows; off for the 2023 rows
 known here). ``--defaults all`` (or a comma list of those columns) leaves them at the mapping's defaults: the
 predictions without them, for comparison. Not columns: --deterministic-mode and NCCL_ALGO (no cost modelled).
 
+``host_framework`` (``plan.framework_host``), also a mapping field from the row's config, says whose Python issues
+the layers' kernels: 'mcore' for the legacy-model rows (``megatron/model/transformer.py`` builds its linears from
+``megatron.core.tensor_parallel`` from 2023 on) and the JET Megatron-Core row (``use_te: False``: the local layer
+spec), 'mcore-te' for the 2023 ``pretrain_gpt_core.py`` rows (their Megatron-Core layers hard-code Transformer
+Engine's modules whatever ``--transformer-impl`` says) and the 7B rows. ``--defaults host_framework`` gives the
+run's era default instead (full recompute: Megatron-LM v2.x's counts; else 'mcore-te'). The summary adds a slice
+per framework.
+
 ``--host-scale F``: a diagnostic what-if, not a calibration: every host cost of the system preset (per-kernel
 dispatch, per-call framework time, per-synchronisation idle, per-collective call, per-backward start-up:
 ``host_dispatch_s``, ``host_call_s``, ``host_sync_s``, ``host_collective_s``, ``host_backward_s``) multiplied by F
@@ -60,9 +68,10 @@ INT_FIELDS = ("gpus", "layers", "hidden", "heads", "kv_heads", "seq", "vocab", "
               "interleave", "zero")
 BOOL_FIELDS = ("tie_embeddings", "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
                "log_params_norm", "log_num_zeros_in_grad", "check_for_nan_in_loss_and_grad")
-# the CI's training-loop options: mapping fields of the same name (module docstring)
+# the CI's training-loop options and host framework: mapping fields of the same name (module docstring)
 LOOP_OPTIONS = ("gradient_accumulation_fusion", "log_params_norm", "log_num_zeros_in_grad", "timing_log_level",
-                "check_for_nan_in_loss_and_grad")
+                "check_for_nan_in_loss_and_grad", "host_framework")
+FRAMEWORKS = ("megatron-lm", "mcore", "mcore-te")  # the CSV's host_framework values (mapping.host_framework)
 
 
 def rows(path: Path = CSV) -> list[dict]:
@@ -82,6 +91,8 @@ def rows(path: Path = CSV) -> list[dict]:
             level = raw["timing_log_level"]
             r["timing_log_level"] = int(level) if level != "" else None
             r["measured_ms"] = float(raw["measured_ms"])
+            if (fw := raw["host_framework"]) not in FRAMEWORKS:
+                raise ValueError(f"{raw['id']}: host_framework must be one of {FRAMEWORKS}, not {fw!r}")
             out.append(r)
     return out
 
@@ -190,7 +201,8 @@ def summary(results: list[tuple[dict, float, dict[str, float]]]) -> None:
     """Mean |error|, mean signed error and mean breakdown overall and by tp, source family and precision."""
     print(f"{'slice':<22} {'n':>3} {'mean|err|':>9} {'mean err':>9} " + " ".join(f"{c[:7]:>7}" for c in COLUMNS))
     slices: list[tuple[str, list]] = [("all", results)]
-    for label, key in (("tp", lambda r: r["tp"]), ("", family), ("", lambda r: r["precision"])):
+    for label, key in (("tp", lambda r: r["tp"]), ("", family), ("", lambda r: r["precision"]),
+                       ("host", lambda r: r["host_framework"])):
         for v in sorted({key(x[0]) for x in results}, key=str):
             slices.append((f"{label} {v}".strip(), [x for x in results if key(x[0]) == v]))
     for name, sel in slices:

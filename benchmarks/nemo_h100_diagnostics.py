@@ -50,7 +50,7 @@ def detail(row: Row) -> None:
     all-to-alls; for routed-expert GEMMs also the time of one GEMM per local expert (Megatron-Core's grouped GEMM
     on Hopper runs one GEMM per expert) on the same efficiency curve, against ours (one GEMM over every
     token-slot). A collective's time is that of the bytes the plan leaves exposed (``plan.tp_overlap``)."""
-    import tilewright.engine.plan.plan as planmod
+    import tilewright.engine.plan.stage_build as planmod  # where build_plan's stages run their passes
     from tilewright.engine.ir.ops import MoERole
     from tilewright.engine.plan.passes import backward_pass, forward_pass
     from tilewright.engine.simulate import make_plan

@@ -100,6 +100,9 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         moe_router_fusion=r.router_fusion, optimizer_moments=r.optimizer_moments,
         optimizer_master=r.optimizer_master, grad_reduce_in_fp32=r.grad_reduce_in_fp32,
         log_params_norm=r.log_norms, log_num_zeros_in_grad=r.log_norms,  # plan.train_logging
+        # every recipe runs Megatron-Core with Transformer Engine's layers (transformer_impl transformer_engine,
+        # Megatron-Core's default and Megatron-Bridge's): their host time per op (plan.framework_host)
+        host_framework="mcore-te",
         # the scripts' rule (BRIDGE_H100) whenever dp, pp and vp are all > 1; an FSDP run (ZeRO-3) has no post-step
         # gather to overlap (plan.checks), and no FSDP row is pipelined
         overlap_param_gather_with_optimizer_step=(r.param_gather_with_step and not p.fsdp

@@ -38,7 +38,8 @@ def test_whole_and_below_the_floor():
     assert bytes_for(_seconds, 0.0, 1.0) == 0.0
 
 
-def _context(cover_s: float) -> _Builder:
+def _context(cover_s: float) -> tuple[_Builder, object]:
+    """A forward's builder whose layer has run ``cover_s`` of compute, and an op of that layer."""
     plan = make_plan(Project(name="a2a", hardware=load_system("dgx-h100"),
                              workload=GPTSpec(name="g", layers=1, hidden=1024, heads=8, seq_len=512, vocab=8192),
                              mapping=Mapping(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1),
@@ -47,18 +48,27 @@ def _context(cover_s: float) -> _Builder:
     ctx.ep_seconds = _seconds
     b = _Builder(ctx, "F")
     b.layer_busy = cover_s  # the layer's compute so far hides the all-to-all
-    return b
+    return b, plan.workload.layer_ops(plan.workload.block_layers[0])[0]
 
 
 @pytest.mark.parametrize("cover_s", [0.0, 50e-6, 150e-6, 215e-6, 300e-6])
 def test_builder_charges_the_all_to_all_minus_its_cover(cover_s):
+    """The cover is the layer's compute stretched by the 24 of the H100's 132 SMs the all-to-all's kernel holds
+    beside it (``perf.comm_sm``); the compute loses 24 / 132 of the overlapped window, charged to the open
+    segment and not to the layer's compute (the next all-to-all's cover)."""
     nbytes = 10e6
-    shown = _context(cover_s)._a2a(nbytes)
-    want = max(0.0, _seconds(nbytes) - cover_s)
+    b, op = _context(cover_s)
+    assert (b.ctx.dev.compute.gemm_units, b.ctx.dev.compute.collective_sms) == (132, 24)
+    shown = b._a2a(op, nbytes)
+    cover = cover_s * 132 / (132 - 24)
+    want = max(0.0, _seconds(nbytes) - cover)
     if want >= LATENCY:
         assert _seconds(shown) == pytest.approx(want, rel=1e-9)
     else:  # below the all-to-all's own floor: nothing, or the floor where nearer
         assert shown == 0.0 or _seconds(shown) == pytest.approx(LATENCY)
+    slower = min(_seconds(nbytes), cover) * 24 / 132
+    assert (b._open.busy_s if b._open is not None else 0.0) == pytest.approx(slower, rel=1e-9)
+    assert b.layer_busy == cover_s  # the layer's compute at full rate: a later all-to-all stretches it itself
 
 
 def test_plan_exposed_parts_are_shorter_than_the_whole():

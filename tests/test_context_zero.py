@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
-from tilewright.engine.plan import plan as plan_module
+from tilewright.engine.plan import stage_options
 from tilewright.engine.simulate import make_plan, simulate
 
 H, L, V, S = 2048, 4, 51200, 8192
@@ -138,7 +138,7 @@ def test_residency_sizes_are_what_the_plan_holds(cp, monkeypatch):
     """``memory_levels`` ``auto`` fits each category's bytes per device: the same as the plan's memory
     peak, with each device's share of the sequence (micro_batch / cp) and the dp·cp optimizer shard."""
     seen: list[dict[str, float]] = []
-    original = plan_module.stage_residency
+    original = stage_options.stage_residency
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
@@ -146,7 +146,7 @@ def test_residency_sizes_are_what_the_plan_holds(cp, monkeypatch):
             seen.append(out[1])
         return out
 
-    monkeypatch.setattr(plan_module, "stage_residency", spy)
+    monkeypatch.setattr(stage_options, "stage_residency", spy)
     project = _project(cp, 2, 1, memory_levels={"activations": "auto"})
     held = simulate(project).memory_breakdown_bytes
     assert len(seen) == 1

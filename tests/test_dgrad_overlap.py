@@ -74,7 +74,8 @@ def _reductions(ps, kind: str) -> list[float]:
 def test_each_column_runs_reduction_shows_only_what_its_weight_gradients_cannot_cover(spec, sp):
     """Derived by hand for one layer: the reduction of a run carries mb·s·h elements in bf16 (the whole
     sequence's input gradient); its time on a made-up group is latency + bytes / bandwidth; its run's wgrads are
-    half of each op's backward (equal FLOPs to the dgrad); what shows is the bytes that take the uncovered time."""
+    half of each op's backward (equal FLOPs to the dgrad), stretched by the 24 of the H100's 132 SMs the NCCL
+    collective holds beside them (``perf.comm_sm``); what shows is the bytes that take the uncovered time."""
     kind = "reduce-scatter" if sp else "all-reduce"
     bw, lat = 20e9, 30e-6
     seconds = lambda k, nbytes: lat + nbytes / bw  # noqa: E731
@@ -94,7 +95,8 @@ def test_each_column_runs_reduction_shows_only_what_its_weight_gradients_cannot_
                 assert op.backward_flops == pytest.approx(2 * op.flops)  # dgrad and wgrad: equal GEMMs
                 t = op_time(op, on.dev, 1, TP, sp, True, on.elem_bytes, formats=on.formats)
                 wgrad += t.busy_s / 2
-            uncovered = lat + nbytes / bw - wgrad
+            assert (on.dev.compute.gemm_units, on.dev.compute.collective_sms) == (132, 24)
+            uncovered = lat + nbytes / bw - wgrad * 132 / (132 - 24)
             expected.append(max(0.0, (uncovered - lat) * bw) if uncovered > lat / 2 else 0.0)
         # the column runs' reductions are the last `len(runs)` of their kind in backward order; the rest
         # (a row-parallel op's gather is not a reduction) are unchanged

@@ -102,7 +102,7 @@ class Compute(QuietDefaultsModel):
               "host_collective_s", "host_backward_s", "runtime_ccl", "runtime_host_read_bytes_per_s",
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
-              "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w")
+              "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w", "collective_sms")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -250,6 +250,12 @@ class Compute(QuietDefaultsModel):
         description="what the device draws powered on, clocks up and nothing running (leakage, clock tree, "
         "memory refresh and PHYs): drawn for the whole iteration or request, busy or not. Not ``power_w`` "
         "(the component's rated maximum, a budget); None: not known",
+    )
+    collective_sms: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="SMs (gemm_units) a collective library's kernel holds while it runs, one CTA per channel "
+        "(NCCL's channels): compute overlapped with a collective runs on the rest (engine/perf/comm_sm.py); "
+        "None: the collective takes none (copy engines, a dataflow device's own fabric)",
     )
     comment: str = ""
 

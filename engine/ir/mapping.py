@@ -33,6 +33,7 @@ class PlacementStrategy(StrEnum):
 
 HyparChoice = Literal["dp", "mp"]
 PipelineP2PMode = Literal["overlap", "blocking", "megatron-lm"]  # how pipeline sends run (plan.pipeline_p2p)
+HostFramework = Literal["megatron-lm", "mcore", "mcore-te"]  # whose Python issues GPU kernels (plan.framework_host)
 
 
 class LayerParallelism(StrictModel):
@@ -233,7 +234,7 @@ class Mapping(QuietDefaultsModel):
         "overlap_tp_comm", "pipeline_layers", "recompute_modules", "cuda_graph_scope", "moe_router_fusion",
         "optimizer_moments", "delay_wgrad_compute", "grad_reduce_in_fp32", "optimizer_master",
         "overlap_param_gather_with_optimizer_step", "gradient_accumulation_fusion", "tp_axes_collectives",
-        "pipeline_p2p", "offload_layers", "overlap_dgrad_comm",
+        "pipeline_p2p", "offload_layers", "overlap_dgrad_comm", "host_framework",
         "log_params_norm", "log_num_zeros_in_grad", "timing_log_level", "check_for_nan_in_loss_and_grad",
     )
 
@@ -285,6 +286,13 @@ class Mapping(QuietDefaultsModel):
         "tensor over the tensor group (Megatron-LM v2.x-v3.0's --scatter-gather-tensors-in-pipeline, without "
         "sequence parallelism); None: 'megatron-lm' for GPU training with full recompute (--checkpoint-activations), "
         "else 'overlap' (plan.pipeline_p2p)",
+    )
+    host_framework: HostFramework | None = Field(
+        None, description="GPU training: whose Python issues a layer's kernels, for the host's time per op "
+        "(plan.framework_host): 'megatron-lm' Megatron-LM v2.x's own layers; 'mcore' Megatron-Core's local "
+        "tensor-parallel linears (legacy models from 2023 on, Megatron-Core's local spec); 'mcore-te' Megatron-Core "
+        "with Transformer Engine's modules (--transformer-impl transformer_engine, NeMo); None: 'megatron-lm' "
+        "(a default that followed recompute would make host time jump when only recompute changes)",
     )
     overlap_dgrad_comm: bool | None = Field(
         None, description="training at tp > 1: each column-parallel linear's input-gradient all-reduce (reduce-scatter "

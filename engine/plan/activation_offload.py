@@ -35,7 +35,7 @@ from tilewright.engine.ir.ops import Op
 from tilewright.engine.plan.residency import workspace_level
 
 if TYPE_CHECKING:
-    from tilewright.engine.plan.plan import StagePlan
+    from tilewright.engine.plan.stage_build import StagePlan
 
 
 def offload_count(blocks: int, asked: int | None) -> int:

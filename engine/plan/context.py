@@ -18,7 +18,9 @@ cp steps, each the fused attention of the block in hand while the next block tra
 
 Each step's sends overlap that step's attention kernel, so a step shows only what its transfer takes beyond
 1 / cp of the op's attention time (causal attention is load-balanced over the ranks, Transformer Engine's two
-chunks per rank, so every step computes the same share). The exposed seconds are charged as the ring carrying
+chunks per rank, so every step computes the same share), that share stretched by the SMs the step's
+send/receive kernel holds meanwhile, which the attention kernel loses (``perf.comm_sm``, ``ContextComm.slowed``:
+the pass charges the loss to the attention op's segment). The exposed seconds are charged as the ring carrying
 that fraction of its bytes (kind ``cp:ring``, as ``plan.sharding`` charges what overlap leaves), reported as
 ``cp_comm``; the rest of the bytes cross the same links behind the attention kernel (``Segment.hidden``): the
 engines draw them on the links and count their energy, and no one waits for them.
@@ -38,6 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tilewright.engine.ir.ops import Op, OpKind
+from tilewright.engine.perf.comm_sm import beside, stretched
 from tilewright.engine.plan.sharding import CP_PREFIX
 
 RING = CP_PREFIX + "ring"  # every rank sends one block to its ring neighbour (``group_comm.cp_group_collective``)
@@ -73,23 +76,39 @@ class ContextComm:
     seconds: Callable[[str, float], float]  # uncontended time of a ``cp:`` collective of that many bytes
 
     def exchange(
-        self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float
+        self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float,
+        units: int | None = None, sms: int | None = None,
     ) -> tuple[list[tuple[str, float]], tuple[tuple[str, float], ...]]:
         """One attention op's ring, per tensor rank: (the exposed part as segment collectives, the hidden
         part behind the kernel) as (kind, bytes). ``micro_batch``: samples' worth of tokens per rank;
-        ``attention_s``: the op's kernel time, 1 / cp of it beside each step."""
+        ``attention_s``: the op's kernel time, 1 / cp of it beside each step; ``units``, ``sms``: the GPU's SMs
+        and those each step's send/receive kernel holds, the attention step stretched by them (``slowed``)."""
         block = kv_block_bytes(op, micro_batch, tp, elem_bytes)
         steps = ring_steps(self.cp, backward)
         total = block * sum(steps)
         if total <= 0:
             return [], ()
-        per_step = attention_s / self.cp
-        times = [self.seconds(RING, n * block) if n else 0.0 for n in steps]
+        per_step = stretched(attention_s / self.cp, units, sms)
+        times = self._times(block, steps)
         busy = sum(times)
         shown = sum(max(0.0, t - per_step) for t in times)
         exposed = total * shown / busy if busy > 0 else 0.0
         hidden = total - exposed
         return ([(RING, exposed)] if exposed > 0 else []), (((RING, hidden),) if hidden > 0 else ())
+
+    def slowed(
+        self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float,
+        units: int | None, sms: int | None,
+    ) -> float:
+        """Seconds the attention kernel loses to the SMs each step's send/receive kernel holds beside its
+        1 / cp share of it (``perf.comm_sm.beside``, step by step); 0 without a ring or an SM count."""
+        block = kv_block_bytes(op, micro_batch, tp, elem_bytes)
+        per_step = attention_s / self.cp
+        return sum(beside(t, per_step, units, sms)[0] for t in self._times(block, ring_steps(self.cp, backward)))
+
+    def _times(self, block: float, steps: list[float]) -> list[float]:
+        """Each step's transfer time, uncontended (a step that sends nothing takes none)."""
+        return [self.seconds(RING, n * block) if n and block > 0 else 0.0 for n in steps]
 
 
 def ring_fused(layers: Iterable[list[Op]], cp: int) -> frozenset[tuple[str, str]]:

@@ -34,7 +34,9 @@ of the same collective that take that long (``plan.exposed.bytes_for``). A wgrad
 dgrad has, so its share of the op's backward time is flops / backward_flops (``sp_regather.dgrad_seconds``).
 The NCCL call's host time stays. Not for a routed expert (its tensor-parallel collectives are the token
 dispatcher's, not its linear's), nor with ``delay_wgrad_compute`` (the wgrads run later, beside the all-to-all),
-nor under 2-D tensor parallelism. Left out: the SMs the collective takes from the wgrad GEMM.
+nor under 2-D tensor parallelism. The NCCL kernel holds SMs the wgrad GEMMs lose while it runs: their cover
+is stretched by them and the time they lose charged to the run's segment (``perf.comm_sm``, ``passes._Builder.
+_sm_cover``); a caller that times the collective itself (``Segment.deferred_cover_s``) gets the bare cover.
 
 **Default by era** (``mapping.overlap_dgrad_comm`` None): off where ``plan.pipeline_p2p`` reads the run as
 Megatron-LM's ``--checkpoint-activations`` era (GPU training with full recompute: SC'21 Table 1's runs, measured

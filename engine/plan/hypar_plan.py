@@ -38,8 +38,9 @@ from tilewright.engine.plan.hypar_comm import Exchange, HyparComm, hypar_comm, l
 from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.placement import stage_groups
-from tilewright.engine.plan.plan import Plan, StagePlan
+from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.residency import adam_step
+from tilewright.engine.plan.stage_build import StagePlan
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 EXCHANGE_KIND = "exchange-L"

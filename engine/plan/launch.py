@@ -70,6 +70,11 @@ Beyond the ops' own counts, every parameter tensor's gradient hook of Megatron's
 the backward (its Python, and a ``main_grad.add_`` kernel where gradient-accumulation fusion does not cover the
 parameter: 12 hooks and 8 adds per GPT layer with it): ``plan.grad_hooks``.
 
+**Other frameworks.** The counts above are Megatron-LM v2.x's. Megatron-Core's local tensor-parallel linears and
+Transformer Engine's modules run more Python per linear layer (and TE's fuse the LayerNorm into the linear that
+follows it): ``FRAMEWORK_HOST`` replaces the counts of those op kinds per framework (``mapping.host_framework``,
+resolved and sourced in ``plan.framework_host``); the device's kernels (``KERNELS``, ``extra_launches``) stay.
+
 **Collective calls.** A collective's device time (NCCL's latency and bandwidth, ``perf.collectives``) starts
 when its kernel is launched; before that the host makes the call: Megatron-LM issues each tensor-parallel
 reduction from Python (``_reduce`` → ``torch.distributed.all_reduce(..., group=...)``), whose wrapper checks its
@@ -135,6 +140,7 @@ import dataclasses
 from typing import Literal
 
 from tilewright.engine.ir.hardware import Compute, RuntimeGraphs
+from tilewright.engine.ir.mapping import HostFramework
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 
@@ -169,6 +175,21 @@ HOST_CALLS: dict[OpKind, tuple[int, int]] = {
     OpKind.embedding: (6, 3),
     OpKind.pool: (2, 1),
     OpKind.loss: (11, 6),
+}
+
+# Per framework other than Megatron-LM v2.x: op kind → ((forward launches, calls), (backward launches, calls)) the
+# host makes for it, replacing KERNELS/HOST_CALLS on the host's side (plan.framework_host gives the sources).
+FRAMEWORK_HOST: dict[HostFramework, dict[OpKind, tuple[tuple[int, int], tuple[int, int]]]] = {
+    "megatron-lm": {},
+    "mcore": {
+        OpKind.matmul: ((1, 21), (3, 8)),  # forward measured (74 us); backward as v2.x's
+        OpKind.attention: ((3, 25 + 7), (5, 12 + 3)),  # v2.x's and the layer's make_viewless_tensor
+    },
+    "mcore-te": {
+        OpKind.matmul: ((1, 43), (2, 22)),  # forward measured (140 us); backward counted
+        OpKind.norm: ((1, 7), (1, 2)),  # the LayerNorm part of LayerNormLinear and its IdentityOp, counted
+        OpKind.attention: ((3, 25 + 7), (5, 12 + 3)),  # v2.x's and the layer's make_viewless_tensor
+    },
 }
 
 CHECKPOINT_CALLS = 9 + 22  # CheckpointFunction's forward and backward per re-run layer, its nested backward() apart
@@ -247,10 +268,20 @@ def drain_seconds(compute: Compute) -> float:
     return compute.host_sync_s + compute.host_dispatch_s
 
 
-def host_calls(op: Op, backward: bool) -> int:
+def host_calls(op: Op, backward: bool, framework: HostFramework = "megatron-lm") -> int:
     """Framework calls of one op's forward or backward pass that issue no kernel."""
+    if (counts := FRAMEWORK_HOST[framework].get(op.kind)) is not None:
+        return counts[backward][1]
     fwd, bwd = HOST_CALLS.get(op.kind, (1, 1))
     return bwd if backward else fwd
+
+
+def host_launches(op: Op, backward: bool, framework: HostFramework = "megatron-lm") -> int:
+    """Kernel-issuing calls the host makes for one op's forward or backward pass in ``framework``: ``KERNELS``
+    unless the framework issues the op's work differently (``FRAMEWORK_HOST``)."""
+    if (counts := FRAMEWORK_HOST[framework].get(op.kind)) is not None:
+        return counts[backward][0]
+    return kernels(op, backward)
 
 
 def checkpoint_host_seconds(compute: Compute) -> float:
@@ -265,9 +296,9 @@ def host_time(launches: float, calls: float, compute: Compute) -> float:
     return launches * compute.host_dispatch_s + calls * compute.host_call_s
 
 
-def host_seconds(op: Op, backward: bool, compute: Compute) -> float:
+def host_seconds(op: Op, backward: bool, compute: Compute, framework: HostFramework = "megatron-lm") -> float:
     """Host time to run one op's pass in the framework: its kernel launches and its other calls."""
-    return host_time(kernels(op, backward), host_calls(op, backward), compute)
+    return host_time(host_launches(op, backward, framework), host_calls(op, backward, framework), compute)
 
 
 CROSS_ENTROPY_BYTES = (32.0, 8.0)  # (forward, backward) bytes per fp32 logit of the eager kernels (docstring)

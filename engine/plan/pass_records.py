@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from tilewright.engine.ir.mapping import SpatialSplit
+from tilewright.engine.ir.mapping import HostFramework, SpatialSplit
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.op_cost import OpTime
@@ -146,3 +146,4 @@ class PassContext:
     cuda_graph_scope: tuple[str, ...] = ()  # training's CUDA graphs (mapping.cuda_graph_scope, ``plan.cuda_graphs``)
     moe_router_fusion: bool = False  # the routing op's host counts are TE's fused router's (``plan.moe_host``)
     grad_hooks: GradHooks | None = None  # training: the parameters' gradient hooks (``plan.grad_hooks``)
+    host_framework: HostFramework = "megatron-lm"  # whose Python issues the kernels (``plan.framework_host``)

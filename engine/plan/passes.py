@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.ops import MoERole, Op, OpKind, TensorSplit
+from tilewright.engine.perf.comm_sm import beside, stretched
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import message_bytes
 from tilewright.engine.perf.op_cost import OpTime, flash_ops, op_time, shard
@@ -122,7 +123,7 @@ class _Builder:
             self._host_sync(op, moe.sync_s)
         if not backward:
             self._stream(op, moe.permute_bytes)
-        if a2a[0] and (exposed := self._a2a(a2a[0], self._cover(backward, carried=True))) > 0:
+        if a2a[0] and (exposed := self._a2a(op, a2a[0], self._cover(backward, carried=True))) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         # the sort sits between the op and the side's all-to-all: before the op on the dispatch side of a
         # forward and the combine side of a backward, after it otherwise
@@ -161,7 +162,7 @@ class _Builder:
                 seg.busy_s += nbytes / c.dev.dram_bandwidth
                 seg.local_bytes += nbytes
                 self.layer_busy += nbytes / c.dev.dram_bandwidth
-        host = host_seconds(op, backward, c.dev.compute) if moe.host_s is None else moe.host_s
+        host = host_seconds(op, backward, c.dev.compute, c.host_framework) if moe.host_s is None else moe.host_s
         if graph is not None:
             host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute,
                               c.moe_router_fusion)
@@ -175,14 +176,17 @@ class _Builder:
         if backward and c.delay_wgrad:
             self._defer(op, t)
         if c.context is not None and op.kind is OpKind.attention:
-            ring, hidden = c.context.exchange(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s)
+            units, sms = c.dev.compute.gemm_units, c.dev.compute.collective_sms
+            ring, hidden = c.context.exchange(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms)
             seg.hidden += hidden
+            slower = c.context.slowed(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms)
+            seg.busy_s += slower  # the SMs the ring's send/receive kernels take from attention (``perf.comm_sm``)
             # every step's send/receive call costs the host, the hidden steps' too (``context.ring_calls``)
             seg.host_s += ring_calls(c.context.cp, backward) * self.call_host(op.name)
             self.dp_comms(ring, op.layer, op.name, calls=False)
         if not sort_first:
             self._stream(op, moe.sort_bytes)
-        if a2a[1] and (exposed := self._a2a(a2a[1], self._cover(backward, carried=False))) > 0:
+        if a2a[1] and (exposed := self._a2a(op, a2a[1], self._cover(backward, carried=False))) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         if backward:
             self._stream(op, moe.permute_bytes)
@@ -242,23 +246,38 @@ class _Builder:
             self._open = None
         self.out.segments.append(Segment.host_wait("MoE host synchronisation", op.layer, seconds))
 
-    def _a2a(self, nbytes: float, deferred_s: float = 0.0) -> float:
+    def _a2a(self, op: Op, nbytes: float, deferred_s: float = 0.0) -> float:
         """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``), it runs
         while the paired micro-batch computes the same layer — in DualPipe and Megatron-Core's overlapped 1F1B
         one micro-batch's forward and another's backward alternate compute and communication — so it hides
         behind as much compute as this pass has run in the layer so far (the paired pass runs the same ops)
         plus ``deferred_s``, this pass's own delayed weight gradients scheduled against it (``_cover``), and
         only the excess shows: the all-to-all's time minus the cover, as the bytes of it that take that long
-        (``plan.exposed``; a fraction of its bytes would pay its fixed latency again)."""
+        (``plan.exposed``; a fraction of its bytes would pay its fixed latency again). The cover is stretched
+        by the SMs the all-to-all's kernel takes from it (``_sm_cover``)."""
         seconds = self.ctx.ep_seconds
         if seconds is None or nbytes <= 0:
             return nbytes
         self._exchanged = True
         total = seconds(nbytes)
-        cover = self.layer_busy + deferred_s
+        cover = self._sm_cover(op.name, op.layer, total, self.layer_busy + deferred_s)
         if total <= cover or total <= 0:
             return 0.0
         return bytes_for(seconds, nbytes, total - cover)
+
+    def _sm_cover(self, label: str, layer: int, comm_s: float, cover_s: float) -> float:
+        """The cover an NCCL collective of ``comm_s`` seconds hides behind when it runs beside ``cover_s`` of
+        this pass's compute that loses the SMs its kernel holds (``perf.comm_sm``): the compute stretched by
+        them; the seconds the compute loses (over the overlapped window only) join the open segment. Not
+        ``layer_busy``: that is the layer's compute at full rate, which a later all-to-all stretches itself
+        (``_a2a``); counting the loss there too would hide the next all-to-all behind the SMs the last took."""
+        compute = self.ctx.dev.compute
+        slower, _ = beside(comm_s, cover_s, compute.gemm_units, compute.collective_sms)
+        if slower > 0:
+            self._open = self._open or Segment(label=label.split(".")[0], layer=layer, busy_s=0, compute_s=0,
+                                               flops=0, dram_bytes=0)
+            self._open.busy_s += slower
+        return stretched(cover_s, compute.gemm_units, compute.collective_sms)
 
     def _defer(self, op: Op, t: OpTime) -> None:
         """Megatron-Core's ``--delay-wgrad-compute`` (``PassContext.delay_wgrad``): every Transformer Engine
@@ -325,6 +344,13 @@ class _Builder:
             self.out.segments.append(seg)
             self._open = None
 
+    def shard_cover(self, shard: ShardComm, items: list[tuple[str, float]], hide_s: float, label: str,
+                    layer: int) -> float:
+        """The previous layer's compute ``hide_s`` as the cover of the sharding collectives ``items`` run behind
+        it (ZeRO-2/3, FSDP: ``plan.sharding``), stretched by the SMs their NCCL kernels hold (``_sm_cover``)."""
+        total = sum(shard.seconds(k, n) for k, n in items if n > 0)
+        return self._sm_cover(label, layer, total, hide_s) if total > 0 else hide_s
+
     def regather(self, run: Regather | None) -> None:
         """Sequence parallelism's re-gather of a column-parallel run's input for its weight gradients
         (``plan.sp_regather``): the part its data gradients cannot hide closes the open segment; its NCCL call
@@ -334,7 +360,10 @@ class _Builder:
             return
         op = run.op
         nbytes = op.in_elems * c.micro_batch * message_bytes(c.formats, op.name, c.elem_bytes)
-        shown = exposed_bytes(c.regather_seconds, nbytes, run.cover_s)
+        cover = run.cover_s
+        if self.tp_overlap is None and nbytes > 0:  # NCCL's gather holds SMs (userbuffers' bulk: ``plan.tp_overlap``)
+            cover = self._sm_cover(op.name, op.layer, c.regather_seconds("all-gather", nbytes), cover)
+        shown = exposed_bytes(c.regather_seconds, nbytes, cover)
         call = self.call_host(op.name) if self.tp_overlap is None else 0.0
         if shown <= 0:
             self.host(call)
@@ -367,7 +396,7 @@ class _Builder:
         c = self.ctx
         if c.tp <= 1 or elems <= 0:
             return
-        seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
+        seg = self._open = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
         seg.comm = (kind, elems * c.micro_batch * message_bytes(c.formats, label, c.elem_bytes))  # formats.collectives
         if self.tp_overlap is not None and overlap:  # hidden behind the GEMM beside it (``plan.tp_overlap``)
             seg.comm, slower = self.tp_overlap.collective(seg, *seg.comm)
@@ -378,7 +407,9 @@ class _Builder:
                 if c.dgrad_seconds is None:
                     seg.deferred_cover_s = wgrad_s
                 else:
-                    seg.comm = (kind, dgrad_exposed(timed(c.dgrad_seconds, kind), seg.comm[1], wgrad_s))
+                    fn = timed(c.dgrad_seconds, kind)
+                    cover = self._sm_cover(label, layer, fn(seg.comm[1]), wgrad_s) if seg.comm[1] > 0 else wgrad_s
+                    seg.comm = (kind, dgrad_exposed(fn, seg.comm[1], cover))
             seg.host_s += self.call_host(label)
         seg.close()
         self.out.segments.append(seg)
@@ -438,7 +469,9 @@ def forward_pass(
         before = b.next_layer()
         if shard is not None and ops:
             gather = shard.layer_items("all-gather", ops, ctx.tp)
-            b.dp_comms(shard.exposed(gather, before, shard.overlap_gather and i > 0), ops[0].layer, ops[0].name)
+            overlap = shard.overlap_gather and i > 0
+            cover = b.shard_cover(shard, gather if overlap else [], before, ops[0].name, ops[0].layer)
+            b.dp_comms(shard.exposed(gather, cover, overlap), ops[0].layer, ops[0].name)
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
         flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
@@ -542,7 +575,10 @@ def _shard_boundary(
     gather = []
     if shard.gather_weights:
         gather = shard.layer_items("all-gather", ops, b.ctx.tp)
-    shown = shard.exposed(gather, before, shard.overlap_gather and not first)
+    overlap = shard.overlap_gather and not first
+    hiding = (gather if overlap else []) + (reduce if shard.overlap_reduce else [])
+    before = b.shard_cover(shard, hiding, before, ops[-1].name, ops[-1].layer)  # NCCL's SMs (``perf.comm_sm``)
+    shown = shard.exposed(gather, before, overlap)
     hidden = sum(shard.seconds(k, n) for k, n in gather) - sum(shard.seconds(k, n) for k, n in shown)
     budget = max(0.0, before - hidden) if shard.overlap_gather and not first else before
     b.dp_comms(shard.exposed(reduce, budget, shard.overlap_reduce) + shown, ops[-1].layer, ops[-1].name)

@@ -44,6 +44,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tilewright.engine.perf.comm_sm import stretched
+
 # The forward reduce-scatter's pipelined overlap in NVIDIA's H100 bf16 recipes: 4 splits, 16 SMs (fc2) to 24
 # (proj) set aside for the communication (Megatron-Bridge training/comm_overlap.py,
 # userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192).
@@ -105,5 +107,5 @@ class TpOverlap:
         if self.backward:  # bulk
             return (kind, nbytes * self._shown(total, gemm, 0) / total), 0.0
         sms, chunks = (RING_SMS, self.tp) if self.ring_reduce_scatter else (PIPELINE_SMS, PIPELINE_SPLITS)
-        slowed = gemm * self.units / (self.units - sms) if self.units and self.units > sms else gemm
+        slowed = stretched(gemm, self.units, sms)  # the SMs set aside (``perf.comm_sm``)
         return (kind, nbytes * self._shown(total, slowed, chunks) / total), slowed - gemm

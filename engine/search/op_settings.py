@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.hardware import Compute
-from tilewright.engine.ir.mapping import Recompute, SpatialSplit
+from tilewright.engine.ir.mapping import HostFramework, Recompute, SpatialSplit
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats, resolve_formats
@@ -22,6 +22,7 @@ from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
 from tilewright.engine.plan.device_layers import block_names
 from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
+from tilewright.engine.plan.framework_host import host_framework
 from tilewright.engine.plan.grad_hooks import GradHooks, grad_hooks
 from tilewright.engine.plan.passes import PassContext, collective_between, fused_edges, local_name
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -42,6 +43,7 @@ class OpSettings:
     grad_hooks: GradHooks | None = None  # training: the parameters' gradient hooks (``plan.grad_hooks``)
     overlap_dgrad: bool | None = None  # mapping.overlap_dgrad_comm, resolved per candidate (``dgrad``)
     train: bool = True
+    host_framework: HostFramework | None = None  # mapping.host_framework, resolved per candidate (``framework``)
 
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
@@ -51,7 +53,7 @@ class OpSettings:
         return cls(
             formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
             m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,
-            grad_hooks(project, formats.weight_bytes), m.overlap_dgrad_comm, train,
+            grad_hooks(project, formats.weight_bytes), m.overlap_dgrad_comm, train, m.host_framework,
         )
 
     @property
@@ -59,10 +61,13 @@ class OpSettings:
         return self.formats.weight_bytes
 
     def context(
-        self, dev: DeviceModel, micro_batch: int, tp: int, sp: bool, residency: Residency | None = None
+        self, dev: DeviceModel, micro_batch: int, tp: int, sp: bool, residency: Residency | None = None,
+        framework: HostFramework = "megatron-lm",
     ) -> PassContext:
-        """The ``PassContext`` ``build_plan`` makes for a stage of this mapping."""
+        """The ``PassContext`` ``build_plan`` makes for a stage of this mapping; ``framework``: whose Python issues
+        its kernels (``framework``, per the candidate's recompute)."""
         ctx = PassContext(dev, micro_batch, tp, sp, self.elem_bytes, self.fused, self.formats, self.spatial)
+        ctx.host_framework = framework
         ctx.rows_per_sample = self.rows_per_sample
         ctx.residency = residency
         ctx.fused_loss = self.fused_loss
@@ -76,6 +81,11 @@ class OpSettings:
         gradients, as ``build_plan`` resolves it (``plan.dgrad_overlap``; the search's candidates are 1-D and
         time userbuffers through the plan itself)."""
         return dgrad_active(self.overlap_dgrad, recompute, compute, self.train, tp, False, False)
+
+    def framework(self, recompute: Recompute, compute: Compute) -> HostFramework:
+        """Whose Python issues a candidate's kernels, as ``build_plan`` resolves it (``plan.framework_host``: by
+        the era its recompute implies when the mapping leaves it unset)."""
+        return host_framework(self.host_framework, recompute, compute, self.train)
 
     @property
     def full_iteration(self) -> bool:

@@ -16,9 +16,10 @@ from tilewright.engine.jobs import Reporter
 from tilewright.engine.plan.cuda_graphs import problems
 from tilewright.engine.search.op_settings import fusion_allows
 from tilewright.engine.search.parallel.candidate import Candidate, replicas
-from tilewright.engine.search.parallel.estimate import Chunks, Estimator
+from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.search.parallel.moe import MoESeeds
 from tilewright.engine.search.parallel.ranking import Best, Ranked, SearchResult
+from tilewright.engine.search.parallel.stage_sums import Chunks
 from tilewright.engine.search.space import Space, recompute_options, tensor_options
 from tilewright.engine.workloads.graph import WorkloadGraph
 

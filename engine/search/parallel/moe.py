@@ -44,7 +44,8 @@ from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.memory import model_state, params_on_device
 from tilewright.engine.plan.experts import expert_dp, routed_experts
 from tilewright.engine.search.parallel.candidate import Candidate
-from tilewright.engine.search.parallel.estimate import Chunks, Estimator
+from tilewright.engine.search.parallel.estimate import Estimator
+from tilewright.engine.search.parallel.stage_sums import Chunks
 
 
 class ExpertBound:

@@ -20,8 +20,8 @@ from tilewright.engine.plan.timing import closed_form
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.parallel.candidate import Candidate
 
-if TYPE_CHECKING:  # estimate imports this module: the type only, for annotations
-    from tilewright.engine.search.parallel.estimate import Chunks
+if TYPE_CHECKING:  # for annotations only
+    from tilewright.engine.search.parallel.stage_sums import Chunks
 
 
 class PipelineHops:

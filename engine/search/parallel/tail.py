@@ -34,8 +34,8 @@ from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.search.parallel.candidate import Candidate, replicas
 from tilewright.engine.workloads.graph import WorkloadGraph
 
-if TYPE_CHECKING:  # estimate imports this module: the type only, for annotations
-    from tilewright.engine.search.parallel.estimate import Chunks
+if TYPE_CHECKING:  # for annotations only
+    from tilewright.engine.search.parallel.stage_sums import Chunks
 
 
 class IterationTail:

@@ -1,0 +1,158 @@
+"""What a plan's stages exchange across their data-parallel replicas once the backward is done.
+
+The gradient reduction of each chunk (whole after the backward, or in two buckets with
+``overlap_grad_reduce``), ZeRO-1/2's all-gather of the updated weights (``plan.param_gather`` for what
+of it shows), and the tied embedding's all-reduce between the first and last stage (``plan.tied``); dense
+weights over all of a stage's replicas, routed experts over their expert-data-parallel groups
+(``plan.experts``).
+
+Split from ``plan.plan`` because it is one job of its own: these collectives follow the pipeline rather than
+run in it, both engines charge them in the iteration's tail, and the search's estimator mirrors exactly
+this part (``search.parallel.tail``). ``Plan`` inherits it; the attributes and methods declared below are
+the plan's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.perf.formats import OpFormats
+from tilewright.engine.perf.memory import gathered_weight_bytes, param_gather_bytes
+from tilewright.engine.plan.device_layers import stage_mean_bytes
+from tilewright.engine.plan.experts import expert_dp, experts_apart
+from tilewright.engine.plan.group_comm import (
+    dp_group_collective,
+    edp_group_collective,
+    embedding_group_collective,
+    scaled,
+)
+from tilewright.engine.plan.memo import memo_method
+from tilewright.engine.plan.tied import TiedEmbedding
+from tilewright.engine.workloads.graph import WorkloadGraph
+
+if TYPE_CHECKING:  # plan.plan imports this module: the type only, for annotations
+    from tilewright.engine.plan.stage_build import StagePlan
+
+
+class ReplicaSync:
+    """The data-parallel gradient reductions, ZeRO's post-step weight gather and the tied all-reduce."""
+
+    project: Project
+    hw: HardwareGraph
+    workload: WorkloadGraph
+    tp: int
+    dp: int
+    elem_bytes: int
+    stages: list[StagePlan]
+    formats: OpFormats | None
+    tied: TiedEmbedding | None
+    tied_bytes: float
+
+    if TYPE_CHECKING:  # the Plan's
+
+        @property
+        def ep(self) -> int: ...
+
+        @property
+        def expert_tp(self) -> int: ...
+
+    @memo_method
+    def dp_collective(self, rank: int, chunk: int) -> Collective:
+        """Gradient reduction of one chunk across replicas, all tensor ranks at once (one ring each)."""
+        st = self.stages[rank]
+        if self.replicas <= 1 or self.project.mapping.zero >= 2:  # stage ≥ 2 reduces in every backward pass
+            return Collective("all-reduce", "none", ())
+        kind = "reduce-scatter" if self.project.mapping.zero >= 1 else "all-reduce"
+        experts = st.expert_grad_bytes.get(chunk, 0.0)
+        return self._replica_collective(rank, kind, st.grad_bytes[chunk] - experts, experts)
+
+    def _replica_collective(self, rank: int, kind: str, dense_bytes: float, expert_bytes: float) -> Collective:
+        """``kind`` over the stage's replicas, every tensor rank at once: the dense weights' bytes over all
+        of them, then (expert parallelism) the routed experts' bytes over the replicas holding the same
+        experts, ``expert_groups`` (Megatron-Core's expert-data-parallel group)."""
+        st = self.stages[rank]
+        dense = dp_group_collective(self.hw, st.groups, kind, dense_bytes)
+        if expert_bytes <= 0:
+            return dense
+        expert = edp_group_collective(self.hw, st.groups, self.ep, kind, expert_bytes, self.expert_tp)
+        same = dense.payload_fraction == expert.payload_fraction  # else the phases differ: data = wire bytes
+        return Collective(dense.kind, dense.algorithm, dense.phases + expert.phases,
+                          dense.payload_fraction if same else 1.0)
+
+    @property
+    def replicas(self) -> int:
+        """The largest group a gradient is reduced over: dp, or the routed experts' expert-data-parallel
+        group when expert tensor parallelism folds it over tensor ranks too (``experts.expert_dp``)."""
+        if not experts_apart(self.ep, self.expert_tp, self.tp):
+            return self.dp
+        return max(self.dp, expert_dp(self.tp, self.dp, self.ep, self.expert_tp))
+
+    @memo_method
+    def dp_buckets(self, rank: int, chunk: int) -> tuple[Collective, Collective]:
+        """With overlap: (the reduction of all but the chunk's first layer, launched as its last backward
+        starts, as the gradients of later layers become ready; the first layer's bucket, launched when
+        that backward ends). Without overlap: (nothing, the whole reduction after the backward)."""
+        whole = self.dp_collective(rank, chunk)
+        layers = len(self.stages[rank].chunk_layers[chunk])
+        if not self.project.mapping.overlap_grad_reduce or layers < 2 or not whole.phases:
+            return Collective(whole.kind, "none", ()), whole
+        early = (layers - 1) / layers
+        return scaled(whole, early), scaled(whole, 1 - early)
+
+    @memo_method
+    def zero_gather(self, rank: int) -> Collective:
+        """ZeRO 1 and 2: all-gather the updated weights after the sharded optimizer step (stage 3 keeps them
+        sharded: each layer gathers its weights when it runs, ``plan.sharding``)."""
+        st = self.stages[rank]
+        if self.replicas <= 1 or self.project.mapping.zero < 1 or self.project.mapping.zero >= 3:
+            return Collective("all-gather", "none", ())
+        experts = sum(st.expert_grad_bytes.values()) / self.stage_grad_per_param(rank)
+        per = self.gather_bytes_per_param(rank)
+        return self._replica_collective(rank, "all-gather", (st.params - experts) * per, experts * per)
+
+    @memo_method
+    def gather_bytes_per_param(self, rank: int) -> float:
+        """Bytes per parameter stage ``rank``'s ``zero_gather`` moves: the parameters' dtype (bf16 under fp8
+        training unless ``mapping.fp8_param_gather`` keeps them in fp8, ``perf.memory.param_gather_bytes``),
+        op by op where formats differ per op (a bf16 edge layer's parameters stay 2 B: ``perf.formats``)."""
+        m, train = self.project.mapping, self.project.run.mode is Mode.train
+        if self.formats is None:
+            return param_gather_bytes(self.elem_bytes, self.project.run.dtype, train, m.fp8_param_gather, m.zero)
+        per_op = gathered_weight_bytes(train, m.fp8_param_gather, m.zero)
+        tied = {self.tied.layer: self.tied.params} if self.tied is not None and rank == self.tied.last else {}
+        mean = stage_mean_bytes(self.formats, self.workload, self.stages[rank].chunk_layers, self.tp, per_op,
+                                self.ep, self.expert_tp, tied)
+        return mean if mean is not None else per_op(self.formats)
+
+    @memo_method
+    def zero_gather_exposed(self, rank: int) -> tuple[Collective, Collective]:
+        """What of ``zero_gather`` the iteration waits for, as two collectives run one after the other: with
+        ``overlap_param_gather`` the first bucket and what the next forward cannot hide of the rest, else
+        the whole gather and nothing (``plan.param_gather``). Energy and traffic count the whole gather."""
+        from tilewright.engine.plan.param_gather import exposed_gather  # it times passes (plan.timing)
+
+        return exposed_gather(self, rank)  # type: ignore[arg-type]  # self is the Plan
+
+    @memo_method
+    def tied_collective(self) -> Collective:
+        """The tied embedding's gradient all-reduce over every embedding group (first and last stage of each
+        pipeline, ``plan.tied``), after both stages' data-parallel reductions and before their optimizer step."""
+        if self.tied is None or self.tied_bytes <= 0:
+            return Collective("all-reduce", "none", ())
+        first, last = self.stages[self.tied.first].groups, self.stages[self.tied.last].groups
+        return embedding_group_collective(self.hw, first, last, self.tied_bytes)
+
+    def tied_ranks(self) -> tuple[int, ...]:
+        """The pipeline ranks that take part in the tied embedding's all-reduce (none without one)."""
+        if not self.tied_collective().phases:
+            return ()
+        return (self.tied.first, self.tied.last)  # type: ignore[union-attr]
+
+    def stage_grad_per_param(self, rank: int) -> float:
+        """Gradient bytes per parameter of a stage (its ``grad_bytes`` over its ``params``)."""
+        st = self.stages[rank]
+        total = sum(st.grad_bytes.values())
+        return total / st.params if st.params > 0 and total > 0 else 1.0
