@@ -20,6 +20,9 @@ from tilewright.studio.ui.framework_options import (  # noqa: E402
     DGRAD_LABELS,
     DGRAD_TP_TIP,
     DGRAD_UB_TIP,
+    GROUP_TITLE,
+    HOST_FRAMEWORK_LABELS,
+    HOST_FRAMEWORK_OFF_TIP,
     HOST_LOOP_TIP,
     OFFLOAD_LAYERS_OFF_TIP,
     P2P_LABELS,
@@ -29,8 +32,8 @@ from tilewright.studio.ui.framework_options import (  # noqa: E402
 from tilewright.studio.ui.results.summary import NOTES_TITLE  # noqa: E402
 from tilewright.studio.ui.results_panel import ResultsPanel  # noqa: E402
 
-FIELDS = ("offload_layers", "overlap_dgrad_comm", "pipeline_p2p", "log_params_norm", "log_num_zeros_in_grad",
-          "timing_log_level", "check_for_nan_in_loss_and_grad")
+FIELDS = ("offload_layers", "overlap_dgrad_comm", "pipeline_p2p", "host_framework", "log_params_norm",
+          "log_num_zeros_in_grad", "timing_log_level", "check_for_nan_in_loss_and_grad")
 LAYERS = 4
 
 
@@ -212,6 +215,49 @@ def test_the_logging_options_need_a_framework_driven_device(make_window):
     options = make_window(wafer).workload.options
     for field in ("log_params_norm", "log_num_zeros_in_grad", "timing_log_level", "check_for_nan_in_loss_and_grad"):
         assert _off(options, field) == HOST_LOOP_TIP, field
+    assert _off(options, "host_framework") == HOST_FRAMEWORK_OFF_TIP
+    assert not options.labels["host_framework"].isEnabled()
+
+
+# -- the host framework ----------------------------------------------------------------------------------------
+def test_the_host_framework_sits_in_the_framework_group_and_names_its_default(make_window):
+    options = make_window(small(recompute="full")).workload.options
+    editor = options.host_framework
+    assert options.framework.title() == GROUP_TITLE
+    assert options.framework.isAncestorOf(editor) and options.framework.isAncestorOf(options.labels["host_framework"])
+    assert editor.isEnabled() and editor.combo.currentIndex() == 0
+    items = [editor.combo.itemText(i) for i in range(editor.combo.count())]
+    assert items == [HOST_FRAMEWORK_LABELS[v] for v in (None, "megatron-lm", "mcore", "mcore-te")]
+    assert items[0] == "default: Megatron-LM v2.x layers"
+    choose(options.recompute, "selective")  # a fixed default, not the era's: the recompute does not rename it
+    assert editor.combo.itemText(0) == "default: Megatron-LM v2.x layers"
+
+
+def test_each_host_framework_choice_is_one_undo_step_and_reaches_the_engine(make_window, tmp_path):
+    """A small job on GPUs waits for its host: Megatron-Core's local layers make more Python calls per linear
+    than v2.x's, Transformer Engine's more still (plan.framework_host), so the iteration grows in that order."""
+    project = small(tp=1, pp=1, dp=8)
+    w = make_window(project)
+    options, doc = w.workload.options, w.doc
+    before = doc.project
+    times = {None: simulate(before).iteration_time_s}
+    for step, framework in enumerate(("megatron-lm", "mcore", "mcore-te"), start=1):
+        choose(options.host_framework, framework)
+        assert doc.project.mapping == before.mapping.model_copy(update={"host_framework": framework})
+        assert doc.undo_stack.count() == step
+        assert doc.undo_stack.undoText() == f"Host framework: {HOST_FRAMEWORK_LABELS[framework]}"
+        times[framework] = simulate(doc.project).iteration_time_s
+    assert times[None] == times["megatron-lm"] < times["mcore"] < times["mcore-te"]
+    choose(options.host_framework, None)
+    assert doc.project.mapping.host_framework is None and doc.undo_stack.count() == 4
+    doc.undo_stack.undo()
+    assert doc.project.mapping.host_framework == "mcore-te"
+    assert options.host_framework.combo.currentText() == HOST_FRAMEWORK_LABELS["mcore-te"]
+    saved = load_project(doc.save(tmp_path / "te.json"))
+    assert saved.mapping.host_framework == "mcore-te"
+    for _ in range(3):
+        doc.undo_stack.undo()
+    assert doc.project.mapping == before.mapping and options.host_framework.combo.currentIndex() == 0
 
 
 # -- the result's notes --------------------------------------------------------------------------------------

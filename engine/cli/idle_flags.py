@@ -57,6 +57,7 @@ _TRAINING_ONLY = {
     "timing_log_level": lambda v: True,
     "check_for_nan_in_loss_and_grad": bool,
     "offload_layers": lambda v: True,  # activation offload is a training run's (plan.activation_offload)
+    "host_framework": lambda v: True,  # a serving runtime's layers are neither framework's (plan.framework_host)
 }
 
 
@@ -110,6 +111,8 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
                                                "tensor group, no all-reduce); set --tp ≥ 2 or leave it out"))
     if train and getattr(args, "offload_layers", None) is not None:
         _refuse_offload_layers_without_host(args.offload_layers, project)
+    if train and getattr(args, "host_framework", None) is not None:
+        _refuse_host_framework_without_kernels(args.host_framework, project)
     if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
         raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
                                                "(the run was ZeRO-3 whatever --zero said)"))
@@ -158,6 +161,20 @@ def _refuse_offload_layers_without_host(count: int, project: Project) -> None:
                                            f"activations are copied to host memory, and {where}; add --set "
                                            "mapping.memory_levels.activations=<the node's host memory> or leave "
                                            "it out"))
+
+
+def _refuse_host_framework_without_kernels(framework: str, project: Project) -> None:
+    """``--host-framework`` picks whose Python issues a GPU layer's kernels (``plan.framework_host``); a device
+    that runs each op as one program (a grid, a wafer: ``perf.device.issues_kernels`` false) has no framework
+    issuing kernels, the resolver reads v2.x's counts there whatever was chosen, and the run would be the same
+    without the flag."""
+    from tilewright.engine.perf.device import issues_kernels
+
+    if any(c.compute is not None and issues_kernels(c.compute) for _path, c in project.hardware.walk()):
+        return
+    raise InputError(COMMAND_LINE, Problem("--host-framework", f"{framework}: whose Python issues each layer's GPU "
+                                           "kernels, and this hardware's devices run each op as one program (no "
+                                           "host framework launches their kernels); leave it out"))
 
 
 def _refuse_tp_without_splits(tp: int, project: Project) -> None:

@@ -1,7 +1,7 @@
 """The training options whose default is a framework's, as the workload dock shows them: each control says
 what the engine does when the option is left unset, and why it is off where it cannot matter.
 
-Seven fields of the mapping, each set at once as one undo step by ``MappingOptions`` (``SetMappingOption``):
+Eight fields of the mapping, each set at once as one undo step by ``MappingOptions`` (``SetMappingOption``):
 
 - ``offload_layers``: of each model chunk, how many transformer layers copy their stored activations to host
   memory (Megatron-Core's ``cpu_offloading_num_layers``; ``engine.plan.activation_offload``). Unset: all but the
@@ -12,10 +12,14 @@ Seven fields of the mapping, each set at once as one undo step by ``MappingOptio
   GEMM (``plan.dgrad_overlap``), beside the tensor-parallel overlap; unset it follows the framework era the run
   reads as (off for Megatron-LM v2.x's ``--checkpoint-activations``, i.e. GPU training with full recompute);
 - ``pipeline_p2p``: how pipeline sends run (``plan.pipeline_p2p``), the same era default;
+- ``host_framework``: whose Python issues a GPU layer's kernels (``plan.framework_host``): Megatron-LM v2.x's own
+  layers, Megatron-Core's local layers or Megatron-Core with Transformer Engine's modules. Unset it is v2.x's
+  counts whatever the run (not an era default: a default that followed recompute would make a small job's host
+  time jump when only its recompute changes), so its first item names that fixed default, not a resolved era;
 - Megatron's logging and checking flags (``plan.train_logging``): ``log_params_norm``, ``log_num_zeros_in_grad``,
   ``timing_log_level`` (unset: Megatron-LM v2.x–v3.0's timers, every one synchronising) and
-  ``check_for_nan_in_loss_and_grad``. The last five sit in their own "framework" group: they describe the
-  training loop the framework runs, not the parallel layout.
+  ``check_for_nan_in_loss_and_grad``. The host framework and the last five sit in their own "framework" group:
+  they describe the training loop the framework runs, not the parallel layout.
 
 An unset era option's combo reads "default (era): on", the value the engine resolves it to for the project as it
 stands (``era_text``), so an architect sees what was assumed before choosing otherwise; the engine's result
@@ -40,7 +44,7 @@ from tilewright.studio.ui.fields import Check, ChoiceEditor
 
 ERA_FIELDS = ("overlap_dgrad_comm", "pipeline_p2p", "timing_log_level")  # combos whose first item is "default"
 LOGGING_FIELDS = ("log_params_norm", "log_num_zeros_in_grad", "timing_log_level", "check_for_nan_in_loss_and_grad")
-FRAMEWORK_FIELDS = ("offload_layers", "overlap_dgrad_comm", "pipeline_p2p", *LOGGING_FIELDS)
+FRAMEWORK_FIELDS = ("offload_layers", "overlap_dgrad_comm", "pipeline_p2p", "host_framework", *LOGGING_FIELDS)
 GROUP_TITLE = "Framework · training loop (Megatron)"
 DEFAULT = "default (era)"
 
@@ -48,6 +52,7 @@ OFFLOAD_LAYERS_TEXT = "layers offloaded per chunk"
 DGRAD_TEXT = "input-gradient all-reduce"
 P2P_TEXT = "pipeline sends"
 TIMING_TEXT = "timers (--timing-log-level)"
+HOST_FRAMEWORK_TEXT = "host framework (its layers' Python)"
 PARAMS_NORM_TEXT = "log the parameters' norm every iteration"
 NUM_ZEROS_TEXT = "count the gradients' zeros every step"
 NAN_TEXT = "check loss and gradients for NaN"
@@ -57,6 +62,10 @@ P2P_LABELS: dict[Any, str] = {None: DEFAULT, "overlap": "overlap (compute on)", 
                               "megatron-lm": "megatron-lm (+ gather)"}
 TIMING_LABELS: dict[Any, str] = {None: DEFAULT, 2: "2: every micro-batch", 1: "1: iteration parts + barriers",
                                  0: "0: the iteration only"}
+HOST_FRAMEWORK_LABELS: dict[Any, str] = {None: "default: Megatron-LM v2.x layers",
+                                         "megatron-lm": "Megatron-LM v2.x layers",
+                                         "mcore": "Megatron-Core, local layers",
+                                         "mcore-te": "Megatron-Core + Transformer Engine"}
 TIMING_DEFAULT = "all, no levels (v2.x–v3.0)"  # Megatron-LM v2.x–v3.0's timers; the tooltip says so
 APPLIES = "Applies at once (one undo step), not through Auto-map"
 
@@ -78,6 +87,15 @@ FRAMEWORK_TIPS = {
                     "blocking, and each received tensor all-gathered over the tensor group without sequence "
                     "parallelism (Megatron-LM v2.x–v3.0 --scatter-gather-tensors-in-pipeline). default (era): "
                     f"megatron-lm for GPU training with full recompute, else overlap. {APPLIES}",
+    "host_framework": "GPU training: whose Python issues each layer's kernels, which sets the host's time per op "
+                      "(a small job waits for it). Megatron-LM v2.x layers: its own mpu layers (2020-22); "
+                      "Megatron-Core, local layers: its local tensor-parallel linears (--transformer-impl local, "
+                      "Megatron-LM's legacy models from 2023 on), about 21 framework calls per linear's forward "
+                      "where v2.x makes 8; Megatron-Core + Transformer Engine: TE's fused LayerNorm-linear and "
+                      "linear modules (NVIDIA's Megatron-Core and NeMo recipes), about 43 (TransformerEngine pull "
+                      "request #1191's CPU times). default: Megatron-LM v2.x layers whatever the run (not the era: "
+                      "the host time would jump when only recompute changes); inference always reads v2.x's. "
+                      f"{APPLIES}",
     "log_params_norm": "Megatron --log-params-norm: every iteration, a multi-tensor L2 norm over the parameters, an "
                        f"all-reduce over the model-parallel group and a host sync (.item()). {APPLIES}",
     "log_num_zeros_in_grad": "Megatron --log-num-zeros-in-grad: every optimizer step, count_nonzero over each main "
@@ -105,6 +123,8 @@ DGRAD_2D_TIP = "2-D tensor parallelism (mapping.tp_axes): its collectives are no
 DGRAD_UB_TIP = ("tensor-parallel communication is overlapped with the GEMMs (userbuffers, the option above): that "
                 "overlap hides this reduce-scatter already")
 P2P_OFF_TIP = "needs a pipeline: with pp 1 there are no pipeline sends (set pp > 1 and press Auto-map first)"
+HOST_FRAMEWORK_OFF_TIP = ("GPU training only: this device runs each op as one program, with no framework issuing its "
+                          "kernels one by one, so whose layers they are changes nothing")
 HOST_LOOP_TIP = ("GPU training only: these are the Megatron training loop's host-side logging and checks; this "
                  "device runs each op as one program, with no framework issuing kernels")
 
@@ -183,9 +203,11 @@ def framework_reason(field: str, project: Project) -> str | None:
         return DGRAD_UB_TIP if m.overlap_tp_comm else None
     if field == "pipeline_p2p":
         return P2P_OFF_TIP if m.pp == 1 else None
-    if field in LOGGING_FIELDS:
+    if field in LOGGING_FIELDS or field == "host_framework":
         compute = device_compute(project.hardware)
-        return None if compute is not None and issues_kernels(compute) else HOST_LOOP_TIP
+        if compute is not None and issues_kernels(compute):
+            return None
+        return HOST_FRAMEWORK_OFF_TIP if field == "host_framework" else HOST_LOOP_TIP
     raise KeyError(field)
 
 
@@ -199,6 +221,9 @@ def framework_undo_text(field: str, value: Any) -> str:
                 else f"Input-gradient all-reduce {DGRAD_LABELS[value]}")
     if field == "pipeline_p2p":
         return "Pipeline sends by era" if value is None else f"Pipeline sends {P2P_LABELS[value]}"
+    if field == "host_framework":
+        return ("Host framework by default (Megatron-LM v2.x layers)" if value is None
+                else f"Host framework: {HOST_FRAMEWORK_LABELS[value]}")
     if field == "timing_log_level":
         return "Timers by era" if value is None else f"Timing log level {value}"
     if field == "log_params_norm":

@@ -1,7 +1,7 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Twenty-seven of them, in a group under the Mapping box of the workload dock:
+Twenty-eight of them, in a group under the Mapping box of the workload dock:
 
 - activation recompute (``mapping.recompute``): none, selective or full; training only;
 - with full recomputation, the layers of each model chunk it re-runs (``mapping.recompute_layers``, empty:
@@ -41,7 +41,8 @@ Twenty-seven of them, in a group under the Mapping box of the workload dock:
   (``mapping.memory_levels``, ``studio.ui.offload_editor``); needs a host memory with a host link;
 - under it, the transformer layers per chunk whose activations go there (``mapping.offload_layers``), beside the
   tensor-parallel overlap the input-gradient all-reduce's (``mapping.overlap_dgrad_comm``), and in a framework
-  group of their own the pipeline sends (``mapping.pipeline_p2p``) and Megatron's logging and checks: the options
+  group of their own whose layers' host code issues the kernels (``mapping.host_framework``), the pipeline sends
+  (``mapping.pipeline_p2p``) and Megatron's logging and checks: the options
   whose default is a framework era's, each showing what it resolves to (``studio.ui.framework_options``).
 
 A control whose option cannot matter for the mapping as applied is disabled, and its tooltip says why
@@ -74,6 +75,8 @@ from tilewright.studio.ui.framework_options import (
     ERA_FIELDS,
     FRAMEWORK_FIELDS,
     FRAMEWORK_TIPS,
+    HOST_FRAMEWORK_LABELS,
+    HOST_FRAMEWORK_TEXT,
     NAN_TEXT,
     NUM_ZEROS_TEXT,
     OFFLOAD_LAYERS_TEXT,
@@ -468,6 +471,8 @@ class MappingOptions(QGroupBox):
                                           parent=self)
         self.dgrad = EraChoice(m.overlap_dgrad_comm, DGRAD_LABELS, self._check("overlap_dgrad_comm"), parent=self)
         self.p2p = EraChoice(m.pipeline_p2p, P2P_LABELS, self._check("pipeline_p2p"), parent=self)
+        self.host_framework = EraChoice(m.host_framework, HOST_FRAMEWORK_LABELS, self._check("host_framework"),
+                                        parent=self)
         self.timing = EraChoice(m.timing_log_level, TIMING_LABELS, self._check("timing_log_level"), parent=self)
         self.params_norm = FlagEditor(m.log_params_norm, PARAMS_NORM_TEXT, self._check("log_params_norm"), parent=self)
         self.num_zeros = FlagEditor(m.log_num_zeros_in_grad, NUM_ZEROS_TEXT, self._check("log_num_zeros_in_grad"),
@@ -488,11 +493,13 @@ class MappingOptions(QGroupBox):
             "offload_layers": self.offload_layers, "overlap_dgrad_comm": self.dgrad, "pipeline_p2p": self.p2p,
             "log_params_norm": self.params_norm, "log_num_zeros_in_grad": self.num_zeros,
             "timing_log_level": self.timing, "check_for_nan_in_loss_and_grad": self.nan_check,
+            "host_framework": self.host_framework,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
         for combo in (self.recompute.combo, self.ep_dispatcher.combo, self.fp8_scaling.combo, self.moments.combo,
-                      self.master.combo, self.tp_rs.combo, self.dgrad.combo, self.p2p.combo, self.timing.combo):
+                      self.master.combo, self.tp_rs.combo, self.dgrad.combo, self.p2p.combo, self.timing.combo,
+                      self.host_framework.combo):
             _compact(combo)
         self.labels = {"recompute": QLabel(RECOMPUTE_TEXT, self),
                        "recompute_layers": QLabel(RECOMPUTE_LAYERS_TEXT, self),
@@ -510,6 +517,7 @@ class MappingOptions(QGroupBox):
                        "offload_layers": QLabel(OFFLOAD_LAYERS_TEXT, self),
                        "overlap_dgrad_comm": QLabel(DGRAD_TEXT, self),
                        "pipeline_p2p": QLabel(P2P_TEXT, self),
+                       "host_framework": QLabel(HOST_FRAMEWORK_TEXT, self),
                        "timing_log_level": QLabel(TIMING_TEXT, self)}
         grid = QGridLayout(self)
         rows: list[str | QWidget] = [
@@ -533,7 +541,8 @@ class MappingOptions(QGroupBox):
             else:
                 grid.addWidget(item, row, 0, 1, 2)
             row += 1
-        framework = [(self.labels["pipeline_p2p"], self.p2p), (self.labels["timing_log_level"], self.timing),
+        framework = [(self.labels["host_framework"], self.host_framework),
+                     (self.labels["pipeline_p2p"], self.p2p), (self.labels["timing_log_level"], self.timing),
                      (None, self.params_norm), (None, self.num_zeros), (None, self.nan_check)]
         self.framework = framework_group(framework, self)
         grid.addWidget(self.framework, row, 0, 1, 2)
