@@ -1,7 +1,8 @@
 """What a plan's stages exchange across their data-parallel replicas once the backward is done.
 
 The gradient reduction of each chunk (whole after the backward, or in two buckets with
-``overlap_grad_reduce``), ZeRO-1/2's all-gather of the updated weights (``plan.param_gather`` for what
+``overlap_grad_reduce``, whose early bucket takes NCCL's SMs from the backward beside it:
+``dp_overlap_loss``), ZeRO-1/2's all-gather of the updated weights (``plan.param_gather`` for what
 of it shows), and the tied embedding's all-reduce between the first and last stage (``plan.tied``); dense
 weights over all of a stage's replicas, routed experts over their expert-data-parallel groups
 (``plan.experts``).
@@ -17,8 +18,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tilewright.engine.hardware.graph import HardwareGraph
+from tilewright.engine.ir.compute import Compute
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective
+from tilewright.engine.perf.comm_sm import beside
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.memory import gathered_weight_bytes, param_gather_bytes
 from tilewright.engine.plan.device_layers import stage_mean_bytes
@@ -35,6 +38,20 @@ from tilewright.engine.workloads.graph import WorkloadGraph
 
 if TYPE_CHECKING:  # plan.plan imports this module: the type only, for annotations
     from tilewright.engine.plan.stage_build import StagePlan
+
+# Charge the backward beside ``overlap_grad_reduce``'s early bucket the SMs NCCL's kernel takes from it
+# (``overlap_loss``). A switch so the change can be measured on and off in one tree (benchmarks).
+DP_OVERLAP_SMS = True
+
+
+def overlap_loss(early_s: float, backward_s: float, compute: Compute) -> float:
+    """Seconds a chunk's last backward (``backward_s``, alone) loses to the early bucket of its gradient
+    reduction (``early_s``, uncontended) that runs beside it: NCCL's CTAs hold ``collective_sms`` of the
+    GPU's ``gemm_units`` SMs over the overlapped window (``perf.comm_sm.beside``). One formula for the
+    plan (both engines) and the search's tail (``search.parallel.tail``)."""
+    if not DP_OVERLAP_SMS or early_s <= 0 or backward_s <= 0:
+        return 0.0
+    return beside(early_s, backward_s, compute.gemm_units, compute.collective_sms)[0]
 
 
 class ReplicaSync:
@@ -101,6 +118,21 @@ class ReplicaSync:
             return Collective(whole.kind, "none", ()), whole
         early = (layers - 1) / layers
         return scaled(whole, early), scaled(whole, 1 - early)
+
+    @memo_method
+    def dp_overlap_loss(self, rank: int, chunk: int) -> float:
+        """Seconds the chunk's last backward (its recompute and backward passes, uncontended) loses to the
+        SMs its early bucket's NCCL kernel holds (``overlap_loss``); 0 without overlap. Both engines charge
+        it on the stage, after its last step, and launch the chunk's late bucket that much later: the loss
+        stays on the stage that pays it (it does not delay the gradients sent to the stage before)."""
+        early = self.dp_buckets(rank, chunk)[0]
+        if not early.phases:
+            return 0.0
+        from tilewright.engine.plan.timing import pass_parts  # timing imports the plan
+
+        passes = self.stages[rank].passes
+        backward = sum(pass_parts(self, rank, passes.get((chunk, k)))[0] for k in ("R", "B"))  # type: ignore[arg-type]
+        return overlap_loss(early.time(self.hw), backward, self.stages[rank].dev.compute)
 
     @memo_method
     def zero_gather(self, rank: int) -> Collective:

@@ -80,17 +80,19 @@ class AnalyticEngine:
                 duration[(r, c, "B")] = parts[(r, c, "R")][0] + parts[(r, c, "B")][0]
         log: Log | None = [] if self.timeline else None
         stages = run_table(program.table, duration, program.send_times(), log, blocking=program.blocking)
-        finishes, reduced_at = [], []
+        finishes, reduced_at, lost_s = [], [], []
         for r, st in enumerate(plan.stages):
-            reduced = stages[r].finish
+            lost = {c: plan.dp_overlap_loss(r, c) for c in st.chunk_layers}  # SMs the early buckets take
+            reduced = stages[r].finish + sum(lost.values())
             for c in st.chunk_layers:
                 early, late = plan.dp_buckets(r, c)
                 reduced = max(
                     reduced,
                     stages[r].last_backward_start[c] + early.time(hw),
-                    stages[r].last_backward[c] + late.time(hw),
+                    stages[r].last_backward[c] + lost[c] + late.time(hw),
                 )
             reduced_at.append(reduced)
+            lost_s.append(sum(lost.values()))
         ready, tied = tied_allreduce(plan, reduced_at)
         for r, st in enumerate(plan.stages):
             finishes.append(ready[r] + st.optimizer_s + gather_s(plan, r))
@@ -105,7 +107,8 @@ class AnalyticEngine:
             breakdown["memory_stall"] += floor_s - total
             total = floor_s
         breakdown["pp_comm"] = stages[tail].waits["pp_comm"]
-        breakdown["dp_comm"] = (reduced_at[tail] - stages[tail].finish + gather_s(plan, tail)
+        breakdown["compute"] += lost_s[tail]  # the last backwards slowed beside the early buckets
+        breakdown["dp_comm"] = (reduced_at[tail] - stages[tail].finish - lost_s[tail] + gather_s(plan, tail)
                                 + m * per_stage[tail][2]["dp_comm"] + (tied[1] - tied[0] if tail in tied[2] else 0.0))
         for category in ("ep_comm", "cp_comm"):
             breakdown[category] = m * per_stage[tail][2][category]

@@ -61,8 +61,12 @@ def training_timeline(
         tl.add(lanes[r], start + dur_r, end - start - dur_r, "compute", labels[(r, row.chunk, "B")][0], r,
                row.micro_batch, -1)
     for r, st in enumerate(plan.stages):
-        if reduced_at[r] > last[r]:
-            tl.add(lanes[r], last[r], reduced_at[r] - last[r], "dp_comm", "gradient reduction", r, -1, -1)
+        lost = sum(plan.dp_overlap_loss(r, c) for c in st.chunk_layers)  # as the event engine's ``_tail``
+        if lost > 0:
+            tl.add(lanes[r], last[r], lost, "compute", "backward slowed beside the gradient reduction", r, -1, -1)
+        if reduced_at[r] > last[r] + lost:
+            tl.add(lanes[r], last[r] + lost, reduced_at[r] - last[r] - lost, "dp_comm", "gradient reduction", r,
+                   -1, -1)
         if r in tied[2]:
             tl.add(lanes[r], tied[0], tied[1] - tied[0], "dp_comm", "tied embedding all-reduce", r, -1, -1)
         if st.optimizer_s > 0:

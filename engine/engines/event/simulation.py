@@ -178,7 +178,11 @@ class Simulation(PassRunner):
                 self._event(key).succeed()
             if row.last_backward:
                 late = plan.dp_buckets(r, row.chunk)[1]
-                reductions.append(self._reduction(r, row.chunk, late, "late"))
+                lost = plan.dp_overlap_loss(r, row.chunk)  # the backward slowed beside the early bucket
+                if lost > 0:
+                    reductions.append(env.process(self._late(r, row.chunk, late, lost)))
+                else:
+                    reductions.append(self._reduction(r, row.chunk, late, "late"))
             steps_info[key] = (started, now, cause)
             prev = key
         self.last_step[(r, u)] = prev
@@ -186,9 +190,23 @@ class Simulation(PassRunner):
             yield from self._tail(r, u, reductions, ledger)
         ledger.finish = env.now
 
+    def _late(self, r: int, chunk: int, coll: Collective, lost: float) -> Generator:
+        """The chunk's late bucket, launched once its last backward has made up the ``lost`` seconds the
+        early bucket's SMs took from it (``Plan.dp_overlap_loss``): the stage's own process goes on."""
+        yield self.env.timeout(lost)
+        yield self._reduction(r, chunk, coll, "late")
+
     def _tail(self, r: int, u: Unit, reductions: list[simpy.Event], ledger: StageLedger) -> Generator:
-        """After the last backward: wait for the gradient reductions, step the optimizer, gather (ZeRO)."""
+        """After the last backward: make up what the backwards lost beside the early buckets (charged on the
+        stage after its last step, as the analytic engine), wait for the gradient reductions, step the
+        optimizer, gather (ZeRO)."""
         env, st, lane = self.env, self.plan.stages[r], self.lanes[(r, u)]
+        lost = sum(self.plan.dp_overlap_loss(r, c) for c in st.chunk_layers)
+        if lost > 0:
+            start = env.now
+            yield env.timeout(lost)
+            ledger.times["compute"] += lost
+            self.rec.slice(lane, start, lost, "compute", "backward slowed beside the gradient reduction", r, -1, -1)
         start = env.now
         if reductions:
             yield env.all_of(reductions)

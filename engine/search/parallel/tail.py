@@ -23,6 +23,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.memory import StateBytes
 from tilewright.engine.plan.param_gather import exposed_fractions
+from tilewright.engine.plan.replica_sync import overlap_loss
 from tilewright.engine.plan.residency import AdamStep, StageResidency
 from tilewright.engine.plan.residency import step_seconds as optimizer_s
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
@@ -126,7 +127,8 @@ class IterationTail:
         """As the analytic engine (``Plan.dp_buckets``): each chunk's reduction starts at its last backward's
         end; with ``overlap_grad_reduce`` (the candidate's or the project's, which ``Candidate.mapping`` keeps)
         all but its first layer's bucket start at that backward's start (``last_start``), as their gradients
-        become ready, and the first layer's bucket at its end."""
+        become ready, and the first layer's bucket at its end, once the backward has made up the SMs the early
+        bucket took from it; the stage's compute ends that much later too (``Plan.dp_overlap_loss``)."""
         if c.dp <= 1:
             return finish
         params = self.params(c.tp, c.pp, c.interleave)
@@ -136,16 +138,19 @@ class IterationTail:
         groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r)
         overlap = c.overlap_grad_reduce or self.project.mapping.overlap_grad_reduce
         layers = self.layer_counts(c.pp, c.interleave)[:, r] if overlap else None
-        reduced = finish
+        reduced, lost_s = finish, 0.0
         for ch, t in enumerate(last_backward):
             nbytes = params[ch, r] * self.per_param.gradients
             if layers is None or layers[ch] < 2:
                 reduced = max(reduced, t + self.comm.concurrent_time(kind, groups, nbytes, name))
                 continue
             early = (layers[ch] - 1) / layers[ch]
-            reduced = max(reduced, last_start[ch] + self.comm.scaled_time(kind, groups, nbytes, early, name),
-                          t + self.comm.scaled_time(kind, groups, nbytes, 1 - early, name))
-        return reduced
+            early_s = self.comm.scaled_time(kind, groups, nbytes, early, name)
+            lost = overlap_loss(early_s, t - last_start[ch], self.dev.compute)  # ``Plan.dp_overlap_loss``
+            lost_s += lost
+            reduced = max(reduced, last_start[ch] + early_s,
+                          t + lost + self.comm.scaled_time(kind, groups, nbytes, 1 - early, name))
+        return max(reduced, finish + lost_s)
 
     def _after_reduction(
         self, c: Candidate, r: int, reduced: float, placed: StageResidency | None, chunks: Chunks
