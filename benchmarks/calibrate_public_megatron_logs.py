@@ -35,13 +35,19 @@ Engine's modules whatever ``--transformer-impl`` says) and the 7B rows. ``--defa
 run's era default instead (full recompute: Megatron-LM v2.x's counts; else 'mcore-te'). The summary adds a slice
 per framework.
 
+Columns read by nothing in the model, only by ``--loop``: ``log_interval``, ``log_timers_to_tensorboard``,
+``log_memory_to_tensorboard`` and ``deterministic_mode`` (each from the row's cited config: 1 / on / nightly only /
+nightly and 7B; the 7B configs log every 2 iterations). ``--loop`` prints, per row, the host work of Megatron's
+training loop the model lacks (``megatron_ci_loop``: the timer reports, the rest of ``training_log``, the
+optimizer's per-tensor Python), in ms and as a share of the gap, and the gap left; a diagnostic, not a correction.
+
 ``--host-scale F``: a diagnostic what-if, not a calibration: every host cost of the system preset (per-kernel
 dispatch, per-call framework time, per-synchronisation idle, per-collective call, per-backward start-up:
 ``host_dispatch_s``, ``host_call_s``, ``host_sync_s``, ``host_collective_s``, ``host_backward_s``) multiplied by F
 in memory, to see how much of the gap host-side time could account for.
 
 Usage: python benchmarks/calibrate_public_megatron_logs.py [--engine analytic|event] [--host-scale F]
-       [--defaults all|COLUMN,...]
+       [--defaults all|COLUMN,...] [--loop]
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ import csv
 from pathlib import Path
 
 from calibrate_small_gpt import COLUMNS, shares
+from megatron_ci_loop import loop_costs
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.simulate import simulate
@@ -65,9 +72,10 @@ SYSTEMS = {"A100": "dgx-a100", "H100": "dgx-h100"}  # GPU name prefix in the CSV
 FLASH = [["attention", "softmax"]]
 MAKE_VOCAB_DIVISIBLE_BY = 128  # Megatron's --make-vocab-size-divisible-by default (arguments.py)
 INT_FIELDS = ("gpus", "layers", "hidden", "heads", "kv_heads", "seq", "vocab", "mb", "gbs", "tp", "pp", "dp",
-              "interleave", "zero")
+              "interleave", "zero", "log_interval")
 BOOL_FIELDS = ("tie_embeddings", "overlap_grad_reduce", "overlap_param_gather", "gradient_accumulation_fusion",
-               "log_params_norm", "log_num_zeros_in_grad", "check_for_nan_in_loss_and_grad")
+               "log_params_norm", "log_num_zeros_in_grad", "check_for_nan_in_loss_and_grad",
+               "log_timers_to_tensorboard", "log_memory_to_tensorboard", "deterministic_mode")
 # the CI's training-loop options and host framework: mapping fields of the same name (module docstring)
 LOOP_OPTIONS = ("gradient_accumulation_fusion", "log_params_norm", "log_num_zeros_in_grad", "timing_log_level",
                 "check_for_nan_in_loss_and_grad", "host_framework")
@@ -167,6 +175,7 @@ def main() -> None:
     ap.add_argument("--host-scale", type=float, default=1.0, help="what-if: multiply the host costs by this")
     ap.add_argument("--defaults", default="", help="'all' or a comma list of LOOP_OPTIONS left at the mapping's "
                     "defaults (the predictions without those CI options)")
+    ap.add_argument("--loop", action="store_true", help="print the training loop's unmodelled host work per row")
     args = ap.parse_args()
     defaults = LOOP_OPTIONS if args.defaults == "all" else tuple(x for x in args.defaults.split(",") if x)
     unknown = set(defaults) - set(LOOP_OPTIONS)
@@ -181,6 +190,7 @@ def main() -> None:
             + " ".join(f"{c[:7]:>7}" for c in COLUMNS) + f" {'dispat':>6} {'fixed':>6}")
     print(head)
     results: list[tuple[dict, float, dict[str, float]]] = []  # row, error, breakdown shares
+    loops: list[tuple[dict, float, object]] = []  # row, predicted seconds, megatron_ci_loop.LoopCosts
     for r in rows():
         p = scaled_host(project_for(r, args.engine, defaults), args.host_scale)
         res = simulate(p)
@@ -194,7 +204,35 @@ def main() -> None:
               f"{r['measured_ms']:>8.1f} {1e3 * t:>8.1f} {r['measured_ms'] - 1e3 * t:>7.1f} {100 * err:>+6.1f}% "
               + " ".join(f"{100 * share[c]:>6.1f}%" for c in COLUMNS) + f" {100 * wait:>5.1f}% {100 * fixed:>5.1f}%")
         results.append((r, err, share))
+        if args.loop:
+            loops.append((r, t, loop_costs(r, p)))
     summary(results)
+    if loops:
+        loop_table(loops)
+
+
+def loop_table(loops: list) -> None:
+    """Per row: the gap (measured − predicted), each unmodelled loop cost (``megatron_ci_loop``) in ms and their
+    sum's share of the gap, and what is left (diagnostic only)."""
+    print("UNMODELLED TRAINING-LOOP HOST WORK per iteration (benchmarks/megatron_ci_loop.py; not in the model)")
+    print(f"{'id':<31} {'gap ms':>7} {'timers':>7} {'log':>6} {'optim':>6} {'sum':>6} {'of gap':>7} {'left ms':>8}"
+          f" {'left %':>7}")
+    for r, t, c in loops:
+        gap = r["measured_ms"] - 1e3 * t
+        total = 1e3 * c.total
+        share = f"{100 * total / gap:>6.0f}%" if gap > 0 else f"{'-':>7}"
+        print(f"{r['id']:<31} {gap:>7.1f} {1e3 * c.timer_reports:>7.2f} {1e3 * c.training_log:>6.2f} "
+              f"{1e3 * c.optimizer_loops:>6.2f} {total:>6.2f} {share} {gap - total:>8.1f} "
+              f"{100 * ((1e3 * t + total) / r['measured_ms'] - 1):>+6.1f}%")
+    print(f"{'family: mean share of gap':<31} {'n':>3} {'timers':>6} {'log':>6} {'optim':>6} {'sum':>6}")
+    for fam in sorted({family(r) for r, _, _ in loops}):
+        sel = [(r["measured_ms"] - 1e3 * t, c) for r, t, c in loops if family(r) == fam]
+        sel = [(g, c) for g, c in sel if g > 0]
+        if not sel:
+            continue
+        parts = [sum(1e3 * getattr(c, k) / g for g, c in sel) / len(sel)
+                 for k in ("timer_reports", "training_log", "optimizer_loops", "total")]
+        print(f"{fam:<31} {len(sel):>3} " + " ".join(f"{100 * x:>5.0f}%" for x in parts))
 
 
 def summary(results: list[tuple[dict, float, dict[str, float]]]) -> None:
