@@ -13,17 +13,18 @@ Mappings follow the published columns and the row's recipe (``Recipe``):
   with prefetch)
   where the FSDP column says so; fp8 rows run ``--dtype fp8`` (weighted GEMMs on the fp8 units, with
   the quantization passes of ``Recipe.fp8_recipe``, the scaling the run used: ``mapping.formats.fp8_scaling``);
-- MoE: experts balanced (``expert_imbalance`` 1); the recipe's expert tensor parallelism, token dispatcher,
+- MoE: ``expert_imbalance`` left unset: dropless rows take the statistical floor of force-balanced routing
+  (``plan.routing_imbalance``), token-drop rows none; the recipe's expert tensor parallelism, token dispatcher,
   expert all-to-all overlap, selective recomputation modules, CUDA-graph scopes and fused router; a token-drop
   row routes at Megatron-Bridge's capacity factor 1 padded to capacity (``TOKEN_DROP_CAPACITY``).
 
 Force-balanced routing (``moe_router_force_load_balancing``, Megatron-Core ``router.py`` ``RandomSTE``) replaces
 the router's logits by fresh normal samples every forward: each token's top-k is a uniformly random k-subset of
-the experts, so a rank's expert load is a sum over thousands of tokens with a percent-level spread (Qwen3-30B, mbs
-2 × 4096 tokens, top-8 of 128 experts, 16 per rank: each token puts a hypergeometric 1 ± 0.91 slots on a rank,
-8,192 ± 82 token-slots per rank, the busiest of 8 ranks ~1.4 % above the mean). No published figure gives an
-imbalance for these runs; ``expert_imbalance`` stays 1 (a trained router's imbalance is not what these
-benchmarks measure).
+the experts, so a rank's expert load is a sum over the ep group's tokens with a sub-percent spread (Qwen3-30B,
+mbs 2 × 4096 tokens on each of 8 ep ranks, top-8 of 128 experts, 16 per rank: each token puts a hypergeometric
+1 ± 0.91 slots on a rank, 65,536 ± 233 token-slots per rank, the busiest of 8 ranks 0.54 % above the mean).
+That floor is what the unset ``expert_imbalance`` resolves to for a dropless row (``plan.routing_imbalance``:
+1.005-1.018 over these rows); a trained router's further skew is not what these benchmarks measure.
 
 Where a published mapping or recipe setting cannot be expressed, the nearest one that can is run and the row
 says what was changed (``Row.gaps``): that list is the point of this check as much as the errors are.

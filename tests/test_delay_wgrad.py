@@ -33,8 +33,8 @@ DP = 16  # two DGX-H100 nodes: the ep group spans InfiniBand
 
 
 def _project(overlap: bool = True, delay: bool = False, engine: str = "analytic") -> Project:
-    mapping = Mapping(tp=1, pp=1, dp=DP, ep=DP, micro_batch=1, global_batch=2 * DP, overlap_ep_comm=overlap,
-                      delay_wgrad_compute=delay)
+    mapping = Mapping(tp=1, pp=1, dp=DP, ep=DP, expert_imbalance=1.0, micro_batch=1, global_batch=2 * DP,
+                      overlap_ep_comm=overlap, delay_wgrad_compute=delay)
     return Project(name="moe", hardware=load_system("dgx-h100"), workload=SPEC, mapping=mapping,
                    run=RunSettings(dtype="bf16", engine=engine, contention=False))
 

@@ -25,7 +25,8 @@ BF16 = 2
 
 def _project(tp: int = 1, cp: int = 2, dp: int = 4, ep: int = 8, etp: int | None = None, zero: int = 1,
              engine: str = "analytic") -> Project:
-    mapping = Mapping(tp=tp, cp=cp, dp=dp, ep=ep, expert_tp=etp, sequence_parallel=tp > 1, micro_batch=MB,
+    mapping = Mapping(tp=tp, cp=cp, dp=dp, ep=ep, expert_tp=etp, expert_imbalance=1.0, sequence_parallel=tp > 1,
+                      micro_batch=MB,
                       global_batch=4 * MB * dp, zero=zero)
     return Project(name="ep-cp", hardware=load_system("dgx-a100"), workload=SPEC, mapping=mapping,
                    run=RunSettings(dtype="bf16", engine=engine, contention=False))

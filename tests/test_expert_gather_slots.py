@@ -26,7 +26,7 @@ def _spec(capacity_factor: float | None = None) -> GPTSpec:
 
 def _project(tp: int = 2, ep: int = 2, etp: int | None = None, engine: str = "analytic",
              capacity_factor: float | None = None) -> Project:
-    mapping = Mapping(tp=tp, dp=DP, ep=ep, expert_tp=etp, sequence_parallel=True, micro_batch=MB,
+    mapping = Mapping(tp=tp, dp=DP, ep=ep, expert_tp=etp, expert_imbalance=1.0, sequence_parallel=True, micro_batch=MB,
                       global_batch=MICRO_BATCHES * MB * DP, zero=1)
     return Project(name="slots", hardware=load_system("dgx-a100"), workload=_spec(capacity_factor), mapping=mapping,
                    run=RunSettings(dtype="bf16", engine=engine, contention=False))

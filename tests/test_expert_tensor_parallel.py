@@ -28,7 +28,8 @@ BF16 = 2
 
 def _project(tp: int = 2, dp: int = 4, ep: int = 4, etp: int | None = None, engine: str = "analytic",
              sp: bool = True, zero: int = 1) -> Project:
-    mapping = Mapping(tp=tp, dp=dp, ep=ep, expert_tp=etp, sequence_parallel=sp and tp > 1, micro_batch=MB,
+    mapping = Mapping(tp=tp, dp=dp, ep=ep, expert_tp=etp, expert_imbalance=1.0,
+                      sequence_parallel=sp and tp > 1, micro_batch=MB,
                       global_batch=4 * MB * dp, zero=zero)
     return Project(name="etp", hardware=load_system("dgx-a100"), workload=SPEC, mapping=mapping,
                    run=RunSettings(dtype="bf16", engine=engine, contention=False))

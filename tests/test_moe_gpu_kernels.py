@@ -121,7 +121,7 @@ def _plan(ep: int, spec: GPTSpec = MOE, off: bool = False, monkeypatch=None):
     if off:
         monkeypatch.setattr(passes, "dispatch_work", lambda *a, **k: experts.NO_DISPATCH)
     project = Project(name="moe", hardware=load_system("dgx-a100"), workload=spec,
-                      mapping=Mapping(tp=2, dp=8, ep=ep, micro_batch=MB, global_batch=8 * MB * 2),
+                      mapping=Mapping(tp=2, dp=8, ep=ep, expert_imbalance=1.0, micro_batch=MB, global_batch=8 * MB * 2),
                       run=RunSettings(dtype="bf16", engine="analytic", contention=False))
     return make_plan(project)
 

@@ -14,6 +14,7 @@ from tilewright.engine.io.presets import load_system  # noqa: E402
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings  # noqa: E402
 from tilewright.engine.simulate import simulate  # noqa: E402
 from tilewright.studio.ui.mapping_options import (  # noqa: E402
+    IMBALANCE_DEFAULT,
     IMBALANCE_INFER_TIP,
     IMBALANCE_OFF_TIP,
     IMBALANCE_TEXT,
@@ -64,8 +65,11 @@ def test_expert_imbalance_is_one_undo_step(make_window):
     assert doc.project.mapping.expert_imbalance == 1.25
     editor.type_and_commit("lots")  # the example is a factor above 1, as the field wants
     assert editor.error == "not a number (e.g. 1.2)" and doc.undo_stack.count() == 1
-    doc.undo_stack.undo()
-    assert doc.project.mapping.expert_imbalance == 1.0 and editor.line_edit.text() == "1"
+    doc.undo_stack.undo()  # back to unset: dropless routing's floor, the placeholder saying so
+    assert doc.project.mapping.expert_imbalance is None and editor.line_edit.text() == ""
+    assert editor.line_edit.placeholderText() == IMBALANCE_DEFAULT
+    editor.type_and_commit("1")  # a balanced router asked for explicitly is a value of its own
+    assert doc.project.mapping.expert_imbalance == 1.0 and doc.undo_stack.undoText() == "Expert load 1× the mean"
 
 
 def test_expert_imbalance_needs_experts(make_window):

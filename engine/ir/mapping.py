@@ -265,9 +265,11 @@ class Mapping(QuietDefaultsModel):
         "(Megatron-Core --expert-tensor-parallel-size); the ep × expert_tp expert ranks fold over the stage's "
         "tp × dp ranks (MoE parallel folding, plan.experts); None: tp",
     )
-    expert_imbalance: Annotated[float, Field(ge=1.0)] = Field(
-        1.0, description="busiest expert-parallel rank's routed tokens over the mean (1 = a balanced router; "
-        "no effect at ep 1, where one rank runs every expert over all the routed tokens)"
+    expert_imbalance: Annotated[float, Field(ge=1.0)] | None = Field(
+        None, description="busiest expert-parallel rank's routed tokens over the mean (1 = exactly balanced; "
+        "no effect at ep 1, where one rank runs every expert over all the routed tokens). None: dropless "
+        "routing takes the statistical floor of balanced routing probabilities at the run's tokens per "
+        "micro-batch (plan.routing_imbalance), capacity-padded routing 1; a value given here, 1 included, wins"
     )
     sequence_parallel: bool = False
     interleave: PosInt = Field(1, description="model chunks per device (interleaved 1F1B)")

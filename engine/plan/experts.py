@@ -38,7 +38,8 @@ device runs micro_batch / cp samples' worth of tokens, so its all-to-all carries
   ``shard_experts`` rewrites the op so the plan's split by tp yields ``params / (ep·etp)``);
 - routed-expert work: unchanged on a balanced router — the device runs the token-slots the ep ranks route
   to its experts, as many as its own tokens have — times ``mapping.expert_imbalance`` (≥ 1), the busiest
-  device's load over the mean, which sets the pace of every rank that waits for it in the combine;
+  device's load over the mean, which sets the pace of every rank that waits for it in the combine (left unset:
+  dropless routing's statistical floor, ``plan.routing_imbalance``, resolved once per plan);
 - an all-to-all over the ep group before the first routed-expert op (dispatch: each token's hidden vector to
   each of its expert slots) and after the last (combine: the outputs back); the backward moves the same
   amounts in reverse. Of a device's buffer, (ep − 1)/ep leaves it. An imbalanced router sizes it by the

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # mixture-of-experts fields of the mapping → what they act on, and the value that asks for nothing
 _MOE_FIELDS = {
-    "expert_imbalance": ("weighs the busiest expert rank's routed tokens", 1.0),
+    "expert_imbalance": ("weighs the busiest expert rank's routed tokens", None),
     "overlap_ep_comm": ("hides the expert all-to-all", False),
     "delay_wgrad_compute": ("hides the backward's expert all-to-all", False),
     "ep_dispatcher": ("picks how tokens reach their experts", "alltoall"),

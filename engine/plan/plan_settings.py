@@ -24,6 +24,7 @@ from tilewright.engine.plan.device_layers import block_names, edge_weight_bytes
 from tilewright.engine.plan.experts import expert_dp, expert_tp_of, experts_apart
 from tilewright.engine.plan.passes import fused_edges
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
+from tilewright.engine.plan.routing_imbalance import resolved_imbalance
 from tilewright.engine.plan.tied import TiedEmbedding, tied_embedding
 from tilewright.engine.plan.train_logging import TrainLogging
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -46,6 +47,7 @@ class PlanSettings:
     fusion: frozenset[tuple[str, str]]  # producer → consumer edges kept on chip (``plan.passes.fused_edges``)
     ep: int  # expert parallelism, training only
     etp: int  # the routed experts' tensor-parallel degree
+    imbalance: float  # busiest ep rank's routed load over the mean (``plan.routing_imbalance``)
     shard_dp: int  # the replicas ZeRO shards the dense weights' state over
     edp: int  # the routed experts' expert-data-parallel group
     apart: bool  # the experts have a layout of their own
@@ -99,6 +101,7 @@ class PlanSettings:
             fusion=fusion,
             ep=ep,
             etp=etp,
+            imbalance=resolved_imbalance(project, mb, ep, etp),
             shard_dp=shard_dp,
             edp=edp,
             apart=apart,

@@ -129,7 +129,7 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
     transient = 0.0
     params = 0.0
     for c, idx in chunk_layers.items():
-        layers = sharded_layer_ops(workload, idx, ep, m.expert_imbalance, m.tp, etp)
+        layers = sharded_layer_ops(workload, idx, ep, s.imbalance, m.tp, etp)
         ops = [op for ls in layers for op in ls]
         all_ops += ops
         passes[(c, "F")] = forward_pass(layers, ctx)

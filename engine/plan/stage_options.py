@@ -89,7 +89,7 @@ def stage_options(
         first,
         dev,
         [ls for idx in chunk_layers.values()
-         for ls in sharded_layer_ops(workload, idx, ep, m.expert_imbalance, m.tp, etp)],
+         for ls in sharded_layer_ops(workload, idx, ep, s.imbalance, m.tp, etp)],
         per_param,
         s.elem,
         s.mb,

@@ -116,6 +116,8 @@ MOMENTS_TEXT = "Adam moments"
 MASTER_TEXT = "master weights"
 GATHER_STEP_TEXT = "gather the first chunk during the step"
 IMBALANCE_TEXT = "expert load (× mean)"
+# shown while unset: dropless routing then takes the statistical floor of balanced routing (plan.routing_imbalance)
+IMBALANCE_DEFAULT = "default: routing's statistical floor (~1.01×)"
 WIDE = ("memory_levels", "offload_layers", "overlap_dgrad_comm")  # controls under their label, across both columns
 MOMENT_LABELS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16 (scaled)", "fp8": "fp8 (scaled)"}
 MASTER_LABELS = {"fp32": "fp32", "remainders": "bf16 + remainders", "fp16": "fp16 (scaled)"}
@@ -202,7 +204,8 @@ OPTION_TIPS = {
                                                 f"{APPLIES}",
     "expert_imbalance": "MoE: the busiest expert-parallel rank's routed tokens over the mean, ≥ 1 (1: a balanced "
                         "router). Its expert GEMMs take that much longer and every rank waits for it in the "
-                        "combine; typed as a factor, e.g. 1.2 for 20 % above the mean. "
+                        "combine; typed as a factor, e.g. 1.2 for 20 % above the mean. Empty: dropless routing's "
+                        "statistical floor at the run's tokens (about 1.01×), capacity-padded routing 1. "
                         f"{APPLIES}",
     "memory_levels": "keep these categories of state in the node's host memory instead of the device's: each "
                      "step streams them over the host link (weights read in the forward and backward, "
@@ -307,7 +310,7 @@ def undo_text(field: str, value: Any, project: Project | None = None) -> str:
     if field in FRAMEWORK_FIELDS:
         return framework_undo_text(field, value)
     if field == "expert_imbalance":
-        return f"Expert load {value:g}× the mean"
+        return "Expert load: dropless routing's floor" if value is None else f"Expert load {value:g}× the mean"
     if field == "memory_levels":
         host = host_memory(project.hardware) if project is not None else None
         return offload_undo_text(value, host[0] if host else None)
@@ -463,7 +466,9 @@ class MappingOptions(QGroupBox):
         self.master = LabelledChoice(m.optimizer_master, MASTER_LABELS, self._check("optimizer_master"), parent=self)
         self.gather_step = FlagEditor(m.overlap_param_gather_with_optimizer_step, GATHER_STEP_TEXT,
                                       self._check("overlap_param_gather_with_optimizer_step"), parent=self)
-        self.imbalance = ValueEditor(m.expert_imbalance, FACTOR, self._check("expert_imbalance"), parent=self)
+        self.imbalance = ValueEditor(m.expert_imbalance, FACTOR, self._check("expert_imbalance"), optional=True,
+                                     parent=self)
+        self.imbalance.line_edit.setPlaceholderText(IMBALANCE_DEFAULT)
         host = host_memory(doc.project.hardware)
         self.offload = OffloadEditor(m.memory_levels, host[0] if host else None, self._check("memory_levels"),
                                      parent=self)
