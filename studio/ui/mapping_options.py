@@ -117,7 +117,7 @@ MASTER_TEXT = "master weights"
 GATHER_STEP_TEXT = "gather the first chunk during the step"
 IMBALANCE_TEXT = "expert load (× mean)"
 # shown while unset: dropless routing then takes the statistical floor of balanced routing (plan.routing_imbalance)
-IMBALANCE_DEFAULT = "default: routing's statistical floor (~1.01×)"
+IMBALANCE_DEFAULT = "default: floor ≈1.01×"
 WIDE = ("memory_levels", "offload_layers", "overlap_dgrad_comm")  # controls under their label, across both columns
 MOMENT_LABELS = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16 (scaled)", "fp8": "fp8 (scaled)"}
 MASTER_LABELS = {"fp32": "fp32", "remainders": "bf16 + remainders", "fp16": "fp16 (scaled)"}
