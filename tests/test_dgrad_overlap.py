@@ -141,7 +141,9 @@ def test_default_by_era():
     assert not overlaps(None, Recompute.full, gpu_c, True)  # Megatron-LM v2.x, --checkpoint-activations
     assert overlaps(None, Recompute.selective, gpu_c, True)  # Megatron-Core
     assert overlaps(None, Recompute.none, gpu_c, True)
-    assert overlaps(None, Recompute.full, grid_c, True)  # a compiled dataflow program
+    # devices no GPU framework drives: blocking unless set (no source says their runtimes overlap it)
+    assert not overlaps(None, Recompute.full, grid_c, True) and not overlaps(None, Recompute.none, grid_c, True)
+    assert overlaps(True, Recompute.none, grid_c, True)
     assert overlaps(True, Recompute.full, gpu_c, True) and not overlaps(False, Recompute.none, gpu_c, True)
 
 

@@ -301,7 +301,8 @@ class Mapping(QuietDefaultsModel):
         "with sequence parallelism) launched asynchronously and hidden behind its own weight-gradient GEMM, only what "
         "that GEMM cannot cover showing (Megatron-LM --async-tensor-model-parallel-allreduce, on by default from late "
         "2021; Megatron-Core, Transformer Engine); False: each blocks; None: False for GPU training with full "
-        "recompute (Megatron-LM v2.x --checkpoint-activations, as pipeline_p2p reads it), else True "
+        "recompute (Megatron-LM v2.x --checkpoint-activations, as pipeline_p2p reads it) and on devices no GPU "
+        "framework drives, else True "
         "(plan.dgrad_overlap). Under overlap_tp_comm userbuffers overlap it already",
     )
     recompute: Recompute = Recompute.none

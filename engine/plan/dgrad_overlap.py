@@ -41,9 +41,11 @@ _sm_cover``); a caller that times the collective itself (``Segment.deferred_cove
 **Default by era** (``mapping.overlap_dgrad_comm`` None): off where ``plan.pipeline_p2p`` reads the run as
 Megatron-LM's ``--checkpoint-activations`` era (GPU training with full recompute: SC'21 Table 1's runs, measured
 in early 2021 with a Megatron-LM that ran ``copy_to_tensor_model_parallel_region``, whose backward all-reduce
-blocks), on everywhere else (Megatron-Core, NeMo, Transformer Engine; a dataflow device's compiler schedules
-the independent GEMM beside the collective as well). Late v2.x builds (autumn 2021 to the flag's deprecation in
-2022) had it on with ``--checkpoint-activations``: a run of those sets it true.
+blocks), on for every other GPU run (Megatron-Core, NeMo, Transformer Engine). Off on devices no GPU framework
+drives (TPUs, grids, wafers: ``perf.device.issues_kernels``): their compilers may well schedule the independent
+GEMM beside the collective, but no source says so, and the option stays for a user who knows. Late v2.x
+builds (autumn 2021 to the flag's deprecation in 2022) had it on with ``--checkpoint-activations``: a run of
+those sets it true.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from weakref import WeakKeyDictionary
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import MoERole, Op
+from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.op_cost import OpTime
 from tilewright.engine.plan.exposed import bytes_for
 from tilewright.engine.plan.pipeline_p2p import p2p_mode
@@ -62,11 +65,12 @@ from tilewright.engine.plan.sp_regather import dgrad_seconds
 
 
 def overlaps(chosen: bool | None, recompute: Recompute, compute: Compute, train: bool) -> bool:
-    """``mapping.overlap_dgrad_comm`` resolved (module docstring): the choice, or off for the era
-    ``plan.pipeline_p2p`` calls 'megatron-lm' (the one place that era is read) and on elsewhere."""
+    """``mapping.overlap_dgrad_comm`` resolved (module docstring): the choice; unset, on for a GPU framework
+    outside the era ``plan.pipeline_p2p`` calls 'megatron-lm' (the one place that era is read), off in that era
+    and on devices no GPU framework drives (``issues_kernels``: no source says their runtimes overlap it)."""
     if chosen is not None:
         return chosen
-    return p2p_mode(None, recompute, compute, train) != "megatron-lm"
+    return issues_kernels(compute) and p2p_mode(None, recompute, compute, train) != "megatron-lm"
 
 
 def active(chosen: bool | None, recompute: Recompute, compute: Compute, train: bool, tp: int,
