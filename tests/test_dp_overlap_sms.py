@@ -33,6 +33,13 @@ def _slowed(result) -> float:
     return float(a["dur"][(a["label"] == label) & (a["lane"] == lane)].sum())
 
 
+def _without_loss(monkeypatch, run):
+    """``run()`` with the reduction's SM loss alone taken away (every other SM charge kept)."""
+    with monkeypatch.context() as m:
+        m.setattr(replica_sync, "overlap_loss", lambda *args: 0.0)
+        return run()
+
+
 def _hand_loss(early_s: float, backward_s: float, units: int, sms: int) -> float:
     """The compute runs on units − sms SMs while the collective runs: it would take backward · u / (u − c)
     if the collective lasted throughout; over the window both share, it loses c / u of each second."""
@@ -40,7 +47,7 @@ def _hand_loss(early_s: float, backward_s: float, units: int, sms: int) -> float
     return window * sms / units
 
 
-def test_the_loss_of_one_overlapped_reduction_by_hand():
+def test_the_loss_of_one_overlapped_reduction_by_hand(monkeypatch):
     """One stage, two replicas on a DGX A100 (108 SMs, 24 NCCL channels): the early bucket (all but the first
     layer's gradients) runs beside the last backward; the iteration grows by what that backward loses, which
     also delays the first layer's bucket launched at its end."""
@@ -59,11 +66,7 @@ def test_the_loss_of_one_overlapped_reduction_by_hand():
     # reduced − finish = max(0, early − backward, late) without the loss; max(lost + late, early − backward) with
     # it (the compute ends lost later; the late bucket starts lost later)
     with_loss = engine_result(project)
-    replica_sync.DP_OVERLAP_SMS = False
-    try:
-        without = engine_result(project)
-    finally:
-        replica_sync.DP_OVERLAP_SMS = True
+    without = _without_loss(monkeypatch, lambda: engine_result(project))
     grown = max(lost + late, early - backward) - max(0.0, early - backward, late)
     assert grown > 0
     assert with_loss.iteration_time_s - without.iteration_time_s == pytest.approx(grown, rel=1e-9)
@@ -93,7 +96,7 @@ def test_no_overlap_and_no_sm_count_lose_nothing():
     {"tp": 1, "pp": 4, "schedule": "interleaved-1f1b", "interleave": 2},
     {"pp": 2, "zero": 1, "recompute": "full"},
 ])
-def test_both_engines_charge_it_alike(mapping):
+def test_both_engines_charge_it_alike(mapping, monkeypatch):
     """The event engine (contention off) times the loss as the analytic engine: the iteration and every
     category of the breakdown; and the loss costs time."""
     project = dgx(overlap_grad_reduce=True, **mapping)
@@ -102,11 +105,7 @@ def test_both_engines_charge_it_alike(mapping):
     plan = make_plan(project)
     lost = sum(plan.dp_overlap_loss(0, c) for c in plan.stages[0].chunk_layers)
     assert [_slowed(analytic), _slowed(event)] == pytest.approx([lost, lost], rel=1e-9)
-    replica_sync.DP_OVERLAP_SMS = False
-    try:
-        without = simulate(_on(project, "analytic"))
-    finally:
-        replica_sync.DP_OVERLAP_SMS = True
+    without = _without_loss(monkeypatch, lambda: simulate(_on(project, "analytic")))
     assert analytic.iteration_time_s > without.iteration_time_s
 
 

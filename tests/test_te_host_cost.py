@@ -14,7 +14,6 @@ import pytest
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping
 from tilewright.engine.ir.hardware import Compute, RuntimeGraphs
-from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import OpKind
 from tilewright.engine.perf.device import device_model
 from tilewright.engine.plan.framework_host import host_framework
@@ -128,14 +127,13 @@ def test_the_default_keeps_v2x_counts():
     jump when only its recompute changes); a choice wins for GPU training; inference and devices no host framework
     drives keep v2.x's."""
     gpu = _compute("dgx-a100")
-    for rc in (Recompute.full, Recompute.selective, Recompute.none):
-        assert host_framework(None, rc, gpu, True) == "megatron-lm"
-    assert host_framework("mcore-te", Recompute.none, gpu, False) == "megatron-lm"
-    assert host_framework("mcore", Recompute.full, gpu, True) == "mcore"
-    assert host_framework("mcore-te", Recompute.selective, gpu, True) == "mcore-te"
+    assert host_framework(None, gpu, True) == "megatron-lm"
+    assert host_framework("mcore-te", gpu, False) == "megatron-lm"
+    assert host_framework("mcore", gpu, True) == "mcore"
+    assert host_framework("mcore-te", gpu, True) == "mcore-te"
     # a device no host framework drives kernel by kernel (``perf.device.issues_kernels``)
     eager_free = gpu.model_copy(update={"host_dispatch_s": 0.0, "runtime_graphs": RuntimeGraphs.none})
-    assert host_framework("mcore-te", Recompute.none, eager_free, True) == "megatron-lm"
+    assert host_framework("mcore-te", eager_free, True) == "megatron-lm"
 
 
 def test_the_mapping_field_is_quiet_and_validated():
@@ -159,3 +157,21 @@ def test_the_public_ci_rows_carry_their_frameworks():
         assert r["host_framework"] == ("mcore-te" if te else "mcore"), r["id"]
         assert project_for(r).mapping.host_framework == r["host_framework"]
         assert project_for(r, defaults=("host_framework",)).mapping.host_framework is None
+
+
+def test_the_search_times_a_framework_as_the_engine():
+    """The search's recurrence charges the mapping's host framework as the plan does (``OpSettings.context``):
+    the same candidate under v2.x's and Transformer Engine's counts matches the engine, and the counts differ."""
+    from tilewright.engine.search.parallel.candidate import Candidate
+    from tilewright.engine.simulate import simulate
+
+    from tests.agreement import assert_search_matches_engine
+    from tests.engine_cases import dgx
+
+    times = {}
+    for framework in ("megatron-lm", "mcore-te"):
+        p = assert_search_matches_engine(dgx(pp=2), Candidate(2, 2, 2, 1), keep_base=True,
+                                         host_framework=framework)
+        assert p.mapping.host_framework == framework
+        times[framework] = simulate(p).iteration_time_s
+    assert times["mcore-te"] > times["megatron-lm"]

@@ -77,15 +77,13 @@ Inference keeps v2.x's counts (a serving runtime's layers are neither framework'
 from __future__ import annotations
 
 from tilewright.engine.ir.hardware import Compute
-from tilewright.engine.ir.mapping import HostFramework, Recompute
+from tilewright.engine.ir.mapping import HostFramework
 from tilewright.engine.perf.device import issues_kernels
 
 
-def host_framework(chosen: HostFramework | None, recompute: Recompute, compute: Compute,
-                   train: bool) -> HostFramework:
+def host_framework(chosen: HostFramework | None, compute: Compute, train: bool) -> HostFramework:
     """``mapping.host_framework`` resolved (module docstring): the choice for GPU training, v2.x's counts
-    ('megatron-lm') when unset, in inference and on devices no host framework drives kernel by kernel.
-    ``recompute`` is the candidate's (kept for callers that resolve per candidate; the default does not read it)."""
+    ('megatron-lm') when unset, in inference and on devices no host framework drives kernel by kernel."""
     if chosen is None or not train or not issues_kernels(compute):
         return "megatron-lm"
     return chosen

@@ -39,17 +39,12 @@ from tilewright.engine.workloads.graph import WorkloadGraph
 if TYPE_CHECKING:  # plan.plan imports this module: the type only, for annotations
     from tilewright.engine.plan.stage_build import StagePlan
 
-# Charge the backward beside ``overlap_grad_reduce``'s early bucket the SMs NCCL's kernel takes from it
-# (``overlap_loss``). A switch so the change can be measured on and off in one tree (benchmarks).
-DP_OVERLAP_SMS = True
-
-
 def overlap_loss(early_s: float, backward_s: float, compute: Compute) -> float:
     """Seconds a chunk's last backward (``backward_s``, alone) loses to the early bucket of its gradient
     reduction (``early_s``, uncontended) that runs beside it: NCCL's CTAs hold ``collective_sms`` of the
     GPU's ``gemm_units`` SMs over the overlapped window (``perf.comm_sm.beside``). One formula for the
     plan (both engines) and the search's tail (``search.parallel.tail``)."""
-    if not DP_OVERLAP_SMS or early_s <= 0 or backward_s <= 0:
+    if early_s <= 0 or backward_s <= 0:
         return 0.0
     return beside(early_s, backward_s, compute.gemm_units, compute.collective_sms)[0]
 

@@ -57,7 +57,7 @@ def stage_options(
     ctx.moe_router_fusion = m.moe_router_fusion  # plan.moe_host
     ctx.grad_hooks = grad_hooks(project, formats.weight_bytes)  # plan.grad_hooks
     # whose Python issues the kernels (plan.framework_host)
-    ctx.host_framework = host_framework(m.host_framework, m.recompute, d.compute, run.mode is Mode.train)
+    ctx.host_framework = host_framework(m.host_framework, d.compute, run.mode is Mode.train)
     if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
         ctx.tp_seconds = tp_seconds(hw, groups[r][0])
         ctx.tp_ring_reduce_scatter = m.tp_overlap_reduce_scatter == "ring_exchange"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from tilewright.engine.hardware.interleave import stream_usage
-from tilewright.engine.ir.mapping import HostFramework, Recompute
+from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, recomputed_layers, workspace_bytes
@@ -190,8 +190,7 @@ class LayerCosts:
         hit = self._passes.get(key)
         if hit is not None:
             return hit
-        framework = self.settings.framework(rc, self.dev.compute)  # whose Python issues the kernels
-        base = self._base_passes(tp, mb, sp, residency, regather, dgrad, framework)
+        base = self._base_passes(tp, mb, sp, residency, regather, dgrad)
         out = {}
         for k, i in self.representative.items():
             layer = [self.ops[i]]
@@ -201,8 +200,7 @@ class LayerCosts:
             if full:
                 passes.append(rerun)  # its forward again with its activation checkpoint (``forward_pass(..., "R")``)
             elif rc is Recompute.selective:
-                passes.append(selective if modules is None
-                              else self._selective(k, i, tp, mb, sp, residency, modules, framework))
+                passes.append(selective if modules is None else self._selective(k, i, tp, mb, sp, residency, modules))
             dram = sum(seg.dram_bytes for ps in passes for seg in ps.segments)
             fused, loss = self.settings.fused, self.settings.fused_loss
             act = activation_bytes(layer, mb, tp, sp, rc, self.elem, fused, recompute_modules=modules,  # type: ignore[arg-type]
@@ -215,27 +213,25 @@ class LayerCosts:
         return out
 
     def _selective(
-        self, k: int, i: int, tp: int, mb: float, sp: bool, residency: Residency | None, modules: tuple[str, ...],
-        framework: HostFramework = "megatron-lm",
+        self, k: int, i: int, tp: int, mb: float, sp: bool, residency: Residency | None, modules: tuple[str, ...]
     ) -> ChunkPass:
         """Layer class ``k``'s (representative ``i``) selective-recompute pass re-running ``modules``."""
-        ctx = self.settings.context(self.dev, mb, tp, sp, residency, framework)  # type: ignore[arg-type]
+        ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
         return forward_pass([self.ops[i]], ctx, "R", only_selective=True, modules=modules)
 
     def _base_passes(
         self, tp: int, mb: float, sp: bool, residency: Residency | None, regather: tuple[int, ...] | None = None,
-        dgrad: tuple[int, ...] | None = None, framework: HostFramework = "megatron-lm",
+        dgrad: tuple[int, ...] | None = None,
     ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass, ChunkPass]]:
         """Per layer class: its forward, backward, selective-recompute and full re-run passes, shared by the
         three recompute settings (the op costs on a grid of cores are the expensive part of a search).
         ``regather``: the tensor group the backward's re-gather is timed on (``_regather_group``), as the plan
         times it (``group_comm.tp_seconds``); ``dgrad``: the group the backward's overlapped input-gradient
-        collectives are timed on (``plan.dgrad_overlap``), None when they block; ``framework``: whose Python issues
-        the kernels (``plan.framework_host``)."""
-        key = (tp, mb, sp, residency, regather, dgrad, framework)
+        collectives are timed on (``plan.dgrad_overlap``), None when they block."""
+        key = (tp, mb, sp, residency, regather, dgrad)
         hit = self._base.get(key)
         if hit is None:
-            ctx = self.settings.context(self.dev, mb, tp, sp, residency, framework)  # type: ignore[arg-type]
+            ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
             if regather is not None:
                 ctx.regather_seconds = tp_seconds(self.comm.hw, list(regather))
             if dgrad is not None:

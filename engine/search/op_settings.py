@@ -43,7 +43,7 @@ class OpSettings:
     grad_hooks: GradHooks | None = None  # training: the parameters' gradient hooks (``plan.grad_hooks``)
     overlap_dgrad: bool | None = None  # mapping.overlap_dgrad_comm, resolved per candidate (``dgrad``)
     train: bool = True
-    host_framework: HostFramework | None = None  # mapping.host_framework, resolved per candidate (``framework``)
+    host_framework: HostFramework | None = None  # mapping.host_framework (resolved by ``context``)
 
     @classmethod
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
@@ -61,13 +61,11 @@ class OpSettings:
         return self.formats.weight_bytes
 
     def context(
-        self, dev: DeviceModel, micro_batch: int, tp: int, sp: bool, residency: Residency | None = None,
-        framework: HostFramework = "megatron-lm",
+        self, dev: DeviceModel, micro_batch: int, tp: int, sp: bool, residency: Residency | None = None
     ) -> PassContext:
-        """The ``PassContext`` ``build_plan`` makes for a stage of this mapping; ``framework``: whose Python issues
-        its kernels (``framework``, per the candidate's recompute)."""
+        """The ``PassContext`` ``build_plan`` makes for a stage of this mapping."""
         ctx = PassContext(dev, micro_batch, tp, sp, self.elem_bytes, self.fused, self.formats, self.spatial)
-        ctx.host_framework = framework
+        ctx.host_framework = host_framework(self.host_framework, dev.compute, self.train)  # plan.framework_host
         ctx.rows_per_sample = self.rows_per_sample
         ctx.residency = residency
         ctx.fused_loss = self.fused_loss
@@ -81,11 +79,6 @@ class OpSettings:
         gradients, as ``build_plan`` resolves it (``plan.dgrad_overlap``; the search's candidates are 1-D and
         time userbuffers through the plan itself)."""
         return dgrad_active(self.overlap_dgrad, recompute, compute, self.train, tp, False, False)
-
-    def framework(self, recompute: Recompute, compute: Compute) -> HostFramework:
-        """Whose Python issues a candidate's kernels, as ``build_plan`` resolves it (``plan.framework_host``: by
-        the era its recompute implies when the mapping leaves it unset)."""
-        return host_framework(self.host_framework, recompute, compute, self.train)
 
     @property
     def full_iteration(self) -> bool:

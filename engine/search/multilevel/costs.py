@@ -108,7 +108,7 @@ def tensor_costs(
             key = _signature(ops)
             if key not in cache:
                 cache[key] = optimize_layer(ops, fusion_dev, mb, t, sp_t, elem, settings)
-        ctx = settings.context(dev, mb, t, sp_t, framework=settings.framework(recompute, dev.compute))
+        ctx = settings.context(dev, mb, t, sp_t)
         ctx.dgrad_overlap = settings.dgrad(recompute, dev.compute, t)  # timed per placement (plan.dgrad_overlap)
         # the chains the programme fuses, as ``with_fusion`` writes them into the mapping for the engine
         chains = fusion_chains([g for lay in cache.values() for g in lay.groups])
