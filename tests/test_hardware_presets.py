@@ -4,7 +4,6 @@ physical facts of the machines they describe."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -165,12 +164,9 @@ def test_chiplet_mesh_hbm_on_package_edges():
         assert cols == ({0} if p.edge.value == "west" else {3})
 
 
-def test_wafer_64x64_is_fast_and_global():
-    comp = load("wafer-64x64")
-    t = time.perf_counter()
-    hg = elaborate(comp)
-    elapsed = time.perf_counter() - t
-    assert elapsed < 2.0  # benchmarks/bench_elaborate.py tracks the real target (< 0.3 s)
+def test_wafer_64x64_elaborates_globally():
+    """4,096 tiles on one global mesh (the < 0.3 s bar is benchmarks/bench_elaborate.py's)."""
+    hg = elaborate(load("wafer-64x64"))
     assert len(hg.devices) == 4096
     assert hg.hops(hg.devices[0].node, hg.devices[-1].node) == 126
     port, r = hg.memory_route(64 * 32 + 31, "dram")

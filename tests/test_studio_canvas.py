@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -57,26 +56,23 @@ def test_big_wafer_far_out_is_one_block_close_in_draws_only_visible_cells(make_c
     assert mode == "cells" and 0 < cells < 64 * 64  # culled to the exposed part
 
 
-def test_big_wafer_zoom_and_pan_stay_fast(make_canvas):
-    """A 64 × 64 wafer must zoom and pan smoothly: every frame here well under 50 ms on average."""
+def test_big_wafer_zoom_and_pan_draw_only_what_is_exposed(make_canvas):
+    """Zooming and panning a 64 × 64 wafer keeps drawing culled cells, never all 4,096 (the frame-time bar,
+    < 50 ms, is benchmarks/bench_wafer_canvas.py's: wall time is not a test's to judge)."""
     w = make_canvas(big_wafer_project(64))
-    frames = 0
-    start = time.perf_counter()
+    tiles = w.scene.grids["wafer/tile"]
     for _ in range(12):
         w.view.zoom_by(1.25)
         render(w)
-        frames += 1
     for _ in range(10):
         w.view.pan_by(40, 25)
         render(w)
-        frames += 1
+        mode, cells = tiles.last_paint
+        assert mode == "cells" and 0 < cells < 64 * 64
     w.view.zoom_to_fit()
     w.view.zoom_by(3.0)  # the worst case: most cells visible, just above the block threshold
     render(w)
-    frames += 1
-    assert w.scene.grids["wafer/tile"].last_paint[0] == "cells"
-    per_frame = (time.perf_counter() - start) / frames
-    assert per_frame < 0.05, f"{per_frame * 1000:.1f} ms per frame"
+    assert tiles.last_paint[0] == "cells"
 
 
 def test_wheel_zooms_about_cursor_and_middle_button_pans(make_canvas):

@@ -6,7 +6,6 @@ import csv
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -72,16 +71,10 @@ def test_gpt3_175b_preset() -> None:
     assert build_workload(load("gpt3-175b")).params == pytest.approx(175e9, rel=5e-3)
 
 
-def test_building_gpt_1008b_is_fast() -> None:
-    spec = load("gpt-1008b")
-    build_workload(spec)  # warm up imports and pydantic's validators
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        graph = build_workload(spec)
-        best = min(best, time.perf_counter() - start)
+def test_gpt_1008b_builds_its_128_layers() -> None:
+    """The 1T preset builds (its < 100 ms bar is benchmarks/bench_wafer_canvas.py's)."""
+    graph = build_workload(load("gpt-1008b"))
     assert len(graph.block_layers) == 128
-    assert best < 0.1, f"{best * 1e3:.1f} ms"
 
 
 def test_workloads_import_without_qt() -> None:
