@@ -13,13 +13,13 @@ from tilewright.engine.io import load_project  # noqa: E402
 from tilewright.engine.io.presets import load_system  # noqa: E402
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings  # noqa: E402
 from tilewright.engine.simulate import simulate  # noqa: E402
-from tilewright.studio.ui.mapping_options import (  # noqa: E402
+from tilewright.studio.ui.expert_options import (  # noqa: E402
     IMBALANCE_DEFAULT,
     IMBALANCE_INFER_TIP,
     IMBALANCE_OFF_TIP,
     IMBALANCE_TEXT,
-    OFFLOAD_OFF_TIP,
 )
+from tilewright.studio.ui.memory_options import OFFLOAD_OFF_TIP  # noqa: E402
 from tilewright.studio.ui.offload_editor import host_memory, with_offload  # noqa: E402
 
 MIXTRAL = "presets/projects/mixtral-8x7b-dgx-h100.json"
