@@ -236,6 +236,7 @@ class Mapping(QuietDefaultsModel):
         "overlap_param_gather_with_optimizer_step", "gradient_accumulation_fusion", "tp_axes_collectives",
         "pipeline_p2p", "offload_layers", "overlap_dgrad_comm", "host_framework",
         "log_params_norm", "log_num_zeros_in_grad", "timing_log_level", "check_for_nan_in_loss_and_grad",
+        "fsdp_copies",
     )
 
     tp: PosInt = 1
@@ -313,7 +314,8 @@ class Mapping(QuietDefaultsModel):
     )
     recompute_modules: list[str] | None = Field(
         None, description="with recompute 'selective': the parts of each layer re-run in the backward, Megatron-Core's "
-        "recompute_modules (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; perf.recompute); "
+        "recompute_modules (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; perf.recompute), "
+        "or torchtitan's op-level policy op_sac; "
         "None: ['core_attn'], the attention core",
     )
     cuda_graph_scope: list[str] | None = Field(
@@ -426,6 +428,12 @@ class Mapping(QuietDefaultsModel):
     )
     fsdp: bool = Field(
         False, description="PyTorch FSDP FULL_SHARD: ZeRO stage 3 with prefetch (sets zero 3 and overlap_param_gather)"
+    )
+    fsdp_copies: bool = Field(
+        False, description="with fsdp: PyTorch FSDP2's (fully_shard) copies on the compute stream — each layer's "
+        "gathered weights split out of the all-gather buffer, its gradients copied (cast to the reduce dtype) into "
+        "the reduce-scatter buffer (plan.sharding); off: sharding over flat buffers the layers view (Megatron-FSDP); "
+        "no effect without ZeRO-3 weight gathers",
     )
     rank_order: Literal["tp-dp-pp", "tp-pp-dp"] = Field(
         "tp-dp-pp", description="fastest-varying parallel dimension first (Megatron: tp, then dp, then pp)"

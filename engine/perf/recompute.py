@@ -16,6 +16,16 @@ of a transformer layer that selective recomputation re-runs in the backward. Two
   ``moe_act`` (the routed experts' activation: the experts' down projection's saved input goes) and
   ``mla_up_proj`` (MLA's query and key/value up projections with RoPE: the Q, K, V the core keeps).
 
+One policy that is not Megatron-Core's: ``op_sac``, torchtitan's op-level selective activation checkpointing
+(pytorch/torchtitan ``torchtitan/parallelisms/parallelize_llama.py`` @ 004b3148a92b565ef0ce7a7bcc61e0159c7ec930,
+``_save_list`` and the ``_custom_policy`` of ``_apply_ac_to_transformer_block``: inside each block's checkpoint
+the outputs of ``aten.mm`` are kept only for odd-numbered calls — ``mm_count % 2 == 0`` is recomputed — and flash
+attention's output is kept; every other op re-runs in the backward). A Llama block calls wq, wk, wv, wo, w1, w3,
+w2 in that order, so wk, wo and w3 re-run (``out_proj`` and ``mlp_up``, the up projection that multiplies the
+gated one), with the pointwise ops their backward needs (the norms, the first residual add, the SwiGLU product).
+Our ``qkv`` is one op, so wk's re-run is not counted (1/6 of qkv with Llama 3's 8 KV heads of 32, 1/3 without
+GQA).
+
 ``MODULES`` maps each name to the ops of our transformer block (``workloads.transformer_block``) in this one
 table; ``selection`` turns a layer's ops and a module list into what each op re-runs and drops, which
 ``perf.memory`` (stored activations), ``plan.passes`` (the R pass), ``plan.hardware_flops`` (HFU) and
@@ -112,6 +122,10 @@ MODULES: dict[str, tuple[Part, ...]] = {
             Part(_mlp_norm, True, "output", True)),
     "moe": (Part(lambda op, _ops: op.moe is not None, True, "saved", True),),
     "shared_experts": (Part(with_role(MoERole.shared), True, "saved", True),),
+    "op_sac": (Part(named("out_proj", "mlp_up", "residual1"), True, "none", False),
+               Part(named("norm1", "norm2"), True, "output", False),
+               Part(named("activation"), True, "none", False),
+               Part(named("mlp_down"), False, "input", False)),
 }
 DEFAULT_MODULES = ("core_attn",)  # Megatron-Core's default (recompute_modules None)
 

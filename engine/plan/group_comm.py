@@ -223,7 +223,7 @@ def shard_comm(
     edp = expert_dp(m.tp, replicas, m.ep, etp) if experts_apart(m.ep, etp, m.tp) else None
     return stage_shard_comm(
         m.zero, replicas, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
-        m.ep, extra_params, edp, layer_weight_bytes,
+        m.ep, extra_params, edp, layer_weight_bytes, m.fsdp_copies,
     )
 
 

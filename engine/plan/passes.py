@@ -233,6 +233,12 @@ class _Builder:
             seg.host_s += c.dev.compute.host_dispatch_s
         self.layer_busy += seconds
 
+    def copy(self, op: Op, nbytes: float) -> None:
+        """A memory-bound copy kernel of the compute stream beside op ``op``'s layer (PyTorch FSDP2's copy-in and
+        copy-out, ``plan.sharding``): streamed as one kernel (``_stream``), its launch on the host."""
+        self._graph = None
+        self._stream(op, nbytes)
+
     def host(self, seconds: float) -> None:
         """Host work beside the open segment's kernels (it binds when the device is faster)."""
         if self._open is not None:
@@ -472,6 +478,7 @@ def forward_pass(
             overlap = shard.overlap_gather and i > 0
             cover = b.shard_cover(shard, gather if overlap else [], before, ops[0].name, ops[0].layer)
             b.dp_comms(shard.exposed(gather, cover, overlap), ops[0].layer, ops[0].name)
+            b.copy(ops[0], shard.copy_bytes("all-gather", gather))  # FSDP2's copy-out (``plan.sharding``)
         flags = _fusion_flags(ops, ctx.fused)
         scores = attention_scores(ops)
         flash = flash_ops(ops, ctx.fused) if only_selective else frozenset()
@@ -562,6 +569,8 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
     if pending is not None:
         flush()
     if shard is not None and reduce and layers:
+        if layers[0]:
+            b.copy(layers[0][0], shard.copy_bytes("reduce-scatter", reduce))  # FSDP2's copy-in
         b.dp_comms(reduce, layers[0][0].layer if layers[0] else 0, "gradients")  # nothing left to hide behind
     return b.finish()
 
@@ -581,4 +590,6 @@ def _shard_boundary(
     shown = shard.exposed(gather, before, overlap)
     hidden = sum(shard.seconds(k, n) for k, n in gather) - sum(shard.seconds(k, n) for k, n in shown)
     budget = max(0.0, before - hidden) if shard.overlap_gather and not first else before
+    b.copy(ops[-1], shard.copy_bytes("reduce-scatter", reduce))  # FSDP2's copy-in of the previous layer's gradients
     b.dp_comms(shard.exposed(reduce, budget, shard.overlap_reduce) + shown, ops[-1].layer, ops[-1].name)
+    b.copy(ops[-1], shard.copy_bytes("all-gather", gather))  # and the copy-out of this layer's weights

@@ -34,6 +34,21 @@ they need none. With expert tensor parallelism below tp that group is tp · dp /
 ep 1 too (``experts.experts_apart``). The tied word embedding's copy on the last pipeline stage (``plan.tied``)
 is gathered and reduced with the head layer that uses it (``ShardComm.extra_params``).
 
+PyTorch FSDP2's copies (``mapping.fsdp_copies``). FSDP2 gathers a layer's shards into one flat buffer and then
+copies each parameter out of it; before a reduce-scatter it copies the layer's gradients into one flat buffer in
+the reduce dtype (pytorch/pytorch ``torch/distributed/_composable/fsdp/_fsdp_collectives.py`` @
+01d66d21f38a04729a87a5840f405ca1b7acf856): ``foreach_all_gather_copy_out`` makes the *current* (compute) stream
+wait for the all-gather and runs ``torch.split_with_sizes_copy`` of the whole gathered buffer there — the layer's
+weights read and written once, ``2 · weight_bytes`` per parameter, before the layer can run;
+``foreach_reduce_scatter`` runs ``foreach_reduce_scatter_copy_in`` (``torch.cat`` of the gradient views into the
+``reduce_dtype`` buffer: the gradients read in the weights' format, written in the reduced one) on the
+reduce-scatter stream, but then ``current_stream.wait_event(copy_in_event)``: the compute stream waits for it
+too. Both are memory-bound kernels on the compute stream's path, per layer and per gather (forward, backward
+and a recomputed forward: ``reshard_after_forward``), charged as such (``ShardComm.copy_bytes``); the
+all-gather's copy-in (``torch._foreach_copy_`` of the rank's shard, 1 / dp of the layer) runs on a stream of its
+own ahead of the gather and is not counted. Megatron-Core's FSDP (and ZeRO over flat buffers) gathers into
+buffers the parameters are views of: no copies (the default).
+
 The collectives ride on ``Segment.comm`` with the kind prefixed ``dp:`` (or ``edp:``); ``Plan.tp_collective``
 resolves them on the data-parallel (expert-data-parallel) groups of the stage, all tensor ranks at once, as
 ``Plan.dp_collective`` does.
@@ -106,6 +121,7 @@ class ShardComm:
     # per layer index, its weights' bytes per parameter where they differ from ``weight_bytes`` (a bf16 edge layer
     # of an fp8 run: 2 B, ``perf.formats``)
     layer_weight_bytes: Mapping[int, float] = field(default_factory=dict)
+    copies: bool = False  # PyTorch FSDP2's copy-out after a gather and copy-in before a reduce (module docstring)
 
     def layer_items(self, kind: str, ops: list[Op], tp: int) -> list[tuple[str, float]]:
         """One layer's all-gather of its weights or reduce-scatter of its gradients (``kind``), per tensor rank:
@@ -120,6 +136,18 @@ class ShardComm:
         if experts > 0 and self.expert_dp > 1:
             items.append((EDP_PREFIX + kind, experts * per))
         return items
+
+    def copy_bytes(self, kind: str, items: list[tuple[str, float]]) -> float:
+        """Device-memory bytes of FSDP2's copy around one layer's ``kind`` collective carrying ``items`` (the whole
+        layer's, not their exposed parts; module docstring): after an all-gather the gathered weights read and
+        written (2 × their bytes), before a reduce-scatter the gradients read in the weights' format and written
+        in the reduced one. 0 without ``copies``."""
+        if not self.copies:
+            return 0.0
+        nbytes = sum(b for _, b in items if b > 0)
+        if kind == "all-gather":
+            return 2.0 * nbytes
+        return nbytes * (1.0 + self.weight_bytes / self.grad_bytes) if self.grad_bytes > 0 else 0.0
 
     def exposed(self, items: list[tuple[str, float]], hide_s: float, overlap: bool) -> list[tuple[str, float]]:
         """The collectives ``items`` ((dp: kind, bytes)) running behind ``hide_s`` seconds of compute: each
@@ -146,6 +174,7 @@ def stage_shard_comm(
     extra_params: Mapping[int, float] | None = None,
     edp: int | None = None,
     layer_weight_bytes: Mapping[int, float] | None = None,
+    copies: bool = False,
 ) -> ShardComm | None:
     """The sharding collectives a stage's passes carry, or None (stage < 2, or no data parallelism). ``dp``:
     the replicas the weights are sharded over (dp · cp with context parallelism, module docstring); ``ep``:
@@ -153,11 +182,13 @@ def stage_shard_comm(
     per layer index, parameters it holds beyond its ops' (``ShardComm.extra_params``); ``edp``: the routed
     experts' expert-data-parallel group (``experts.expert_dp``; None: dp / ep with expert parallelism, else no
     group of their own). At ep 1 an ``edp`` is given when expert tensor parallelism below tp folds the experts
-    over tp / expert_tp × dp ranks (``experts.experts_apart``)."""
+    over tp / expert_tp × dp ranks (``experts.experts_apart``). ``copies``: PyTorch FSDP2's copy kernels
+    (``mapping.fsdp_copies``)."""
     expert_dp = (edp if edp is not None else max(dp // ep, 1)) if ep > 1 or edp is not None else 0
     if max(dp, expert_dp) <= 1 or zero < 2:
         return None
     return ShardComm(
         zero >= 3, True, overlap_gather, overlap_reduce, weight_bytes, grad_bytes, seconds,
         expert_dp=expert_dp, extra_params=dict(extra_params or {}), layer_weight_bytes=dict(layer_weight_bytes or {}),
+        copies=copies and zero >= 3,
     )

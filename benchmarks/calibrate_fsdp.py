@@ -1,0 +1,290 @@
+"""Check sharded data parallelism (PyTorch FSDP2 = ZeRO-3 with prefetch) against torchtitan's published runs.
+
+Sources (pytorch/torchtitan, ``docs/performance.md``; each row names the commit of the copy it is read from):
+
+- ``A100``: the 2024 version (@ 041336434916bdc0f88c1f89fda176fd3c2092e4): Llama 3 8B / 70B and Llama 2 13B / 70B
+  with FSDP2 (1D) on 64 A100-80GB, "WPS (word per second, or more accurately, token per second)" per GPU. Llama 3
+  runs local batch 1 at sequence 8192 (``train_configs/llama3_8b.toml`` @ 0011fb905e9561a51af0f265e35d989f7448b1d8:
+  ``batch_size = 1``, ``seq_len = 8192``, ``compile = false``, ``enable_float8_linear = false``), Llama 2 at 4096
+  ("the default sequence length in Llama 2 is 4096"); eager, bf16.
+- ``H100``: the December 2024 version (@ eaea6f6a2fa940f03a10906be1df3489cf30af85; torch 1963fc8, torchao eab345c,
+  torchtitan 9dec370): Llama 3.1 8B on 8 and 128 H100 of Meta's Grand Teton, FSDP 1D eager / + torch.compile /
+  + Float8 (Tables 1 and 3: local batch 2, selective AC), FSDP + CP (Table 2: local batch 1, full AC, compile +
+  Float8). TPS/GPU "read at the (arbitrarily determined) 90th iteration". Sequence 8192 (the 8B train config of
+  that time, ``torchtitan/models/llama/train_configs/llama3_8b.toml`` @ 08a5a9f: ``seq_len = 8192``); Table 2
+  gives its own lengths.
+
+Models (torchtitan ``ModelArgs``: Llama 3 8B dim 4096, 32 layers, 32 heads, 8 KV heads, FFN 14336 (multiplier 1.3,
+multiple of 1024), vocabulary 128,256; 70B dim 8192, 80 layers, 64 heads, 8 KV, FFN 28672; Llama 2 13B dim 5120,
+40 layers, 40 heads (no GQA), FFN 13824 (4·5120·2/3 rounded up to 256), vocabulary 32,000; Llama 2 70B as Llama
+3 70B with a 32,000 vocabulary): our presets where they exist (``llama3.1-8b``, ``llama3-70b``, ``llama2-70b``),
+else the spec below.
+
+What each torchtitan setting becomes (``project_for``), and what it cannot (``Row.gaps``):
+
+- FSDP2 ``fully_shard`` per TransformerBlock and the root, ``reshard_after_forward`` True (every block's weights
+  gathered again for the backward): ``mapping.fsdp`` (ZeRO-3 with prefetch, ``plan.sharding``). Mixed precision
+  ``param_dtype`` bf16, ``reduce_dtype`` fp32 (torchtitan's ``mixed_precision_param`` / ``mixed_precision_reduce``
+  defaults; ``choices=["float32"]`` for the reduce dtype in ``torchtitan/config_manager.py``): weights all-gathered
+  in bf16, gradients reduce-scattered in fp32 (``grad_reduce_in_fp32``); sharded fp32 parameters, AdamW on the
+  shards. FSDP2's copy-out after each gather and copy-in before each reduce-scatter run on the compute stream
+  (``mapping.fsdp_copies``, sourced in ``plan.sharding``). torchtitan leaves the last block resharded-free after the
+  forward (``reshard_after_forward = int(layer_id) < len(model.layers) - 1``): its backward gather, one of 32-80,
+  is still charged here.
+- Activation checkpointing: 'full' = every block re-run (``recompute`` full); 'selective layer' (``selective_ac_option
+  = '2'``: every second block wrapped in ``checkpoint_wrapper``) = full recompute of half the blocks
+  (``recompute_layers`` = layers / 2, the same count of re-run blocks: ``_apply_ac_to_transformer_block`` wraps
+  the blocks whose count is a multiple of ``ac_freq``); 'selective op' (torchtitan's ``_save_list`` policy: keep
+  the outputs of every second ``aten.mm`` and of flash attention, re-run the other matmuls — wk, wo and w3 of each
+  block — and the pointwise ops; pytorch/torchtitan ``torchtitan/parallelisms/parallelize_llama.py`` @
+  004b3148a92b565ef0ce7a7bcc61e0159c7ec930) is selective recomputation of ``op_sac`` (``perf.recompute``), which
+  leaves out wk's share of our fused qkv (a gap on the row).
+- Attention: ``F.scaled_dot_product_attention`` (flash backend): the fused chain attention → softmax.
+- ``torch.compile`` (per TransformerBlock, inductor): the residual add fused into the following RMSNorm
+  (``fusion`` residual1 → norm2); GEMMs stay cuBLAS. Eager runs fuse nothing else.
+- Float8 (torchao ``Float8Linear``, dynamic tensorwise scaling, every ``nn.Linear`` but the output head):
+  ``--dtype fp8`` with ``fp8_scaling`` 'tensor'; fp8 all-gather off (``enable_fsdp_float8_all_gather`` false).
+- Host: eager PyTorch modules issue the kernels; our host framework 'megatron-lm' (plain modules, v2.x's counts)
+  is the nearest; compile's lower host cost is not modelled (these rows are far from host-bound: 8192-16384
+  tokens per block pass).
+
+Systems: A100 rows the ``dgx-a100`` preset grown to 64 GPUs. H100 rows the ``dgx-h100`` preset (H100 SXM5, 700 W,
+80 GB HBM3 3.35 TB/s); Grand Teton's H100 has 96 GB HBM2e at 2.4 TB/s and ran at a 500 W power limit, and
+torchtitan's footnote says its peak is "between SXM and NVL". ``--whatif`` runs a documented variant
+(``grand_teton``): HBM bandwidth scaled by 2.4 / 3.35 (the doc's figure over the preset's), dense peak scaled by
+the H100 NVL's datasheet peak over the SXM5's (835 / 989 bf16 TFLOP/s dense, NVIDIA H100 datasheet), the low end
+of the doc's range — a bracket, not a fit.
+
+What the model still lacks (our tokens/s are high on every row): eager PyTorch runs each RMSNorm, the complex
+RoPE and the SwiGLU product as several fp32/bf16 kernels (torchtitan's ``RMSNorm._norm(x.float())``, ``pow``,
+``mean``, ``rsqrt``, ``type_as``; ``apply_rotary_emb`` through ``view_as_complex``), which our ops cost as one pass
+each; torch.compile's measured gain (5,762 → 6,667 TPS on 8 H100) is of that order. The H100 rows also ran at
+500 W on HBM2e (``--whatif``). The CP rows grow worse with the CP degree (torch's ring attention of December 2024
+against our Megatron-style ring): not diagnosed.
+
+These are measurements to *check* the model against, never to fit a constant to: nothing here feeds back into a
+preset.
+
+Usage: python benchmarks/calibrate_fsdp.py [--engine analytic|event] [--only SUBSTRING] [--whatif]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tilewright.engine.io.presets import load_model, load_system
+from tilewright.engine.ir import LlamaSpec, Mapping, Project, RunSettings
+from tilewright.engine.ir.hardware import Component
+from tilewright.engine.ir.mapping import Fp8Scaling, TensorFormats
+from tilewright.engine.simulate import simulate
+
+TITAN = "pytorch/torchtitan"
+DOC_A100 = (TITAN, "docs/performance.md", "041336434916bdc0f88c1f89fda176fd3c2092e4")
+DOC_H100 = (TITAN, "docs/performance.md", "eaea6f6a2fa940f03a10906be1df3489cf30af85")
+FLASH = ["attention", "softmax"]  # SDPA's flash kernel: one kernel, scores stay on chip
+COMPILED = ["residual1", "norm2"]  # inductor fuses the residual add into the next RMSNorm within a block
+
+
+@dataclass(frozen=True)
+class Published:
+    """One torchtitan measurement and every input it ran with (module docstring)."""
+
+    table: str  # "A100 Llama 3", "H100 T1" ...
+    model: str
+    gpu: str  # "a100" or "h100"
+    gpus: int
+    local_batch: int
+    seq: int
+    ac: str  # "none", "selective-op", "selective-layer", "full"
+    compile: bool
+    float8: bool
+    tokens_per_gpu: float
+    cp: int = 1
+    tp: int = 1
+    source: tuple[str, str, str] = DOC_H100
+
+    @property
+    def fsdp(self) -> int:
+        return self.gpus // (self.cp * self.tp)
+
+    @property
+    def group(self) -> str:
+        return f"{self.gpu}{' cp' if self.cp > 1 else ''}"
+
+
+_A = DOC_A100
+PUBLISHED = (
+    # docs/performance.md @ 0413364, "Llama 3 performance numbers" (64 A100-80GB, FSDP2, local batch 1)
+    Published("A100 Llama 3", "llama3-8b", "a100", 64, 1, 8192, "selective-layer", False, False, 2904, source=_A),
+    Published("A100 Llama 3", "llama3-8b", "a100", 64, 1, 8192, "selective-op", False, False, 2973, source=_A),
+    Published("A100 Llama 3", "llama3-70b", "a100", 64, 1, 8192, "full", False, False, 331, source=_A),
+    # "Llama 2 performance numbers" (local batch 2 but 70B selective op at 1, footnote 1)
+    Published("A100 Llama 2", "llama2-13b", "a100", 64, 2, 4096, "none", False, False, 2162, source=_A),
+    Published("A100 Llama 2", "llama2-13b", "a100", 64, 2, 4096, "selective-layer", False, False, 1914, source=_A),
+    Published("A100 Llama 2", "llama2-13b", "a100", 64, 2, 4096, "selective-op", False, False, 1904, source=_A),
+    Published("A100 Llama 2", "llama2-70b", "a100", 64, 1, 4096, "selective-op", False, False, 355, source=_A),
+    Published("A100 Llama 2", "llama2-70b", "a100", 64, 2, 4096, "full", False, False, 353, source=_A),
+    # docs/performance.md @ eaea6f6, Table 1: 8 GPUs, local batch 2, selective AC (the config's 'op')
+    Published("H100 T1", "llama3-8b", "h100", 8, 2, 8192, "selective-op", False, False, 5762),
+    Published("H100 T1", "llama3-8b", "h100", 8, 2, 8192, "selective-op", True, False, 6667),
+    Published("H100 T1", "llama3-8b", "h100", 8, 2, 8192, "selective-op", True, True, 8532),
+    # Table 3: 128 GPUs, local batch 2
+    Published("H100 T3", "llama3-8b", "h100", 128, 2, 8192, "selective-op", False, False, 5605),
+    Published("H100 T3", "llama3-8b", "h100", 128, 2, 8192, "selective-op", True, False, 6514),
+    Published("H100 T3", "llama3-8b", "h100", 128, 2, 8192, "selective-op", True, True, 8380),
+    # Table 2: FSDP + CP + compile + Float8, 8 GPUs, local batch 1, full AC
+    Published("H100 T2", "llama3-8b", "h100", 8, 1, 32768, "full", True, True, 3890, cp=1),
+    Published("H100 T2", "llama3-8b", "h100", 8, 1, 65536, "full", True, True, 2540, cp=2),
+    Published("H100 T2", "llama3-8b", "h100", 8, 1, 131072, "full", True, True, 1071, cp=4),
+    Published("H100 T2", "llama3-8b", "h100", 8, 1, 262144, "full", True, True, 548, cp=8),
+)
+
+
+def model_spec(name: str, seq: int) -> LlamaSpec:
+    """The model at ``seq`` (module docstring: torchtitan's ModelArgs)."""
+    if name == "llama3-8b":
+        spec = load_model("llama3.1-8b")  # Llama 3 8B and 3.1 8B share every dimension
+    elif name in ("llama3-70b", "llama2-70b"):
+        spec = load_model(name)
+    elif name == "llama2-13b":
+        spec = LlamaSpec(name=name, layers=40, hidden=5120, heads=40, kv_heads=40, ffn=13824, vocab=32000,
+                         comment="torchtitan llama2 13B ModelArgs: dim 5120, 40 layers, 40 heads, FFN 13824, "
+                                 "vocabulary 32,000 (meta-llama/Llama-2-13b-hf config.json agrees)")
+    else:
+        raise KeyError(name)
+    return spec.model_copy(update={"seq_len": seq, "name": name})
+
+
+def grand_teton(hw: Component) -> Component:
+    """The dgx-h100 preset as Grand Teton's H100 (module docstring): each GPU's HBM at 2.4 / 3.35 of the preset's
+    bandwidth and 96 GB, its peak FLOP/s at the H100 NVL's 835 / 989 of the SXM5's. A documented what-if bracket,
+    not a fit."""
+    data = hw.model_dump(mode="json")
+    scale_bw, scale_peak = 2.4 / 3.35, 835.0 / 989.0
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            compute = node.get("compute")
+            if isinstance(compute, dict) and compute.get("peak_flops"):
+                compute["peak_flops"] = {k: v * scale_peak for k, v in compute["peak_flops"].items()}
+                compute["vector_flops"] = compute["vector_flops"] * scale_peak
+                hbm = node["memories"][0]
+                hbm["bandwidth_bytes_per_s"] *= scale_bw
+                hbm["capacity_bytes"] = 96e9
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(data)
+    return Component.model_validate(data)
+
+
+@dataclass
+class Row:
+    pub: Published
+    gaps: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        p = self.pub
+        tech = "+".join(t for t, on in (("compile", p.compile), ("fp8", p.float8)) if on) or "eager"
+        cp = f" cp{p.cp}" if p.cp > 1 else ""
+        return f"{p.model} {p.gpus}{p.gpu[0]} b{p.local_batch} s{p.seq // 1024}k {p.ac} {tech}{cp}"
+
+
+def project_for(row: Row, engine: str = "analytic", whatif: bool = False) -> Project:
+    """The nearest expressible project of a torchtitan run (module docstring); fills ``row.gaps``."""
+    p = row.pub
+    spec = model_spec(p.model, p.seq)
+    gaps: list[str] = []
+    recompute, layers, modules = "none", None, None
+    if p.ac == "full":
+        recompute = "full"
+    elif p.ac == "selective-layer":
+        recompute, layers = "full", spec.layers // 2
+    elif p.ac == "selective-op":
+        recompute, modules = "selective", ["op_sac"]
+        gaps.append("op-level SAC: wk's re-run (part of our fused qkv) not counted")
+    fusion = [FLASH, COMPILED] if p.compile else [FLASH]
+    formats = TensorFormats(fp8_scaling=Fp8Scaling.tensor) if p.float8 else TensorFormats()
+    if p.float8:
+        gaps.append("torchao keeps the output head in bf16; ours runs every weighted GEMM in fp8")
+    mapping = Mapping(
+        tp=p.tp, pp=1, dp=p.fsdp, cp=p.cp, micro_batch=p.local_batch, global_batch=p.local_batch * p.fsdp,
+        fsdp=True, fsdp_copies=True, overlap_grad_reduce=True, grad_reduce_in_fp32=True, fusion=fusion,
+        recompute=recompute, recompute_layers=layers, recompute_modules=modules, formats=formats,
+        host_framework="megatron-lm",
+    )
+    hw = load_system("dgx-a100" if p.gpu == "a100" else "dgx-h100")
+    if whatif and p.gpu == "h100":
+        hw = grand_teton(hw)
+    row.gaps = gaps
+    return Project(name=row.label, hardware=hw, workload=spec, mapping=mapping,
+                   run=RunSettings(dtype="fp8" if p.float8 else "bf16", engine=engine))
+
+
+@dataclass
+class Outcome:
+    row: Row
+    tokens_per_gpu: float
+    breakdown: dict[str, float]
+    oom: bool
+    wall_s: float
+
+    @property
+    def error(self) -> float:
+        return self.tokens_per_gpu / self.row.pub.tokens_per_gpu - 1
+
+
+def evaluate(row: Row, engine: str = "analytic", whatif: bool = False) -> Outcome:
+    project = project_for(row, engine, whatif)
+    t0 = time.perf_counter()
+    res = simulate(project)
+    wall = time.perf_counter() - t0
+    m = res.metrics_json()
+    return Outcome(row, m["tokens_per_s"] / res.devices, m["time_breakdown_s"],
+                   res.oom is not None or res.host_oom is not None, wall)
+
+
+def summary(outcomes: list[Outcome]) -> dict[str, tuple[float, int]]:
+    """Mean |error| of tokens/s per GPU by group (GPU type, with CP apart) and overall, with the row counts."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for o in outcomes:
+        groups["all"].append(abs(o.error))
+        groups[o.row.pub.group].append(abs(o.error))
+    return {k: (sum(v) / len(v), len(v)) for k, v in groups.items()}
+
+
+def rows() -> list[Row]:
+    return [Row(p) for p in PUBLISHED]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", default="analytic", choices=["analytic", "event"])
+    ap.add_argument("--only", default="", help="run only rows whose label or table contains this")
+    ap.add_argument("--whatif", action="store_true", help="H100 rows on the Grand Teton variant (grand_teton)")
+    args = ap.parse_args()
+    selected = [r for r in rows() if args.only in r.label or args.only in r.pub.table]
+    print(f"{'table':13} {'row':52} {'meas':>6} {'pred':>6} {'error':>7} {'wall':>5}  breakdown (s per iteration)")
+    outcomes = []
+    for row in selected:
+        o = evaluate(row, args.engine, args.whatif)
+        outcomes.append(o)
+        parts = ", ".join(f"{k} {v:.3f}" for k, v in o.breakdown.items() if v > 0.0005)
+        print(f"{row.pub.table:13} {row.label:52} {row.pub.tokens_per_gpu:>6.0f} {o.tokens_per_gpu:>6.0f} "
+              f"{100 * o.error:>+6.1f}% {o.wall_s:>5.1f}  {parts}{'  OOM' if o.oom else ''}")
+        for gap in row.gaps:
+            print(f"{'':20}gap: {gap}")
+    if outcomes:
+        print("mean |error| of tokens/s/GPU: " + ", ".join(
+            f"{k} {100 * v:.1f} % (n={n})" for k, (v, n) in summary(outcomes).items()))
+
+
+if __name__ == "__main__":
+    main()
