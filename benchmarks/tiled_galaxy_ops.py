@@ -406,6 +406,17 @@ def tt_tg_call_rows(project: Project) -> list[tuple[TgCall, float, str]]:
     return out
 
 
+def tt_tg_launch_s(project: Project) -> float:
+    """The launches of one layer's ``TT_TG_CALLS`` on ``project``'s fabric (s): each call's kind at the system's
+    per-kind launch (``CollectiveCosts.launch_s_by_kind``), ``fixed_s`` where it names none."""
+    ic = project.hardware.interconnect
+    c = ic.collective if ic is not None else None
+    if c is None:
+        return 0.0
+    by_kind: dict[str, float] = dict(c.launch_s_by_kind)
+    return sum(by_kind.get(call.kind, c.fixed_s) for call in TT_TG_CALLS)
+
+
 def legacy_t3k_rows() -> list[tuple[str, float, tuple[float, float], str]]:
     """Each legacy T3K all-gather with the engine's time for it on the wormhole-t3000 preset at 1 link (the
     collective model of ``calibrate_ccl``, its own algorithm choice)."""
@@ -430,6 +441,9 @@ def tt_tg_report(project: Project, layers: int) -> None:
     total = sum(t for _, t, _ in rows)
     print(f"  {len(rows)} calls per layer, {total * 1e6:.1f} us; x {layers} layers = {total * layers * 1e3:.2f} ms "
           "per step")
+    launch = tt_tg_launch_s(project)
+    print(f"  of which the calls' launches {launch * 1e6:.1f} us per layer (launch_s_by_kind of the system: the "
+          "dispatch measured before each legacy CCL call on TG, tt-metal issue #15605; fixed_s for a kind not named)")
     print(f"  source: {TT_TG_SOURCE}")
     print("The same code runs 1-4 further programs around each call (typecast or to_memory_config, fast_reduce_nc, "
           "the slice and user-selection matmuls of attention.py's TG branch).")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 from tilewright.engine.ir.common import BytesPerSecond, QuietDefaultsModel, Seconds, StrictModel
 
 Count = Annotated[int, Field(ge=1)]
+LaunchKind = Literal["reduce-scatter", "all-gather"]  # the operations a grid collective is made of
 
 
 class Algorithm(StrEnum):
@@ -104,7 +105,7 @@ class CollectiveCosts(QuietDefaultsModel):
     core cannot keep a link fed (``workers_to_fill_link``), a line all-gather's link that carries fewer
     members' shards than that runs below its bandwidth (``perf.collective_grid.fed``)."""
 
-    _quiet = ("workers_to_fill_link",)
+    _quiet = ("workers_to_fill_link", "launch_s_by_kind")
 
     fixed_s: Seconds = Field(0.0, description="per collective operation: program launch")
     handshake_hops: Annotated[float, Field(ge=0)] = Field(
@@ -115,6 +116,14 @@ class CollectiveCosts(QuietDefaultsModel):
         "(line: members - 1, ring: members / 2) instead of one hop per step"
     )
     reduce_hop_s: Seconds = Field(0.0, description="extra latency per hop of a reduce-scatter (store-and-forward)")
+    launch_s_by_kind: dict[LaunchKind, Seconds] = Field(
+        default_factory=dict,
+        description="per kind of operation (reduce-scatter, all-gather), its launch on a runtime that launches "
+        "every collective call anew (``Compute.runtime_ccl`` generic), in place of fixed_s: the op-to-op "
+        "dispatch gap measured before such a call, where the runtime sends the call's kernels to the Ethernet "
+        "cores as well as the workers of every member and the members start skewed; a persistent runtime pays "
+        "fixed_s. A kind not named pays fixed_s",
+    )
     reduce_sync_packets: Count | None = Field(
         None, description="a reduce-scatter waits for a neighbour round trip every this many packets "
         "(packet = framing.payload_bytes)"
@@ -135,6 +144,7 @@ class CollectiveCosts(QuietDefaultsModel):
 
     def grid_fields(self) -> list[str]:
         """The fields that describe a grid fabric's collectives (``perf.collective_grid``)."""
-        grid = ("fixed_s", "handshake_hops", "diameter_crossings", "reduce_hop_s", "reduce_sync_packets", "algorithms")
-        names = [f for f in grid if f in self.model_fields_set and getattr(self, f) not in (None, 0, 0.0)]
+        grid = ("fixed_s", "handshake_hops", "diameter_crossings", "reduce_hop_s", "reduce_sync_packets", "algorithms",
+                "launch_s_by_kind")
+        names = [f for f in grid if f in self.model_fields_set and getattr(self, f) not in (None, 0, 0.0, {})]
         return names + (["workers_to_fill_link"] if self.workers_to_fill_link > 1 else [])

@@ -4,8 +4,11 @@ Without it (every preset that predates it) a phase costs its steps × the per-ho
 α–β model — and nothing else, so results do not move. With it (tt-metal's CCL report, S8 in
 ``tiled_hardware.md``), each operation (a reduce-scatter, an all-gather; an all-reduce is both) pays:
 
-- a program launch (``fixed_s``) and the opening and closing of its connection to the neighbour, blocking
-  round trips (``handshake_hops`` hop latencies);
+- a program launch (``fixed_s``; on a runtime that launches every call anew, ``Compute.runtime_ccl`` generic,
+  the launch measured for its kind where the fabric names one, ``launch_s_by_kind``: tt-metal's legacy CCLs
+  dispatch each call's kernels to the Ethernet cores as well as the workers, and the members start skewed)
+  and the opening and closing of its connection to the neighbour, blocking round trips
+  (``handshake_hops`` hop latencies);
 - ``diameter_crossings`` crossings of the algorithm's diameter (entry barrier round trip + the data
   pipeline) instead of one hop per step;
 - for a reduce-scatter, store-and-forward of partial sums at every hop (``reduce_hop_s`` per hop) and a
@@ -22,7 +25,8 @@ A runtime with persistent collectives (``Compute.runtime_ccl`` persistent on eve
 llama3_70b_galaxy, whose TT_CCL creates its global semaphores and double-buffered persistent buffers once) needs
 no entry barrier: a sender may write into its peers' buffer of this call at once, since they read the other one,
 so the data crosses the diameter once (S8's barrier round trip is gone) and the exit wait is that crossing.
-Still paid: the program launch (it is a program of the step's trace like any other) and the opening and
+Still paid: the program launch (it is a program of the step's trace like any other: ``fixed_s``, not the
+generic runtime's per-call launch, since no kernel goes to the Ethernet cores) and the opening and
 closing of the worker's fabric connection (S8 'Per-invocation cost'; the runtime does not avoid it). Such a
 runtime also offers the one-shot ``direct`` algorithms (``collective_grid``): every member writes straight to
 every peer over its route, no store-and-forward of partial sums.
@@ -58,15 +62,30 @@ class OpCosts:
     protocols: tuple[Protocol, ...] = ()  # switched fabrics: the collective library's protocols
     persistent: bool = False  # the members' runtime keeps semaphores and buffers across calls (module notes)
     fill_workers: int = 1  # workers it takes to keep a link direction fed (``CollectiveCosts.workers_to_fill_link``)
+    launch_rs: float | None = None  # a generic runtime's launch of a reduce-scatter (None: fixed_s)
+    launch_ag: float | None = None  # and of an all-gather (``CollectiveCosts.launch_s_by_kind``)
 
     def offers(self, algorithm: str) -> bool:
         return self.algorithms is None or algorithm.split(",")[0] in self.algorithms
+
+    def launch(self, op: Op) -> float:
+        """The launch of one operation of this kind: the fabric's per-kind launch where it names one (a tree
+        all-reduce launches both halves), else ``fixed_s`` per operation."""
+        rs = self.fixed_s if self.launch_rs is None else self.launch_rs
+        ag = self.fixed_s if self.launch_ag is None else self.launch_ag
+        if op == "rs":
+            return rs
+        if op == "ag":
+            return ag
+        return rs + ag if op == "tree" else self.fixed_s
 
     def latency(self, hop: float, steps: float, diameter: float, op: Op) -> float:
         ops = 2 if op == "tree" else 1
         base = steps * hop if self.diameter_crossings is None else self.diameter_crossings * diameter * hop
         extra = self.reduce_hop_s * diameter if op == "rs" else 0.0  # "direct" sums locally: no reduce hop
-        return ops * (self.fixed_s + self.handshake_hops * hop) + base + extra
+        if self.launch_rs is None and self.launch_ag is None:  # fixed_s per operation (the same arithmetic as ever)
+            return ops * (self.fixed_s + self.handshake_hops * hop) + base + extra
+        return self.launch(op) + ops * self.handshake_hops * hop + base + extra
 
 
 def persistent_runtime(hw: HardwareGraph, members: list[int]) -> bool:
@@ -83,9 +102,9 @@ def persistent_runtime(hw: HardwareGraph, members: list[int]) -> bool:
 def costs_of(hw: HardwareGraph, members: list[int]) -> OpCosts | None:
     """The costs of the interconnect that carries traffic among ``members`` (their lowest common level);
     None when it has none, i.e. plain steps × hop latency. Members whose runtime keeps its collectives
-    persistent (``persistent_runtime``) get the fabric's costs without the entry barrier and with ``direct``
-    offered (the module notes); a fabric without collective costs, or one that names its library's protocols
-    (NCCL), is left as it is."""
+    persistent (``persistent_runtime``) get the fabric's costs without the entry barrier, with ``direct``
+    offered and every operation launched at ``fixed_s`` (the module notes); a fabric without collective costs,
+    or one that names its library's protocols (NCCL), is left as it is."""
     if len(members) < 2:
         return None
     levels = {hw.common_level(members[0], m) for m in members[1:]}
@@ -108,6 +127,8 @@ def costs_of(hw: HardwareGraph, members: list[int]) -> OpCosts | None:
                 frozenset(a.value for a in c.algorithms) if c.algorithms is not None else None,
                 tuple(c.protocols or ()),
                 fill_workers=c.workers_to_fill_link,
+                launch_rs=c.launch_s_by_kind.get("reduce-scatter"),
+                launch_ag=c.launch_s_by_kind.get("all-gather"),
             )
         )
         base = cache[key]
@@ -117,6 +138,8 @@ def costs_of(hw: HardwareGraph, members: list[int]) -> OpCosts | None:
                 diameter_crossings=None if base.diameter_crossings is None else 1.0,
                 algorithms=None if base.algorithms is None else base.algorithms | {DIRECT},
                 persistent=True,
+                launch_rs=None,
+                launch_ag=None,
             )
     return cache[key]
 
