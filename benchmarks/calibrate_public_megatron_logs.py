@@ -38,8 +38,9 @@ per framework.
 Columns read by nothing in the model, only by ``--loop``: ``log_interval``, ``log_timers_to_tensorboard``,
 ``log_memory_to_tensorboard`` and ``deterministic_mode`` (each from the row's cited config: 1 / on / nightly only /
 nightly and 7B; the 7B configs log every 2 iterations). ``--loop`` prints, per row, the host work of Megatron's
-training loop the model lacks (``megatron_ci_loop``: the timer reports, the rest of ``training_log``, the
-optimizer's per-tensor Python), in ms and as a share of the gap, and the gap left; a diagnostic, not a correction.
+training loop the model lacks (``megatron_ci_loop``: the timer reports, the rest of ``training_log``; the
+optimizer's per-tensor Python is the model's now, ``plan.train_step``), in ms and as a share of the gap, and the
+gap left; a diagnostic, not a correction.
 
 ``--host-scale F``: a diagnostic what-if, not a calibration: every host cost of the system preset (per-kernel
 dispatch, per-call framework time, per-synchronisation idle, per-collective call, per-backward start-up:
@@ -215,23 +216,22 @@ def loop_table(loops: list) -> None:
     """Per row: the gap (measured − predicted), each unmodelled loop cost (``megatron_ci_loop``) in ms and their
     sum's share of the gap, and what is left (diagnostic only)."""
     print("UNMODELLED TRAINING-LOOP HOST WORK per iteration (benchmarks/megatron_ci_loop.py; not in the model)")
-    print(f"{'id':<31} {'gap ms':>7} {'timers':>7} {'log':>6} {'optim':>6} {'sum':>6} {'of gap':>7} {'left ms':>8}"
-          f" {'left %':>7}")
+    print(f"{'id':<31} {'gap ms':>7} {'timers':>7} {'log':>6} {'sum':>6} {'of gap':>7} {'left ms':>8} {'left %':>7}")
     for r, t, c in loops:
         gap = r["measured_ms"] - 1e3 * t
         total = 1e3 * c.total
         share = f"{100 * total / gap:>6.0f}%" if gap > 0 else f"{'-':>7}"
         print(f"{r['id']:<31} {gap:>7.1f} {1e3 * c.timer_reports:>7.2f} {1e3 * c.training_log:>6.2f} "
-              f"{1e3 * c.optimizer_loops:>6.2f} {total:>6.2f} {share} {gap - total:>8.1f} "
+              f"{total:>6.2f} {share} {gap - total:>8.1f} "
               f"{100 * ((1e3 * t + total) / r['measured_ms'] - 1):>+6.1f}%")
-    print(f"{'family: mean share of gap':<31} {'n':>3} {'timers':>6} {'log':>6} {'optim':>6} {'sum':>6}")
+    print(f"{'family: mean share of gap':<31} {'n':>3} {'timers':>6} {'log':>6} {'sum':>6}")
     for fam in sorted({family(r) for r, _, _ in loops}):
         sel = [(r["measured_ms"] - 1e3 * t, c) for r, t, c in loops if family(r) == fam]
         sel = [(g, c) for g, c in sel if g > 0]
         if not sel:
             continue
         parts = [sum(1e3 * getattr(c, k) / g for g, c in sel) / len(sel)
-                 for k in ("timer_reports", "training_log", "optimizer_loops", "total")]
+                 for k in ("timer_reports", "training_log", "total")]
         print(f"{fam:<31} {len(sel):>3} " + " ".join(f"{100 * x:>5.0f}%" for x in parts))
 
 

@@ -26,13 +26,10 @@ synchronising timer), on an idle device: its host time is the iteration's. Nothi
   stage's ``loss_func`` averages the loss over the data-parallel group for the log
   (``average_losses_across_data_parallel_group``: ``clone``, ``cat``, an all-reduce, the division), inside the
   ``forward-compute`` timer whose stop drains it: its launches, the collective's call and its device time.
-- **The optimizer's Python loops over parameter tensors** (``plan.train_step`` leaves them out): per tensor of a
-  stage, the grad-norm filter's two checks (``param_is_not_shared``, ``param_is_not_tensor_parallel_duplicate``,
-  as ``plan.train_logging`` counts them), ``clip_grad_norm_fp32``'s ``param.grad.type()`` and ``.detach()``,
-  ``_copy_model_grads_to_main_grads``'s ``main_grad.float()`` (a cast launch under fp16; a no-op call under
-  bf16's fp32 buffer) and its ``.grad`` assignment, fp16's unscaling list (``.grad.data``), FusedAdam's lists
-  (``p.grad.data``, ``p.data``) and the copy-back's (two ``.data``): ``OPT_CALLS`` calls and ``OPT_LAUNCHES``
-  launches. Pure Python (attribute reads, ``append``, ``= None``) is not counted.
+- **Moved into the model**: the optimizer's Python loops over parameter tensors (this diagnostic priced them
+  from recalled counts; ``plan.train_step.loop_seconds`` now charges them from the code re-read, with bf16's
+  per-tensor ``copy_`` of the copy-back) and the loss-scale ``.item()`` every iteration (``plan.train_step``
+  ``STEP_DRAINS``): not priced here any more, so as not to count them twice.
 
 Listed, not priced (no cost the code states): ``--deterministic-mode`` (``torch.use_deterministic_algorithms``
 fills every ``torch.empty`` with NaN, a write of each such tensor: apex's fused softmax and LayerNorm outputs,
@@ -63,9 +60,6 @@ LOSS_SCALAR_SYNCS = 2  # the loss tensor's two add_scalar calls copy it to the h
 ADD_SCALAR_CALLS = 8  # per add_scalar: api-usage log, make_np, Summary, Event, wall time, step, serialise, enqueue
 LOSS_LAUNCHES, LOSS_SYNCS = 2, 2  # running sum, reset tensor; the .item() and the reset's pageable copy
 LOSS_AVG_LAUNCHES = 3  # per micro-batch: clone, cat, division (the all-reduce beside them)
-OPT_CALLS = {"fp16": 10, "bf16": 10}  # per parameter tensor (module docstring)
-OPT_LAUNCHES = {"fp16": 1, "bf16": 0}
-LAYER_TENSORS = 12  # Megatron GPT layer: two LayerNorms, QKV, projection, two MLP linears (weight and bias each)
 
 
 @dataclass(frozen=True)
@@ -74,12 +68,11 @@ class LoopCosts:
 
     timer_reports: float
     training_log: float
-    optimizer_loops: float
 
     @property
     def total(self) -> float:
         """Their sum."""
-        return self.timer_reports + self.training_log + self.optimizer_loops
+        return self.timer_reports + self.training_log
 
 
 def timer_names(r: dict) -> int:
@@ -114,16 +107,6 @@ def report_seconds(c: Compute, existing: int, gather_s: float) -> float:
             + gather_s)
 
 
-def stage_tensors(r: dict) -> int:
-    """Parameter tensors of the most loaded pipeline stage: ``LAYER_TENSORS`` per layer, the word and position
-    embeddings on the first stage, the final LayerNorm (and, tied at pp > 1, the word embedding's copy) on the
-    last."""
-    layers = r["layers"] // r["pp"] * LAYER_TENSORS
-    if r["pp"] == 1:
-        return layers + 2 + 2 + (0 if r["tie_embeddings"] else 1)
-    return layers + 3
-
-
 def loop_costs(r: dict, p: Project) -> LoopCosts:
     """The priced mechanisms of row ``r`` (its project ``p``), per iteration (module docstring)."""
     plan = make_plan(p)
@@ -148,7 +131,4 @@ def loop_costs(r: dict, p: Project) -> LoopCosts:
     micro = r["gbs"] // (r["mb"] * r["dp"])
     average = micro * (LOSS_AVG_LAUNCHES * c.host_dispatch_s + c.host_collective_s + avg_s)
     log = per_log * (c.host_collective_s + barrier_s + loss) + tb + average
-    prec = "fp16" if r["precision"] == "fp16" else "bf16"
-    tensors = stage_tensors(r) / (r["dp"] if r["zero"] >= 1 else 1)
-    opt = tensors * (OPT_CALLS[prec] * c.host_call_s + OPT_LAUNCHES[prec] * c.host_dispatch_s)
-    return LoopCosts(reports, log, opt)
+    return LoopCosts(reports, log)

@@ -217,9 +217,9 @@ def test_moe_scope_on_drop_and_pad_graphs_the_whole_moe_layer():
     dispatcher kernels, experts, combine, residual) replay as one graph per layer and pass. What is left on the
     host beyond full_iteration's nothing: the embedding's and head's ops, eager (``launch.host_seconds``,
     read as a primitive), one launch per layer, and the training step's per-pass drains (tp 1, pp 1: three
-    per forward, one per backward; ``plan.train_step``), the backward's ``backward()`` start-up and every
-    parameter's gradient hook (``plan.grad_hooks``: eager after a graphed layer), which full_iteration does not
-    have."""
+    per forward, one per backward; ``plan.train_step``), each forward's get_batch beyond its broadcasts (7
+    launches, 10 calls: ``plan.train_step``), the backward's ``backward()`` start-up and every parameter's
+    gradient hook (``plan.grad_hooks``: eager after a graphed layer), which full_iteration does not have."""
     project = _moe(["attn", "moe"], capacity=1.0)
     c = _compute(project)
     graph = build_workload(project.workload)
@@ -231,7 +231,9 @@ def test_moe_scope_on_drop_and_pad_graphs_the_whole_moe_layer():
         left = _host(make_plan(project), kind) - _host(whole, kind)
         start = c.host_backward_s if kind == "B" else 0.0
         hooks = sum(_hooks_host(op, graph.tokens_per_sample, c) for op in graph.ops()) if kind == "B" else 0.0
-        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s + drains * drain + start + hooks, rel=1e-9)
+        batch = 7 * c.host_dispatch_s + 10 * c.host_call_s if kind == "F" else 0.0
+        assert left == pytest.approx(eager_rest + 2 * c.host_dispatch_s + drains * drain + start + hooks + batch,
+                                     rel=1e-9)
 
 
 def _hooks_host(op, tokens: int, c) -> float:

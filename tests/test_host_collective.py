@@ -137,9 +137,12 @@ def test_each_micro_batch_pays_its_calls_and_its_backward_start(engine):
 
 def test_pipeline_sends_and_backward_start_lead_their_pass():
     """pp 2: stage 0's forward sends on (one call on a drained device), its backward starts a backward() and
-    sends nothing; stage 1's forward sends nothing, its backward starts and sends back."""
+    sends nothing; stage 1's forward sends nothing, its backward starts and sends back. Every forward also runs
+    get_batch beyond its broadcasts on the drained device (7 launches, 10 calls: ``plan.train_step``)."""
     plan = make_plan(_project(CALL, START, tp=1, pp=2))
-    for rank, (f, b) in enumerate([(CALL, START), (0.0, START + CALL)]):
+    c = plan.stages[0].dev.compute
+    batch = 7 * c.host_dispatch_s + 10 * c.host_call_s
+    for rank, (f, b) in enumerate([(CALL + batch, START), (batch, START + CALL)]):
         for kind, expected in (("F", f), ("B", b)):
             lead = [s for s in plan.stages[rank].passes[(0, kind)].segments if s.label == LEADS[1]]
             assert sum(s.dispatch_wait_s for s in lead) == pytest.approx(expected)

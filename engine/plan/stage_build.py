@@ -170,6 +170,7 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
     local_params = (params - experts) / shard_dp + experts / s.edp if m.zero >= 1 else params
     train = run.mode is Mode.train
     fused_s = step_seconds(dev, placed[0] if placed else None, local_params, step) if train else 0.0
+    tensors = sum(param_tensors(op, workload.tokens_per_sample, False)[0] for op in all_ops) if train else 0.0
     stage = StagePlan(
         rank=r,
         groups=s.groups[r],
@@ -195,9 +196,9 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
                         run.dtype.value == "fp16", host.flag_s(dev), shard_dp,
                         full_iteration="full_iteration" in (m.cuda_graph_scope or ()),
                         te_master=te_holds_master(m.optimizer_moments, m.optimizer_master, formats.weights,
-                                                  m.formats.fp8_scaling), log=log)
-        + logging_seconds(dev, log, tensors=sum(param_tensors(op, workload.tokens_per_sample, False)[0]
-                                                for op in all_ops),
+                                                  m.formats.fp8_scaling), log=log,
+                        tensors=tensors, shard=shard_dp if m.zero >= 1 else 1)
+        + logging_seconds(dev, log, tensors=tensors,
                           params=params, weight_bytes=formats.weight_bytes, bf16=run.dtype.value == "bf16",
                           model_reduce_s=host.flag_s(dev), world_reduce_s=host.world_s(dev),
                           zero_shard=shard_dp if m.zero >= 1 else 1, grad_bytes=state_per_param.gradients,

@@ -35,10 +35,25 @@ synchronises, then call ``batch_isend_irecv``: ``Compute.host_collective_s`` up 
 sizes' ``.cpu()``: each call's ``host_collective_s``, on the broadcast's own segment) and the backward pass's
 ``torch.autograd.backward`` call, made right after the ``backward-compute`` timer's start (its start-up,
 ``Compute.host_backward_s``; the recomputing layers' checkpoints, their nested ``backward()`` calls included,
-are ``launch.checkpoint_host_seconds``). They lead their pass as host waits beside the drains. Left out: the
-warm-up's and cool-down's separate receives (1F1B's steady state receives in the send's call), the optimizer
+are ``launch.checkpoint_host_seconds``). They lead their pass as host waits beside the drains. So does the rest
+of ``get_batch`` (``GET_BATCH_*``, every forward, at every timer level: after the key sizes' ``.cpu()`` the device
+holds nothing but the broadcasts and these tiny kernels, so it waits for the host throughout), read off
+``pretrain_gpt.get_batch`` (the legacy GPT's, the same body from v2.x's ``mpu.broadcast_data`` to 2023's
+``tensor_parallel.broadcast_data``) and ``megatron/utils.py`` ``get_ltor_masks_and_position_ids`` with the
+defaults (no position or attention-mask reset, no EOD loss mask): ``broadcast_data``'s ``narrow`` and ``view``
+of its one key (2 calls), ``tokens_ = data_b['text'].long()`` (a no-op call on int64), ``labels =
+tokens_[:, 1:].contiguous()`` and ``tokens = tokens_[:, :-1].contiguous()`` (2 slicing calls, 2 copy launches);
+then ``data.size()`` (1), ``torch.tril(torch.ones((1, s, s)))`` (2 launches) and its ``.view`` (1), the loss
+mask's ``torch.ones(data.size())`` (1 launch, 1 call), ``torch.arange`` (1 launch),
+``.unsqueeze(0).expand_as(data)`` (2) and ``attention_mask < 0.5`` (1 launch): 7 launches, 10 calls. Left out:
+the warm-up's and cool-down's separate receives (1F1B's steady state receives in the send's call), the optimizer
 step's flag all-reduces and the data-parallel reduction's call (two or three calls an iteration, issued behind
-the step's own kernels).
+the step's own kernels), ``next(data_iterator)`` on the tensor group's first rank (the DataLoader's Python and
+its worker queue: no count the code states) and the last stage's loss tail per micro-batch (``loss_func``'s
+masked mean, ``average_losses_across_data_parallel_group``'s ``clone``, ``cat``, all-reduce and division, the
+schedule's ``loss / num_microbatches``: about 8 launches and a collective call, no host synchronisation — the
+``forward-compute`` timer's stop drains them — issued while the device may still run the pass: not a drained
+device's wait, and the plan's passes hold no host time beyond their ops').
 
 **The mixed-precision optimizer's passes.** ``ADAM_BYTES_*`` (``plan.plan``) streams one fused Adam step
 (fp32 gradient, master weights and moments read, the three written, the low-precision copy written).
@@ -60,10 +75,49 @@ model params"): the master's read-back (4 B) is not streamed (``te_holds_master`
 states are the fused step's (``residency.adam_split``).
 The found-inf flag (fp16) and the norm are each all-reduced over the model-parallel group (every tensor and
 pipeline rank of a replica) before their ``.item()``. Not charged: the clipping's scale pass (it runs only
-when the norm exceeds the threshold), the optimizer's Python loops over parameter tensors and fp16's one
-cast kernel per parameter tensor (host-bound: ~12 per GPT layer × ``host_dispatch_s``), the multi-tensor
-kernels' launches (a few per pass). fp16's data-parallel reduction moves that fp16 buffer (2 B per
-parameter: ``perf.memory.bytes_per_param``).
+when the norm exceeds the threshold), the multi-tensor kernels' launches (a few per pass: apex's
+``multi_tensor_apply`` takes up to 110, 64 or 36 tensors per launch for one, two or four lists,
+``csrc/multi_tensor_apply.cuh`` ``depth_to_max_tensors``), ``zero_grad``'s ``param.grad = None`` (pure
+Python). fp16's data-parallel reduction moves that fp16 buffer (2 B per parameter: ``perf.memory.bytes_per_param``).
+
+**The optimizer's Python per parameter tensor** (``TENSOR_CALLS``, ``loop_seconds``). Each phase of the step
+builds its tensor lists in Python before it launches anything, after a drain (the data-parallel reduction's
+timer, the found-inf or norm ``.item()``, a step timer): the device idles through those loops. Counted per
+parameter tensor the step holds (its shard with the distributed optimizer) from ``MixedPrecisionOptimizer.step``
+and ``Float16OptimizerWithFloat16Params`` (``megatron/optimizer/optimizer.py``
+@ d657a3ef5cedf68aad17c4b76d847902978b42cd),
+``clip_grad_norm_fp32`` (``megatron/optimizer/clip_grads.py``: the 2022 body @ 03ba8eb1 has the ``.detach()``,
+the v2.x and Megatron-Core bodies also ``assert param.grad.type() == 'torch.cuda.FloatTensor'``) and apex's
+``FusedAdam.step`` (``apex/optimizers/fused_adam.py`` @ 004da4edfc08853393bfc8ef3e2436f652176f13), each call that
+makes a tensor object or crosses into C++ at ``host_call_s`` (attribute reads, ``hasattr``, ``append`` and
+``= None`` are not counted):
+
+- ``_copy_model_grads_to_main_grads``: ``main_param.grad = model_param.main_grad.float()`` — the ``.grad``
+  setter (1 call) and ``.float()``: under fp16 a cast kernel per tensor (the fp16 buffer to fp32, a launch at
+  ``host_dispatch_s``), under bf16 a call that returns the fp32 buffer itself (1 call);
+- ``_collect_main_grad_data_for_unscaling`` (fp16, a loss scaler): ``main_param.grad.data`` (1);
+- ``get_main_grads_for_grad_norm``: ``param_is_not_shared`` and ``param_is_not_tensor_parallel_duplicate`` (2, as
+  ``plan.train_logging`` counts them); ``clip_grad_norm_fp32``: ``param.grad.detach()`` and ``.type()`` (2);
+- ``FusedAdam.step``: ``p.grad.data.is_sparse``, then ``g_32.append(p.grad.data)`` and ``p_32.append(p.data)``
+  (3 ``.data``);
+- ``_copy_main_params_to_model_params``: ``model_param.data`` and ``main_param.data`` (2); then fp16's one
+  ``multi_tensor_scale``, but bf16 has no ``_dummy_overflow_buf`` (``if bf16: self._dummy_overflow_buf = None``)
+  and ``_multi_tensor_copy_this_to_that`` falls back to ``that_.copy_(this_)`` per tensor: a launch per tensor.
+  When Transformer Engine's FusedAdam holds the master (``te_holds_master``) the copy-back returns at once: its
+  two calls and bf16's launches go.
+
+fp16: 11 calls and one launch per tensor, bf16: 11 and one. The per-tensor kernels (the cast, the copy) stream
+``TENSOR_LAUNCH_BYTES`` per parameter, charged in the extra passes above: the host's launches add only what they
+outlast those kernels (``max(0, launches × host_dispatch_s − their device time)``, each kernel at its floor
+``fixed_op_s`` and its stream). Below timing level 1 the loops before the step's first ``.item()`` may hide
+behind a data-parallel reduction still running: charged whole (leaning high by at most those loops).
+
+**The training loop's loss-scale read.** Every iteration ``train()`` calls ``optimizer.get_loss_scale().item()``
+after ``train_step`` (``megatron/training.py`` @ 003ad9f544a85ef408119c8c387e02af0b23554f; the same line in
+the v2.x loop, which still passed ``lr_scheduler``, and in Megatron-Core's ``training.py``, bf16 reading its
+``_scale_one`` tensor): a ``.item()`` on every rank. With the copy-back timer synchronising it finds nothing
+queued (back-to-back: no cost); below timing level 1 it drains the copy-back and Adam the timer no longer
+drains: the step's second drain stays at every level (``STEP_DRAINS``).
 
 **Full-iteration CUDA graphs** (``mapping.cuda_graph_scope`` ``full_iteration``, ``plan.cuda_graphs``;
 Megatron-Core ``--cuda-graph-impl local``). ``training.py`` wraps ``forward_backward_func`` in
@@ -100,7 +154,7 @@ from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import Fp8Scaling
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
-from tilewright.engine.plan.launch import backward_startup_seconds, collective_host_seconds, drain_seconds
+from tilewright.engine.plan.launch import backward_startup_seconds, collective_host_seconds, drain_seconds, host_time
 from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.residency import StageResidency, home_level, optimizer_seconds
 from tilewright.engine.plan.train_logging import DEFAULT, TrainLogging
@@ -112,10 +166,10 @@ DRAINS = {"F": 3, "B": 1}
 TIMER_DRAINS = {"F": 2, "B": 1}
 SEND_DRAINS = 1
 NAN_LOSS_DRAINS = 1  # --check-for-nan-in-loss-and-grad: the last stage's loss .isnan() per forward
-# Per optimizer step: the gradient norm's .item() and the copy-back timer's stop, the found-inf .item()
-# with a loss scaler (fp16), the data-parallel reduction's timer stop with replicas.
+# Per optimizer step: the gradient norm's .item() and, after the copy-back, its timer's stop or (below timing
+# level 1) the training loop's loss-scale .item(); the found-inf .item() with a loss scaler (fp16), the
+# data-parallel reduction's timer stop with replicas.
 STEP_DRAINS = 2
-COPY_TIMER_DRAINS = 1  # of STEP_DRAINS, the copy-back timer's (a level-1 timer in Megatron-Core)
 SCALER_DRAINS = 1
 DP_DRAINS = 1
 
@@ -126,12 +180,24 @@ DP_DRAINS = 1
 # weights back for the low-precision copy (4).
 FP16_EXTRA_SPLIT = {"gradients": 2 + (2 + 4) + (4 + 4) + 4, "optimizer": 4}
 BF16_EXTRA_SPLIT = {"gradients": 4 + 4, "optimizer": 4}
+# The optimizer's Python per parameter tensor (module docstring): framework calls, of them the copy-back's two
+# .data, and one kernel launched per tensor (fp16: the main gradient's cast; bf16: the copy-back's copy_), whose
+# pass streams 2 B read + 4 written (the cast) or 4 read + 2 written (the copy) per parameter
+# norm filters, .detach() and .type(), the .grad setter, fp16's .grad.data or bf16's .float(), Adam's, the copy-back's
+TENSOR_CALLS = 2 + 2 + 1 + 1 + 3 + 2
+COPY_BACK_CALLS = 2
+TENSOR_LAUNCH_BYTES = 2.0 + 4.0
 STATE = ("weights", "gradients", "optimizer")  # what the step streams: off the device, another runtime's step
 FLAG_BYTES = 4  # the found-inf flag and the squared norm: one fp32 each
 # broadcast_data's key sizes: max_dim (8) int64 per key, GPT's one key ('text'); the batch itself is
 # micro-batch × (sequence + 1) int64 tokens (the labels are the tokens shifted by one)
 SIZES_BYTES = 8 * 8
 TOKEN_BYTES = 8
+# the rest of get_batch, every forward (module docstring): launches (the labels' and tokens' .contiguous(); the
+# masks' ones, tril, ones, arange, < 0.5) and calls (narrow and view, .long(), two slices, two size(), view,
+# unsqueeze, expand_as)
+GET_BATCH_LAUNCHES = 2 + 5
+GET_BATCH_CALLS = 2 + 1 + 2 + 5
 
 
 def pass_sends(kind: str, virtual_stage: int, virtual_stages: int) -> int:
@@ -156,14 +222,15 @@ def pass_drains(kind: str, virtual_stage: int, virtual_stages: int, log: TrainLo
 def exposed_host_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int,
                          log: TrainLogging = DEFAULT) -> float:
     """Host work of a pass on a drained device beside its drains (module docstring): each pipeline send's
-    collective call and, a backward, its ``backward()`` start-up. Without the per-micro-batch timers
-    (``log.pass_timers``) a send's call follows no synchronisation and hides behind the queued pass, and a
-    backward starts on a drained device only after receiving its gradient (the receive's ``synchronize``: every
-    virtual stage but the last)."""
+    collective call, a forward's ``get_batch`` beyond its broadcasts and, a backward, its ``backward()`` start-up.
+    Without the per-micro-batch timers (``log.pass_timers``) a send's call follows no synchronisation and hides
+    behind the queued pass, and a backward starts on a drained device only after receiving its gradient (the
+    receive's ``synchronize``: every virtual stage but the last)."""
     calls = pass_sends(kind, virtual_stage, virtual_stages) * collective_host_seconds(compute)
     sends = calls if log.pass_timers else 0.0
     drained = log.pass_timers or virtual_stage < virtual_stages - 1
-    return sends + (backward_startup_seconds(compute) if kind == "B" and drained else 0.0)
+    batch = host_time(GET_BATCH_LAUNCHES, GET_BATCH_CALLS, compute) if kind == "F" and issues_kernels(compute) else 0.0
+    return sends + batch + (backward_startup_seconds(compute) if kind == "B" and drained else 0.0)
 
 
 def add_drains(
@@ -253,20 +320,39 @@ def te_holds_master(moments: str, master: str, weights: DType, scaling: Fp8Scali
     return master == "fp16" or weights is not DType.fp8 or scaling is Fp8Scaling.delayed
 
 
+def loop_seconds(dev: DeviceModel, tensors: float, params: float, fp16: bool, te_master: bool = False) -> float:
+    """Seconds the step's Python loops over ``tensors`` parameter tensors of ``params`` parameters in all add on a
+    drained device (module docstring, "The optimizer's Python per parameter tensor"): their calls
+    (``TENSOR_CALLS``, without the copy-back's when ``te_master``) and what the per-tensor launches (fp16's casts;
+    bf16's copies unless ``te_master``) outlast their own kernels, whose streams the extra passes charge."""
+    if tensors <= 0 or params <= 0:
+        return 0.0
+    c = dev.compute
+    calls = TENSOR_CALLS - (COPY_BACK_CALLS if te_master else 0)
+    seconds = tensors * calls * c.host_call_s
+    if fp16 or not te_master:
+        device = tensors * (c.fixed_op_s + dev.stream_s(TENSOR_LAUNCH_BYTES * params / tensors))
+        seconds += max(0.0, tensors * c.host_dispatch_s - device)
+    return seconds
+
+
 def step_overhead(
     dev: DeviceModel, res: StageResidency | None, params: float, mixed: bool, fp16: bool, flag_s: float, dp: int,
-    full_iteration: bool = False, te_master: bool = False, log: TrainLogging = DEFAULT,
+    full_iteration: bool = False, te_master: bool = False, log: TrainLogging = DEFAULT, *, tensors: float = 0.0,
+    shard: int = 1,
 ) -> float:
     """Seconds Megatron's mixed-precision optimizer step adds to a fused Adam step on a device whose kernels
-    a host framework issues (module docstring): its extra passes over ``params`` parameters, its drains and
-    its flag all-reduces, ``flag_s`` each (``flag_allreduce_s``); fp32 training: nothing. When
-    ``mapping.memory_levels`` (``res``) moves model state off the device, the step is an offloading
-    runtime's (DeepSpeed's ZeRO-Offload and the like, which writes the low-precision copy in the same pass),
-    not Megatron's fp16 optimizer: nothing is added either; naming the device's own memory changes nothing.
-    ``full_iteration``: the data-parallel reduction runs inside a full-iteration CUDA graph, its timer's
-    drain gone; the step itself stays eager (module docstring). ``te_master`` (``te_holds_master``): no read-back of
-    the master for the low-precision copy. ``log``: below timing level 1 (``plan.train_logging``) the copy-back's
-    and the reduction's timers do not synchronise."""
+    a host framework issues (module docstring): its extra passes over ``params`` parameters, its drains, its
+    flag all-reduces, ``flag_s`` each (``flag_allreduce_s``), and its Python loops over the stage's ``tensors``
+    parameter tensors (``loop_seconds``; with the distributed optimizer, ``shard`` > 1, over its share of them,
+    at least one); fp32 training: nothing. When ``mapping.memory_levels`` (``res``) moves model state off the
+    device, the step is an offloading runtime's (DeepSpeed's ZeRO-Offload and the like, which writes the
+    low-precision copy in the same pass), not Megatron's fp16 optimizer: nothing is added either; naming the
+    device's own memory changes nothing. ``full_iteration``: the data-parallel reduction runs inside a
+    full-iteration CUDA graph, its timer's drain gone; the step itself stays eager (module docstring).
+    ``te_master`` (``te_holds_master``): no read-back of the master for the low-precision copy, no copy-back loop.
+    ``log``: below timing level 1 (``plan.train_logging``) the reduction's timer does not synchronise (the
+    copy-back's drain stays: the loop's loss-scale ``.item()`` makes it)."""
     if not mixed or not issues_kernels(dev.compute) or params <= 0:
         return 0.0
     if res is not None and any(res.placed.get(cat, home_level(dev)) != home_level(dev) for cat in STATE):
@@ -275,8 +361,8 @@ def step_overhead(
     if te_master:  # the master's read-back is the extra passes' only optimizer-state traffic
         extra = {cat: nbytes for cat, nbytes in extra.items() if cat != "optimizer"}
     stream = optimizer_seconds(dev, None, params, True, extra)
-    timers = log.step_timers
-    drains = (STEP_DRAINS - (0 if timers else COPY_TIMER_DRAINS) + (SCALER_DRAINS if fp16 else 0)
-              + (DP_DRAINS if dp > 1 and not full_iteration and timers else 0))
+    drains = (STEP_DRAINS + (SCALER_DRAINS if fp16 else 0)
+              + (DP_DRAINS if dp > 1 and not full_iteration and log.step_timers else 0))
     flags = 2 if fp16 else 1
-    return stream + drains * drain_seconds(dev.compute) + flags * flag_s
+    loops = loop_seconds(dev, max(1.0, tensors / max(shard, 1)) if tensors > 0 else 0.0, params, fp16, te_master)
+    return stream + drains * drain_seconds(dev.compute) + flags * flag_s + loops

@@ -163,7 +163,7 @@ class IterationTail:
         groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r) if c.dp > 1 else ()
         local = stage_params[r] / (replicas(c) if c.zero >= 1 else 1)
         fused = optimizer_s(self.dev, placed, local, self.step_at(c.zero))
-        opt = fused + self._step_overhead(c, placed, local) + self._logging_s(c, r, stage_params[r])
+        opt = fused + self._step_overhead(c, r, placed, local) + self._logging_s(c, r, stage_params[r])
         gather = 0.0
         if c.zero >= 1 and groups:
             edge = self.edge_bytes(c.tp, c.pp, c.interleave, c.zero)[1][r]  # bf16 edge layers gather 2 B
@@ -190,9 +190,10 @@ class IterationTail:
                                         chunks.fwd[:, r].tolist(), seconds, step_s if with_step else None)
         return seconds(first) + seconds(rest)
 
-    def _step_overhead(self, c: Candidate, placed: StageResidency | None, local: float) -> float:
-        """Megatron's fp16 optimizer beyond a fused Adam step (``plan.train_step``), its flags all-reduced over
-        the model-parallel group (replica 0's tensor ranks of every stage)."""
+    def _step_overhead(self, c: Candidate, r: int, placed: StageResidency | None, local: float) -> float:
+        """Megatron's fp16 optimizer beyond a fused Adam step (``plan.train_step``) on stage ``r``, its flags
+        all-reduced over the model-parallel group (replica 0's tensor ranks of every stage), its Python loops over
+        the stage's parameter tensors."""
         if not issues_kernels(self.dev.compute):  # no host framework: no flags to all-reduce (nothing added)
             return 0.0
         flag = self._model_flag_s(c)
@@ -202,7 +203,9 @@ class IterationTail:
                                     self.project.mapping.formats.fp8_scaling)
         return step_overhead(self.dev, placed, local, step.mixed, fp16, flag, replicas(c),
                              full_iteration=self.settings.full_iteration, te_master=te_master,
-                             log=TrainLogging.of(self.project.mapping))
+                             log=TrainLogging.of(self.project.mapping),
+                             tensors=self.stage_tensors(c.pp, c.interleave)[r],
+                             shard=replicas(c) if c.zero >= 1 else 1)
 
     def _model_flag_s(self, c: Candidate) -> float:
         """The 4-byte all-reduce over the model-parallel group (replica 0's tensor ranks of every stage), kept."""
