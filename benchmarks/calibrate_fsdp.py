@@ -44,9 +44,13 @@ What each torchtitan setting becomes (``project_for``), and what it cannot (``Ro
   (``fusion`` residual1 → norm2); GEMMs stay cuBLAS. Eager runs fuse nothing else.
 - Float8 (torchao ``Float8Linear``, dynamic tensorwise scaling, every ``nn.Linear`` but the output head):
   ``--dtype fp8`` with ``fp8_scaling`` 'tensor'; fp8 all-gather off (``enable_fsdp_float8_all_gather`` false).
-- Host: eager PyTorch modules issue the kernels; our host framework 'megatron-lm' (plain modules, v2.x's counts)
-  is the nearest; compile's lower host cost is not modelled (these rows are far from host-bound: 8192-16384
-  tokens per block pass).
+- Host framework 'pytorch' (eager rows): plain PyTorch modules, v2.x's host counts, and each RMSNorm and the SwiGLU
+  product run as eager PyTorch runs them, a chain of ATen kernels streaming their tensors, some in fp32
+  (``perf.eager_ops``: 8 kernels forward, 16 backward per RMSNorm; 2 and 3 for SwiGLU). 'pytorch-compile'
+  (compile rows): inductor fuses each chain, so the ops cost one pass each; compile's lower host cost is not
+  modelled (these rows are far from host-bound: 8192-16384 tokens per block pass). A check that fits nothing: the
+  model's eager over compile tokens/s is 0.862 on 8 H100 and 0.864 on 128, torchtitan's measured 0.864 (5,762 /
+  6,667) and 0.860 (5,605 / 6,514); what both rows still lack is shared (``--whatif``: the Grand Teton H100).
 
 Systems: A100 rows the ``dgx-a100`` preset grown to 64 GPUs. H100 rows the ``dgx-h100`` preset (H100 SXM5, 700 W,
 80 GB HBM3 3.35 TB/s); Grand Teton's H100 has 96 GB HBM2e at 2.4 TB/s and ran at a 500 W power limit, and
@@ -55,10 +59,9 @@ torchtitan's footnote says its peak is "between SXM and NVL". ``--whatif`` runs 
 the H100 NVL's datasheet peak over the SXM5's (835 / 989 bf16 TFLOP/s dense, NVIDIA H100 datasheet), the low end
 of the doc's range — a bracket, not a fit.
 
-What the model still lacks (our tokens/s are high on every row): eager PyTorch runs each RMSNorm, the complex
-RoPE and the SwiGLU product as several fp32/bf16 kernels (torchtitan's ``RMSNorm._norm(x.float())``, ``pow``,
-``mean``, ``rsqrt``, ``type_as``; ``apply_rotary_emb`` through ``view_as_complex``), which our ops cost as one pass
-each; torch.compile's measured gain (5,762 → 6,667 TPS on 8 H100) is of that order. The H100 rows also ran at
+What the model still lacks (our tokens/s are high on every row): the eager complex RoPE (``apply_rotary_emb``
+through ``view_as_complex``, 3 kernels each way for q and for k) has no op in our graph, and the eager chains' extra
+saved tensors are not in the memory model. The H100 rows also ran at
 500 W on HBM2e (``--whatif``). The CP rows grow worse with the CP degree (torch's ring attention of December 2024
 against our Megatron-style ring): not diagnosed.
 
@@ -218,7 +221,7 @@ def project_for(row: Row, engine: str = "analytic", whatif: bool = False) -> Pro
         tp=p.tp, pp=1, dp=p.fsdp, cp=p.cp, micro_batch=p.local_batch, global_batch=p.local_batch * p.fsdp,
         fsdp=True, fsdp_copies=True, overlap_grad_reduce=True, grad_reduce_in_fp32=True, fusion=fusion,
         recompute=recompute, recompute_layers=layers, recompute_modules=modules, formats=formats,
-        host_framework="megatron-lm",
+        host_framework="pytorch-compile" if p.compile else "pytorch",
     )
     hw = load_system("dgx-a100" if p.gpu == "a100" else "dgx-h100")
     if whatif and p.gpu == "h100":

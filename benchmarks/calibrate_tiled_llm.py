@@ -11,7 +11,8 @@ generation) so that whoever holds measurements can compare them and see which te
   programs' fixed cost (``compute.fixed_op_s`` for each op's first program, the measured duration of each
   further one the runtime adds, ``compute.program_s_by_op``; ``compute.programs_by_op`` counts them);
 - ``CCL``: the tensor-parallel collectives of the step (two all-reduces per layer with 1-D tensor parallelism,
-  four on a 2-D mesh, or the Galaxy project's reduce-scatters and all-gathers, ``mapping.tp_axes_collectives``;
+  four on a 2-D mesh, or the Galaxy project's reduce-scatters and all-gathers, or tt-transformers' TG calls,
+  ``mapping.tp_axes_collectives``;
   each in its collective format, ``mapping.formats.collectives*``; and on Tenstorrent boards the logits'
   all-gather of the on-device sampler, ``Compute.runtime_sampling``), timed by the same model as
   ``benchmarks/calibrate_ccl.py``.
@@ -38,8 +39,8 @@ Then one decoder layer of the Galaxy's batch-32 step, op by op, beside the per-o
 for models/demos/llama3_70b_galaxy (``benchmarks/tiled_galaxy_ops.py``, with their source commit). The Galaxy
 project models that runtime (prefetched weights, its programs per op, persistent collectives, reduce-scatters and
 all-gathers in its matmuls' formats); its batch-1 row is tt-transformers' (``Config.tt_transformers``: the
-system's programs, DRAM-interleaved weights, ttnn's generic collectives, every partial sum all-reduced in its
-``ccl_dtype`` bfloat8_b).
+system's programs, DRAM-interleaved weights, ttnn's generic collectives, and the collective calls its TG code
+makes, ``mapping.tp_axes_collectives`` 'tt-transformers', partial sums in its ``ccl_dtype`` bfloat8_b).
 
 Before it, tt-transformers on the Galaxy at batch 1 across the four TG rows of PERF.md's table (1B to 70B,
 ``TG_MODELS``): published and ours split by least squares into a time per layer and a time per step
@@ -61,6 +62,7 @@ from tilewright.engine.ir.mapping import WeightPlacement
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.op_cost import programs_fixed_s, runtime_programs
 from tilewright.engine.plan.inference_phases import host_sampling_s, inference_phases, sampling_tile
+from tilewright.engine.plan.tensor_axes import TT_COMPOSITE_HIDDEN
 from tilewright.engine.simulate import make_plan, simulate
 
 # Published decode throughputs (tokens/s/user) of Tenstorrent's own model demos, each with its source. A check,
@@ -103,7 +105,8 @@ class Config:
     published: Published | None = None
     # tt-transformers on a machine whose preset project models another runtime (the Galaxy's models/demos/
     # llama3_70b_galaxy): the system preset's compute (tt-transformers' device programs, generic collectives:
-    # compute.runtime_ccl) and DRAM-interleaved weights (its TG branches)
+    # compute.runtime_ccl), DRAM-interleaved weights and the collective calls of its TG branches
+    # (mapping.tp_axes_collectives 'tt-transformers')
     tt_transformers: bool = False
 
 
@@ -207,9 +210,11 @@ def tg_report() -> None:
           "~14x the weights: a per-layer cost that does not scale with the bytes, as the fixed costs of the "
           "layer's collective calls and programs do; the rest is per step (LM head, sampling, host). Ours charges "
           "each collective call of this generic runtime its measured launch (the Galaxy's launch_s_by_kind: "
-          "21 us before an all-gather, 7 us before a reduce-scatter, tt-metal issue #15605) on five all-reduces "
-          "per layer; not modelled: the norms' statistics all-gathers and the users' all-gather tt-transformers "
-          "also runs (below), and legacy CCL kernels slower than ours (the T3K check at the end).")
+          "21 us before an all-gather, 7 us before a reduce-scatter, tt-metal issue #15605) on the calls its TG "
+          "code makes (mapping.tp_axes_collectives 'tt-transformers': at 70B the 11 below, 7 all-gathers and 4 "
+          "reduce-scatters per layer; below hidden 8192 8 all-gathers); not modelled: the programs around each "
+          "call beyond the system's programs_by_op, and legacy CCL kernels slower than ours (the T3K check at "
+          "the end).")
     tt_tg_report(rows[-1][1], rows[-1][1].workload.layers)
 
 
@@ -328,14 +333,19 @@ def configured(
         # matmuls': mlp.py's as_sharded_tensor memory_config DRAM_MEMORY_CONFIG if args.is_galaxy, attention.py's wo
         # likewise; the decode matmuls run FF1_3_TG_PROGCFG / core_grid 4 x 8 instead of the DRAM-sharded program)
         spatial = p.mapping.spatial.model_copy(update={"weights": WeightPlacement.interleaved})
-        # tt-transformers all-reduces every partial sum (tt_all_reduce, models/tt_transformers/tt/attention.py,
-        # mlp.py) in its ccl_dtype, bfloat8_b (tt/model_config.py: self.ccl_dtype = ttnn.bfloat8_b). On a Galaxy at
-        # hidden 8192 its MLP reduce-scatters FF1 and FF3 and gathers their product once, and its attention both
-        # all-reduces QKV and gathers the users after attention (tiled_galaxy_ops.TT_TG_CALLS): neither of the
-        # mapping's structures; all-reduce is kept, the calls themselves are printed beside it
-        formats = p.mapping.formats.model_copy(update={"collectives": DType.bfp8, "collectives_by_op": {}})
+        # the collectives tt-transformers' TG code calls (mapping.tp_axes_collectives 'tt-transformers',
+        # plan.tensor_axes; tiled_galaxy_ops.TT_TG_CALLS lists them at 70B), each in the format it sends:
+        # tt_all_reduce's partial sums in its ccl_dtype, bfloat8_b (tt/model_config.py: self.ccl_dtype =
+        # ttnn.bfloat8_b; attention.py QKV, WO, mlp.py FF2 pass dtype=ccl_dtype, FF1/FF3's reduce-scatters take
+        # the matmuls' bfloat8_b outputs); bfloat16 for the norms' statistics (rms_norm_pre_all_gather's output),
+        # the users' gather after attention ('Running bf16 until we have SDPA output bfp8 df') and, below hidden
+        # 8192, FF1/FF3's tt_all_reduce, which passes no dtype (its default ttnn.bfloat16, the input cast to it)
+        by_op = {"*norm*": DType.bf16, "attention": DType.bf16, "softmax": DType.bf16}  # softmax: unfused attention
+        if update.get("workload", p.workload).hidden != TT_COMPOSITE_HIDDEN:
+            by_op |= {"mlp_up": DType.bf16, "mlp_gate": DType.bf16}
+        formats = p.mapping.formats.model_copy(update={"collectives": DType.bfp8, "collectives_by_op": by_op})
         update["mapping"] = p.mapping.model_copy(
-            update={"spatial": spatial, "formats": formats, "tp_axes_collectives": "all-reduce"})
+            update={"spatial": spatial, "formats": formats, "tp_axes_collectives": "tt-transformers"})
     return p.model_copy(update=update)
 
 

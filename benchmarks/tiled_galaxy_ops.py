@@ -26,8 +26,8 @@ the implementation at batch 32 (models/demos/llama3_70b_galaxy/tt/llama_attentio
 in the dtype the runtime sends (its matmul outputs and persistent buffers: bfloat8_b for WO, FF1, FF3 and FF2,
 bfloat16 for QKV and the attention output); the table also prints the model's own collectives of that op in
 its step: the preset reduce-scatters and all-gathers as the runtime does (``mapping.tp_axes_collectives``
-'scatter-gather') in the runtime's formats (``mapping.formats.collectives_by_op``), tt-transformers all-reduces
-every partial sum in bfloat8_b (its ``ccl_dtype``).
+'scatter-gather') in the runtime's formats (``mapping.formats.collectives_by_op``), tt-transformers makes the calls
+of its TG code (``mapping.tp_axes_collectives`` 'tt-transformers', ``TT_TG_CALLS`` at batch 1).
 
 tt-transformers' own decode collectives on the Galaxy (``TT_TG_CALLS``, ``tt_tg_report``: the batch-1 row of its
 PERF.md, printed by calibrate_tiled_llm) are listed call by call from its TG code, each costed by the model, beside
@@ -47,7 +47,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.formats import message_bytes
 from tilewright.engine.perf.op_cost import runtime_programs, runtime_programs_extra
 from tilewright.engine.plan.inference_phases import decode_context, prefetch_stream_s, sampling_tile, step_formats
-from tilewright.engine.plan.passes import PassContext, forward_pass
+from tilewright.engine.plan.passes import PassContext, axis_rows, forward_pass
 from tilewright.engine.plan.tensor_axes import COLUMN, ROW, layer_comms
 from tilewright.engine.simulate import make_plan
 from tilewright.engine.workloads.transformer_inference import inference_graph
@@ -113,7 +113,7 @@ class Term:
 
 TERMS = (
     Term("norms (+ residual adds)", ("RMS_0", "RMS_1"), ("norm1", "norm2", "residual1", "residual2"),
-         note="the published norm takes the residual and all-gathers its statistics"),
+         ccl=("norm1", "norm2"), note="the published norm takes the residual and all-gathers its statistics"),
     Term("QKV matmul", ("QKV_MM",), ("qkv",)),
     Term("attention: rotary, cache update, SDPA", ("RotaryEmbeddingLlamaFusedQK", "PagedUpdateCache", "SDPA"),
          ("attention", "softmax")),
@@ -250,8 +250,8 @@ def op_comms(ctx: PassContext, ops: list[Op], j: int) -> list[tuple[str, float]]
     all-gather waits for the next row-parallel op), each of elements × sequences × its collective format."""
     axes = ctx.tp_axes
     assert axes is not None
-    return [(kind, elems * ctx.micro_batch * message_bytes(ctx.formats, ops[j].name, ctx.elem_bytes))
-            for kind, elems in layer_comms(ops, j, axes, ctx.tp_scatter)]
+    return [(kind, elems * axis_rows(ctx) * ctx.micro_batch * message_bytes(ctx.formats, ops[j].name, ctx.elem_bytes))
+            for kind, elems in layer_comms(ops, j, axes, ctx.tp_axes_collectives, ctx.tp_tile, ctx.tp_decode)]
 
 
 def layer_rows(project: Project, keys: int = KEYS, batch: int = BATCH) -> tuple[list[OpRow], float]:
@@ -406,6 +406,17 @@ def tt_tg_call_rows(project: Project) -> list[tuple[TgCall, float, str]]:
     return out
 
 
+def plan_layer_comms(project: Project, batch: int = 1) -> list[tuple[str, float]]:
+    """(kind, bytes per device) of every 2-D tensor-parallel collective the plan charges one decoder layer of
+    ``project``'s decode step of ``batch`` sequences, in order, as ``forward_pass`` sizes them (``op_comms``)."""
+    inf = project.run.inference.model_copy(update={"batch": batch})
+    plan = make_plan(project.model_copy(update={"run": project.run.model_copy(update={"inference": inf})}))
+    graph = inference_graph(project.workload, 1, KEYS, batch, True, sampling_tile(plan.stages[0].dev.compute))
+    ops = graph.layer_ops(graph.block_layers[len(graph.block_layers) // 2])
+    ctx = decode_context(plan, 0, batch)
+    return [c for j in range(len(ops)) for c in op_comms(ctx, ops, j)]
+
+
 def tt_tg_launch_s(project: Project) -> float:
     """The launches of one layer's ``TT_TG_CALLS`` on ``project``'s fabric (s): each call's kind at the system's
     per-kind launch (``CollectiveCosts.launch_s_by_kind``), ``fixed_s`` where it names none."""
@@ -441,6 +452,11 @@ def tt_tg_report(project: Project, layers: int) -> None:
     total = sum(t for _, t, _ in rows)
     print(f"  {len(rows)} calls per layer, {total * 1e6:.1f} us; x {layers} layers = {total * layers * 1e3:.2f} ms "
           "per step")
+    plan = make_plan(project)
+    ours = plan_layer_comms(project)
+    print(f"  the plan's own collectives of a layer of this step (mapping.tp_axes_collectives "
+          f"'{project.mapping.tp_axes_collectives}'): {len(ours)} calls, "
+          f"{sum(plan.tp_time(0, 0, k, b) for k, b in ours) * 1e6:.1f} us")
     launch = tt_tg_launch_s(project)
     print(f"  of which the calls' launches {launch * 1e6:.1f} us per layer (launch_s_by_kind of the system: the "
           "dispatch measured before each legacy CCL call on TG, tt-metal issue #15605; fixed_s for a kind not named)")

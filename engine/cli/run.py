@@ -151,11 +151,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "with --sequence-parallel) hidden behind its weight-gradient GEMM (Megatron --async-tensor-model-"
                    "parallel-allreduce, Megatron-Core, Transformer Engine); default: off for GPU training with full "
                    "recompute (Megatron-LM v2.x), else on (plan.dgrad_overlap)")
-    p.add_argument("--host-framework", choices=["megatron-lm", "mcore", "mcore-te"], default=None,
+    p.add_argument("--host-framework", choices=["megatron-lm", "mcore", "mcore-te", "pytorch", "pytorch-compile"],
+                   default=None,
                    help="GPU training: whose Python issues each layer's kernels, for the host's time per op "
                    "(mapping.host_framework): 'megatron-lm' Megatron-LM v2.x's own layers, 'mcore' Megatron-Core's "
                    "local layers (--transformer-impl local), 'mcore-te' Megatron-Core with Transformer Engine's "
-                   "modules (NeMo); default: 'megatron-lm' whatever the run (plan.framework_host)")
+                   "modules (NeMo), 'pytorch' plain PyTorch modules run eagerly (torchtitan, Hugging Face: each "
+                   "RMSNorm and gated activation a chain of ATen kernels), 'pytorch-compile' the same under "
+                   "torch.compile; "
+                   "default: 'megatron-lm' whatever the run (plan.framework_host)")
     p.add_argument("--offload-layers", type=non_negative_int, metavar="N",
                    help="training with the activations in host memory (--set mapping.memory_levels.activations=HOST): "
                    "offload the stored activations of the first N transformer layers of each model chunk "

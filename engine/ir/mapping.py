@@ -33,7 +33,9 @@ class PlacementStrategy(StrEnum):
 
 HyparChoice = Literal["dp", "mp"]
 PipelineP2PMode = Literal["overlap", "blocking", "megatron-lm"]  # how pipeline sends run (plan.pipeline_p2p)
-HostFramework = Literal["megatron-lm", "mcore", "mcore-te"]  # whose Python issues GPU kernels (plan.framework_host)
+HostFramework = Literal[  # whose Python issues GPU kernels (plan.framework_host)
+    "megatron-lm", "mcore", "mcore-te", "pytorch", "pytorch-compile"
+]
 
 
 class LayerParallelism(StrictModel):
@@ -246,11 +248,15 @@ class Mapping(QuietDefaultsModel):
         "row-major); column-parallel ops all-reduce over each column (rows devices), row-parallel ops over each "
         "row (cols devices), as tt-transformers on a Galaxy mesh; None: every collective spans the whole group",
     )
-    tp_axes_collectives: Literal["all-reduce", "scatter-gather"] = Field(
+    tp_axes_collectives: Literal["all-reduce", "scatter-gather", "tt-transformers"] = Field(
         "all-reduce", description="2-D tensor parallelism: how a column-parallel op's partial sums are combined. "
-        "'all-reduce' (tt-transformers): each all-reduced along its column; 'scatter-gather' (tt-metal's "
+        "'all-reduce': each all-reduced along its column; 'scatter-gather' (tt-metal's "
         "llama3_70b_galaxy): each reduce-scattered, the element-wise ops after it (attention, SiLU mul) run on "
-        "its shard, and their output all-gathered once before the row-parallel op (plan.tensor_axes)",
+        "its shard, and their output all-gathered once before the row-parallel op; 'tt-transformers': the calls "
+        "tt-transformers' TG code makes (the norms' statistics gathered, QKV's partial sums gathered and summed "
+        "locally, the users gathered after attention; at hidden 8192 FF1/FF3 reduce-scattered and their product "
+        "gathered, WO/FF2 reduce-scattered then gathered; below it every partial sum gathered), its decode's "
+        "messages padded to whole tiles of rows (plan.tensor_axes)",
     )
     pp: PosInt = 1
     dp: PosInt = 1
@@ -294,7 +300,9 @@ class Mapping(QuietDefaultsModel):
         None, description="GPU training: whose Python issues a layer's kernels, for the host's time per op "
         "(plan.framework_host): 'megatron-lm' Megatron-LM v2.x's own layers; 'mcore' Megatron-Core's local "
         "tensor-parallel linears (legacy models from 2023 on, Megatron-Core's local spec); 'mcore-te' Megatron-Core "
-        "with Transformer Engine's modules (--transformer-impl transformer_engine, NeMo); None: 'megatron-lm' "
+        "with Transformer Engine's modules (--transformer-impl transformer_engine, NeMo); 'pytorch' plain PyTorch "
+        "modules run eagerly (torchtitan, Hugging Face): each RMSNorm and gated activation a chain of ATen kernels "
+        "(perf.eager_ops); 'pytorch-compile' the same under torch.compile (one pass each); None: 'megatron-lm' "
         "(a default that followed recompute would make host time jump when only recompute changes)",
     )
     overlap_dgrad_comm: bool | None = Field(

@@ -2,13 +2,20 @@
 
 ``plan.launch`` counts the host's work per op kind from Megatron-LM v2.x's GPT layer (``KERNELS``, ``HOST_CALLS``:
 460 µs forward, 504 µs backward per layer on a DGX A100's host). Later frameworks run the same ops through
-heavier Python, above all in the linear layers, which is what a small, host-bound job pays. Three frameworks:
+heavier Python, above all in the linear layers, which is what a small, host-bound job pays. The frameworks:
 
 - **'megatron-lm'**: Megatron-LM v2.x's own ``mpu`` layers (2020-22): ``plan.launch``'s counts.
 - **'mcore'**: Megatron-Core's local tensor-parallel linears (``megatron/core/tensor_parallel/layers.py``
   ``ColumnParallelLinear``/``RowParallelLinear``), which Megatron-LM's legacy models build from 2023 on
   (``megatron/model/transformer.py``'s ``ParallelMLP``/``ParallelAttention``: ``tensor_parallel.ColumnParallelLinear``)
   and Megatron-Core's local layer spec uses (``get_gpt_layer_local_spec``, ``--transformer-impl local``).
+- **'pytorch'**: plain PyTorch modules run eagerly (torchtitan's Llama, Hugging Face's): the host's counts are
+  v2.x's (a module call and its functional per op), but each RMSNorm and gated activation is a chain of ATen
+  kernels on the device and on the host (``perf.eager_ops``, ``eager_pointwise`` below).
+- **'pytorch-compile'**: the same modules under ``torch.compile`` (torchtitan's per-block compile): inductor fuses
+  each pointwise chain into one or two kernels, so the ops cost the one pass Megatron's fused kernels do; host
+  counts v2.x's (compile's lighter host, a few launches per fused region, is not modelled: such runs are far from
+  host-bound).
 - **'mcore-te'**: Megatron-Core with Transformer Engine's modules: ``TELayerNormColumnParallelLinear`` (TE's
   ``LayerNormLinear``: the LayerNorm fused into the QKV and fc1 linears) and ``TERowParallelLinear`` (TE's
   ``Linear``). Megatron-Core's first GPT (``pretrain_gpt_core.py``, 2023) used them whatever
@@ -76,9 +83,16 @@ Inference keeps v2.x's counts (a serving runtime's layers are neither framework'
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import HostFramework
+from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import issues_kernels
+from tilewright.engine.perf.eager_ops import eager_chain
+from tilewright.engine.perf.op_cost import OpTime, shard
+from tilewright.engine.plan.launch import extra_launches, host_launches
+from tilewright.engine.plan.pass_records import PassContext
 
 
 def host_framework(chosen: HostFramework | None, compute: Compute, train: bool) -> HostFramework:
@@ -87,3 +101,33 @@ def host_framework(chosen: HostFramework | None, compute: Compute, train: bool) 
     if chosen is None or not train or not issues_kernels(compute):
         return "megatron-lm"
     return chosen
+
+
+@dataclass(frozen=True, slots=True)
+class EagerExtra:
+    """What an op's eager kernel chain costs beyond what ``op_cost`` and ``launch.extra_launches`` charged it."""
+
+    device_s: float  # device time of the chain over the charged pass's
+    local_bytes: float  # bytes through device memory over the charged pass's
+    launches: int  # kernel launches the host issues over ``launch.host_launches``
+
+
+def eager_pointwise(op: Op, backward: bool, fused: tuple[bool, bool], c: PassContext, t: OpTime) -> EagerExtra | None:
+    """The eager kernel chain of a pointwise op under 'pytorch' (``perf.eager_ops``), set against the one pass
+    ``t`` that ``op_cost`` charged and the kernels ``launch.extra_launches`` added: each kernel a memory-bound pass
+    through local DRAM at its achievable bandwidth with the ramp (``DeviceModel.stream_s``) plus the per-kernel
+    floor (``Compute.fixed_op_s``), as the MoE dispatcher's kernels are (``plan.passes``), and a launch on the
+    host beyond ``launch.host_launches``. None for other frameworks, an op fused with a neighbour
+    (``mapping.fusion`` keeps it one pass), devices no host drives kernel by kernel, and ops eager PyTorch runs as
+    one kernel."""
+    dev = c.dev
+    if c.host_framework != "pytorch" or any(fused) or dev.local_dram is None or not issues_kernels(dev.compute):
+        return None
+    chain = eager_chain(op, backward, c.elem_bytes)
+    elems = op.out_elems * c.micro_batch / shard(op, c.tp, c.sequence_parallel)  # the output on this rank
+    if chain is None or elems <= 0:
+        return None
+    seconds = sum(dev.stream_s(b * elems) + dev.compute.fixed_op_s for b in chain)
+    charged = t.busy_s + extra_launches(op, backward, dev.compute)
+    return EagerExtra(max(0.0, seconds - charged), max(0.0, sum(chain) * elems - t.local_bytes),
+                      len(chain) - host_launches(op, backward, "pytorch"))

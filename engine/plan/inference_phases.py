@@ -303,9 +303,12 @@ def _context(
     m = plan.project.mapping
     st = plan.stages[r]
     residency = st.residency.residency if st.residency is not None else None  # mapping.memory_levels
+    grid = st.dev.compute.grid
     return PassContext(
         pass_device(st.dev, kind), mb, m.tp, sp, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial, residency,
-        tp_axes=m.tp_axes, moe_framework=False, tp_scatter=m.tp_axes_collectives == "scatter-gather",
+        tp_axes=m.tp_axes, moe_framework=False, tp_axes_collectives=m.tp_axes_collectives,
+        tp_tile=grid.tile if grid is not None else 1,
+        tp_decode=kind == "decode",
     )
 
 

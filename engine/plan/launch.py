@@ -181,6 +181,8 @@ HOST_CALLS: dict[OpKind, tuple[int, int]] = {
 # host makes for it, replacing KERNELS/HOST_CALLS on the host's side (plan.framework_host gives the sources).
 FRAMEWORK_HOST: dict[HostFramework, dict[OpKind, tuple[tuple[int, int], tuple[int, int]]]] = {
     "megatron-lm": {},
+    "pytorch": {},  # v2.x's counts; the eager pointwise chains' launches: plan.framework_host.eager_pointwise
+    "pytorch-compile": {},
     "mcore": {
         OpKind.matmul: ((1, 21), (3, 8)),  # forward measured (74 us); backward as v2.x's
         OpKind.attention: ((3, 25 + 7), (5, 12 + 3)),  # v2.x's and the layer's make_viewless_tensor

@@ -129,7 +129,9 @@ class PassContext:
     # with mapping.delay_wgrad_compute: the backward's weight gradients hide its all-to-all too (``_Builder._a2a``)
     delay_wgrad: bool = False
     tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
-    tp_scatter: bool = False  # mapping.tp_axes_collectives 'scatter-gather' (``tensor_axes.layer_comms``)
+    tp_axes_collectives: str = "all-reduce"  # mapping.tp_axes_collectives (``tensor_axes.layer_comms``)
+    tp_tile: int = 1  # the device's tile edge: a 'tt-transformers' norm's statistics are one tile wide
+    tp_decode: bool = False  # a decode step: 'tt-transformers' calls other collectives and pads users to tiles
     fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
     # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
     tp_seconds: Callable[[str, float], float] | None = None

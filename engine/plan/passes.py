@@ -25,6 +25,7 @@ from tilewright.engine.plan.dgrad_overlap import covers, timed, wgrad_seconds
 from tilewright.engine.plan.dgrad_overlap import exposed as dgrad_exposed
 from tilewright.engine.plan.experts import dispatch_work, exchange, expert_tp_comm, is_etp
 from tilewright.engine.plan.exposed import bytes_for
+from tilewright.engine.plan.framework_host import eager_pointwise
 from tilewright.engine.plan.launch import (
     SCORE_PASSES_FORWARD,
     attention_scores,
@@ -37,7 +38,7 @@ from tilewright.engine.plan.launch import (
 from tilewright.engine.plan.pass_records import ChunkPass, PassContext, PassKind, Segment  # noqa: F401 (re-exported)
 from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm
 from tilewright.engine.plan.sp_regather import Regather, exposed_bytes, regathers
-from tilewright.engine.plan.tensor_axes import ROW, layer_comms
+from tilewright.engine.plan.tensor_axes import ROW, layer_comms, tile_rows
 from tilewright.engine.plan.tp_overlap import TpOverlap, gemm_chunks
 
 
@@ -87,6 +88,14 @@ def _on_chip(op: Op, fused: tuple[bool, bool], c: PassContext) -> tuple[bool, bo
         return 2.0 * elems / k / max(c.rows_per_sample, 1) * c.elem_bytes <= budget
 
     return fused[0] and fits(op.in_elems), fused[1] and fits(op.out_elems)
+
+
+def axis_rows(ctx: PassContext) -> float:
+    """The factor on a 2-D tensor-parallel message's rows: its rows padded to whole tiles over the pass's rows
+    where the runtime pads them (tt-transformers' decode step: its users padded to 32 rows), else 1."""
+    if not (ctx.tp_decode and ctx.tp_axes_collectives == "tt-transformers") or ctx.micro_batch <= 0:
+        return 1.0
+    return tile_rows(ctx.micro_batch, ctx.tp_tile) / ctx.micro_batch
 
 
 class _Builder:
@@ -163,6 +172,11 @@ class _Builder:
                 seg.local_bytes += nbytes
                 self.layer_busy += nbytes / c.dev.dram_bandwidth
         host = host_seconds(op, backward, c.dev.compute, c.host_framework) if moe.host_s is None else moe.host_s
+        if (eager := eager_pointwise(op, backward, fused, c, t)) is not None:  # 'pytorch': eager kernel chains
+            seg.busy_s += eager.device_s
+            seg.local_bytes += eager.local_bytes
+            self.layer_busy += eager.device_s
+            host += eager.launches * c.dev.compute.host_dispatch_s
         if graph is not None:
             host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute,
                               c.moe_router_fusion)
@@ -505,9 +519,10 @@ def forward_pass(
             b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0), graph=graphs.get(op.name))
             if kind == "R" and j == 0 and not only_selective:  # the layer's checkpoint (``launch.CHECKPOINT_CALLS``)
                 b.host(checkpoint_host_seconds(ctx.dev.compute))
-            if ctx.tp_axes is not None:
-                for comm_kind, elems in layer_comms(ops, j, ctx.tp_axes, ctx.tp_scatter):  # 2-D (plan.tensor_axes)
-                    b.comm(comm_kind, elems, op.layer, op.name)
+            if ctx.tp_axes is not None:  # 2-D (plan.tensor_axes)
+                for comm_kind, elems in layer_comms(ops, j, ctx.tp_axes, ctx.tp_axes_collectives, ctx.tp_tile,
+                                                    ctx.tp_decode):
+                    b.comm(comm_kind, elems * axis_rows(ctx), op.layer, op.name)
             elif _weighted(op) and (
                 op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)
             ):

@@ -43,8 +43,9 @@ def plan_notes(
                                                               run.mode is Mode.train),
                          run.mode is Mode.train, m.tp, m.tp_axes is not None, m.overlap_tp_comm)  # plan.dgrad_overlap
     if m.tp_axes is not None:
-        notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()),
-                                   m.tp_axes_collectives == "scatter-gather")
+        grid = stages[0].dev.compute.grid
+        notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()), m.tp_axes_collectives,
+                                   grid.tile if grid is not None else 1)
     for st in stages:
         forward: Counter = Counter()
         for (_c, kind), ps in st.passes.items():

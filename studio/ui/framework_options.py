@@ -13,7 +13,8 @@ Eight fields of the mapping, each set at once as one undo step by ``MappingOptio
   reads as (off for Megatron-LM v2.x's ``--checkpoint-activations``, i.e. GPU training with full recompute);
 - ``pipeline_p2p``: how pipeline sends run (``plan.pipeline_p2p``), the same era default;
 - ``host_framework``: whose Python issues a GPU layer's kernels (``plan.framework_host``): Megatron-LM v2.x's own
-  layers, Megatron-Core's local layers or Megatron-Core with Transformer Engine's modules. Unset it is v2.x's
+  layers, Megatron-Core's local layers, Megatron-Core with Transformer Engine's modules, or plain PyTorch modules
+  (eager or under torch.compile: ``perf.eager_ops``). Unset it is v2.x's
   counts whatever the run (not an era default: a default that followed recompute would make a small job's host
   time jump when only its recompute changes), so its first item names that fixed default, not a resolved era;
 - Megatron's logging and checking flags (``plan.train_logging``): ``log_params_norm``, ``log_num_zeros_in_grad``,
@@ -65,7 +66,9 @@ TIMING_LABELS: dict[Any, str] = {None: DEFAULT, 2: "2: every micro-batch", 1: "1
 HOST_FRAMEWORK_LABELS: dict[Any, str] = {None: "default: Megatron-LM v2.x layers",
                                          "megatron-lm": "Megatron-LM v2.x layers",
                                          "mcore": "Megatron-Core, local layers",
-                                         "mcore-te": "Megatron-Core + Transformer Engine"}
+                                         "mcore-te": "Megatron-Core + Transformer Engine",
+                                         "pytorch": "PyTorch modules, eager",
+                                         "pytorch-compile": "PyTorch modules, torch.compile"}
 TIMING_DEFAULT = "all, no levels (v2.x–v3.0)"  # Megatron-LM v2.x–v3.0's timers; the tooltip says so
 APPLIES = "Applies at once (one undo step), not through Auto-map"
 
@@ -93,7 +96,10 @@ FRAMEWORK_TIPS = {
                       "Megatron-LM's legacy models from 2023 on), about 21 framework calls per linear's forward "
                       "where v2.x makes 8; Megatron-Core + Transformer Engine: TE's fused LayerNorm-linear and "
                       "linear modules (NVIDIA's Megatron-Core and NeMo recipes), about 43 (TransformerEngine pull "
-                      "request #1191's CPU times). default: Megatron-LM v2.x layers whatever the run (not the era: "
+                      "request #1191's CPU times); PyTorch modules, eager: plain modules run eagerly (torchtitan, "
+                      "Hugging Face), each RMSNorm and gated activation a chain of kernels through device memory "
+                      "on the GPU and on the host; PyTorch modules, torch.compile: the same with each chain fused. "
+                      "default: Megatron-LM v2.x layers whatever the run (not the era: "
                       "the host time would jump when only recompute changes); inference always reads v2.x's. "
                       f"{APPLIES}",
     "log_params_norm": "Megatron --log-params-norm: every iteration, a multi-tensor L2 norm over the parameters, an "
