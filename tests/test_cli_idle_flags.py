@@ -144,8 +144,11 @@ def _search_mappings(capsys, *flags: str) -> list[dict]:
         (["--recompute-modules", "moe"], "--recompute-modules", "'moe'"),
         (["--cp", "1,3"], "--cp", "does not divide seq_len (256)"),
         (["--cp", "16"], "--cp", "exceeds the 8 devices"),
+        (["--moe-experts", "4", "--moe-top-k", "2", "--ep", "1,3"], "--ep", "does not divide the routed experts (4)"),
+        (["--moe-experts", "16", "--moe-top-k", "2", "--ep", "16"], "--ep", "exceeds the 8 devices"),
     ],
-    ids=["ep-dense", "dispatcher-dense", "moe-module-dense", "cp-not-dividing", "cp-past-devices"],
+    ids=["ep-dense", "dispatcher-dense", "moe-module-dense", "cp-not-dividing", "cp-past-devices",
+         "ep-not-dividing", "ep-past-devices"],
 )
 def test_search_lists_naming_what_the_model_cannot_use_are_refused(capsys, flags, named, says):
     """These sizes were dropped from the space without a word: the table looked as if they had lost."""
@@ -210,3 +213,23 @@ def test_tensor_parallelism_of_a_workload_without_splits_is_refused(capsys, mode
     assert two["memory_breakdown_bytes"]["weights"] == one["memory_breakdown_bytes"]["weights"]
     assert two["iteration_time_s"] >= one["iteration_time_s"]
     assert "no op of this" in _refused(capsys, "--tp", *base, "--tp", "2", "--devices", "2")
+
+
+@pytest.mark.parametrize(("flags", "field", "value"), [
+    (["--log-params-norm"], "log_params_norm", "true"),
+    (["--log-num-zeros-in-grad"], "log_num_zeros_in_grad", "true"),
+    (["--timing-log-level", "2"], "timing_log_level", "2"),
+    (["--check-for-nan-in-loss-and-grad"], "check_for_nan_in_loss_and_grad", "true"),
+    (["--cuda-graph-scope", "mlp"], "cuda_graph_scope", "mlp"),
+    (["--no-gradient-accumulation-fusion"], "gradient_accumulation_fusion", "false"),
+])
+def test_gpu_loop_flags_on_a_device_without_kernels_are_refused(capsys, flags, field, value):
+    """Megatron's logging, NaN checks, CUDA graphs and gradient hooks cost a GPU host its kernel launches; a TPU
+    runs each op as one program: the field is idle there (it ran with the same time and memory), so the flag is
+    refused by name, as --host-framework already was, and the field through --set (a project file) by its path
+    (plan.idle_fields). On a GPU project the same field still acts."""
+    tpu = ["run", "tpu-v4-llama2-7b", "--engine", "analytic", "--json", "--quiet"]
+    _refused(capsys, flags[0], *tpu, *flags)
+    _refused(capsys, f"mapping.{field}", *tpu, "--set", f"mapping.{field}={value}")
+    gpu = ["run", "gpt3-dgx-a100", "--engine", "analytic", "--json", "--quiet"]
+    assert _metrics(capsys, *gpu, *flags)["iteration_time_s"] != _metrics(capsys, *gpu)["iteration_time_s"]

@@ -48,6 +48,17 @@ def test_flags_override_project_file(capsys):
     assert code == 0 and data["devices"] == 32 and data["engine"] == "analytic"
 
 
+@pytest.mark.parametrize("flag, value", [("--seq-len", "1024"), ("--hidden", "3072"), ("--kv-heads", "8")])
+def test_model_dim_flags_edit_a_project_model(capsys, flag, value):
+    """Each dimension or block-variant flag reaches the project's own model, not only --layers: --seq-len,
+    --hidden, --kv-heads … used to be dropped without a word when a project file was given."""
+    base = ["presets/projects/megatron-18b-dgx-a100.json", "--engine", "analytic", "--json"]
+    code_a, a, _ = _run(base, capsys)
+    code_b, b, _ = _run([*base, flag, value], capsys)
+    assert code_a == code_b == 0
+    assert json.loads(b)["model_flops_per_iteration"] < json.loads(a)["model_flops_per_iteration"]
+
+
 def test_set_overrides_any_field(capsys):
     base = [*GPT_FLAGS, "--tp", "2", "--dp", "2", "--global-batch", "8", "--json"]
     _, a, _ = _run(base, capsys)

@@ -162,6 +162,18 @@ def test_plan_default_follows_the_era_and_says_so():
     assert _tp_comm(_project(GPT, recompute="full", dgrad=True)) < _tp_comm(_project(GPT, recompute="full"))
 
 
+def test_the_default_note_names_the_device_not_the_era_off_gpus():
+    """On a device no GPU framework drives, the collectives block because nothing is sourced to overlap them, not
+    because of full recompute on GPUs: the note said the latter on a wafer whose project recomputes selectively."""
+    from tilewright.engine.io.presets import load_project_preset
+
+    chiplet = load_project_preset("chiplet-bert-large")  # a Simba-like chiplet mesh at tp > 1
+    note = [n for n in make_plan(chiplet).notes if "overlap_dgrad_comm" in n]
+    assert len(note) == 1 and "no GPU framework" in note[0] and "full recompute on GPUs" not in note[0]
+    gpu = [n for n in make_plan(_project(GPT, recompute="full")).notes if "overlap_dgrad_comm" in n]
+    assert len(gpu) == 1 and "full recompute on GPUs" in gpu[0]
+
+
 def test_userbuffers_are_not_counted_twice():
     """Under ``overlap_tp_comm`` Transformer Engine's bulk overlap already hides the reduce-scatter
     (``plan.tp_overlap``): turning this on changes nothing."""

@@ -111,8 +111,8 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
                                                "tensor group, no all-reduce); set --tp ≥ 2 or leave it out"))
     if train and getattr(args, "offload_layers", None) is not None:
         _refuse_offload_layers_without_host(args.offload_layers, project)
-    if train and getattr(args, "host_framework", None) is not None:
-        _refuse_host_framework_without_kernels(args.host_framework, project)
+    if train:
+        _refuse_gpu_loop_flags_without_kernels(args, project)
     if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
         raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
                                                "(the run was ZeRO-3 whatever --zero said)"))
@@ -163,18 +163,37 @@ def _refuse_offload_layers_without_host(count: int, project: Project) -> None:
                                            "it out"))
 
 
-def _refuse_host_framework_without_kernels(framework: str, project: Project) -> None:
-    """``--host-framework`` picks whose Python issues a GPU layer's kernels (``plan.framework_host``); a device
-    that runs each op as one program (a grid, a wafer: ``perf.device.issues_kernels`` false) has no framework
-    issuing kernels, the resolver reads v2.x's counts there whatever was chosen, and the run would be the same
-    without the flag."""
+# GPU training-loop flags read only where a host framework issues each kernel (``perf.device.issues_kernels``:
+# plan.framework_host, plan.train_logging, plan.cuda_graphs, plan.grad_hooks, plan.moe_host) → the values that ask
+# for something; a TPU, a grid or a wafer runs each op as one program and ran as if none had been given
+_KERNEL_FLAGS = {
+    "host_framework": lambda v: True,
+    "log_params_norm": bool,
+    "log_num_zeros_in_grad": bool,
+    "timing_log_level": lambda v: True,
+    "check_for_nan_in_loss_and_grad": bool,
+    "cuda_graph_scope": lambda v: True,
+    "gradient_accumulation_fusion": lambda v: v is False,
+    "moe_router_fusion": bool,
+}
+
+
+def _refuse_gpu_loop_flags_without_kernels(args: argparse.Namespace, project: Project) -> None:
+    """``--host-framework``, Megatron's logging and NaN checks, ``--cuda-graph-scope``,
+    ``--no-gradient-accumulation-fusion`` and ``--moe-router-fusion`` model what a GPU framework's Python and
+    launches cost the host (``plan.framework_host``, ``plan.train_logging``, ``plan.cuda_graphs``, ``plan.grad_hooks``,
+    ``plan.moe_host``); a device that runs each op as one program (a TPU, a grid, a wafer:
+    ``perf.device.issues_kernels`` false) has no such host work, and the run would be the same without the flag."""
     from tilewright.engine.perf.device import issues_kernels
 
-    if any(c.compute is not None and issues_kernels(c.compute) for _path, c in project.hardware.walk()):
+    given = [(name, value) for name, idle in _KERNEL_FLAGS.items()
+             if (value := getattr(args, name, None)) is not None and idle(value)]
+    if not given or any(c.compute is not None and issues_kernels(c.compute) for _path, c in project.hardware.walk()):
         return
-    raise InputError(COMMAND_LINE, Problem("--host-framework", f"{framework}: whose Python issues each layer's GPU "
-                                           "kernels, and this hardware's devices run each op as one program (no "
-                                           "host framework launches their kernels); leave it out"))
+    raise InputError(COMMAND_LINE, [Problem(_flag(name), f"{_shown(value)}: a GPU framework's host work (kernels "
+                                            "issued one by one), and this hardware's devices run each op as one "
+                                            "program (no host framework launches their kernels); leave it out")
+                                    for name, value in given])
 
 
 def _refuse_tp_without_splits(tp: int, project: Project) -> None:
@@ -194,8 +213,9 @@ def _refuse_tp_without_splits(tp: int, project: Project) -> None:
 
 def refuse_idle_search_flags(args: argparse.Namespace, project: Project, devices: int) -> None:
     """``search``: a second-stage list naming what the model cannot use — expert parallelism or a token
-    dispatcher without experts, a context-parallel size that does not divide the sequence or exceeds the
-    devices, a recomputed module the model lacks — used to be dropped from the space without a word, so the
+    dispatcher without experts, an expert-parallel size that does not divide the routed experts or exceeds the
+    devices, a context-parallel size that does not divide the sequence or exceeds the devices, a recomputed
+    module the model lacks — used to be dropped from the space without a word, so the
     table looked as if those options had been tried and lost. The same refusals ``run`` makes, by flag."""
     from tilewright.engine.perf.recompute import present
     from tilewright.engine.search.parallel.narrowing import int_list, module_lists
@@ -210,6 +230,12 @@ def refuse_idle_search_flags(args: argparse.Namespace, project: Project, devices
             raise InputError(COMMAND_LINE, Problem("--cp", f"{cp} exceeds the {devices} devices available"))
         if cp > 1 and seq is not None and seq % cp:
             raise InputError(COMMAND_LINE, Problem("--cp", f"{cp} does not divide seq_len ({seq})"))
+    moe = getattr(project.workload, "moe", None)
+    for ep in eps:  # as run refuses mapping.ep (plan.checks): a size that cannot split the experts was dropped
+        if ep > 1 and moe is not None and moe.experts % ep:
+            raise InputError(COMMAND_LINE, Problem("--ep", f"{ep} does not divide the routed experts ({moe.experts})"))
+        if ep > devices:
+            raise InputError(COMMAND_LINE, Problem("--ep", f"{ep} exceeds the {devices} devices available"))
     wants_experts = [f for f, given in (("--ep", any(e > 1 for e in eps)),
                                         ("--ep-dispatcher", getattr(args, "ep_dispatcher", None) is not None)) if given]
     if not wants_experts and not lists:

@@ -455,7 +455,10 @@ def assemble_project(args: argparse.Namespace):
     data.setdefault("name", "command-line run")
     if path and "hardware" not in data and not args.system:  # no silent default for a file's missing part
         raise InputError(source, Problem("hardware", "missing: a project names its hardware (or pass --system NAME)"))
-    if path and "workload" not in data and not (args.model or args.layers):
+    # any dimension or block-variant flag edits the project's model (only --layers used to: --seq-len, --hidden,
+    # --kv-heads, --moe-experts … were dropped without a word on a project file)
+    model_flags = any(getattr(args, f, None) not in (None, False) for f in (*DIM_FLAGS, *VARIANT_FLAGS))
+    if path and "workload" not in data and not (args.model or model_flags):
         raise InputError(source, Problem("workload", "missing: a project names its model (or pass --model NAME)"))
     for part in ("hardware", "mapping", "run", "workload"):
         if part in base and not isinstance(base[part], dict):
@@ -463,7 +466,7 @@ def assemble_project(args: argparse.Namespace):
     if args.system or "hardware" not in data:
         data["hardware"] = load_system(args.system or "dgx-a100").model_dump(mode="json")
     data["workload"] = (
-        model_data(args, base.get("workload")) if (args.model or args.layers or not base) else base["workload"]
+        model_data(args, base.get("workload")) if (args.model or model_flags or not base) else base["workload"]
     )
     capacity = _capacity(data["hardware"], source)
     data["mapping"] = _mapping_data(args, dict(base.get("mapping") or {}), capacity)

@@ -115,10 +115,15 @@ def exposed(seconds: Callable[[float], float], nbytes: float, cover_s: float) ->
     return bytes_for(seconds, nbytes, total - cover_s)
 
 
-def notes(chosen: bool | None, on: bool, train: bool, tp: int, two_d: bool, userbuffers: bool) -> list[str]:
-    """The result's word when the default (not the user) left the collectives blocking (the era guess)."""
+def notes(chosen: bool | None, on: bool, train: bool, tp: int, two_d: bool, userbuffers: bool,
+          kernels: bool = True) -> list[str]:
+    """The result's word when the default (not the user) left the collectives blocking: the era guess on a GPU
+    framework's device (``kernels``), the missing source elsewhere (a TPU, a grid or a wafer, whose notes
+    used to blame full recompute on GPUs)."""
     if chosen is not None or on or not train or tp <= 1 or two_d or userbuffers:
         return []
-    return ["column-parallel input-gradient all-reduces block their weight-gradient GEMM (Megatron-LM v2.x, read "
-            "from full recompute on GPUs); mapping.overlap_dgrad_comm true for --async-tensor-model-parallel-"
-            "allreduce (Megatron-LM from late 2021, Megatron-Core, Transformer Engine)"]
+    why = ("Megatron-LM v2.x, read from full recompute on GPUs" if kernels else
+           "no GPU framework drives this device and no source says its runtime overlaps them")
+    return [f"column-parallel input-gradient all-reduces block their weight-gradient GEMM ({why}); "
+            "mapping.overlap_dgrad_comm true for --async-tensor-model-parallel-allreduce (Megatron-LM from late "
+            "2021, Megatron-Core, Transformer Engine)"]

@@ -17,11 +17,16 @@ here, so a search keeps its latitude; and training-only fields in an inference r
 - ``offload_layers`` in training without ``memory_levels.activations`` naming a host memory (or ``auto``):
   it counts the layers whose activations are copied to the host, and none are (``plan.activation_offload``);
 - the mixture-of-experts fields (``expert_imbalance``, ``overlap_ep_comm``, ``delay_wgrad_compute``,
-  ``ep_dispatcher``) on a model without mixture-of-experts layers: no router, no expert all-to-all.
+  ``ep_dispatcher``) on a model without mixture-of-experts layers: no router, no expert all-to-all;
+- the GPU training-loop fields (``host_framework``, Megatron's logging and NaN checks, ``cuda_graph_scope``,
+  ``gradient_accumulation_fusion`` off, ``moe_router_fusion``) on hardware none of whose devices a host
+  framework drives kernel by kernel (``perf.device.issues_kernels``): a TPU, a grid or a wafer has none of the
+  host work they price, and the device kind is not a degree a search changes.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING
 
@@ -64,9 +69,40 @@ def idle_field_problems(project: Project, graph: WorkloadGraph) -> list[Problem]
         out.append(Problem("mapping.offload_layers", f"{m.offload_layers}: counts the transformer layers whose "
                            f"activations are copied to host memory, and {where}; put the activations in the "
                            "node's host memory or leave offload_layers unset"))
+    out += _gpu_loop_problems(project) if train else []
     asked = [name for name, (_, none) in _MOE_FIELDS.items() if getattr(m, name) != none]
     if asked and not any(op.moe is not None for op in graph.ops()):
         for name in asked:
             out.append(Problem(f"mapping.{name}", f"{getattr(m, name)}: {_MOE_FIELDS[name][0]}, and the model has "
                                "no mixture-of-experts layers"))
     return out
+
+
+# GPU training-loop fields → the value that asks for nothing; read only where a host framework issues each kernel
+# (``perf.device.issues_kernels``: plan.framework_host, plan.train_logging, plan.cuda_graphs, plan.grad_hooks,
+# plan.moe_host)
+_GPU_LOOP_FIELDS = {
+    "host_framework": None,
+    "log_params_norm": False,
+    "log_num_zeros_in_grad": False,
+    "timing_log_level": None,
+    "check_for_nan_in_loss_and_grad": False,
+    "cuda_graph_scope": None,
+    "gradient_accumulation_fusion": True,
+    "moe_router_fusion": False,
+}
+
+
+def _gpu_loop_problems(project: Project) -> list[Problem]:
+    """GPU training-loop fields on hardware none of whose devices a host framework drives kernel by kernel (a
+    TPU, a grid, a wafer): the device kind is not a degree a search changes, so the field can only be idle, and
+    ran as if unset (``cli.idle_flags`` refuses the flags; a project file went through without a word)."""
+    from tilewright.engine.perf.device import issues_kernels
+
+    m = project.mapping
+    asked = [name for name, none in _GPU_LOOP_FIELDS.items() if getattr(m, name) != none]
+    if not asked or any(c.compute is not None and issues_kernels(c.compute) for _p, c in project.hardware.walk()):
+        return []
+    return [Problem(f"mapping.{name}", f"{json.dumps(getattr(m, name))}: a GPU framework's host work (kernels "
+                    "issued one by one), and this hardware's devices run each op as one program; leave it unset")
+            for name in asked]

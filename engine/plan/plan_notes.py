@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from tilewright.engine.ir.project import Mode
+from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.formats import per_op_notes
 from tilewright.engine.plan.activation_offload import notes as offload_notes
 from tilewright.engine.plan.dgrad_overlap import notes as dgrad_notes
@@ -41,7 +42,8 @@ def plan_notes(
     notes += p2p_notes(m.pipeline_p2p, pipeline, m.pp)  # sends that block by default (plan.pipeline_p2p)
     notes += dgrad_notes(m.overlap_dgrad_comm, dgrad_overlaps(m.overlap_dgrad_comm, m.recompute, stages[0].dev.compute,
                                                               run.mode is Mode.train),
-                         run.mode is Mode.train, m.tp, m.tp_axes is not None, m.overlap_tp_comm)  # plan.dgrad_overlap
+                         run.mode is Mode.train, m.tp, m.tp_axes is not None, m.overlap_tp_comm,
+                         issues_kernels(stages[0].dev.compute))  # plan.dgrad_overlap
     if m.tp_axes is not None:
         grid = stages[0].dev.compute.grid
         notes += tensor_axes_notes(hw, stages[0].groups[0], m.tp_axes, list(workload.ops()), m.tp_axes_collectives,
