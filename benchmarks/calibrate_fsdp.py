@@ -39,7 +39,13 @@ What each torchtitan setting becomes (``project_for``), and what it cannot (``Ro
   block — and the pointwise ops; pytorch/torchtitan ``torchtitan/parallelisms/parallelize_llama.py`` @
   004b3148a92b565ef0ce7a7bcc61e0159c7ec930) is selective recomputation of ``op_sac`` (``perf.recompute``), which
   leaves out wk's share of our fused qkv (a gap on the row).
-- Attention: ``F.scaled_dot_product_attention`` (flash backend): the fused chain attention → softmax.
+- Attention: ``F.scaled_dot_product_attention`` (flash backend): the fused chain attention → softmax, at the
+  rates of the kernel SDPA runs by default, FlashAttention-2 (host_framework 'pytorch' / 'pytorch-compile':
+  ``plan.framework_host.attention_device``, ``Compute.sdpa_flash``), not Transformer Engine's cuDNN kernel. On
+  H100 that is 0.37 / 0.32 of the peak forward / backward (0.34 / 0.30 causal) against cuDNN's 0.60 / 0.52
+  (0.55 / 0.49); on A100 both are FlashAttention-2 and nothing differs. It took the H100 rows at 8k from
+  +48..+55 % to +35..+38 % and the long-sequence rows (attention-bound) from +81/+80/+152/+170 % to
+  +35/+26/+66/+73 %.
 - ``torch.compile`` (per TransformerBlock, inductor): the residual add fused into the following RMSNorm
   (``fusion`` residual1 → norm2); GEMMs stay cuBLAS. Eager runs fuse nothing else.
 - Float8 (torchao ``Float8Linear``, dynamic tensorwise scaling, every ``nn.Linear`` but the output head):
@@ -62,8 +68,30 @@ of the doc's range — a bracket, not a fit.
 What the model still lacks (our tokens/s are high on every row): the eager complex RoPE (``apply_rotary_emb``
 through ``view_as_complex``, 3 kernels each way for q and for k) has no op in our graph, and the eager chains' extra
 saved tensors are not in the memory model. The H100 rows also ran at
-500 W on HBM2e (``--whatif``). The CP rows grow worse with the CP degree (torch's ring attention of December 2024
-against our Megatron-style ring): not diagnosed.
+500 W on HBM2e (``--whatif``). The CP rows grow worse with the CP degree (cp4, cp8 at +66, +73 % against
++26 % at cp2 and +35 % at 32k without CP). torch's ``context_parallel`` (``torch/distributed/tensor/experimental/
+_attention.py``) against our Megatron/TE-style ring (``plan.context``):
+
+- the same work per rank: round-robin load balancing (``enable_load_balance`` True; each rank holds chunks r and
+  2cp − 1 − r), step 0 a causal SDPA over the local chunks, each later step a non-causal one over half the queries
+  or half the keys, so every rank computes s²/(2cp) pairs, as Transformer Engine's two chunks per rank do; those
+  later steps are unmasked kernels (FlashAttention-2's unmasked rate, 8 % above its causal one: not separated);
+- the K/V exchange: ``rotate_method`` ALL_GATHER (the default in the versions read; ALL_TO_ALL, a ``permute_tensor``
+  ring, in older ones): one all-gather of every rank's K/V at step 0, waited for at step 1, so it hides behind
+  step 0's kernel alone, not spread over cp steps; the backward gathers K/V again and passes dK/dV round an
+  all-to-all ring in fp32 (``convert_to_f32``: twice bf16's bytes). torchtitan repeats K/V to all 32 heads before
+  SDPA (``repeat_kv``), so its blocks are 4x our GQA-sized ones (8 KV heads). At 256k tokens on cp8 a rank's
+  all-gather (7 blocks of 32k tokens x 32 heads x 128 x 2 x 2 B, 3.7 GB) takes ~10 ms on NVLink against ~26 ms
+  for step 0's causal kernel: still hidden, so the exchange does not explain the rows;
+- per step, eager fp32 merging of the partial outputs (``_SDPAMerger``: casts, sigmoid/logsigmoid updates, a
+  ``torch.cat`` copy of the whole output per partial step; the backward's fp32 gradient accumulators): memory-
+  bound passes over s/cp tokens x 4096, a few ms per step against tens of ms of attention: a few per cent, not
+  modelled.
+
+What grows with cp is left: the measured 256k row runs at 548 tokens/s/GPU, 60 s per 262,144-token step, when
+its attention at FlashAttention-2's rates (forward, full-AC re-run, backward) takes ~32 s of our 35 s; the 25 s
+missing is most of the attention time again, which none of the mechanisms above covers (not checked: whether
+SDPA under the ring's DTensor dispatch ran the flash backend, or the slower memory-efficient one).
 
 These are measurements to *check* the model against, never to fit a constant to: nothing here feeds back into a
 preset.

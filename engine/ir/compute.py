@@ -57,6 +57,21 @@ class EfficiencyCurve(StrictModel):
         return np.interp(np.log10(np.maximum(size, 1e-30)), xs, ys)
 
 
+class FlashRates(StrictModel):
+    """The measured rates of one more fused (flash) attention kernel on a device, as fractions of its matrix peak
+    over the tiles the kernel computes (``Compute.sdpa_flash``). A device states each kernel a framework may run
+    beside the one its ``flash_*`` fields measure, since kernels differ by up to 1.8x on the same chip (H100:
+    cuDNN's 600 against FlashAttention-2's 370 TFLOP/s forward); which framework runs which kernel is
+    ``plan.framework_host``'s to say."""
+
+    forward: Fraction = Field(description="the forward's rate at large sizes, no mask")
+    backward: Fraction = Field(description="the backward's (recompute and four gradient GEMMs), no mask")
+    causal_forward: Fraction | None = Field(
+        None, description="the forward under a causal (or sliding-window) mask, over the tiles it computes; "
+        "None: forward")
+    causal_backward: Fraction | None = Field(None, description="the same for the backward; None: backward")
+
+
 class RuntimeGraphs(StrEnum):
     """Which inference passes the device's runtime replays as captured graphs (CUDA graphs): a replay issues
     every kernel of the pass from the device, so the host's per-kernel dispatch (``host_dispatch_s``) is not
@@ -102,7 +117,7 @@ class Compute(QuietDefaultsModel):
               "host_collective_s", "host_backward_s", "runtime_ccl", "runtime_host_read_bytes_per_s",
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
-              "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w", "collective_sms")
+              "sdpa_flash", "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w", "collective_sms")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -147,6 +162,14 @@ class Compute(QuietDefaultsModel):
     )
     flash_causal_backward_efficiency: Fraction | None = Field(
         None, description="the same for the causal kernel's backward; None: flash_backward_efficiency"
+    )
+    sdpa_flash: FlashRates | None = Field(
+        None,
+        description="the rates of the fused attention kernel PyTorch's scaled_dot_product_attention runs by default "
+        "(its backend priority puts FlashAttention-2 first), which host_framework 'pytorch' and 'pytorch-compile' "
+        "run (plan.framework_host), when it is not the kernel the flash_* fields measure (Transformer Engine's "
+        "choice for Megatron frameworks: cuDNN's on Hopper); None: the same kernel (A100: FlashAttention-2 "
+        "either way)",
     )
     format_efficiency: dict[DType, Fraction] = Field(
         default_factory=dict,
@@ -274,14 +297,20 @@ class Compute(QuietDefaultsModel):
                                  "a device without a grid launches kernels (fixed_op_s, host_dispatch_s)")
         return self
 
-    def flash_efficiency(self, backward: bool, causal: bool) -> float | None:
-        """The fused attention kernel's rate for one pass (the ``flash_*_efficiency`` fields): a masked kernel's
-        own measured rate when the device gives one, else the unmasked kernel's; None: no kernel rate (the GEMM
-        curve's best). The one place the causal fallback lives (``perf.device.DeviceModel.flash_parts``)."""
-        plain = self.flash_backward_efficiency if backward else self.flash_forward_efficiency
+    def flash_efficiency(self, backward: bool, causal: bool, sdpa: bool = False) -> float | None:
+        """The fused attention kernel's rate for one pass (the ``flash_*_efficiency`` fields, or ``sdpa_flash``'s
+        when ``sdpa``: the framework calls PyTorch's SDPA and the device gives that kernel's rates): a masked
+        kernel's own measured rate when the device gives one, else the unmasked kernel's; None: no kernel rate
+        (the GEMM curve's best). The one place the kernel choice and the causal fallback are read
+        (``perf.device.DeviceModel.flash_parts``)."""
+        if sdpa and self.sdpa_flash is not None:
+            r = self.sdpa_flash
+            plain, masked = (r.backward, r.causal_backward) if backward else (r.forward, r.causal_forward)
+        else:
+            plain = self.flash_backward_efficiency if backward else self.flash_forward_efficiency
+            masked = self.flash_causal_backward_efficiency if backward else self.flash_causal_forward_efficiency
         if not causal:
             return plain
-        masked = self.flash_causal_backward_efficiency if backward else self.flash_causal_forward_efficiency
         return plain if masked is None else masked
 
     def peak(self, dtype: DType | str, fidelity: MathFidelity | str | None = None) -> float:

@@ -27,6 +27,9 @@ class DeviceModel:
     sram_bandwidth: float
     local_dram: Memory | None
     remote_dram: Memory | None  # an edge-attached memory reached over the interconnect
+    # the framework calls PyTorch's SDPA, whose default kernel's rates are ``Compute.sdpa_flash``
+    # (``plan.framework_host.attention_device`` sets it)
+    sdpa_attention: bool = False
 
     @property
     def dram_bandwidth(self) -> float:
@@ -107,10 +110,12 @@ class DeviceModel:
         measured kernel rates; None: the GEMM curve's best). A ``causal`` (or sliding-window) kernel, costed
         over the tiles it computes (``Op.fused_flops``), is slower still per tile — its diagonal tiles are
         masked element by element and its query tiles carry unequal work — at its own measured rate when the
-        device gives one (``Compute.flash_efficiency``). The fixed part — launch, pipeline fill and drain —
-        is a GEMM kernel's of the same FLOPs (``matmul_parts``): the same machinery starts and drains."""
+        device gives one (``Compute.flash_efficiency``). Which kernel: PyTorch SDPA's default when the framework
+        calls it (``sdpa_attention``), else the one the ``flash_*`` fields measure. The fixed part — launch,
+        pipeline fill and drain — is a GEMM kernel's of the same FLOPs (``matmul_parts``): the same machinery
+        starts and drains."""
         throughput_s, fill_s = self.matmul_parts(flops, peak)
-        rate = self.compute.flash_efficiency(backward, causal)
+        rate = self.compute.flash_efficiency(backward, causal, self.sdpa_attention)
         if rate is None or flops <= 0:
             return throughput_s, fill_s
         return flops / (peak * rate), fill_s

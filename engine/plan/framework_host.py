@@ -72,6 +72,14 @@ launches each, forward, and their ``index_add`` backward: version-dependent, so 
 ``ModuleSpec``-built submodules' extra module calls; and the device side of the difference (TE's fused bias
 gradient, its two-kernel LayerNorm backward: ``KERNELS`` stay v2.x's, ≈1 µs each).
 
+**Attention kernel** (``attention_device``): the fused attention the framework runs, whose rates the device gives
+(``Compute.flash_efficiency``). Megatron frameworks run Transformer Engine's ``DotProductAttention`` (or
+flash-attn): the ``flash_*`` fields, cuDNN's fused attention on Hopper, FlashAttention-2 on Ampere. 'pytorch' and
+'pytorch-compile' (torchtitan, Hugging Face) call ``F.scaled_dot_product_attention``, whose backend priority
+puts FlashAttention-2 first (flash, efficient, math, cuDNN: pytorch/pytorch issue #138907; issue #141133 on why
+cuDNN is not auto-selected; issue #142132, torch 2.6 nightly of December 2024: "native sdpa" 329 against cuDNN's
+631 TFLOP/s on H100): ``Compute.sdpa_flash``, when the device gives that kernel's rates apart.
+
 **Default** (``mapping.host_framework`` None): 'megatron-lm', v2.x's counts, whatever the run. Not read from the
 era as ``pipeline_p2p`` and ``overlap_dgrad_comm`` are: the counts differ by up to 2x per layer, so a default that
 followed the recompute setting would make a small job's host time jump when only its recompute changes (a
@@ -83,12 +91,12 @@ Inference keeps v2.x's counts (a serving runtime's layers are neither framework'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import HostFramework
 from tilewright.engine.ir.ops import Op
-from tilewright.engine.perf.device import issues_kernels
+from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.eager_ops import eager_chain
 from tilewright.engine.perf.op_cost import OpTime, shard
 from tilewright.engine.plan.launch import extra_launches, host_launches
@@ -101,6 +109,17 @@ def host_framework(chosen: HostFramework | None, compute: Compute, train: bool) 
     if chosen is None or not train or not issues_kernels(compute):
         return "megatron-lm"
     return chosen
+
+
+# the frameworks whose attention is PyTorch's scaled_dot_product_attention (module docstring)
+SDPA_FRAMEWORKS: frozenset[HostFramework] = frozenset({"pytorch", "pytorch-compile"})
+
+
+def attention_device(dev: DeviceModel, framework: HostFramework) -> DeviceModel:
+    """``dev`` as ``framework`` runs its fused attention (module docstring, ``DeviceModel.flash_parts``): with
+    SDPA's default kernel for the plain-PyTorch frameworks, the device's own ``flash_*`` kernel otherwise. The one
+    place that says which kernel a framework runs; ``framework`` is the resolved one (``host_framework``)."""
+    return replace(dev, sdpa_attention=True) if framework in SDPA_FRAMEWORKS else dev
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from tilewright.engine.plan.activation_offload import offloaded_layers
 from tilewright.engine.plan.device_layers import sharded_layer_ops, stage_per_param
 from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
 from tilewright.engine.plan.experts import routing_for
-from tilewright.engine.plan.framework_host import host_framework
+from tilewright.engine.plan.framework_host import attention_device, host_framework
 from tilewright.engine.plan.grad_hooks import grad_hooks
 from tilewright.engine.plan.group_comm import context_comm, ep_seconds, shard_comm, tp_seconds
 from tilewright.engine.plan.passes import PassContext
@@ -58,6 +58,7 @@ def stage_options(
     ctx.grad_hooks = grad_hooks(project, formats.weight_bytes)  # plan.grad_hooks
     # whose Python issues the kernels (plan.framework_host)
     ctx.host_framework = host_framework(m.host_framework, d.compute, run.mode is Mode.train)
+    ctx.dev = attention_device(dev, ctx.host_framework)  # its attention kernel (plan.framework_host)
     if m.overlap_tp_comm and m.tp > 1 and m.tp_axes is None:  # plan.tp_overlap
         ctx.tp_seconds = tp_seconds(hw, groups[r][0])
         ctx.tp_ring_reduce_scatter = m.tp_overlap_reduce_scatter == "ring_exchange"

@@ -22,7 +22,7 @@ from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
 from tilewright.engine.plan.device_layers import block_names
 from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
-from tilewright.engine.plan.framework_host import host_framework
+from tilewright.engine.plan.framework_host import attention_device, host_framework
 from tilewright.engine.plan.grad_hooks import GradHooks, grad_hooks
 from tilewright.engine.plan.passes import PassContext, collective_between, fused_edges, local_name
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -66,6 +66,7 @@ class OpSettings:
         """The ``PassContext`` ``build_plan`` makes for a stage of this mapping."""
         ctx = PassContext(dev, micro_batch, tp, sp, self.elem_bytes, self.fused, self.formats, self.spatial)
         ctx.host_framework = host_framework(self.host_framework, dev.compute, self.train)  # plan.framework_host
+        ctx.dev = attention_device(dev, ctx.host_framework)  # its attention kernel (plan.framework_host)
         ctx.rows_per_sample = self.rows_per_sample
         ctx.residency = residency
         ctx.fused_loss = self.fused_loss
