@@ -16,18 +16,35 @@ for bit (``FlowNetwork._solve``). A 64 × 64-tile wafer run solves 1.6 k compone
 
 from __future__ import annotations
 
-import heapq
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
+from itertools import compress, repeat
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL, Event
 from tilewright.engine.engines.event.maxmin import independent_rates, max_min_rates_arrays, progressive_fill
 
 NETWORK = "network"  # the category of bytes whose mover did not say what it is
 SYNC_COMPONENT = 8  # components up to this many flows are re-solved at once, without a batching event
 EXACT_SUM = 2.0**32  # whole usages below this add up exactly in any order (far from 2**53)
 INF = float("inf")
+# Runs an iterator to its end in C: a flow joins and leaves its ~50 links on a wafer (``Pattern.sets``) as
+# ``_consume(map(set.add, sets, repeat(fid)))``, the same set operations in the same order as a Python loop.
+_consume = deque(maxlen=0).extend
+
+
+def _call_later(env: simpy.Environment, delay: float, callback: Callable[[Event], None]) -> None:
+    """``env.timeout(delay).callbacks.append(callback)`` without the Timeout class: a triggered event scheduled
+    ``delay`` from now, as ``Environment.schedule`` schedules it (the same time, priority and event number).
+    The flow network asks for ~300 k of them in a wafer run."""
+    event = Event(env)
+    event._ok = True
+    event._value = None
+    event.callbacks.append(callback)
+    heappush(env._queue, (env._now + delay, NORMAL, next(env._eid), event))
 
 
 @dataclass
@@ -89,11 +106,11 @@ class Pattern:
     rows: tuple[np.ndarray, np.ndarray] | None = None  # ``solve`` as (link ids, usages), for the solver
     serial: int = 0  # creation order: the canonical order of a component's patterns (``FlowNetwork._solve``)
     whole: bool = False  # every usage in ``solve`` a whole number below EXACT_SUM
-    # (link, its ``on_link`` set) for the links of ``solve`` in order, the sets alone, and their ``add``:
-    # a flow joins and leaves its links without a dict lookup per link (``on_link`` sets are never replaced)
+    # (link, its ``on_link`` set) for the links of ``solve`` in order, the links and the sets alone: a flow
+    # joins and leaves its links without a dict lookup per link (``on_link`` sets are never replaced)
     members: list[tuple[int, set[int]]] = field(default_factory=list)
+    links: list[int] = field(default_factory=list)
     sets: list[set[int]] = field(default_factory=list)
-    adds: list[Callable[[int], None]] = field(default_factory=list)
     rate_sum: float = 0.0
     bytes: float = 0.0
     trace: LinkTrace = field(default_factory=LinkTrace)
@@ -175,12 +192,12 @@ class FlowNetwork:
         fid = self._next_id
         self._next_id += 1
         self.flow_count += 1
-        flow = Flow(fid, pattern, float(nbytes), latency, done, updated=self.env.now)
+        flow = Flow(fid, pattern, float(nbytes), latency, done, updated=self.env._now)
         self.flows[fid] = flow
         # alone: no other flow on any of its links (finished flows leave empty sets: that is not sharing)
-        alone = not any(pattern.sets)
-        for add in pattern.adds:
-            add(fid)
+        sets = pattern.sets
+        alone = not any(sets)
+        _consume(map(set.add, sets, repeat(fid)))
         if not self.contention or alone:
             # contention off, or nothing else on its links: its rate is its route's bottleneck, now
             rate = pattern.alone_rate
@@ -306,8 +323,8 @@ class FlowNetwork:
             pattern = self.patterns[id(usage)] = Pattern(usage, solve, alone_rate, serial=self._serial, whole=whole)
             on_link = self.on_link
             pattern.members = [(link, on_link.setdefault(link, set())) for link in solve]
+            pattern.links = [link for link, _members in pattern.members]
             pattern.sets = [members for _link, members in pattern.members]
-            pattern.adds = [members.add for members in pattern.sets]
             # a pattern of the universe by its usage's id (as ``reduced`` knows it); any other by its own
             # serial, negative, so that no id reused by a new usage dict could stand for an old pattern
             users, new = self._link_users, False
@@ -399,8 +416,9 @@ class FlowNetwork:
             return
         if component is None:
             component = self._component(seeds)
-        comp = [self.flows[f] for f in component if f in self.flows]
-        now = self.env.now
+        flows = self.flows
+        comp = [flows[f] for f in component if f in flows]
+        now = self.env._now
         for flow in comp:
             flow.remaining = max(0.0, flow.remaining - flow.rate * (now - flow.updated))
             flow.updated = now
@@ -411,10 +429,11 @@ class FlowNetwork:
             rates = self._solved.get(key)
             if rates is None:
                 rates = self._solved[key] = self._solve(key)
+        add_rate, set_rate = self._add_rate, self._set_rate
         for flow, rate in zip(comp, rates, strict=True):
             if rate != flow.rate:
-                self._add_rate(flow, rate - flow.rate)
-            self._set_rate(flow, rate)
+                add_rate(flow, rate - flow.rate)
+            set_rate(flow, rate)
 
     def _solve(self, key: tuple[Pattern, ...]) -> list[float]:
         """Max-min rates of flows with these patterns, in this order. With whole-number usages every link
@@ -447,7 +466,7 @@ class FlowNetwork:
         if -1e-6 < rate_sum < 1e-6:
             rate_sum = 0.0
         p.rate_sum = rate_sum
-        trace, now = p.trace, self.env.now
+        trace, now = p.trace, self.env._now
         times = trace.times
         if times and times[-1] == now:
             trace.loads[-1] = rate_sum
@@ -458,31 +477,33 @@ class FlowNetwork:
     def _set_rate(self, flow: Flow, rate: float) -> None:
         """Give ``flow`` a rate and (re)book its finish. Finishes live in one heap with one pending
         wake-up, so a rate change leaves a stale heap entry, not a stale simpy event."""
-        now = self.env.now
+        env = self.env
+        now = env._now
         flow.rate = rate
         flow.updated = now
-        flow.version += 1
+        version = flow.version = flow.version + 1
         if rate <= 0:
             return
         finish = now if rate == INF else now + flow.remaining / rate
-        heapq.heappush(self._heap, (finish, flow.fid, flow.version))
+        heappush(self._heap, (finish, flow.fid, version))
         if finish < self._wake_at:
             self._wake_at = finish
-            self.env.timeout(finish - now).callbacks.append(self._wake)
+            _call_later(env, finish - now, self._wake)
 
     def _wake(self, _event: simpy.Event) -> None:
-        now = self.env.now
+        env = self.env
+        now = env._now
         if now >= self._wake_at:
             self._wake_at = INF
-        heap, flows, pop = self._heap, self.flows, heapq.heappop
+        heap, flows = self._heap, self.flows
         while heap and heap[0][0] <= now:
-            _, fid, version = pop(heap)
+            _, fid, version = heappop(heap)
             flow = flows.get(fid)
             if flow is not None and flow.version == version:
                 self._complete(flow)
         if heap and heap[0][0] < self._wake_at:
             self._wake_at = heap[0][0]
-            self.env.timeout(self._wake_at - now).callbacks.append(self._wake)
+            _call_later(env, self._wake_at - now, self._wake)
 
     def _complete(self, flow: Flow) -> None:
         """A current flow (``_wake`` checked its version) has carried its bytes: it leaves its links."""
@@ -490,15 +511,10 @@ class FlowNetwork:
         del self.flows[fid]
         self._add_rate(flow, -flow.rate)
         flow.remaining = 0.0
-        if self.contention:
-            freed = self._freed_links
-            for link, members in flow.pattern.members:
-                members.discard(fid)
-                if members:
-                    freed.add(link)
-        else:
-            for _link, members in flow.pattern.members:
-                members.discard(fid)
+        pattern = flow.pattern
+        _consume(map(set.discard, pattern.sets, repeat(fid)))
+        if self.contention:  # the links still carrying flows, in the pattern's order
+            self._freed_links.update(compress(pattern.links, pattern.sets))
         self._finish_after(flow.done, flow.latency)
         if self.contention and self._freed_links:
             self._schedule_recompute()

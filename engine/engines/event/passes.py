@@ -9,7 +9,7 @@ series and energy see them). Collectives that several units reach meet: the last
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import Protocol
 
 import simpy
@@ -23,6 +23,13 @@ from tilewright.engine.plan.sharding import comm_category, spans_replicas
 from tilewright.engine.plan.timing import host_wait, pass_replica_comm, pass_times
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
+Traffic = list[tuple[dict[int, float], float, str]]  # (link usage, bytes per member, category): ``_pass_traffic``
+# (busy, compute, comm, label, host wait, memory stall, tp_comm, ((category, seconds), ...), traffic): ``_pass_totals``
+PassTotals = tuple[float, float, float, str, float, float, float, tuple[tuple[str, float], ...], Traffic]
+# (segment, host wait, memory stall, slice label, (comm category, phases, comm seconds, label) or None)
+SegmentFigures = tuple[Segment, float, float, str, tuple[str, tuple, float, str] | None]
+# (segment, slice label, (collective, comm category, over replicas?, comm slice label) or None): ``_run_pass``
+RunFigures = tuple[Segment, str, tuple[Collective, str, bool, str] | None]
 
 
 class Step(Protocol):
@@ -42,7 +49,9 @@ class PassRunner:
 
     def _init_passes(self) -> None:
         self._owed: dict[tuple[int, Unit], float] = {}  # fast-path time accounted, not yet waited
-        self._totals: dict[tuple, tuple[float, float, float, str]] = {}
+        self._totals: dict[tuple, PassTotals] = {}
+        self._segments: dict[tuple, list[SegmentFigures]] = {}
+        self._run_segments: dict[tuple, list[RunFigures]] = {}
         self._traffic: dict[tuple, list[tuple[dict[int, float], float, str]]] = {}
         self._arrived: dict[tuple, int] = {}
         self._barriers: dict[tuple, simpy.Event] = {}
@@ -100,30 +109,52 @@ class PassRunner:
         owed = self._owed.pop((r, u), 0.0)
         if owed:
             yield env.timeout(owed)
-        for seg in ps.segments:
-            start = env.now
+        figures: Iterable[RunFigures]
+        if getattr(ps, "cache_key", ()):  # made on the fly (inference): worked out segment by segment
+            figures = (self._run_figures(r, u[0], seg, tag) for seg in ps.segments)
+        else:  # the plan's pass (training): once per stage and replica
+            key = (r, u[0], id(ps))
+            figures = self._run_segments.get(key)
+            if figures is None:
+                figures = self._run_segments[key] = [self._run_figures(r, u[0], seg, tag) for seg in ps.segments]
+        times, whole = ledger.times, u[1] == WHOLE_GROUP
+        for seg, label, comm in figures:
+            start = env._now
             if seg.dram_bytes > 0:
                 dram = self.net.transfer(dram_usage(plan, r, u, self.net.contention), seg.dram_bytes, 0.0, "memory")
                 yield env.all_of([env.timeout(seg.busy_s), dram])
             else:
                 yield env.timeout(seg.busy_s)
-            took = env.now - start
+            took = env._now - start
             beyond = max(0.0, took - seg.compute_s)
             host = min(seg.dispatch_wait_s, beyond)  # the device idle for the host (``plan.timing.host_wait``)
-            ledger.times[cat] += min(seg.compute_s, took)
-            ledger.times["memory_stall"] += beyond - host
-            ledger.times["host_wait"] += host
-            self.rec.slice(lane, start, took, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+            times[cat] += min(seg.compute_s, took)
+            times["memory_stall"] += beyond - host
+            times["host_wait"] += host
+            self.rec.slice(lane, start, took, cat, label, r, step.micro_batch, seg.layer)
             if seg.hidden and _books(u):
-                self._book_hidden(r, seg, start, env.now)
-            if seg.comm:
-                start = env.now
-                coll = plan.tp_collective(r, u[0], seg.comm[0], seg.comm[1])
-                comm_cat = comm_category(seg.comm[0])
-                yield from self._tensor_collective(r, u, coll, comm_cat, spans_replicas(seg.comm[0]))
-                ledger.times[comm_cat] += env.now - start
-                label = f"{seg.comm[0]} {seg.label}"
-                self.rec.slice(lane, start, env.now - start, comm_cat, label, r, step.micro_batch, seg.layer)
+                self._book_hidden(r, seg, start, env._now)
+            if comm is not None:
+                coll, comm_cat, replicas, comm_label = comm
+                start = env._now
+                if whole:  # ``_tensor_collective`` of an aggregated unit, inlined: its phases one after another
+                    transfer = self.net.transfer
+                    for ph in coll.phases:
+                        yield transfer(ph.usage, ph.bytes_per_member, ph.latency_s, comm_cat)
+                else:
+                    yield from self._tensor_collective(r, u, coll, comm_cat, replicas)
+                times[comm_cat] += env._now - start
+                self.rec.slice(lane, start, env._now - start, comm_cat, comm_label, r, step.micro_batch, seg.layer)
+
+    def _run_figures(self, r: int, j: int, seg: Segment, tag: str) -> RunFigures:
+        """What ``_run_pass`` needs of a segment of replica ``j``'s pass on stage ``r`` beyond its times:
+        (segment, slice label, (collective, comm category, over replicas?, comm slice label) or None)."""
+        comm = None
+        if seg.comm:
+            kind = seg.comm[0]
+            comm = (self.plan.tp_collective(r, j, kind, seg.comm[1]), comm_category(kind), spans_replicas(kind),
+                    f"{kind} {seg.label}")
+        return seg, f"{seg.label} {tag}", comm
 
     def _fast_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger, defer: bool) -> float | None:
         """Account a pass that needs no flows (private or no tensor-parallel links, no DRAM streams) and
@@ -132,45 +163,56 @@ class PassRunner:
             return None
         if ps.has_dp_comm and (self.net.contention or u[1] != WHOLE_GROUP):  # shares links with the replicas
             return None
-        now = self.env.now
+        now = self.env._now
         t0 = now + self._owed.get((r, u), 0.0)
         cat = CATEGORY_OF_PASS[ps.kind]
         if self.segment_slices:
-            t = t0
             tag = getattr(ps, "name", "") or ps.kind
-            for seg in ps.segments:
-                t = self._account(r, u, seg, t, cat, tag, step, ledger)
+            if getattr(ps, "cache_key", ()):  # made on the fly (inference): not worth keeping its segments
+                t = t0
+                for seg in ps.segments:
+                    t = self._account(r, u, seg, t, cat, tag, step, ledger)
+            else:
+                t = self._account_pass(r, u, ps, t0, cat, tag, step, ledger)
         else:
-            busy, compute, comm, label = self._pass_totals(r, u[0], ps)
+            busy, compute, comm, label, host, stall, tp, replicas, traffic = self._pass_totals(r, u[0], ps)
             times = ledger.times
-            host = host_wait(ps, busy - compute)
             times[cat] += compute
-            times["memory_stall"] += busy - compute - host
+            times["memory_stall"] += stall
             times["host_wait"] += host
-            replicas = pass_replica_comm(self.plan, r, ps)  # ZeRO-2/3, context ring, expert all-to-all
-            times["tp_comm"] += comm - sum(replicas.values())
-            for category, seconds in replicas.items():
+            times["tp_comm"] += tp
+            for category, seconds in replicas:
                 times[category] += seconds
             t = t0 + busy + comm
             self.rec.timeline.add(self.lanes[(r, u)], t0, t - t0, cat, label, r, step.micro_batch, -1)
             if u[1] in (WHOLE_GROUP, 0):  # one unit books its tensor group's traffic, spread over the pass
-                for usage, nbytes, category in self._pass_traffic(r, u[0], ps):
-                    self.net.account(usage, nbytes, t0, t, category)
+                account = self.net.account
+                for usage, nbytes, category in traffic:
+                    account(usage, nbytes, t0, t, category)
         if defer:
             self._owed[(r, u)] = t - now
             return 0.0
         self._owed[(r, u)] = 0.0
         return t - now
 
-    def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> tuple[float, float, float, str]:
-        """(busy, compute, tensor-parallel comm seconds, slice label) of a fast-path pass, once."""
+    def _pass_totals(self, r: int, j: int, ps: ChunkPass) -> PassTotals:
+        """What a fast-path pass adds to its stage's times, once per pass (a long run repeats each pass
+        thousands of times): busy, compute and tensor-parallel comm seconds, its slice label, its host
+        wait, its memory stall, the comm booked as ``tp_comm`` and the rest by category (ZeRO-2/3, the
+        context ring, the experts' all-to-all: ``pass_replica_comm``), its collectives' traffic
+        (``_pass_traffic``) — each figure as the uncached accounting computed it, so the sums come out bit
+        for bit the same."""
         key = (r, j, getattr(ps, "cache_key", ()) or id(ps))
         hit = self._totals.get(key)
         if hit is None:
             busy, compute, comm = pass_times(self.plan, r, ps, j)  # no DRAM stream on the fast path
             segs = ps.segments
             label = getattr(ps, "name", "") or (f"{segs[0].label}…{segs[-1].label} {ps.kind}" if segs else ps.kind)
-            hit = self._totals[key] = (busy, compute, comm, label)
+            host = host_wait(ps, busy - compute)
+            replicas = pass_replica_comm(self.plan, r, ps)
+            hit = self._totals[key] = (busy, compute, comm, label, host, busy - compute - host,
+                                       comm - sum(replicas.values()), tuple(replicas.items()),
+                                       self._pass_traffic(r, j, ps))
         return hit
 
     def _pass_traffic(self, r: int, j: int, ps: ChunkPass) -> list[tuple[dict[int, float], float, str]]:
@@ -189,6 +231,52 @@ class PassRunner:
                         totals[(id(ph.usage), category)] = (usage, nbytes + ph.bytes_per_member, category)
             hit = self._traffic[key] = list(totals.values())
         return hit
+
+    def _account_pass(
+        self, r: int, u: Unit, ps: ChunkPass, t: float, cat: str, tag: str, step: Step, ledger: StageLedger
+    ) -> float:
+        """``_account`` of every segment of a pass the plan keeps (training's), each segment's figures worked
+        out once per stage and replica (``_segment_figures``) instead of once per micro-batch: the same sums
+        in the same order, the same slices and bookings."""
+        key = (r, u[0], id(ps))  # the plan holds its passes for the whole run: their ids stay theirs
+        figures = self._segments.get(key)
+        if figures is None:
+            figures = self._segments[key] = [self._segment_figures(r, u[0], seg, tag) for seg in ps.segments]
+        lane, times, add = self.lanes[(r, u)], ledger.times, self.rec.timeline.add  # add: ``Recorder.slice``
+        mb, books, account = step.micro_batch, u[1] in (WHOLE_GROUP, 0), self.net.account
+        for seg, host, stall, label, comm in figures:
+            busy = seg.busy_s
+            times[cat] += seg.compute_s
+            times["memory_stall"] += stall
+            times["host_wait"] += host
+            if busy > 0:
+                add(lane, t, busy, cat, label, r, mb, seg.layer)
+            if seg.hidden and _books(u):
+                self._book_hidden(r, seg, t, t + busy)
+            t += busy
+            if comm is not None:
+                comm_cat, phases, dur, comm_label = comm
+                if books:  # one unit books its tensor group's traffic, phase by phase
+                    start = t
+                    for ph in phases:
+                        start = account(ph.usage, ph.bytes_per_member, start, None, comm_cat) + ph.latency_s
+                times[comm_cat] += dur
+                if dur > 0:
+                    add(lane, t, dur, comm_cat, comm_label, r, mb, seg.layer)
+                t += dur
+        return t
+
+    def _segment_figures(self, r: int, j: int, seg: Segment, tag: str) -> SegmentFigures:
+        """What ``_account`` works out for a segment of replica ``j``'s pass on stage ``r``, by the same
+        expressions: (segment, host wait, memory stall, slice label, (comm category, collective phases,
+        comm seconds, comm slice label) or None)."""
+        host = min(seg.dispatch_wait_s, max(seg.busy_s - seg.compute_s, 0.0))
+        comm = None
+        if seg.comm:
+            kind, nbytes = seg.comm[0], seg.comm[1]
+            comm = (comm_category(kind), self.plan.tp_collective(r, j, kind, nbytes).phases,
+                    self.plan.tp_time(r, j, kind, nbytes), f"{kind} {seg.label}")
+        return seg, host, seg.busy_s - seg.compute_s - host, f"{seg.label} {tag}", comm
 
     def _account(self, r, u, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:
         lane = self.lanes[(r, u)]

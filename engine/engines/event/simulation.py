@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Generator
+from heapq import heappop
 
 import simpy
 from tilewright.engine.engines.event.compress import compress_patterns
@@ -133,6 +134,8 @@ class Simulation(PassRunner):
         fast_pass, run_pass, timeout, times = self._fast_pass, self._run_pass, env.timeout, ledger.times
         blocking = program.blocking
         prev: tuple | None = None
+        # ``env._now``: simpy's clock without its ``now`` property, read several times per step (as in passes
+        # and the flow network)
         for (row, dep_key, key, send), (pre, ps, grow, free) in zip(table, program.work(r), strict=True):
             if primary:
                 self.steps_done += 1
@@ -140,17 +143,17 @@ class Simulation(PassRunner):
             if dep_key is not None:
                 ready = arrivals.get(dep_key)
                 if ready is None or not ready.processed:
-                    before = env.now
+                    before = env._now
                     if ready is None:
                         ready = self._event(dep_key)
                     if not ready.processed:  # a transfer's timeout is triggered when created: wait for it
                         yield ready
-                    if env.now > before:  # waited: for the transfer, or for the producer (bubble)
+                    if env._now > before:  # waited: for the transfer, or for the producer (bubble)
                         cause = dep_key
-                        split_wait(times, before, env.now, producer_end.get(dep_key, before))
+                        split_wait(times, before, env._now, producer_end.get(dep_key, before))
                 if prev is None:
                     cause = dep_key
-            started = env.now
+            started = env._now
             if grow is not None:
                 memory(started, *grow)
             if pre is not None and fast_pass(r, u, pre, row, ledger, True) is None:
@@ -165,14 +168,14 @@ class Simulation(PassRunner):
             else:
                 yield timeout(delay)
             if free is not None:
-                memory(env.now, *free)
-            now = producer_end[key] = env.now  # before a blocking wait: the consumer splits its own by it
+                memory(env._now, *free)
+            now = producer_end[key] = env._now  # before a blocking wait: the consumer splits its own by it
             if send is not None:
                 sent = self._send(send, key)
                 if blocking and not sent.processed:  # the stage waits for its send (plan.pipeline_p2p)
                     yield sent
-                    times["pp_comm"] += env.now - now
-                    self.rec.slice(self.lanes[(r, u)], now, env.now - now, "pp_comm", "pipeline send (blocking)",
+                    times["pp_comm"] += env._now - now
+                    self.rec.slice(self.lanes[(r, u)], now, env._now - now, "pp_comm", "pipeline send (blocking)",
                                    r, row.micro_batch, -1)
             else:
                 self._event(key).succeed()
@@ -188,7 +191,7 @@ class Simulation(PassRunner):
         self.last_step[(r, u)] = prev
         if program.train:
             yield from self._tail(r, u, reductions, ledger)
-        ledger.finish = env.now
+        ledger.finish = env._now
 
     def _late(self, r: int, chunk: int, coll: Collective, lost: float) -> Generator:
         """The chunk's late bucket, launched once its last backward has made up the ``lost`` seconds the
@@ -268,7 +271,7 @@ class Simulation(PassRunner):
         gc.disable()  # the collector costs 40-50 % in long simulations and finds nothing here
         try:
             if report is None or report.silent:
-                self.env.run()
+                _run_to_end(self.env)
             else:
                 step, peek = self.env.step, self.env.peek
                 n = 0
@@ -283,6 +286,22 @@ class Simulation(PassRunner):
                 gc.enable()
         self.events = _scheduled(self.env)
         return self.rec
+
+
+def _run_to_end(env: simpy.Environment) -> None:
+    """``env.run()`` without ``until``: ``Environment.step`` inlined, the same events in the same order. A
+    large run steps half a million events, and the method call and its ``try`` per event are ~5 % of it.
+    Like ``step``, a failed event nobody defused crashes the run with a copy of its exception."""
+    queue = env._queue
+    while queue:
+        env._now, _, _, event = heappop(queue)
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
 
 
 def _scheduled(env: simpy.Environment) -> int:
