@@ -35,6 +35,17 @@ def parse_size(text: str | None) -> tuple[int, int]:
     return w, h
 
 
+def check_screenshot_name(path: str) -> None:
+    """Refuse, before the window opens, a ``--screenshot`` name whose suffix names no image format Qt writes
+    (the file would otherwise hold bytes its name belies, or fail only after the run)."""
+    from tilewright.studio.exporting import image_format
+
+    try:
+        image_format(path)
+    except ValueError as exc:
+        raise InputError("--screenshot", f"{path}: {exc}") from None
+
+
 def load_initial_project(path: str | None) -> tuple[Any, Path | None, str]:
     """The project to open, its file and a note for the status bar.
 
@@ -78,6 +89,8 @@ def main(args: Any, simulate: SimulateFn | None = None) -> int:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     try:
         size = parse_size(getattr(args, "size", None))
+        if screenshot:
+            check_screenshot_name(screenshot)
         project, file_path, note = load_initial_project(getattr(args, "project", None))
         if not getattr(args, "allow_large", False):
             refuse_too_large(project, file_path)

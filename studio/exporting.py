@@ -88,20 +88,46 @@ def write_plot_png(
     return QSize(*size)
 
 
-def png_bytes(image: Any) -> bytes:
-    """A ``QImage`` or ``QPixmap`` encoded as PNG in memory."""
+def image_format(path: str | Path) -> str:
+    """The format ``path``'s suffix names ("PNG" without one); ``ValueError`` for one Qt cannot write.
+
+    The bytes must match the name: a screenshot saved as ``x.jpg`` used to hold PNG bytes, which viewers
+    that trust the suffix (and upload forms that check it) refuse."""
+    from PySide6.QtGui import QImageWriter
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if not suffix:
+        return "PNG"
+    known = sorted(bytes(f.data()).decode() for f in QImageWriter.supportedImageFormats())
+    if suffix not in known:
+        raise ValueError(f"cannot write '.{suffix}' images; name a file ending in one of: {', '.join(known)}")
+    return suffix.upper()
+
+
+def image_bytes(image: Any, fmt: str = "PNG") -> bytes:
+    """A ``QImage`` or ``QPixmap`` encoded in memory as ``fmt`` (PNG, JPG, BMP, WEBP…)."""
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not image.save(buffer, "PNG"):
-        raise OSError(f"could not encode the image as PNG ({image.width()}x{image.height()})")
+    if not image.save(buffer, fmt):
+        raise OSError(f"could not encode the image as {fmt} ({image.width()}x{image.height()})")
     buffer.close()
     return bytes(data.data())
 
 
+def png_bytes(image: Any) -> bytes:
+    """A ``QImage`` or ``QPixmap`` encoded as PNG in memory."""
+    return image_bytes(image, "PNG")
+
+
 def write_image(image: Any, path: str | Path) -> Path:
-    """``image`` as a PNG file, written atomically (a killed export leaves the old file whole)."""
-    write_atomic_bytes(path, png_bytes(image))
+    """``image`` in the format ``path``'s suffix names (PNG without one), written atomically (a killed
+    export leaves the old file whole). An unknown suffix raises ``ValueError`` before anything is written."""
+    try:
+        fmt = image_format(path)
+    except ValueError as exc:
+        raise OSError(str(exc)) from None
+    write_atomic_bytes(path, image_bytes(image, fmt))
     return Path(path)
 
 

@@ -11,7 +11,7 @@ from tilewright.engine.cli.catalog import DESCRIPTION_WIDTH, _describe, catalog,
 from tilewright.engine.engines.result_builder import BREAKDOWN_NOISE
 from tilewright.engine.io.presets import load_project_preset
 from tilewright.engine.ir import RunSettings
-from tilewright.engine.results.text import counted, number, shorten
+from tilewright.engine.results.text import counted, duration, number, quantity, shorten, si
 from tilewright.engine.search.parallel.report import search_text
 from tilewright.engine.search.parallel.search import search
 from tilewright.engine.simulate import simulate
@@ -115,8 +115,50 @@ def test_summary_numbers_share_one_style(inference, megatron_analytic):
                              (_value(head, "J per"), m["energy_j"])):
             assert PLAIN.match(shown) and _significant(shown) <= 4, shown
             assert float(shown.replace(",", "")) == pytest.approx(value, rel=5e-4)
-    ttft = _value(inference.summary_text(), "ms /")
-    assert _significant(ttft) <= 4 and float(ttft) == pytest.approx(inference.ttft_s * 1e3, rel=5e-4)
+    ttft, unit = re.search(r"TTFT / TPOT +([\d.,]+) (µs|ms|s) /", inference.summary_text()).groups()
+    scale = {"µs": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
+    assert 1 <= float(ttft.replace(",", "")) < 1000 or unit == "s"  # the largest unit that keeps it ≥ 1
+    assert _significant(ttft) <= 4 and float(ttft.replace(",", "")) * scale == pytest.approx(inference.ttft_s, rel=5e-4)
+
+
+# -- units at a readable scale (D18) -----------------------------------------------------------------------
+_SCALE = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def test_duration_picks_the_unit_that_keeps_the_number_readable():
+    rng = np.random.default_rng(3)
+    for x in 10 ** rng.uniform(-9, 5, 2000):
+        shown, unit = duration(float(x)).split(" ")
+        assert not EXPONENT.search(shown) and PLAIN.match(shown), (x, shown)
+        value = float(shown.replace(",", ""))
+        assert value * _SCALE[unit] == pytest.approx(x, rel=5e-4), (x, shown, unit)
+        assert value >= 1 and (value < 1000 or unit == "s"), (x, shown, unit)  # never "57,550 ms"
+    assert duration(0.0) == "0 s" and duration(0.9999999) == "1 s"
+
+
+def test_si_and_quantity_name_the_unit():
+    for watts in 10 ** np.random.default_rng(4).uniform(0, 14, 500):
+        shown, unit = si(float(watts), "W").split(" ")
+        prefix = unit[:-1]
+        scale = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[prefix]
+        assert not EXPONENT.search(shown) and float(shown.replace(",", "")) * scale == pytest.approx(watts, rel=5e-4)
+        assert unit.endswith("W") and (float(shown.replace(",", "")) < 1000 or prefix == "T")
+    assert quantity("power_w", 2.6e4) == si(2.6e4, "W")
+    assert quantity("iteration_time_s", 8.393e-05) == duration(8.393e-05)
+    assert quantity("samples_per_s", 36.51) == "36.51 samples/s"
+    assert quantity("hardware.children.0.memories.0.bandwidth_bytes_per_s", 2e12) == "2 TB/s"
+    assert quantity("mapping.dp", 16.0) == "16" and quantity("mapping.recompute", "selective") == "selective"
+
+
+def test_summary_times_carry_their_unit_at_a_readable_scale(inference, megatron_analytic):
+    for result in (inference, megatron_analytic):
+        m = result.metrics_json()
+        line = next(s for s in result.summary_text().splitlines() if s.strip().startswith("time breakdown"))
+        for k, v in m["time_breakdown_s"].items():
+            if v > 0:
+                shown, unit = re.search(rf"\b{k} ([\d.,]+) (ns|µs|ms|s)\b", line).groups()
+                assert float(shown.replace(",", "")) * _SCALE[unit] == pytest.approx(v, rel=5e-4), (k, line)
+        assert not EXPONENT.search(line), line
 
 
 # -- tilewright presets ------------------------------------------------------------------------------------

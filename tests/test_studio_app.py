@@ -122,3 +122,24 @@ def test_cancel_forgets_a_slow_run(window, qtbot, engine):
     assert window.runner.last_result is None  # the late answer of a cancelled run is ignored
     assert window.status.run_state.text() == "run cancelled"
     window.runner.pool.waitForDone(2000)
+
+
+@pytest.mark.parametrize("suffix, magic", [(".jpg", b"\xff\xd8\xff"), (".jpeg", b"\xff\xd8\xff"), (".bmp", b"BM"),
+                                           (".png", b"\x89PNG\r\n\x1a\n")])
+def test_screenshot_is_saved_in_the_format_its_suffix_names(qapp, tmp_path, suffix, magic):
+    """``x.jpg`` held PNG bytes: a viewer trusting the suffix refused it."""
+    project = tmp_path / "wafer.json"
+    save_project(wafer_project(), project)
+    shot = tmp_path / f"wafer{suffix}"
+    assert app.main(args(project=str(project), screenshot=str(shot), size="900x640")) == 0
+    assert shot.read_bytes().startswith(magic)
+    image = QImage(str(shot))
+    assert (image.width(), image.height()) == (900, 640)
+
+
+def test_screenshot_with_a_suffix_qt_cannot_write_is_refused_before_the_window_opens(qapp, tmp_path, capsys):
+    shot = tmp_path / "wafer.gif"
+    assert app.main(args(project=None, screenshot=str(shot), size="640x480")) == 2
+    err = capsys.readouterr().err
+    assert "--screenshot" in err and "'.gif'" in err and "png" in err
+    assert not shot.exists()

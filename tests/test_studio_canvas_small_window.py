@@ -92,3 +92,52 @@ def test_every_stage_has_a_visible_tag_in_a_small_window(make_window, qtbot, pre
         assert any(rect.contains(start) for rect in cells[stage]), (stage, start)
         box = boxes[tags.box_stages.index(stage)]
         assert box.adjusted(-0.5, -0.5, 0.5, 0.5).contains(end) and not box.adjusted(1, 1, -1, -1).contains(end)
+
+
+@pytest.mark.parametrize("preset", ["gpt3-dgx-a100", "palm-wafer-t18b", "mixtral-8x7b-dgx-h100"])
+def test_stage_tags_keep_off_the_frame_edge_the_link_bar_and_other_leaders(make_window, qtbot, preset):
+    """At 1280 × 720 the QA screenshots had "L5–8" across the system's border, "L17–24" on the fat-tree bar
+    and PaLM's twenty tags on one another's leader lines."""
+    w = make_window(load_project(f"presets/projects/{preset}.json"), size=(1280, 720))
+    _settle(qtbot, w)
+    scene, view = w.canvas.scene, w.canvas.view
+    tags = scene.tags
+    frame = view.mapFromScene(scene.frame.mapRectToScene(scene.frame.rect)).boundingRect()
+    inner, outer = QRectF(frame).adjusted(1, 1, -1, -1), QRectF(frame).adjusted(-1, -1, 1, 1)
+    bar = scene.links.bar
+    bar_px = QRectF(view.mapFromScene(scene.links.mapRectToScene(bar)).boundingRect()) if not bar.isNull() else None
+    assert tags.boxes
+    for box, stage in zip(tags.boxes, tags.box_stages, strict=True):
+        assert inner.contains(box) or not outer.intersects(box), (stage, box, frame)  # never across the edge
+        assert bar_px is None or not box.intersects(bar_px), (stage, box, bar_px)
+        for other, start, end in tags.leaders:  # each leader's two ends show: its stage's dot and its tag
+            if other != stage:
+                assert not box.contains(start) and not box.adjusted(1, 1, -1, -1).contains(end), (stage, other)
+    # The lines run beneath the components and their captions (a caption's backdrop covers a line that must
+    # cross it), the tags and the stages' dots above them.
+    assert tags.lines.zValue() < min(g.zValue() for g in scene.grids.values()) < tags.zValue()
+    assert tags.lines.zValue() > scene.links.zValue()  # ...but over the link bar they leave from
+
+
+def test_a_stage_that_is_a_whole_node_colours_the_whole_node():
+    """GPT-3 at tp 8 × pp 8, rank order tp-dp-pp: the plan puts each stage's tensor group on the eight GPUs
+    of one node, so the canvas colours each node cell one stage, the node's, as ``stage_groups`` says."""
+    from tilewright.engine.hardware import elaborate
+    from tilewright.engine.plan.placement import stage_groups
+    from tilewright.studio import mapping
+    from tilewright.studio.model import level_cells
+    from tilewright.studio.ui.canvas.overlay import stage_colours
+
+    project = load_project("presets/projects/gpt3-dgx-a100.json")
+    hw, layout = mapping.display_hardware(project), mapping.stage_layout(project)
+    graph = elaborate(hw, devices_needed=project.mapping.devices)
+    groups = stage_groups(graph.devices, project.mapping)
+    cells = level_cells.level_cells(hw, hw.name, hw.name, layout.devices)[f"{hw.name}/node"]
+    colours = stage_colours(cells, layout)
+    assert len(cells.nodes) == project.mapping.pp == 8
+    for i in range(len(cells.nodes)):
+        members = set(cells.members[i])
+        stages = [s for s, replicas in enumerate(groups) if members & {d for r in replicas for d in r}]
+        assert len(stages) == 1, (i, stages)  # one node, one stage
+        assert members == {d for r in groups[stages[0]] for d in r}  # ...and the whole of it
+        assert set(colours.pixels[i].ravel()) == {stages[0]}

@@ -172,22 +172,25 @@ def test_wafer_top_level_tags_stages_with_their_layers(make_window, qtbot):
     assert dies.colours.pixels.shape == (20, 4, 4)  # each die cell shows its 4 × 4 tiles
 
 
-def test_narrow_neighbour_stages_stagger_their_tags_instead_of_dropping_them(make_window, qtbot):
-    """Eight pipeline stages on the eight GPUs of one node: each GPU is narrower than its tag, so neighbours'
-    tags would overlap; they move a tag's height up or down instead of every other one going missing."""
+def test_narrow_neighbour_stages_write_their_number_on_their_own_cells_instead_of_dropping_them(make_window, qtbot):
+    """Eight pipeline stages on the eight nodes of the cluster: each node is narrower than its "L5–8 +2" tag,
+    so the long tags would overlap or hang off on leader lines over the link bar and the frame; the level
+    writes every stage's number instead (the legend spells out its layers), each on its own cell."""
     w = make_window(load_project("presets/projects/gpt3-dgx-a100.json"))
     tags = w.canvas.scene.tags
     assert len(tags.tags) == 8
     qtbot.waitUntil(lambda: tags.drawn > 0)
     w.canvas.view.viewport().repaint()
-    assert tags.drawn == 8
+    assert tags.drawn == 8 and tags.short and not tags.leaders
     boxes = tags.boxes
     assert not any(a.intersects(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
-    assert len({round(b.center().y()) for b in boxes}) > 1  # staggered, not one row
-    widths = [b.width() for b in boxes]
-    lefts = sorted(b.left() for b in boxes)
-    gaps = [right - left for left, right in zip(lefts, lefts[1:], strict=False)]
-    assert min(gaps) < min(widths)  # in one row they would have collided
+    texts = [text for _box, text, _stage, _centre in tags._placed]
+    assert texts == [str(stage) for stage in tags.box_stages]
+    grid = w.canvas.scene.grids["dgx-a100/node"]
+    view = w.canvas.view
+    for box, stage in zip(boxes, tags.box_stages, strict=True):
+        cell = view.mapFromScene(grid.instance_center(stage))  # node i holds stage i (tp 8 fills a node)
+        assert box.contains(cell.toPointF()), (stage, box, cell)
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama-2-7b", "bert-base-uncased"])

@@ -93,3 +93,37 @@ def test_leader_crossing_is_exact_against_a_fine_walk_along_each_line():
                 assert not walked, (target, cx[i], cy[i])
                 grazes += 1
     assert crossing > 100 and grazes <= 3  # both answers occur; disagreements are rare grazes
+
+
+def _segments_meet(a: QPointF, b: QPointF, p: QPointF, q: QPointF) -> bool:
+    """Walked finely: whether two segments come within half a pixel (independent of the placer's maths)."""
+    pts = [a + (b - a) * t for t in np.linspace(0, 1, 400)]
+    qts = [p + (q - p) * t for t in np.linspace(0, 1, 400)]
+    return any(abs(u.x() - v.x()) < 0.5 and abs(u.y() - v.y()) < 0.5 for u in pts for v in qts)
+
+
+def test_no_tag_goes_on_an_earlier_leader_and_a_leader_avoids_crossing_one():
+    """An earlier leader runs right through where the tag would sit: the tag goes elsewhere, and its own
+    leader does not cross the earlier one when it can go round."""
+    target = QPointF(200, 100)
+    earlier = (QPointF(150, 100), QPointF(250, 100))  # horizontal, through the target's spot
+    box = nearest_free(target, SIZE, VIEW, rect_array([]), [], lines=[earlier])
+    assert box is not None
+    grown = box.adjusted(-CLEARANCE, -CLEARANCE, CLEARANCE, CLEARANCE)
+    assert not any(grown.contains(earlier[0] + (earlier[1] - earlier[0]) * t) for t in np.linspace(0, 1, 400))
+    # A wall around the target but for a gap on the far side of an earlier leader and a gap without one:
+    wall = [QRectF(100, 40, 200, 20), QRectF(100, 140, 200, 20)]  # above and below
+    crossing = (QPointF(180, 62), QPointF(180, 138))  # a vertical leader left of the target
+    box = nearest_free(target, SIZE, VIEW, rect_array(wall), [], lines=[crossing])
+    assert box is not None and box.center().x() > crossing[0].x()  # went right, not across the line
+    assert not _segments_meet(target, leader_end(box, target), *crossing)
+
+
+def test_outward_bends_the_choice_along_its_direction():
+    """With the target's own spot blocked, equally near places lie left and right; ``outward`` picks its side."""
+    target = QPointF(200, 100)
+    blocker = [QRectF(170, 60, 60, 80)]
+    left = nearest_free(target, SIZE, VIEW, rect_array(blocker), [], outward=QPointF(-1, 0))
+    right = nearest_free(target, SIZE, VIEW, rect_array(blocker), [], outward=QPointF(1, 0))
+    assert left is not None and right is not None
+    assert left.center().x() < target.x() < right.center().x()

@@ -490,6 +490,9 @@ def assemble_project(args: argparse.Namespace):
     project = project_from_data(data, source)
     if inference_flags and project.run.mode != "infer":
         raise InputError(COMMAND_LINE, Problem(", ".join(inference_flags), "set an inference run: add --mode infer"))
+    from tilewright.engine.cli.context_check import refuse_past_context
+
+    refuse_past_context(inference_flags, project)
     if getattr(args, "tp_overlap_rs", None) and not project.mapping.overlap_tp_comm:
         # the method of an overlap the run does not do would change nothing (the studio greys it out)
         raise InputError(COMMAND_LINE, Problem("--tp-overlap-rs", f"'{args.tp_overlap_rs}' picks how overlapped "

@@ -21,7 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("studio", help="open the design studio")
     p.add_argument("project", nargs="?", metavar="PROJECT", help="a project file, or a preset project's name")
     p.add_argument("--run", action="store_true", help="run the simulation after opening")
-    p.add_argument("--screenshot", metavar="FILE.png", help="render offscreen, save a PNG and exit")
+    p.add_argument(
+        "--screenshot", metavar="FILE.png",
+        help="render offscreen, save an image in the format its suffix names (.png, .jpg, .bmp, .webp…) and exit",
+    )
     p.add_argument("--size", default="1600x1000", metavar="WxH")
     p.add_argument("--presentation", action="store_true", help="full screen, large fonts, editing locked")
     p.add_argument(

@@ -11,9 +11,11 @@ from tilewright.engine.errors import InputError, Problem
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from tilewright.engine.cli.progress import ProgressPrinter
+    from tilewright.engine.cli.sweep_check import check_sweep_paths
     from tilewright.engine.search.sweep.run import load_spec, run_sweep, sweep_json, sweep_text
 
     spec, base, source = load_spec(args.spec)
+    check_sweep_paths(spec, base, args.spec)
     require_positive("--workers", args.workers)
     if args.ray_address and args.executor != "ray":
         raise InputError(COMMAND_LINE, Problem("--ray-address", "needs --executor ray"))

@@ -62,12 +62,14 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
         return (f"{path}: valid model '{graph.name}' — {counted(len(graph.layers), 'layer')}, "
                 f"{_parameters(graph.params)}")
     if kind == "sweep":
+        from tilewright.engine.cli.sweep_check import check_sweep_paths
         from tilewright.engine.io.project_file import project_from_data
         from tilewright.engine.search.sweep.run import load_spec
         from tilewright.engine.search.sweep.spec import point_count
 
         spec, base, source = load_spec(path)
         project = project_from_data(base, source)
+        check_sweep_paths(spec, base, path)
         return (f"{path}: valid sweep — {point_count(spec):,} {spec.method} points over "
                 f"{len(spec.parameters)} parameter(s) of '{project.name}'")
     raise InputError(path, f"unknown kind '{kind}'")

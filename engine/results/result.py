@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tilewright.engine.results.text import counted, number
+from tilewright.engine.results.text import counted, duration, number
 from tilewright.engine.results.timeline import Timeline
 
 HOST_LEVEL = "host"  # ``mapping.memory_levels``' name of the node's host memory
@@ -346,7 +346,7 @@ class Result:
         gib = 2**30
         lines = [
             f"{self.project} — {self.mode}, {self.engine} engine, {counted(self.devices, 'device')}",
-            f"  iteration time   {number(m['iteration_time_s'])} s",
+            f"  iteration time   {duration(m['iteration_time_s'])}",
             f"  throughput       {number(m['samples_per_s'])} samples/s"
             + (f", {number(m['tokens_per_s'])} tokens/s" if "tokens_per_s" in m else ""),
             f"  MFU / HFU        {100 * m['mfu']:.1f} % / {100 * m['hfu']:.1f} %",
@@ -358,11 +358,11 @@ class Result:
                          f"{number(m['host_memory_capacity_bytes'] / gib)} GiB per device, offloaded "
                          f"({held or 'nothing held'})")
         if self.mode == "infer":
-            tpot = "— (one output token)" if self.tpot_s is None else f"{number(self.tpot_s * 1e3)} ms"
+            tpot = "— (one output token)" if self.tpot_s is None else duration(self.tpot_s)
             user = "" if self.tpot_s is None else f", {number(m['tokens_per_s_per_user'])} tokens/s per user"
-            lines.append(f"  TTFT / TPOT      {number((self.ttft_s or 0.0) * 1e3)} ms / {tpot}{user}")
+            lines.append(f"  TTFT / TPOT      {duration(self.ttft_s or 0.0)} / {tpot}{user}")
             lines.append(f"  per device       {number(m['tokens_per_s_per_device'])} output tokens/s")
-        parts = ", ".join(f"{k} {number(v)} s" for k, v in m["time_breakdown_s"].items() if v > 0)
+        parts = ", ".join(f"{k} {duration(v)}" for k, v in m["time_breakdown_s"].items() if v > 0)
         lines.append(f"  time breakdown   {parts}")
         if self.energy is not None and not any(self.energy.by_part.values()):
             lines.append("  energy           not known: the hardware IR has no energy figures "

@@ -242,6 +242,7 @@ def _percent(fraction: float) -> str:
 
 
 def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    return f"{number(seconds * 1e3)} ms" if seconds < 1 else f"{number(seconds)} s"
+    """A latency at a readable scale (``results.text.duration``: µs, ms or s), "—" when there is none."""
+    from tilewright.engine.results.text import duration
+
+    return "—" if seconds is None else duration(seconds)

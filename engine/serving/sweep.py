@@ -86,6 +86,7 @@ def sweep_rates(
 
 
 def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    return f"{seconds * 1e3:.4g} ms" if seconds < 1 else f"{seconds:.4g} s"
+    """A latency at a readable scale (``results.text.duration``: µs, ms or s), "—" when there is none."""
+    from tilewright.engine.results.text import duration
+
+    return "—" if seconds is None else duration(seconds)

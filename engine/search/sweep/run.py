@@ -21,6 +21,7 @@ from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.results.text import quantity
 from tilewright.engine.search.pareto import pareto_front
 from tilewright.engine.search.sweep.executors import Task, run_local, run_ray
 from tilewright.engine.search.sweep.point import COST_FIELDS, METRICS
@@ -248,9 +249,5 @@ def sweep_text(result: SweepResult, spec: SweepSpec) -> str:
     ]
     keys = [p.path for p in spec.parameters] + [o.metric for o in spec.objectives]
     for row in result.pareto:
-        lines.append("    " + ", ".join(f"{k}={_fmt(row.get(k))}" for k in keys))
+        lines.append("    " + ", ".join(f"{k}={quantity(k, row.get(k))}" for k in keys))
     return "\n".join(lines)
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)

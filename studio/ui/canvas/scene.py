@@ -105,6 +105,7 @@ class LevelScene(QGraphicsScene):
         self.addItem(self.frame)
         self.tags = StageTags()
         self.addItem(self.tags)
+        self.addItem(self.tags.lines)
         self._limit_captions()
         self._refresh_geometry()
         self._syncing = False

@@ -3,12 +3,18 @@
 When cells are too small for their own text, or one cell holds several stages (a die whose tile rows
 are four stages), the stages are named where they are. Tags keep a fixed pixel size and are placed
 greedily. A tag that would cover a caption (a component's name and figures, the level's title, a memory
-port's name or load), a tag already drawn or another stage's centre moves up or down by its height if it
-stays on its component's cells, so the tags of narrow side-by-side stages (eight GPUs of a node) stagger.
-A stage whose cells still leave its tag no place gets one in the nearest free spot of the view, with a
-leader line to its centre (``tag_places``): at 1280 × 720 dropping them left the GPT-3 node with three
-tags for eight stages and the PaLM wafer with three for twenty. Every stage whose centre is in view is
-named at least once; only a view with no free place left drops a tag (the legend still names every stage)."""
+port's name or load), the level's link bar, the frame's edge, a tag already drawn or another stage's
+centre moves up or down by its height if it stays on its component's cells.
+
+If some stage in view finds no place that way, the level writes every stage short — its number, which
+the legend spells out — on its cells where it fits, and a stage whose cells still leave its number no
+place gets the nearest free spot of the view with a leader line to its centre (``tag_places``). At
+1280 × 720 long tags on leaders crowded the canvas: the GPT-3 cluster's "L5–8 +2" lay across the
+system's frame and the fat-tree bar, PaLM's twenty crossed one another and the die caption. Later tags
+keep off earlier leaders; the lines are drawn beneath the components (``LeaderLines``), so one that
+must pass a caption runs under its backdrop, and the stage's dot and the tag are drawn on top. Every
+stage whose centre is in view is named at least once; only a view with no free place left drops a tag
+(the legend still names every stage)."""
 
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ MAX_TAGS = 400
 DOT = 2.5  # px: radius of the dot a leader line starts from (a stage's centre)
 MAX_LEADERS = 48  # tags placed off their cells, at most (each a search of the view)
 NUDGES = (0.0, -1.0, 1.0)  # tag heights a tag may move off its stage's centre to clear a caption
+EDGE_PX = 1.0  # half the thickness of a frame edge as tags keep off it
 
 
 def stage_centres(item: GridItem, colours: CellColours) -> list[tuple[QPointF, int]]:
@@ -85,6 +92,14 @@ class StageTags(QGraphicsItem):
         self.single: dict[GridItem, bool] = {}
         self._placed_key: tuple | None = None  # what the last placement depended on, and its result
         self._placed: list[tuple[QRectF, str, int, QPointF | None]] = []
+        self.lines = LeaderLines(self)  # the scene adds it beside this item
+        self.short = False  # last paint wrote the stages' numbers (the legend spells them out), not their layers
+        self._dots = np.zeros((0, 4))
+        self._dot_stage = np.zeros(0, dtype=int)
+
+    def update(self, *args) -> None:  # type: ignore[override]
+        super().update(*args)
+        self.lines.update()
 
     def set_tags(self, layout: StageLayout, stage_colours: dict[GridItem, CellColours]) -> None:
         self.prepareGeometryChange()
@@ -104,6 +119,18 @@ class StageTags(QGraphicsItem):
     def shape(self) -> QPainterPath:
         return QPainterPath()  # never under the mouse: clicks and drops go to the components beneath
 
+    def placement(
+        self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None
+    ) -> list[tuple[QRectF, str, int, QPointF | None]]:
+        """The tags as placed for this paint (cached while nothing they depend on moved): the tags and
+        their leader lines (``LeaderLines``, painted first, beneath the components) share it."""
+        if not self.tags:
+            return []
+        transform = painter.worldTransform()
+        view = QRectF(widget.rect()) if widget is not None else QRectF(painter.viewport())
+        detail = style.CELL * option.levelOfDetailFromTransform(transform) >= style.DETAIL_CELL_PX
+        return self._place(transform, QFontMetricsF(style.label_font(True, -1.0)), view, detail)
+
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
         self.drawn = 0
         self.boxes = []
@@ -111,21 +138,15 @@ class StageTags(QGraphicsItem):
         self.leaders = []
         if not self.tags:
             return
-        font = style.label_font(True, -1.0)
-        transform = painter.worldTransform()
-        view = QRectF(widget.rect()) if widget is not None else QRectF(painter.viewport())
-        detail = style.CELL * option.levelOfDetailFromTransform(transform) >= style.DETAIL_CELL_PX
-        placed = self._place(transform, QFontMetricsF(font), view, detail)
+        placed = self.placement(painter, option, widget)
         painter.save()
         painter.resetTransform()
-        painter.setFont(font)
-        for box, _text, stage, centre in placed:  # leaders first: every tag is drawn over them
+        painter.setFont(style.label_font(True, -1.0))
+        for box, _text, stage, centre in placed:  # the line is beneath (``LeaderLines``); its dot marks the stage
             if centre is not None:
-                end = leader_end(box, centre)
-                self.leaders.append((stage, QPointF(centre), end))
+                self.leaders.append((stage, QPointF(centre), leader_end(box, centre)))
                 ink = style.stage_color(stage).darker(150)
-                painter.setPen(style.cosmetic_pen(ink, 1.5))
-                painter.drawLine(centre, end)
+                painter.setPen(style.cosmetic_pen(ink, 1.0))
                 painter.setBrush(ink)
                 painter.drawEllipse(centre, DOT, DOT)
         for box, text, stage, _centre in placed:
@@ -145,13 +166,19 @@ class StageTags(QGraphicsItem):
     ) -> list[tuple[QRectF, str, int, QPointF | None]]:
         """(box, text, stage, leader start or None) of every tag drawn, in viewport pixels.
 
-        First each tag on its stage's cells (nudged up or down), where it covers no caption, no tag and no
-        other stage's centre (a stage whose middle is hidden cannot be pointed at); then every stage still
-        without a tag and with its centre in view gets the nearest free spot, with a leader line."""
+        First every tag with its layers ("L12–23") on its stage's cells (nudged up or down), where it covers
+        no caption, no tag, no link bar, no frame edge and no other stage's centre. If some stage in view is
+        left without one, the tags of the level are all written short instead — the stage's number, which
+        the legend spells out ("5  L21–24") — on their cells where they fit, and each stage still without a
+        place gets the nearest free spot of the view with a leader line. Long tags on leaders were what
+        crowded a small canvas: twenty of them round the PaLM wafer crossed one another, the die caption and
+        the wafer's frame; a number is a fifth of their width. Later tags keep off earlier leaders, and a
+        leader crosses no caption, tag or earlier leader when any place allows it."""
         captions = self._captions(transform) + self._covered()
+        walls = self._bars(transform) + self._frame_edges(transform)
         grids = self._grid_rects(transform)
         # Repaints (hover, selection, the time cursor) mostly change nothing a tag depends on: reuse.
-        key = (detail, _numbers(view), tuple(_numbers(r) for r in captions + grids), tuple(
+        key = (detail, _numbers(view), tuple(_numbers(r) for r in captions + walls + grids), tuple(
             transform.map(QPointF(*xy)).toTuple() for xy in ((0.0, 0.0), (1.0, 1.0))))
         if key == self._placed_key:
             return self._placed
@@ -163,43 +190,70 @@ class StageTags(QGraphicsItem):
                 continue
             if not text:
                 continue  # a stage with no layers (more stages than layers): an empty tag says nothing
-            centre = transform.map(item.mapToScene(local))
-            w, h = fm.horizontalAdvance(text) + 2 * PAD, fm.height() + PAD
-            todo.append((item, centre, text, stage, QRectF(centre.x() - w / 2, centre.y() - h / 2, w, h)))
-        # Every stage's centre as a small box (x0, y0, x1, y1), with its stage: a tag covers no other's.
-        centres = np.array([(c.x(), c.y()) for _i, c, _t, _s, _b in todo]).reshape(-1, 2)
-        dots = np.hstack([centres - DOT, centres + DOT])
-        dot_stage = np.array([s for _i, _c, _t, s, _b in todo], dtype=int)
-        placed: list[tuple[QRectF, str, int, QPointF | None]] = []
-        waiting: dict[int, tuple[QPointF, str, QRectF]] = {}  # stages with no place on their cells
-        taken: list[QRectF] = []
-        for item, centre, text, stage, box in todo:
-            others = dots[dot_stage != stage]
-            found = self._free_box(box, transform.mapRect(item.scene_grid_rect()), captions, taken, others)
-            if found is None:
-                if view.contains(centre):
-                    waiting.setdefault(stage, (centre, text, box))
-                continue
-            taken.append(found)
-            named.add(stage)
-            placed.append((found, text, stage, None))
-        leaders = 0
-        for stage, (centre, text, box) in sorted(waiting.items()):
-            if stage in named:
-                continue  # another of its components carries its tag
-            if leaders == MAX_LEADERS:
-                break  # past this many, lines from everywhere to everywhere: the legend names the rest
-            fixed = rect_array(captions + taken)  # leaders may pass other stages' dots, not text or tags
-            walls = np.vstack([fixed, dots[dot_stage != stage]])
-            found = nearest_free(centre, (box.width(), box.height()), view, walls, grids, uncrossed=fixed)
-            leaders += 1
-            if found is not None:
-                taken.append(found)
-                named.add(stage)
-                placed.append((found, text, stage, centre))
+            todo.append((item, transform.map(item.mapToScene(local)), text, stage))
+        in_view = {stage for _i, centre, _t, stage in todo if view.contains(centre)}
+        placed, long_named = self._on_cells(todo, transform, fm, captions + walls, short=False)
+        if in_view <= long_named:
+            self.short = False
+        else:
+            self.short = True
+            placed, short_named = self._on_cells(todo, transform, fm, captions + walls, short=True)
+            placed += self._with_leaders(todo, placed, short_named, fm, view, transform, captions, walls, grids)
+        named |= {stage for _b, _t, stage, _c in placed}
         self.named = sorted(named)
         self._placed_key, self._placed = key, placed
         return placed
+
+    def _box(self, fm: QFontMetricsF, centre: QPointF, text: str) -> QRectF:
+        h = fm.height() + PAD
+        w = max(fm.horizontalAdvance(text) + 2 * PAD, h)  # a lone digit's tag is square, not a sliver
+        return QRectF(centre.x() - w / 2, centre.y() - h / 2, w, h)
+
+    def _on_cells(
+        self, todo: list, transform: QTransform, fm: QFontMetricsF, blocked: list[QRectF], short: bool
+    ) -> tuple[list[tuple[QRectF, str, int, QPointF | None]], set[int]]:
+        """Tags placed on their own stage's cells (long: the layers; short: the stage's number)."""
+        centres = np.array([(c.x(), c.y()) for _i, c, _t, _s in todo]).reshape(-1, 2)
+        self._dots = np.hstack([centres - DOT, centres + DOT])  # a tag covers no other stage's centre
+        self._dot_stage = np.array([s for _i, _c, _t, s in todo], dtype=int)
+        placed: list[tuple[QRectF, str, int, QPointF | None]] = []
+        taken: list[QRectF] = []
+        for item, centre, text, stage in todo:
+            shown = str(stage) if short else text
+            box = self._box(fm, centre, shown)
+            others = self._dots[self._dot_stage != stage]
+            found = self._free_box(box, transform.mapRect(item.scene_grid_rect()), blocked, taken, others)
+            if found is not None:
+                taken.append(found)
+                placed.append((found, shown, stage, None))
+        return placed, {stage for _b, _t, stage, _c in placed}
+
+    def _with_leaders(
+        self, todo: list, placed: list, named: set[int], fm: QFontMetricsF, view: QRectF, transform: QTransform,
+        captions: list[QRectF], walls: list[QRectF], grids: list[QRectF],
+    ) -> list[tuple[QRectF, str, int, QPointF | None]]:
+        """Short tags in the nearest free spots of the view for the stages in view still without one."""
+        waiting: dict[int, QPointF] = {}
+        middle: dict[int, QPointF] = {}  # the middle of the grid each waiting stage is on
+        for item, centre, _text, stage in todo:
+            if stage not in named and view.contains(centre):
+                waiting.setdefault(stage, centre)
+                middle.setdefault(stage, transform.mapRect(item.scene_grid_rect()).center())
+        taken = [box for box, _t, _s, _c in placed]
+        lines: list[tuple[QPointF, QPointF]] = []
+        out: list[tuple[QRectF, str, int, QPointF | None]] = []
+        for stage, centre in sorted(waiting.items())[:MAX_LEADERS]:
+            # past MAX_LEADERS, lines from everywhere to everywhere: the legend names the rest
+            box = self._box(fm, centre, str(stage))
+            fixed = rect_array(captions + taken)  # leaders may pass other stages' dots and bars, not text or tags
+            blocked = np.vstack([fixed, rect_array(walls), self._dots[self._dot_stage != stage]])
+            found = nearest_free(centre, (box.width(), box.height()), view, blocked, grids, uncrossed=fixed,
+                                 lines=lines, outward=centre - middle[stage])
+            if found is not None:
+                taken.append(found)
+                lines.append((QPointF(centre), leader_end(found, centre)))
+                out.append((found, str(stage), stage, centre))
+        return out
 
     def _covered(self) -> list[QRectF]:
         """Viewport rects covered by widgets floating on the view (the legend): a tag there is hidden."""
@@ -213,6 +267,27 @@ class StageTags(QGraphicsItem):
         if scene is None:
             return []
         return [transform.mapRect(g.scene_grid_rect()) for g in scene.items() if isinstance(g, GridItem)]
+
+    def _bars(self, transform: QTransform) -> list[QRectF]:
+        """The level's link bar (a fat-tree's, a switch's) on screen: a tag on it hid the bar and its spokes."""
+        links = getattr(self.scene(), "links", None)
+        bar = getattr(links, "bar", None)
+        if bar is None or bar.isNull():
+            return []
+        return [transform.mapRect(links.mapRectToScene(bar))]
+
+    def _frame_edges(self, transform: QTransform) -> list[QRectF]:
+        """The four edges of the level's frame, as thin rects: a tag is inside the frame or outside it, never
+        struck through by its border (GPT-3's "L5–8" sat across the system's edge)."""
+        frame = getattr(self.scene(), "frame", None)
+        if frame is None or frame.rect.isNull():
+            return []
+        r = transform.mapRect(frame.mapRectToScene(frame.rect))
+        t = EDGE_PX
+        return [QRectF(r.left() - t, r.top() - t, r.width() + 2 * t, 2 * t),
+                QRectF(r.left() - t, r.bottom() - t, r.width() + 2 * t, 2 * t),
+                QRectF(r.left() - t, r.top() - t, 2 * t, r.height() + 2 * t),
+                QRectF(r.right() - t, r.top() - t, 2 * t, r.height() + 2 * t)]
 
     def _captions(self, transform: object) -> list[QRectF]:
         """Where the level's captions are on screen (pixels): tags keep clear of them."""
@@ -243,3 +318,32 @@ class StageTags(QGraphicsItem):
                           & (dots[:, 1] < grown.bottom()) & (dots[:, 3] > grown.top())):
                 return moved
         return None
+
+
+class LeaderLines(QGraphicsItem):
+    """The leader lines of the stage tags, beneath the components and their captions (above the link bar,
+    below the grids): a line that cannot avoid a caption (the bottom row of a crowded wafer, whose die
+    caption sits right under it) passes under its backdrop, so the text stays readable, and runs under
+    the cells from its stage's dot, which the tags' item draws on top."""
+
+    def __init__(self, tags: StageTags) -> None:
+        super().__init__()
+        self.tags = tags
+        self.setZValue(-0.5)
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+
+    def boundingRect(self) -> QRectF:
+        return EVERYWHERE
+
+    def shape(self) -> QPainterPath:
+        return QPainterPath()
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget: QWidget | None = None) -> None:
+        placed = self.tags.placement(painter, option, widget)
+        painter.save()
+        painter.resetTransform()
+        for box, _text, stage, centre in placed:
+            if centre is not None:
+                painter.setPen(style.cosmetic_pen(style.stage_color(stage).darker(150), 1.5))
+                painter.drawLine(centre, leader_end(box, centre))
+        painter.restore()

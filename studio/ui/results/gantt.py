@@ -14,7 +14,8 @@ from PySide6.QtCore import QPointF, Qt, QTimer
 from PySide6.QtGui import QCursor, QPainterPath
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QToolTip, QVBoxLayout, QWidget
 from tilewright.studio.model.gantt_data import GanttData
-from tilewright.studio.ui.results.lane_axis import LaneAxis
+from tilewright.studio.ui.results.lane_axis import LaneAxis, label_stride
+from tilewright.studio.ui.results.lane_scroll import LaneScrollBar
 from tilewright.studio.ui.results.plot_style import add_legend_row, elastic, make_plot, release_plot, set_legend
 from tilewright.studio.ui.results.time_cursor import CursorLine, TimeCursor
 from tilewright.studio.units import SECONDS, format_value, plural
@@ -64,6 +65,7 @@ class GanttView(QWidget):
     def __init__(self, cursor: TimeCursor, parent: QWidget | None = None):
         super().__init__(parent)
         self.data: GanttData | None = None
+        self._title = ""
         self.mode = "category"
         self.items: dict[int, Bars] = {}
         self.axis = LaneAxis()
@@ -87,7 +89,12 @@ class GanttView(QWidget):
         layout.setContentsMargins(4, 2, 4, 2)
         layout.setSpacing(2)
         layout.addLayout(self.toolbar)
-        layout.addWidget(self.plot_widget, 1)
+        self.scroll = LaneScrollBar(self.viewbox)  # the rows below (or above) the view, reachable and seen
+        chart = QHBoxLayout()
+        chart.setSpacing(0)
+        chart.addWidget(self.plot_widget, 1)
+        chart.addWidget(self.scroll)
+        layout.addLayout(chart, 1)
         # under the legend: the breakdown's categories no bar is coloured with (GanttData.unseen_note)
         self.unseen = elastic(QLabel())
         self.unseen.setStyleSheet("color: #566573; font-size: 8pt")
@@ -97,6 +104,7 @@ class GanttView(QWidget):
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self.refresh_bars)
         self.viewbox.sigRangeChanged.connect(lambda *_: self._timer.start())
+        self.viewbox.sigRangeChanged.connect(lambda *_: self._say_thinned())
         self.viewbox.sigResized.connect(self._resized)
         self.viewbox.sigRangeChangedManually.connect(self._user_moved)
         self.plot.scene().sigMouseMoved.connect(self._hover)
@@ -131,6 +139,7 @@ class GanttView(QWidget):
         self.items = {}
         rows = data.rows if data is not None else []
         self.axis.set_rows(rows)
+        self.scroll.set_rows(len(rows))
         if data is None or not len(data):
             self.title.setText("No timeline yet: run the project (F5)." if data is None else "This run has no slices.")
             set_legend(self.legend, [])
@@ -138,10 +147,9 @@ class GanttView(QWidget):
             self.headers.setOpts(x0=[0.0], width=[0.0], y=[0.0])
             return
         lanes = sum(not r.is_header for r in rows)
-        self.title.setText(
-            f"<b>Timeline</b> · {len(data):,} slices · {lanes} {plural('lane', lanes)} · "
-            f"{format_value(data.span, SECONDS)}"
-        )
+        self._title = (f"<b>Timeline</b> · {len(data):,} slices · {lanes} {plural('lane', lanes)} · "
+                       f"{format_value(data.span, SECONDS)}")
+        self.title.setText(self._title)
         header_rows = [float(i) for i, r in enumerate(rows) if r.is_header]
         self.headers.setOpts(x0=[0.0] * len(header_rows), width=[data.span] * len(header_rows), y=header_rows)
         self.viewbox.setLimits(xMin=-0.02 * data.span, xMax=1.02 * data.span, yMin=-1.0,
@@ -175,8 +183,10 @@ class GanttView(QWidget):
         if self.data is None or not len(self.data):
             return
         height = self.viewbox.height()
-        rows = max(MIN_ROWS, int(height / ROW_PX)) if height > 0 else 24
-        rows = min(rows, max(len(self.data.rows), MIN_ROWS))
+        fit = max(1, int(height / ROW_PX)) if height > 0 else 24  # rows at a height their label fits
+        # A short chart keeps thin rows (up to MIN_ROWS' worth of height), but never squeezes more rows in
+        # than have room for a label each: ten rows in 110 px labelled every other lane.
+        rows = max(min(fit, len(self.data.rows)), min(MIN_ROWS, fit))
         self.viewbox.setRange(xRange=(0.0, self.data.span), yRange=(-0.6, rows - 0.4), padding=0)
         self.refresh_bars()
 
@@ -185,6 +195,19 @@ class GanttView(QWidget):
             self.fit()
         else:
             self._timer.start()
+        self._say_thinned()
+
+    def labels_thinned(self) -> bool:
+        """Whether the rows shown are too thin for a label each (the axis then labels every n-th lane)."""
+        _top, _bottom = self.scroll.shown()
+        return self.data is not None and label_stride(_bottom - _top, self.viewbox.height()) > 1
+
+    def _say_thinned(self) -> None:
+        """Zoomed out past a label per lane, the title says how to read a lane's name: by hovering it."""
+        if self.data is None or not len(self.data):
+            return
+        note = " · some lanes unlabelled for room: hover a row for its name" if self.labels_thinned() else ""
+        self.title.setText(self._title + note)
 
     def _user_moved(self, *_args: object) -> None:
         self.auto_fit = False
@@ -235,7 +258,11 @@ class GanttView(QWidget):
         if lane < 0:
             return ""
         i = data.slice_at(lane, t, HOVER_PX * self.pixel_seconds())
-        return data.describe(i) if i is not None else ""
+        thinned = self.labels_thinned()  # the axis may not name this row: the tooltip does
+        name = data.rows[row].text
+        if i is None:
+            return name if thinned else ""
+        return f"{name}\n{data.describe(i)}" if thinned else data.describe(i)
 
     def _hover(self, pos: QPointF) -> None:
         if self.data is None or not self.viewbox.sceneBoundingRect().contains(pos):

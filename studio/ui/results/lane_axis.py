@@ -17,6 +17,12 @@ SLACK_PX = 14  # pyqtgraph's own tick-text offset, so the longest label fits who
 MIN_PX, MAX_PX = 150, 320
 
 
+def label_stride(rows: float, pixels: float) -> int:
+    """Label every ``stride``-th lane: 1 when each of ``rows`` rows in ``pixels`` has room for its label."""
+    px_per_row = pixels / max(rows, 1e-9)
+    return max(1, math.ceil(LINE_PX / max(px_per_row, 1e-9)))
+
+
 class LaneAxis(pg.AxisItem):
     def __init__(self) -> None:
         super().__init__("left")
@@ -40,8 +46,7 @@ class LaneAxis(pg.AxisItem):
         lo, hi = max(0, math.ceil(minVal)), min(len(self.rows) - 1, math.floor(maxVal))
         if hi < lo:
             return []
-        px_per_row = size / max(maxVal - minVal, 1e-9)
-        stride = max(1, math.ceil(LINE_PX / max(px_per_row, 1e-9)))
+        stride = label_stride(maxVal - minVal, size)
         headers = [float(r) for r in range(lo, hi + 1) if self.rows[r].is_header]
         lanes = [float(r) for r in range(lo, hi + 1) if not self.rows[r].is_header and (r - lo) % stride == 0]
         if stride > 1:  # a header wins over a lane label it would collide with
