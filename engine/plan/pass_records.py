@@ -17,6 +17,7 @@ from tilewright.engine.perf.op_cost import OpTime
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import ContextComm
 from tilewright.engine.plan.grad_hooks import GradHooks
+from tilewright.engine.plan.op_memo import OpTimes
 from tilewright.engine.plan.sharding import ShardComm, spans_replicas
 
 PassKind = str  # "F" | "B" | "R"
@@ -149,3 +150,4 @@ class PassContext:
     moe_router_fusion: bool = False  # the routing op's host counts are TE's fused router's (``plan.moe_host``)
     grad_hooks: GradHooks | None = None  # training: the parameters' gradient hooks (``plan.grad_hooks``)
     host_framework: HostFramework = "megatron-lm"  # whose Python issues the kernels (``plan.framework_host``)
+    op_times: OpTimes | None = None  # a memo of the op costs shared by a search's or a plan's passes (``plan.op_memo``)

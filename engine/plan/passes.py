@@ -141,20 +141,12 @@ class _Builder:
             self._stream(op, moe.sort_bytes)
         if fused != (False, False):
             fused = _on_chip(op, fused, c)
-        t = op_time(
-            _costed(op, c.dev, scores, fused),
-            c.dev,
-            c.micro_batch,
-            c.tp,
-            c.sequence_parallel,
-            backward,
-            c.elem_bytes,
-            *fused,
-            c.formats,
-            c.spatial,
-            c.residency,
-            tp_axes=None if backward else c.tp_axes,
-        )
+        costed, axes = _costed(op, c.dev, scores, fused), None if backward else c.tp_axes
+        if c.op_times is not None:  # a search's or a plan's memo (``plan.op_memo``): the same shape once
+            t = c.op_times.time(costed, op, c, backward, fused, scores, axes)
+        else:
+            t = op_time(costed, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused,
+                        c.formats, c.spatial, c.residency, tp_axes=axes)
         seg = self._open
         if seg is None:
             seg = self._open = Segment(

@@ -11,7 +11,7 @@ per candidate: ``search.op_settings``, ``search.parallel.estimate``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.common import dtype_bytes
@@ -22,6 +22,7 @@ from tilewright.engine.perf.memory import StateBytes, bytes_per_param, fp8_param
 from tilewright.engine.plan.context import ring_fused
 from tilewright.engine.plan.device_layers import block_names, edge_weight_bytes
 from tilewright.engine.plan.experts import expert_dp, expert_tp_of, experts_apart
+from tilewright.engine.plan.op_memo import OpTimes
 from tilewright.engine.plan.passes import fused_edges
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
 from tilewright.engine.plan.routing_imbalance import resolved_imbalance
@@ -57,6 +58,8 @@ class PlanSettings:
     micro_batches: int
     log: TrainLogging
     edge_bytes: dict[int, float]  # the bf16 edge layers' weight bytes per parameter
+    # the op costs every stage's passes share (``plan.op_memo``): a stage's blocks, and the stages, repeat one shape
+    op_times: OpTimes = field(default_factory=OpTimes)
 
     @classmethod
     def of(cls, project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> PlanSettings:

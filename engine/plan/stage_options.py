@@ -51,6 +51,7 @@ def stage_options(
     groups, formats, ep, etp = s.groups, s.formats, s.ep, s.etp
     d = hw.devices[first]
     ctx = PassContext(dev, s.mb, m.tp, m.sequence_parallel, s.elem, s.fusion, formats, m.spatial)
+    ctx.op_times = s.op_times  # one memo of op costs for the plan (``plan.op_memo``)
     ctx.rows_per_sample = workload.tokens_per_sample
     ctx.fused_loss = m.fused_cross_entropy
     ctx.cuda_graph_scope = tuple(m.cuda_graph_scope or ())  # plan.cuda_graphs

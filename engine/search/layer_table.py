@@ -13,6 +13,7 @@ over contiguous layer ranges.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,8 @@ from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, recomputed_layers, workspace_bytes
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.group_comm import tp_seconds
-from tilewright.engine.plan.passes import ChunkPass, Segment, backward_pass, forward_pass
+from tilewright.engine.plan.op_memo import OpTimes
+from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, backward_pass, forward_pass
 from tilewright.engine.search.comm import CommModel
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -90,6 +92,9 @@ class LayerCosts:
         self._tables: dict[tuple, LayerTable] = {}
         self._passes: dict[tuple, dict] = {}
         self._base: dict[tuple, dict] = {}
+        self._forwards: dict[tuple, dict] = {}
+        self._backwards: dict[tuple, list[tuple[list, dict]]] = {}  # the backwards built, with what they asked
+        self._op_times = OpTimes()  # op costs shared by every pass this table builds (``plan.op_memo``)
         self._params: dict[int, np.ndarray] = {}
         self._dram_spb: dict[tuple[int, ...], float] = {}
         self.evaluated_layers = 0
@@ -212,11 +217,17 @@ class LayerCosts:
         self._passes[key] = out
         return out
 
+    def _context(self, tp: int, mb: float, sp: bool, residency: Residency | None) -> PassContext:
+        """The plan's ``PassContext`` for these knobs (``OpSettings.context``), with this table's op-cost memo."""
+        ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
+        ctx.op_times = self._op_times
+        return ctx
+
     def _selective(
         self, k: int, i: int, tp: int, mb: float, sp: bool, residency: Residency | None, modules: tuple[str, ...]
     ) -> ChunkPass:
         """Layer class ``k``'s (representative ``i``) selective-recompute pass re-running ``modules``."""
-        ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
+        ctx = self._context(tp, mb, sp, residency)
         return forward_pass([self.ops[i]], ctx, "R", only_selective=True, modules=modules)
 
     def _base_passes(
@@ -231,16 +242,55 @@ class LayerCosts:
         key = (tp, mb, sp, residency, regather, dgrad)
         hit = self._base.get(key)
         if hit is None:
-            ctx = self.settings.context(self.dev, mb, tp, sp, residency)  # type: ignore[arg-type]
-            if regather is not None:
-                ctx.regather_seconds = tp_seconds(self.comm.hw, list(regather))
-            if dgrad is not None:
-                ctx.dgrad_overlap = True
-                ctx.dgrad_seconds = ctx.regather_seconds or tp_seconds(self.comm.hw, list(dgrad))
-            hit = self._base[key] = {
+            forwards = self._forward_passes(tp, mb, sp, residency)
+            backwards = self._backward_passes(tp, mb, sp, residency, regather, dgrad)
+            hit = self._base[key] = {k: (forwards[k][0], backwards[k], *forwards[k][1:]) for k in self.representative}
+        return hit
+
+    def _backward_passes(
+        self, tp: int, mb: float, sp: bool, residency: Residency | None, regather: tuple[int, ...] | None,
+        dgrad: tuple[int, ...] | None,
+    ) -> dict[int, ChunkPass]:
+        """Per layer class: its backward pass, the re-gather timed on ``regather`` and the overlapped input-gradient
+        collectives on ``dgrad`` (``_base_passes``). The builder reads those groups only through the seconds it
+        asks of them (``PassContext.regather_seconds``, ``dgrad_seconds``), and nothing else it reads depends on
+        the group, so a pass built for another group that answers every one of the same questions, asked in the
+        same order, with the same seconds is this group's pass too: the builder would take the same path and
+        compute the same numbers. Groups of one shape on a regular mesh answer alike, so a search builds one
+        backward per distinct set of answers, not one per group."""
+        hw = self.comm.hw
+        reg = tp_seconds(hw, list(regather)) if regather is not None else None
+        dg = (reg or tp_seconds(hw, list(dgrad))) if dgrad is not None else None
+        fns = (reg, dg)
+        built = self._backwards.setdefault((tp, mb, sp, residency, reg is None, dg is None, dg is reg), [])
+        for asked, passes in built:
+            if all(_same(fns[which](kind, nbytes), s) for which, kind, nbytes, s in asked):  # type: ignore[misc]
+                return passes
+        log: list[tuple[int, str, float, float]] = []
+        ctx = self._context(tp, mb, sp, residency)
+        if reg is not None:
+            ctx.regather_seconds = _Asked(reg, 0, log)
+        if dg is not None:
+            ctx.dgrad_overlap = True
+            ctx.dgrad_seconds = ctx.regather_seconds if dg is reg else _Asked(dg, 1, log)
+        passes = {k: backward_pass([self.ops[i]], ctx) for k, i in self.representative.items()}
+        built.append((log, passes))
+        return passes
+
+    def _forward_passes(
+        self, tp: int, mb: float, sp: bool, residency: Residency | None
+    ) -> dict[int, tuple[ChunkPass, ChunkPass, ChunkPass]]:
+        """Per layer class: its forward, selective-recompute and full re-run passes. Only a backward re-gathers
+        (``PassContext.regather_seconds``) or hides its input gradients' collectives (``dgrad_seconds``), so
+        these are the same for every tensor group and are built once per knob setting, not once per group (a
+        search on a grid of chips meets the same tp with many groups)."""
+        key = (tp, mb, sp, residency)
+        hit = self._forwards.get(key)
+        if hit is None:
+            ctx = self._context(tp, mb, sp, residency)
+            hit = self._forwards[key] = {
                 k: (
                     forward_pass([self.ops[i]], ctx),
-                    backward_pass([self.ops[i]], ctx),
                     forward_pass([self.ops[i]], ctx, "R", only_selective=True),
                     forward_pass([self.ops[i]], ctx, "R"),
                 )
@@ -269,6 +319,25 @@ class LayerCosts:
             usage = stream_usage(hw, group, mem) if mem is not None else {}
             spb = self._dram_spb[group] = max((u / hw.links[lk].bandwidth for lk, u in usage.items()), default=0.0)
         return spb
+
+
+class _Asked:
+    """A tensor group's collective timing (``group_comm.tp_seconds``) that notes every question a pass asks of it,
+    with its answer, in order (``LayerCosts._backward_passes``); ``which``: the timing it stands for (0 the
+    re-gather's, 1 the overlapped input gradients')."""
+
+    def __init__(self, seconds: Callable[[str, float], float], which: int, log: list) -> None:
+        self.seconds, self.which, self.log = seconds, which, log
+
+    def __call__(self, kind: str, nbytes: float) -> float:
+        s = self.seconds(kind, nbytes)
+        self.log.append((self.which, kind, nbytes, s))
+        return s
+
+
+def _same(a: float, b: float) -> bool:
+    """The same seconds, to the bit as printed (0.0 and -0.0 apart)."""
+    return a == b and repr(a) == repr(b)
 
 
 def _raw(seg: Segment) -> tuple[float, float, float, float] | None:
