@@ -50,7 +50,7 @@ def traffic_patterns(
                 for seg in ps.segments:
                     if seg.comm:
                         for ph in plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).phases:
-                            links |= ph.usage.keys()
+                            links.update(ph.usage)  # in place (``|=`` with a keys view builds a new set)
                             pats.append(ph.usage)
             tp_links[(r, j)] = links
             tp_patterns[(r, j)] = pats
@@ -74,8 +74,8 @@ def traffic_patterns(
         if any(ps.has_dram for ps in st.passes.values()):
             others += [dram_usage(plan, r, u, shared) for u in units]
     others += [ph.usage for ph in plan.tied_collective().phases]  # the tied embedding's all-reduce
-    for usage in others:
-        busy |= usage.keys()
+    for usage in others:  # in place: ``busy |= usage.keys()`` copied the growing set once per pattern
+        busy.update(usage)
     private = {key for key, links in tp_links.items() if links and not links & busy}
     patterns = others + [u for key, pats in tp_patterns.items() if key not in private for u in pats]
     return private, patterns

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, get_args
 
 from tilewright.engine.ir.mapping import Mapping, PlacementStrategy, Recompute, Schedule, tp_axes_for
@@ -190,6 +190,25 @@ class Candidate:
         if self.rank_order != "tp-dp-pp":
             parts.append(self.rank_order)
         return " ".join(parts)
+
+
+# ``dense``'s: each field's slot setter, and the defaults of the fields after the first stage's eight
+_SETTERS = tuple(getattr(Candidate, f.name).__set__ for f in fields(Candidate))
+_REST = tuple(f.default for f in fields(Candidate)[8:])
+assert MISSING not in _REST, "dense() needs a plain default for every field after the eighth"
+
+
+def dense(tp: int, pp: int, dp: int, micro_batch: int, interleave: int, recompute: Recompute,
+          sequence_parallel: bool, zero: int) -> Candidate:
+    """``Candidate(tp, pp, dp, micro_batch, interleave, recompute, sequence_parallel, zero)``, the rest at their
+    defaults, for the first stage's walk, which makes one per point of a space of millions: the dataclass's frozen
+    ``__init__`` sets each field through ``object.__setattr__`` and costs ~3× this. ``recompute`` must be the
+    enum already (``__post_init__``'s coercion is skipped)."""
+    c = object.__new__(Candidate)
+    for put, value in zip(_SETTERS, (tp, pp, dp, micro_batch, interleave, recompute, sequence_parallel, zero, *_REST),
+                          strict=True):
+        put(c, value)
+    return c
 
 
 def modules_text(modules: tuple[str, ...]) -> str:

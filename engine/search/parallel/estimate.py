@@ -100,11 +100,13 @@ class Estimator(CandidateChunks, StageSums, MemoryFit, IterationTail, PipelineHo
         self._chunks: dict[tuple, Chunks] = {}
         self._params: dict[tuple[int, int, int], np.ndarray] = {}
         self._prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]] = {}  # keyed by id, holds the array
+        self._orders: dict[int, tuple] = {}  # the blocks' values in order and the extras' maxima, by id(values)
         self.out_elems = [ops[-1].out_elems if ops else 0.0 for ops in self.costs.ops]
         self._stream: dict[tuple[int, ...], dict[int, float]] = {}  # a stage's devices → their DRAM usage
         self._residency: dict[tuple, StageResidency | None] = {}
         self._framework: dict[tuple, tuple[Chunks, Chunks]] = {}  # plan.train_step's pass leads, by chunks
         self._flags: dict[tuple[int, ...], float] = {}  # the optimizer's flag all-reduce, by model group
+        self._tied: dict[tuple, float] = {}  # the tied embedding's all-reduce (``IterationTail._tied_s``)
 
     def step_at(self, zero: int) -> AdamStep:
         """The fused Adam step of a candidate with ZeRO stage ``zero`` (``precision_fields``)."""

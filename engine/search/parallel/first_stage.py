@@ -15,7 +15,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import Reporter
 from tilewright.engine.plan.cuda_graphs import problems
 from tilewright.engine.search.op_settings import fusion_allows
-from tilewright.engine.search.parallel.candidate import Candidate, replicas
+from tilewright.engine.search.parallel.candidate import Candidate, dense, replicas
 from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.search.parallel.moe import MoESeeds
 from tilewright.engine.search.parallel.ranking import Best, Ranked, SearchResult
@@ -109,7 +109,7 @@ def walk_space(
                             m = gb // (dp * mb)
                             fits = dense_fits = False
                             for v in space.interleaves(pp, m):
-                                c0 = Candidate(tp, pp, dp, mb, v, rc, sp, 0)
+                                c0 = dense(tp, pp, dp, mb, v, rc, sp, 0)
                                 chunks = chunked.get((mb, v))
                                 if chunks is None:
                                     if mb not in tables:

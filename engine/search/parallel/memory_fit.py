@@ -22,6 +22,7 @@ from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import StateBytes
+from tilewright.engine.plan.memo import memo_method
 from tilewright.engine.plan.residency import StageResidency, resolve, workspace_level
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.parallel.candidate import Candidate, replicas
@@ -120,10 +121,12 @@ class MemoryFit:
 
     # --- memory ---------------------------------------------------------------------------------------
 
-    def stages_to_check(self, pp: int) -> list[int]:
+    @memo_method
+    def stages_to_check(self, pp: int) -> tuple[int, ...]:
         """Stage 0 holds the most in-flight micro-batches and the most blocks, so with identical blocks
-        only it and the last stage (the head) can be the largest."""
-        return sorted({0, pp - 1}) if self.uniform else list(range(pp))
+        only it and the last stage (the head) can be the largest. Kept per pp: the walk asks for every
+        candidate's memory."""
+        return tuple(sorted({0, pp - 1}) if self.uniform else range(pp))
 
     def memory_parts(self, c: Candidate, m: int, chunks: Chunks) -> list[tuple[float, float]]:
         """Per stage that can be the fullest: (parameters, activation peak + workspace) in bytes/params."""
@@ -139,9 +142,11 @@ class MemoryFit:
             out.append((params[r], act + float(chunks.workspace[r])))
         return out
 
+    @memo_method
     def state_per(self, zero: int) -> StateBytes:
         """Model-state bytes per parameter under ZeRO stage ``zero`` (the plan's ``bytes_per_param``, with the
-        bf16 parameters of an fp8 run unless ``fp8_param_gather`` drops them: ``perf.memory``)."""
+        bf16 parameters of an fp8 run unless ``fp8_param_gather`` drops them: ``perf.memory``); kept per stage
+        (frozen), since the walk asks for it per candidate."""
         copy, per = self._param_copy[zero], self._per_zero[zero]
         return replace(per, weights=per.weights + copy) if copy else per
 
@@ -155,7 +160,11 @@ class MemoryFit:
         parts = self.memory_parts(c, m, chunks)
         return max(p * per + rest + e for (p, rest), e in zip(parts, self.edge_weights(c), strict=True))
 
-    def edge_weights(self, c: Candidate, zero: int | None = None) -> list[float]:
+    def edge_weights(self, c: Candidate, zero: int | None = None) -> tuple[float, ...]:
         """``edge_bytes``' held weights of each stage ``stages_to_check`` lists, in its order (``memory_parts``')."""
-        held = self.edge_bytes(c.tp, c.pp, c.interleave, c.zero if zero is None else zero)[0]
-        return [held[r] for r in self.stages_to_check(c.pp)]
+        return self._edge_held(c.tp, c.pp, c.interleave, c.zero if zero is None else zero)
+
+    @memo_method
+    def _edge_held(self, tp: int, pp: int, v: int, zero: int) -> tuple[float, ...]:
+        held = self.edge_bytes(tp, pp, v, zero)[0]
+        return tuple(held[r] for r in self.stages_to_check(pp))

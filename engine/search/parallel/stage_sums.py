@@ -62,6 +62,7 @@ class StageSums:
     _chunks: dict[tuple, Chunks]
     _params: dict[tuple[int, int, int], np.ndarray]
     _prefixes: dict[int, tuple[np.ndarray, np.ndarray, float, float]]  # keyed by id, holds the array
+    _orders: dict[int, tuple]  # ``_in_order``'s, keyed by id, holds the array
 
     # --- layer → stage --------------------------------------------------------------------------------
 
@@ -95,12 +96,24 @@ class StageSums:
 
     def _max(self, values: np.ndarray, pp: int, v: int) -> np.ndarray:
         starts, _ = self._ranges(pp, v)
-        out = np.maximum.reduceat(values[self.blocks], starts)
-        if self.first_extra.size:
-            out[0] = max(out[0], values[self.first_extra].max())
-        if self.last_extra.size:
-            out[-1] = max(out[-1], values[self.last_extra].max())
+        blocks, first, last = self._in_order(values)
+        out = np.maximum.reduceat(blocks, starts)
+        if first is not None:
+            out[0] = max(out[0], first)
+        if last is not None:
+            out[-1] = max(out[-1], last)
         return out.reshape(v, pp).max(axis=0)
+
+    def _in_order(self, values: np.ndarray) -> tuple[np.ndarray, np.floating | None, np.floating | None]:
+        """The blocks' values in order, and the largest of the layers before and after them (None: no such
+        layers): one table's, whatever (pp, v) splits it, so gathered once. Keyed by id, holds the array."""
+        k = id(values)
+        hit = self._orders.get(k)
+        if hit is None or hit[0] is not values:
+            first = values[self.first_extra].max() if self.first_extra.size else None
+            last = values[self.last_extra].max() if self.last_extra.size else None
+            hit = self._orders[k] = (values, values[self.blocks], first, last)
+        return hit[1], hit[2], hit[3]
 
     def _passes(self, table: LayerTable, pp: int, v: int) -> tuple[np.ndarray, np.ndarray]:
         """Forward and backward (+ recompute) seconds of each virtual stage, shaped (v, pp): the sums of its
@@ -119,19 +132,31 @@ class StageSums:
         if joined is None:
             return fwd, bwd
         pre, last = joined
+        lo, inner_end, end_pair, start_pair = self._join_index(pp, v)
+        inside = pre[inner_end] - pre[lo]  # the pairs (k, k+1) with lo ≤ k < hi − 1
+        # the pair ending each pass (``LayerTable.ends``): forward and recompute (hi − 2, hi − 1), backward (lo,
+        # lo + 1); a stage of one layer reads ``last``'s row of zeros
+        at_end, at_start = last[end_pair], last[start_pair]
+        f = inside[:, 0] + at_end[:, 0]
+        b = inside[:, 1] + at_start[:, 1] + at_end[:, 2]
+        return fwd + f.reshape(v, pp), bwd + b.reshape(v, pp)
+
+    @memo_method
+    def _join_index(self, pp: int, v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Where ``_passes`` reads the joins of each virtual stage, in plan order: its first position lo, the
+        end of its inside pairs and the pairs that end its passes (``LayerTable.ends``: forward and recompute
+        (hi − 2, hi − 1), backward (lo, lo + 1)), or, for a stage of one layer, ``_join_prefix``'s row of zeros
+        after the last pair — the split's, whatever table it sums, so computed once per (pp, v)."""
         starts, ends = self._ranges(pp, v)
         lo = starts + self.first_extra.size
         hi = ends + self.first_extra.size
         lo[0] = 0  # the first virtual stage also runs the layers before the blocks, the last those after
         hi[-1] = self.order.size
-        inside = pre[np.maximum(hi - 1, lo)] - pre[lo]  # the pairs (k, k+1) with lo ≤ k < hi − 1
-        # the pair ending each pass (``LayerTable.ends``): forward and recompute (hi − 2, hi − 1), backward (lo, lo + 1)
-        two = (hi - lo >= 2)[:, None]
-        at_end = np.where(two, last[np.clip(hi - 2, 0, len(last) - 1)], 0.0)
-        at_start = np.where(two, last[np.clip(lo, 0, len(last) - 1)], 0.0)
-        f = inside[:, 0] + at_end[:, 0]
-        b = inside[:, 1] + at_start[:, 1] + at_end[:, 2]
-        return fwd + f.reshape(v, pp), bwd + b.reshape(v, pp)
+        top = self.order.size - 2  # the last pair's position; ``_join_prefix``'s row of zeros follows it
+        two = hi - lo >= 2
+        end_pair = np.where(two, np.clip(hi - 2, 0, top), top + 1)
+        start_pair = np.where(two, np.clip(lo, 0, top), top + 1)
+        return lo, np.maximum(hi - 1, lo), end_pair, start_pair
 
     def _join_prefix(self, table: LayerTable) -> tuple[np.ndarray, np.ndarray] | None:
         """Prefix sums of the joins of consecutive layers in plan order (``pre[k]``: the pairs before position
@@ -146,7 +171,7 @@ class StageSums:
             last = np.array([table.ends.get(k, (0.0, 0.0, 0.0)) for k in keys])
             joined = None
             if pairs.size and (pairs.any() or last.any()):
-                joined = (np.vstack((np.zeros((1, 2)), np.cumsum(pairs, axis=0))), last)
+                joined = (np.vstack((np.zeros((1, 2)), np.cumsum(pairs, axis=0))), np.vstack((last, np.zeros((1, 3)))))
             hit = self._joins[id(table)] = (table, joined)
         return hit[1]
 
@@ -190,11 +215,17 @@ class StageSums:
     def _offloaded(self, act: np.ndarray, pp: int, v: int) -> list[float]:
         """Per stage: the stored activations of the first ``offload_count`` transformer layers of each of its
         chunks, what activation offload copies to the host (``plan.activation_offload``)."""
-        starts, ends = self._ranges(pp, v)
+        starts = self._ranges(pp, v)[0]
         pre, _, _ = self._prefix(act)
+        return (pre[starts + self._offload_counts(pp, v)] - pre[starts]).reshape(v, pp).sum(axis=0).tolist()
+
+    @memo_method
+    def _offload_counts(self, pp: int, v: int) -> np.ndarray:
+        """``offload_count`` of each virtual stage's blocks: the split's, whatever table it sums (the walk asks
+        for tens of thousands of chunks, each of which summed this layer by layer)."""
+        starts, ends = self._ranges(pp, v)
         asked = self.project.mapping.offload_layers
-        out = np.array([pre[a + offload_count(int(b - a), asked)] - pre[a] for a, b in zip(starts, ends, strict=True)])
-        return out.reshape(v, pp).sum(axis=0).tolist()
+        return np.array([offload_count(int(b - a), asked) for a, b in zip(starts, ends, strict=True)], dtype=int)
 
     @memo_method
     def layer_counts(self, pp: int, v: int) -> np.ndarray:

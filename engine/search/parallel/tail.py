@@ -52,6 +52,7 @@ class IterationTail:
     weight_bytes: float
     gather_bytes: float  # per parameter, the post-step all-gather's (``Plan.gather_bytes_per_param``)
     _flags: dict[tuple[int, ...], float]  # the optimizer's flag all-reduce, by model group
+    _tied: dict[tuple, float]  # ``_tied_s``, by layout, tp, pp, dp, cp and ZeRO stage
 
     if TYPE_CHECKING:  # the Estimator's layer → stage sums
 
@@ -93,7 +94,15 @@ class IterationTail:
 
     def _tied_s(self, c: Candidate) -> float:
         """The tied embedding's all-reduce between the first and last stage of every pipeline (``plan.tied``),
-        as ``Plan.tied_collective``: each device with its peer of the same replica and tensor rank."""
+        as ``Plan.tied_collective``: each device with its peer of the same replica and tensor rank. Kept per
+        what decides it (the tail asks twice per candidate, and the pairs are dp · tp tuples to build)."""
+        key = (c.placement, c.rank_order, c.tp, c.pp, c.dp, c.cp, c.zero)
+        hit = self._tied.get(key)
+        if hit is None:
+            hit = self._tied[key] = self._tied_seconds(c)
+        return hit
+
+    def _tied_seconds(self, c: Candidate) -> float:
         copy = copy_params(self.workload, c.tp) if c.pp > 1 else 0.0
         if copy <= 0:
             return 0.0
