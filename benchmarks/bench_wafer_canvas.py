@@ -25,6 +25,9 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+# pydantic whole before PySide6: shiboken's import hook inspects each module imported after it, and pydantic's
+# lazy attributes, read half-imported, raise a circular ImportError (PySide6 6.10, pydantic 2.14)
+import pydantic.fields  # noqa: E402, F401
 from pydantic import TypeAdapter  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
