@@ -93,7 +93,7 @@ OPTION_FIELDS = (  # set one at a time
     "delay_wgrad_compute", "fp8_bf16_layers", "grad_reduce_in_fp32", "optimizer_moments", "optimizer_master",
     "overlap_param_gather_with_optimizer_step", "tp_overlap_reduce_scatter", "expert_imbalance", "memory_levels",
     "offload_layers", "overlap_dgrad_comm", "pipeline_p2p", "log_params_norm", "log_num_zeros_in_grad",
-    "timing_log_level", "check_for_nan_in_loss_and_grad", "host_framework",
+    "timing_log_level", "check_for_nan_in_loss_and_grad", "host_framework", "fsdp_copies",
 )
 # options held inside a part of the mapping: option → (part, field), the engine's problems at mapping.part.field
 NESTED_OPTIONS = {"fp8_scaling": ("formats", "fp8_scaling")}

@@ -11,6 +11,7 @@ from tilewright.engine.plan.checks import check_project
 from tilewright.engine.results.result import Result
 from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.estimate import Estimator
+from tilewright.engine.search.parallel.extended import exact_evaluator
 from tilewright.engine.simulate import make_plan
 from tilewright.engine.workloads import build_workload
 
@@ -38,6 +39,22 @@ def assert_search_matches_engine(base: Project, c: Candidate, rel: float = 1e-6,
     want = engine_result(p)
     assert exact == pytest.approx(want.iteration_time_s, rel=rel)
     assert memory == pytest.approx(want.peak_memory_bytes, rel=rel)
+    return p
+
+
+def assert_search_plans_as_engine(base: Project, c: Candidate, rel: float = 1e-9, **update: object) -> Project:
+    """A second-stage candidate (``Candidate.extended``: ZeRO-2/3, FSDP, ep, cp …), which the search times by
+    planning it (``extended.exact_evaluator``) rather than with the fast evaluator of ``assert_search_matches_engine``
+    (its layer table carries no per-layer gathers), timed and counted as the analytic engine runs ``base`` — with
+    ``update`` set on its mapping first, as a project file would say it — under the mapping ``c`` builds from it;
+    returns the project checked."""
+    base = base.model_copy(update={"mapping": base.mapping.model_copy(update=update)})
+    timed = exact_evaluator(base, base.mapping.global_batch)(c)
+    p = base.model_copy(update={"mapping": c.mapping(base.mapping.global_batch, base.mapping)})
+    want = engine_result(p)
+    assert timed is not None
+    assert timed.iteration_time_s == pytest.approx(want.iteration_time_s, rel=rel)
+    assert timed.peak_memory_bytes == pytest.approx(want.peak_memory_bytes, rel=rel)
     return p
 
 

@@ -32,6 +32,7 @@ _MOE_FLAGS = {
 _TRAINING_ONLY = {
     "zero": lambda v: v > 0,
     "fsdp": bool,
+    "fsdp_copies": bool,
     "recompute": lambda v: v != "none",
     "recompute_layers": lambda v: True,
     "recompute_modules": lambda v: True,
@@ -116,6 +117,11 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
     if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
         raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
                                                "(the run was ZeRO-3 whatever --zero said)"))
+    if train and getattr(args, "fsdp_copies", None) and m.zero < 3:
+        raise InputError(COMMAND_LINE, Problem("--fsdp-copies", f"prices PyTorch FSDP2's copies around each layer's "
+                                               f"weight all-gather and gradient reduce-scatter, and ZeRO stage "
+                                               f"{m.zero} gathers no weights per layer; add --fsdp (or --zero 3), or "
+                                               "leave it out"))
     if getattr(args, "overlap_param_gather", None) and not getattr(args, "fsdp", None):
         why = ("an inference run gathers no updated parameters" if not train else
                "needs sharded parameters: the distributed optimizer (--zero ≥ 1) or --fsdp; at ZeRO 0 every rank "

@@ -87,6 +87,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights sharded over dp (per-layer gathers)")
     p.add_argument("--fsdp", action="store_true", default=None,
                    help="PyTorch FSDP (full shard): ZeRO stage 3 with the next layer's weights prefetched")
+    p.add_argument("--fsdp-copies", action="store_true", default=None,
+                   help="with --fsdp (or --zero 3): PyTorch FSDP2's (fully_shard) copies on the compute stream, each "
+                   "layer's gathered weights copied out of the all-gather buffer and its gradients copied into the "
+                   "reduce-scatter buffer (mapping.fsdp_copies); default: flat buffers the layers view (Megatron-FSDP)")
     p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
                    help="reduce gradients in buckets during the last backward, as the search's 'ovl-grad' "
                    "(Megatron --overlap-grad-reduce)")
@@ -394,9 +398,9 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
     axes = m.get("tp_axes")
     if isinstance(axes, list | tuple) and len(axes) == 2 and isinstance(m.get("tp"), int):  # --tp: 2-D while it fits
         m["tp_axes"] = tp_axes_for(tuple(m["tp_axes"]), m["tp"])  # type: ignore[arg-type]
-    for flag in ("fsdp", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy", "overlap_tp_comm",
-                 "moe_router_fusion", "delay_wgrad_compute", "overlap_grad_reduce", "log_params_norm",
-                 "log_num_zeros_in_grad", "check_for_nan_in_loss_and_grad"):
+    for flag in ("fsdp", "fsdp_copies", "overlap_param_gather", "overlap_ep_comm", "fused_cross_entropy",
+                 "overlap_tp_comm", "moe_router_fusion", "delay_wgrad_compute", "overlap_grad_reduce",
+                 "log_params_norm", "log_num_zeros_in_grad", "check_for_nan_in_loss_and_grad"):
         if getattr(args, flag, None):
             m[flag] = True
     if getattr(args, "overlap_dgrad_comm", None):  # plan.dgrad_overlap

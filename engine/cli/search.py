@@ -21,9 +21,12 @@ from tilewright.engine.errors import InputError, Problem
 # formats, fidelity, spatial split over a grid device's cores, fusion), where state lives, and the training
 # recipe's number formats the parallelism does not decide (the gradient buffer's, Adam's moments' and master copy's,
 # fp8 weights gathered in fp8: a candidate without a sharded optimizer drops the last three, ``Candidate.mapping``),
-# and how a tp-overlapping candidate hides its forward reduce-scatters (the recipe's userbuffers configuration).
+# how a tp-overlapping candidate hides its forward reduce-scatters (the recipe's userbuffers configuration), and
+# whose FSDP a ZeRO-3/FSDP candidate runs (PyTorch FSDP2's copies, ``mapping.fsdp_copies``: ``Candidate.mapping``
+# keeps them where weights are gathered).
 KEPT_MAPPING_FIELDS = ("formats", "fidelity", "spatial", "fusion", "memory_levels", "grad_reduce_in_fp32",
-                       "optimizer_moments", "optimizer_master", "fp8_param_gather", "tp_overlap_reduce_scatter")
+                       "optimizer_moments", "optimizer_master", "fp8_param_gather", "tp_overlap_reduce_scatter",
+                       "fsdp_copies")
 
 
 def search_template(args: argparse.Namespace):
@@ -56,6 +59,8 @@ def search_template(args: argparse.Namespace):
     data["run"] = run
     data["mapping"] = {k: v for k, v in (base.get("mapping") or {}).items() if k in KEPT_MAPPING_FIELDS}
     apply_optimizer_flags(args, data["mapping"], run)  # a recipe's optimizer flags, as `run` takes them
+    if getattr(args, "fsdp_copies", None):  # refused where no candidate gathers weights (``_refuse_idle_copies``)
+        data["mapping"]["fsdp_copies"] = True
     if (edge := fp8_bf16_layers(args, data["mapping"].get("formats"))) is not None:  # bf16 edge layers
         data["mapping"]["formats"] = edge
     project = project_from_data(data, source)
@@ -84,6 +89,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     require_positive("--devices", devices)
     require_positive("--global-batch", batch)
     refuse_idle_search_flags(args, project, devices)  # lists naming what the model cannot use
+    _refuse_idle_copies(args)
     check_search_budget(project, devices, args.project or COMMAND_LINE, command="search",
                         allow_large=args.allow_large)
     with ProgressPrinter(not args.quiet) as progress:
@@ -102,6 +108,21 @@ def _cmd_search(args: argparse.Namespace) -> int:
         print("tilewright search: no mapping fits in memory", file=sys.stderr)
         return EXIT_OUT_OF_MEMORY
     return 0
+
+
+def _refuse_idle_copies(args: argparse.Namespace) -> None:
+    """``--fsdp-copies`` prices PyTorch FSDP2's copies around each layer's weight all-gather and gradient
+    reduce-scatter (``plan.sharding``); only ZeRO-3 and FSDP candidates gather weights, so with ``--zero`` naming
+    neither every candidate would rank as without the flag: refused (exit 2), as ``run`` refuses it below ZeRO-3."""
+    from tilewright.engine.search.parallel.extended import ZERO_CHOICES
+
+    if not getattr(args, "fsdp_copies", None) or args.zero is None:
+        return
+    chosen = {v.strip() for v in args.zero.split(",") if v.strip()}
+    if chosen and chosen <= set(ZERO_CHOICES) and not chosen & {"3", "fsdp"}:  # a bad list is the narrowing's to refuse
+        raise InputError(COMMAND_LINE, Problem("--fsdp-copies", f"prices FSDP2's copies around the per-layer weight "
+                                               f"gathers, and --zero {args.zero} tries no candidate that gathers "
+                                               "weights (add 3 or fsdp to --zero, or leave the flag out)"))
 
 
 def _narrowing(args: argparse.Namespace) -> dict:
@@ -138,6 +159,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--ep", metavar="LIST", help="expert-parallel sizes to try, e.g. 1,2,4,8")
     g.add_argument("--cp", metavar="LIST", help="context-parallel sizes to try, e.g. 1,2,4")
     g.add_argument("--zero", metavar="LIST", help="ZeRO stages to try: 0,1,2,3 and fsdp")
+    g.add_argument("--fsdp-copies", action="store_true", default=None,
+                   help="ZeRO-3/FSDP candidates run PyTorch FSDP2 (fully_shard): each layer's gathered weights "
+                   "copied out of the all-gather buffer and its gradients copied into the reduce-scatter buffer on "
+                   "the compute stream (mapping.fsdp_copies); default: flat buffers the layers view (Megatron-FSDP)")
     g.add_argument("--ep-dispatcher", metavar="LIST",
                    help="MoE token exchanges to try: alltoall (flat) and deepep (node by node); default both")
     g.add_argument("--recompute-modules", metavar="LISTS",

@@ -1,10 +1,12 @@
 """The mapping's options: choices that change no parallel degree and no placement, so each applies at once
 as its own undo step instead of waiting for Auto-map like the degrees above them.
 
-Twenty-eight of them, in a group under the Mapping box of the workload dock. This module lays them out and
+Twenty-nine of them, in a group under the Mapping box of the workload dock. This module lays them out and
 pushes their edits; what each one means, when it cannot matter and what its undo step is called live with its
 kind, one module each:
 
+- ``studio.ui.sharding_options``: whose FSDP runs the ZeRO-3 gathers (PyTorch FSDP2's copies), first in the group,
+  right under the FSDP and ZeRO degrees;
 - ``studio.ui.memory_options``: activation recompute (its layers, its modules) and offloading state to the
   node's host memory (``studio.ui.offload_editor``);
 - ``studio.ui.overlap_options``: the data-parallel gradient reduction, the tensor-parallel collectives (and how
@@ -122,18 +124,28 @@ from tilewright.studio.ui.schedule_options import (
     schedule_reason,
     schedule_undo_text,
 )
+from tilewright.studio.ui.sharding_options import (
+    FSDP_COPIES_TEXT,
+    SHARDING_FIELDS,
+    SHARDING_TIPS,
+    sharding_reason,
+    sharding_undo_text,
+)
 from tilewright.studio.units import COUNT, FACTOR
 
 TITLE = "Options · each applies at once"
 WIDE = ("memory_levels", "offload_layers", "overlap_dgrad_comm")  # controls under their label, across both columns
-OPTION_TIPS = MEMORY_TIPS | OVERLAP_TIPS | SCHEDULE_TIPS | EXPERT_TIPS | PRECISION_TIPS | FRAMEWORK_TIPS
+OPTION_TIPS = (MEMORY_TIPS | OVERLAP_TIPS | SCHEDULE_TIPS | EXPERT_TIPS | PRECISION_TIPS | FRAMEWORK_TIPS
+               | SHARDING_TIPS)
 # each kind's fields with its reasons and its undo texts (the memory kind's also reads the project's host memory)
 REASONS: tuple[tuple[tuple[str, ...], Callable[[str, Project], str | None]], ...] = (
     (FRAMEWORK_FIELDS, framework_reason), (MEMORY_FIELDS, memory_reason), (OVERLAP_FIELDS, overlap_reason),
-    (SCHEDULE_FIELDS, schedule_reason), (EXPERT_FIELDS, expert_reason), (PRECISION_FIELDS, precision_reason))
+    (SCHEDULE_FIELDS, schedule_reason), (EXPERT_FIELDS, expert_reason), (PRECISION_FIELDS, precision_reason),
+    (SHARDING_FIELDS, sharding_reason))
 UNDO_TEXTS: tuple[tuple[tuple[str, ...], Callable[[str, Any], str]], ...] = (
     (FRAMEWORK_FIELDS, framework_undo_text), (OVERLAP_FIELDS, overlap_undo_text),
-    (SCHEDULE_FIELDS, schedule_undo_text), (EXPERT_FIELDS, expert_undo_text), (PRECISION_FIELDS, precision_undo_text))
+    (SCHEDULE_FIELDS, schedule_undo_text), (EXPERT_FIELDS, expert_undo_text), (PRECISION_FIELDS, precision_undo_text),
+    (SHARDING_FIELDS, sharding_undo_text))
 
 
 def disabled_reason(field: str, project: Project) -> str | None:
@@ -163,6 +175,7 @@ class MappingOptions(QGroupBox):
         self.doc = doc
         self.push = push
         m = doc.project.mapping
+        self.fsdp_copies = FlagEditor(m.fsdp_copies, FSDP_COPIES_TEXT, self._check("fsdp_copies"), parent=self)
         self.recompute = ChoiceEditor(m.recompute.value, RECOMPUTE_CHOICES, self._check("recompute"), parent=self)
         self.recompute_layers = ValueEditor(m.recompute_layers, COUNT, self._check("recompute_layers"),
                                             optional=True, parent=self)
@@ -223,7 +236,7 @@ class MappingOptions(QGroupBox):
             "offload_layers": self.offload_layers, "overlap_dgrad_comm": self.dgrad, "pipeline_p2p": self.p2p,
             "log_params_norm": self.params_norm, "log_num_zeros_in_grad": self.num_zeros,
             "timing_log_level": self.timing, "check_for_nan_in_loss_and_grad": self.nan_check,
-            "host_framework": self.host_framework,
+            "host_framework": self.host_framework, "fsdp_copies": self.fsdp_copies,
         }
         for field, editor in self.editors.items():
             editor.committed.connect(lambda value, f=field: self.set_option(f, value))
@@ -251,6 +264,7 @@ class MappingOptions(QGroupBox):
                        "timing_log_level": QLabel(TIMING_TEXT, self)}
         grid = QGridLayout(self)
         rows: list[str | QWidget] = [
+            self.fsdp_copies,  # first: right under the FSDP and ZeRO degrees of the Mapping box
             "recompute", "recompute_layers", self.overlap_grad, self.grad_fp32, self.overlap_tp,
             "tp_overlap_reduce_scatter", "overlap_dgrad_comm", self.fused_loss,
             "pipeline_layers", "ep_dispatcher", "expert_imbalance", self.overlap_ep, self.delay_wgrad,

@@ -123,6 +123,9 @@ class Candidate:
                 fields["memory_levels"] = {"optimizer": self.offload}
             return Mapping(**fields)
         fields["tp_axes"] = tp_axes_for(base.tp_axes, self.tp)  # a 2-D layout only while it fits
+        # PyTorch FSDP2's copies (``plan.sharding``) are the base's recipe where this candidate gathers weights (ZeRO-3,
+        # FSDP); elsewhere the field would be idle, so it is dropped rather than carried into the mapping shown
+        fields["fsdp_copies"] = base.fsdp_copies and (self.fsdp or self.zero >= 3)
         if self.offload is not None:
             fields["memory_levels"] = {**base.memory_levels, "optimizer": self.offload}
         return Mapping(**{**base.model_dump(), **fields})
