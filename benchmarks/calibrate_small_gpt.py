@@ -143,8 +143,8 @@ def _fixed_share(plan) -> float:
     time, forward and backward of one block layer of stage 0, costed as the plan costs them (``plan.launch``,
     ``perf.op_cost``)."""
     from tilewright.engine.perf.op_cost import op_time
+    from tilewright.engine.plan.costed_op import as_costed
     from tilewright.engine.plan.launch import attention_scores, extra_launches
-    from tilewright.engine.plan.passes import _costed
 
     st = plan.stages[0]
     m = plan.project.mapping
@@ -153,7 +153,7 @@ def _fixed_share(plan) -> float:
     fixed = busy = 0.0
     for backward in (False, True):
         for op in ops:
-            t = op_time(_costed(op, st.dev, scores.get(op.name, 0.0), (False, False)), st.dev, m.micro_batch, m.tp,
+            t = op_time(as_costed(op, st.dev, scores.get(op.name, 0.0), (False, False)), st.dev, m.micro_batch, m.tp,
                         m.sequence_parallel, backward, plan.elem_bytes)
             extra = extra_launches(op, backward, st.dev.compute)
             fixed += t.overhead_s + extra

@@ -1,4 +1,4 @@
-"""The exposed part of an overlapped expert all-to-all (``mapping.overlap_ep_comm``, ``passes._Builder._a2a``) is
+"""The exposed part of an overlapped expert all-to-all (``mapping.overlap_ep_comm``, ``pass_comms.PassComms._a2a``) is
 its time minus what the cover hides, charged as the bytes of the same all-to-all that take that long
 (``plan.exposed``) — not the all-to-all carrying that fraction of its bytes, which pays its fixed latency again."""
 
@@ -8,7 +8,8 @@ import pytest
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.plan.exposed import bytes_for
-from tilewright.engine.plan.passes import PassContext, _Builder
+from tilewright.engine.plan.pass_builder import PassBuilder
+from tilewright.engine.plan.passes import PassContext
 from tilewright.engine.plan.sharding import EP_PREFIX
 from tilewright.engine.simulate import make_plan
 
@@ -38,7 +39,7 @@ def test_whole_and_below_the_floor():
     assert bytes_for(_seconds, 0.0, 1.0) == 0.0
 
 
-def _context(cover_s: float) -> tuple[_Builder, object]:
+def _context(cover_s: float) -> tuple[PassBuilder, object]:
     """A forward's builder whose layer has run ``cover_s`` of compute, and an op of that layer."""
     plan = make_plan(Project(name="a2a", hardware=load_system("dgx-h100"),
                              workload=GPTSpec(name="g", layers=1, hidden=1024, heads=8, seq_len=512, vocab=8192),
@@ -46,7 +47,7 @@ def _context(cover_s: float) -> tuple[_Builder, object]:
                              run=RunSettings(dtype="bf16")))
     ctx = PassContext(plan.stages[0].dev, 1, 1, False, 2.0)
     ctx.ep_seconds = _seconds
-    b = _Builder(ctx, "F")
+    b = PassBuilder(ctx, "F")
     b.layer_busy = cover_s  # the layer's compute so far hides the all-to-all
     return b, plan.workload.layer_ops(plan.workload.block_layers[0])[0]
 

@@ -125,14 +125,15 @@ def test_zero_collectives_behind_a_layer_stretch_its_compute():
     2 ms of compute on an H100 hides behind 2 × 132 / 108 ms, and the compute loses 1 × 24 / 132 ms."""
     from types import SimpleNamespace
 
-    from tilewright.engine.plan.passes import PassContext, _Builder
+    from tilewright.engine.plan.pass_builder import PassBuilder
+    from tilewright.engine.plan.passes import PassContext
     from tilewright.engine.simulate import make_plan
 
     plan = make_plan(Project(name="z", hardware=load_system("dgx-h100"),
                              workload=GPTSpec(name="g", layers=1, hidden=1024, heads=8, seq_len=512, vocab=8192),
                              mapping=Mapping(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1),
                              run=RunSettings(dtype="bf16")))
-    b = _Builder(PassContext(plan.stages[0].dev, 1, 1, False, 2.0), "B")
+    b = PassBuilder(PassContext(plan.stages[0].dev, 1, 1, False, 2.0), "B")
     shard = SimpleNamespace(seconds=lambda kind, nbytes: nbytes * 1e-9)  # 1 ns per byte
     cover = b.shard_cover(shard, [("dp:reduce-scatter", 1e6)], 2 * MS, "block0.x", 0)
     assert cover == pytest.approx(2 * MS * 132 / 108)

@@ -156,16 +156,16 @@ def test_dispatch_sorts_cover_the_expert_tensor_groups_gathered_slots(etp):
 
 @pytest.mark.parametrize("etp", [1, 2])
 def test_the_plan_sizes_the_sorts_by_its_expert_tp(etp, monkeypatch):
-    """``passes.add_op`` hands the mapping's expert tensor parallelism to ``dispatch_work`` (its ``etp``
+    """``PassBuilder.add_op`` hands the mapping's expert tensor parallelism to ``dispatch_work`` (its ``etp``
     argument), so the plan's sorts are the ones sized above."""
     import inspect
 
-    from tilewright.engine.plan import passes
+    from tilewright.engine.plan import pass_builder
 
     seen = []
-    real = passes.dispatch_work
+    real = pass_builder.dispatch_work
     bind = inspect.signature(real).bind
-    monkeypatch.setattr(passes, "dispatch_work",
+    monkeypatch.setattr(pass_builder, "dispatch_work",
                         lambda *a, **k: seen.append(bind(*a, **k).arguments.get("etp")) or real(*a, **k))
     make_plan(_project(tp=2, ep=2, etp=etp))
     assert seen and set(seen) == {etp}

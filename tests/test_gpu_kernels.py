@@ -11,8 +11,8 @@ from tilewright.engine.ir.hardware import RuntimeGraphs
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.device import device_model
 from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.plan.costed_op import as_costed
 from tilewright.engine.plan.launch import attention_scores, kernels
-from tilewright.engine.plan.passes import _costed
 from tilewright.engine.workloads import build_workload
 from tilewright.engine.workloads.transformer_inference import inference_graph
 
@@ -184,7 +184,7 @@ def test_the_score_passes_stay_with_the_attention_op():
     ops = _gpt_layer(512, 8, 1024)
     attn = _op(ops, "attention")
     scores = attention_scores(ops)[attn.name]
-    with_scores = op_time(_costed(attn, dev, scores, (False, False)), dev, 2, 1, False, False, 2.0)
+    with_scores = op_time(as_costed(attn, dev, scores, (False, False)), dev, 2, 1, False, False, 2.0)
     plain = op_time(attn, dev, 2, 1, False, False, 2.0)
     assert with_scores.local_bytes - plain.local_bytes == pytest.approx(2 * 2 * scores * 2.0)
     assert with_scores.overhead_s == pytest.approx(plain.overhead_s)

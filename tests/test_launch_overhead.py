@@ -11,8 +11,9 @@ from tilewright.engine.ir.hardware import RuntimeGraphs
 from tilewright.engine.ir.ops import OpKind
 from tilewright.engine.perf.device import device_model
 from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.plan.costed_op import as_costed
 from tilewright.engine.plan.launch import attention_scores, host_calls, kernels, pass_device
-from tilewright.engine.plan.passes import PassContext, _costed, backward_pass, forward_pass
+from tilewright.engine.plan.passes import PassContext, backward_pass, forward_pass
 from tilewright.engine.simulate import make_plan, simulate
 from tilewright.engine.workloads import build_workload
 
@@ -112,9 +113,9 @@ def test_unfused_attention_moves_its_score_matrices():
     dev, mb, tp = _gpu(), 2, 2
     for backward, passes in ((False, 2), (True, 4)):
         plain = op_time(attn, dev, mb, tp, False, backward, 2)
-        costed = op_time(_costed(attn, dev, scores, (False, False)), dev, mb, tp, False, backward, 2)
+        costed = op_time(as_costed(attn, dev, scores, (False, False)), dev, mb, tp, False, backward, 2)
         assert costed.local_bytes - plain.local_bytes == pytest.approx(passes * mb * scores / tp * 2)
-    fused = _costed(attn, dev, scores, (False, True))  # mapping.fusion attention → softmax: FlashAttention
+    fused = as_costed(attn, dev, scores, (False, True))  # mapping.fusion attention → softmax: FlashAttention
     assert fused is attn
 
 

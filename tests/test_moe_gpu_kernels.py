@@ -15,7 +15,7 @@ from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.ir.ops import ExpertInfo, MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf import op_cost
-from tilewright.engine.plan import experts, passes
+from tilewright.engine.plan import experts, pass_builder
 from tilewright.engine.simulate import make_plan
 
 SEQ, HIDDEN, EXPERTS, TOP_K, MB, FFN = 1024, 1024, 8, 2, 2, 2048
@@ -119,7 +119,7 @@ MOE = GPTSpec(name="moe", layers=2, hidden=HIDDEN, heads=16, seq_len=SEQ, vocab=
 
 def _plan(ep: int, spec: GPTSpec = MOE, off: bool = False, monkeypatch=None):
     if off:
-        monkeypatch.setattr(passes, "dispatch_work", lambda *a, **k: experts.NO_DISPATCH)
+        monkeypatch.setattr(pass_builder, "dispatch_work", lambda *a, **k: experts.NO_DISPATCH)
     project = Project(name="moe", hardware=load_system("dgx-a100"), workload=spec,
                       mapping=Mapping(tp=2, dp=8, ep=ep, expert_imbalance=1.0, micro_batch=MB, global_batch=8 * MB * 2),
                       run=RunSettings(dtype="bf16", engine="analytic", contention=False))

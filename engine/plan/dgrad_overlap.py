@@ -35,7 +35,7 @@ dgrad has, so its share of the op's backward time is flops / backward_flops (``s
 The NCCL call's host time stays. Not for a routed expert (its tensor-parallel collectives are the token
 dispatcher's, not its linear's), nor with ``delay_wgrad_compute`` (the wgrads run later, beside the all-to-all),
 nor under 2-D tensor parallelism. The NCCL kernel holds SMs the wgrad GEMMs lose while it runs: their cover
-is stretched by them and the time they lose charged to the run's segment (``perf.comm_sm``, ``passes._Builder.
+is stretched by them and the time they lose charged to the run's segment (``perf.comm_sm``, ``pass_comms.PassComms.
 _sm_cover``); a caller that times the collective itself (``Segment.deferred_cover_s``) gets the bare cover.
 
 **Default by era** (``mapping.overlap_dgrad_comm`` None): off where ``plan.pipeline_p2p`` reads the run as

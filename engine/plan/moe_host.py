@@ -49,7 +49,7 @@ Per group (forward; backward), ``n`` = local experts:
   ``moe_utils.permute``/``sort_chunks_by_idxs``; ``tensor_parallel.mappings.all_to_all``): the counts' sums,
   the metadata all-gather over tp × ep and its reshapes (8 kernels), four non-blocking D2H copies of the
   splits (4), the fused permutation's three row-id-map kernels and the sort's chunk map (4: the permutation
-  and sort kernels themselves are ``passes._stream``'s), the probabilities' all-to-all (1; the tokens' is the
+  and sort kernels themselves are ``PassBuilder._stream``'s), the probabilities' all-to-all (1; the tokens' is the
   plan's collective) — 17 kernels; 58 calls (asserts and views, the four sync-point checks, the side stream's
   wait, context and event, each copy's ``record_stream`` and ``numpy``, the permutation's, sort's and two
   all-to-alls' Functions and buffers, ``TEGroupedMLP.forward``'s ``tolist`` and ``unsqueeze``), fp8 4 more

@@ -64,7 +64,7 @@ class OpTimes:
         tp_axes: tuple[int, int] | None,
     ) -> OpTime:
         """``op_time`` of ``costed`` (``op`` as the cost model sees it, made from ``op``, the device, ``scores``
-        and ``fused``: ``passes._costed``) in the pass of ``c``, as ``_Builder.add_op`` calls it."""
+        and ``fused``: ``costed_op.as_costed``) in the pass of ``c``, as ``PassBuilder.add_op`` calls it."""
         mb, elem = c.micro_batch, c.elem_bytes  # with their types: 2 and 2.0 are one key but may print apart
         key = (
             self._op_key(op, c), self._values.of(c.dev), mb, type(mb), c.tp, c.sequence_parallel, backward,

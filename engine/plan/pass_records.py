@@ -127,7 +127,7 @@ class PassContext:
     # with mapping.overlap_ep_comm: seconds of an all-to-all of that many bytes per tensor rank (the stage's
     # ep groups at once), to hide it behind the paired micro-batch's compute of the layer (``_a2a``)
     ep_seconds: Callable[[float], float] | None = None
-    # with mapping.delay_wgrad_compute: the backward's weight gradients hide its all-to-all too (``_Builder._a2a``)
+    # with mapping.delay_wgrad_compute: the backward's weight gradients hide its all-to-all too (``PassComms._a2a``)
     delay_wgrad: bool = False
     tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
     tp_axes_collectives: str = "all-reduce"  # mapping.tp_axes_collectives (``tensor_axes.layer_comms``)

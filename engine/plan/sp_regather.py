@@ -16,7 +16,7 @@ whole input again for the weight-gradient GEMM, so it all-gathers it once more:
 
 Either way the gather hides behind the data-gradient GEMM of the op and only what that GEMM cannot cover shows,
 as tensor-parallel communication; NCCL's gather holds SMs the GEMM loses meanwhile (``perf.comm_sm``: the cover
-stretched, the loss charged to the run's segment by ``passes._Builder.regather``), userbuffers' few are not
+stretched, the loss charged to the run's segment by ``pass_comms.PassComms.regather``), userbuffers' few are not
 counted. One gather serves a run of consecutive column-parallel ops (SwiGLU's gate and
 up read one gathered input, as Megatron's fused fc1), its cover their data gradients. Not for an op whose
 input was kept whole (no all-gather before it in the forward: a routed expert's tokens come from its dispatcher),

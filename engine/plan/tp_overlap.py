@@ -23,7 +23,7 @@ recipes configure (Megatron-Bridge ``training/comm_overlap.py``, ``userbuffers_*
 
 A reduction hides behind the weighted GEMM just before it in its segment, an all-gather behind the first
 weighted GEMM of the segment after it. The exposed part is charged as the same collective carrying that
-fraction of its bytes, as an overlapped expert all-to-all is (``passes._Builder._a2a``).
+fraction of its bytes, as an overlapped expert all-to-all is (``pass_comms.PassComms._a2a``).
 
 **Split GEMMs.** To overlap, userbuffers runs the GEMM beside a ring exchange or a pipeline as several GEMMs,
 one per chunk of its token rows (Transformer Engine ``CommOverlapP2PBase::split_overlap_ag`` /
@@ -35,7 +35,7 @@ reduce-scatter (proj, fc2) in tp chunks (ring exchange) or ``PIPELINE_SPLITS`` (
 row-parallel GEMMs' data gradient after the output gradient's all-gather in tp chunks (proj_dgrad, fc2_dgrad
 ring exchanges) — half the op's backward FLOPs, its weight gradient runs whole on the gathered gradient; the
 column-parallel GEMMs' backward overlaps in bulk, unsplit. The plan charges each such op the time its
-chunks take over the whole GEMM's (``passes._Builder._split_gemm``), never less than the whole: the library
+chunks take over the whole GEMM's (``pass_builder.PassBuilder._split_gemm``), never less than the whole: the library
 could run the whole GEMM as those chunks.
 """
 

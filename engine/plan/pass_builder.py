@@ -1,0 +1,198 @@
+"""The builder of one pass: it adds a chunk's ops in order, each costed by the op model with the host work,
+the kernels and the overlaps the mapping adds to it (MoE dispatch, userbuffers' split GEMMs, eager kernels, CUDA
+graphs, the context ring), and closes a segment at every collective (``pass_comms``). The forward and backward
+passes (``pass_forward``, ``pass_backward``) decide where those collectives go."""
+
+from __future__ import annotations
+
+from tilewright.engine.ir.common import DType
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
+from tilewright.engine.perf.device import issues_kernels
+from tilewright.engine.perf.op_cost import OpTime, op_time, shard
+from tilewright.engine.plan.context import ring_calls
+from tilewright.engine.plan.costed_op import as_costed, saved_bytes
+from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture
+from tilewright.engine.plan.experts import dispatch_work, exchange
+from tilewright.engine.plan.framework_host import eager_pointwise
+from tilewright.engine.plan.launch import eager_cross_entropy_bytes, extra_launches, host_seconds
+from tilewright.engine.plan.pass_comms import PassComms
+from tilewright.engine.plan.pass_fusion import on_chip
+from tilewright.engine.plan.pass_records import ChunkPass, PassContext, PassKind, Segment
+from tilewright.engine.plan.sharding import EP_PREFIX
+from tilewright.engine.plan.tp_overlap import TpOverlap, gemm_chunks
+from tilewright.engine.plan.tp_placement import is_weighted
+from tilewright.engine.plan.wgrad_delay import DelayedWgrad
+
+
+class PassBuilder(PassComms, DelayedWgrad):
+    """Builds one ``ChunkPass`` (``PassContext``: what the stage and the mapping fix for it), op by op."""
+
+    def __init__(self, ctx: PassContext, kind: PassKind):
+        self.ctx = ctx
+        self.out = ChunkPass(kind, captured=FULL_ITERATION in ctx.cuda_graph_scope)
+        self._open: Segment | None = None
+        self._graph: Capture | None = None  # the op being added, as CUDA graphs capture it
+        self.graphs: dict[str, Capture] = {}  # the current layer's ops under CUDA graphs (``layer_graphs``)
+        self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
+        self._start_delay()
+        seconds = ctx.tp_seconds
+        self.tp_overlap = (TpOverlap(seconds, ctx.tp, ctx.dev.compute.gemm_units, kind == "B",
+                                     ctx.tp_ring_reduce_scatter)
+                           if seconds is not None and ctx.tp > 1 else None)
+
+    def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0,
+               graph: Capture | None = None) -> OpTime:
+        """``scores``: the a·s² score elements per sample of an attention op (``launch.attention_scores``).
+        With context parallelism an attention op is followed by the exposed part of its K/V ring. ``graph``:
+        what a CUDA graph replays of it (``plan.cuda_graphs``), its host work gone."""
+        c = self.ctx
+        self._graph = graph
+        a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
+        fp8 = (c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
+               and c.formats.fp8_scaling)  # by its recipe (``moe_host.grouped_linear``)
+        moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute,
+                            fp8, c.moe_framework, c.expert_tp, c.moe_router_fusion)
+        if moe.sync_s:
+            self._host_sync(op, moe.sync_s)
+        if not backward:
+            self._stream(op, moe.permute_bytes)
+        if a2a[0] and (exposed := self._a2a(op, a2a[0], self._cover(backward, carried=True))) > 0:
+            self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
+        # the sort sits between the op and the side's all-to-all: before the op on the dispatch side of a
+        # forward and the combine side of a backward, after it otherwise
+        sort_first = (moe.permute_bytes > 0) != backward
+        if sort_first:
+            self._stream(op, moe.sort_bytes)
+        if fused != (False, False):
+            fused = on_chip(op, fused, c)
+        costed, axes = as_costed(op, c.dev, scores, fused), None if backward else c.tp_axes
+        if c.op_times is not None:  # a search's or a plan's memo (``plan.op_memo``): the same shape once
+            t = c.op_times.time(costed, op, c, backward, fused, scores, axes)
+        else:
+            t = op_time(costed, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused,
+                        c.formats, c.spatial, c.residency, tp_axes=axes)
+        seg = self._open
+        if seg is None:
+            seg = self._open = Segment(
+                label=op.name.split(".")[0], layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0
+            )
+        seg.add(t, self.out.dataflows)
+        if self.tp_overlap is not None and is_weighted(op) and op.kind in (OpKind.matmul, OpKind.fc):
+            self._split_gemm(op, backward, seg, scores, fused)
+            self.tp_overlap.gemm(t.busy_s)
+        seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
+        if not c.fused_loss and c.dev.local_dram is not None and issues_kernels(c.dev.compute):
+            if per_logit := eager_cross_entropy_bytes(op, backward, c.elem_bytes):  # launch.py: eager kernels
+                nbytes = per_logit * op.in_elems * c.micro_batch / shard(op, c.tp, c.sequence_parallel)
+                seg.busy_s += nbytes / c.dev.dram_bandwidth
+                seg.local_bytes += nbytes
+                self.layer_busy += nbytes / c.dev.dram_bandwidth
+        host = host_seconds(op, backward, c.dev.compute, c.host_framework) if moe.host_s is None else moe.host_s
+        if (eager := eager_pointwise(op, backward, fused, c, t)) is not None:  # 'pytorch': eager kernel chains
+            seg.busy_s += eager.device_s
+            seg.local_bytes += eager.local_bytes
+            self.layer_busy += eager.device_s
+            host += eager.launches * c.dev.compute.host_dispatch_s
+        if graph is not None:
+            host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute,
+                              c.moe_router_fusion)
+        seg.host_s += host
+        if backward and c.grad_hooks is not None:  # the parameters' hooks, no host time in a full-iteration graph
+            self.layer_busy += c.grad_hooks.charge(seg, op, c, self.out.captured)
+        # the offloaded layers' stored activations (plan.activation_offload); a recompute's stay for its backward
+        if c.offload_saved and self.out.kind != "R" and op.layer in c.offload_layers:
+            seg.offload_s += saved_bytes(op, c) / c.offload_saved
+        self.layer_busy += t.busy_s
+        if backward and c.delay_wgrad:
+            self._defer(op, t)
+        if c.context is not None and op.kind is OpKind.attention:
+            units, sms = c.dev.compute.gemm_units, c.dev.compute.collective_sms
+            ring, hidden = c.context.exchange(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms)
+            seg.hidden += hidden
+            slower = c.context.slowed(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms)
+            seg.busy_s += slower  # the SMs the ring's send/receive kernels take from attention (``perf.comm_sm``)
+            # every step's send/receive call costs the host, the hidden steps' too (``context.ring_calls``)
+            seg.host_s += ring_calls(c.context.cp, backward) * self.call_host(op.name)
+            self.dp_comms(ring, op.layer, op.name, calls=False)
+        if not sort_first:
+            self._stream(op, moe.sort_bytes)
+        if a2a[1] and (exposed := self._a2a(op, a2a[1], self._cover(backward, carried=False))) > 0:
+            self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
+        if backward:
+            self._stream(op, moe.permute_bytes)
+        return t
+
+    def _split_gemm(self, op: Op, backward: bool, seg: Segment, scores: float, fused: tuple[bool, bool]) -> None:
+        """A transformer layer's tensor-parallel GEMM that userbuffers runs in row chunks beside its collective
+        (``tp_overlap.gemm_chunks``): the segment gains what the chunks take over the whole GEMM, the op costed
+        at 1 / chunks of the micro-batch's rows, chunks times. Not the head's (outside Transformer Engine's
+        overlapped layers) nor a routed expert's (its own expert-tensor collectives)."""
+        c = self.ctx
+        assert self.tp_overlap is not None
+        if op.moe is not None or op.gemm is None or op.split not in (TensorSplit.column, TensorSplit.row) \
+                or not op.name.startswith("block"):
+            return
+        chunks, share = gemm_chunks(op.split is TensorSplit.column, backward, c.tp,
+                                    self.tp_overlap.ring_reduce_scatter)
+        if chunks <= 1 or share <= 0:
+            return
+        # only the GEMM call is split: its input was quantized once and the bias gradient reduced once (both in
+        # ``t``), so the chunks are set against the whole GEMM, each without those kernels
+        costed = as_costed(op, c.dev, scores, fused)
+        whole, part = (op_time(costed, c.dev, rows, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused,
+                               c.formats, c.spatial, c.residency, gemm_only=True)
+                       for rows in (c.micro_batch, c.micro_batch / chunks))
+        extra = share * max(0.0, chunks * part.busy_s - whole.busy_s)
+        seg.busy_s += extra
+        seg.compute_s += min(extra, share * max(0.0, chunks * part.compute_s - whole.compute_s))
+        self.layer_busy += extra
+
+    def _stream(self, op: Op, nbytes: float) -> None:
+        """One memory-bound kernel of the MoE token dispatcher (``experts.dispatch_work``) in the open
+        segment: its bytes through device memory with the DRAM ramp (``DeviceModel.stream_s``), the per-kernel
+        floor, the host's dispatch of it."""
+        c = self.ctx
+        if nbytes <= 0 or c.dev.local_dram is None:
+            return
+        seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
+                                                 compute_s=0, flops=0, dram_bytes=0)
+        seconds = c.dev.stream_s(nbytes) + c.dev.compute.fixed_op_s
+        seg.busy_s += seconds
+        seg.local_bytes += nbytes
+        if self._graph is None or not self._graph.whole:  # a graph replays the kernel (``plan.cuda_graphs``)
+            seg.host_s += c.dev.compute.host_dispatch_s
+        self.layer_busy += seconds
+
+    def copy(self, op: Op, nbytes: float) -> None:
+        """A memory-bound copy kernel of the compute stream beside op ``op``'s layer (PyTorch FSDP2's copy-in and
+        copy-out, ``plan.sharding``): streamed as one kernel (``_stream``), its launch on the host."""
+        self._graph = None
+        self._stream(op, nbytes)
+
+    def host(self, seconds: float) -> None:
+        """Host work beside the open segment's kernels (it binds when the device is faster)."""
+        if self._open is not None:
+            self._open.host_s += seconds
+
+    def _host_sync(self, op: Op, seconds: float) -> None:
+        """A host synchronisation of the MoE token dispatcher: a segment of its own, reported as host wait."""
+        if self._open is not None:
+            self._open.close()
+            self.out.segments.append(self._open)
+            self._open = None
+        self.out.segments.append(Segment.host_wait("MoE host synchronisation", op.layer, seconds))
+
+    def next_layer(self) -> float:
+        """Start a new layer; returns the device time of the one before. A backward's MoE layer hands its
+        delayed attention and shared-expert weight gradients to the next (``_defer``); a dense layer's, whose
+        weight gradients this model does not sort into Megatron-Core's nodes, hide nothing."""
+        busy, self.layer_busy = self.layer_busy, 0.0
+        self._hand_over()
+        return busy
+
+    def finish(self) -> ChunkPass:
+        if self._open is not None:
+            self._open.close()
+            self.out.segments.append(self._open)
+            self._open = None
+        return self.out

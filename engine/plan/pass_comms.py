@@ -1,0 +1,157 @@
+"""The collectives a pass builder closes its segments with: tensor-parallel ones at an op (with userbuffers'
+and the data gradients' overlap), those over replicas (sharded data parallelism, the context ring, the expert
+all-to-all, with what the layer's compute hides of them), the sequence-parallel re-gather, and the host time of
+each call. A mixin of ``pass_builder.PassBuilder``: it reads the builder's context, open segment,
+layer time and ``host``."""
+
+from __future__ import annotations
+
+from tilewright.engine.ir.ops import Op
+from tilewright.engine.perf.comm_sm import beside, stretched
+from tilewright.engine.perf.formats import message_bytes
+from tilewright.engine.plan.cuda_graphs import Capture
+from tilewright.engine.plan.dgrad_overlap import covers, timed
+from tilewright.engine.plan.dgrad_overlap import exposed as dgrad_exposed
+from tilewright.engine.plan.experts import expert_tp_comm, is_etp
+from tilewright.engine.plan.exposed import bytes_for
+from tilewright.engine.plan.launch import collective_host_seconds
+from tilewright.engine.plan.pass_records import ChunkPass, PassContext, Segment
+from tilewright.engine.plan.sharding import ShardComm
+from tilewright.engine.plan.sp_regather import Regather, exposed_bytes
+from tilewright.engine.plan.tp_overlap import TpOverlap
+
+
+class PassComms:
+    """The builder's collectives (``PassBuilder`` holds the state below)."""
+
+    ctx: PassContext
+    out: ChunkPass
+    _open: Segment | None
+    graphs: dict[str, Capture]
+    layer_busy: float
+    tp_overlap: TpOverlap | None
+    _exchanged: bool
+
+    def _a2a(self, op: Op, nbytes: float, deferred_s: float = 0.0) -> float:
+        """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``), it runs
+        while the paired micro-batch computes the same layer — in DualPipe and Megatron-Core's overlapped 1F1B
+        one micro-batch's forward and another's backward alternate compute and communication — so it hides
+        behind as much compute as this pass has run in the layer so far (the paired pass runs the same ops)
+        plus ``deferred_s``, this pass's own delayed weight gradients scheduled against it (``_cover``), and
+        only the excess shows: the all-to-all's time minus the cover, as the bytes of it that take that long
+        (``plan.exposed``; a fraction of its bytes would pay its fixed latency again). The cover is stretched
+        by the SMs the all-to-all's kernel takes from it (``_sm_cover``)."""
+        seconds = self.ctx.ep_seconds
+        if seconds is None or nbytes <= 0:
+            return nbytes
+        self._exchanged = True
+        total = seconds(nbytes)
+        cover = self._sm_cover(op.name, op.layer, total, self.layer_busy + deferred_s)
+        if total <= cover or total <= 0:
+            return 0.0
+        return bytes_for(seconds, nbytes, total - cover)
+
+    def _sm_cover(self, label: str, layer: int, comm_s: float, cover_s: float) -> float:
+        """The cover an NCCL collective of ``comm_s`` seconds hides behind when it runs beside ``cover_s`` of
+        this pass's compute that loses the SMs its kernel holds (``perf.comm_sm``): the compute stretched by
+        them; the seconds the compute loses (over the overlapped window only) join the open segment. Not
+        ``layer_busy``: that is the layer's compute at full rate, which a later all-to-all stretches itself
+        (``_a2a``); counting the loss there too would hide the next all-to-all behind the SMs the last took."""
+        compute = self.ctx.dev.compute
+        slower, _ = beside(comm_s, cover_s, compute.gemm_units, compute.collective_sms)
+        if slower > 0:
+            self._open = self._open or Segment(label=label.split(".")[0], layer=layer, busy_s=0, compute_s=0,
+                                               flops=0, dram_bytes=0)
+            self._open.busy_s += slower
+        return stretched(cover_s, compute.gemm_units, compute.collective_sms)
+
+    def call_host(self, name: str) -> float:
+        """Host time of one collective call at op ``name`` before its kernel's launch (``plan.launch``): none
+        when a CUDA graph replays it — the op wholly captured, or the pass inside a full-iteration graph."""
+        graph = self.graphs.get(name)
+        if self.out.captured or (graph is not None and graph.whole):
+            return 0.0
+        return collective_host_seconds(self.ctx.dev.compute)
+
+    def dp_comms(self, items: list[tuple[str, float]], layer: int, label: str, calls: bool = True) -> None:
+        """Collectives over replicas ((kind, bytes per tensor rank): sharded data parallelism, the context ring,
+        the expert all-to-all) after the open segment, each call's host time with it (``call_host``) unless
+        the caller charged the calls already (``calls`` False: the context ring's, one per step)."""
+        for kind, nbytes in items:
+            seg = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
+            seg.comm = (kind, nbytes)
+            seg.host_s += self.call_host(label) if calls else 0.0
+            seg.close()
+            self.out.segments.append(seg)
+            self._open = None
+
+    def shard_cover(self, shard: ShardComm, items: list[tuple[str, float]], hide_s: float, label: str,
+                    layer: int) -> float:
+        """The previous layer's compute ``hide_s`` as the cover of the sharding collectives ``items`` run behind
+        it (ZeRO-2/3, FSDP: ``plan.sharding``), stretched by the SMs their NCCL kernels hold (``_sm_cover``)."""
+        total = sum(shard.seconds(k, n) for k, n in items if n > 0)
+        return self._sm_cover(label, layer, total, hide_s) if total > 0 else hide_s
+
+    def regather(self, run: Regather | None) -> None:
+        """Sequence parallelism's re-gather of a column-parallel run's input for its weight gradients
+        (``plan.sp_regather``): the part its data gradients cannot hide closes the open segment; its NCCL call
+        costs the host (none under userbuffers, which drive it from the GEMM)."""
+        c = self.ctx
+        if run is None or c.regather_seconds is None:
+            return
+        op = run.op
+        nbytes = op.in_elems * c.micro_batch * message_bytes(c.formats, op.name, c.elem_bytes)
+        cover = run.cover_s
+        if self.tp_overlap is None and nbytes > 0:  # NCCL's gather holds SMs (userbuffers' bulk: ``plan.tp_overlap``)
+            cover = self._sm_cover(op.name, op.layer, c.regather_seconds("all-gather", nbytes), cover)
+        shown = exposed_bytes(c.regather_seconds, nbytes, cover)
+        call = self.call_host(op.name) if self.tp_overlap is None else 0.0
+        if shown <= 0:
+            self.host(call)
+            return
+        seg = self._open or Segment(label=op.name, layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
+        seg.comm = ("all-gather", shown)
+        seg.host_s += call
+        seg.close()
+        self.out.segments.append(seg)
+        self._open = None
+
+    def op_comm(self, kind: str, op: Op, elems: float, wgrad_s: float | None = None) -> None:
+        """The tensor-parallel collective at an op's input or output (``elems`` per sample, as the op counts
+        them): a routed expert's sized by what the token dispatcher gathers and, with expert tensor parallelism
+        below tp, over its expert-tensor groups or none (``experts.expert_tp_comm``). ``wgrad_s``: a backward's
+        input-gradient collective beside its run's weight-gradient GEMMs (``plan.dgrad_overlap``)."""
+        c = self.ctx
+        routed = expert_tp_comm(op, kind, elems, c.tp, c.expert_tp, c.expert_parallel)
+        if routed is not None:
+            self.comm(routed[0], routed[1], op.layer, op.name, overlap=not is_etp(routed[0]),
+                      wgrad_s=wgrad_s if covers(op) else None)
+
+    def comm(self, kind: str, elems: float, layer: int, label: str, overlap: bool = True,
+             wgrad_s: float | None = None) -> None:
+        """A tensor-parallel collective closing the open segment, its call's host time with it (``call_host``);
+        ``overlap``: one the GEMMs beside it may hide (``plan.tp_overlap``: Transformer Engine's userbuffers then
+        drive it from the GEMM's own call, no collective call of its own), not the cross-entropy's; ``wgrad_s``:
+        the weight-gradient GEMMs an async collective runs beside (``plan.dgrad_overlap``), what they cannot hide
+        showing."""
+        c = self.ctx
+        if c.tp <= 1 or elems <= 0:
+            return
+        seg = self._open = self._open or Segment(label=label, layer=layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0)
+        seg.comm = (kind, elems * c.micro_batch * message_bytes(c.formats, label, c.elem_bytes))  # formats.collectives
+        if self.tp_overlap is not None and overlap:  # hidden behind the GEMM beside it (``plan.tp_overlap``)
+            seg.comm, slower = self.tp_overlap.collective(seg, *seg.comm)
+            seg.busy_s += slower  # the GEMM's SMs the pipelined reduce-scatter takes
+            self.layer_busy += slower
+        else:
+            if wgrad_s is not None and c.dgrad_overlap and not c.delay_wgrad:  # plan.dgrad_overlap
+                if c.dgrad_seconds is None:
+                    seg.deferred_cover_s = wgrad_s
+                else:
+                    fn = timed(c.dgrad_seconds, kind)
+                    cover = self._sm_cover(label, layer, fn(seg.comm[1]), wgrad_s) if seg.comm[1] > 0 else wgrad_s
+                    seg.comm = (kind, dgrad_exposed(fn, seg.comm[1], cover))
+            seg.host_s += self.call_host(label)
+        seg.close()
+        self.out.segments.append(seg)
+        self._open = None
