@@ -36,12 +36,16 @@ def _flags(c: dict) -> list[str]:
 def test_the_searchs_best_mappings_rerun_to_the_same_time(capsys):
     assert main(["search", *JOB, "--devices", "16", "--ep", "1,8", "--zero", "0,1,3", "--top", "3",
                  "--quiet", "--json"]) == 0
-    ranked = [c for c in json.loads(capsys.readouterr().out)["candidates"] if c.get("event_iteration_time_s")]
+    candidates = json.loads(capsys.readouterr().out)["candidates"]
+    ranked = [c for c in candidates if c.get("event_iteration_time_s")]
     assert len(ranked) == 3
     for c in ranked:
         assert main(["run", *JOB, *_flags(c), "--json", "--quiet"]) == 0
         run = json.loads(capsys.readouterr().out)
         assert run["iteration_time_s"] == pytest.approx(c["event_iteration_time_s"], rel=1e-9), c
         assert run["peak_memory_bytes"] == pytest.approx(c["event_peak_memory_bytes"], rel=1e-9)
-    # the two flags the run lacked appear among these choices
-    assert any(c["overlap_grad_reduce"] or c["ep_dispatcher"] != "alltoall" for c in ranked)
+    # the two flags the run lacked: the best candidate setting one reruns (analytic) to the search's own time
+    other = next(c for c in candidates if c["overlap_grad_reduce"] or c["ep_dispatcher"] != "alltoall")
+    assert main(["run", *JOB, *_flags(other), "--engine", "analytic", "--json", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["iteration_time_s"] == pytest.approx(other["iteration_time_s"],
+                                                                                    rel=1e-9), other

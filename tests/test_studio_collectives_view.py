@@ -260,7 +260,7 @@ def test_an_inference_project_draws_no_groups_the_engine_does_not_form(kind_name
     """The engine runs an inference pass at ep 1 and cp 1 whatever the mapping keeps from training
     (``plan.plan.build_plan``): the canvas draws no all-to-all groups or rings for it, and the key says the
     degree is for training instead of claiming it is 1."""
-    from tilewright.engine.simulate import simulate
+    from tilewright.engine.simulate import make_plan, simulate
     from tilewright.studio.mapping import stage_layout
     from tilewright.studio.model.parallel_groups import GroupKind, idle_degree, parallel_groups
 
@@ -268,8 +268,11 @@ def test_an_inference_project_draws_no_groups_the_engine_does_not_form(kind_name
     train = grouped_project(**mapping)
     infer = Project.model_validate({**train.model_dump(), "run": {**train.run.model_dump(), "mode": "infer"}})
     assert parallel_groups(train, stage_layout(train), kind) is not None  # the same mapping trains with them
+    prefix = "ep:" if kind is GroupKind.expert else "cp:"
+    segments = [s for p in make_plan(train).stages[0].passes.values() for s in p.segments]
+    exchanged = [name for s in segments for name, _ in ((s.comm,) if s.comm else ()) + s.hidden]
+    assert any(k.startswith(prefix) for k in exchanged)  # the groups exchange when training (timed or hidden) …
     category = "ep_comm" if kind is GroupKind.expert else "cp_comm"
-    assert simulate(train).time_breakdown_s.get(category, 0.0) > 0  # the groups exchange when training …
     served = simulate(infer)
     assert served.mode == "infer" and served.time_breakdown_s.get(category, 0.0) == 0  # … and form nowhere there
     degree = train.mapping.ep if kind is GroupKind.expert else train.mapping.cp
