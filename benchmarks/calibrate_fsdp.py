@@ -104,15 +104,14 @@ Usage: python benchmarks/calibrate_fsdp.py [--engine analytic|event] [--only SUB
 from __future__ import annotations
 
 import argparse
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from nemo_h100_run import measure
 from tilewright.engine.io.presets import load_model, load_system
 from tilewright.engine.ir import LlamaSpec, Mapping, Project, RunSettings
 from tilewright.engine.ir.hardware import Component
 from tilewright.engine.ir.mapping import Fp8Scaling, TensorFormats
-from tilewright.engine.simulate import simulate
 
 TITAN = "pytorch/torchtitan"
 DOC_A100 = (TITAN, "docs/performance.md", "041336434916bdc0f88c1f89fda176fd3c2092e4")
@@ -275,13 +274,8 @@ class Outcome:
 
 
 def evaluate(row: Row, engine: str = "analytic", whatif: bool = False) -> Outcome:
-    project = project_for(row, engine, whatif)
-    t0 = time.perf_counter()
-    res = simulate(project)
-    wall = time.perf_counter() - t0
-    m = res.metrics_json()
-    return Outcome(row, m["tokens_per_s"] / res.devices, m["time_breakdown_s"],
-                   res.oom is not None or res.host_oom is not None, wall)
+    m = measure(project_for(row, engine, whatif))
+    return Outcome(row, m.tokens_per_gpu, m.breakdown, m.oom, m.wall_s)
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, tuple[float, int]]:

@@ -44,15 +44,13 @@ Usage: python benchmarks/calibrate_moe_gpu.py [--engine analytic|event] [--only 
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 
 from moe_gpu_published import RUNS, Run, model_spec
 from nemo_h100_models import chunk_layers
-from nemo_h100_run import FLASH
+from nemo_h100_run import FLASH, measure
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import Mapping, Project, RunSettings
-from tilewright.engine.simulate import simulate
 
 
 def slots_per_expert(run: Run) -> float:
@@ -114,13 +112,8 @@ class Outcome:
 
 
 def evaluate(run: Run, engine: str = "analytic", imbalance: float | None = None) -> Outcome:
-    project = project_for(run, engine, imbalance)
-    t0 = time.perf_counter()
-    res = simulate(project)
-    wall = time.perf_counter() - t0
-    m = res.metrics_json()
-    return Outcome(run, m["tokens_per_s"] / res.devices, m["time_breakdown_s"],
-                   res.oom is not None or res.host_oom is not None, wall)
+    m = measure(project_for(run, engine, imbalance))
+    return Outcome(run, m.tokens_per_gpu, m.breakdown, m.oom, m.wall_s)
 
 
 def main() -> None:

@@ -133,15 +133,32 @@ class Outcome:
         return self.tokens_per_gpu * p.tflops_per_gpu / p.tokens_per_gpu
 
 
-def evaluate(row: Row, engine: str = "analytic") -> Outcome:
-    project = project_for(row, engine)
+@dataclass
+class Measured:
+    """One project simulated as the training benchmarks read it: per-GPU tokens/s and model TFLOP/s, the time
+    breakdown, whether it ran out of (device or host) memory, and the simulation's wall time."""
+
+    tokens_per_gpu: float
+    tflops: float
+    breakdown: dict[str, float]
+    oom: bool
+    wall_s: float
+
+
+def measure(project: Project) -> Measured:
+    """Simulate ``project`` (shared by calibrate_nemo_h100, calibrate_fsdp and calibrate_moe_gpu)."""
     t0 = time.perf_counter()
     res = simulate(project)
     wall = time.perf_counter() - t0
     m = res.metrics_json()
-    per_gpu = m["tokens_per_s"] / res.devices
     tflops = res.model_flops_per_iteration / res.iteration_time_s / res.devices / 1e12
-    return Outcome(row, per_gpu, tflops, m["time_breakdown_s"], res.oom is not None or res.host_oom is not None, wall)
+    return Measured(m["tokens_per_s"] / res.devices, tflops, m["time_breakdown_s"],
+                    res.oom is not None or res.host_oom is not None, wall)
+
+
+def evaluate(row: Row, engine: str = "analytic") -> Outcome:
+    m = measure(project_for(row, engine))
+    return Outcome(row, m.tokens_per_gpu, m.tflops, m.breakdown, m.oom, m.wall_s)
 
 
 def summary(outcomes: list[Outcome]) -> dict[str, float]:
