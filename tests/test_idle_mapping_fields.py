@@ -97,3 +97,21 @@ def test_a_project_file_is_refused_naming_the_file(tmp_path, capsys):
     assert main(["run", str(path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "idle.json" in err and "mapping.interleave:" in err
+
+
+@pytest.mark.parametrize(("experts", "top_k"), [(8, 2), (64, 6)])
+def test_expert_imbalance_past_every_rank_s_reach_is_refused(experts: int, top_k: int):
+    """A rank can hold all top_k slots of a token only while it has top_k experts: ep · min(top_k, experts / ep) /
+    top_k, at most experts / top_k over every ep. That much is accepted; anything above, for any ep, is not."""
+    spec = GPTSpec.model_validate(SPEC.model_dump() | {"moe": {"experts": experts, "top_k": top_k, "expert_ffn": 256}})
+    reach = max(ep * min(top_k, experts / ep) / top_k for ep in range(1, experts + 1) if experts % ep == 0)
+    assert reach == experts / top_k
+
+    def paths(imbalance: float) -> list[str]:
+        p = Project(name="moe", hardware=load_system("dgx-a100"), workload=spec,
+                    mapping=Mapping(dp=8, ep=8, global_batch=16, expert_imbalance=imbalance),
+                    run=RunSettings(dtype="bf16", engine="analytic"))
+        return _paths(p)
+
+    assert "mapping.expert_imbalance" not in paths(reach)
+    assert "mapping.expert_imbalance" in paths(reach * 1.01)

@@ -75,7 +75,23 @@ def idle_field_problems(project: Project, graph: WorkloadGraph) -> list[Problem]
         for name in asked:
             out.append(Problem(f"mapping.{name}", f"{getattr(m, name)}: {_MOE_FIELDS[name][0]}, and the model has "
                                "no mixture-of-experts layers"))
+    out += _imbalance_bound(m.expert_imbalance, graph)
     return out
+
+
+def _imbalance_bound(imbalance: float | None, graph: WorkloadGraph) -> list[Problem]:
+    """``expert_imbalance`` past what any expert-parallel degree allows: a rank holds at most min(top_k,
+    experts / ep) of a token's top_k slots, so its load is at most ep · min(top_k, experts / ep) / top_k times
+    the mean (``plan.routing_imbalance.routing_floor``'s cap), whose largest value over every ep is experts /
+    top_k. Checked against that largest value, so a search's change of ep never turns a mapping invalid."""
+    if imbalance is None:
+        return []
+    bounds = [op.moe.experts / op.moe.top_k for op in graph.ops() if op.moe is not None]
+    if not bounds or imbalance <= min(bounds):
+        return []
+    return [Problem("mapping.expert_imbalance", f"{imbalance:g}: the busiest expert rank can carry at most "
+                    f"experts / top_k = {min(bounds):g} times the mean load (every token's top_k slots on its "
+                    "experts), whatever ep is")]
 
 
 # GPU training-loop fields → the value that asks for nothing; read only where a host framework issues each kernel
