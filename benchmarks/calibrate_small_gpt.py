@@ -74,8 +74,12 @@ def vtrain_project(model: str, gpus: int, tp: int, pp: int, mb: int, gb: int, en
     """One of vTrain's single-node runs: seq 1024, full recompute (``--checkpoint-activations``), 1F1B."""
     layers, hidden, heads = VTRAIN_MODELS[model]
     spec = GPTSpec(name=f"gpt-{model}", layers=layers, hidden=hidden, heads=heads, seq_len=1024, vocab=51200)
+    # vTrain measured with Microsoft's Megatron-DeepSpeed (VIA-Research/vTrain data/README.md @ f8dda84), whose
+    # pre-July-2023 mpu layers (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region, then F.linear) have no
+    # gradient-accumulation fusion (--no-gradient-accumulation-fusion's behaviour: plan.grad_hooks) and block on
+    # the input-gradient all-reduce (overlap_dgrad_comm's era default already reads that from full recompute)
     mapping = Mapping(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=mb, global_batch=gb,
-                      recompute=Recompute.full)
+                      recompute=Recompute.full, gradient_accumulation_fusion=False)
     return Project(name=spec.name, hardware=load_system("dgx-a100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype="fp16", engine=engine))
 

@@ -1,4 +1,4 @@
-"""Predictions for vTrain's multi-node validation inputs: 108 Megatron-LM runs on 64-512 A100s (3.6B-175B GPTs).
+"""Predictions for vTrain's multi-node validation inputs: 108 Megatron-DeepSpeed runs on 64-512 A100s (3.6B-175B GPTs).
 
 Why: held-out measurements of these runs judge our multi-node accuracy (mean error and rank correlation of the
 mappings). The measurements are not ours to see; their *inputs* are public, and this prints our prediction of
@@ -249,8 +249,12 @@ def project_for(c: Config, engine: str = "analytic", nic_gbps: float | None = No
     1F1B, on the dgx-a100 preset (optionally with ``nic_gbps`` per node between nodes)."""
     spec = GPTSpec(name=f"gpt-{c.model}", layers=c.layers, hidden=c.hidden, heads=c.heads, seq_len=SEQ_LEN,
                    vocab=padded_vocab(VOCAB, c.tp))
+    # vTrain measured with Microsoft's Megatron-DeepSpeed (VIA-Research/vTrain data/README.md @ f8dda84), whose
+    # pre-July-2023 mpu layers (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region, then F.linear) have no
+    # gradient-accumulation fusion (--no-gradient-accumulation-fusion's behaviour: plan.grad_hooks) and block on
+    # the input-gradient all-reduce (overlap_dgrad_comm's era default already reads that from full recompute)
     mapping = Mapping(tp=c.tp, pp=c.pp, dp=c.dp, micro_batch=c.micro_batch, global_batch=c.global_batch,
-                      recompute="full")
+                      recompute="full", gradient_accumulation_fusion=False)
     hw = load_system(SYSTEM)
     if nic_gbps is not None:
         hw = with_nic_gbps_per_node(hw, nic_gbps)

@@ -69,11 +69,11 @@ def test_contradicting_or_idle_flags_exit_2_naming_the_flag(capsys, flags: list[
 
 def test_the_reduce_scatter_method_runs_with_the_overlap_it_picks_for(capsys):
     """With ``--overlap-tp-comm`` the same flag is taken (and the project's default, pipelined, differs)."""
-    tp = ["--tp", "2", "--dp", "1", "--sequence-parallel", "--overlap-tp-comm"]
+    tp = ["--tp", "2", "--dp", "1", "--zero", "0", "--sequence-parallel", "--overlap-tp-comm"]
     assert main([*SMALL, *tp]) == 0
     pipelined = json.loads(capsys.readouterr().out)["iteration_time_s"]
     assert main([*SMALL, *tp, "--tp-overlap-rs", "ring_exchange"]) == 0
     ring = json.loads(capsys.readouterr().out)["iteration_time_s"]
     assert ring != pipelined
-    assert main([*SMALL, "--tp", "2", "--dp", "1", "--sequence-parallel", "--tp-overlap-rs", "pipeline"]) == 2
+    assert main([*SMALL, "--tp", "2", "--dp", "1", "--zero", "0", "--sequence-parallel", "--tp-overlap-rs", "pipeline"]) == 2
     assert "--overlap-tp-comm" in capsys.readouterr().err

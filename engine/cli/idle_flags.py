@@ -117,6 +117,13 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
     if getattr(args, "fsdp", None) and getattr(args, "zero", None) == 0:  # stages 1-2 the mapping refuses itself
         raise InputError(COMMAND_LINE, Problem("--zero", "0 contradicts --fsdp, which shards like ZeRO stage 3 "
                                                "(the run was ZeRO-3 whatever --zero said)"))
+    zero = getattr(args, "zero", None) or 0
+    sharding = "--fsdp" if getattr(args, "fsdp", None) else "--zero" if zero >= 1 else None
+    if train and sharding is not None and m.dp * m.cp == 1:
+        what = "FSDP" if sharding == "--fsdp" else f"ZeRO stage {zero}"
+        raise InputError(COMMAND_LINE, Problem(sharding, f"{what} shards model state over the data-parallel ranks "
+                                               "(dp × cp), and there is one: nothing is sharded or gathered; set "
+                                               "--dp ≥ 2 or leave it out"))
     if train and getattr(args, "fsdp_copies", None) and m.zero < 3:
         raise InputError(COMMAND_LINE, Problem("--fsdp-copies", f"prices PyTorch FSDP2's copies around each layer's "
                                                f"weight all-gather and gradient reduce-scatter, and ZeRO stage "
