@@ -38,7 +38,7 @@ from tilewright.engine.plan.residency import StageResidency, adam_step, step_sec
 from tilewright.engine.plan.stage_options import stage_options
 from tilewright.engine.plan.train_logging import TrainLogging
 from tilewright.engine.plan.train_logging import step_seconds as logging_seconds
-from tilewright.engine.plan.train_step import TOKEN_BYTES, add_drains, flag_allreduce_s, step_overhead, te_holds_master
+from tilewright.engine.plan.train_step import add_drains, flag_allreduce_s, step_overhead, te_holds_master
 
 
 @dataclass
@@ -160,7 +160,7 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
             expert_params[c] = params_on_device(routed_experts(ops), m.tp)
             expert_grad[c] = expert_params[c] * state_per_param.gradients
     if run.mode is Mode.train:  # the framework's host synchronisations (``plan.train_step``)
-        add_drains(passes, m.pp, r, dev.compute, m.tp, mb * (workload.tokens_per_sample + 1) * TOKEN_BYTES, log)
+        add_drains(passes, m.pp, r, dev.compute, m.tp, mb, workload.tokens_per_sample, log, ctx.host_framework)
     experts = sum(expert_params.values())
     state = expert_model_state(params, experts, per_param, m.zero, shard_dp, ep, s.edp if s.apart else None)
     if run.mode is Mode.infer:

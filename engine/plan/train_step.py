@@ -9,7 +9,8 @@ single-node runs give. That version's training loop stops the host's run-ahead m
 - **Timers.** Every ``Timers`` start and stop calls ``torch.cuda.synchronize()`` (``megatron/global_vars.py``
   ``_Timer``), and the schedule times every micro-batch: ``forward-compute`` and ``backward-compute`` around
   each forward and backward step, ``batch-generator`` around ``get_batch`` (``pretrain_gpt.forward_step``);
-- **Batch broadcast.** ``get_batch`` (every stage, every micro-batch) broadcasts the batch over the tensor
+- **Batch broadcast.** ``get_batch`` (every stage, every micro-batch; other frameworks: "get_batch by framework"
+  below) broadcasts the batch over the tensor
   group with ``tensor_parallel.broadcast_data``: first the key sizes, which come back to the host with
   ``.cpu()``, then the flattened int64 tokens — two small broadcasts, charged as tensor-parallel
   communication at the head of each forward;
@@ -54,6 +55,32 @@ masked mean, ``average_losses_across_data_parallel_group``'s ``clone``, ``cat``,
 schedule's ``loss / num_microbatches``: about 8 launches and a collective call, no host synchronisation — the
 ``forward-compute`` timer's stop drains them — issued while the device may still run the pass: not a drained
 device's wait, and the plan's passes hold no host time beyond their ops').
+
+**get_batch by framework** (``get_batch_work``, ``mapping.host_framework`` as ``plan.framework_host`` resolves it).
+The counts above are Megatron-LM's ``get_batch`` ('megatron-lm', v2.x; 'mcore', whose legacy models of 2023 keep
+the same ``pretrain_gpt.get_batch`` body with ``tensor_parallel.broadcast_data``). The others:
+
+- **'mcore-te'** (Megatron-Core's GPT, NeMo's recipes, 2024+): ``pretrain_gpt.get_batch`` returns at once unless
+  the (virtual) stage is the first or the last (NVIDIA/Megatron-LM ``pretrain_gpt.py`` @
+  000ab9d6719e22605b0619b8fcca713b1ce4e969: ``if not is_first_or_last_pipeline_stage(vp_stage): return None, ...``,
+  the virtual stage's position), then
+  calls ``get_batch_on_this_tp_rank`` (``megatron/training/utils.py`` @ 00caa53af30912914981c86f39db123961678bbd):
+  the tensor group's source rank copies the DataLoader's pinned batch with ``.cuda(non_blocking=True)`` (tokens,
+  labels, loss mask, position ids: ``MCORE_GET_BATCH_LAUNCHES``) and broadcasts the stage's tensors — all four
+  with one stage, tokens and position ids on the first, labels and loss mask on the last
+  (``MCORE_BROADCAST_BYTES``); the other ranks allocate them with ``torch.empty`` of the shapes ``args`` gives
+  (micro-batch × sequence): no key sizes, no ``.cpu()``, no drain. The masks and position ids come from the
+  dataset (``GPTDataset``): no mask kernels. Its host work and calls follow the ``batch-generator`` timer's
+  synchronisation (level 2) only: without it they hide behind the queued work. Middle stages: nothing but the
+  timer pair around the ``None`` return. Not charged: the attention mask's broadcast (micro-batch × s × s bytes)
+  when ``--create-attention-mask-in-dataloader`` is left on and the dataset makes it; the 2025 body's
+  ``_broadcast_cu_seqlens`` (two more broadcasts and, on the other ranks, an ``.item()``: a drain) for packed
+  sequences; ``get_batch_on_this_cp_rank`` (a no-op at context parallelism 1).
+- **'pytorch', 'pytorch-compile'** (torchtitan, ``train.py`` @ 0011fb905e9561a51af0f265e35d989f7448b1d8, the
+  commit of ``calibrate_fsdp``'s A100 configuration): ``input_ids = input_ids.cuda(); labels = labels.cuda()``
+  once per step (one micro-batch per step; a pipeline schedule splits it inside ``pp_schedule.step``): two
+  host-to-device copies and, from pageable memory, one wait for the stream — a few tens of µs an iteration
+  that lasts seconds, left out. Every rank loads its own batch: no broadcast.
 
 **The mixed-precision optimizer's passes.** ``ADAM_BYTES_*`` (``plan.plan``) streams one fused Adam step
 (fp32 gradient, master weights and moments read, the three written, the low-precision copy written).
@@ -148,10 +175,12 @@ a drain to the last stage's forwards. The logging flags' own step work is ``trai
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.hardware import Compute
-from tilewright.engine.ir.mapping import Fp8Scaling
+from tilewright.engine.ir.mapping import Fp8Scaling, HostFramework
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.plan.launch import backward_startup_seconds, collective_host_seconds, drain_seconds, host_time
@@ -159,11 +188,13 @@ from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.residency import StageResidency, home_level, optimizer_seconds
 from tilewright.engine.plan.train_logging import DEFAULT, TrainLogging
 
-# Drains of queued device work per pass (module docstring): forward, backward, and per pipeline send; of
-# them the schedule's timers' (``batch-generator`` and ``forward-compute`` stops, ``backward-compute`` stop),
-# which Megatron's --timing-log-level below 2 does not create (``plan.train_logging``)
-DRAINS = {"F": 3, "B": 1}
+# Drains of queued device work per pass (module docstring): the schedule's timers' (``batch-generator`` and
+# ``forward-compute`` stops, ``backward-compute`` stop), which Megatron's --timing-log-level below 2 does not
+# create (``plan.train_logging``), and, a forward under Megatron-LM's get_batch, the key sizes' ``.cpu()``
+# (``GET_BATCH_DRAINS``, by framework: ``get_batch_work``); per pipeline send
 TIMER_DRAINS = {"F": 2, "B": 1}
+GET_BATCH_DRAINS = 1
+DRAINS = {"F": TIMER_DRAINS["F"] + GET_BATCH_DRAINS, "B": TIMER_DRAINS["B"]}  # Megatron-LM's get_batch, all timers
 SEND_DRAINS = 1
 NAN_LOSS_DRAINS = 1  # --check-for-nan-in-loss-and-grad: the last stage's loss .isnan() per forward
 # Per optimizer step: the gradient norm's .item() and, after the copy-back, its timer's stop or (below timing
@@ -198,6 +229,51 @@ TOKEN_BYTES = 8
 # unsqueeze, expand_as)
 GET_BATCH_LAUNCHES = 2 + 5
 GET_BATCH_CALLS = 2 + 1 + 2 + 5
+# Megatron-Core's get_batch (framework 'mcore-te', module docstring): the tensor group's source rank copies the
+# DataLoader's pinned batch to the device (``.cuda(non_blocking=True)``: tokens, labels, loss mask, position ids;
+# no attention mask with ``--no-create-attention-mask-in-dataloader``), then broadcasts the stage's tensors, each
+# micro-batch × sequence elements of these bytes (int64 tokens, labels and positions, fp32 loss mask)
+MCORE_GET_BATCH_LAUNCHES = 4
+MCORE_BROADCAST_BYTES = {"tokens": 8, "labels": 8, "loss_mask": 4, "position_ids": 8}
+MCORE_FIRST_STAGE = ("tokens", "position_ids")
+MCORE_LAST_STAGE = ("labels", "loss_mask")
+MEGATRON_GET_BATCH: frozenset[HostFramework] = frozenset({"megatron-lm", "mcore"})
+
+
+@dataclass(frozen=True)
+class GetBatchWork:
+    """One forward's ``get_batch`` on a virtual stage (``get_batch_work``): its drains, its host work on a drained
+    device (``launches``, ``calls``; ``after_timer``: exposed only behind the ``batch-generator`` timer's
+    synchronisation, having no drain of its own), its broadcasts over the tensor group as (label, bytes per token of
+    the rows ``rows`` names: ``"fixed"`` one, ``"shifted"`` micro-batch × (sequence + 1), ``"sequence"`` micro-batch ×
+    sequence)."""
+
+    drains: int = 0
+    launches: int = 0
+    calls: int = 0
+    after_timer: bool = False
+    sends: tuple[tuple[str, float, str], ...] = ()
+
+
+def get_batch_work(framework: HostFramework, virtual_stage: int, virtual_stages: int) -> GetBatchWork:
+    """What ``framework``'s ``get_batch`` does per forward on ``virtual_stage`` (module docstring, "get_batch by
+    framework"): Megatron-LM's (v2.x, and 2023's legacy models: 'megatron-lm', 'mcore') on every stage; Megatron-Core's
+    ('mcore-te') nothing on middle stages and, on the first and last, fixed-shape broadcasts after the source rank's
+    copies, no drain, no mask kernels; torchtitan's ('pytorch', 'pytorch-compile') nothing charged."""
+    if framework in MEGATRON_GET_BATCH:
+        return GetBatchWork(GET_BATCH_DRAINS, GET_BATCH_LAUNCHES, GET_BATCH_CALLS, False,
+                            (("batch sizes broadcast", float(SIZES_BYTES), "fixed"),
+                             ("batch broadcast", float(TOKEN_BYTES), "shifted")))
+    if framework != "mcore-te":
+        return GetBatchWork()
+    first, last = virtual_stage == 0, virtual_stage == virtual_stages - 1
+    if not (first or last):
+        return GetBatchWork()
+    names = [*(MCORE_FIRST_STAGE if first else ()), *(MCORE_LAST_STAGE if last else ())]
+    if first and last:  # a single stage broadcasts all four, in get_batch_on_this_tp_rank's order
+        names = ["tokens", "labels", "loss_mask", "position_ids"]
+    return GetBatchWork(0, MCORE_GET_BATCH_LAUNCHES, 0, True,
+                        tuple((f"batch broadcast ({n})", float(MCORE_BROADCAST_BYTES[n]), "sequence") for n in names))
 
 
 def pass_sends(kind: str, virtual_stage: int, virtual_stages: int) -> int:
@@ -210,40 +286,50 @@ def pass_sends(kind: str, virtual_stage: int, virtual_stages: int) -> int:
     return 0
 
 
-def pass_drains(kind: str, virtual_stage: int, virtual_stages: int, log: TrainLogging = DEFAULT) -> int:
+def pass_drains(kind: str, virtual_stage: int, virtual_stages: int, log: TrainLogging = DEFAULT,
+                framework: HostFramework = "megatron-lm") -> int:
     """Drains of one forward ("F") or backward ("B") pass of a virtual stage (a recompute pass runs inside
-    the backward's timer: none of its own); ``log``: the run's timer level and NaN check (``plan.train_logging``)."""
-    own = DRAINS.get(kind, 0) - (0 if log.pass_timers else TIMER_DRAINS.get(kind, 0))
+    the backward's timer: none of its own); ``log``: the run's timer level and NaN check (``plan.train_logging``);
+    ``framework``: whose ``get_batch`` a forward runs (``get_batch_work``)."""
+    own = TIMER_DRAINS.get(kind, 0) if log.pass_timers else 0
+    if kind == "F":
+        own += get_batch_work(framework, virtual_stage, virtual_stages).drains
     if log.nan_check and kind == "F" and virtual_stage == virtual_stages - 1:
         own += NAN_LOSS_DRAINS
     return own + SEND_DRAINS * pass_sends(kind, virtual_stage, virtual_stages)
 
 
 def exposed_host_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int,
-                         log: TrainLogging = DEFAULT) -> float:
+                         log: TrainLogging = DEFAULT, framework: HostFramework = "megatron-lm") -> float:
     """Host work of a pass on a drained device beside its drains (module docstring): each pipeline send's
-    collective call, a forward's ``get_batch`` beyond its broadcasts and, a backward, its ``backward()`` start-up.
-    Without the per-micro-batch timers (``log.pass_timers``) a send's call follows no synchronisation and hides
-    behind the queued pass, and a backward starts on a drained device only after receiving its gradient (the
-    receive's ``synchronize``: every virtual stage but the last)."""
+    collective call, a forward's ``get_batch`` beyond its broadcasts (``get_batch_work``: Megatron-LM's after its own
+    ``.cpu()``, at every timer level; Megatron-Core's only behind the ``batch-generator`` timer) and, a backward, its
+    ``backward()`` start-up. Without the per-micro-batch timers (``log.pass_timers``) a send's call follows no
+    synchronisation and hides behind the queued pass, and a backward starts on a drained device only after receiving
+    its gradient (the receive's ``synchronize``: every virtual stage but the last)."""
     calls = pass_sends(kind, virtual_stage, virtual_stages) * collective_host_seconds(compute)
     sends = calls if log.pass_timers else 0.0
     drained = log.pass_timers or virtual_stage < virtual_stages - 1
-    batch = host_time(GET_BATCH_LAUNCHES, GET_BATCH_CALLS, compute) if kind == "F" and issues_kernels(compute) else 0.0
+    batch = 0.0
+    if kind == "F" and issues_kernels(compute):
+        work = get_batch_work(framework, virtual_stage, virtual_stages)
+        if log.pass_timers or not work.after_timer:
+            batch = host_time(work.launches, work.calls, compute)
     return sends + batch + (backward_startup_seconds(compute) if kind == "B" and drained else 0.0)
 
 
 def add_drains(
-    passes: dict[tuple[int, str], ChunkPass], pp: int, rank: int, compute: Compute, tp: int, batch_bytes: float,
-    log: TrainLogging = DEFAULT,
+    passes: dict[tuple[int, str], ChunkPass], pp: int, rank: int, compute: Compute, tp: int, micro_batch: int,
+    sequence: int, log: TrainLogging = DEFAULT, framework: HostFramework = "megatron-lm",
 ) -> None:
     """Lead each training pass of a stage (``passes`` by (chunk, kind)) with the device's idle time for the
-    framework's synchronisations, reported as host wait; a forward also with ``get_batch``'s two broadcasts
-    over the tensor group (``broadcast_data``: the key sizes, ``SIZES_BYTES``, then the flattened batch,
-    ``batch_bytes``), reported as tensor-parallel communication, each call's host time before it. A pass inside
-    a full-iteration CUDA graph (``ChunkPass.captured``) has no drain, no host work and only the batch's broadcast
-    (module docstring). ``log``: the run's timer level and NaN check (``plan.train_logging``); without the
-    per-micro-batch timers the key sizes' call follows no synchronisation (``broadcast_calls``)."""
+    framework's synchronisations, reported as host wait; a forward also with ``get_batch``'s broadcasts over the
+    tensor group (``broadcasts``: Megatron-LM's key sizes and flattened batch of ``micro_batch`` samples of
+    ``sequence`` tokens, Megatron-Core's fixed-shape tensors), reported as tensor-parallel communication, each
+    call's host time before it when it follows a drain (``broadcast_calls``). A pass inside a full-iteration CUDA
+    graph (``ChunkPass.captured``) has no drain, no host work and only the batch's broadcasts (module docstring).
+    ``log``: the run's timer level and NaN check (``plan.train_logging``); ``framework``: the resolved
+    ``mapping.host_framework`` (``plan.framework_host``), whose ``get_batch`` runs (``get_batch_work``)."""
     if not issues_kernels(compute) or not passes:
         return
     each = drain_seconds(compute)
@@ -254,15 +340,16 @@ def add_drains(
             continue
         layer = ps.segments[0].layer
         vs = chunk * pp + rank
-        seconds = 0.0 if ps.captured else pass_drains(kind, vs, virtual_stages, log) * each
-        host = 0.0 if ps.captured else exposed_host_seconds(compute, kind, vs, virtual_stages, log)
+        seconds = 0.0 if ps.captured else pass_drains(kind, vs, virtual_stages, log, framework) * each
+        host = 0.0 if ps.captured else exposed_host_seconds(compute, kind, vs, virtual_stages, log, framework)
         lead = []
         if seconds > 0:
             lead.append(Segment.host_wait("host synchronisation", layer, seconds))
         if host > 0:
             lead.append(Segment.host_wait("host calls on a drained device", layer, host))
         if kind == "F" and tp > 1:
-            sent, exposed = broadcasts(batch_bytes, ps.captured), broadcast_calls(ps.captured, log)
+            sent = broadcasts(micro_batch, sequence, ps.captured, framework, vs, virtual_stages)
+            exposed = broadcast_calls(ps.captured, log, framework, vs, virtual_stages)
             for i, (label, nbytes) in enumerate(sent):
                 seg = Segment.host_wait(label, layer, call if i >= len(sent) - exposed else 0.0)
                 seg.comm = ("broadcast", nbytes)
@@ -270,20 +357,28 @@ def add_drains(
         ps.segments[:0] = lead
 
 
-def broadcasts(batch_bytes: float, captured: bool = False) -> list[tuple[str, float]]:
-    """``get_batch``'s broadcasts over the tensor group, (label, bytes): the key sizes and the batch, the
-    batch alone inside a full-iteration graph (module docstring)."""
-    sizes = [] if captured else [("batch sizes broadcast", float(SIZES_BYTES))]
-    return [*sizes, ("batch broadcast", batch_bytes)]
+def broadcasts(micro_batch: int, sequence: int, captured: bool = False, framework: HostFramework = "megatron-lm",
+               virtual_stage: int = 0, virtual_stages: int = 1) -> list[tuple[str, float]]:
+    """``get_batch``'s broadcasts over the tensor group on ``virtual_stage``, (label, bytes), for ``micro_batch``
+    samples of ``sequence`` tokens (``get_batch_work``): Megatron-LM's key sizes and batch (the batch alone inside
+    a full-iteration graph: module docstring), Megatron-Core's stage tensors, none for torchtitan."""
+    rows = {"fixed": 1.0, "shifted": float(micro_batch * (sequence + 1)), "sequence": float(micro_batch * sequence)}
+    sends = get_batch_work(framework, virtual_stage, virtual_stages).sends
+    return [(label, per * rows[kind]) for label, per, kind in sends if not (captured and kind == "fixed")]
 
 
-def broadcast_calls(captured: bool, log: TrainLogging = DEFAULT) -> int:
-    """How many of ``get_batch``'s broadcast calls (the last ones) run on a drained device: both after the
-    ``batch-generator`` timer's start, only the batch's (after the key sizes' ``.cpu()``) without that timer,
-    none inside a full-iteration graph (module docstring)."""
+def broadcast_calls(captured: bool, log: TrainLogging = DEFAULT, framework: HostFramework = "megatron-lm",
+                    virtual_stage: int = 0, virtual_stages: int = 1) -> int:
+    """How many of ``get_batch``'s broadcast calls (the last ones) run on a drained device: with the
+    ``batch-generator`` timer all of them; without it, Megatron-LM's batch broadcast only (after the key sizes'
+    ``.cpu()``) and none of Megatron-Core's (no drain before them); none inside a full-iteration graph (module
+    docstring)."""
     if captured:
         return 0
-    return len(broadcasts(0.0)) if log.pass_timers else 1
+    work = get_batch_work(framework, virtual_stage, virtual_stages)
+    if log.pass_timers:
+        return len(work.sends)
+    return min(work.drains, len(work.sends))
 
 
 def flag_allreduce_s(hw: HardwareGraph, model_group: list[int]) -> float:
@@ -292,20 +387,21 @@ def flag_allreduce_s(hw: HardwareGraph, model_group: list[int]) -> float:
 
 
 def lead_seconds(compute: Compute, kind: str, virtual_stage: int, virtual_stages: int, broadcasts_s: float,
-                 captured: bool = False, log: TrainLogging = DEFAULT) -> float:
+                 captured: bool = False, log: TrainLogging = DEFAULT,
+                 framework: HostFramework = "megatron-lm") -> float:
     """Seconds ``add_drains`` puts at the head of a pass, for an estimator that sums passes without building
     them: its drains and exposed host work (none ``captured`` in a full-iteration graph) and, a forward, the
-    batch broadcasts' time (``broadcasts_s``, 0 with tp 1 — no broadcast then; the caller sizes them with
-    ``broadcasts``) and, eager, their calls' host time."""
+    batch broadcasts' time (``broadcasts_s``, 0 with tp 1 — no broadcast then; the caller sizes this stage's with
+    ``broadcasts``) and their exposed calls' host time (``broadcast_calls``)."""
     if not issues_kernels(compute):
         return 0.0
     lead = 0.0
     if not captured:
-        lead = (pass_drains(kind, virtual_stage, virtual_stages, log) * drain_seconds(compute)
-                + exposed_host_seconds(compute, kind, virtual_stage, virtual_stages, log))
+        lead = (pass_drains(kind, virtual_stage, virtual_stages, log, framework) * drain_seconds(compute)
+                + exposed_host_seconds(compute, kind, virtual_stage, virtual_stages, log, framework))
     if kind == "F" and broadcasts_s > 0:
-        calls = broadcast_calls(captured, log) * collective_host_seconds(compute)
-        lead += broadcasts_s + calls
+        calls = broadcast_calls(captured, log, framework, virtual_stage, virtual_stages)
+        lead += broadcasts_s + calls * collective_host_seconds(compute)
     return lead
 
 

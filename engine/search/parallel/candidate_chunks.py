@@ -24,10 +24,11 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.plan.context import ring_fused
+from tilewright.engine.plan.framework_host import host_framework
 from tilewright.engine.plan.pipeline_p2p import PipelineP2P, gather_lead_seconds
 from tilewright.engine.plan.residency import StageResidency
 from tilewright.engine.plan.train_logging import TrainLogging
-from tilewright.engine.plan.train_step import TOKEN_BYTES, broadcasts, lead_seconds
+from tilewright.engine.plan.train_step import broadcasts, lead_seconds
 from tilewright.engine.search.comm import CommModel, Layout
 from tilewright.engine.search.layer_table import LayerCosts, LayerTable
 from tilewright.engine.search.op_settings import OpSettings
@@ -111,23 +112,27 @@ class CandidateChunks:
         if not issues_kernels(self.dev.compute) and not gathers:
             return chunks
         group = self.comm.tensor_group(Layout(c.placement, c.rank_order), c.tp, c.pp, c.dp, 0, 0)
-        batch = self.micro_batch(c) * (self.workload.tokens_per_sample + 1) * TOKEN_BYTES
+        mb, seq = self.micro_batch(c), self.workload.tokens_per_sample
         captured = self.settings.full_iteration
-        k = (id(chunks), group, batch, c.pp, c.interleave, gathers)
+        k = (id(chunks), group, mb, c.pp, c.interleave, gathers)
         hit = self._framework.get(k)
         if hit is None:
-            bcast = sum(collective(self.hw, "broadcast", list(group), n).time(self.hw)
-                        for _, n in broadcasts(batch, captured)) if c.tp > 1 else 0.0
+            compute, log = self.dev.compute, TrainLogging.of(self.project.mapping)  # plan.train_logging
+            fw = host_framework(self.settings.host_framework, compute, self.settings.train)  # plan.framework_host
             gather = collective(self.hw, "all-gather", list(group), self.p2p_bytes(c) * c.tp).time(self.hw) \
                 if gathers else 0.0
             fwd, bwd, vss = chunks.fwd.copy(), chunks.bwd.copy(), c.pp * c.interleave
-            compute, log = self.dev.compute, TrainLogging.of(self.project.mapping)  # plan.train_logging
+            sent: dict[tuple[float, ...], float] = {}  # get_batch's broadcasts depend on the stage: timed once each
             for ch in range(c.interleave):
                 for r in range(c.pp):
                     vs = ch * c.pp + r
-                    fwd[ch, r] += (lead_seconds(compute, "F", vs, vss, bcast, captured, log)
+                    sizes = tuple(n for _, n in broadcasts(mb, seq, captured, fw, vs, vss)) if c.tp > 1 else ()
+                    if sizes not in sent:
+                        sent[sizes] = sum(collective(self.hw, "broadcast", list(group), n).time(self.hw) for n in sizes)
+                    bcast = sent[sizes]
+                    fwd[ch, r] += (lead_seconds(compute, "F", vs, vss, bcast, captured, log, fw)
                                    + gather_lead_seconds(compute, "F", vs, vss, gather, captured))
-                    bwd[ch, r] += (lead_seconds(compute, "B", vs, vss, bcast, captured, log)
+                    bwd[ch, r] += (lead_seconds(compute, "B", vs, vss, bcast, captured, log, fw)
                                    + gather_lead_seconds(compute, "B", vs, vss, gather, captured))
             fb = (fwd.sum(axis=0) + bwd.sum(axis=0)).tolist()
             hit = self._framework[k] = (chunks, replace(chunks, fwd=fwd, bwd=bwd, fb=fb))  # holds the key's chunks
