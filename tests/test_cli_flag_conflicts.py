@@ -75,5 +75,6 @@ def test_the_reduce_scatter_method_runs_with_the_overlap_it_picks_for(capsys):
     assert main([*SMALL, *tp, "--tp-overlap-rs", "ring_exchange"]) == 0
     ring = json.loads(capsys.readouterr().out)["iteration_time_s"]
     assert ring != pipelined
-    assert main([*SMALL, "--tp", "2", "--dp", "1", "--zero", "0", "--sequence-parallel", "--tp-overlap-rs", "pipeline"]) == 2
+    assert main([*SMALL, "--tp", "2", "--dp", "1", "--zero", "0", "--sequence-parallel", "--tp-overlap-rs",
+                 "pipeline"]) == 2
     assert "--overlap-tp-comm" in capsys.readouterr().err
