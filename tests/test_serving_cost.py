@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tilewright.engine.io.presets import load_project_preset
 from tilewright.engine.ir import Project
 from tilewright.engine.serving.cost_model import IterationCostModel, Work, decode, split_micro_batches
 from tilewright.engine.simulate import make_plan, simulate
@@ -19,11 +20,22 @@ def _infer(project: Project, mapping: dict | None = None, **inference) -> Projec
     return Project.model_validate(data)
 
 
+def _preset(name: str) -> Project:
+    return load_project_preset(name)
+
+
 CASES = {
     "gpu tp4": (llama_inference(), {}, 3),
     "gpu tp1 (one segment: host dispatch and device time meet)": (llama_inference(), {"tp": 1}, 2),
     "pipeline of 2": (dgx(tp=2, pp=2, dp=1), {}, 1),
     "wafer tiles streaming edge DRAM": (small_wafer(), {}, 1),
+    # tt-transformers prefills prompts one after another (``PrefillOrder.sequential``)
+    "tiled chip, sequential prefill": (_preset("wormhole-n150-llama2-7b-inference"), {}, 3),
+    # 2-D tensor parallelism over a mesh of chips; the decode program's own collectives on padded user rows
+    "tiled mesh, 2-D collectives": (_preset("wormhole-galaxy-llama3-70b-inference"), {}, 3),
+    "tiled mesh, tt-transformers decode": (
+        _preset("wormhole-galaxy-llama3-70b-inference"), {"tp_axes_collectives": "tt-transformers"}, 3
+    ),
 }
 
 

@@ -324,7 +324,14 @@ def step_formats(plan: Plan) -> OpFormats | None:
 def decode_context(plan: Plan, r: int, sequences: int) -> PassContext:
     """The pass context stage ``r``'s decode step of ``sequences`` sequences is costed in (``forward_pass``
     of its layers, as ``inference_phases`` builds it): for per-op reports of a decode step."""
-    return _context(plan, r, sequences, False, step_formats(plan), "decode")
+    return pass_context(plan, r, sequences, "decode")
+
+
+def pass_context(plan: Plan, r: int, sequences: int, kind: InferencePass) -> PassContext:
+    """The pass context of stage ``r``'s inference pass of ``kind`` over ``sequences`` sequences, without
+    sequence parallelism: what the serving cost model prices a batch's passes in (its 2-D collectives,
+    decode padding and KV-cache format as ``run`` has them)."""
+    return _context(plan, r, sequences, False, step_formats(plan), kind)
 
 
 def padding_flops(layers: list[list[Op]], sequences: float, tp: int, sequence_parallel: bool) -> float:

@@ -67,7 +67,7 @@ def forward_pass(
                 b.host(checkpoint_host_seconds(ctx.dev.compute))
             if ctx.tp_axes is not None:  # 2-D (plan.tensor_axes)
                 for comm_kind, elems in layer_comms(ops, j, ctx.tp_axes, ctx.tp_axes_collectives, ctx.tp_tile,
-                                                    ctx.tp_decode):
+                                                    ctx.tp_decode, ctx.tp_rows):
                     b.comm(comm_kind, elems * axis_rows(ctx), op.layer, op.name)
             elif is_weighted(op) and (
                 op.split is TensorSplit.row or (op.split is TensorSplit.vocab and op.kind is OpKind.embedding)

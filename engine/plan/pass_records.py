@@ -133,6 +133,8 @@ class PassContext:
     tp_axes_collectives: str = "all-reduce"  # mapping.tp_axes_collectives (``tensor_axes.layer_comms``)
     tp_tile: int = 1  # the device's tile edge: a 'tt-transformers' norm's statistics are one tile wide
     tp_decode: bool = False  # a decode step: 'tt-transformers' calls other collectives and pads users to tiles
+    # a decode step's users where they are not micro_batch (serving: n tokens as one sample), else 0
+    tp_rows: float = 0.0
     fused_loss: bool = False  # the cross-entropy as one fused kernel (mapping.fused_cross_entropy)
     # with mapping.overlap_tp_comm: a tensor-group collective's seconds, (kind, bytes) → s (``plan.tp_overlap``)
     tp_seconds: Callable[[str, float], float] | None = None

@@ -101,16 +101,17 @@ def tile_rows(rows: float, tile: int) -> float:
 
 def layer_comms(
     ops: Sequence[Op], j: int, axes: tuple[int, int], mode: Collectives = "all-reduce", tile: int = 1,
-    decode: bool = True,
+    decode: bool = True, tokens: float = 0.0,
 ) -> list[tuple[str, float]]:
     """The axis collectives after op ``ops[j]`` of a layer's forward, each (kind, elements per sample of the full
     per-device buffer: an all-reduce's, a reduce-scatter's input, an all-gather's output). With 'scatter-gather'
     a column-parallel op reduce-scatters its 1/cols block along its column, and the op right before the next
     row-parallel op all-gathers that op's 1/cols input along the column once, whatever ran on the shards in
     between (attention, the SiLU mul of FF1 and FF3). 'tt-transformers': ``_tt_comms`` (``tile``: the edge of the
-    device's tiles, the width of a norm's statistics; ``decode``: a decode step's calls, else a prefill's)."""
+    device's tiles, the width of a norm's statistics; ``decode``: a decode step's calls, else a prefill's;
+    ``tokens``: token rows per sample where the layer's GEMMs do not say, else 0)."""
     if mode == "tt-transformers":
-        return _tt_comms(ops, j, axes, tile, decode)
+        return _tt_comms(ops, j, axes, tile, decode, tokens)
     scatter = mode == "scatter-gather"
     op = ops[j]
     out: list[tuple[str, float]] = []
@@ -133,7 +134,9 @@ def _attended(ops: Sequence[Op], j: int) -> bool:
     return any(o.kind is OpKind.attention for o in ops[since + 1 : j + 1])
 
 
-def _tt_comms(ops: Sequence[Op], j: int, axes: tuple[int, int], tile: int, decode: bool) -> list[tuple[str, float]]:
+def _tt_comms(
+    ops: Sequence[Op], j: int, axes: tuple[int, int], tile: int, decode: bool, tokens: float = 0.0
+) -> list[tuple[str, float]]:
     """The collectives tt-transformers' TG code makes after ``ops[j]`` (module docstring) in a decode step
     (``decode``) or a prefill, each (kind, elements per sample of the per-device buffer: a reduce-scatter's input,
     an all-gather's output). Its prefill differs from its decode in two places: the MLP reduce-scatters FF1 and
@@ -147,8 +150,8 @@ def _tt_comms(ops: Sequence[Op], j: int, axes: tuple[int, int], tile: int, decod
     nxt = ops[j + 1] if j + 1 < len(ops) else None
     out: list[tuple[str, float]] = []
     if op.kind is OpKind.norm:  # its statistics, one tile of columns per device and row (tt_*distributed_rmsnorm)
-        tokens = next((o.gemm[0] for o in ops if o.gemm is not None), 1)  # rows per sample
-        out.append((COLUMN + "all-gather", float(tokens * tile * rows)))
+        per_sample = tokens or next((o.gemm[0] for o in ops if o.gemm is not None), 1)  # rows per sample
+        out.append((COLUMN + "all-gather", float(per_sample * tile * rows)))
     elif _weighted(op) and op.split is TensorSplit.column:
         block = op.out_elems / cols
         qkv = nxt is not None and nxt.kind is OpKind.attention

@@ -36,6 +36,7 @@ def collective_between(a: Op, b: Op, tp: int) -> bool:
 def axis_rows(ctx: PassContext) -> float:
     """The factor on a 2-D tensor-parallel message's rows: its rows padded to whole tiles over the pass's rows
     where the runtime pads them (tt-transformers' decode step: its users padded to 32 rows), else 1."""
-    if not (ctx.tp_decode and ctx.tp_axes_collectives == "tt-transformers") or ctx.micro_batch <= 0:
+    rows = ctx.tp_rows or ctx.micro_batch
+    if not (ctx.tp_decode and ctx.tp_axes_collectives == "tt-transformers") or rows <= 0:
         return 1.0
-    return tile_rows(ctx.micro_batch, ctx.tp_tile) / ctx.micro_batch
+    return tile_rows(rows, ctx.tp_tile) / rows

@@ -26,6 +26,11 @@ decode step), the result is the run's pass time exactly at the table's points, a
 interpolation error between them (≲ 1 % on GPUs, up to ~3 % on a grid of cores, whose 32-row tiles make
 the cost a staircase in N).
 
+A runtime that prefills prompts one after another (tt-transformers: ``PrefillOrder.sequential``) runs each prompt
+chunk of an iteration as its own pass, then its decode steps as one; on a 2-D mesh whose runtime calls other
+collectives in its decode program (``mapping.tp_axes_collectives`` 'tt-transformers'), decode-only iterations are
+priced in the decode pass's context (its users padded to tiles), as ``run`` prices them.
+
 Pipeline parallelism (``pp`` > 1): the batch is split into ``m = min(pp, sequences)`` micro-batches that
 follow each other through the stages, and the iteration's period is the steady state of that pipeline,
 max(one micro-batch's trip through every stage and send, m × the busiest stage) — a decode step's time in
@@ -42,14 +47,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from tilewright.engine.ir.common import dtype_bytes
+from tilewright.engine.ir.common import PrefillOrder, dtype_bytes
 from tilewright.engine.ir.ops import LayerKind, Op, OpKind
 from tilewright.engine.ir.project import AttentionKind
 from tilewright.engine.ir.workload import BertSpec, TransformerDims
 from tilewright.engine.plan.group_comm import scaled
-from tilewright.engine.plan.inference_phases import host_sampling_s, kv_dtype, sampling_tile
-from tilewright.engine.plan.launch import graphed, serving_device
-from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass, fused_edges
+from tilewright.engine.plan.inference_phases import host_sampling_s, kv_dtype, pass_context, sampling_tile
+from tilewright.engine.plan.launch import InferencePass, graphed, serving_device
+from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.serving.config import ServingSetupError
 from tilewright.engine.serving.grid_attention import GridAttention, shaped
@@ -90,27 +95,19 @@ def _stage_layers(plan: Plan, r: int) -> list[int]:
     return [i for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
 
 
-def stage_context(plan: Plan, r: int, micro_batch: int) -> PassContext:
-    """The pass context ``plan.inference_phases`` prices a stage's inference passes with (the KV cache in
-    its own format): mirrored here because that module keeps it private."""
-    m = plan.project.mapping
-    st = plan.stages[r]
-    fmt = plan.formats
-    kv = kv_dtype(plan)
-    if fmt is not None and fmt.kv_cache != kv:
-        fmt = dataclasses.replace(fmt, kv_cache=kv)
-    residency = st.residency.residency if st.residency is not None else None
-    return PassContext(
-        serving_device(st.dev), micro_batch, m.tp, False, plan.elem_bytes, fused_edges(m.fusion), fmt, m.spatial,
-        residency,
-    )
+def stage_context(plan: Plan, r: int, micro_batch: int, kind: InferencePass = "prefill") -> PassContext:
+    """The pass context ``plan.inference_phases`` prices a stage's inference pass of ``kind`` with (the KV cache
+    in its own format, 2-D tensor parallelism's collectives), on the device as a serving runtime drives it: its
+    host costs kept, a captured graph's absence of host dispatch being decided per iteration
+    (``IterationCostModel.stage_seconds``)."""
+    return dataclasses.replace(pass_context(plan, r, micro_batch, kind), dev=serving_device(plan.stages[r].dev))
 
 
 class IterationCostModel:
     """Seconds of one iteration of a mixed batch on ``plan``'s pipeline (one tensor group per stage).
     ``max_tokens`` bounds the per-token table (the scheduler's token budget)."""
 
-    def __init__(self, plan: Plan, max_tokens: int) -> None:
+    def __init__(self, plan: Plan, max_tokens: int, kind: InferencePass = "prefill") -> None:
         dims = plan.project.workload
         if not isinstance(dims, TransformerDims) or isinstance(dims, BertSpec):
             raise ServingModelError(
@@ -121,7 +118,16 @@ class IterationCostModel:
         self.fused = plan.project.run.inference.attention == AttentionKind.fused
         self.pp = plan.pp
         self.kv_elem_bytes = dtype_bytes(kv_dtype(plan))
-        self._contexts = [stage_context(plan, r, 1) for r in range(self.pp)]
+        self._contexts = [stage_context(plan, r, 1, kind) for r in range(self.pp)]
+        m = plan.project.mapping
+        # tt-transformers runs other collectives in its decode program (``plan.tp_placement``): decode-only
+        # iterations are priced by a second model built in the decode pass's context, on first use
+        self._decode_differs = (
+            kind == "prefill" and m.tp_axes is not None and m.tp_axes_collectives == "tt-transformers"
+        )
+        self._decode_model: IterationCostModel | None = None
+        order = plan.project.run.inference.prefill or plan.stages[0].dev.compute.runtime_prefill
+        self.sequential = order == PrefillOrder.sequential  # prompts prefilled one after another (tt-transformers)
         # captured graphs (``plan.launch``): which iterations issue their kernels without host dispatch
         self._graphed = {k: graphed(plan.stages[0].dev.compute, k) for k in ("prefill", "decode")}
         self.runtime_step_s = plan.stages[0].dev.compute.runtime_step_s
@@ -164,14 +170,20 @@ class IterationCostModel:
             return "logits"
         return ""
 
-    def _stage_pass(self, r: int, graph, replace: dict[str, dict]) -> ChunkPass:
-        """Stage ``r``'s pass of ``graph`` with the attention and logits ops' fields replaced (``replace``:
-        variable kind → field updates)."""
+    def _stage_pass(self, r: int, graph, replace: dict[str, dict], tokens: int = 1) -> ChunkPass:
+        """Stage ``r``'s pass of ``graph`` (``tokens`` new tokens) with the attention and logits ops' fields
+        replaced (``replace``: variable kind → field updates)."""
         layers = []
         for i in _stage_layers(self.plan, r):
             ops = [op.model_copy(update=replace[v]) if (v := self._variable(op)) else op for op in graph.layer_ops(i)]
             layers.append(ops)
-        return forward_pass(layers, self._contexts[r])
+        return forward_pass(layers, self._context(r, tokens))
+
+    def _context(self, r: int, tokens: int) -> PassContext:
+        """Stage ``r``'s context for a pass of ``tokens`` new tokens (one sample of the table's graph): a decode
+        step's are its users, whose rows tt-transformers pads to tiles (``tp_placement.axis_rows``)."""
+        ctx = self._contexts[r]
+        return dataclasses.replace(ctx, tp_rows=tokens) if ctx.tp_decode else ctx
 
     def _segment_structure(self, r: int, graph) -> _Structure:
         """Per segment of stage ``r``'s pass: host seconds issuing its kernels, and how many attention layers
@@ -213,7 +225,7 @@ class IterationCostModel:
         graph = inference_graph(self.dims, n, n, 1, self.fused)
         out = []
         for r in range(self.pp):
-            ps = self._stage_pass(r, graph, {"attention": ZERO, "logits": ZERO})
+            ps = self._stage_pass(r, graph, {"attention": ZERO, "logits": ZERO}, n)
             out.append(self._row_of(r, ps, n))
         return out
 
@@ -247,7 +259,7 @@ class IterationCostModel:
                     )
                 layers = [by_kind[kind][0] for kind in pre] + by_kind[LayerKind.transformer][: min(k, blocks)]
                 layers += [by_kind[kind][0] for kind in post]
-                rows[k] = self._row_of(r, forward_pass(layers, self._contexts[r]), n)
+                rows[k] = self._row_of(r, forward_pass(layers, self._context(r, n)), n)
             out.append(_splice(rows[1], rows[2], blocks))
         return out
 
@@ -395,11 +407,30 @@ class IterationCostModel:
     # --- one iteration ----------------------------------------------------------------------------------------
 
     def stage_seconds(self, work: Sequence[Work]) -> np.ndarray:
-        """Per stage: seconds of one micro-batch made of ``work`` (its send to the next stage included).
-        Each segment lasts as the engine times it (``plan.passes.Segment.close``, ``plan.timing``): its
-        device time or the host's time issuing its kernels, whichever is longer (device time alone when the
-        runtime replays the iteration as a captured graph: decode-only batches, ``plan.launch.graphed``),
-        and at least its DRAM stream; then its collective."""
+        """Per stage: seconds of one micro-batch made of ``work`` (its send to the next stage included), with
+        the runtime's step and sampling tail. A runtime that prefills sequentially (``PrefillOrder``) runs each
+        prompt chunk as its own pass, then the decode steps together, as ``run`` prefills a batch in turn."""
+        if self._decode_differs and work and all(w.tokens == 1 for w in work):
+            if self._decode_model is None:
+                self._decode_model = IterationCostModel(self.plan, self.max_tokens, "decode")
+            return self._decode_model.stage_seconds(work)
+        if self.sequential:
+            decodes = [w for w in work if w.tokens == 1]
+            groups = [[w] for w in work if w.tokens > 1] + ([decodes] if decodes else [])
+        else:
+            groups = [list(work)]
+        out = sum((self._pass_seconds(g) for g in groups), np.zeros(self.pp))
+        if all(w.tokens == w.logits == 1 for w in work):  # a decode step: the runtime's sampling tail, if on the device
+            out[self._head_stage] += self._sampling_s(len(work))
+        out[0] += self.runtime_step_s  # the runtime's host work for the iteration (``with_runtime_step``)
+        return out
+
+    def _pass_seconds(self, work: Sequence[Work]) -> np.ndarray:
+        """Per stage: seconds of one pass over ``work``. Each segment lasts as the engine times it
+        (``plan.passes.Segment.close``, ``plan.timing``): its device time or the host's time issuing its
+        kernels, whichever is longer (device time alone when the runtime replays the iteration as a captured
+        graph: decode-only batches, ``plan.launch.graphed``), and at least its DRAM stream; then its
+        collective."""
         rows = self.per_token(sum(w.tokens for w in work))
         fields = self.attention_fields(work) if len(self._grid_attn) < len(self._reps) else None
         attn = [
@@ -420,9 +451,6 @@ class IterationCostModel:
             if dram.any():
                 busy = np.maximum(busy, dram * self.plan.dram_seconds_per_byte(r))
             out[r] = busy.sum() + row.comm + row.send
-        if all(w.tokens == w.logits == 1 for w in work):  # a decode step: the runtime's sampling tail, if on the device
-            out[self._head_stage] += self._sampling_s(len(work))
-        out[0] += self.runtime_step_s  # the runtime's host work for the iteration (``with_runtime_step``)
         return out
 
     def iteration_seconds(self, work: Sequence[Work]) -> float:
