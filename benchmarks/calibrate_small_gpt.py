@@ -13,11 +13,14 @@ Models: the GPT-3 paper's small sizes (Brown et al. 2020, Table 2.1), seq 2048, 
 
 ``--vtrain``: the input space of vTrain's single-node validation instead (its public configuration files:
 2, 4 or 8 A100s of one node; GPTs of 12 or 24 layers, hidden 1024 or 2048, 16 heads, sequence 1024,
-vocabulary 51200; global batch 16, 32 or 64; micro-batch 1-8; every tp × pp × dp equal to the GPU count;
+no vocabulary given, so vTrain's default 50,257 padded per tp as Megatron pads it; global batch 16, 32 or 64;
+micro-batch 1-8; every tp × pp × dp equal to the GPU count;
 ``--checkpoint-activations``, i.e. full recompute of each layer; 1F1B; the data-parallel all-reduce after
-the backward). Each row adds the iteration's time breakdown (percent of the iteration; ``host_wait``
-includes Megatron's host synchronisations, ``optimizer`` its fp16 optimizer's extra passes:
-``engine/plan/train_step.py``); the summary gives mean iteration time and the mean breakdown by tp and by
+the backward; Megatron-DeepSpeed's layers, ``host_framework`` 'megatron-deepspeed': vTrain's data/README.md).
+Each row adds the iteration's time breakdown (percent of the iteration; ``host_wait`` includes Megatron's host
+synchronisations and Megatron-DeepSpeed's two blocking scalar copies per layer forward,
+``engine/plan/deepspeed_host.py``; ``optimizer`` its fp16 optimizer's extra passes: ``engine/plan/train_step.py``);
+the summary gives mean iteration time and the mean breakdown by tp and by
 micro-batch. Predictions only: vTrain's measured times are held out.
 
 Usage: python benchmarks/calibrate_small_gpt.py [--engine event|analytic] [--quick] [--vtrain]
@@ -43,7 +46,9 @@ MODELS = {
 }
 GLOBAL_BATCH = 32
 
-# vTrain's single-node inputs: name: (layers, hidden, heads), seq 1024, vocab 51200
+# vTrain's single-node inputs: name: (layers, hidden, heads), seq 1024; the files name no vocabulary: vTrain's
+# vTrainConfig default (GPT-2 BPE), padded per tp as Megatron does (calibrate_public_megatron_logs.padded_vocab)
+VTRAIN_VOCAB = 50257
 VTRAIN_MODELS = {
     "12x1024": (12, 1024, 16),
     "24x1024": (24, 1024, 16),
@@ -73,13 +78,18 @@ def project(model: str, gpus: int, tp: int, pp: int, mb: int, engine: str) -> Pr
 def vtrain_project(model: str, gpus: int, tp: int, pp: int, mb: int, gb: int, engine: str) -> Project:
     """One of vTrain's single-node runs: seq 1024, full recompute (``--checkpoint-activations``), 1F1B."""
     layers, hidden, heads = VTRAIN_MODELS[model]
-    spec = GPTSpec(name=f"gpt-{model}", layers=layers, hidden=hidden, heads=heads, seq_len=1024, vocab=51200)
+    from calibrate_public_megatron_logs import padded_vocab  # that module imports this one
+
+    spec = GPTSpec(name=f"gpt-{model}", layers=layers, hidden=hidden, heads=heads, seq_len=1024,
+                   vocab=padded_vocab(VTRAIN_VOCAB, tp))
     # vTrain measured with Microsoft's Megatron-DeepSpeed (VIA-Research/vTrain data/README.md @ f8dda84), whose
     # pre-July-2023 mpu layers (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region, then F.linear) have no
     # gradient-accumulation fusion (--no-gradient-accumulation-fusion's behaviour: plan.grad_hooks) and block on
-    # the input-gradient all-reduce (overlap_dgrad_comm's era default already reads that from full recompute)
+    # the input-gradient all-reduce (overlap_dgrad_comm's era default already reads that from full recompute); its
+    # ParallelTransformerLayer.forward makes two blocking scalar copies per layer forward, whatever the launch flags
+    # (host_framework 'megatron-deepspeed': plan.deepspeed_host)
     mapping = Mapping(tp=tp, pp=pp, dp=gpus // (tp * pp), micro_batch=mb, global_batch=gb,
-                      recompute=Recompute.full, gradient_accumulation_fusion=False)
+                      recompute=Recompute.full, gradient_accumulation_fusion=False, host_framework="megatron-deepspeed")
     return Project(name=spec.name, hardware=load_system("dgx-a100"), workload=spec, mapping=mapping,
                    run=RunSettings(dtype="fp16", engine=engine))
 

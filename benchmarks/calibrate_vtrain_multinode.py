@@ -252,9 +252,11 @@ def project_for(c: Config, engine: str = "analytic", nic_gbps: float | None = No
     # vTrain measured with Microsoft's Megatron-DeepSpeed (VIA-Research/vTrain data/README.md @ f8dda84), whose
     # pre-July-2023 mpu layers (megatron/mpu/layers.py: copy_to_tensor_model_parallel_region, then F.linear) have no
     # gradient-accumulation fusion (--no-gradient-accumulation-fusion's behaviour: plan.grad_hooks) and block on
-    # the input-gradient all-reduce (overlap_dgrad_comm's era default already reads that from full recompute)
+    # the input-gradient all-reduce (overlap_dgrad_comm's era default already reads that from full recompute); its
+    # ParallelTransformerLayer.forward makes two blocking scalar copies per layer forward, whatever the launch flags
+    # (host_framework 'megatron-deepspeed': plan.deepspeed_host)
     mapping = Mapping(tp=c.tp, pp=c.pp, dp=c.dp, micro_batch=c.micro_batch, global_batch=c.global_batch,
-                      recompute="full", gradient_accumulation_fusion=False)
+                      recompute="full", gradient_accumulation_fusion=False, host_framework="megatron-deepspeed")
     hw = load_system(SYSTEM)
     if nic_gbps is not None:
         hw = with_nic_gbps_per_node(hw, nic_gbps)

@@ -228,7 +228,7 @@ def test_the_host_framework_sits_in_the_framework_group_and_names_its_default(ma
     assert editor.isEnabled() and editor.combo.currentIndex() == 0
     items = [editor.combo.itemText(i) for i in range(editor.combo.count())]
     assert items == [HOST_FRAMEWORK_LABELS[v] for v in (None, "megatron-lm", "mcore", "mcore-te", "pytorch",
-                                                              "pytorch-compile")]
+                                                              "pytorch-compile", "megatron-deepspeed")]
     assert items[0] == "default: Megatron-LM v2.x layers"
     choose(options.recompute, "selective")  # a fixed default, not the era's: the recompute does not rename it
     assert editor.combo.itemText(0) == "default: Megatron-LM v2.x layers"

@@ -34,7 +34,7 @@ class PlacementStrategy(StrEnum):
 HyparChoice = Literal["dp", "mp"]
 PipelineP2PMode = Literal["overlap", "blocking", "megatron-lm"]  # how pipeline sends run (plan.pipeline_p2p)
 HostFramework = Literal[  # whose Python issues GPU kernels (plan.framework_host)
-    "megatron-lm", "mcore", "mcore-te", "pytorch", "pytorch-compile"
+    "megatron-lm", "mcore", "mcore-te", "pytorch", "pytorch-compile", "megatron-deepspeed"
 ]
 
 
@@ -302,7 +302,9 @@ class Mapping(QuietDefaultsModel):
         "tensor-parallel linears (legacy models from 2023 on, Megatron-Core's local spec); 'mcore-te' Megatron-Core "
         "with Transformer Engine's modules (--transformer-impl transformer_engine, NeMo); 'pytorch' plain PyTorch "
         "modules run eagerly (torchtitan, Hugging Face): each RMSNorm and gated activation a chain of ATen kernels "
-        "(perf.eager_ops); 'pytorch-compile' the same under torch.compile (one pass each); None: 'megatron-lm' "
+        "(perf.eager_ops); 'pytorch-compile' the same under torch.compile (one pass each); 'megatron-deepspeed' "
+        "Microsoft's Megatron-DeepSpeed: v2.x's layers and two blocking scalar copies per layer forward "
+        "(plan.deepspeed_host); None: 'megatron-lm' "
         "(a default that followed recompute would make host time jump when only recompute changes)",
     )
     overlap_dgrad_comm: bool | None = Field(

@@ -16,6 +16,9 @@ heavier Python, above all in the linear layers, which is what a small, host-boun
   each pointwise chain into one or two kernels, so the ops cost the one pass Megatron's fused kernels do; host
   counts v2.x's (compile's lighter host, a few launches per fused region, is not modelled: such runs are far from
   host-bound).
+- **'megatron-deepspeed'**: Microsoft's Megatron-DeepSpeed, whose layers are v2.x's ``mpu`` fork (``plan.launch``'s
+  counts) and whose ``ParallelTransformerLayer.forward`` adds two blocking host-to-device copies before the MLP
+  (``plan.deepspeed_host``).
 - **'mcore-te'**: Megatron-Core with Transformer Engine's modules: ``TELayerNormColumnParallelLinear`` (TE's
   ``LayerNormLinear``: the LayerNorm fused into the QKV and fc1 linears) and ``TERowParallelLinear`` (TE's
   ``Linear``). Megatron-Core's first GPT (``pretrain_gpt_core.py``, 2023) used them whatever

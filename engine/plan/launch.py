@@ -183,6 +183,7 @@ FRAMEWORK_HOST: dict[HostFramework, dict[OpKind, tuple[tuple[int, int], tuple[in
     "megatron-lm": {},
     "pytorch": {},  # v2.x's counts; the eager pointwise chains' launches: plan.framework_host.eager_pointwise
     "pytorch-compile": {},
+    "megatron-deepspeed": {},  # v2.x's mpu layers; its per-layer blocking copies: plan.deepspeed_host
     "mcore": {
         OpKind.matmul: ((1, 21), (3, 8)),  # forward measured (74 us); backward as v2.x's
         OpKind.attention: ((3, 25 + 7), (5, 12 + 3)),  # v2.x's and the layer's make_viewless_tensor

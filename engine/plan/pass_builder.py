@@ -14,7 +14,7 @@ from tilewright.engine.plan.costed_op import as_costed, saved_bytes
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture
 from tilewright.engine.plan.experts import dispatch_work, exchange
 from tilewright.engine.plan.framework_host import eager_pointwise
-from tilewright.engine.plan.launch import eager_cross_entropy_bytes, extra_launches, host_seconds
+from tilewright.engine.plan.launch import drain_seconds, eager_cross_entropy_bytes, extra_launches, host_seconds
 from tilewright.engine.plan.pass_comms import PassComms
 from tilewright.engine.plan.pass_fusion import on_chip
 from tilewright.engine.plan.pass_records import ChunkPass, PassContext, PassKind, Segment
@@ -174,13 +174,29 @@ class PassBuilder(PassComms, DelayedWgrad):
         if self._open is not None:
             self._open.host_s += seconds
 
-    def _host_sync(self, op: Op, seconds: float) -> None:
-        """A host synchronisation of the MoE token dispatcher: a segment of its own, reported as host wait."""
+    def _host_sync(self, op: Op, seconds: float, label: str = "MoE host synchronisation") -> None:
+        """A host synchronisation (the MoE token dispatcher's, a blocking copy's): a segment of its own, reported
+        as host wait."""
         if self._open is not None:
             self._open.close()
             self.out.segments.append(self._open)
             self._open = None
-        self.out.segments.append(Segment.host_wait("MoE host synchronisation", op.layer, seconds))
+        self.out.segments.append(Segment.host_wait(label, op.layer, seconds))
+
+    def blocking_copies(self, op: Op, copies: int) -> None:
+        """``copies`` blocking host-to-device copies of a scalar before ``op`` (``plan.deepspeed_host``): each its
+        call on the host and its copy's floor on the device in the open segment, then a drain of its own. None
+        inside a full-iteration CUDA graph, which cannot capture a synchronisation."""
+        c = self.ctx.dev.compute
+        if copies <= 0 or self.out.captured or not issues_kernels(c):
+            return
+        for _ in range(copies):
+            seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
+                                                     compute_s=0, flops=0, dram_bytes=0)
+            seg.busy_s += c.fixed_op_s
+            seg.host_s += c.host_dispatch_s
+            self.layer_busy += c.fixed_op_s
+            self._host_sync(op, drain_seconds(c), "blocking host-to-device copy")
 
     def next_layer(self) -> float:
         """Start a new layer; returns the device time of the one before. A backward's MoE layer hands its

@@ -11,6 +11,7 @@ from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.op_cost import flash_ops
 from tilewright.engine.perf.recompute import selection
 from tilewright.engine.plan.cuda_graphs import layer_graphs
+from tilewright.engine.plan.deepspeed_host import blocking_copies
 from tilewright.engine.plan.launch import attention_scores, checkpoint_host_seconds
 from tilewright.engine.plan.pass_builder import PassBuilder
 from tilewright.engine.plan.pass_fusion import fusion_flags
@@ -55,6 +56,8 @@ def forward_pass(
                     b.add_op(op, backward=False, scores=scores.get(op.name, 0.0))
                     continue
                 fused = (False, False)  # re-run kernel by kernel, as the selective core always was
+            if not only_selective:  # a layer forward's blocking copies (plan.deepspeed_host), re-run by a recompute
+                b.blocking_copies(op, blocking_copies(ctx.host_framework, ops, j))
             column = is_column(op)
             if sp and column and not prev_column:  # gate and up read one gathered input: one all-gather
                 b.op_comm("all-gather", op, op.in_elems)

@@ -58,7 +58,9 @@ device's wait, and the plan's passes hold no host time beyond their ops').
 
 **get_batch by framework** (``get_batch_work``, ``mapping.host_framework`` as ``plan.framework_host`` resolves it).
 The counts above are Megatron-LM's ``get_batch`` ('megatron-lm', v2.x; 'mcore', whose legacy models of 2023 keep
-the same ``pretrain_gpt.get_batch`` body with ``tensor_parallel.broadcast_data``). The others:
+the same ``pretrain_gpt.get_batch`` body with ``tensor_parallel.broadcast_data``; 'megatron-deepspeed', whose
+``pretrain_gpt.get_batch`` is v2.x's, microsoft/Megatron-DeepSpeed @ 0782d753dd093cb5cee5c5a902c63c4ba75ea70d). The
+others:
 
 - **'mcore-te'** (Megatron-Core's GPT, NeMo's recipes, 2024+): ``pretrain_gpt.get_batch`` returns at once unless
   the (virtual) stage is the first or the last (NVIDIA/Megatron-LM ``pretrain_gpt.py`` @
@@ -237,7 +239,7 @@ MCORE_GET_BATCH_LAUNCHES = 4
 MCORE_BROADCAST_BYTES = {"tokens": 8, "labels": 8, "loss_mask": 4, "position_ids": 8}
 MCORE_FIRST_STAGE = ("tokens", "position_ids")
 MCORE_LAST_STAGE = ("labels", "loss_mask")
-MEGATRON_GET_BATCH: frozenset[HostFramework] = frozenset({"megatron-lm", "mcore"})
+MEGATRON_GET_BATCH: frozenset[HostFramework] = frozenset({"megatron-lm", "mcore", "megatron-deepspeed"})
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,8 @@ HOST_FRAMEWORK_LABELS: dict[Any, str] = {None: "default: Megatron-LM v2.x layers
                                          "mcore": "Megatron-Core, local layers",
                                          "mcore-te": "Megatron-Core + Transformer Engine",
                                          "pytorch": "PyTorch modules, eager",
-                                         "pytorch-compile": "PyTorch modules, torch.compile"}
+                                         "pytorch-compile": "PyTorch modules, torch.compile",
+                                         "megatron-deepspeed": "Megatron-DeepSpeed (v2.x layers + scalar syncs)"}
 TIMING_DEFAULT = "all, no levels (v2.x–v3.0)"  # Megatron-LM v2.x–v3.0's timers; the tooltip says so
 APPLIES = "Applies at once (one undo step), not through Auto-map"
 
