@@ -70,30 +70,30 @@ of the doc's range — a bracket, not a fit.
 What the model still lacks (our tokens/s are high on every row): the eager complex RoPE (``apply_rotary_emb``
 through ``view_as_complex``, 3 kernels each way for q and for k) has no op in our graph, and the eager chains' extra
 saved tensors are not in the memory model. The H100 rows also ran at
-500 W on HBM2e (``--whatif``). The CP rows grow worse with the CP degree (cp4, cp8 at +66, +73 % against
-+26 % at cp2 and +35 % at 32k without CP). torch's ``context_parallel`` (``torch/distributed/tensor/experimental/
-_attention.py``) against our Megatron/TE-style ring (``plan.context``):
+500 W on HBM2e (``--whatif``). The CP rows grow worse with the CP degree (cp4, cp8 at +68, +77 % against
++24 % at cp2 and +35 % at 32k without CP). The CP rows run torch's ``context_parallel``
+(``torch/distributed/tensor/experimental/_attention.py``), modelled for the plain-PyTorch frameworks in
+``plan.torch_ring`` rather than Transformer Engine's ring (``plan.context``):
 
-- the same work per rank: round-robin load balancing (``enable_load_balance`` True; each rank holds chunks r and
-  2cp − 1 − r), step 0 a causal SDPA over the local chunks, each later step a non-causal one over half the queries
-  or half the keys, so every rank computes s²/(2cp) pairs, as Transformer Engine's two chunks per rank do; those
-  later steps are unmasked kernels (FlashAttention-2's unmasked rate, 8 % above its causal one: not separated);
-- the K/V exchange: ``rotate_method`` ALL_GATHER (the default in the versions read; ALL_TO_ALL, a ``permute_tensor``
-  ring, in older ones): one all-gather of every rank's K/V at step 0, waited for at step 1, so it hides behind
-  step 0's kernel alone, not spread over cp steps; the backward gathers K/V again and passes dK/dV round an
-  all-to-all ring in fp32 (``convert_to_f32``: twice bf16's bytes). torchtitan repeats K/V to all 32 heads before
-  SDPA (``repeat_kv``), so its blocks are 4x our GQA-sized ones (8 KV heads). At 256k tokens on cp8 a rank's
-  all-gather (7 blocks of 32k tokens x 32 heads x 128 x 2 x 2 B, 3.7 GB) takes ~10 ms on NVLink against ~26 ms
-  for step 0's causal kernel: still hidden, so the exchange does not explain the rows;
-- per step, eager fp32 merging of the partial outputs (``_SDPAMerger``: casts, sigmoid/logsigmoid updates, a
-  ``torch.cat`` copy of the whole output per partial step; the backward's fp32 gradient accumulators): memory-
-  bound passes over s/cp tokens x 4096, a few ms per step against tens of ms of attention: a few per cent, not
-  modelled.
+- the same pairs per rank: round-robin load balancing (``enable_load_balance``; each rank holds chunks r and
+  2cp − 1 − r), step 0 a causal SDPA over the local chunks, each later step an unmasked one over half the queries
+  or half the keys, so every rank computes s²/(2cp) pairs — the later steps at FlashAttention-2's unmasked rate
+  (0.37 / 0.32 against 0.34 / 0.30 causal): the model's attention got ~7 % faster at cp8;
+- the K/V exchange: ``rotate_method`` 'allgather' (torchtitan's default): one all-gather of every rank's K/V,
+  repeated to all 32 heads (``repeat_kv``: 4x the GQA bytes), issued at step 0 and waited for at step 1, so it
+  hides behind step 0's kernel alone (at 256k on cp8, 4.3 GB in ~10 ms against ~26 ms: hidden, its 24 SMs
+  slowing the kernel); the backward gathers again and passes dK/dV on in fp32 after every step, the last send
+  waited for with nothing beside it (cp_comm 0.095 s per iteration on every CP row: 1.07 GB per layer);
+- the fp32 merges (``_SDPAMerger``) and the backward's fp32 accumulators and send buffers: 12 GB per layer's
+  forward, 54 GB per backward at cp8, ~1 s of the 256k row's iteration, as ``memory_stall``.
 
-What grows with cp is left: the measured 256k row runs at 548 tokens/s/GPU, 60 s per 262,144-token step, when
-its attention at FlashAttention-2's rates (forward, full-AC re-run, backward) takes ~32 s of our 35 s; the 25 s
-missing is most of the attention time again, which none of the mechanisms above covers (not checked: whether
-SDPA under the ring's DTensor dispatch ran the flash backend, or the slower memory-efficient one).
+Together they leave the CP rows where they were (cp2 +25.5 → +24.0 %, cp4 +66.4 → +68.1 %, cp8 +72.8 → +76.9 %):
+what grows with cp is still missing. The measured 256k row runs at 548 tokens/s/GPU, 60 s per 262,144-token step,
+when its attention at FlashAttention-2's rates (forward, full-AC re-run, backward) takes ~30 s of our 34 s; the
+~26 s missing is most of the attention time again. Not checked: the SDPA backend the ring's per-step calls ran
+under ``torch.compile`` (flash is first in ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION])``, torchtitan's CP
+context), the allocator's behaviour with a 4.3 GB gathered buffer per layer at 256k (its retries free cached blocks
+and synchronise), and FlashAttention-2's rate at 500 W (``--whatif`` scales the peak only).
 
 These are measurements to *check* the model against, never to fit a constant to: nothing here feeds back into a
 preset.

@@ -29,6 +29,12 @@ engines draw them on the links and count their energy, and no one waits for them
 softmax): the s × s scores are never materialised, so with cp > 1 every attention core runs as one fused
 kernel whether or not ``mapping.fusion`` says so (``ring_fused``).
 
+**PyTorch's ring** (``torch_ring``): the plain-PyTorch frameworks ('pytorch', 'pytorch-compile': torchtitan) run
+``torch.distributed.tensor.experimental.context_parallel`` instead — K/V repeated to every query head, gathered
+in one all-gather hidden by step 0's kernel alone, dK/dV passed round the ring in fp32 with the last send
+exposed, the later steps' unmasked kernels at their own rate, fp32 merges and accumulators streamed beside the
+attention (``plan.torch_ring``). ``ContextComm.torch_ring`` selects it; the Megatron frameworks keep the ring above.
+
 Placement: cp ranks sit next to the tensor ranks (Megatron's order tp, cp, dp, pp), so a ring stays
 inside a node while tp × cp fits one. The plan sees dp × cp replicas of each stage's tensor group: replica
 ``d·cp + c`` is context rank c of data-parallel replica d.
@@ -39,8 +45,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.ops import Op, OpKind
 from tilewright.engine.perf.comm_sm import beside, stretched
+from tilewright.engine.plan import torch_ring
 from tilewright.engine.plan.sharding import CP_PREFIX
 
 RING = CP_PREFIX + "ring"  # every rank sends one block to its ring neighbour (``group_comm.cp_group_collective``)
@@ -74,15 +82,19 @@ class ContextComm:
 
     cp: int
     seconds: Callable[[str, float], float]  # uncontended time of a ``cp:`` collective of that many bytes
+    torch_ring: bool = False  # PyTorch's context_parallel (``plan.torch_ring``) instead of Transformer Engine's
 
     def exchange(
         self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float,
-        units: int | None = None, sms: int | None = None,
+        units: int | None = None, sms: int | None = None, ratio: float = 1.0,
     ) -> tuple[list[tuple[str, float]], tuple[tuple[str, float], ...]]:
         """One attention op's ring, per tensor rank: (the exposed part as segment collectives, the hidden
         part behind the kernel) as (kind, bytes). ``micro_batch``: samples' worth of tokens per rank;
         ``attention_s``: the op's kernel time, 1 / cp of it beside each step; ``units``, ``sms``: the GPU's SMs
-        and those each step's send/receive kernel holds, the attention step stretched by them (``slowed``)."""
+        and those each step's send/receive kernel holds, the attention step stretched by them (``slowed``);
+        ``ratio``: PyTorch's ring's unmasked steps' kernel time over a causal step's (``unmasked_ratio``)."""
+        if self.torch_ring:
+            return self._torch_exchange(op, micro_batch, tp, elem_bytes, backward, attention_s, units, sms, ratio)
         block = kv_block_bytes(op, micro_batch, tp, elem_bytes)
         steps = ring_steps(self.cp, backward)
         total = block * sum(steps)
@@ -98,13 +110,65 @@ class ContextComm:
 
     def slowed(
         self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float,
-        units: int | None, sms: int | None,
+        units: int | None, sms: int | None, ratio: float = 1.0,
     ) -> float:
         """Seconds the attention kernel loses to the SMs each step's send/receive kernel holds beside its
-        1 / cp share of it (``perf.comm_sm.beside``, step by step); 0 without a ring or an SM count."""
+        1 / cp share of it (``perf.comm_sm.beside``, step by step); 0 without a ring or an SM count. PyTorch's
+        ring: each exchange beside the kernel it overlaps (``torch_ring.transfers``)."""
+        if self.torch_ring:
+            return sum(beside(t, k, units, sms)[0] for t, k, _ in self._torch_times(
+                op, micro_batch, tp, elem_bytes, backward, attention_s, ratio))
         block = kv_block_bytes(op, micro_batch, tp, elem_bytes)
         per_step = attention_s / self.cp
         return sum(beside(t, per_step, units, sms)[0] for t in self._times(block, ring_steps(self.cp, backward)))
+
+    def calls(self, backward: bool) -> int:
+        """The ring's collective calls per attention op on each rank (``ring_calls``, ``torch_ring.calls``)."""
+        return torch_ring.calls(self.cp, backward) if self.torch_ring else ring_calls(self.cp, backward)
+
+    def unmasked_ratio(self, op: Op, backward: bool, compute: Compute, sdpa: bool) -> float:
+        """PyTorch's ring: an unmasked step's kernel seconds over a causal step's, for an op costed under a causal
+        mask (a training graph's attention with ``fused_flops``, as ``op_cost`` reads it); 1 otherwise and for
+        Transformer Engine's ring (its per-step kernels are not separated)."""
+        if not self.torch_ring or op.fused_flops is None:
+            return 1.0
+        return torch_ring.unmasked_ratio(compute, backward, sdpa)
+
+    def unmasked_saving(self, attention_s: float, ratio: float) -> float:
+        """Seconds the cp − 1 unmasked steps save over the op's causal-rate time ``attention_s``."""
+        return attention_s * (self.cp - 1) / self.cp * (1.0 - ratio)
+
+    def stream_bytes(self, op: Op, micro_batch: float, tp: int, backward: bool) -> float:
+        """Bytes PyTorch's ring merges and accumulates through device memory (``torch_ring.stream_bytes``); 0 for
+        Transformer Engine's, whose kernels merge on chip."""
+        return torch_ring.stream_bytes(op, micro_batch, tp, self.cp, backward) if self.torch_ring else 0.0
+
+    def _torch_times(
+        self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float, ratio: float,
+    ) -> list[tuple[float, float, tuple[str, float]]]:
+        """PyTorch's ring: each exchange as (its uncontended seconds, the kernel seconds beside it, (kind,
+        bytes))."""
+        block = torch_ring.expanded_block_bytes(op, micro_batch, tp, elem_bytes)
+        kernels = torch_ring.step_kernels(attention_s, self.cp, ratio)
+        return [(self.seconds(kind, n), k, (kind, n))
+                for kind, n, k in torch_ring.transfers(self.cp, block, elem_bytes, backward, kernels)]
+
+    def _torch_exchange(
+        self, op: Op, micro_batch: float, tp: int, elem_bytes: float, backward: bool, attention_s: float,
+        units: int | None, sms: int | None, ratio: float,
+    ) -> tuple[list[tuple[str, float]], tuple[tuple[str, float], ...]]:
+        """``exchange`` for PyTorch's ring: each collective shows what it takes beyond the kernel beside it
+        (stretched by the SMs it holds), charged as that fraction of its bytes; the rest hidden."""
+        exposed: list[tuple[str, float]] = []
+        hidden: list[tuple[str, float]] = []
+        for t, k, (kind, n) in self._torch_times(op, micro_batch, tp, elem_bytes, backward, attention_s, ratio):
+            shown = beside(t, k, units, sms)[1] if k > 0 else t
+            part = n * shown / t if t > 0 else 0.0
+            if part > 0:
+                exposed.append((kind, part))
+            if n - part > 0:
+                hidden.append((kind, n - part))
+        return exposed, tuple(hidden)
 
     def _times(self, block: float, steps: list[float]) -> list[float]:
         """Each step's transfer time, uncontended (a step that sends nothing takes none)."""

@@ -173,7 +173,9 @@ def tp_seconds(hw: HardwareGraph, group: list[int]) -> Callable[[str, float], fl
     return seconds
 
 
-def context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> ContextComm | None:
+def context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int, torch_ring: bool = False) -> ContextComm | None:
+    """The stage's context ring (``plan.context``): Transformer Engine's, or PyTorch's (``torch_ring``: the
+    plain-PyTorch frameworks, ``plan.torch_ring``)."""
     if cp <= 1:
         return None
     cache: dict[tuple[str, float], float] = {}
@@ -184,7 +186,7 @@ def context_comm(hw: HardwareGraph, groups: list[list[int]], cp: int) -> Context
             hit = cache[(kind, nbytes)] = cp_group_collective(hw, groups, cp, dp_kind(kind), nbytes).time(hw)
         return hit
 
-    return ContextComm(cp, seconds)
+    return ContextComm(cp, seconds, torch_ring)
 
 
 def shard_comm(

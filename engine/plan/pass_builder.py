@@ -9,7 +9,6 @@ from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.op_cost import OpTime, op_time, shard
-from tilewright.engine.plan.context import ring_calls
 from tilewright.engine.plan.costed_op import as_costed, saved_bytes
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture
 from tilewright.engine.plan.experts import dispatch_work, exchange
@@ -106,14 +105,7 @@ class PassBuilder(PassComms, DelayedWgrad):
         if backward and c.delay_wgrad:
             self._defer(op, t)
         if c.context is not None and op.kind is OpKind.attention:
-            units, sms = c.dev.compute.gemm_units, c.dev.compute.collective_sms
-            ring, hidden = c.context.exchange(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms)
-            seg.hidden += hidden
-            slower = c.context.slowed(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms)
-            seg.busy_s += slower  # the SMs the ring's send/receive kernels take from attention (``perf.comm_sm``)
-            # every step's send/receive call costs the host, the hidden steps' too (``context.ring_calls``)
-            seg.host_s += ring_calls(c.context.cp, backward) * self.call_host(op.name)
-            self.dp_comms(ring, op.layer, op.name, calls=False)
+            self._ring(op, backward, t, seg)
         if not sort_first:
             self._stream(op, moe.sort_bytes)
         if a2a[1] and (exposed := self._a2a(op, a2a[1], self._cover(backward, carried=False))) > 0:
@@ -121,6 +113,29 @@ class PassBuilder(PassComms, DelayedWgrad):
         if backward:
             self._stream(op, moe.permute_bytes)
         return t
+
+    def _ring(self, op: Op, backward: bool, t: OpTime, seg: Segment) -> None:
+        """An attention op's context ring (``plan.context``; PyTorch's, ``plan.torch_ring``): the exposed exchange
+        after it, the hidden part on the links, the SMs its kernels take from the attention, its calls on the host;
+        PyTorch's ring also its unmasked steps' rate and its fp32 merges through device memory."""
+        c = self.ctx
+        context = c.context
+        assert context is not None
+        units, sms = c.dev.compute.gemm_units, c.dev.compute.collective_sms
+        ratio = context.unmasked_ratio(op, backward, c.dev.compute, c.dev.sdpa_attention)
+        ring, hidden = context.exchange(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms, ratio)
+        seg.hidden += hidden
+        slower = context.slowed(op, c.micro_batch, c.tp, c.elem_bytes, backward, t.busy_s, units, sms, ratio)
+        seg.busy_s += slower  # the SMs the ring's send/receive kernels take from attention (``perf.comm_sm``)
+        if ratio != 1.0:  # PyTorch's ring: the later steps' unmasked kernels (``torch_ring.unmasked_ratio``)
+            saving = context.unmasked_saving(t.busy_s, ratio)
+            seg.busy_s -= saving
+            seg.compute_s -= min(seg.compute_s, context.unmasked_saving(t.compute_s, ratio))
+            self.layer_busy -= saving
+        # every step's send/receive call costs the host, the hidden steps' too (``context.ring_calls``)
+        seg.host_s += context.calls(backward) * self.call_host(op.name)
+        self._stream(op, context.stream_bytes(op, c.micro_batch, c.tp, backward))  # PyTorch's fp32 merges
+        self.dp_comms(ring, op.layer, op.name, calls=False)
 
     def _split_gemm(self, op: Op, backward: bool, seg: Segment, scores: float, fused: tuple[bool, bool]) -> None:
         """A transformer layer's tensor-parallel GEMM that userbuffers runs in row chunks beside its collective

@@ -80,8 +80,9 @@ class HostReductions:
         self._flags: list[float] = []
 
     def world_s(self, dev: DeviceModel) -> float:
-        """A 4-byte all-reduce over every rank (the level-1 timers' barriers), timed once when any is charged."""
-        if not issues_kernels(dev.compute) or not self.log.barriers:
+        """A 4-byte all-reduce over every rank (the level-1 timers' barriers, torchtitan's log-step reductions),
+        timed once when any is charged."""
+        if not issues_kernels(dev.compute) or not self.log.world_reductions:
             return 0.0
         if not self._world:
             self._world.append(flag_allreduce_s(self.hw, [d for g in self.groups for grp in g for d in grp]))

@@ -23,7 +23,7 @@ from tilewright.engine.plan.activation_offload import offloaded_layers
 from tilewright.engine.plan.device_layers import sharded_layer_ops, stage_per_param
 from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
 from tilewright.engine.plan.experts import routing_for
-from tilewright.engine.plan.framework_host import attention_device, host_framework
+from tilewright.engine.plan.framework_host import SDPA_FRAMEWORKS, attention_device, host_framework
 from tilewright.engine.plan.grad_hooks import grad_hooks
 from tilewright.engine.plan.group_comm import context_comm, ep_seconds, shard_comm, tp_seconds
 from tilewright.engine.plan.passes import PassContext
@@ -79,7 +79,8 @@ def stage_options(
     gathered = param_gather_bytes(formats.weight_bytes, formats.weights, run.mode is Mode.train,
                                   m.fp8_param_gather, m.zero)
     ctx.shard = shard_comm(project, hw, groups[r], gathered, s.state_per_param.gradients, tied_copy, s.edge_bytes)
-    ctx.context = context_comm(hw, groups[r], s.cp)
+    # PyTorch's context_parallel under the plain-PyTorch frameworks (plan.torch_ring), else Transformer Engine's
+    ctx.context = context_comm(hw, groups[r], s.cp, ctx.host_framework in SDPA_FRAMEWORKS)
     ctx.expert_parallel = ep
     ctx.expert_tp = etp
     if ep > 1 and m.overlap_ep_comm:

@@ -52,6 +52,32 @@ logging at ``--log-interval`` (``training_log``: the losses' ``.item()``, the ti
 rank; once per interval, a few drains), tensorboard writes, ``--deterministic-mode`` and ``NCCL_ALGO`` (no
 cost the code states: the deterministic kernels' and the forced algorithm's speed are the libraries').
 Only devices whose kernels a host framework issues (``issues_kernels``) pay any of it.
+
+**torchtitan's loop** (``mapping.host_framework`` 'pytorch' / 'pytorch-compile', ``TORCH_LOOPS``): no Megatron
+timers, no ``--timing-log-level`` levels, no barriers — none of the above drains (``pass_timers`` and
+``step_timers`` are off, whatever ``timing_log_level`` says). What its ``train.py`` synchronises instead
+(pytorch/torchtitan ``train.py`` @ 0011fb905e9561a51af0f265e35d989f7448b1d8, the A100 configuration's commit; the
+December 2024 loop of the H100 rows has the same synchronising lines, over the ``dp_cp`` mesh), charged by
+``torch_loop_seconds``:
+
+- every step, ``input_ids = input_ids.cuda()`` (later ``.to(device_type)``) of the DataLoader's pageable CPU batch:
+  a blocking host-to-device copy (``non_blocking`` False: ATen's copy synchronises the current stream after
+  ``cudaMemcpyAsync``), which drains the previous step's queued optimizer work — one drain (``BATCH_DRAINS``; the
+  labels' copy after it finds nothing queued). ``clip_grad_norm_(..., foreach=True)`` reads no value back (the
+  clip coefficient stays a tensor), the optimizer reads no flag, the loop no loss scale: no other drain;
+- at a log step (``train_state.step % metrics.log_freq == 0``): ``loss.item()`` over the losses since the last log
+  (the first drains, the rest find nothing queued: ``LOG_ITEM_DRAINS``), then ``utils.dist_mean`` and
+  ``utils.dist_max`` (``torch.tensor(x).cuda()``, a functional ``all_reduce`` over the data-parallel mesh and
+  ``.item()``: ``LOG_REDUCTIONS`` each a collective call, a one-element all-reduce and a drain). Both fall inside
+  the interval the logged tokens/s divides by (``time_delta`` is read after them, ``time_last_log`` reset after
+  the logging): once per ``LOG_FREQ`` steps, charged as their share per step. ``LOG_FREQ``: torchtitan's
+  ``--metrics.log_freq`` of the train configs the benchmarks ran (``train_configs/llama3_8b.toml``: 10; also the
+  config manager's default). The reduction is timed over every rank (``world_reduce_s``): the dp(× cp) mesh is
+  every rank of a 1-D FSDP job, an upper bound with tensor or pipeline ranks.
+
+Left out: ``gpu_memory_monitor.get_peak_stats`` (``torch.cuda.memory_stats``: host bookkeeping, no device
+synchronisation), the garbage collector every ``gc_freq`` steps (host only), the CP context's buffer sharding and
+restore (``freqs_cis``), ``optimizers.zero_grad``'s Python loop on the drained device.
 """
 
 from __future__ import annotations
@@ -59,7 +85,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.mapping import HostFramework, Mapping
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.plan.launch import collective_host_seconds, drain_seconds, host_time
 
@@ -77,6 +103,13 @@ NORM_TAIL_KERNELS = 2
 BUCKET_MIN = 40_000_000  # Megatron DDP's bucket_size: max(40M, 1M × dp) parameters with --overlap-grad-reduce
 BUCKET_PER_DP = 1_000_000
 BARRIERS = 2  # level ≥ 1: forward-backward's and optimizer's start(barrier=True)
+# torchtitan's training loop (module docstring): the frameworks that run it, its per-step batch copy's drain, and
+# per log step the losses' .item() drain and the two one-element reductions (dist_mean, dist_max), every LOG_FREQ
+TORCH_LOOPS: frozenset[HostFramework] = frozenset({"pytorch", "pytorch-compile"})
+BATCH_DRAINS = 1
+LOG_ITEM_DRAINS = 1
+LOG_REDUCTIONS = 2
+LOG_FREQ = 10
 
 
 @dataclass(frozen=True)
@@ -87,31 +120,44 @@ class TrainLogging:
     num_zeros: bool = False
     timing_level: int | None = None  # None: the plan's Megatron-LM, every timer synchronising (level 2's drains)
     nan_check: bool = False
+    torch_loop: bool = False  # torchtitan's loop (``TORCH_LOOPS``): no Megatron timers, its own synchronisations
 
     @classmethod
     def of(cls, m: Mapping) -> TrainLogging:
-        """The mapping's flags."""
-        return cls(m.log_params_norm, m.log_num_zeros_in_grad, m.timing_log_level, m.check_for_nan_in_loss_and_grad)
+        """The mapping's flags, and whose training loop runs (``mapping.host_framework``)."""
+        return cls(m.log_params_norm, m.log_num_zeros_in_grad, m.timing_log_level, m.check_for_nan_in_loss_and_grad,
+                   m.host_framework in TORCH_LOOPS)
 
     @property
     def pass_timers(self) -> bool:
-        """Whether the schedule's per-micro-batch timers synchronise (level 2, or the plan's default)."""
-        return self.timing_level is None or self.timing_level >= 2
+        """Whether the schedule's per-micro-batch timers synchronise (level 2, or the plan's default; never in
+        torchtitan's loop)."""
+        return not self.torch_loop and (self.timing_level is None or self.timing_level >= 2)
 
     @property
     def step_timers(self) -> bool:
-        """Whether the optimizer's and the gradient reduction's timers synchronise (level ≥ 1, or the default)."""
-        return self.timing_level is None or self.timing_level >= 1
+        """Whether the optimizer's and the gradient reduction's timers synchronise (level ≥ 1, or the default;
+        never in torchtitan's loop)."""
+        return not self.torch_loop and (self.timing_level is None or self.timing_level >= 1)
 
     @property
     def barriers(self) -> int:
-        """World barriers per iteration: the level-1 timers' (none at level 0 or in the plan's default)."""
+        """World barriers per iteration: the level-1 timers' (none at level 0, in the plan's default or in
+        torchtitan's loop)."""
+        if self.torch_loop:
+            return 0
         return BARRIERS if self.timing_level is not None and self.timing_level >= 1 else 0
 
     @property
+    def world_reductions(self) -> bool:
+        """Whether ``step_seconds`` needs a one-element all-reduce over every rank timed (the level-1 barriers,
+        torchtitan's log-step reductions)."""
+        return self.barriers > 0 or self.torch_loop
+
+    @property
     def adds_step_work(self) -> bool:
-        """Whether ``step_seconds`` can be non-zero (any flag beyond the timers' drains)."""
-        return self.params_norm or self.num_zeros or self.nan_check or self.barriers > 0
+        """Whether ``step_seconds`` can be non-zero (any flag beyond the timers' drains, or torchtitan's loop)."""
+        return self.params_norm or self.num_zeros or self.nan_check or self.barriers > 0 or self.torch_loop
 
 
 DEFAULT = TrainLogging()
@@ -186,4 +232,18 @@ def step_seconds(dev: DeviceModel, log: TrainLogging, *, tensors: float, params:
     if log.nan_check:
         total += nan_grad_seconds(dev, params, grad_bytes, nan_buckets(params, dp, overlap_grad_reduce))
     total += log.barriers * (collective_host_seconds(dev.compute) + world_reduce_s)
+    if log.torch_loop:
+        total += torch_loop_seconds(dev, world_reduce_s)
     return total
+
+
+def torch_loop_seconds(dev: DeviceModel, world_reduce_s: float, log_freq: int = LOG_FREQ) -> float:
+    """What torchtitan's loop synchronises per step on a device its host drives (module docstring): the batch
+    copy's drain, and a log step's losses ``.item()`` and its two reductions (each a collective call, a one-element
+    all-reduce of ``world_reduce_s`` and a ``.item()``) as their share of the ``log_freq`` steps between logs."""
+    if not issues_kernels(dev.compute):
+        return 0.0
+    drain = drain_seconds(dev.compute)
+    reduction = collective_host_seconds(dev.compute) + world_reduce_s + drain
+    log_step = LOG_ITEM_DRAINS * drain + LOG_REDUCTIONS * reduction
+    return BATCH_DRAINS * drain + log_step / max(log_freq, 1)

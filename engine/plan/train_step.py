@@ -81,8 +81,9 @@ others:
 - **'pytorch', 'pytorch-compile'** (torchtitan, ``train.py`` @ 0011fb905e9561a51af0f265e35d989f7448b1d8, the
   commit of ``calibrate_fsdp``'s A100 configuration): ``input_ids = input_ids.cuda(); labels = labels.cuda()``
   once per step (one micro-batch per step; a pipeline schedule splits it inside ``pp_schedule.step``): two
-  host-to-device copies and, from pageable memory, one wait for the stream — a few tens of µs an iteration
-  that lasts seconds, left out. Every rank loads its own batch: no broadcast.
+  host-to-device copies and, from pageable memory, one wait for the stream — a drain once per step, charged
+  with the rest of torchtitan's loop (``train_logging.torch_loop_seconds``), not per forward. Every rank loads
+  its own batch: no broadcast.
 
 **The mixed-precision optimizer's passes.** ``ADAM_BYTES_*`` (``plan.plan``) streams one fused Adam step
 (fp32 gradient, master weights and moments read, the three written, the low-precision copy written).
@@ -450,7 +451,8 @@ def step_overhead(
     full-iteration CUDA graph, its timer's drain gone; the step itself stays eager (module docstring).
     ``te_master`` (``te_holds_master``): no read-back of the master for the low-precision copy, no copy-back loop.
     ``log``: below timing level 1 (``plan.train_logging``) the reduction's timer does not synchronise (the
-    copy-back's drain stays: the loop's loss-scale ``.item()`` makes it)."""
+    copy-back's drain stays: the loop's loss-scale ``.item()`` makes it); torchtitan's loop (``log.torch_loop``)
+    drains none of them (its own synchronisations: ``train_logging.torch_loop_seconds``)."""
     if not mixed or not issues_kernels(dev.compute) or params <= 0:
         return 0.0
     if res is not None and any(res.placed.get(cat, home_level(dev)) != home_level(dev) for cat in STATE):
@@ -461,6 +463,8 @@ def step_overhead(
     stream = optimizer_seconds(dev, None, params, True, extra)
     drains = (STEP_DRAINS + (SCALER_DRAINS if fp16 else 0)
               + (DP_DRAINS if dp > 1 and not full_iteration and log.step_timers else 0))
+    if log.torch_loop:  # torchtitan reads no norm, flag or loss scale back: its drains are train_logging's
+        drains = 0
     flags = 2 if fp16 else 1
     loops = loop_seconds(dev, max(1.0, tensors / max(shard, 1)) if tensors > 0 else 0.0, params, fp16, te_master)
     return stream + drains * drain_seconds(dev.compute) + flags * flag_s + loops

@@ -173,7 +173,7 @@ def build_problem(
         held = params_tp[t] * q / n  # a device's parameters (its stage's share at tp t)
         local = held / (q if m.zero >= 1 else 1)
         flag = flag_allreduce_s(hw, [d.index for d in hw.devices[: n // q]]) if drives else 0.0
-        world = flag_allreduce_s(hw, [d.index for d in hw.devices[:n]]) if drives and log.barriers else 0.0
+        world = flag_allreduce_s(hw, [d.index for d in hw.devices[:n]]) if drives and log.world_reductions else 0.0
         return step_overhead(dev, None, local, step.mixed, run.dtype.value == "fp16", flag, q, full_iteration,
                              te_master, log, tensors=tensors * t * q / n, shard=q if m.zero >= 1 else 1) \
             + logging_seconds(dev, log, tensors=tensors * t * q / n, params=held, weight_bytes=settings.weight_bytes,

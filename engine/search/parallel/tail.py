@@ -233,7 +233,7 @@ class IterationTail:
         if not log.adds_step_work or not issues_kernels(self.dev.compute):
             return 0.0
         world = 0.0
-        if log.barriers:
+        if log.world_reductions:
             layout = Layout(c.placement, c.rank_order)
             devices = tuple(d for s in range(c.pp) for g in self.comm.stage_groups(layout, c.tp, c.pp, c.dp, s)
                             for d in g)
