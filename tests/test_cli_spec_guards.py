@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tilewright.engine.cli import main
+from tilewright.engine.errors import InputError
 from tilewright.engine.io.presets import load_project_preset
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -79,7 +80,12 @@ def test_a_sequence_that_fills_the_context_exactly_is_not_refused():
         "inference": inference.model_copy(update={"output_tokens": 101})})})
     with pytest.raises(Exception, match="past the model's context"):
         refuse_past_context(["--output-tokens"], longer)
-    refuse_past_context([], longer)  # without the flags, the project file's settings are not this check's
+    with pytest.raises(InputError) as refused:  # without the flags, the project file's own settings are refused
+        refuse_past_context([], longer, "p.json")
+    assert refused.value.source == "p.json"
+    assert [p.path for p in refused.value.problems] == ["run.inference.prompt_tokens, run.inference.output_tokens"]
+    training = longer.model_copy(update={"run": longer.run.model_copy(update={"mode": "train"})})
+    refuse_past_context([], training, "p.json")  # a training run reads no inference lengths
 
 
 def _readme_command(marker: str) -> list[str]:

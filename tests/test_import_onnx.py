@@ -139,7 +139,8 @@ def test_cnn_graph_without_module_names(tmp_path: Path) -> None:
 def test_cli_writes_a_workload_that_runs(tmp_path: Path) -> None:
     model = save(block_model(1), tmp_path)
     out = tmp_path / "workload.json"
-    assert main(["import-onnx", str(model), "-o", str(out), "--dim", f"seq={S}", "--name", "tiny"]) == 0
+    args = ["import-onnx", str(model), "-o", str(out), "--dim", f"seq={S}", "--dim", "batch=1", "--name", "tiny"]
+    assert main(args) == 0
     data = json.loads(out.read_text())
     assert data["kind"] == "custom" and data["name"] == "tiny"
     assert (

@@ -162,7 +162,8 @@ def test_a_trace_replays_its_requests(project_file, tmp_path, capsys):
         (["--spec-k", "3", "--spec-accept", "1.5"], "--spec-accept"),
         (["--sweep-rates", "5:1:1"], "--sweep-rates"),
         (["--max-batch", "0"], "--max-batch"),
-        (["--requests", "1", "--prompt-tokens", "30000000"], "KV cache"),
+        (["--requests", "1", "--prompt-tokens", "30000000", "--set", "workload.seq_len=40000000"], "KV cache"),
+        (["--requests", "1", "--prompt-tokens", "30000000"], "past the model's context"),
         (["--rate", "inf"], "--rate"),
         (["--rate", "1e-12"], "--rate"),  # arrivals spread past where float seconds resolve an iteration
         (["--slo-ttft", "inf"], "--slo-ttft"),  # would be written as null: no target, silently

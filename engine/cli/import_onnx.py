@@ -16,7 +16,7 @@ def import_onnx_command(args: argparse.Namespace) -> int:
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.io.atomic import dumps_stable, write_atomic
     from tilewright.engine.workloads.hf_config import ConfigError
-    from tilewright.engine.workloads.onnx_import import import_onnx_model
+    from tilewright.engine.workloads.onnx_import import import_onnx
 
     dims: dict[str, int] = {}
     for item in args.dim:
@@ -31,9 +31,12 @@ def import_onnx_command(args: argparse.Namespace) -> int:
     refuse_unreachable_outputs({"-o": args.output})
     refuse_file_outputs_at_folders({"-o": args.output})
     try:
-        spec = import_onnx_model(args.model, name=args.name, dims=dims)
+        imported = import_onnx(args.model, name=args.name, dims=dims)
     except ConfigError as exc:
         raise InputError(args.model, Problem("--dim" if exc.field == "dims" else exc.field, exc.reason)) from None
+    refuse_unsized_inputs(args.model, imported.unbound_inputs)
+    report_dimensions(imported.bound, imported.unbound_inner)
+    spec = imported.spec
     text = dumps_stable(spec.model_dump(mode="json"))
     if args.output:
         write_atomic(args.output, text)
@@ -41,6 +44,44 @@ def import_onnx_command(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def refuse_unsized_inputs(model: str, unbound: dict[str, list[str]]) -> None:
+    """A graph input's symbolic dimension (``batch``, ``seq``) that ``--dim`` does not size is refused (exit 2):
+    it used to count as 1 with a word only in the workload's comment, and a sequence of 1 token is another
+    workload. Every quantity is per sample, so a batch dimension is given as 1 (the run's batch multiplies it)."""
+    from tilewright.engine.errors import InputError, Problem
+
+    if not unbound:
+        return
+    problems = []
+    for name, places in sorted(unbound.items()):
+        where = ", ".join(places)
+        if name:
+            problems.append(Problem(where, f"symbolic dimension '{name}' has no value: give --dim {name}=N"))
+        else:
+            problems.append(Problem(where, "a dimension with neither a size nor a name: export the model with a "
+                                           "fixed size there"))
+    problems.append(Problem("", "sizes are per sample: give a batch dimension as 1 (e.g. --dim batch=1); the "
+                                "run's micro-batch multiplies the workload"))
+    raise InputError(model, problems)
+
+
+def report_dimensions(bound: dict[str, int], inner: dict[str, list[str]]) -> None:
+    """Say on stderr what the symbolic dimensions were taken as: the ``--dim`` values, and the dimensions
+    shape inference left unsized inside the graph (``unk__N``, counted as 1 per sample; static-shape exports
+    have none)."""
+    import sys
+
+    if bound:
+        print("import-onnx: symbolic dimensions " + ", ".join(f"{k}={v}" for k, v in sorted(bound.items()))
+              + " (--dim)", file=sys.stderr)
+    if inner:
+        shown = [f"{name or '?'} ({places[0]}{', …' if len(places) > 1 else ''})" for name, places in
+                 sorted(inner.items())]
+        print("import-onnx: warning: dimensions shape inference left unsized inside the graph count as 1 per "
+              f"sample: {', '.join(shown)}; size a named one with --dim NAME=N, or export with static shapes",
+              file=sys.stderr)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="value of a symbolic dimension, e.g. --dim seq=2048 (others count as 1 per sample)",
+        help="value of a symbolic dimension, e.g. --dim batch=1 --dim seq=2048: every symbolic dimension of "
+        "the graph's inputs needs one (sizes are per sample, so a batch dimension is 1)",
     )
     p.set_defaults(handler=import_onnx_command)

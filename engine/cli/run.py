@@ -155,14 +155,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "with --sequence-parallel) hidden behind its weight-gradient GEMM (Megatron --async-tensor-model-"
                    "parallel-allreduce, Megatron-Core, Transformer Engine); default: off for GPU training with full "
                    "recompute (Megatron-LM v2.x), else on (plan.dgrad_overlap)")
-    p.add_argument("--host-framework", choices=["megatron-lm", "mcore", "mcore-te", "pytorch", "pytorch-compile"],
+    p.add_argument("--host-framework", choices=["megatron-lm", "mcore", "mcore-te", "pytorch", "pytorch-compile",
+                                               "megatron-deepspeed"],
                    default=None,
                    help="GPU training: whose Python issues each layer's kernels, for the host's time per op "
                    "(mapping.host_framework): 'megatron-lm' Megatron-LM v2.x's own layers, 'mcore' Megatron-Core's "
                    "local layers (--transformer-impl local), 'mcore-te' Megatron-Core with Transformer Engine's "
                    "modules (NeMo), 'pytorch' plain PyTorch modules run eagerly (torchtitan, Hugging Face: each "
                    "RMSNorm and gated activation a chain of ATen kernels), 'pytorch-compile' the same under "
-                   "torch.compile; "
+                   "torch.compile, 'megatron-deepspeed' Microsoft's Megatron-DeepSpeed (v2.x's layers and two blocking "
+                   "scalar copies per layer forward, plan.deepspeed_host); "
                    "default: 'megatron-lm' whatever the run (plan.framework_host)")
     p.add_argument("--offload-layers", type=non_negative_int, metavar="N",
                    help="training with the activations in host memory (--set mapping.memory_levels.activations=HOST): "
@@ -442,6 +444,7 @@ def _mapping_data(args: argparse.Namespace, base: dict[str, Any], capacity: int 
 
 def assemble_project(args: argparse.Namespace):
     """The project a run simulates: the file (if any), then flags, then ``--set`` overrides."""
+    from tilewright.engine.cli.flag_blame import FlagEdits
     from tilewright.engine.io.json_file import read_json, require_object
     from tilewright.engine.io.migrate import migrate
     from tilewright.engine.io.overrides import apply_overrides, parse_set_option
@@ -455,6 +458,7 @@ def assemble_project(args: argparse.Namespace):
     base: dict[str, Any] = {}
     if path:
         base = migrate(require_object(read_json(path), source), source)
+    edits = FlagEdits(args, source, base)  # a refusal of what a flag set names the flag, not the file
     data: dict[str, Any] = dict(base)
     data.setdefault("name", "command-line run")
     if path and "hardware" not in data and not args.system:  # no silent default for a file's missing part
@@ -488,23 +492,28 @@ def assemble_project(args: argparse.Namespace):
     inference_flags = _inference_flags(args, run, data["mapping"])
     data["run"] = run
     apply_optimizer_flags(args, data["mapping"], run)  # Megatron's names; checked with the project (plan.checks)
+    edits.after_flags(data)
     for option in args.set:
         path, value = parse_set_option(option)
         apply_overrides(data, path, value, COMMAND_LINE)
-    project = project_from_data(data, source)
+        edits.set_option(path, option)
+    with edits.blamed():
+        project = project_from_data(data, source)
     if inference_flags and project.run.mode != "infer":
         raise InputError(COMMAND_LINE, Problem(", ".join(inference_flags), "set an inference run: add --mode infer"))
-    from tilewright.engine.cli.context_check import refuse_past_context
-
-    refuse_past_context(inference_flags, project)
     if getattr(args, "tp_overlap_rs", None) and not project.mapping.overlap_tp_comm:
         # the method of an overlap the run does not do would change nothing (the studio greys it out)
         raise InputError(COMMAND_LINE, Problem("--tp-overlap-rs", f"'{args.tp_overlap_rs}' picks how overlapped "
                                                "tensor-parallel reduce-scatters hide; this run does not overlap them "
                                                "(add --overlap-tp-comm: mapping.overlap_tp_comm)"))
-    check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
+    from tilewright.engine.cli.context_check import refuse_past_context
+
+    with edits.blamed():
+        check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
+        refuse_past_context(inference_flags, project, source)  # the flags' lengths, else the file's
     refuse_idle_run_flags(args, project)  # flags this project's simulation would not read, by the flag typed
-    raise_for_problems(project, source, allow_large=args.allow_large)  # then by field (plan.idle_fields too)
+    with edits.blamed():
+        raise_for_problems(project, source, allow_large=args.allow_large)  # then by field (plan.idle_fields too)
     refuse_idle_precision_flag(args, project)  # the flag where it applies to nothing (all dtypes fp32)
     return project
 

@@ -32,6 +32,7 @@ KEPT_MAPPING_FIELDS = ("formats", "fidelity", "spatial", "fusion", "memory_level
 def search_template(args: argparse.Namespace):
     """The project whose hardware, workload and run settings the search maps (of its mapping only the
     ``KEPT_MAPPING_FIELDS``: the search chooses the rest), the devices available and the global batch."""
+    from tilewright.engine.cli.flag_blame import FlagEdits
     from tilewright.engine.cli.run import model_data
     from tilewright.engine.io.json_file import read_json, require_object
     from tilewright.engine.io.migrate import migrate
@@ -63,8 +64,12 @@ def search_template(args: argparse.Namespace):
         data["mapping"]["fsdp_copies"] = True
     if (edge := fp8_bf16_layers(args, data["mapping"].get("formats"))) is not None:  # bf16 edge layers
         data["mapping"]["formats"] = edge
-    project = project_from_data(data, source)
-    base_mapping = project_from_data(base, source).mapping if base else None
+    base_mapping = project_from_data(base, source).mapping if base else None  # the file's own faults first
+    edits = FlagEdits(args, source, {**base, "mapping": {k: v for k, v in (base.get("mapping") or {}).items()
+                                                         if k in KEPT_MAPPING_FIELDS}})
+    edits.after_flags(data)
+    with edits.blamed():  # a value a flag gave is refused naming the flag, not the file (flag_blame)
+        project = project_from_data(data, source)
     devices = args.devices if args.devices is not None else (base_mapping.devices if base_mapping else None)
     batch = args.global_batch
     if batch is None and base_mapping is not None:

@@ -118,6 +118,9 @@ def _disaggregate(text: str | None) -> tuple[int, int] | None:
 
 
 def _project(args: argparse.Namespace):
+    """The project file with the ``--set`` overrides, its name, and the edits (a refusal of a value ``--set``
+    gave names the option, not the file: ``flag_blame``)."""
+    from tilewright.engine.cli.flag_blame import FlagEdits
     from tilewright.engine.io.json_file import read_json, require_object
     from tilewright.engine.io.migrate import migrate
     from tilewright.engine.io.overrides import apply_overrides, parse_set_option
@@ -127,10 +130,14 @@ def _project(args: argparse.Namespace):
     path = resolve("projects", args.project)
     source = str(path)
     data: dict[str, Any] = migrate(require_object(read_json(path), source), source)
+    edits = FlagEdits(args, source, data)
+    edits.after_flags(data)
     for option in args.set:
         dotted, value = parse_set_option(option)
         apply_overrides(data, dotted, value, COMMAND_LINE)
-    return project_from_data(data, source), source
+        edits.set_option(dotted, option)
+    with edits.blamed():
+        return project_from_data(data, source), source, edits
 
 
 def _config(args: argparse.Namespace, project, rates: list[float] | None):
@@ -181,7 +188,7 @@ def _config(args: argparse.Namespace, project, rates: list[float] | None):
     return config
 
 
-def _check_size(args: argparse.Namespace, project, config, rates: list[float] | None, source: str) -> None:
+def _check_size(args: argparse.Namespace, project, config, rates: list[float] | None) -> None:
     from tilewright.engine.serving.budget import estimate
 
     inf = project.run.inference
@@ -194,12 +201,30 @@ def _check_size(args: argparse.Namespace, project, config, rates: list[float] | 
         list(config.requests) if config.requests else None,
     )
     problems = est.problems()
-    if problems and not args.allow_large:
+    if problems and not args.allow_large:  # the estimate's problems name the flags that size the simulation
         raise InputError(
-            source,
+            COMMAND_LINE,
             [Problem(a, b) for a, b in problems]
             + [Problem("", "past the size limits; `tilewright serve --allow-large` simulates it anyway")],
         )
+
+
+def _refuse_past_context(args: argparse.Namespace, project, config, source: str) -> None:
+    """Requests longer than the model's context are refused, as ``run`` refuses them: a trace's each (naming
+    the trace and the request), else the lengths the flags give or the project file's ``run.inference``."""
+    from tilewright.engine.cli.context_check import past_context, refuse_lengths
+
+    if config.requests is not None:
+        for request in config.requests:
+            reason = past_context(project.workload, request.prompt_tokens, request.output_tokens)
+            if reason is not None:
+                raise InputError(args.trace, Problem(f"request {request.id + 1} (in file order)", reason))
+        return
+    inf = project.run.inference
+    named = [flag for flag, value in (("--prompt-tokens", args.prompt_tokens), ("--output-tokens", args.output_tokens))
+             if value is not None]
+    refuse_lengths(project.workload, config.prompt_tokens or inf.prompt_tokens,
+                   config.output_tokens or inf.output_tokens, named, source)
 
 
 def _check_csv(args: argparse.Namespace, source: str) -> None:
@@ -226,11 +251,14 @@ def serve_command(args: argparse.Namespace) -> int:
     from tilewright.engine.serving import ServingSetupError, simulate_serving, sweep_rates
 
     rates = parse_rates(args.sweep_rates) if args.sweep_rates else None
-    project, source = _project(args)
+    project, source, edits = _project(args)
     _check_csv(args, source)
-    raise_for_problems(project, source, allow_large=args.allow_large)  # what `run` refuses, serve refuses too
+    with edits.blamed():
+        raise_for_problems(project, source, allow_large=args.allow_large)  # what `run` refuses, serve refuses too
     config = _config(args, project, rates)
-    _check_size(args, project, config, rates, source)
+    with edits.blamed():
+        _refuse_past_context(args, project, config, source)
+        _check_size(args, project, config, rates)
     if rates and config.requests is not None:
         raise InputError(COMMAND_LINE, Problem("--sweep-rates", "sweeps Poisson rates; it cannot replay --trace"))
     if rates and args.csv:
@@ -243,8 +271,12 @@ def serve_command(args: argparse.Namespace) -> int:
             else:
                 result = simulate_serving(project, config, progress=progress)
     except ServingSetupError as exc:
-        flag = {"disaggregate": "--disaggregate", "requests": args.trace or "--requests"}.get(exc.setting, exc.setting)
-        raise InputError(source, Problem(flag, exc.reason)) from None
+        if exc.setting == "requests" and args.trace:  # the trace's requests: the trace file's
+            raise InputError(args.trace, exc.reason) from None
+        flag = {"disaggregate": "--disaggregate", "requests": "--requests"}.get(exc.setting)
+        if flag:  # what the flags asked for, not the project file
+            raise InputError(COMMAND_LINE, Problem(flag, exc.reason)) from None
+        raise InputError(source, Problem(exc.setting, exc.reason)) from None
     head = serve_heading(project, config, rates, args.trace)
     if rates:
         print_result(sweep.to_json(), args.json, f"{head}\n{sweep.summary_text()}")

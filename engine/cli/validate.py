@@ -11,13 +11,23 @@ from tilewright.engine.results.text import counted
 
 
 def detect_kind(data: dict[str, Any]) -> str:
-    from tilewright.engine.ir.hardware import ComponentKind
+    """What a file is, from its top-level keys. A ``kind`` that is neither a component's nor a model's (missing,
+    misspelt) is read by the fields beside it: a system file with ``"kind": "sistem"`` used to be validated
+    as a model and told to pick a model kind."""
+    from tilewright.engine.io.errors import WORKLOAD_KINDS
+    from tilewright.engine.ir.hardware import Component, ComponentKind
 
     if "parameters" in data and "base" in data:
         return "sweep"
     if "hardware" in data or "system" in data or "schema_version" in data:
         return "project"
-    if data.get("kind") in {k.value for k in ComponentKind}:
+    kind = data.get("kind")
+    if kind in {k.value for k in ComponentKind}:
+        return "system"
+    if kind in WORKLOAD_KINDS:
+        return "model"
+    shared = {"kind", "name", "comment"}
+    if set(data) & (set(Component.model_fields) - shared):
         return "system"
     return "model"
 
@@ -38,6 +48,9 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
         project = project_from_data(data, path)
         check_budget(project, path, allow_large=allow_large)
         raise_for_problems(project, path, allow_large=allow_large)
+        from tilewright.engine.cli.context_check import refuse_past_context
+
+        refuse_past_context([], project, path)  # what `run` refuses, validate does not call valid
         m = project.mapping
         cap = device_capacity(project)
         size = counted(project.hardware.device_count(), "device") if cap is not None else \

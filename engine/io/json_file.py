@@ -105,7 +105,7 @@ def validate_as(kind: Any, data: Any, source: str, prefix: str = "") -> Any:
             return kind.model_validate_json(text, strict=True)
         return TypeAdapter(kind).validate_json(text, strict=True)
     except ValidationError as exc:
-        raise InputError(source, problems_from(exc, prefix)) from None
+        raise InputError(source, problems_from(exc, prefix, root=kind)) from None
 
 
 def require_object(data: Any, source: str) -> dict[str, Any]:

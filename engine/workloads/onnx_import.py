@@ -4,7 +4,8 @@ Shapes come from ``onnx.shape_inference``. Quantities are per sample, as ``engin
 symbolic dimension (``dim_param``, e.g. the batch) counts as 1 unless ``dims`` gives its value (a symbolic
 sequence length should be given: ``dims={"seq": 2048}``; a name the graph does not use is refused, as a
 misspelling would leave its dimension at 1), and a model exported with a fixed batch should be
-exported with batch 1. Which symbolic dimensions were taken as 1 is written in the spec's comment; a
+exported with batch 1. Which symbolic dimensions were taken as 1 is written in the spec's comment and
+returned by ``import_onnx`` (``tilewright import-onnx`` refuses a graph input's that ``--dim`` leaves unset); a
 ``Reshape`` to ``-1`` makes shape inference invent dimensions (``unk__N``) that count as 1 too, so export
 with static shapes (``torch.onnx.export`` without ``dynamic_axes``) when the comment lists them.
 
@@ -40,6 +41,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -78,10 +80,32 @@ _BLOCK = re.compile(r"^(.*?[A-Za-z]\w*?[._]\d+)/")  # "model/layers.3/…" → "
 Shape = tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class OnnxImport:
+    """An imported workload and what its symbolic dimensions were taken as, for a caller to report or refuse:
+    ``bound`` the names ``dims`` sized; ``unbound_inputs`` the graph inputs' symbolic dimensions nothing sized
+    (name → "input 'x' axis 1" places; "" for a dimension with neither size nor name), which count as 1 per
+    sample; ``unbound_inner`` the same for dimensions found only inside the graph (shape inference's
+    ``unk__N``), also counted as 1."""
+
+    spec: CustomSpec
+    bound: dict[str, int] = field(default_factory=dict)
+    unbound_inputs: dict[str, list[str]] = field(default_factory=dict)
+    unbound_inner: dict[str, list[str]] = field(default_factory=dict)
+
+
 def import_onnx_model(
     path: str | PathLike[str], name: str | None = None, dims: Mapping[str, int] | None = None
 ) -> CustomSpec:
-    """The custom workload of the ONNX model at ``path``; ``dims`` sets symbolic dimensions by name."""
+    """The custom workload of the ONNX model at ``path``; ``dims`` sets symbolic dimensions by name, the
+    others count as 1 per sample (listed in the spec's comment; ``import_onnx`` says which and where)."""
+    return import_onnx(path, name, dims).spec
+
+
+def import_onnx(
+    path: str | PathLike[str], name: str | None = None, dims: Mapping[str, int] | None = None
+) -> OnnxImport:
+    """``import_onnx_model`` with the symbolic dimensions' fate: which ``dims`` bound, which were left at 1."""
     try:
         import onnx
     except ImportError as exc:  # an optional extra
@@ -112,7 +136,12 @@ def import_onnx_model(
     if graph.uncosted:
         notes.append(f"counted without FLOPs (a form the importer does not cost): {', '.join(sorted(graph.uncosted))}")
     comment = f"Imported from ONNX ({Path(path).name}, opset {_opset(model)}); " + "; ".join(notes)
-    return CustomSpec(name=source, comment=comment, layer_names=layer_names, ops=ops)
+    spec = CustomSpec(name=source, comment=comment, layer_names=layer_names, ops=ops)
+    inputs = {k: [p for p in v if p.startswith("input ")] for k, v in graph.places.items()}
+    inputs = {k: v for k, v in inputs.items() if v}
+    inner = {k: v for k, v in graph.places.items() if k not in inputs}
+    bound = {k: v for k, v in (dims or {}).items() if k in graph.symbols}
+    return OnnxImport(spec, bound, inputs, inner)
 
 
 def _opset(model: Any) -> int:
@@ -126,11 +155,13 @@ class _Graph:
         self.graph = graph
         self.dims = dims
         self.assumed: set[str] = set()
+        self.places: dict[str, list[str]] = {}  # each dimension counted as 1 → where ("input 'x' axis 1")
         self.symbols: set[str] = set()  # every symbolic dimension's name the graph uses
         self.unknown: set[str] = set()
         self.uncosted: set[str] = set()  # compute nodes left at 0 FLOPs, named in the spec's comment
         self.weights: dict[str, Shape] = {t.name: tuple(t.dims) for t in graph.initializer}
         self.shapes: dict[str, Shape] = dict(self.weights)
+        self._inputs = {v.name for v in graph.input} - set(self.weights)  # old exports list weights as inputs
         for value in (*graph.input, *graph.value_info, *graph.output):
             shape = self._shape_of(value)
             if shape is not None:
@@ -147,7 +178,7 @@ class _Graph:
         if not tensor.HasField("shape"):
             return None
         out = []
-        for d in tensor.shape.dim:
+        for axis, d in enumerate(tensor.shape.dim):
             if d.HasField("dim_value"):
                 out.append(d.dim_value)
                 continue
@@ -156,6 +187,8 @@ class _Graph:
                 out.append(self.dims[d.dim_param])
             else:
                 self.assumed.add(d.dim_param or "?")
+                kind = "input " if value.name in self._inputs else ""
+                self.places.setdefault(d.dim_param, []).append(f"{kind}'{value.name}' axis {axis}")
                 out.append(1)
         return tuple(out)
 
