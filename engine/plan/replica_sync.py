@@ -7,6 +7,11 @@ of it shows), and the tied embedding's all-reduce between the first and last sta
 weights over all of a stage's replicas, routed experts over their expert-data-parallel groups
 (``plan.experts``).
 
+When the reductions run is one rule for both engines and the search (``gradients_reduced``): without
+``overlap_grad_reduce`` (Megatron-LM's local DDP, Megatron-Core's DDP with the option off) ``train_step`` (or
+``finalize_model_grads``) reduces the model chunks after the whole forward-backward schedule, one blocking
+collective per chunk in a Python loop over them; with it, each chunk's buckets start during its last backward.
+
 Split from ``plan.plan`` because it is one job of its own: these collectives follow the pipeline rather than
 run in it, both engines charge them in the iteration's tail, and the search's estimator mirrors exactly
 this part (``search.parallel.tail``). ``Plan`` inherits it; the attributes and methods declared below are
@@ -15,6 +20,7 @@ the plan's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tilewright.engine.hardware.graph import HardwareGraph
@@ -47,6 +53,33 @@ def overlap_loss(early_s: float, backward_s: float, compute: Compute) -> float:
     if early_s <= 0 or backward_s <= 0:
         return 0.0
     return beside(early_s, backward_s, compute.gemm_units, compute.collective_sms)[0]
+
+
+def gradients_reduced(finish: float, chunks: Sequence[tuple[float, float, float, float, float]],
+                      after_schedule: bool) -> float:
+    """When a stage's data-parallel gradient reductions are done, from ``finish`` (its last pipeline step's end,
+    a blocking send included) and per model chunk in the model's order (last backward's start, its end, the early
+    bucket's seconds, the late bucket's, the seconds that backward lost beside the early bucket).
+
+    ``after_schedule`` (no ``overlap_grad_reduce``): nothing starts before the stage's whole schedule is done, then
+    each chunk's whole reduction runs after the one before on the same data-parallel links. Megatron-LM v2.x/v3's
+    ``train_step`` calls the local DDP's ``allreduce_gradients`` (one blocking all-reduce of the chunk's flat
+    gradient buffer) in ``for model_module in model`` after ``forward_backward_func`` returns; Megatron-Core's
+    ``finalize_model_grads`` loops ``finish_grad_sync`` over the chunks, a synchronous call without the option
+    (NVIDIA/Megatron-LM megatron/training.py ``train_step``, megatron/model/distributed.py @ 01d65bde,
+    megatron/schedules.py @ 1c3a1e6a, megatron/core/distributed/finalize_model_grads.py @ c3d057f5).
+    Otherwise each chunk's early bucket starts with its last backward and its late bucket when that backward ends,
+    made up for the SMs the early one took, and the stage's compute ends that much later (``dp_overlap_loss``).
+    One rule for both engines and the search's tail (``search.parallel.tail``)."""
+    if after_schedule:
+        reduced = finish
+        for chunk in chunks:
+            reduced += chunk[3]
+        return reduced
+    reduced = finish + sum(chunk[4] for chunk in chunks)
+    for start, end, early, late, lost in chunks:
+        reduced = max(reduced, start + early, end + lost + late)
+    return reduced
 
 
 class ReplicaSync:
@@ -102,11 +135,18 @@ class ReplicaSync:
             return self.dp
         return max(self.dp, expert_dp(self.tp, self.dp, self.ep, self.expert_tp))
 
+    @property
+    def dp_after_schedule(self) -> bool:
+        """Whether every chunk's gradients are reduced after the stage's whole schedule, chunk after chunk
+        (no ``overlap_grad_reduce``: ``gradients_reduced``), rather than from each chunk's last backward."""
+        return not self.project.mapping.overlap_grad_reduce
+
     @memo_method
     def dp_buckets(self, rank: int, chunk: int) -> tuple[Collective, Collective]:
         """With overlap: (the reduction of all but the chunk's first layer, launched as its last backward
         starts, as the gradients of later layers become ready; the first layer's bucket, launched when
-        that backward ends). Without overlap: (nothing, the whole reduction after the backward)."""
+        that backward ends). Without overlap: (nothing, the whole reduction, after the stage's schedule and
+        the chunks before it: ``gradients_reduced``)."""
         whole = self.dp_collective(rank, chunk)
         layers = len(self.stages[rank].chunk_layers[chunk])
         if not self.project.mapping.overlap_grad_reduce or layers < 2 or not whole.phases:

@@ -2,7 +2,8 @@
 
 Every pass is timed uncontended (``engine.plan.timing.pass_parts``) and the program's step table is
 resolved by the one recurrence (``engine.plan.recurrence``). Training then waits, per stage, for its
-chunks' data-parallel reductions (started at each chunk's last backward), steps the optimizer and, with
+chunks' data-parallel reductions (after the stage's schedule, chunk after chunk, or with ``overlap_grad_reduce``
+from each chunk's last backward: ``plan.replica_sync.gradients_reduced``), steps the optimizer and, with
 ZeRO, gathers the weights. With contention switched off this is the event engine's answer (the agreement
 tests measure it), and it is what search evaluates. It simulates no flows, so it has no link series.
 """
@@ -15,6 +16,7 @@ from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.program import InferenceProgram, TrainingProgram, program_for
 from tilewright.engine.plan.recurrence import StageTimes, run_table
+from tilewright.engine.plan.replica_sync import gradients_reduced
 from tilewright.engine.plan.steps import StepRow
 from tilewright.engine.plan.timing import dram_floor, floor_note, pass_parts, pass_replica_comm
 from tilewright.engine.results.result import Result
@@ -83,15 +85,12 @@ class AnalyticEngine:
         finishes, reduced_at, lost_s = [], [], []
         for r, st in enumerate(plan.stages):
             lost = {c: plan.dp_overlap_loss(r, c) for c in st.chunk_layers}  # SMs the early buckets take
-            reduced = stages[r].finish + sum(lost.values())
+            chunks = []
             for c in st.chunk_layers:
                 early, late = plan.dp_buckets(r, c)
-                reduced = max(
-                    reduced,
-                    stages[r].last_backward_start[c] + early.time(hw),
-                    stages[r].last_backward[c] + lost[c] + late.time(hw),
-                )
-            reduced_at.append(reduced)
+                chunks.append((stages[r].last_backward_start[c], stages[r].last_backward[c], early.time(hw),
+                               late.time(hw), lost[c]))
+            reduced_at.append(gradients_reduced(stages[r].finish, chunks, plan.dp_after_schedule))
             lost_s.append(sum(lost.values()))
         ready, tied = tied_allreduce(plan, reduced_at)
         for r, st in enumerate(plan.stages):

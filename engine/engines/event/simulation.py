@@ -132,7 +132,7 @@ class Simulation(PassRunner):
             self.total_steps += len(table)
         arrivals, steps_info, producer_end, memory = self.arrivals, self.steps_info, self.producer_end, ledger.memory
         fast_pass, run_pass, timeout, times = self._fast_pass, self._run_pass, env.timeout, ledger.times
-        blocking = program.blocking
+        blocking, after_schedule = program.blocking, plan.dp_after_schedule
         prev: tuple | None = None
         # ``env._now``: simpy's clock without its ``now`` property, read several times per step (as in passes
         # and the flow network)
@@ -179,7 +179,7 @@ class Simulation(PassRunner):
                                    r, row.micro_batch, -1)
             else:
                 self._event(key).succeed()
-            if row.last_backward:
+            if row.last_backward and not after_schedule:  # else ``_tail`` reduces the chunks in turn
                 late = plan.dp_buckets(r, row.chunk)[1]
                 lost = plan.dp_overlap_loss(r, row.chunk)  # the backward slowed beside the early bucket
                 if lost > 0:
@@ -201,8 +201,9 @@ class Simulation(PassRunner):
 
     def _tail(self, r: int, u: Unit, reductions: list[simpy.Event], ledger: StageLedger) -> Generator:
         """After the last backward: make up what the backwards lost beside the early buckets (charged on the
-        stage after its last step, as the analytic engine), wait for the gradient reductions, step the
-        optimizer, gather (ZeRO)."""
+        stage after its last step, as the analytic engine), wait for the gradient reductions (without
+        ``overlap_grad_reduce`` run them here, each chunk's after the one before: ``gradients_reduced``), step
+        the optimizer, gather (ZeRO)."""
         env, st, lane = self.env, self.plan.stages[r], self.lanes[(r, u)]
         lost = sum(self.plan.dp_overlap_loss(r, c) for c in st.chunk_layers)
         if lost > 0:
@@ -213,7 +214,12 @@ class Simulation(PassRunner):
         start = env.now
         if reductions:
             yield env.all_of(reductions)
-            self.rec.slice(lane, start, env.now - start, "dp_comm", "gradient reduction", r, -1, -1)
+        if self.plan.dp_after_schedule:
+            for c in st.chunk_layers:
+                whole = self.plan.dp_buckets(r, c)[1]
+                if whole.phases:
+                    yield self._reduction(r, c, whole, "late")
+        self.rec.slice(lane, start, env.now - start, "dp_comm", "gradient reduction", r, -1, -1)
         ledger.times["dp_comm"] += env.now - start
         if r in self.plan.tied_ranks():
             yield from self._tied(r, u, ledger)

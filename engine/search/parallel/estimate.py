@@ -7,7 +7,8 @@ Per candidate it needs stage sums of cached layer costs (``layer_table``), three
     T = closed_form(F_r + B_r, m, v, sends) + exposed data-parallel reduction + optimizer step (+ ZeRO gather,
         with overlap_param_gather only its exposed part: ``plan.param_gather``), the tail in ``tail``
 
-The reduction of a chunk starts at that chunk's last backward, as in the analytic engine; stage 0 ends
+The chunks' reductions run as in the analytic engine (``plan.replica_sync.gradients_reduced``: one after the
+other after the stage's schedule, or with ``overlap_grad_reduce`` from each chunk's last backward); stage 0 ends
 the pipeline, stage pp−1 ends earlier by the backward wave's trip back to stage 0 but may hold more
 parameters (a head), so both are checked. Memory is evaluated first (``memory_fit``), because most of a
 large search space does not fit and costs nothing more to reject.

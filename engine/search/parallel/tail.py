@@ -1,10 +1,11 @@
 """The iteration's tail in the parallelism search: what follows the pipeline on each stage.
 
-Once a stage's last backward ends, its chunks' data-parallel gradient reductions finish (each started at
-that chunk's last backward; with ``overlap_grad_reduce`` all but its first layer's bucket at that backward's
-start, ``Plan.dp_buckets``), the first and last stage all-reduce the tied embedding, the optimizer steps
-(with Megatron's fp16 overhead and flag all-reduce, ``plan.train_step``) and, with ZeRO, the updated weights
-are gathered (with ``overlap_param_gather`` only what the next forward cannot hide, ``plan.param_gather``).
+Once a stage's last backward ends, its chunks' data-parallel gradient reductions finish (one after the other
+after the stage's schedule; with ``overlap_grad_reduce`` each from that chunk's last backward, all but its first
+layer's bucket from that backward's start: ``Plan.dp_buckets``, ``plan.replica_sync.gradients_reduced``), the
+first and last stage all-reduce the tied embedding, the optimizer steps (with Megatron's fp16 overhead and flag
+all-reduce, ``plan.train_step``) and, with ZeRO, the updated weights are gathered (with
+``overlap_param_gather`` only what the next forward cannot hide, ``plan.param_gather``).
 
 Separate from ``estimate`` because it has a job of its own: it mirrors what the analytic engine does after
 the pipeline (``tied_allreduce``, ``Plan.dp_collective``, ``Plan.zero_gather_exposed``) and changes when that
@@ -23,7 +24,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.memory import StateBytes
 from tilewright.engine.plan.param_gather import exposed_fractions
-from tilewright.engine.plan.replica_sync import overlap_loss
+from tilewright.engine.plan.replica_sync import gradients_reduced, overlap_loss
 from tilewright.engine.plan.residency import AdamStep, StageResidency
 from tilewright.engine.plan.residency import step_seconds as optimizer_s
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
@@ -133,11 +134,12 @@ class IterationTail:
     def _reduced(
         self, c: Candidate, r: int, finish: float, last_backward: list[float], last_start: list[float]
     ) -> float:
-        """As the analytic engine (``Plan.dp_buckets``): each chunk's reduction starts at its last backward's
-        end; with ``overlap_grad_reduce`` (the candidate's or the project's, which ``Candidate.mapping`` keeps)
-        all but its first layer's bucket start at that backward's start (``last_start``), as their gradients
-        become ready, and the first layer's bucket at its end, once the backward has made up the SMs the early
-        bucket took from it; the stage's compute ends that much later too (``Plan.dp_overlap_loss``)."""
+        """As the analytic engine, by the plan's rule (``plan.replica_sync.gradients_reduced``): without
+        ``overlap_grad_reduce`` every chunk's whole reduction after the stage's schedule (``finish``), one after
+        the other; with it (the candidate's or the project's, which ``Candidate.mapping`` keeps) all but each
+        chunk's first layer's bucket from its last backward's start (``last_start``), as their gradients become
+        ready, and the first layer's bucket at its end (``last_backward``), once the backward has made up the SMs
+        the early bucket took from it; the stage's compute ends that much later too (``Plan.dp_overlap_loss``)."""
         if c.dp <= 1:
             return finish
         params = self.params(c.tp, c.pp, c.interleave)
@@ -147,19 +149,18 @@ class IterationTail:
         groups = self.comm.dp_groups(layout, c.tp, c.pp, c.dp, r)
         overlap = c.overlap_grad_reduce or self.project.mapping.overlap_grad_reduce
         layers = self.layer_counts(c.pp, c.interleave)[:, r] if overlap else None
-        reduced, lost_s = finish, 0.0
+        chunks = []
         for ch, t in enumerate(last_backward):
             nbytes = params[ch, r] * self.per_param.gradients
             if layers is None or layers[ch] < 2:
-                reduced = max(reduced, t + self.comm.concurrent_time(kind, groups, nbytes, name))
+                chunks.append((last_start[ch], t, 0.0, self.comm.concurrent_time(kind, groups, nbytes, name), 0.0))
                 continue
             early = (layers[ch] - 1) / layers[ch]
             early_s = self.comm.scaled_time(kind, groups, nbytes, early, name)
             lost = overlap_loss(early_s, t - last_start[ch], self.dev.compute)  # ``Plan.dp_overlap_loss``
-            lost_s += lost
-            reduced = max(reduced, last_start[ch] + early_s,
-                          t + lost + self.comm.scaled_time(kind, groups, nbytes, 1 - early, name))
-        return max(reduced, finish + lost_s)
+            chunks.append((last_start[ch], t, early_s, self.comm.scaled_time(kind, groups, nbytes, 1 - early, name),
+                           lost))
+        return gradients_reduced(finish, chunks, after_schedule=not overlap)
 
     def _after_reduction(
         self, c: Candidate, r: int, reduced: float, placed: StageResidency | None, chunks: Chunks
