@@ -117,7 +117,8 @@ class Compute(QuietDefaultsModel):
               "host_collective_s", "host_backward_s", "runtime_ccl", "runtime_host_read_bytes_per_s",
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
-              "sdpa_flash", "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w", "collective_sms")
+              "sdpa_flash", "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w", "collective_sms",
+              "dropout_forward_efficiency")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -162,6 +163,12 @@ class Compute(QuietDefaultsModel):
     )
     flash_causal_backward_efficiency: Fraction | None = Field(
         None, description="the same for the causal kernel's backward; None: flash_backward_efficiency"
+    )
+    dropout_forward_efficiency: Fraction | None = Field(
+        None,
+        description="fraction of the local memory's achievable bandwidth a dropout forward kernel reaches while it "
+        "draws its random numbers (PyTorch's Philox dropout: its input, output and 1-byte mask streamed at this "
+        "share of the rate other memory-bound kernels reach); None: the same rate",
     )
     sdpa_flash: FlashRates | None = Field(
         None,

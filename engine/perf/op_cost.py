@@ -20,6 +20,7 @@ from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import Fp8Scaling, SpatialSplit, WeightPlacement
 from tilewright.engine.ir.ops import AttentionBmm, MoERole, Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
+from tilewright.engine.perf.dropout import dropout_rate, dropout_traffic
 from tilewright.engine.perf.formats import OpFormats, gemm_dtype
 from tilewright.engine.perf.residency import OpBytes, Residency, op_memory
 from tilewright.engine.perf.spatial import device_chip
@@ -247,7 +248,12 @@ def op_time(
         # no side of the softmax or of its dropout, forward or backward, touches memory
         in_elems = out_elems = 0.0
     act_elems = in_elems + out_elems
-    if backward:  # reads weights, saved input and output gradient; writes input and weight gradients
+    mask_bytes = 0.0
+    if op.kind is OpKind.dropout and (in_elems or out_elems) and issues_kernels(dev.compute):
+        # PyTorch's dropout kernels on a GPU (``perf.dropout``): the mask written forward, read backward instead
+        # of the input
+        traffic_elems, mask_bytes = dropout_traffic(op, in_elems, out_elems, micro_batch / k)
+    elif backward:  # reads weights, saved input and output gradient; writes input and weight gradients
         traffic_elems = 2 * w_elems + act_elems + in_elems
     else:
         traffic_elems = w_elems + act_elems
@@ -271,6 +277,9 @@ def op_time(
         bytes_per_elem = _mixed_bytes(traffic_elems, w_elems, cache, backward, formats) / max(traffic_elems, 1e-30)
     else:
         bytes_per_elem = elem_bytes
+    if mask_bytes:  # the mask is 1 byte per element whatever the activations' format
+        traffic_elems += mask_bytes / bytes_per_elem
+        all_elems += mask_bytes / bytes_per_elem
     if op.kind in MATRIX_KINDS:
         # Tile and wave quantization pad the work: each GEMM kernel runs like one of flops / shape_eff FLOPs,
         # and the size curve (fixed launch and fill costs against throughput) applies to that padded work —
@@ -315,16 +324,23 @@ def op_time(
             fixed_s += dev.stream_s(local) - local / dev.dram_bandwidth
     if residency is None and dev.local_dram is not None:
         local = traffic_elems * bytes_per_elem
-        memory_s = max(local / dev.dram_bandwidth, all_elems * bytes_per_elem / dev.sram_bandwidth)
+        rate = dev.dram_bandwidth * (dropout_rate(dev.compute) if mask_bytes and not backward else 1.0)
+        memory_s = max(local / rate, all_elems * bytes_per_elem / dev.sram_bandwidth)
         return OpTime(flops, compute_s, memory_s, 0.0, local_bytes=local, overhead_s=fixed_s)
     # residency, and SRAM-only devices (remote DRAM ports or none): SRAM bandwidth is always a bound,
     # what does not stay on chip goes to remote DRAM (the SRAM tiling model) or over the host link
+    mixed = formats if formats is not None and not formats.uniform else None
     tensors = OpBytes.of(w_elems, in_elems, out_elems, op.cache_elems * micro_batch / k, backward,
-                         (fused_in, fused_out), formats if formats is not None and not formats.uniform else None,
-                         elem_bytes)
+                         (fused_in, fused_out), mixed, elem_bytes)
+    if mask_bytes:  # dropout's activations: its input and output (or their gradients) and its mask
+        act_bytes = mixed.activation_bytes if mixed is not None else elem_bytes
+        tensors = dataclasses.replace(tensors, activations=(in_elems + out_elems) * act_bytes + mask_bytes)
     gemm = _sharded_gemm(op, micro_batch, tp, tp_axes) if op.gemm is not None and op.kind in MATRIX_KINDS else None
     cost, dataflow = op_memory(dev, tensors, residency, gemm, bytes_per_elem, backward, (fused_in, fused_out))
-    return OpTime(flops, compute_s, cost.memory_s, cost.dram_bytes, dataflow, cost.local_bytes, overhead_s=fixed_s)
+    memory_s = cost.memory_s
+    if mask_bytes and not backward and dev.local_dram is not None:  # its local bytes at the dropout's rate
+        memory_s = max(memory_s, cost.local_bytes / (dev.dram_bandwidth * dropout_rate(dev.compute)))
+    return OpTime(flops, compute_s, memory_s, cost.dram_bytes, dataflow, cost.local_bytes, overhead_s=fixed_s)
 
 
 def runtime_programs(op: Op, compute: Compute) -> int:
