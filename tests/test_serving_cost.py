@@ -86,3 +86,16 @@ def test_micro_batches_for_a_pipeline_balance_the_new_tokens():
     assert len(groups) == 2 and sorted(len(g) for g in groups) == [2, 3]
     assert sorted(sum(w.tokens for w in g) for g in groups) == [102, 110]  # largest first onto the lightest
     assert split_micro_batches(work, 1) == [work]
+
+
+def test_a_sequential_prefill_runtime_runs_prompts_in_turn_but_batches_decode_and_verify_steps():
+    base = _infer(_preset("wormhole-n150-llama2-7b-inference"), batch=4, prompt_tokens=64, output_tokens=8)
+    batched = _infer(base, prefill="batched")
+    seq_model, batch_model = (IterationCostModel(make_plan(p), 512) for p in (base, batched))
+    assert seq_model.sequential and not batch_model.sequential
+    steps = [Work(4, 100 + i, 4) for i in range(4)] + [decode(90), decode(91)]  # speculative verify steps, decodes
+    assert seq_model.iteration_seconds(steps) == pytest.approx(batch_model.iteration_seconds(steps), rel=1e-12)
+    prompts = [Work(64, 64, 1)] * 4
+    one = seq_model.iteration_seconds(prompts[:1]) - seq_model.runtime_step_s
+    assert seq_model.iteration_seconds(prompts) == pytest.approx(4 * one + seq_model.runtime_step_s, rel=1e-9)
+    assert batch_model.iteration_seconds(prompts) < seq_model.iteration_seconds(prompts)

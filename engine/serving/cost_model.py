@@ -409,14 +409,15 @@ class IterationCostModel:
     def stage_seconds(self, work: Sequence[Work]) -> np.ndarray:
         """Per stage: seconds of one micro-batch made of ``work`` (its send to the next stage included), with
         the runtime's step and sampling tail. A runtime that prefills sequentially (``PrefillOrder``) runs each
-        prompt chunk as its own pass, then the decode steps together, as ``run`` prefills a batch in turn."""
+        prompt chunk as its own pass, then the decode (and speculative verify) steps together, as ``run``
+        prefills a batch in turn."""
         if self._decode_differs and work and all(w.tokens == 1 for w in work):
             if self._decode_model is None:
                 self._decode_model = IterationCostModel(self.plan, self.max_tokens, "decode")
             return self._decode_model.stage_seconds(work)
-        if self.sequential:
-            decodes = [w for w in work if w.tokens == 1]
-            groups = [[w] for w in work if w.tokens > 1] + ([decodes] if decodes else [])
+        if self.sequential:  # a prompt chunk samples at most its last row; decode and verify steps sample every row
+            steps = [w for w in work if w.logits == w.tokens]
+            groups = [[w] for w in work if w.logits != w.tokens] + ([steps] if steps else [])
         else:
             groups = [list(work)]
         out = sum((self._pass_seconds(g) for g in groups), np.zeros(self.pp))
