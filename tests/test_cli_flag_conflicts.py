@@ -50,7 +50,9 @@ def test_the_short_form_of_the_moments_survives_the_precision_aware_flag(capsys)
         # every dtype left fp32 (no field differs from its default): the flag itself is named
         ([AWARE, "--no-store-param-remainders", "--zero", "0"], AWARE),
         # the base command's data-parallel and ZeRO flags put back to what inference reads (each refused first)
-        ([AWARE, "--no-store-param-remainders", "--mode", "infer", "--dp", "1", "--zero", "0"], AWARE),
+        # (and lengths within the model's 512-token context)
+        ([AWARE, "--no-store-param-remainders", "--mode", "infer", "--dp", "1", "--zero", "0", "--prompt-tokens",
+          "448", "--output-tokens", "64"], AWARE),
         ([AWARE, "--no-store-param-remainders", "--set", "run.optimizer=sgd"], AWARE),
     ],
     ids=["moments-two-spellings", "grads-two-spellings", "rs-method-without-overlap", "aware-without-zero",

@@ -50,7 +50,8 @@ def test_the_default_is_megatron_lm_and_later_frameworks_cost_host_time(capsys):
 
 
 def test_refused_in_inference(capsys):
-    args = ["run", "--system", "dgx-a100", *MODEL, "--mode", "infer"]
+    args = ["run", "--system", "dgx-a100", *MODEL, "--mode", "infer", "--prompt-tokens", "192", "--output-tokens",
+            "64"]  # within the model's 256-token context
     err = _refused(capsys, "--host-framework", *args, "--host-framework", "mcore-te")
     assert "training only" in err
     _metrics(capsys, *args)  # the same run without the flag is fine

@@ -14,6 +14,7 @@ DENSE = ["run", "--system", "dgx-a100", "--model", "gpt", "--layers", "4", "--hi
          "--seq-len", "256", "--vocab", "4096", "--engine", "analytic", "--json", "--quiet"]
 MOE = [*DENSE, "--moe-experts", "4", "--moe-top-k", "2"]
 TRAIN_8 = ["--devices", "8", "--dp", "8", "--global-batch", "16"]
+FITS = ["--prompt-tokens", "192", "--output-tokens", "64"]  # an inference sequence within the 256-token context
 
 
 def _metrics(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
@@ -62,12 +63,12 @@ def test_overlap_param_gather_needs_sharded_parameters(capsys):
 @pytest.mark.parametrize(("flag", "value"), [("--dp", "8"), ("--devices", "8")])
 def test_inference_replicas_are_refused(capsys, flag, value):
     """An inference run simulates one tensor group: --dp 8 (or 8 devices at tp 1) ran on 1 device."""
-    one = _metrics(capsys, *DENSE, "--mode", "infer", "--batch", "8")
-    idle = _metrics(capsys, *DENSE, "--mode", "infer", "--batch", "8", "--set", "mapping.dp=8", "--set",
+    one = _metrics(capsys, *DENSE, "--mode", "infer", *FITS, "--batch", "8")
+    idle = _metrics(capsys, *DENSE, "--mode", "infer", *FITS, "--batch", "8", "--set", "mapping.dp=8", "--set",
                     "mapping.global_batch=8")
     assert idle["devices"] == one["devices"] == 1 and idle["iteration_time_s"] == one["iteration_time_s"]
-    _refused(capsys, flag, *DENSE, "--mode", "infer", flag, value)
-    assert _metrics(capsys, *DENSE, "--mode", "infer", "--devices", "8", "--tp", "8")["devices"] == 8
+    _refused(capsys, flag, *DENSE, "--mode", "infer", *FITS, flag, value)
+    assert _metrics(capsys, *DENSE, "--mode", "infer", *FITS, "--devices", "8", "--tp", "8")["devices"] == 8
 
 
 @pytest.mark.parametrize(
@@ -83,7 +84,7 @@ def test_inference_replicas_are_refused(capsys, flag, value):
 def test_training_batch_and_gradient_flags_in_inference_are_refused(capsys, flag, field):
     """Each ran an inference request unchanged (shown through --set, on an MoE model so the router's flag has a
     router to act on) and is refused by the flag typed; --batch is what an inference run serves."""
-    infer = [*MOE, "--mode", "infer", "--batch", "4"]
+    infer = [*MOE, "--mode", "infer", *FITS, "--batch", "4"]
     one = _metrics(capsys, *infer)
     idle = _metrics(capsys, *infer, *(a for f in field.split() for a in ("--set", f)))
     assert (idle["iteration_time_s"], idle["peak_memory_bytes"]) == (one["iteration_time_s"], one["peak_memory_bytes"])
@@ -163,8 +164,8 @@ def test_search_lists_the_model_can_use_are_searched(capsys):
 
 
 
-INFER = [*DENSE, "--mode", "infer"]
-MOE_INFER = [*MOE, "--mode", "infer", "--tp", "2", "--devices", "2", "--sequence-parallel"]
+INFER = [*DENSE, "--mode", "infer", *FITS]
+MOE_INFER = [*MOE, "--mode", "infer", *FITS, "--tp", "2", "--devices", "2", "--sequence-parallel"]
 FOLDED = ["--set", "mapping.expert_tp=1"]  # experts folded over the tensor ranks, so ep 2 fits one group
 
 

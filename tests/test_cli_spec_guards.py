@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from tilewright.engine.cli import main
-from tilewright.engine.errors import InputError
 from tilewright.engine.io.presets import load_project_preset
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -69,23 +68,22 @@ def test_a_prompt_and_output_past_the_context_are_refused(capsys):
 
 
 def test_a_sequence_that_fills_the_context_exactly_is_not_refused():
-    from tilewright.engine.cli.context_check import refuse_past_context
+    """The project checks hold an inference run's own lengths to the context (``plan.context_length``): exactly
+    the context passes, one token more is refused naming both lengths; a training run reads none of them."""
+    from tilewright.engine.plan.checks import check_project
 
     project = load_project_preset("llama2-70b-h100-inference")
     context = project.workload.seq_len
     inference = project.run.inference.model_copy(update={"prompt_tokens": context - 100, "output_tokens": 100})
     project = project.model_copy(update={"run": project.run.model_copy(update={"inference": inference})})
-    refuse_past_context(["--prompt-tokens", "--output-tokens"], project)  # exactly the context: allowed
+    assert check_project(project) == []  # exactly the context: allowed
     longer = project.model_copy(update={"run": project.run.model_copy(update={
         "inference": inference.model_copy(update={"output_tokens": 101})})})
-    with pytest.raises(Exception, match="past the model's context"):
-        refuse_past_context(["--output-tokens"], longer)
-    with pytest.raises(InputError) as refused:  # without the flags, the project file's own settings are refused
-        refuse_past_context([], longer, "p.json")
-    assert refused.value.source == "p.json"
-    assert [p.path for p in refused.value.problems] == ["run.inference.prompt_tokens, run.inference.output_tokens"]
+    refused = check_project(longer)
+    assert [p.path for p in refused] == ["run.inference.prompt_tokens, run.inference.output_tokens"]
+    assert "past the model's context" in refused[0].reason
     training = longer.model_copy(update={"run": longer.run.model_copy(update={"mode": "train"})})
-    refuse_past_context([], training, "p.json")  # a training run reads no inference lengths
+    assert check_project(training) == []  # a training run reads no inference lengths
 
 
 def _readme_command(marker: str) -> list[str]:

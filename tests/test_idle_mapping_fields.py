@@ -23,8 +23,9 @@ BASE = ["run", "--system", "dgx-a100", "--model", "gpt", "--layers", str(LAYERS)
 
 def _project(mode: str = "train", **mapping) -> Project:
     m = Mapping(**({"dp": 8, "micro_batch": 1, "global_batch": 16} | mapping))
+    served = {"inference": {"prompt_tokens": 192, "output_tokens": 64}} if mode == "infer" else {}  # in the context
     return Project(name="idle", hardware=load_system("dgx-a100"), workload=SPEC, mapping=m,
-                   run=RunSettings(dtype="bf16", engine="analytic", mode=mode))
+                   run=RunSettings(dtype="bf16", engine="analytic", mode=mode, **served))
 
 
 def _time(p: Project) -> tuple[float, float]:

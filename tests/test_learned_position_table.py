@@ -94,7 +94,9 @@ def test_memory_holds_the_whole_table(tmp_path: Path) -> None:
 
 def test_a_served_sequence_past_the_table_is_refused(tmp_path: Path) -> None:
     spec = GPTSpec.model_validate(_import(tmp_path, "--seq-len", "512"))
-    # prompt + output − 1 positions are fed: 1000 + 25 − 1 = 1024 fits, one more token does not
-    assert check_project(_project(spec, "infer", prompt_tokens=1000, output_tokens=25, batch=1)) == []
-    problems = check_project(_project(spec, "infer", prompt_tokens=1000, output_tokens=26, batch=1))
-    assert [p.path for p in problems] == ["workload.position_table"]
+    # the sequence is held to the table as serving runtimes hold a request to the model's context (vLLM: prompt
+    # + max_tokens ≤ max_model_len, plan.context_length): 999 + 25 = 1024 fits, one more token does not
+    assert check_project(_project(spec, "infer", prompt_tokens=P - 25, output_tokens=25, batch=1)) == []
+    problems = check_project(_project(spec, "infer", prompt_tokens=P - 25, output_tokens=26, batch=1))
+    assert [p.path for p in problems] == ["run.inference.prompt_tokens, run.inference.output_tokens"]
+    assert f"past the model's context of {P:,} (workload.position_table)" in problems[0].reason

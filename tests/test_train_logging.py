@@ -202,7 +202,8 @@ def test_cli_flags_set_the_mapping(capsys, flag):
 def test_cli_flags_are_refused_in_inference(capsys, flag):
     """An inference run has no training loop: the field changes nothing there (shown through --set), so the
     flag is refused, named, instead of running as if it had not been typed."""
-    infer = [*DENSE, "--mode", "infer", "--batch", "4"]
+    # lengths within the model's 128-token context: the defaults' 512 + 128 would be refused (plan.context_length)
+    infer = [*DENSE, "--mode", "infer", "--batch", "4", "--prompt-tokens", "96", "--output-tokens", "32"]
     one = _run(capsys, *infer)
     idle = _run(capsys, *infer, "--set", FLAGS[flag])
     assert idle["iteration_time_s"] == one["iteration_time_s"]

@@ -506,14 +506,11 @@ def assemble_project(args: argparse.Namespace):
         raise InputError(COMMAND_LINE, Problem("--tp-overlap-rs", f"'{args.tp_overlap_rs}' picks how overlapped "
                                                "tensor-parallel reduce-scatters hide; this run does not overlap them "
                                                "(add --overlap-tp-comm: mapping.overlap_tp_comm)"))
-    from tilewright.engine.cli.context_check import refuse_past_context
-
     with edits.blamed():
         check_budget(project, source, allow_large=args.allow_large)  # before anything grows with the sizes
-        refuse_past_context(inference_flags, project, source)  # the flags' lengths, else the file's
     refuse_idle_run_flags(args, project)  # flags this project's simulation would not read, by the flag typed
-    with edits.blamed():
-        raise_for_problems(project, source, allow_large=args.allow_large)  # then by field (plan.idle_fields too)
+    with edits.blamed():  # then by field (plan.idle_fields; plan.context_length: an inference sequence past the
+        raise_for_problems(project, source, allow_large=args.allow_large)  # context, blamed on a length flag)
     refuse_idle_precision_flag(args, project)  # the flag where it applies to nothing (all dtypes fp32)
     return project
 

@@ -131,13 +131,42 @@ def _project(args: argparse.Namespace):
     source = str(path)
     data: dict[str, Any] = migrate(require_object(read_json(path), source), source)
     edits = FlagEdits(args, source, data)
-    edits.after_flags(data)
+    edits.after_flags(_with_lengths(data, _length_flags(args)))  # the lengths the flags serve are theirs
     for option in args.set:
         dotted, value = parse_set_option(option)
         apply_overrides(data, dotted, value, COMMAND_LINE)
         edits.set_option(dotted, option)
     with edits.blamed():
         return project_from_data(data, source), source, edits
+
+
+def _length_flags(args: argparse.Namespace) -> dict[str, int]:
+    """``--prompt-tokens``/``--output-tokens`` as the ``run.inference`` fields they override (``ServingConfig``),
+    when given a length (below 1 they are refused by ``_config``, naming the flag)."""
+    given = (("prompt_tokens", args.prompt_tokens), ("output_tokens", args.output_tokens))
+    return {name: value for name, value in given if value is not None and value >= 1}
+
+
+def _with_lengths(data: dict[str, Any], lengths: dict[str, int]) -> dict[str, Any]:
+    """A copy of the raw project with ``lengths`` in its ``run.inference`` (a malformed part is left as it is,
+    for validation to report)."""
+    import copy
+
+    out = copy.deepcopy(data)
+    run, inference = out.get("run", {}), (out.get("run") or {}).get("inference", {})
+    if lengths and isinstance(run, dict) and isinstance(inference, dict):
+        out["run"] = run | {"inference": inference | lengths}
+    return out
+
+
+def served_project(project, args: argparse.Namespace):
+    """``project`` with the flags' prompt and output lengths over its own: the sequences Poisson arrivals
+    bring, held to the project's checks (the model's context: ``plan.context_length``) as a run's are."""
+    lengths = _length_flags(args)
+    if not lengths:
+        return project
+    inference = project.run.inference.model_copy(update=lengths)
+    return project.model_copy(update={"run": project.run.model_copy(update={"inference": inference})})
 
 
 def _config(args: argparse.Namespace, project, rates: list[float] | None):
@@ -209,24 +238,6 @@ def _check_size(args: argparse.Namespace, project, config, rates: list[float] | 
         )
 
 
-def _refuse_past_context(args: argparse.Namespace, project, config, source: str) -> None:
-    """Requests longer than the model's context are refused, as ``run`` refuses them: a trace's each (naming
-    the trace and the request), else the lengths the flags give or the project file's ``run.inference``."""
-    from tilewright.engine.cli.context_check import past_context, refuse_lengths
-
-    if config.requests is not None:
-        for request in config.requests:
-            reason = past_context(project.workload, request.prompt_tokens, request.output_tokens)
-            if reason is not None:
-                raise InputError(args.trace, Problem(f"request {request.id + 1} (in file order)", reason))
-        return
-    inf = project.run.inference
-    named = [flag for flag, value in (("--prompt-tokens", args.prompt_tokens), ("--output-tokens", args.output_tokens))
-             if value is not None]
-    refuse_lengths(project.workload, config.prompt_tokens or inf.prompt_tokens,
-                   config.output_tokens or inf.output_tokens, named, source)
-
-
 def _check_csv(args: argparse.Namespace, source: str) -> None:
     """A records file that cannot work is refused before the simulation, not after it: a folder, a missing
     folder, or one of the command's inputs (the project, the trace)."""
@@ -245,19 +256,26 @@ def _check_csv(args: argparse.Namespace, source: str) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    from tilewright.engine.cli.context_check import refuse_served_past_context
     from tilewright.engine.cli.progress import ProgressPrinter
     from tilewright.engine.io.json_file import dumps_strict
+    from tilewright.engine.plan.budget import estimate
     from tilewright.engine.plan.checks import raise_for_problems
     from tilewright.engine.serving import ServingSetupError, simulate_serving, sweep_rates
 
     rates = parse_rates(args.sweep_rates) if args.sweep_rates else None
     project, source, edits = _project(args)
     _check_csv(args, source)
+    config = _config(args, project, rates)  # the flags' own faults first (a length below 1 is no length)
+    # what `run` refuses, serve refuses too: the file's run past the size limits (the sizes of the serving run
+    # are _check_size's), then the project with the lengths it serves (the flags' over the file's)
+    too_large = [] if args.allow_large else estimate(project).problems()
+    project = served_project(project, args)  # what is checked is what is served (a disaggregated group's too)
     with edits.blamed():
-        raise_for_problems(project, source, allow_large=args.allow_large)  # what `run` refuses, serve refuses too
-    config = _config(args, project, rates)
-    with edits.blamed():
-        _refuse_past_context(args, project, config, source)
+        if too_large:
+            raise InputError(source, too_large)
+        raise_for_problems(project, source, allow_large=True)
+        refuse_served_past_context(project, source, args.trace, config.requests)  # a trace's, any mode's
         _check_size(args, project, config, rates)
     if rates and config.requests is not None:
         raise InputError(COMMAND_LINE, Problem("--sweep-rates", "sweeps Poisson rates; it cannot replay --trace"))

@@ -47,10 +47,7 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
 
         project = project_from_data(data, path)
         check_budget(project, path, allow_large=allow_large)
-        raise_for_problems(project, path, allow_large=allow_large)
-        from tilewright.engine.cli.context_check import refuse_past_context
-
-        refuse_past_context([], project, path)  # what `run` refuses, validate does not call valid
+        raise_for_problems(project, path, allow_large=allow_large)  # what `run` refuses (the context too)
         m = project.mapping
         cap = device_capacity(project)
         size = counted(project.hardware.device_count(), "device") if cap is not None else \

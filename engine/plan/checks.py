@@ -15,7 +15,8 @@ from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.ir.mapping import Mapping, Recompute, Schedule
 from tilewright.engine.ir.ops import LayerKind
 from tilewright.engine.ir.project import Mode, Project
-from tilewright.engine.ir.workload import BertSpec, LearnedPositions, TransformerDims
+from tilewright.engine.ir.workload import TransformerDims
+from tilewright.engine.plan.context_length import context_problems
 
 if TYPE_CHECKING:
     from tilewright.engine.workloads.graph import WorkloadGraph
@@ -421,21 +422,6 @@ def _param_gather_step_checks(project: Project) -> list[Problem]:
     return out
 
 
-def _position_checks(project: Project) -> list[Problem]:
-    """A served sequence indexes the learned position table at every token it feeds in: the prompt's and each
-    decode step's (prompt + output_tokens − 1 positions; the last output token is not fed back), which must
-    not run past the model's table (``LearnedPositions.position_table``; a training run's ``seq_len`` is held
-    to it by the spec itself). Unset, the table is ``seq_len`` long and says nothing of the served length."""
-    spec, inf = project.workload, project.run.inference
-    if project.run.mode is not Mode.infer or not isinstance(spec, LearnedPositions) or spec.position_table is None:
-        return []
-    fed = inf.prompt_tokens + (inf.output_tokens - 1 if not isinstance(spec, BertSpec) else 0)
-    if fed <= spec.position_table:
-        return []
-    return [Problem("workload.position_table", f"a sequence of {inf.prompt_tokens} prompt and {inf.output_tokens} "
-                    f"output tokens feeds {fed} positions, past the model's {spec.position_table} learned ones")]
-
-
 def host_memories(project: Project) -> set[str]:
     """Names of the memories a device reaches only over its host link: those of a component that does not
     compute and are not ported DRAM (``plan.residency.available_levels`` calls them the ``host`` level)."""
@@ -514,12 +500,12 @@ def check_project(
             grow(project.hardware, m.devices)
         except ValueError as e:
             out.append(Problem("hardware", str(e)))
+    out += context_problems(project)  # an inference sequence past the model's context (plan.context_length)
     if m.cp > 1 and (project.run.mode is not Mode.train or m.layer_parallelism):
         out.append(Problem("mapping.cp", f"{m.cp}: context parallelism is simulated for training without "
                            "layer_parallelism"))
     if isinstance(project.workload, TransformerDims):
         out += _transformer_checks(project.workload, m)
-        out += _position_checks(project)
     graph = workload if workload is not None else build_workload(project.workload)
     out += _expert_checks(m, graph)
     out += _recompute_checks(m, graph)
