@@ -13,6 +13,7 @@ import shiboken6
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QLabel, QSizePolicy
 from tilewright.studio.model.palette import category_label
+from tilewright.studio.ui.layout_detach import detach_widget
 
 BACKGROUND = "#ffffff"
 FOREGROUND = "#3d4852"
@@ -152,7 +153,6 @@ def elastic(label: QLabel) -> QLabel:
     return label
 
 
-
 def release_plot(plot_widget: pg.PlotWidget) -> None:
     """Delete a plot now, detached from its parents, while the window around it is still whole.
 
@@ -160,7 +160,11 @@ def release_plot(plot_widget: pg.PlotWidget) -> None:
     window deleted, or collected by Python) crashed now and then in a layout destructor, even a bare
     ``PlotWidget``; the same plot detached and deleted before the window's destruction began never did.
     The results panel calls this for every plot when its window closes (``ResultsPanel.release``).
+
+    The plot leaves its layout through ``layout_detach.detach_widget``, not a bare ``setParent(None)``: the
+    timeline's plot sits in a nested layout whose item PySide had wrapped, and Qt deleting that item under
+    the wrapper left a stale binding that a later ``PlotItem`` could be handed (see that module).
     """
     if shiboken6.isValid(plot_widget):
-        plot_widget.setParent(None)
+        detach_widget(plot_widget)
         shiboken6.delete(plot_widget)
