@@ -29,11 +29,24 @@ for Megatron's runs: its fused masked softmax makes the forward 1.5 ms slower th
 tokens (5.80 against 4.28 ms; 0.19 ms at 1,024) and the backward 2.4 ms faster (6.49 against 8.86): our core
 without dropout is 43-44 % fast of the fused forward at 1,024-2,048 tokens and 11-23 % fast of its backward.
 
+Which kernel is slow (added after): the Megatron backward with its fused softmax (Table 13) separates the batched
+GEMMs. That softmax's backward (megatron/fused_kernels/scaled_masked_softmax.h: one warp per row, registers only,
+read dy and the probabilities, write dx) is taken at the plain streaming rate — the rate the same tables show
+PyTorch's dropout backward reaching — so the rest of Table 13 is the four gradient GEMMs: 4.11 ms at 2,048 tokens
+for bytes the plain rate moves in 3.35 ms, a share of 0.82 (``Compute.attention_bmm_efficiency``, the dgx-a100
+preset; 0.66 at 1,024 tokens, host-bound, not used). With the GEMMs at that share, what remains of each measured
+row is its softmax, printed as the share of the plain rate it reached: PyTorch's softmax beyond 1,024 columns (its
+block kernel, ``cunn_SoftMaxForward``/``Backward``, which re-reads each row through the caches: 3 reads forward, 4
+backward) reaches about 0.7 forward and 0.5 backward; Megatron's fused masked forward about 0.5 of its 2.5 passes
+(scores, the [b, 1, s, s] byte mask per head, probabilities). Neither is priced: the engine's softmax is Megatron's
+fused causal kernel (``perf.score_kernels``), which no row here measures — its forward share stays unseparated.
+
 Usage: python benchmarks/calibrate_attention_a100.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tilewright.engine.io.presets import load_system
@@ -114,8 +127,10 @@ def core_ops(seq: int) -> dict[str, Op]:
 
 def price(seq: int, dev: DeviceModel) -> Priced:
     """``op_time`` of each core op as a pass prices it (the attention op with its score passes, ``as_costed``),
-    for the paper's batch on one GPU, in ms."""
+    for the paper's batch on one GPU, in ms. The paper's runs are unmasked: the softmax reads whole rows, not the
+    causal kernel's lower triangle (``Op.triangular``), whatever our GPT block says."""
     ops = core_ops(seq)
+    ops["softmax"] = ops["softmax"].model_copy(update={"triangular": False})
     att = ops["attention"]
     att = as_costed(att, dev, attention_scores(list(ops.values()))[att.name], (False, False))
 
@@ -139,6 +154,54 @@ def dropout_errors(p: Priced) -> tuple[float, float]:
 def core_errors(p: Priced) -> tuple[float, float]:
     """(forward, backward) relative error of the GEMMs and softmax without dropout (Tables 18, 19)."""
     return tuple(p.core(b, False) / measured(p.seq, False, b) - 1.0 for b in (False, True))  # type: ignore
+
+
+# Megatron's fused softmax forward with a padding mask: the scores read, the [b, 1, s, s] byte mask read for each
+# head (megatron/fused_kernels/scaled_masked_softmax.h: ``mask + ...`` per (batch, head) row), probabilities written
+MASKED_FORWARD_PASSES = 1.0 + 0.5 + 1.0
+
+
+def plain_passes(seq: int, dev: DeviceModel, passes: float) -> float:
+    """ms for ``passes`` reads or writes of the paper's fp16 score tensor at the plain streaming rate."""
+    return passes * BATCH * HEADS * seq * seq * ELEM_BYTES / dev.dram_bandwidth * 1e3
+
+
+def gemm_ms(seq: int, dev: DeviceModel, backward: bool) -> float:
+    """Our price of the attention op's batched GEMMs (``attention_kernels``) at the device's own rate for them."""
+    return price(seq, dev).attention[int(backward)]
+
+
+def plain_device(dev: DeviceModel) -> DeviceModel:
+    """``dev`` with its batched GEMMs at the plain streaming rate (no ``attention_bmm_efficiency``)."""
+    return dataclasses.replace(dev, compute=dev.compute.model_copy(update={"attention_bmm_efficiency": None}))
+
+
+def implied_bmm_share(seq: int, dev: DeviceModel) -> float:
+    """The batched GEMMs' share of the plain rate read off Table 13 (Megatron backward, fused softmax): the
+    measured time less our softmax backward at the plain rate is the GEMMs'; their bytes at the plain rate (our
+    price without the share, less its kernels' fixed fills) over that."""
+    plain = plain_device(dev)
+    ops = core_ops(seq)
+    att = as_costed(ops["attention"], plain, attention_scores(list(ops.values()))[ops["attention"].name],
+                    (False, False))
+    t = op_time(att, plain, BATCH, 1, False, True, ELEM_BYTES)
+    soft = price(seq, plain).softmax[1]
+    measured_gemms = MEGATRON_MS[(True, True)][MEGATRON_SEQS.index(seq)] - soft
+    return t.memory_s * 1e3 / (measured_gemms - t.overhead_s * 1e3)
+
+
+def softmax_shares(seq: int, dev: DeviceModel) -> dict[str, float]:
+    """What the measured rows leave for their softmax once the GEMMs take our price, as the share of the plain
+    rate it reached (its passes at that rate over the time left): PyTorch's softmax forward (2 passes) and backward
+    (3), Megatron's fused masked forward (``MASKED_FORWARD_PASSES``) where the paper ran it."""
+    out = {}
+    for b, label in ((False, "torch fwd"), (True, "torch bwd")):
+        left = measured(seq, False, b) - gemm_ms(seq, dev, b)
+        out[label] = plain_passes(seq, dev, 3.0 if b else 2.0) / left
+    if seq in MEGATRON_SEQS:
+        left = MEGATRON_MS[(True, False)][MEGATRON_SEQS.index(seq)] - gemm_ms(seq, dev, False)
+        out["fused masked fwd"] = plain_passes(seq, dev, MASKED_FORWARD_PASSES) / left
+    return out
 
 
 def main() -> None:
@@ -168,6 +231,14 @@ def main() -> None:
             fused, torch = (MEGATRON_MS[(m, b)][MEGATRON_SEQS.index(seq)] for m in (True, False))
             print(f"{seq:5d} {label:>4} | {ours:6.2f} | {fused:6.2f} {ours / fused - 1:+6.0%} | {torch:6.2f} "
                   f"{ours / torch - 1:+6.0%}")
+    share = dev.compute.attention_bmm_efficiency
+    print(f"batched GEMMs' share of the plain rate read off Table 13 (Megatron backward, fused softmax at the plain "
+          f"rate); the preset's: {share}")
+    for seq in MEGATRON_SEQS[3:]:
+        print(f"{seq:5d}: {implied_bmm_share(seq, dev):.3f}" + ("  (host-bound)" if seq < 2048 else ""))
+    print("softmax share of the plain rate left by each measured row once the GEMMs take our price:")
+    for seq in COMPARED:
+        print(f"{seq:5d}: " + ", ".join(f"{k} {v:.2f}" for k, v in softmax_shares(seq, dev).items()))
 
 
 if __name__ == "__main__":

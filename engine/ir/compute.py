@@ -118,7 +118,7 @@ class Compute(QuietDefaultsModel):
               "flash_forward_efficiency",
               "flash_backward_efficiency", "flash_causal_forward_efficiency", "flash_causal_backward_efficiency",
               "sdpa_flash", "format_efficiency", "microscaling", "energy_pj_per_flop", "idle_power_w", "collective_sms",
-              "dropout_forward_efficiency")
+              "dropout_forward_efficiency", "attention_bmm_efficiency")
 
     peak_flops: dict[DType, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict, description="peak matrix FLOP/s per data type (derived when a grid is given)"
@@ -169,6 +169,12 @@ class Compute(QuietDefaultsModel):
         description="fraction of the local memory's achievable bandwidth a dropout forward kernel reaches while it "
         "draws its random numbers (PyTorch's Philox dropout: its input, output and 1-byte mask streamed at this "
         "share of the rate other memory-bound kernels reach); None: the same rate",
+    )
+    attention_bmm_efficiency: Fraction | None = Field(
+        None,
+        description="fraction of the local memory's achievable bandwidth an unfused attention's batched GEMMs (QKᵀ, "
+        "PV and their gradients: memory-bound, reducing over a head's width) move their bytes at, the s × s scores "
+        "written or read once per kernel (``perf.score_kernels``); None: the rate other memory-bound kernels reach",
     )
     sdpa_flash: FlashRates | None = Field(
         None,

@@ -140,7 +140,7 @@ class AttentionBmm(StrictModel):
 
 
 class Op(QuietDefaultsModel):
-    _quiet = ("cache_elems", "moe", "attention", "fused_flops", "bmm")
+    _quiet = ("cache_elems", "moe", "attention", "fused_flops", "bmm", "triangular")
 
     name: str = Field(min_length=1)
     kind: OpKind
@@ -171,6 +171,11 @@ class Op(QuietDefaultsModel):
         None,
         description="forward FLOPs per sample of an attention op run as one fused (flash) kernel, which skips the "
         "key blocks a causal mask hides entirely; None: flops (``workloads.transformer_block``)",
+    )
+    triangular: bool = Field(
+        False,
+        description="a softmax over a causal self-attention's s × s scores: a GPU's fused causal softmax reads "
+        "only the lower triangle and writes the whole row (``perf.score_kernels``)",
     )
 
     @property

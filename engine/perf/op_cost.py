@@ -23,6 +23,7 @@ from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.dropout import dropout_rate, dropout_traffic
 from tilewright.engine.perf.formats import OpFormats, gemm_dtype
 from tilewright.engine.perf.residency import OpBytes, Residency, op_memory
+from tilewright.engine.perf.score_kernels import score_bmm_rate, triangular_softmax_traffic
 from tilewright.engine.perf.spatial import device_chip
 from tilewright.engine.perf.spatial_op import GridOpCost, OnChip, OpTensors, gemm_op, stream_op
 
@@ -253,6 +254,9 @@ def op_time(
         # PyTorch's dropout kernels on a GPU (``perf.dropout``): the mask written forward, read backward instead
         # of the input
         traffic_elems, mask_bytes = dropout_traffic(op, in_elems, out_elems, micro_batch / k)
+    elif op.kind is OpKind.softmax and op.triangular and not w_elems and issues_kernels(dev.compute):
+        # the fused causal softmax reads only the lower triangle of the scores (``perf.score_kernels``)
+        traffic_elems = triangular_softmax_traffic(in_elems, out_elems, backward)
     elif backward:  # reads weights, saved input and output gradient; writes input and weight gradients
         traffic_elems = 2 * w_elems + act_elems + in_elems
     else:
@@ -280,6 +284,7 @@ def op_time(
     if mask_bytes:  # the mask is 1 byte per element whatever the activations' format
         traffic_elems += mask_bytes / bytes_per_elem
         all_elems += mask_bytes / bytes_per_elem
+    score_bmm = False  # an unfused attention's batched GEMMs, at their own rate (``perf.score_kernels``)
     if op.kind in MATRIX_KINDS:
         # Tile and wave quantization pad the work: each GEMM kernel runs like one of flops / shape_eff FLOPs,
         # and the size curve (fixed launch and fill costs against throughput) applies to that padded work —
@@ -290,6 +295,7 @@ def op_time(
         # an unfused attention's kernels are batched: one product per sample and local head (``attention_kernels``)
         bmm = op.bmm if split and op.kind is OpKind.attention else None
         batch = micro_batch * bmm.heads / k if bmm is not None else 1.0
+        score_bmm = bmm is not None
         kernels = (attention_kernels(bmm, backward) if bmm is not None
                    else gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),))
         compute_s = 0.0
@@ -324,7 +330,8 @@ def op_time(
             fixed_s += dev.stream_s(local) - local / dev.dram_bandwidth
     if residency is None and dev.local_dram is not None:
         local = traffic_elems * bytes_per_elem
-        rate = dev.dram_bandwidth * (dropout_rate(dev.compute) if mask_bytes and not backward else 1.0)
+        rate = dev.dram_bandwidth * (dropout_rate(dev.compute) if mask_bytes and not backward else 1.0) * (
+            score_bmm_rate(dev.compute) if score_bmm else 1.0)
         memory_s = max(local / rate, all_elems * bytes_per_elem / dev.sram_bandwidth)
         return OpTime(flops, compute_s, memory_s, 0.0, local_bytes=local, overhead_s=fixed_s)
     # residency, and SRAM-only devices (remote DRAM ports or none): SRAM bandwidth is always a bound,
@@ -340,6 +347,8 @@ def op_time(
     memory_s = cost.memory_s
     if mask_bytes and not backward and dev.local_dram is not None:  # its local bytes at the dropout's rate
         memory_s = max(memory_s, cost.local_bytes / (dev.dram_bandwidth * dropout_rate(dev.compute)))
+    if score_bmm and dev.local_dram is not None:  # and the batched GEMMs' at theirs
+        memory_s = max(memory_s, cost.local_bytes / (dev.dram_bandwidth * score_bmm_rate(dev.compute)))
     return OpTime(flops, compute_s, memory_s, cost.dram_bytes, dataflow, cost.local_bytes, overhead_s=fixed_s)
 
 
