@@ -238,7 +238,7 @@ def test_a_huge_rate_range_is_refused_before_its_list_is_built():
 def test_serve_names_the_project_first(project_file, capsys):
     assert main(["serve", project_file, "--requests", "5", "--quiet"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first == "infer — serve, 2 devices, 5 requests, Poisson arrivals at 1 requests/s"
+    assert first == "infer — serve, 2 devices, 5 requests, Poisson arrivals at 1 request/s"
     assert main(["serve", project_file, "--requests", "5", "--sweep-rates", "1,2", "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("infer — serve, 2 devices, 5 requests per rate")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Any
 
 from tilewright.engine.cli.common import COMMAND_LINE, finite_float, print_result
@@ -14,14 +15,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="simulate serving: arrivals, continuous batching, TTFT/TPOT percentiles, goodput")
     p.add_argument("project", metavar="PROJECT", help="a project file, or a preset project's name (a decoder LLM)")
     g = p.add_argument_group("requests")
-    g.add_argument("--rate", type=finite_float, default=1.0, metavar="R",
-                   help="Poisson arrivals per second (default 1)")
-    g.add_argument("--requests", type=int, default=100, metavar="N", help="requests to simulate (default 100)")
-    g.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")
+    g.add_argument("--rate", type=finite_float, metavar="R", help=f"Poisson arrivals per second (default {RATE:g})")
+    g.add_argument("--requests", type=int, metavar="N", help=f"requests to simulate (default {REQUESTS})")
+    g.add_argument("--seed", type=int, metavar="N", help="seed of the arrival times, ≥ 0 (default 0)")
     g.add_argument(
         "--trace",
         metavar="FILE",
-        help="JSON or CSV with arrival_s, prompt_tokens, output_tokens per request (replaces --rate/--requests)",
+        help="JSON or CSV with arrival_s, prompt_tokens, output_tokens per request (not with --rate, --requests, "
+        "--seed, --prompt-tokens, --output-tokens: the trace gives them)",
     )
     g.add_argument("--prompt-tokens", type=int, metavar="N", help="prompt length (default: the project's)")
     g.add_argument("--output-tokens", type=int, metavar="N", help="output length (default: the project's)")
@@ -45,17 +46,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--spec-draft-cost",
         type=finite_float,
-        default=0.05,
         metavar="F",
-        help="one draft step's cost as a fraction of the target's decode step (default 0.05)",
+        help=f"one draft step's cost as a fraction of the target's decode step (default {DRAFT_COST:g}; "
+        "with --spec-k)",
     )
     g = p.add_argument_group("report")
     g.add_argument("--slo-ttft", type=finite_float, metavar="S", help="time-to-first-token target, seconds")
-    g.add_argument("--slo-tpot", type=finite_float, metavar="S", help="time-per-output-token target, seconds")
+    g.add_argument(
+        "--slo-tpot", type=finite_float, metavar="S",
+        help="time-per-output-token target, seconds (a request's (finish − first token)/(output tokens − 1))",
+    )
     g.add_argument(
         "--sweep-rates",
         metavar="A,B,C|START:STOP:STEP",
-        help="simulate each rate; report the highest whose goodput is ≥ 90 %% of requests",
+        help="simulate each rate (instead of --rate); with --slo-ttft/--slo-tpot, report the highest whose "
+        "goodput is ≥ 90 %% of requests, without them the measured curve only",
     )
     g.add_argument("--csv", metavar="FILE", help="write the per-request records as CSV")
     g.add_argument("--json", action="store_true", help="print one strict JSON object on stdout")
@@ -69,8 +74,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--quiet", action="store_true", help="no progress bar on a terminal")
     p.set_defaults(handler=serve_command)
+    # argparse reads "-4:12" or "-1,2" as an unknown option ("expected one argument"); serve has no option
+    # spelt like a number, so a value that starts "-<digit>" or "-." is a value, refused by its own check
+    p._negative_number_matcher = re.compile(r"^-\.?\d")
 
 
+RATE, REQUESTS, SEED, DRAFT_COST = 1.0, 100, 0, 0.05  # the flags' defaults (None in argparse: given or not)
+# flags a trace replaces: given with --trace they would be ignored, so they are refused
+TRACE_REPLACES = {"rate": "--rate", "requests": "--requests", "seed": "--seed", "prompt_tokens": "--prompt-tokens",
+                  "output_tokens": "--output-tokens"}
 MAX_RATES = 1000  # a rate sweep runs one serving simulation per rate
 
 
@@ -86,7 +98,7 @@ def parse_rates(text: str) -> list[float]:
                 raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: {n:,} rates (limit {MAX_RATES:,})"))
             rates = [start + i * step for i in range(n)]
         else:
-            rates = [_finite(x) for x in text.split(",") if x.strip()]
+            rates = [_finite(x) for x in text.split(",")]  # an empty item ("1,,2", "") is no rate: refused
     except ValueError:
         raise InputError(
             COMMAND_LINE, Problem("--sweep-rates", f"{text!r}: give A,B,C or START:STOP:STEP of finite numbers "
@@ -97,6 +109,12 @@ def parse_rates(text: str) -> list[float]:
     if len(rates) > MAX_RATES:
         raise InputError(COMMAND_LINE, Problem("--sweep-rates", f"{len(rates):,} rates (limit {MAX_RATES:,})"))
     return rates
+
+
+def _given(value, default):
+    """A flag's value, or its default when it was not given (argparse's default is None, so that a flag
+    given alongside one that makes it idle can be told from one left out)."""
+    return default if value is None else value
 
 
 def _finite(text: str) -> float:
@@ -115,6 +133,22 @@ def _disaggregate(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         raise InputError(COMMAND_LINE, Problem("--disaggregate", f"{text!r}: give P:D, two device counts")) from None
     return p, d
+
+
+def refuse_ignored_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag the simulation would not read, naming it and the flag that makes it idle (README: such
+    flags exit 2): a trace gives every request's arrival and lengths, ``--sweep-rates`` replaces ``--rate``,
+    and the draft's cost means nothing without speculative decoding."""
+    problems = []
+    if args.trace is not None:
+        why = f"not with --trace {args.trace}: the trace gives every request's arrival time and lengths"
+        problems += [Problem(flag, why) for name, flag in TRACE_REPLACES.items() if getattr(args, name) is not None]
+    if args.sweep_rates is not None and args.rate is not None:
+        problems.append(Problem("--rate", "not with --sweep-rates, whose rates replace it"))
+    if args.spec_k is None and args.spec_draft_cost is not None:
+        problems.append(Problem("--spec-draft-cost", "needs --spec-k (and --spec-accept): no speculative decoding"))
+    if problems:
+        raise InputError(COMMAND_LINE, problems)
 
 
 def _project(args: argparse.Namespace):
@@ -182,11 +216,12 @@ def _config(args: argparse.Namespace, project, rates: list[float] | None):
         if value is not None and value < 1:
             raise InputError(COMMAND_LINE, Problem(flag, f"{value} must be at least 1"))
     requests = tuple(load_trace(args.trace)) if args.trace else None
-    spec = SpecDecoding(args.spec_k, args.spec_accept, args.spec_draft_cost) if args.spec_k is not None else None
+    draft_cost = _given(args.spec_draft_cost, DRAFT_COST)
+    spec = SpecDecoding(args.spec_k, args.spec_accept, draft_cost) if args.spec_k is not None else None
     config = ServingConfig(
-        rate=rates[0] if rates else args.rate,
-        count=args.requests,
-        seed=args.seed,
+        rate=rates[0] if rates else _given(args.rate, RATE),
+        count=_given(args.requests, REQUESTS),
+        seed=_given(args.seed, SEED),
         requests=requests,
         prompt_tokens=args.prompt_tokens,
         output_tokens=args.output_tokens,
@@ -201,6 +236,7 @@ def _config(args: argparse.Namespace, project, rates: list[float] | None):
     flags = {
         "rate": "--rate",
         "count": "--requests",
+        "seed": "--seed",
         "max_batch": "--max-batch",
         "token_budget": "--token-budget",
         "chunk": "--chunk",
@@ -263,7 +299,8 @@ def serve_command(args: argparse.Namespace) -> int:
     from tilewright.engine.plan.checks import raise_for_problems
     from tilewright.engine.serving import ServingSetupError, simulate_serving, sweep_rates
 
-    rates = parse_rates(args.sweep_rates) if args.sweep_rates else None
+    refuse_ignored_flags(args)
+    rates = parse_rates(args.sweep_rates) if args.sweep_rates is not None else None
     project, source, edits = _project(args)
     _check_csv(args, source)
     config = _config(args, project, rates)  # the flags' own faults first (a length below 1 is no length)
@@ -312,12 +349,14 @@ def serve_heading(project, config, rates: list[float] | None, trace: str | None)
     """The first line of the text report, named like ``tilewright run``'s ("NAME — infer, event engine, 8
     devices"): the project, the devices it serves on, and what arrives."""
     from tilewright.engine.results.text import counted, number
+    from tilewright.engine.serving.result import per_second
 
     if config.requests is not None:
         arrivals = f"{counted(len(config.requests), 'request')} replayed from {trace}"
     elif rates:
         shown = ", ".join(number(r) for r in rates) if len(rates) <= 4 else f"{number(rates[0])} … {number(rates[-1])}"
-        arrivals = f"{counted(config.count, 'request')} per rate, Poisson arrivals at {shown} requests/s"
+        unit = "request/s" if len(rates) == 1 and number(rates[0]) == "1" else "requests/s"
+        arrivals = f"{counted(config.count, 'request')} per rate, Poisson arrivals at {shown} {unit}"
     else:
-        arrivals = f"{counted(config.count, 'request')}, Poisson arrivals at {number(config.rate)} requests/s"
+        arrivals = f"{counted(config.count, 'request')}, Poisson arrivals at {per_second(config.rate, 'request')}"
     return f"{project.name} — serve, {counted(project.mapping.devices, 'device')}, {arrivals}"

@@ -7,6 +7,11 @@ invalid and the sweep "succeed" having measured nothing. So each path is tried o
 with its first value, and a fault of the path itself (an unknown field, no such field, a list index out of
 range) refuses the whole spec, naming the file, the path and the reason; faults of the value are left to
 the points.
+
+A range (``min``/``max``) over a whole-number field (``mapping.dp``) without ``"integer": true`` samples
+fractional values that every point would then fail on; the spec is refused up front, naming the parameter
+and asking for ``"integer": true`` (which rounds the samples), rather than rounded silently: a range that
+is meant to be continuous and one meant to be counted read the same otherwise.
 """
 
 from __future__ import annotations
@@ -29,12 +34,20 @@ def check_sweep_paths(spec: Any, base: dict[str, Any], spec_path: str) -> None:
     tries = [(f"set.{k}", k, v) for k, v in spec.set.items()]
     tries += [(f"parameters.{i}.path", p.path, p.at(0.0)) for i, p in enumerate(spec.parameters)]
     problems: list[Problem] = []
+    for i, p in enumerate(spec.parameters):
+        if p.values is None and not p.integer:
+            tries.append((f"parameters.{i}.integer", p.path, float(p.min) + 0.5))  # a fractional sample
     for where, path, value in tries:
         data = copy.deepcopy(base)
         try:
             apply_overrides(data, path, value, spec_path)
             project_from_data(data, spec_path)
         except InputError as exc:
+            if where.endswith(".integer"):
+                problems += [Problem(where, f"'{path}' is a whole-number field and the range would sample fractions "
+                                            f"(e.g. {value:g}); add \"integer\": true to round the samples")
+                             for p in exc.problems if p.path == path and "valid integer" in p.reason]
+                continue
             problems += [Problem(where, f"'{path}': {p.reason}") for p in exc.problems if _blames(p, path)]
     if problems:
         raise InputError(spec_path, problems)

@@ -9,7 +9,7 @@ API (for the CLI and a studio view; no Qt, progress and cancel by the job protoc
   SLO, KV peak and mean), ``to_json()`` (strict-JSON-ready), ``write_csv(path)`` and ``summary_text()``.
 - ``sweep_rates(project, config, rates, progress=, cancel=) -> SweepResult``: one simulation per arrival
   rate (same seed, same cost tables); ``best_rate`` is the highest rate whose goodput fraction is ≥ 90 %
-  (``config.GOODPUT_TARGET``).
+  (``config.GOODPUT_TARGET``), None without an SLO (``ServingConfig.has_slo``: nothing to meet).
 - ``build_instances(project, max_tokens, disaggregate)`` and ``IterationCostModel``: the per-iteration cost
   model, for views that plot it.
 - ``load_trace(path)``, ``poisson_requests(...)``: the requests.
@@ -44,7 +44,8 @@ TPOT ≤ 50 ms.
 Limits: iterations are timed uncontended (the analytic engine's times, which match the event engine's on
 the inference presets today); with pp > 1 an iteration is the pipeline's steady-state period (no fill and
 drain per iteration); the speculative-decoding draft runs on the same devices, as a fraction of a decode
-step; no prefix caching.
+step; no prefix caching; no expert parallelism (``mapping.ep`` > 1 is refused, ``instances.refuse_expert_parallel``:
+its replicas would share experts and exchange tokens all-to-all, which independent replicas do not model).
 """
 
 from tilewright.engine.serving.config import GOODPUT_TARGET, ServingConfig, ServingSetupError, SpecDecoding

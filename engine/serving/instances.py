@@ -21,6 +21,7 @@ from tilewright.engine.perf.collectives import point_to_point
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.placement import stage_groups
 from tilewright.engine.plan.plan import Plan
+from tilewright.engine.results.text import counted
 from tilewright.engine.serving.config import ServingSetupError
 from tilewright.engine.serving.cost_model import IterationCostModel
 from tilewright.engine.serving.kv import KVCapacity, kv_capacity
@@ -55,7 +56,8 @@ def _group_project(project: Project, devices: int, what: str) -> Project:
     m = project.mapping
     if devices % m.pp:
         raise ServingSetupError(
-            "disaggregate", f"the {what} group's {devices} devices are not a multiple of the pipeline depth pp = {m.pp}"
+            "disaggregate",
+            f"the {what} group's {counted(devices, 'device')} are not a multiple of the pipeline depth pp = {m.pp}",
         )
     tp = devices // m.pp
     mapping = m.model_copy(
@@ -65,8 +67,29 @@ def _group_project(project: Project, devices: int, what: str) -> Project:
     problems = check_project(group, allow_large=True)  # e.g. a tp that does not divide the heads
     if problems:
         reasons = "; ".join(f"{p.path}: {p.reason}" if p.path else p.reason for p in problems)
-        raise ServingSetupError("disaggregate", f"the {what} group's {devices} devices (tp {tp}, pp {m.pp}): {reasons}")
+        raise ServingSetupError(
+            "disaggregate", f"the {what} group's {counted(devices, 'device')} (tp {tp}, pp {m.pp}): {reasons}"
+        )
     return group
+
+
+def refuse_expert_parallel(project: Project) -> None:
+    """Refuse expert parallelism (``mapping.ep`` > 1): serving here runs each data-parallel replica on its
+    own, every expert of its stages on its devices. With ep > 1 the replicas would instead share the experts
+    (each holding 1/ep of them) and exchange their tokens all-to-all in every MoE layer, the batch of the ep
+    ranks together setting the expert GEMMs' rows (vLLM's expert parallelism with data-parallel attention);
+    that coupling is not modelled, and pricing the replicas as independent while their weights are split
+    gave every request the same latency at a fraction of the weights' memory (audit 15, #11)."""
+    m = project.mapping
+    if m.ep <= 1:
+        return
+    raise ServingSetupError(
+        "mapping.ep",
+        f"{m.ep}: serving prices {m.dp} independent replicas (tp {m.tp}, pp {m.pp}) and does not model expert "
+        f"parallelism, where the replicas share the experts ({m.ep} ranks each holding 1/{m.ep}) and exchange "
+        "tokens all-to-all in every MoE layer; serve with ep 1 (--set mapping.ep=1: each replica holds all "
+        "its stages' experts)",
+    )
 
 
 def build_instances(
@@ -76,6 +99,7 @@ def build_instances(
 ) -> list[InstanceModel]:
     """The instances that serve ``project``: one model for its ``dp`` replicas, or a prefill and a decode
     group."""
+    refuse_expert_parallel(project)
     if disaggregate is None:
         m = project.mapping
         single = project.model_copy(update={"mapping": m.model_copy(update={"dp": 1})}) if m.dp > 1 else project

@@ -3,13 +3,17 @@
 Definitions (as vLLM's and Vidur's benchmarks use them):
 - TTFT: first output token − arrival (queueing included);
 - TPOT: (finish − first token)/(output tokens − 1), absent for a one-token answer;
-- TBT (time between tokens): every gap between two consecutive tokens of a request, over all requests
-  (Sarathi-Serve's tail metric: a prompt batched with decodes stalls them for one iteration);
+- TBT (time between tokens): every gap between two consecutive decode steps of a request, over all requests
+  (Sarathi-Serve's tail metric: a prompt batched with decodes stalls them for one iteration). With
+  speculative decoding a step emits several tokens at once, so this is the time between *steps* and exceeds
+  TPOT; the text report then labels it so;
 - E2E: finish − arrival;
 - KV transfer (disaggregated): seconds moving a prompt's KV cache to the decode group, per request moved;
 - throughput: requests and output tokens per second over the span from the first arrival to the last finish;
 - goodput (DistServe's): requests per second that meet every SLO given (TTFT ≤ ``slo_ttft_s`` and
-  TPOT ≤ ``slo_tpot_s``), and the fraction of requests that do;
+  TPOT ≤ ``slo_tpot_s``), and the fraction of requests that do; with no SLO given there is nothing to
+  meet, and goodput, the fraction, ``meets_target`` and each record's ``meets_slo`` are None (null in JSON,
+  empty in CSV) rather than "every request met it";
 - KV occupancy: fraction of the instance kind's KV pages in use, sampled at every iteration boundary.
 """
 
@@ -56,7 +60,7 @@ class RequestRecord:
     finish_s: float
     preemptions: int
     transfer_s: float  # disaggregated: the KV transfer (0 otherwise)
-    meets_slo: bool = True
+    meets_slo: bool | None = None  # None: no SLO was given, nothing to meet
 
     @property
     def ttft_s(self) -> float:
@@ -99,11 +103,16 @@ class ServingResult:
             return 0.0
         return max(r.finish_s for r in self.records) - min(r.arrival_s for r in self.records)
 
-    def goodput_fraction(self) -> float:
-        return sum(r.meets_slo for r in self.records) / len(self.records) if self.records else 0.0
+    def goodput_fraction(self) -> float | None:
+        """The fraction of requests meeting every SLO given; None when none was given."""
+        if not self.config.has_slo:
+            return None
+        return sum(bool(r.meets_slo) for r in self.records) / len(self.records) if self.records else 0.0
 
     def meets_slo(self, target: float = GOODPUT_TARGET) -> bool:
-        return self.goodput_fraction() >= target
+        """At least ``target`` of the requests meet the SLO; False with no SLO (no rate "meets" nothing)."""
+        fraction = self.goodput_fraction()
+        return fraction is not None and fraction >= target
 
     def metrics(self) -> dict[str, Any]:
         recs = self.records
@@ -121,13 +130,14 @@ class ServingResult:
         out["kv_transfer_s"] = _summary(np.array([r.transfer_s for r in recs if r.transfer_s > 0], dtype=float))
         out["throughput_requests_per_s"] = len(recs) / span if span > 0 else None
         out["throughput_output_tokens_per_s"] = sum(r.output_tokens for r in recs) / span if span > 0 else None
-        met = sum(r.meets_slo for r in recs)
+        met = sum(bool(r.meets_slo) for r in recs)
+        slo = self.config.has_slo
         out["goodput"] = {
             "slo_ttft_s": self.config.slo_ttft_s,
             "slo_tpot_s": self.config.slo_tpot_s,
             "fraction_meeting_slo": self.goodput_fraction(),
-            "requests_per_s": met / span if span > 0 else None,
-            "meets_target": self.meets_slo(),
+            "requests_per_s": met / span if slo and span > 0 else None,
+            "meets_target": self.meets_slo() if slo else None,
             "target_fraction": GOODPUT_TARGET,
         }
         out["mean_in_flight"] = self.in_flight_s / span if span > 0 else None
@@ -174,20 +184,26 @@ class ServingResult:
             f"{counted(m['requests'], 'request')} in {number(m['span_s'])} s, "
             f"{counted(m['iterations'], 'iteration')}, {counted(m['preemptions'], 'preemption')}"
         ]
-        latencies = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"))
+        spec = self.config.spec
+        # with speculative decoding a step emits several tokens: its gaps are steps', longer than TPOT
+        between = ("tbt_s", "TBT") if spec is None else ("tbt_s", "step")
+        latencies = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), between, ("e2e_s", "E2E"))
         for name, label in (*latencies, ("kv_transfer_s", "KV transfer")):
             s = m[name]
             if s["count"]:
                 lines.append(
                     f"  {label:<5} p50 {_ms(s['p50'])}  p90 {_ms(s['p90'])}  p99 {_ms(s['p99'])}  mean {_ms(s['mean'])}"
+                    + (_step_gloss(spec) if label == "step" else "")
                 )
         if m["throughput_requests_per_s"] is not None:
             lines.append(
-                f"  throughput {number(m['throughput_requests_per_s'])} requests/s, "
-                f"{number(m['throughput_output_tokens_per_s'])} output tokens/s"
+                f"  throughput {per_second(m['throughput_requests_per_s'], 'request')}, "
+                f"{per_second(m['throughput_output_tokens_per_s'], 'output token')}"
             )
         g = m["goodput"]
-        if g["slo_ttft_s"] is not None or g["slo_tpot_s"] is not None:
+        if not self.config.has_slo:
+            lines.append("  goodput: no SLO given (--slo-ttft, --slo-tpot), so none is reported")
+        else:
             slo = ", ".join(
                 f"{k[4:8].upper()} ≤ {_ms(v)}"
                 for k, v in (("slo_ttft_s", g["slo_ttft_s"]), ("slo_tpot_s", g["slo_tpot_s"]))
@@ -196,7 +212,7 @@ class ServingResult:
             rate = g["requests_per_s"]
             lines.append(
                 f"  goodput ({slo}): {_percent(g['fraction_meeting_slo'])} of requests"
-                + (f", {number(rate)} requests/s" if rate is not None else "")
+                + (f", {per_second(rate, 'request')}" if rate is not None else "")
             )
         for kind, kv in m["kv"].items():
             lines.append(
@@ -205,6 +221,19 @@ class ServingResult:
             )
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def per_second(value: float, noun: str) -> str:
+    """"1 request/s", "2.5 requests/s": the noun's number follows the value as printed."""
+    shown = number(value)
+    return f"{shown} {noun if shown == '1' else noun + 's'}/s"
+
+
+def _step_gloss(spec) -> str:
+    """What the "step" row times under speculative decoding, so it does not read as a TBT above TPOT."""
+    shown = number(spec.tokens_per_step)
+    tokens = "token" if shown == "1" else "tokens"
+    return f"  (time between verify steps of {shown} {tokens} on average; per token: TPOT)"
 
 
 def thin(series: list[tuple[float, float]], points: int) -> list[tuple[float, float]]:

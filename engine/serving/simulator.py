@@ -222,7 +222,7 @@ def _check_fits(specs: list[RequestSpec], models: list[InstanceModel], config: S
             if pages(tokens, m.kv.block_tokens) > m.kv.blocks:
                 raise ServingSetupError(
                     "requests",
-                    f"request {s.id} needs {tokens} tokens of KV cache; the {m.name} instance holds "
+                    f"request {s.id} needs {counted(tokens, 'token')} of KV cache; the {m.name} instance holds "
                     f"{counted(m.kv.tokens, 'token')} "
                     f"({counted(m.kv.blocks, 'page')} of {counted(m.kv.block_tokens, 'token')})",
                 )
@@ -289,6 +289,8 @@ def _record(s: Sequence, config: ServingConfig) -> RequestRecord:
         s.preemptions,
         s.transfer_s,
     )
+    if not config.has_slo:
+        return rec  # meets_slo stays None: no target, nothing to meet
     ok = True
     if config.slo_ttft_s is not None:
         ok = rec.ttft_s <= config.slo_ttft_s

@@ -1,5 +1,9 @@
 """A sweep over arrival rates: the highest rate whose goodput meets the SLO (≥ ``GOODPUT_TARGET`` of requests).
 
+With no SLO given the sweep is the measured latency/throughput curve alone: an architect sweeping rates
+without a target wants to see where the latencies bend, and no rate is called "meeting" a target nobody set
+(``best_rate`` and each row's ``meets_slo`` are None, the text says so).
+
 Every rate replays the same seed (common random numbers: the arrival pattern only stretches), and the
 instances' cost tables are built once for all of them.
 """
@@ -14,7 +18,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.serving.config import GOODPUT_TARGET, ServingConfig
 from tilewright.engine.serving.instances import build_instances
-from tilewright.engine.serving.result import ServingResult
+from tilewright.engine.serving.result import ServingResult, per_second
 from tilewright.engine.serving.simulator import simulate_serving
 
 
@@ -33,7 +37,8 @@ class SweepResult:
         rows = []
         for rate, res in zip(self.rates, self.results, strict=True):
             m = res.metrics()
-            rows.append({"rate_requests_per_s": rate, "meets_slo": res.meets_slo(), **m})
+            met = res.meets_slo() if res.config.has_slo else None  # no SLO: nothing to meet
+            rows.append({"rate_requests_per_s": rate, "meets_slo": met, **m})
         return {"best_rate_requests_per_s": self.best_rate, "goodput_target_fraction": GOODPUT_TARGET, "rates": rows}
 
     def summary_text(self) -> str:
@@ -47,12 +52,15 @@ class SweepResult:
                 f"{rate:>9.4g}  {_ms(m['ttft_s']['p50']):>10}  {_ms(m['ttft_s']['p99']):>10}  "
                 f"{_ms(m['tpot_s']['p50']):>10}  {_ms(m['tpot_s']['p99']):>10}  "
                 f"{(m['throughput_output_tokens_per_s'] or 0):>10.4g}  "
-                f"{res.goodput_fraction():>8.1%}"
+                f"{_met(res.goodput_fraction()):>8}"
             )
+        if self.results and not self.results[0].config.has_slo:
+            lines.append("no SLO given (--slo-ttft, --slo-tpot): the measured curve only, no rate meets a target")
+            return "\n".join(lines)
         best = self.best_rate
         lines.append(
             f"highest rate meeting the SLO (≥ {GOODPUT_TARGET:.0%} of requests): "
-            + (f"{best:.4g} requests/s" if best is not None else "none of the rates")
+            + (per_second(best, "request") if best is not None else "none of the rates")
         )
         return "\n".join(lines)
 
@@ -72,7 +80,7 @@ def sweep_rates(
     for i, rate in enumerate(out.rates):
         part = report.part(i / n, (i + 1) / n)
         if not report.silent:
-            part(0.0, f"rate {rate:.4g} requests/s ({i + 1}/{n})")
+            part(0.0, f"rate {per_second(rate, 'request')} ({i + 1}/{n})")
         out.results.append(
             simulate_serving(
                 project,
@@ -83,6 +91,11 @@ def sweep_rates(
             )
         )
     return out
+
+
+def _met(fraction: float | None) -> str:
+    """The share of requests meeting the SLO, "—" with no SLO."""
+    return "—" if fraction is None else f"{fraction:.1%}"
 
 
 def _ms(seconds: float | None) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.jobs import CancelFn
+from tilewright.engine.results.text import counted
 from tilewright.engine.search.sweep.point import run_point
 
 Task = tuple[str, dict[str, Any]]  # (key, overrides)
@@ -187,4 +188,4 @@ def _ray_tasks(
         if connected:
             ray.shutdown()
         if pending:
-            say(f"sweep: stopped, {len(pending)} points in flight cancelled")
+            say(f"sweep: stopped, {counted(len(pending), 'point')} in flight cancelled")

@@ -15,9 +15,18 @@ from tilewright.engine.jobs import CancelFn, Cancelled
 
 METRICS = (
     "iteration_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "peak_memory_bytes", "ttft_s", "tpot_s",
-    "devices",
+    "devices", "average_power_w",
 )
+# the hardware's rated totals (``hardware_totals``): ``power_w`` is the rated power of the nodes and devices in
+# use, not what the run draws — that is the simulated ``average_power_w`` (``engine/engines/energy.py``)
 COST_FIELDS = ("area_mm2", "power_w", "cost_usd")
+COLUMN_DOCS = {
+    "average_power_w": "simulated average power over the run, W (the run's energy / its time; hosts excluded)",
+    "power_w": "rated power of the hardware in use, W (its nodes' and devices' power_w summed; not simulated)",
+    "area_mm2": "rated silicon area of the hardware in use, mm²",
+    "cost_usd": "listed cost of the hardware in use, USD",
+}
+LABELS = {"power_w": "rated power", "average_power_w": "simulated power"}  # what the text report calls them
 
 
 def build_point_project(base: dict[str, Any], overrides: dict[str, Any], source: str):

@@ -21,10 +21,10 @@ from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
-from tilewright.engine.results.text import quantity
+from tilewright.engine.results.text import counted, quantity
 from tilewright.engine.search.pareto import pareto_front
 from tilewright.engine.search.sweep.executors import Task, run_local, run_ray
-from tilewright.engine.search.sweep.point import COST_FIELDS, METRICS
+from tilewright.engine.search.sweep.point import COLUMN_DOCS, COST_FIELDS, LABELS, METRICS
 from tilewright.engine.search.sweep.spec import SweepSpec, point_key, points
 
 
@@ -98,7 +98,7 @@ def run_sweep(
             todo.append((key, p))
     result = SweepResult(str(path), len(todo_all), skipped=len(todo_all) - len(todo))
     report = Reporter(progress, cancel)
-    report(0.0, f"sweep: {len(todo_all)} points, {result.skipped} already in {path}, {len(todo)} to run")
+    report(0.0, f"sweep: {counted(len(todo_all), 'point')}, {result.skipped} already in {path}, {len(todo)} to run")
 
     def say(text: str) -> None:  # news that must not raise (it may come while stopping)
         if progress is not None:
@@ -219,13 +219,30 @@ def drop_partial_row(path: Path) -> None:
 
 
 def _numeric(row: dict[str, Any]) -> dict[str, Any]:
+    """A CSV row's values as the types they were written from: an empty cell (a metric the point has not,
+    e.g. ``ttft_s`` of a training run) is None, a whole number an int (``mapping.dp`` 4, not 4.0), other
+    numbers floats, ``True``/``False`` booleans; text columns and text values stay text."""
     out: dict[str, Any] = {}
     for k, v in row.items():
-        try:
-            out[k] = float(v) if v not in ("", None) and k not in ("key", "status", "error") else v
-        except ValueError:
-            out[k] = v
+        out[k] = v if k in ("key", "status", "error") else _cell(v)
     return out
+
+
+def _cell(text: Any) -> Any:
+    if text in ("", None):
+        return None
+    if not isinstance(text, str):
+        return text
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def sweep_json(result: SweepResult) -> dict[str, Any]:
@@ -237,17 +254,33 @@ def sweep_json(result: SweepResult) -> dict[str, Any]:
         "counts": result.counts,
         "pareto": result.pareto,
         "wall_time_s": result.wall_time_s,
+        "columns": dict(COLUMN_DOCS),  # what the power, area and cost columns hold (rated vs simulated)
     }
 
 
 def sweep_text(result: SweepResult, spec: SweepSpec) -> str:
     lines = [
-        f"sweep: {result.total} points, {result.ran} run now, {result.skipped} from earlier; "
+        f"sweep: {counted(result.total, 'point')}, {result.ran} run now, {result.skipped} from earlier; "
         f"{', '.join(f'{k} {v}' for k, v in sorted(result.counts.items()))}; {result.wall_time_s:.1f} s",
         f"  results: {result.csv_path}",
-        f"  Pareto front ({', '.join(f'{o.sense} {o.metric}' for o in spec.objectives)}): {len(result.pareto)} points",
+        f"  Pareto front ({', '.join(f'{o.sense} {_label(o.metric)}' for o in spec.objectives)}): "
+        f"{counted(len(result.pareto), 'point')}",
     ]
     keys = [p.path for p in spec.parameters] + [o.metric for o in spec.objectives]
+    if "power_w" in keys and "average_power_w" not in keys:
+        keys.append("average_power_w")  # the rated power beside what the run drew
     for row in result.pareto:
-        lines.append("    " + ", ".join(f"{k}={quantity(k, row.get(k))}" for k in keys))
+        lines.append("    " + ", ".join(f"{_label(k)}={_shown(k, row.get(k))}" for k in keys))
+    if "power_w" in keys:
+        lines.append(f"  rated power: {COLUMN_DOCS['power_w']}; simulated power: {COLUMN_DOCS['average_power_w']}")
     return "\n".join(lines)
+
+
+def _label(name: str) -> str:
+    """A column as the text report names it: "rated power (power_w)", else the column itself."""
+    return f"{LABELS[name]} ({name})" if name in LABELS else name
+
+
+def _shown(name: str, value: Any) -> str:
+    """A value with its unit, "—" for a metric the point has not."""
+    return "—" if value is None else quantity(name, value)

@@ -104,11 +104,24 @@ class SweepSpec(StrictModel):
         paths = [p.path for p in self.parameters]
         if len(set(paths)) != len(paths):
             raise ValueError("parameters: a path appears twice")
+        known = objective_metrics(self)
+        for i, o in enumerate(self.objectives):  # an unknown metric is in no row: the front would be empty
+            if o.metric not in known:
+                raise ValueError(f"objectives.{i}.metric: unknown metric {o.metric!r}; a sweep records "
+                                 f"{', '.join(known)}")
         count = point_count(self)
         if count > MAX_POINTS:  # a 200-byte spec must not ask for 10¹² points (they are listed in memory)
             where = "parameters" if self.method == "grid" else "samples"
             raise ValueError(f"{where}: the sweep has {count:,} points (limit {MAX_POINTS:,}); split it")
         return self
+
+
+def objective_metrics(spec: SweepSpec) -> list[str]:
+    """What an objective may name: a column every point records (``point.METRICS``, the hardware's rated
+    ``COST_FIELDS``) or a swept parameter's path."""
+    from tilewright.engine.search.sweep.point import COST_FIELDS, METRICS
+
+    return [*METRICS, *COST_FIELDS, *(p.path for p in spec.parameters)]
 
 
 def point_count(spec: SweepSpec) -> int:
