@@ -42,3 +42,21 @@ def test_bar_shows_the_time_left_once_it_can_tell():
     assert "1:30 left" in line and line.endswith("text")
     assert "left" not in ProgressPrinter.line(0.25, "text", elapsed=0.2, columns=200)  # too early to guess
     assert len(ProgressPrinter.line(0.5, "x" * 300, elapsed=5.0, columns=80)) == 79  # never wraps
+
+
+def test_into_a_pipe_every_s_keeps_a_modest_rate(monkeypatch):
+    """``every_s``: a search whose text changes every half second writes one line per ``every_s`` into a log,
+    each led by the fraction and the time so far; the last (fraction 1) always."""
+    from tilewright.engine.cli import progress as module
+
+    clock = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    with ProgressPrinter(stream=out, every_s=10.0) as p:
+        for i in range(60):  # 30 s of texts, two a second
+            p(i / 100, f"search: step {i}")
+            clock[0] += 0.5
+        p(1.0, "search: done")
+    lines = out.getvalue().splitlines()
+    assert lines == ["[  0% 0:00] search: step 0", "[ 20% 0:10] search: step 20", "[ 40% 0:20] search: step 40",
+                     "[100% 0:30] search: done"]

@@ -151,3 +151,41 @@ def test_cli_json(capsys):
     chosen = data["chosen"]["designs"][0]
     assert chosen["area_mm2"] <= 200 and chosen["tdp_w"] <= 100
     assert data["gain_over_baseline"] >= 1 - 1e-9
+
+
+def test_cli_refuses_a_tp_the_heads_do_not_divide(capsys):
+    """``--tp 3`` on bert-large (16 heads, hidden 1024) was searched as 3 chips of a third of the heads each;
+    refused as ``run`` refuses it, naming the flag and the heads."""
+    argv = ["hw-search", "--model", "bert-large", "--area-mm2", "600", "--power-w", "300", "--quiet"]
+    assert main([*argv, "--tp", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--tp" in err and "heads (16)" in err and "Traceback" not in err
+    assert main(["run", "--system", "dgx-a100", "--model", "bert-large", "--tp", "3", "--devices", "3"]) == 2
+    assert "heads (16)" in capsys.readouterr().err  # the same rule
+
+
+def test_cli_labels_every_power_with_what_it_covers(capsys):
+    """The budget is per chip; the chosen design's and the TPU-like baseline's powers are totals over tp × pp
+    chips. Each line says which, and the totals add up from the per-chip designs in the JSON."""
+    tp, pp = 2, 2
+    argv = ["hw-search", "--model", "bert-large", "--area-mm2", "600", "--power-w", "300", "--tp", str(tp),
+            "--pp", str(pp), "--quiet"]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    chosen, base = data["chosen"], data["baseline"]
+    assert data["budgets"] == {"area_mm2": 600, "power_w": 300, "per": "chip"}
+    per_chip = [d["tdp_w"] for d in chosen["designs"]]
+    assert chosen["chips"] == tp * pp and chosen["tdp_w"] == pytest.approx(tp * sum(per_chip))
+    assert chosen["tdp_w_per_chip"] == per_chip and all(w <= 300 for w in per_chip)
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "per chip area ≤ 600 mm² and TDP ≤ 300 W" in lines[0] and f"{tp * pp} chips" in lines[0]
+    stage_lines = [ln for ln in lines if ln.strip().startswith("stage ")]
+    assert len(stage_lines) == pp
+    for ln, w in zip(stage_lines, per_chip, strict=True):
+        assert "per chip" in ln and f"{w:.0f} W TDP" in ln
+    (chosen_line,) = [ln for ln in lines if ln.strip().startswith("chosen:")]
+    assert f"{chosen['tdp_w']:.0f} W TDP in total over {tp * pp} chips" in chosen_line
+    (base_line,) = [ln for ln in lines if ln.strip().startswith("TPU-like:")]
+    assert f"{base['tdp_w']:.0f} W TDP in total over {tp * pp} chips" in base_line
+    assert f"({base['designs'][0]['tdp_w']:.0f} W TDP per chip)" in base_line

@@ -305,6 +305,21 @@ def test_cli_simulate_compares_with_all_dp(capsys):
     assert "Simulated on hypar-array-16" in capsys.readouterr().out
 
 
+def test_cli_quiet_silences_the_progress_of_simulate(capsys):
+    """``--simulate`` runs two simulations: each announced on stderr (one line apiece into a pipe, as ``search``
+    and ``sweep`` do), and ``--quiet`` silences them as it does on the other long commands."""
+    argv = ["hypar", "--model", "vgg-a", "--accelerators", "16", "--batch", "128", "--system", SYSTEM,
+            "--simulate", "--engine", "analytic", "--json"]
+    assert main(argv) == 0
+    loud = capsys.readouterr()
+    lines = loud.err.splitlines()
+    assert any("HyPar partition" in ln for ln in lines) and any("data parallelism" in ln for ln in lines), lines
+    assert main([*argv, "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""
+    assert json.loads(quiet.out)["simulated"] == json.loads(loud.out)["simulated"]
+
+
 def test_cli_bad_partitions_exit_2(tmp_path, capsys):
     out = tmp_path / "hybrid.json"
     assert main(["hypar", "--model", "vgg-a", "--accelerators", "16", "--batch", "128", "--project", "hypar-vgg-a",

@@ -205,3 +205,23 @@ def test_what_the_import_approximates_is_said_on_stderr(tmp_path: Path, capsys: 
     assert "soft-capping" in comment
     (line,) = [x for x in err.splitlines() if x.startswith("import-hf: notes: ")]
     assert "soft-capping" in line and line.removeprefix("import-hf: notes: ") in comment
+
+
+def test_the_mapping_search_is_announced_and_followed_into_a_pipe(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A DeepSeek-V3 on 1,024 H100s searched for minutes with nothing on stderr when it was not a terminal: the
+    search is announced (model, devices, system) and followed by progress lines at a modest rate, whatever
+    stderr is (captured here: not a terminal); ``--quiet`` leaves only the result's lines."""
+    code, data = _import(tmp_path, HF / "llama-2-7b", "--system", "dgx-h100", "--seq-len", "1024")
+    assert code == 0 and data is not None
+    err = capsys.readouterr().err.splitlines()
+    start = [x for x in err if x.startswith("import-hf: searching the mappings of 'meta-llama/Llama-2-7b-hf' on 8 "
+                                            "devices of dgx-h100")]
+    progress = [x for x in err if x.startswith("[") and "search" in x]
+    assert len(start) == 1 and progress, err
+    assert err.index(start[0]) < err.index(progress[0])
+    assert progress[-1].startswith("[100%")
+    code, quiet = _import(tmp_path, HF / "llama-2-7b", "--system", "dgx-h100", "--seq-len", "1024", "--quiet")
+    assert code == 0 and quiet == data
+    err = capsys.readouterr().err
+    assert "searching" not in err and not any(x.startswith("[") for x in err.splitlines())

@@ -222,3 +222,28 @@ def test_a_grid_chip_is_costed_by_the_engines_op_model(weights: str | None):
         assert costs.block[1].default_s < plain.block[1].default_s
     else:
         assert costs.block[1].default_s == plain.block[1].default_s
+
+
+def test_a_tpu_fuses_against_its_cmem_not_an_a100s_l2(capsys):
+    """``map tpu-v4-llama2-7b`` fused against an A100's 40 MB L2 because the preset lists no on-chip memory (its
+    CMEM is not an engine memory level). It takes the TPU v4's 128 MiB CMEM and says so; the result is the one
+    ``--sram-mb`` of that size gives; a system tilewright does not know still falls back on the A100's figure,
+    naming it as a guess."""
+    argv = ["map", "tpu-v4-llama2-7b", "--no-check", "--quiet", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    cmem = 128 * 2**20
+    assert data["fusion_sram_bytes"] == cmem
+    (note,) = [n for n in data["notes"] if "lists no SRAM" in n]
+    assert "CMEM" in note and "A100" not in note
+    assert main([*argv, "--sram-mb", repr(cmem / 1e6)]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert given["fusion_sram_bytes"] == pytest.approx(cmem)
+    assert given["fused_groups"] == data["fused_groups"] and given["optimized"] == data["optimized"]
+    assert not any("lists no SRAM" in n for n in given["notes"])
+    # a torus of GPU-like devices under a name tilewright does not know: the fallback, said to be a guess
+    notes: list[str] = []
+    pb, _dims, _ = build_problem(_project(torus([4, 4]), {"tp": 4, "pp": 1, "dp": 4, "global_batch": 16}), None,
+                                 notes)
+    assert pb.fusion_sram_bytes == 40e6
+    assert any("an A100's L2" in n and "not one whose on-chip memory tilewright knows" in n for n in notes), notes

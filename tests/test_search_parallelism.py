@@ -300,9 +300,24 @@ def test_cli_json(capsys):
     for key in ("tp", "pp", "dp", "micro_batch", "interleave", "recompute", "sequence_parallel", "zero",
                 "iteration_time_s", "samples_per_s", "peak_memory_bytes", "event_iteration_time_s"):
         assert key in first
-    assert "event_iteration_time_s" not in data["candidates"][1]
+    # every candidate has every key: null where it was not re-simulated (``--top 1``) or has no grid splits
+    assert all(set(c) == set(first) for c in data["candidates"]), [set(c) ^ set(first) for c in data["candidates"]]
+    assert first["event_iteration_time_s"] > 0 and first["event_oom"] is False
+    rest = data["candidates"][1:]
+    assert rest and all(c[k] is None for c in rest for k in ("event_iteration_time_s", "event_samples_per_s",
+                                                             "event_peak_memory_bytes", "event_oom"))
+    assert all(c["spatial_splits"] is None for c in data["candidates"])  # GPUs: no split over a chip's cores
     times = [c["iteration_time_s"] for c in data["candidates"][1:]]
     assert times == sorted(times)
+
+
+def test_cli_list_must_be_positive(capsys):
+    """``--list 0`` printed one row (the best is always printed): refused, naming the flag, as ``--top`` is."""
+    argv = ["search", "--system", "dgx-a100", "--model", "gpt", "--layers", "2", "--hidden", "512", "--heads", "8",
+            "--seq-len", "256", "--vocab", "4096", "--devices", "8", "--global-batch", "8", "--quiet"]
+    for bad in ("0", "-3"):
+        assert main([*argv, "--list", bad]) == 2
+        assert "--list" in capsys.readouterr().err
 
 
 def test_cli_bad_input_exit_2(capsys):

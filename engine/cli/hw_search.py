@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tilewright.engine.cli.common import finite_float, print_result
+from tilewright.engine.cli.common import COMMAND_LINE, finite_float, print_result
 
 
 def _cmd_hw_search(args: argparse.Namespace) -> int:
@@ -15,6 +15,7 @@ def _cmd_hw_search(args: argparse.Namespace) -> int:
     from tilewright.engine.workloads import build_workload
 
     workload = build_workload(load_model(args.model))
+    _refuse_tp_split(workload, args.tp)
     with ProgressPrinter(not args.quiet) as progress:
         result = search_hardware(
             workload, area_mm2=args.area_mm2, power_w=args.power_w, pp=args.pp, tp=args.tp,
@@ -23,6 +24,20 @@ def _cmd_hw_search(args: argparse.Namespace) -> int:
         )
     print_result(hw_result_json(result), args.json, hw_result_text(result))
     return 0
+
+
+def _refuse_tp_split(workload, tp: int) -> None:
+    """A tp the model's heads, key/value heads or MLP cannot be split by, refused as ``run`` refuses it (the
+    project checks' own rule, ``plan.checks``): the search priced 3 chips of a third of 16 heads each."""
+    from tilewright.engine.errors import InputError, Problem
+    from tilewright.engine.ir import Mapping
+    from tilewright.engine.plan.checks import _transformer_checks
+
+    if tp <= 1 or workload.dims is None:
+        return
+    problems = [p for p in _transformer_checks(workload.dims, Mapping(tp=tp)) if p.path == "mapping.tp"]
+    if problems:
+        raise InputError(COMMAND_LINE, Problem("--tp", "; ".join(p.reason for p in problems)))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

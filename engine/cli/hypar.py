@@ -27,9 +27,11 @@ def _cmd_hypar(args: argparse.Namespace) -> int:
         _write_hypar_project(args, spec, best)
         data["project"] = args.project_out
     if args.simulate:
+        from tilewright.engine.cli.progress import ProgressPrinter
         from tilewright.engine.search.hypar.compare import compare, compare_text
 
-        data["simulated"] = compare(_hypar_base(args, spec), best)
+        with ProgressPrinter(not args.quiet) as progress:  # two simulations: lines on stderr, as search's
+            data["simulated"] = compare(_hypar_base(args, spec), best, progress)
         text += "\n" + compare_text(data["simulated"])
     print_result(data, args.json, text)
     return 0
@@ -102,5 +104,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulate the partition and pure data parallelism on --system (or --project) and compare them",
     )
     p.add_argument("--engine", choices=["event", "analytic"], help="engine of the written or simulated project")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (--simulate's two runs)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_hypar)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # A growable system grows node by node up to this many devices before the import gives up.
 MAX_GROWN_DEVICES = 1024
 DEFAULT_GLOBAL_BATCH = 64  # sequences per iteration unless --global-batch (or more devices) says otherwise
+PROGRESS_EVERY_S = 10.0  # a progress line on stderr at most this often while the mapping search runs
 
 
 def import_hf_command(args: argparse.Namespace) -> int:
@@ -32,8 +33,10 @@ def import_hf_command(args: argparse.Namespace) -> int:
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.io.atomic import dumps_stable, write_atomic
     from tilewright.engine.io.json_file import read_json, require_object
-    from tilewright.engine.workloads import import_hf_config
-    from tilewright.engine.workloads.hf_import import MAX_SEQ_LEN, ConfigError
+    from tilewright.engine.plan.budget import MAX_LAYERS, layer_count
+    from tilewright.engine.workloads import build_workload, import_hf_config
+    from tilewright.engine.workloads.hf_config import DEFAULTED
+    from tilewright.engine.workloads.hf_import import MAX_SEQ_LEN, ConfigError, default_name
 
     if not args.system:
         for flag, value in (("--devices", args.devices), ("--global-batch", args.global_batch)):
@@ -49,7 +52,7 @@ def import_hf_command(args: argparse.Namespace) -> int:
     refuse_unreachable_outputs({"-o": args.output})  # before the mapping search, not at the write after it
     refuse_file_outputs_at_folders({"-o": args.output})
     data = require_object(read_json(args.config), args.config)
-    name = args.name or data.get("_name_or_path") or Path(args.config).resolve().parent.name
+    name = args.name or default_name(data, Path(args.config).resolve())
     try:
         spec = import_hf_config(data, source_name=str(name), seq_len=args.seq_len, mtp=args.mtp)
     except ConfigError as exc:
@@ -57,14 +60,19 @@ def import_hf_command(args: argparse.Namespace) -> int:
     seq = getattr(spec, "seq_len", None)
     if seq is not None:
         how = ("as asked" if args.seq_len is not None
+               else f"a default, capped at {MAX_SEQ_LEN}: the config sets no context limit (max_position_embeddings "
+                    "or its family's key); --seq-len sets it" if DEFAULTED in spec.comment
                else f"the config's context limit, capped at {MAX_SEQ_LEN}; --seq-len sets it")
         print(f"import-hf: seq_len {seq} ({how})", file=sys.stderr)
     notes = spec.comment.split("; ")[2:]  # after "Imported from …" and the family's seq_len note (hf_import)
     if notes:  # what the spec approximates or leaves out, said where the user looks, not only in the file
         print(f"import-hf: notes: {'; '.join(notes)}", file=sys.stderr)
     out = spec.model_dump(mode="json")
-    if args.system:
-        out = _project_around(spec, args.system, args.devices, args.global_batch, args.config, args.allow_large)
+    if args.system:  # says the size once its budget check has passed (``_project_around``)
+        out = _project_around(spec, args.system, args.devices, args.global_batch, args.config, args.allow_large,
+                              quiet=args.quiet)
+    elif args.allow_large or layer_count(spec) <= MAX_LAYERS:  # past the limit a graph takes minutes to build
+        _say_size(spec, build_workload(spec))
     text = dumps_stable(out)
     if args.output:
         write_atomic(args.output, text)
@@ -74,9 +82,20 @@ def import_hf_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_size(spec, graph: WorkloadGraph) -> None:
+    """The imported model's size on stderr, to check against its model card: blocks, parameters, and for a
+    mixture of experts those one token passes through."""
+    from tilewright.engine.cli.model_size import size_text
+
+    print(f"import-hf: '{spec.name}': {size_text(graph)}", file=sys.stderr)
+
+
 def _project_around(spec, system: str, devices: int | None, global_batch: int | None, source: str,
-                    allow_large: bool = False) -> dict:
-    """The project of ``spec`` on ``system`` with the fastest mapping that fits (see the module doc)."""
+                    allow_large: bool = False, quiet: bool = False) -> dict:
+    """The project of ``spec`` on ``system`` with the fastest mapping that fits (see the module doc). The search
+    may take minutes (a large MoE model on a thousand devices): what it does is said on stderr first, then a
+    progress line every ``PROGRESS_EVERY_S`` whether or not stderr is a terminal (``--quiet``: none)."""
+    from tilewright.engine.cli.progress import ProgressPrinter
     from tilewright.engine.cli.run import FUSED_ATTENTION
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.hardware.grow import grow
@@ -96,6 +115,7 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
     check_search_budget(project, devices if devices is not None else holds, source, command="import-hf",
                         allow_large=allow_large)
     graph = build_workload(spec)  # once: the fusion check, every search below and the no-fit message share it
+    _say_size(spec, graph)
     fused = fused_attention_runs(hw, graph)
     # the mapping the search starts from: its fusion is searched with, so the fastest mapping is the fused one's
     project = project.model_copy(update={"mapping": Mapping(fusion=[FUSED_ATTENTION] if fused else [])})
@@ -107,8 +127,12 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
         batch = global_batch if global_batch is not None else max(DEFAULT_GLOBAL_BATCH, n)
         # the fast estimator's space only: a grown system is searched once per size (ep, cp, ZeRO-3 and
         # offload plan each candidate, too slow to repeat; ``tilewright search`` explores them)
-        result = search(project, n, batch, top=0, keep=1, resimulate=False, extensions=first_stage_only(),
-                        workload=graph)
+        if not quiet:
+            print(f"import-hf: searching the mappings of '{project.name}' on {n:,} devices of {hw.name} (global "
+                  f"batch {batch:,}); a large model on many devices takes minutes", file=sys.stderr, flush=True)
+        with ProgressPrinter(not quiet, every_s=PROGRESS_EVERY_S) as progress:
+            result = search(project, n, batch, top=0, keep=1, resimulate=False, extensions=first_stage_only(),
+                            workload=graph, progress=progress)
         if result.ranked:
             break
         if devices is not None or not growable or n >= MAX_GROWN_DEVICES:
@@ -116,7 +140,11 @@ def _project_around(spec, system: str, devices: int | None, global_batch: int | 
                                                                    growable)))
         n = min(grow(hw, n + 1).device_count(), MAX_GROWN_DEVICES)
     if getattr(spec, "moe", None) is not None:  # experts: the second stage (expert parallelism), once, at this size
-        full = search(project, n, batch, top=0, keep=1, resimulate=False, workload=graph)
+        if not quiet:
+            print(f"import-hf: searching expert parallelism on {n:,} devices (the second stage)", file=sys.stderr,
+                  flush=True)
+        with ProgressPrinter(not quiet, every_s=PROGRESS_EVERY_S) as progress:
+            full = search(project, n, batch, top=0, keep=1, resimulate=False, workload=graph, progress=progress)
         if full.ranked and full.ranked[0].iteration_time_s < result.ranked[0].iteration_time_s:
             result = full
     best = result.ranked[0]
@@ -208,6 +236,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"sequences per iteration (default: {DEFAULT_GLOBAL_BATCH}, or the devices if more)")
     p.add_argument("--allow-large", action="store_true",
                    help="map even past the size limits (devices, layers) that a run has")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr while --system's mapping is searched")
     p.add_argument("--mtp", action="store_true",
                    help="keep the config's multi-token-prediction layers (num_nextn_predict_layers) for training; "
                         "left out by default, as Hugging Face's model skips them")

@@ -21,10 +21,16 @@ REDRAW_EVERY_S = 0.1  # a terminal needs no more; the engine may report far more
 class ProgressPrinter:
     """``printer(fraction, text)`` is a ``ProgressFn``; use it as a context manager so the bar is erased."""
 
-    def __init__(self, enabled: bool = True, *, lines: bool = True, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, enabled: bool = True, *, lines: bool = True, stream: TextIO | None = None, every_s: float = 0.0
+    ) -> None:
+        """``every_s``: into a pipe, at most one line per that many seconds, each led by the fraction done and
+        the time so far (a search whose text changes twice a second would flood a log); the last line (fraction
+        1) always. 0: every new text, as it comes."""
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.enabled = enabled and (self.tty or lines)
+        self.every_s = every_s
         self._start = time.monotonic()
         self._last_text = ""
         self._last_draw = float("-inf")
@@ -35,8 +41,12 @@ class ProgressPrinter:
             return
         if not self.tty:
             if text and text != self._last_text:
-                self._last_text = text
-                self.stream.write(text + "\n")
+                now = time.monotonic()
+                if self.every_s and fraction < 1 and now - self._last_draw < self.every_s:
+                    return
+                self._last_text, self._last_draw = text, now
+                lead = f"[{min(max(fraction, 0.0), 1.0):4.0%} {_clock(now - self._start)}] " if self.every_s else ""
+                self.stream.write(lead + text + "\n")
                 self.stream.flush()
             return
         now = time.monotonic()

@@ -91,6 +91,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     project, devices, batch = search_template(args)
     require_positive("--top", args.top)
+    require_positive("--list", args.list)  # 0 printed one row anyway (the best is always reported)
     require_positive("--devices", devices)
     require_positive("--global-batch", batch)
     refuse_idle_search_flags(args, project, devices)  # lists naming what the model cannot use

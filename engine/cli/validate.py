@@ -68,9 +68,10 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
         if layer_count(spec) > MAX_LAYERS and not allow_large:
             limit = f"{layer_count(spec):,} layers (limit {MAX_LAYERS:,}); pass --allow-large to try anyway"
             raise InputError(path, limit)
+        from tilewright.engine.cli.model_size import size_text
+
         graph = build_workload(spec)
-        return (f"{path}: valid model '{graph.name}' — {counted(len(graph.layers), 'layer')}, "
-                f"{_parameters(graph.params)}")
+        return f"{path}: valid model '{graph.name}' — {size_text(graph)}"
     if kind == "sweep":
         from tilewright.engine.cli.sweep_check import check_sweep_paths
         from tilewright.engine.io.project_file import project_from_data
@@ -80,8 +81,8 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
         spec, base, source = load_spec(path)
         project = project_from_data(base, source)
         check_sweep_paths(spec, base, path)
-        return (f"{path}: valid sweep — {point_count(spec):,} {spec.method} points over "
-                f"{len(spec.parameters)} parameter(s) of '{project.name}'")
+        return (f"{path}: valid sweep — {counted(point_count(spec), spec.method + ' point')} over "
+                f"{counted(len(spec.parameters), 'parameter')} of '{project.name}'")
     raise InputError(path, f"unknown kind '{kind}'")
 
 
@@ -111,13 +112,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kind", choices=["project", "system", "model"], default="project")
     p.set_defaults(handler=_cmd_schema)
 
-
-def _parameters(n: float) -> str:
-    """"671.0 B parameters", "124.4 M parameters", "36,350 parameters": a fixed "{n/1e9:.3f} B" wrote every
-    model below 0.5 M parameters (an imported ONNX graph, a LeNet) as "0.000 B"."""
-    from tilewright.engine.results.text import number
-
-    for scale, unit in ((1e9, " B"), (1e6, " M")):
-        if n >= scale:
-            return f"{number(n / scale)}{unit} parameters"
-    return f"{number(n)} parameters"

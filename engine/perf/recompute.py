@@ -160,3 +160,28 @@ def present(ops: Sequence[Op], module: str) -> bool:
     workload does not have)."""
     ops = list(ops)
     return any(part.match(op, ops) for part in MODULES[module] for op in ops)
+
+
+def changes_nothing(
+    layers: Sequence[list[Op]], fused: frozenset[tuple[str, str]], modules: Sequence[str] | None
+) -> bool:
+    """Whether selective recomputation of ``modules`` (None: the attention core) re-runs and drops nothing on
+    these layers: every op it would touch runs inside a fused attention kernel (``op_cost.flash_ops``: a flash
+    kernel stores none of its s² tensors and recomputes them inside its own backward), so the run is the one
+    without recomputation — the same passes (``plan.passes``), memory (``perf.memory``) and HFU
+    (``plan.hardware_flops``), which each skip those ops alike.
+
+    This follows Megatron-LM's legacy transformer, whose flash-attention path bypasses the core's checkpoint.
+    Megatron-Core checkpoints ``core_attention`` whatever its backend, so there the flash kernel's forward runs
+    once more in the backward for no memory saved: selective is then slower, never better; either way the
+    search need not try it beside ``none``."""
+    from tilewright.engine.perf.op_cost import flash_ops
+
+    for ops in layers:
+        flash = flash_ops(ops, fused) if fused else frozenset()
+        chosen = selection(ops, modules)
+        for op in ops:
+            how = chosen.get(op.name) if op.name not in flash else None
+            if how is not None and (how.rerun or how.drop_elems > 0 or (how.drop_fixed and op.saved_bytes_fixed)):
+                return False
+    return True

@@ -9,7 +9,8 @@ Definitions (every sequence of the batch arrives at time 0):
 - then ``output_tokens − 1`` decode steps, each feeding the token sampled last and producing the next one
   (decode step k, 0-based, attends over ``prompt + k + 1`` keys and produces output token k + 2); an
   encoder (BERT) answers in its one pass and has no decode steps and no KV cache;
-- end to end (e2e) is the end of the last decode step; TPOT = (e2e − TTFT)/(output_tokens − 1), absent
+- end to end (e2e) is the end of the last decode step; TPOT = (e2e − end of the batch's prefill)/(output_tokens − 1)
+  (= (e2e − TTFT)/(output_tokens − 1) when the batch prefills at once; ``engines.result_builder``), absent
   (None) when ``output_tokens`` is 1.
 
 Passes (``engine.workloads.transformer_inference``): fused, causal attention unless
@@ -105,6 +106,7 @@ def _mix(a: ChunkPass, b: ChunkPass, w: float, name: str, key: tuple) -> NamedPa
             local_bytes=sa.local_bytes + w * (sb.local_bytes - sa.local_bytes),
             host_s=sa.host_s + w * (sb.host_s - sa.host_s),
             dispatch_wait_s=sa.dispatch_wait_s + w * (sb.dispatch_wait_s - sa.dispatch_wait_s),
+            last_label=sa.last_label,
         )
         for sa, sb in zip(a.segments, b.segments, strict=True)
     ]

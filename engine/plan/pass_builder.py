@@ -76,6 +76,7 @@ class PassBuilder(PassComms, DelayedWgrad):
                 label=op.name.split(".")[0], layer=op.layer, busy_s=0, compute_s=0, flops=0, dram_bytes=0
             )
         seg.add(t, self.out.dataflows)
+        seg.last_label = op.name.split(".")[0]
         if self.tp_overlap is not None and is_weighted(op) and op.kind in (OpKind.matmul, OpKind.fc):
             self._split_gemm(op, backward, seg, scores, fused)
             self.tp_overlap.gemm(t.busy_s)

@@ -41,6 +41,19 @@ class Segment:
     # the seconds of weight-gradient GEMMs it runs beside, for a caller that times it per placement
     # (``search.multilevel``); ``comm`` then carries its whole bytes. None otherwise.
     deferred_cover_s: float | None = None
+    # the layer of its last op when that is not its first's (a pass with no collective between its layers is one
+    # segment: a tensor-parallel-free inference pass, all of it): the timeline names the segment by the range
+    last_label: str = ""
+
+    @property
+    def span_label(self) -> str:
+        """"block0…block31" for a segment over several layers, else its one layer's name (the timeline's)."""
+        return f"{self.label}…{self.last_label}" if self.last_label and self.last_label != self.label else self.label
+
+    @property
+    def host_only(self) -> bool:
+        """The device only waits for the host here (``host_wait``): the timeline files it under host wait."""
+        return self.flops == 0 and self.compute_s == 0 and self.busy_s > 0 and self.dispatch_wait_s >= self.busy_s
 
     @classmethod
     def host_wait(cls, label: str, layer: int, seconds: float) -> Segment:

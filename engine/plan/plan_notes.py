@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import Mode
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.formats import per_op_notes
+from tilewright.engine.perf.recompute import changes_nothing
 from tilewright.engine.plan.activation_offload import notes as offload_notes
 from tilewright.engine.plan.dgrad_overlap import notes as dgrad_notes
 from tilewright.engine.plan.dgrad_overlap import overlaps as dgrad_overlaps
@@ -27,6 +29,14 @@ from tilewright.engine.plan.residency import StageResidency
 from tilewright.engine.plan.residency import notes as residency_notes
 from tilewright.engine.plan.stage_build import StagePlan
 from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
+
+# selective recomputation whose modules all run inside a fused attention kernel (``perf.recompute.changes_nothing``)
+SELECTIVE_CHANGES_NOTHING = (
+    "selective recomputation changes nothing here: the ops its modules re-run run inside the fused attention kernel "
+    "(mapping.fusion, or the context-parallel ring), which stores no scores and recomputes them in its own "
+    "backward, so this is the run without recomputation (as Megatron-LM's flash path; Megatron-Core would re-run "
+    "the kernel's forward once more, not modelled)"
+)
 
 
 def plan_notes(
@@ -60,6 +70,10 @@ def plan_notes(
     notes += offload_notes(stages, s.blocks, m.offload_layers)  # plan.activation_offload
     if m.layer_parallelism:
         notes.append("mapping.layer_parallelism (HyPar) partitions training; this inference run ignores it")
+    if run.mode is Mode.train and m.recompute is Recompute.selective and changes_nothing(
+        [workload.layer_ops(i) for i in s.blocks], s.fusion, m.recompute_modules
+    ):
+        notes.append(SELECTIVE_CHANGES_NOTHING)
     compute = stages[0].dev.compute
     if run.dtype not in compute.peak_flops:
         notes.append(

@@ -18,7 +18,9 @@ CATEGORIES = (
     "memory",
     "network",
     "idle",
+    "host_wait",  # the device idle while the host works (a framework's synchronisation, a runtime's step)
 )
+HOST_WAIT = "host_wait"  # last, so the earlier categories' indices stay as saved results and views have them
 CATEGORY_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
 ROWS_PER_CHUNK = 8192
 

@@ -38,6 +38,9 @@ class Space:
     zeros: list[int] = field(default_factory=lambda: [0, 1])
     seq_len: int | None = None
     max_interleave: int = 8
+    # selective recomputation of the attention core re-runs and stores nothing a fused attention kernel does not
+    # already (``perf.recompute.changes_nothing``): walked only for the module lists it seeds, never ranked
+    selective_idle: bool = False
     _counts: dict[tuple[int, int], int] | None = field(default=None, init=False, repr=False, compare=False)
 
     def pps(self, tp: int) -> list[int]:

@@ -9,6 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 MAX_SEQ_LEN = 4096  # LLaMA 2's training length: the cap on a config's context limit (see ``hf_import``)
+# A config without the context-limit key takes the family's default (transformers' config class has one); said
+# so in the spec's comment and by ``import-hf``, never passed off as the config's own limit.
+DEFAULTED = "a default: the config sets none"
 
 
 class ConfigError(ValueError):
@@ -76,13 +79,15 @@ class Reader:
         the model has a learned position table of ``limit`` rows (GPT-2, BERT), which no token past it can
         index, so a longer override is refused rather than built with a table the model does not have."""
         limit = self.get_int(key, default, *alternatives)
+        given = any(self.config.get(name) is not None for name in (key, *alternatives))
+        source = f"{key} {limit}" if given else f"{key} {limit} ({DEFAULTED})"
         if learned and self.seq_len_override is not None and self.seq_len_override > limit:
             raise ConfigError(key, f"seq_len {self.seq_len_override} exceeds the model's {limit} learned positions")
         if self.seq_len_override is not None:
-            self.seq_note = f"{self.seq_len_override} as asked ({key} {limit})"
+            self.seq_note = f"{self.seq_len_override} as asked ({source})"
             return positive_int("seq_len", self.seq_len_override)
         seq = min(limit, MAX_SEQ_LEN)
-        self.seq_note = f"{seq} = min({key} {limit}, {MAX_SEQ_LEN})"
+        self.seq_note = f"{seq} = min({source}, {MAX_SEQ_LEN})"
         return seq
 
     def dims(self, hidden: str, layers: str, heads: str, head_dim_key: str | None = "head_dim") -> dict[str, int]:

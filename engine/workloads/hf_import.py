@@ -37,7 +37,7 @@ from tilewright.engine.ir.workload import WorkloadSpec
 from tilewright.engine.workloads.hf_config import MAX_SEQ_LEN, ConfigError, Reader
 from tilewright.engine.workloads.hf_families import FAMILIES, MOE_AWARE, MOE_KEYS
 
-__all__ = ["MAX_SEQ_LEN", "SUPPORTED_FAMILIES", "ConfigError", "detect_family", "import_hf_config"]
+__all__ = ["MAX_SEQ_LEN", "SUPPORTED_FAMILIES", "ConfigError", "default_name", "detect_family", "import_hf_config"]
 
 SUPPORTED_FAMILIES = tuple(FAMILIES)
 # ``architectures`` entries start with these (lower-cased, without "_"), e.g. "GPTNeoXForCausalLM"; longer
@@ -164,5 +164,13 @@ def _load(path_or_dict: str | PathLike[str] | Mapping[str, Any]) -> tuple[Mappin
         raise ConfigError(str(path), f"not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     if not isinstance(config, dict):
         raise ConfigError(str(path), f"expected a JSON object, got {type(config).__name__}")
+    return config, default_name(config, path)
+
+
+def default_name(config: Mapping[str, Any], path: str | PathLike[str]) -> str:
+    """The name an imported model gets unless told: the config's ``_name_or_path`` (the hub id it was saved
+    from), else the folder of a ``config.json`` (a downloaded model's folder is its name), else the file's stem
+    (``llama3-8b.json`` → "llama3-8b": the folder of several such files names none of them)."""
+    path = Path(path)
     folder_name = path.parent.name if path.name == "config.json" else ""
-    return config, str(config.get("_name_or_path") or folder_name or path.stem)
+    return str(config.get("_name_or_path") or folder_name or path.stem)

@@ -27,7 +27,7 @@ def stage_lanes(tl: Timeline, plan: Plan) -> tuple[list[int], dict[str, list[str
 
 def _pass_label(ps: ChunkPass | None, kind: str) -> str:
     segs = ps.segments if ps is not None else []
-    return f"{segs[0].label}…{segs[-1].label} {kind}" if segs else kind
+    return f"{segs[0].label}…{segs[-1].last_label or segs[-1].label} {kind}" if segs else kind
 
 
 def training_timeline(

@@ -21,6 +21,7 @@ from tilewright.engine.plan.passes import ChunkPass, Segment
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.sharding import comm_category, spans_replicas
 from tilewright.engine.plan.timing import host_wait, pass_replica_comm, pass_times
+from tilewright.engine.results.timeline import HOST_WAIT
 
 CATEGORY_OF_PASS = {"F": "compute", "B": "compute", "R": "recompute"}
 Traffic = list[tuple[dict[int, float], float, str]]  # (link usage, bytes per member, category): ``_pass_traffic``
@@ -131,7 +132,8 @@ class PassRunner:
             times[cat] += min(seg.compute_s, took)
             times["memory_stall"] += beyond - host
             times["host_wait"] += host
-            self.rec.slice(lane, start, took, cat, label, r, step.micro_batch, seg.layer)
+            self.rec.slice(lane, start, took, HOST_WAIT if seg.host_only else cat, label, r, step.micro_batch,
+                           seg.layer)
             if seg.hidden and _books(u):
                 self._book_hidden(r, seg, start, env._now)
             if comm is not None:
@@ -154,7 +156,7 @@ class PassRunner:
             kind = seg.comm[0]
             comm = (self.plan.tp_collective(r, j, kind, seg.comm[1]), comm_category(kind), spans_replicas(kind),
                     f"{kind} {seg.label}")
-        return seg, f"{seg.label} {tag}", comm
+        return seg, f"{seg.span_label} {tag}", comm
 
     def _fast_pass(self, r: int, u: Unit, ps: ChunkPass, step: Step, ledger: StageLedger, defer: bool) -> float | None:
         """Account a pass that needs no flows (private or no tensor-parallel links, no DRAM streams) and
@@ -207,7 +209,8 @@ class PassRunner:
         if hit is None:
             busy, compute, comm = pass_times(self.plan, r, ps, j)  # no DRAM stream on the fast path
             segs = ps.segments
-            label = getattr(ps, "name", "") or (f"{segs[0].label}…{segs[-1].label} {ps.kind}" if segs else ps.kind)
+            label = getattr(ps, "name", "") or (f"{segs[0].label}…{segs[-1].last_label or segs[-1].label} {ps.kind}"
+                                                if segs else ps.kind)
             host = host_wait(ps, busy - compute)
             replicas = pass_replica_comm(self.plan, r, ps)
             hit = self._totals[key] = (busy, compute, comm, label, host, busy - compute - host,
@@ -250,7 +253,7 @@ class PassRunner:
             times["memory_stall"] += stall
             times["host_wait"] += host
             if busy > 0:
-                add(lane, t, busy, cat, label, r, mb, seg.layer)
+                add(lane, t, busy, HOST_WAIT if seg.host_only else cat, label, r, mb, seg.layer)
             if seg.hidden and _books(u):
                 self._book_hidden(r, seg, t, t + busy)
             t += busy
@@ -276,7 +279,7 @@ class PassRunner:
             kind, nbytes = seg.comm[0], seg.comm[1]
             comm = (comm_category(kind), self.plan.tp_collective(r, j, kind, nbytes).phases,
                     self.plan.tp_time(r, j, kind, nbytes), f"{kind} {seg.label}")
-        return seg, host, seg.busy_s - seg.compute_s - host, f"{seg.label} {tag}", comm
+        return seg, host, seg.busy_s - seg.compute_s - host, f"{seg.span_label} {tag}", comm
 
     def _account(self, r, u, seg: Segment, t: float, cat: str, tag: str, step: Step, ledger: StageLedger) -> float:
         lane = self.lanes[(r, u)]
@@ -285,7 +288,8 @@ class PassRunner:
         times[cat] += seg.compute_s
         times["memory_stall"] += seg.busy_s - seg.compute_s - host
         times["host_wait"] += host
-        self.rec.slice(lane, t, seg.busy_s, cat, f"{seg.label} {tag}", r, step.micro_batch, seg.layer)
+        self.rec.slice(lane, t, seg.busy_s, HOST_WAIT if seg.host_only else cat, f"{seg.span_label} {tag}", r,
+                       step.micro_batch, seg.layer)
         if seg.hidden and _books(u):
             self._book_hidden(r, seg, t, t + seg.busy_s)
         t += seg.busy_s

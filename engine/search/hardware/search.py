@@ -28,6 +28,7 @@ from tilewright.engine.ir.project import Optimizer
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
 from tilewright.engine.perf.memory import activation_bytes, bytes_per_param, params_on_device
 from tilewright.engine.plan.placement import split_layers
+from tilewright.engine.results.text import counted
 from tilewright.engine.search.hardware.graph import StageGraph, stage_graph, time_graph
 from tilewright.engine.search.hardware.model import HBM_STACK_BYTES, Design, area_mm2, fits, tdp_w
 from tilewright.engine.search.pareto import pareto_front
@@ -81,7 +82,13 @@ class Choice:
         return self.micro_batch / max(e.makespan_s for e in self.designs)
 
     @property
+    def chips(self) -> int:
+        """Chips the choice runs on: tp of each stage's design."""
+        return self.tp * len(self.designs)
+
+    @property
     def tdp_w(self) -> float:
+        """The TDP of all ``chips`` (the budget is each chip's)."""
         return self.tp * sum(e.tdp_w for e in self.designs)
 
     @property
@@ -275,9 +282,11 @@ def choice_json(c: Choice | None) -> dict | None:
     if c is None:
         return None
     return {
-        "designs": [e.as_json() for e in c.designs],
+        "designs": [e.as_json() for e in c.designs],  # each design's tdp_w and area_mm2 are one chip's
+        "chips": c.chips,
         "samples_per_s": c.samples_per_s,
-        "tdp_w": c.tdp_w,
+        "tdp_w": c.tdp_w,  # all the chips'
+        "tdp_w_per_chip": [e.tdp_w for e in c.designs],
         "samples_per_s_per_w": c.samples_per_s_per_w,
     }
 
@@ -285,7 +294,7 @@ def choice_json(c: Choice | None) -> dict | None:
 def hw_result_json(r: HwSearchResult) -> dict:
     base = r.baseline
     return {
-        "budgets": {"area_mm2": r.budgets[0], "power_w": r.budgets[1]},
+        "budgets": {"area_mm2": r.budgets[0], "power_w": r.budgets[1], "per": "chip"},
         "stages": [
             {"stage": st.index, "layers": st.layers, "memory_bytes": st.memory_bytes,
              "top": [e.as_json() for e in st.top]}
@@ -299,20 +308,24 @@ def hw_result_json(r: HwSearchResult) -> dict:
     }
 
 
+def _total(c: Choice) -> str:
+    """"299 W TDP in total over 3 chips" (one chip: "299 W TDP"): the budget is per chip, so a total says so."""
+    return f"{c.tdp_w:.0f} W TDP in total over {counted(c.chips, 'chip')}" if c.chips > 1 else f"{c.tdp_w:.0f} W TDP"
+
+
 def hw_result_text(r: HwSearchResult) -> str:
-    lines = [f"hardware search: area ≤ {r.budgets[0]:g} mm², TDP ≤ {r.budgets[1]:g} W; {r.evaluated} designs "
-             f"evaluated in {r.wall_time_s:.1f} s"]
-    for st, e in zip(r.stages, r.chosen.designs, strict=True):
-        lines.append(f"  stage {st.index}: {e.design.label()} — {e.area_mm2:.0f} mm², {e.tdp_w:.0f} W, "
-                     f"{e.design.peak_flops / 1e12:.0f} TFLOP/s, {e.makespan_s * 1e3:.2f} ms per micro-batch")
     c = r.chosen
-    lines.append(
-        f"  chosen:   {c.samples_per_s:.3g} samples/s, {c.tdp_w:.0f} W, {c.samples_per_s_per_w:.4g} samples/s/W"
-    )
+    per_stage = f" ({c.tp} tp chips per stage)" if c.tp > 1 else ""
+    lines = [f"hardware search: per chip area ≤ {r.budgets[0]:g} mm² and TDP ≤ {r.budgets[1]:g} W; "
+             f"{counted(c.chips, 'chip')}{per_stage}; {r.evaluated} designs evaluated in {r.wall_time_s:.1f} s"]
+    for st, e in zip(r.stages, c.designs, strict=True):
+        lines.append(f"  stage {st.index}: {e.design.label()} — per chip {e.area_mm2:.0f} mm², {e.tdp_w:.0f} W TDP, "
+                     f"{e.design.peak_flops / 1e12:.0f} TFLOP/s; {e.makespan_s * 1e3:.2f} ms per micro-batch")
+    lines.append(f"  chosen:   {c.samples_per_s:.3g} samples/s, {_total(c)}, {c.samples_per_s_per_w:.4g} samples/s/W")
     if r.baseline:
         b = r.baseline
-        lines.append(f"  TPU-like: {b.designs[0].design.label()}: {b.samples_per_s:.3g} samples/s, {b.tdp_w:.0f} W, "
-                     f"{b.samples_per_s_per_w:.4g} samples/s/W "
+        lines.append(f"  TPU-like: {b.designs[0].design.label()} ({b.designs[0].tdp_w:.0f} W TDP per chip): "
+                     f"{b.samples_per_s:.3g} samples/s, {_total(b)}, {b.samples_per_s_per_w:.4g} samples/s/W "
                      f"(search ×{c.samples_per_s_per_w / b.samples_per_s_per_w:.2f})")
     else:
         lines.append("  TPU-like: no TPU-like unit fits these budgets")

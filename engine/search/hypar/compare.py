@@ -12,6 +12,7 @@ from typing import Any
 
 from tilewright.engine.ir.project import Project
 from tilewright.engine.ir.workload import WorkloadSpec
+from tilewright.engine.jobs import ProgressFn
 from tilewright.engine.plan.checks import raise_for_problems
 from tilewright.engine.results.result import Result
 from tilewright.engine.search.hypar.partition import Partition
@@ -66,12 +67,20 @@ def summary(result: Result) -> dict[str, Any]:
     return out
 
 
-def compare(base: Project, best: Partition) -> dict[str, Any]:
-    """Simulate both runs; JSON-ready, with the all-dp time over the HyPar time as ``speedup``."""
+def compare(base: Project, best: Partition, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Simulate both runs; JSON-ready, with the all-dp time over the HyPar time as ``speedup``. ``progress``
+    hears each simulation's (as halves of the whole), so a long pair of runs is not silent."""
     from tilewright.engine.simulate import simulate
 
     hybrid, all_dp = comparison_projects(base, best)
-    h, d = summary(simulate(hybrid)), summary(simulate(all_dp))
+    out = []
+    for i, (p, what) in enumerate(((hybrid, "the HyPar partition"), (all_dp, "pure data parallelism"))):
+        sub = None
+        if progress is not None:
+            progress(i / 2, f"hypar: simulating {what} on {base.hardware.name}")
+            sub = _half(progress, i, f"hypar: simulating {what} on {base.hardware.name}")
+        out.append(summary(simulate(p, progress=sub)))
+    h, d = out
     return {
         "system": base.hardware.name,
         "engine": base.run.engine.value,
@@ -79,6 +88,11 @@ def compare(base: Project, best: Partition) -> dict[str, Any]:
         "all_dp": d,
         "speedup": d["iteration_time_s"] / h["iteration_time_s"] if h["iteration_time_s"] else None,
     }
+
+
+def _half(progress: ProgressFn, i: int, text: str) -> ProgressFn:
+    """One simulation's fractions as the ``i``-th half of the comparison's, under ``text``."""
+    return lambda fraction, _text="": progress((i + min(max(fraction, 0.0), 1.0)) / 2, text)
 
 
 def compare_text(sim: dict[str, Any]) -> str:

@@ -43,6 +43,24 @@ from tilewright.engine.search.space import tensor_options
 from tilewright.engine.workloads import build_workload
 
 DEFAULT_SRAM_MB = 40.0  # A100's L2 (NVIDIA A100 whitepaper), used when the device lists no SRAM
+# The on-chip memory a fused chain tiles into, for the devices whose presets list none as a memory level (the GPUs'
+# L2 and the TPU's CMEM are caches the engine does not model, ``tpu-v4-torus``'s comment says why): matched on the
+# system's name, the first hit wins. Another device without SRAM falls back on DEFAULT_SRAM_MB and says so.
+KNOWN_ON_CHIP: tuple[tuple[str, float, str], ...] = (
+    ("tpu-v4", 128 * 2**20, "a TPU v4's 128 MiB CMEM, shared by its two TensorCores (Jouppi et al., ISCA 2023)"),
+    ("h100", 50e6, "an H100 SXM5's 50 MB L2 (NVIDIA H100 Tensor Core GPU Architecture whitepaper)"),
+    ("a100", 40e6, "an A100's 40 MB L2 (NVIDIA A100 Tensor Core GPU Architecture whitepaper)"),
+)
+
+
+def assumed_on_chip(system_name: str) -> tuple[float, str]:
+    """(bytes, what they are) of on-chip memory to fuse against on a device that lists no SRAM."""
+    name = system_name.lower()
+    for key, nbytes, what in KNOWN_ON_CHIP:
+        if key in name:
+            return nbytes, what
+    return DEFAULT_SRAM_MB * 1e6, (f"{DEFAULT_SRAM_MB:g} MB, an A100's L2: {system_name}'s device is not one whose "
+                                   "on-chip memory tilewright knows")
 
 
 @dataclass
@@ -124,10 +142,12 @@ def build_problem(
             "the fusion programme does not run there"
         )
     elif sram_mb is not None or dev.sram_bytes <= 0:
-        mb_ = DEFAULT_SRAM_MB if sram_mb is None else sram_mb
+        nbytes = sram_mb * 1e6 if sram_mb is not None else assumed_on_chip(project.hardware.name)[0]
         if sram_mb is None:
-            notes.append(f"the device lists no SRAM; fusion assumes {mb_:g} MB on chip (A100's L2); set --sram-mb")
-        fusion_dev = dataclasses.replace(dev, sram_bytes=mb_ * 1e6)
+            what = assumed_on_chip(project.hardware.name)[1]
+            notes.append(f"the device lists no SRAM; fusion assumes {nbytes / 1e6:.4g} MB on chip ({what}); "
+                         "--sram-mb sets it")
+        fusion_dev = dataclasses.replace(dev, sram_bytes=nbytes)
     layers = [workload.layer_ops(li.index) for li in workload.layers]
     degrees = ml.degree_options(
         n, m.global_batch, m.micro_batch, len(workload.block_layers), tensor_options(project.workload, n)
@@ -201,6 +221,7 @@ def build_problem(
         comm=dim_comm,
         step_overhead={(t, q): overhead(t, q) for t in degrees["tp"] for q in degrees["dp"]},
         params_tp=params_tp,
+        fusion_sram_bytes=fusion_dev.sram_bytes,
     )
     return pb, dims, workload
 
@@ -268,9 +289,9 @@ def multilevel_map(
         report(0.86, "map: the optimized mapping without fusion on the analytic engine")
         engine_unfused = _engine_time(unfused)
     report(1.0, "map: done")
-    sram = DEFAULT_SRAM_MB * 1e6 if sram_mb is None else sram_mb * 1e6
     return MapResult(
-        dims, default, best, inter, mapped, engine_default, engine_opt, engine_unfused, groups, sram, notes
+        dims, default, best, inter, mapped, engine_default, engine_opt, engine_unfused, groups, pb.fusion_sram_bytes,
+        notes,
     )
 
 
@@ -316,6 +337,7 @@ def map_json(r: MapResult) -> dict:
         "predicted_gain_inter_chip": r.default.time_s / r.inter_only.time_s if r.default else None,
         "predicted_scope": ESTIMATE_SCOPE,
         "fused_groups": r.fused_groups,
+        "fusion_sram_bytes": r.sram_bytes,  # the on-chip memory fused against (the device's, --sram-mb's or assumed)
         "engine_default_time_s": r.engine_default_s,
         "engine_optimized_time_s": r.engine_optimized_s,
         "engine_optimized_unfused_time_s": r.engine_unfused_s,

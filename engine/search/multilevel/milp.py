@@ -63,6 +63,7 @@ class Problem:
     # per tp degree t: t × a tensor rank's parameters (``params_on_device``) — above ``params`` by what a
     # tensor group replicates (norms, position embeddings), which each rank reduces and steps in full
     params_tp: dict[int, float] = field(default_factory=dict)
+    fusion_sram_bytes: float = 0.0  # the on-chip memory the fusion programme tiled against (``map.build_problem``)
 
     def params_of(self, t: int) -> float:
         return self.params_tp.get(t, self.params)

@@ -13,6 +13,7 @@ from dataclasses import replace
 from tilewright.engine.ir.mapping import PlacementStrategy, Recompute
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import Reporter
+from tilewright.engine.perf.recompute import changes_nothing
 from tilewright.engine.plan.cuda_graphs import problems
 from tilewright.engine.search.op_settings import fusion_allows
 from tilewright.engine.search.parallel.candidate import Candidate, dense, replicas
@@ -36,6 +37,9 @@ def build_space(project: Project, devices: int, global_batch: int, blocks: int, 
         recomputes=graph_recomputes(project, est.workload, recompute_options(spec)),
         seq_len=getattr(spec, "seq_len", None),
     )
+    if Recompute.selective in space.recomputes:
+        blocks_ops = [est.workload.layer_ops(i) for i in est.workload.block_layers]
+        space.selective_idle = changes_nothing(blocks_ops, est.settings.fused, None)
     # Search the tensor degrees nearest the innermost domain (a DGX node, a die) first: the best mappings
     # are usually there, and finding them early tightens the bound that skips the rest.
     first = est.hw.devices[0].node.rsplit("/", 1)[0]
@@ -119,7 +123,8 @@ def walk_space(
                                 layouts = len(orders) * len(space.placements)
                                 fitting = _fitting(c0, m, zeros, est, chunks, capacity, result, layouts)
                                 lower = est.lower_bound(c0, m, chunks)  # without any communication
-                                if moe is not None and moe.offer(c0, m, chunks, lower):
+                                idle = rc is Recompute.selective and space.selective_idle
+                                if moe is not None and not idle and moe.offer(c0, m, chunks, lower):
                                     fits = True
                                 if not fitting and recipes is not None and rc is Recompute.selective:
                                     # a list re-runs the attention core and more (or MLA's cheaper up
@@ -128,6 +133,9 @@ def walk_space(
                                     if lower < min(best.bound, recipes[1].bound):
                                         for r in _recipe_fits(c0, m, est, recipes[0]):
                                             recipes[1].offer(r)
+                                if idle:  # the same run as without recomputation, walked for the lists above
+                                    fits = fits or bool(fitting)
+                                    continue
                                 if not fitting:
                                     # the seeds that missed memory are the dense walk's, whatever MoE walks on
                                     if misses is not None and not dense_done:

@@ -58,6 +58,10 @@ class Best:
         return [r for _, _, r in sorted(self.heap, key=lambda t: (-t[0], t[1]))]
 
 
+# what a candidate re-simulated on the event engine reports (``resimulate``); null on the others
+EVENT_FIELDS = ("event_iteration_time_s", "event_samples_per_s", "event_peak_memory_bytes", "event_oom")
+
+
 def result_json(result: SearchResult) -> dict:
     rows = []
     for r in result.ranked:
@@ -67,8 +71,10 @@ def result_json(result: SearchResult) -> dict:
             samples_per_s=result.global_batch / r.iteration_time_s if r.iteration_time_s > 0 else 0.0,
             peak_memory_bytes=r.peak_memory_bytes,
         )
-        if r.spatial_splits:
-            row["spatial_splits"] = r.spatial_splits
+        # Every row has every key, null where a candidate has no value (not re-simulated, not a grid device):
+        # a reader of the JSON then needs no ``.get`` to tell "absent" from "missing".
+        row["spatial_splits"] = r.spatial_splits or None
+        row.update(dict.fromkeys(EVENT_FIELDS))
         if r.event is not None:
             row["event_iteration_time_s"] = r.event.iteration_time_s
             row["event_samples_per_s"] = result.global_batch / r.event.iteration_time_s

@@ -24,12 +24,14 @@ training is searched: an inference project is refused.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.hardware import elaborate
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
+from tilewright.engine.perf.recompute import changes_nothing
 from tilewright.engine.plan.residency import resolve
 from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.search.parallel.extended import Extensions, Planner, default_extensions, with_recipes
@@ -61,6 +63,29 @@ def _check_levels(project: Project, est: Estimator) -> None:
     except ValueError as exc:
         where, _, reason = str(exc).partition(": ")
         raise InputError(project.name or SOURCE, Problem(where, reason)) from None
+
+
+# Why no candidate of the default selective recomputation is listed beside its twin without recomputation.
+IDLE_SELECTIVE_NOTE = (
+    "selective recomputation (core_attn) not listed: the attention is fused (mapping.fusion attention → softmax, "
+    "or the context-parallel ring's blockwise kernel), and a flash kernel stores no scores and recomputes them "
+    "in its own backward, so each such candidate is its recompute-none twin (Megatron-LM's flash path skips the "
+    "checkpoint; Megatron-Core's re-runs the kernel's forward for no memory saved, slower still)"
+)
+
+
+def _without_idle_recipes(ext: Extensions, est: Estimator, result: SearchResult) -> Extensions:
+    """``ext`` without the module lists that change nothing here (``perf.recompute.changes_nothing``: only the
+    fused attention core, or modules the model lacks): their candidates would be the recompute-none ones."""
+    if not ext.recipes:
+        return ext
+    layers = [est.workload.layer_ops(i) for i in est.workload.block_layers]
+    idle = [r for r in ext.recipes if changes_nothing(layers, est.settings.fused, r)]
+    if not idle:
+        return ext
+    result.notes.append("recompute-module lists not tried, as they re-run nothing a fused attention kernel does "
+                        "not already: " + "; ".join(",".join(r) for r in idle))
+    return replace(ext, recipes=[r for r in ext.recipes if r not in idle])
 
 
 def search(
@@ -116,6 +141,9 @@ def search(
     best = Best(max(keep, top))
     ext = extensions if extensions is not None else default_extensions(project, hw, est.dev, **(narrow or {}))
     ext = with_recipes(ext, workload)
+    ext = _without_idle_recipes(ext, est, result)
+    if space.selective_idle:
+        result.notes.append(IDLE_SELECTIVE_NOTE)
     # seeds that missed memory: the fastest, and the fastest with dp ≥ 2 (where ep, cp and sharding apply)
     misses = (Best(SEEDS), Best(SEEDS)) if ext.active else None
     experts = moe_experts(project.workload)
@@ -141,7 +169,7 @@ def search(
                                 "does not: " + ", ".join(r.candidate.label() for r in fitting))
         ranked = extend(project, ext, ranked, missed_seeds(misses), result, second, moe_seeds, bound,
                         [r.candidate for r in fitting], planner)
-    result.ranked = ranked[: best.keep]
+    result.ranked = _collapse_idle_selective(ranked, est, result)[: best.keep]
     if (note := _precision_note(project, result.ranked)) is not None:
         result.notes.append(note)
     for r in result.ranked:
@@ -156,6 +184,35 @@ def search(
         resimulate_top(project, result, top, report.part(1.0 / (1 + sims), 1.0), planner)
     result.wall_time_s = time.perf_counter() - start
     return result
+
+
+def _collapse_idle_selective(ranked: list[Ranked], est: Estimator, result: SearchResult) -> list[Ranked]:
+    """``ranked`` with each selective-recomputation candidate that changes nothing (``changes_nothing``: every op
+    its modules touch runs in a fused attention kernel, ``mapping.fusion``'s or the context ring's) given as its
+    recompute-none twin, which it is; dropped where that twin is ranked already. The first stage never ranks
+    them (``Space.selective_idle``); the second stage's context-parallel variants of its seeds can be them."""
+    from tilewright.engine.ir.mapping import Recompute
+    from tilewright.engine.plan.context import ring_fused
+
+    layers = [est.workload.layer_ops(i) for i in est.workload.block_layers]
+    seen: set = set()
+    out: list[Ranked] = []
+    collapsed = False
+    for r in ranked:
+        c = r.candidate
+        if c.recompute is Recompute.selective and changes_nothing(
+            layers, est.settings.fused | ring_fused(layers, c.cp), c.recompute_modules
+        ):
+            collapsed = True
+            c = replace(c, recompute=Recompute.none, recompute_modules=None)
+            r = replace(r, candidate=c)
+        if c in seen:
+            continue
+        seen.add(c)
+        out.append(r)
+    if collapsed and IDLE_SELECTIVE_NOTE not in result.notes:
+        result.notes.append(IDLE_SELECTIVE_NOTE)
+    return out
 
 
 def _precision_note(project: Project, ranked: list[Ranked]) -> str | None:
