@@ -26,7 +26,7 @@ class Recipe:
     all-to-all dispatcher and no recomputation, Megatron-LM's HybridEP, ``moe_act``/``layernorm``
     recomputation and CUDA graphs), so the recipe belongs to the row, not to the model."""
 
-    recompute: str = "selective"  # mapping.recompute: 'selective' (the flash core: nothing extra), 'full', 'none'
+    recompute: str = "selective"  # mapping.recompute: 'selective' (the flash core: its forward re-run), 'full', 'none'
     recompute_layers: int | None = None  # recompute_method block, recompute_num_layers N (recompute 'full')
     recompute_modules: tuple[str, ...] | None = None  # recompute_modules (selective); None: the attention core
     expert_tp: int | None = None  # expert_tensor_parallel_size; None: tp (ours and Megatron's default)
@@ -66,8 +66,9 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 # recipe of every NeMo row:
 # - recompute_modules: GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1 (and V2) in gpt_oss_workload_base_configs.py,
 #   DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 in deepseek_workload_base_configs.py. The Qwen3 recipes set
-#   recompute_granularity None (set_qwen3_common_configs) and the Llama ones the core only or full layers:
-#   with the flash core, selective 'core_attn' re-runs and stores nothing.
+#   recompute_granularity None (set_qwen3_common_configs: recompute 'none') and the Llama ones the core only or
+#   full layers: with the flash core, selective 'core_attn' stores nothing, and Megatron-Core re-runs the flash
+#   kernel's forward in the backward (perf.recompute.reruns_flash: 'mcore-te' here).
 # - recompute_layers: Llama 3 8B's recompute_granularity full, recompute_method block, recompute_num_layers 5.
 # - expert_tp: BASE_QWEN3_235B_A22B_CONFIG and BASE_DEEPSEEK_V3_CONFIG set expert_tensor_parallel_size=1, whole
 #   experts per rank with the ep ranks folded over tp × dp. The tp-1 MoE rows (Qwen3-30B, gpt-oss) have no
@@ -156,8 +157,9 @@ BRIDGE_H100 = {
                             param_gather_with_step=True),
     "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1, router_fusion=True,
                            optimizer_master="remainders", param_gather_with_step=True),
-    "qwen3-30b-a3b": Recipe(router_fusion=True, param_gather_with_step=True),
-    "qwen3-235b-a22b": Recipe(expert_tp=1, overlap_ep_comm=True, router_fusion=True, param_gather_with_step=True),
+    "qwen3-30b-a3b": Recipe(recompute="none", router_fusion=True, param_gather_with_step=True),
+    "qwen3-235b-a22b": Recipe(recompute="none", expert_tp=1, overlap_ep_comm=True, router_fusion=True,
+                              param_gather_with_step=True),
     "deepseek-v3": Recipe(recompute_modules=("mla_up_proj", "mlp"), expert_tp=1, dispatcher="deepep",
                           mtp_layers=1, router_fusion=True, param_gather_with_step=True),
 }

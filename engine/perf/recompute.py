@@ -162,6 +162,22 @@ def present(ops: Sequence[Op], module: str) -> bool:
     return any(part.match(op, ops) for part in MODULES[module] for op in ops)
 
 
+# Megatron-Core checkpoints ``core_attention`` whatever its backend (``megatron/core/transformer/attention.py``:
+# ``if self.checkpoint_core_attention and self.training: core_attn_out = self._checkpointed_attention_forward(...)``,
+# a ``tensor_parallel.checkpoint`` of the core, its flag set by ``recompute_granularity == 'selective'`` and later
+# by ``"core_attn" in recompute_modules``): with Transformer Engine's or the local flash kernel the backward re-runs
+# that kernel's forward for no memory saved. Megatron-LM's legacy transformer (``megatron-lm``, and the
+# Megatron-DeepSpeed fork) bypasses the checkpoint on its flash path; torchtitan's selective AC saves the flash
+# op's outputs (its ``_save_list``).
+FLASH_RERUN_FRAMEWORKS = frozenset({"mcore", "mcore-te"})
+
+
+def reruns_flash(framework: str | None) -> bool:
+    """Whether selective recomputation under ``framework`` (``mapping.host_framework``; None: 'megatron-lm')
+    re-runs a fused attention kernel's forward in the backward (``FLASH_RERUN_FRAMEWORKS``)."""
+    return framework in FLASH_RERUN_FRAMEWORKS
+
+
 def changes_nothing(
     layers: Sequence[list[Op]], fused: frozenset[tuple[str, str]], modules: Sequence[str] | None
 ) -> bool:
@@ -172,9 +188,9 @@ def changes_nothing(
     (``plan.hardware_flops``), which each skip those ops alike.
 
     This follows Megatron-LM's legacy transformer, whose flash-attention path bypasses the core's checkpoint.
-    Megatron-Core checkpoints ``core_attention`` whatever its backend, so there the flash kernel's forward runs
-    once more in the backward for no memory saved: selective is then slower, never better; either way the
-    search need not try it beside ``none``."""
+    Megatron-Core checkpoints ``core_attention`` whatever its backend (``reruns_flash``), so there the flash
+    kernel's forward runs once more in the backward for no memory saved (the plan charges it): selective is then
+    slower, never better; either way the search need not try it beside ``none``."""
     from tilewright.engine.perf.op_cost import flash_ops
 
     for ops in layers:

@@ -10,7 +10,8 @@ twice that backward, no recomputation. The hardware does something else, and HFU
   causal pairs), or those of the layers ``mapping.recompute_layers`` picks; selective recomputation re-runs
   the ops of ``mapping.recompute_modules`` (``perf.recompute``; by default the attention core,
   ``Op.selective``) except what runs inside a fused kernel (``op_cost.flash_ops``), which has nothing to
-  re-run;
+  re-run — but under Megatron-Core, which checkpoints the core whatever its backend, the fused kernel's
+  forward too (``perf.recompute.reruns_flash``);
 - routed experts with a capacity factor run every padded capacity slot (the ops' ``flops`` count
   tokens · top_k · capacity_factor, ``ir.ops.ExpertInfo``). The model's FLOPs count the top_k slots each
   token is routed to, whatever the capacity, as Megatron-LM's MFU formula does
@@ -28,17 +29,18 @@ from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.ops import MoERole, Op, OpKind
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.op_cost import flash_ops, pass_flops
-from tilewright.engine.perf.recompute import selection
+from tilewright.engine.perf.recompute import reruns_flash, selection
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 
 def hardware_flops_per_sample(
     workload: WorkloadGraph, recompute: Recompute, fused: frozenset[tuple[str, str]],
-    rerun: frozenset[int] | None = None, modules: Sequence[str] | None = None,
+    rerun: frozenset[int] | None = None, modules: Sequence[str] | None = None, flash_rerun: bool = False,
 ) -> float:
     """FLOPs per sample of one training iteration: forward, backward and re-run forward of every op;
     ``rerun``: the layers full recomputation re-runs (the plan's R passes; None: every block); ``modules``:
-    what selective recomputation re-runs (``mapping.recompute_modules``)."""
+    what selective recomputation re-runs (``mapping.recompute_modules``); ``flash_rerun``: whether it re-runs a
+    fused attention kernel's forward (``perf.recompute.reruns_flash``)."""
     blocks = set(workload.block_layers) if rerun is None else rerun
     total = 0.0
     for layer in workload.layers:
@@ -51,7 +53,7 @@ def hardware_flops_per_sample(
             total += forward + pass_flops(op, True, inside)
             if recompute is Recompute.full and op.layer in blocks and op.kind is not OpKind.embedding:
                 total += forward
-            elif op.name in again and again[op.name].rerun and not inside:
+            elif op.name in again and again[op.name].rerun and (flash_rerun or not inside):
                 total += forward
     return total
 
@@ -84,5 +86,6 @@ def run_flops(
         batch = run.inference.batch
         return model_flops_per_sample(workload, backward=False) * batch, workload.flops_per_sample * batch
     rerun_of = frozenset(rerun_layers) if m.recompute is Recompute.full else None  # what the R passes re-run
-    hardware = hardware_flops_per_sample(workload, m.recompute, fused, rerun_of, m.recompute_modules)
+    hardware = hardware_flops_per_sample(workload, m.recompute, fused, rerun_of, m.recompute_modules,
+                                         reruns_flash(m.host_framework))
     return model_flops_per_sample(workload) * m.global_batch, hardware * m.global_batch

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.op_cost import flash_ops
-from tilewright.engine.perf.recompute import selection
+from tilewright.engine.perf.recompute import reruns_flash, selection
 from tilewright.engine.plan.cuda_graphs import layer_graphs
 from tilewright.engine.plan.deepspeed_host import blocking_copies
 from tilewright.engine.plan.launch import attention_scores, checkpoint_host_seconds
@@ -50,7 +50,11 @@ def forward_pass(
         for j, (op, fused) in enumerate(zip(ops, flags, strict=True)):
             if only_selective:
                 how = rerun.get(op.name)
-                if how is None or not how.rerun or op.name in flash:
+                if how is None or not how.rerun:
+                    continue
+                if op.name in flash:  # the fused kernel stores nothing; Megatron-Core re-runs its forward anyway
+                    if reruns_flash(ctx.host_framework):
+                        b.add_op(op, backward=False, fused=fused, scores=scores.get(op.name, 0.0))
                     continue
                 if not how.whole:
                     b.add_op(op, backward=False, scores=scores.get(op.name, 0.0))

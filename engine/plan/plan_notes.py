@@ -17,7 +17,7 @@ from tilewright.engine.ir.mapping import Recompute
 from tilewright.engine.ir.project import Mode
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.formats import per_op_notes
-from tilewright.engine.perf.recompute import changes_nothing
+from tilewright.engine.perf.recompute import changes_nothing, reruns_flash
 from tilewright.engine.plan.activation_offload import notes as offload_notes
 from tilewright.engine.plan.dgrad_overlap import notes as dgrad_notes
 from tilewright.engine.plan.dgrad_overlap import overlaps as dgrad_overlaps
@@ -34,8 +34,13 @@ from tilewright.engine.plan.tensor_axes import notes as tensor_axes_notes
 SELECTIVE_CHANGES_NOTHING = (
     "selective recomputation changes nothing here: the ops its modules re-run run inside the fused attention kernel "
     "(mapping.fusion, or the context-parallel ring), which stores no scores and recomputes them in its own "
-    "backward, so this is the run without recomputation (as Megatron-LM's flash path; Megatron-Core would re-run "
-    "the kernel's forward once more, not modelled)"
+    "backward, so this is the run without recomputation (as Megatron-LM's flash path)"
+)
+# the same under Megatron-Core, which re-runs the fused kernel's forward (``perf.recompute.reruns_flash``)
+SELECTIVE_RERUNS_FLASH = (
+    "selective recomputation saves nothing here: the ops its modules re-run run inside the fused attention kernel, "
+    "which stores no scores, yet Megatron-Core checkpoints the attention core whatever its backend, so the "
+    "kernel's forward runs once more in the backward: slower than no recomputation, for the same memory"
 )
 
 
@@ -73,7 +78,7 @@ def plan_notes(
     if run.mode is Mode.train and m.recompute is Recompute.selective and changes_nothing(
         [workload.layer_ops(i) for i in s.blocks], s.fusion, m.recompute_modules
     ):
-        notes.append(SELECTIVE_CHANGES_NOTHING)
+        notes.append(SELECTIVE_RERUNS_FLASH if reruns_flash(m.host_framework) else SELECTIVE_CHANGES_NOTHING)
     compute = stages[0].dev.compute
     if run.dtype not in compute.peak_flops:
         notes.append(
