@@ -129,16 +129,24 @@ def main(args: Any, simulate: SimulateFn | None = None) -> int:
     window.show_message(note)
     if screenshot:
         window.show()
+    elif getattr(args, "presentation", False):
+        window.showFullScreen()
+    else:
+        window.show()
+    refusal = below_minimum(window, size) if not getattr(args, "presentation", False) else None
+    if refusal is not None:
+        print(refusal, file=sys.stderr)
+        window.doc.undo_stack.setClean()
+        window.close()
+        dispose(window)
+        return EXIT_BAD_INPUT
+    if screenshot:
         code = take_screenshot(window, Path(screenshot), size, run=bool(getattr(args, "run", False)))
         window.doc.undo_stack.setClean()  # nothing to ask about when closing a scripted window
         window.close()
         QThreadPool.globalInstance().waitForDone(2000)
         dispose(window)
         return code
-    if getattr(args, "presentation", False):
-        window.showFullScreen()
-    else:
-        window.show()
     if getattr(args, "run", False):
         if window.opening is not None:
             window.opened.connect(window.run_simulation, Qt.ConnectionType.SingleShotConnection)
@@ -147,6 +155,26 @@ def main(args: Any, simulate: SimulateFn | None = None) -> int:
     code = app.exec()
     QThreadPool.globalInstance().waitForDone(2000)
     return int(code)
+
+
+def below_minimum(window: Any, size: tuple[int, int]) -> str | None:
+    """The refusal of a ``--size`` smaller than the shown window's minimum, or None when it fits.
+
+    The minimum is what the window's docks, toolbar and panels need once shown and polished (about
+    900 × 600, depending on fonts): Qt silently grows a smaller window to it, so ``--size 400x300`` used
+    to give an 897 × 601 screenshot, a warning and exit 0. Only the shown window knows its minimum, so
+    this is asked after ``show()``."""
+    from PySide6.QtWidgets import QApplication
+
+    QApplication.processEvents()
+    need = window.minimumSizeHint().expandedTo(window.minimumSize())
+    shown = window.size()
+    low_w, low_h = max(need.width(), shown.width()), max(need.height(), shown.height())
+    if size[0] >= low_w and size[1] >= low_h:
+        return None
+    return str(InputError(
+        "--size", f"{size[0]}x{size[1]} is smaller than the window's minimum of {low_w}x{low_h} (for this project "
+        "and font); give at least that"))
 
 
 def dispose(window: Any) -> None:

@@ -73,9 +73,13 @@ class JobController(QObject):
         if job is not self.job:
             return
         self.job = None
-        self.last_message = f"{self.FAILED_PREFIX}: {message}"
+        self.last_message = self.failed_message(message)
         self.failed.emit(message)
         self._end()
+
+    def failed_message(self, message: str) -> str:
+        """The status line of a failed job (its first line: the status bar is one line high)."""
+        return f"{self.FAILED_PREFIX}: {message.splitlines()[0] if message else ''}"
 
     def _progress(self, job: Job, fraction: float, text: str) -> None:
         if job is self.job:

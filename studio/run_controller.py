@@ -37,7 +37,7 @@ from tilewright.engine.simulate import simulate as engine_simulate
 from tilewright.studio.job_controller import JobController
 from tilewright.studio.model.run_record import RunRecord
 from tilewright.studio.units import SECONDS, format_value
-from tilewright.studio.workers import Job, SimulateFn, simulation_job, start
+from tilewright.studio.workers import NOT_RUN, Job, SimulateFn, simulation_job, start
 
 
 class RunController(JobController):
@@ -80,6 +80,12 @@ class RunController(JobController):
             return
         job.ended_at = time.monotonic()  # it never ran; its relay goes with the ``stopped`` signal
         job.signals.stopped.emit()
+
+    def failed_message(self, message: str) -> str:
+        if message.startswith(NOT_RUN):  # refused before it started: it did not fail, it never ran
+            count = len(message.splitlines()) - 1
+            return f"run not started: the project has {count} problem{'s' if count != 1 else ''}"
+        return super().failed_message(message)
 
     def _finished(self, value: object, seconds: float) -> None:
         record: RunRecord = value  # type: ignore[assignment]

@@ -17,10 +17,12 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QThreadPool, Signal
+from tilewright.engine.cli.context_check import refuse_served_past_context
 from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import CancelFn, Cancelled, ProgressFn
 from tilewright.engine.plan.checks import check_project
+from tilewright.engine.plan.context_length import context_problems, length_fields
 from tilewright.engine.serving import ServingSetupError, load_trace, simulate_serving, sweep_rates
 from tilewright.studio.job_controller import JobController
 from tilewright.studio.model.serving_data import ServingRequest, ServingView, serving_view
@@ -47,13 +49,17 @@ def serve_and_shape(
     shape the views — all on the worker. An inconsistent project, or a setting the instances cannot be built
     with, comes back as an ``InputError`` naming it."""
     config = request.config
-    problems = check_project(project, allow_large=True)  # what a run refuses (e.g. tp not dividing the heads)
+    served = served_project(project, config)
+    problems = serving_problems(served, traced=request.trace is not None)
     if problems:
         raise InputError(project.name, problems)
     try:
         if request.trace is not None:
             progress(0.0, READING)
-            config = dataclasses.replace(config, requests=tuple(load_trace(request.trace)))
+            requests = tuple(load_trace(request.trace))
+            # each request's own lengths against the model's context, as ``tilewright serve`` holds them
+            refuse_served_past_context(project, project.name, request.trace, requests)
+            config = dataclasses.replace(config, requests=requests)
             result = simulate(project, config, progress=progress, cancel=cancel)
             rates, results, best = [None], [result], None
         elif request.is_sweep:
@@ -69,6 +75,31 @@ def serve_and_shape(
         raise Cancelled("cancelled")
     progress(1.0, SHAPING)
     return serving_view(project.name, rates, results, best)
+
+
+def served_project(project: Project, config: Any) -> Project:
+    """``project`` with the lengths the serving form sets (``config.prompt_tokens``/``output_tokens``, None:
+    the project's own) in its ``run.inference``: what is served is what must pass the checks."""
+    inference = project.run.inference
+    update = {field: value for field in ("prompt_tokens", "output_tokens")
+              if (value := getattr(config, field, None)) is not None}
+    if not update:
+        return project
+    run = project.run.model_copy(update={"inference": inference.model_copy(update=update)})
+    return project.model_copy(update={"run": run})
+
+
+def serving_problems(served: Project, traced: bool) -> list[Problem]:
+    """What refuses a serving run: the project's cross-part problems (e.g. tp not dividing the heads) and its
+    served lengths past the model's context — whatever ``run.mode`` says, since serving is inference
+    (``plan.context_length``). The window used to check the project's own lengths, not the form's prompt
+    and output, so a 100,000-token prompt typed in the form was served. With a trace the lengths are each
+    request's (checked as the trace is read), so the project's own lengths are not held against it."""
+    lengths = length_fields(served.workload)
+    problems = [p for p in check_project(served, allow_large=True) if p.path != lengths]
+    if not traced:
+        problems += context_problems(served, serving=True)
+    return problems
 
 
 class ServingController(JobController):

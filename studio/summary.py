@@ -12,7 +12,7 @@ from tilewright.engine.hardware import HardwareGraph, elaborate
 from tilewright.engine.hardware.model import MemoryPort, index_label
 from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.hardware import Component, Interconnect, Memory
-from tilewright.studio.units import BYTES, BYTES_PER_S, FLOPS, SECONDS, format_value, plural
+from tilewright.studio.units import BYTES_PER_S, FLOPS, SECONDS, format_bytes, format_value, plural
 
 PREFERRED_DTYPES = (DType.bf16, DType.fp16, DType.fp8, DType.tf32, DType.fp32, DType.int8)
 
@@ -133,7 +133,7 @@ def key_figures(component: Component) -> list[str]:
     if dtype is not None:
         figures.append(f"{format_value(_instance_peak(component, dtype), FLOPS)} {dtype.value}")
     for kind, size in sorted(instance_memory(component).items(), key=lambda kv: -kv[1]):
-        figures.append(f"{format_value(size, BYTES)} {kind.upper()}")
+        figures.append(f"{format_bytes(size)} {kind.upper()}")
     devices = component.devices_per_instance()
     if component.children and devices:
         figures.append(f"{devices} {plural('device', devices)}")
@@ -175,8 +175,8 @@ def interconnect_caption(ic: Interconnect) -> str:
 def memory_caption(m: Memory, ports: int = 1) -> str:
     """ "dram · HBM · 16 ports × 16 GiB = 256 GiB · 410 GB/s per port": an edge memory's ``capacity_bytes``
     and bandwidth are per port, and the engine gives it ``ports`` ports (``own_ports``)."""
-    size = format_value(m.capacity_bytes, BYTES)
+    size = format_bytes(m.capacity_bytes)
     if m.attach and ports > 1:
-        size = f"{ports} {plural('port', ports)} × {size} = {format_value(ports * m.capacity_bytes, BYTES)}"
+        size = f"{ports} {plural('port', ports)} × {size} = {format_bytes(ports * m.capacity_bytes)}"
     per = " per port" if m.attach else ""
     return f"{m.name} · {m.kind.value.upper()} · {size} · {format_value(m.bandwidth_bytes_per_s, BYTES_PER_S)}{per}"

@@ -84,7 +84,9 @@ def format_number(value: float, digits: int = 3) -> str:
 
 def format_bytes(value: float) -> str:
     """Sizes of memory contents in binary units, as capacities are stated (12 GiB GDDR6): "59.9 GiB",
-    "512 MiB", "1018 MiB", "3 KiB"; plain bytes below a KiB."""
+    "512 MiB", "1018 MiB", "3 KiB"; plain bytes below a KiB. Every capacity the studio shows (cards,
+    captions, memory lines) goes through here, so a line never mixes conventions: "16 TB DDR · 5 TiB HBM"
+    (a decimal-round and a binary-round capacity, each shown its own way) read as two unit systems."""
     for prefix, scale in (("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10)):
         if abs(value) >= scale:
             return f"{format_number(value / scale)} {prefix}B"

@@ -50,10 +50,17 @@ class JobSignals(QObject):
     progress = Signal(float, str)  # fraction 0–1, what it is doing ("building the plan", "simulating", …)
 
 
+COMMAND_LINE = "command line"  # the source engine checks name for arguments that came as flags
+
+
 def readable(exc: BaseException) -> str:
     """The message a person reads: an ``InputError`` already names file, path and reason; anything else
-    gets its type so "KeyError: 'x'" is not just "'x'"."""
+    gets its type so "KeyError: 'x'" is not just "'x'". Engine entry points shared with the CLI (search,
+    hw-search, HyPar) name their arguments' source "command line"; in the studio nothing came from one, so
+    that prefix goes ("failed: command line: run.mode: …" read as if the user had typed a command)."""
     if isinstance(exc, InputError):
+        if exc.source == COMMAND_LINE:
+            return "\n".join(str(p) for p in exc.problems)
         return str(exc)
     return traceback.format_exception_only(type(exc), exc)[-1].strip()
 
@@ -201,12 +208,34 @@ def simulate_and_prepare(
     A run past the size limits is refused (not left to exhaust memory) unless ``allow_large``."""
     start = time.perf_counter()
     check_budget(project, project.name, allow_large=allow_large)
+    refuse_problems(project)
     progress(0.0, PLANNING)  # the engine plans first; its first report says it moved on
     result = simulate(project, progress=lambda f, text="": progress(f, text or SIMULATING), cancel=cancel)
     if cancel():
         raise Cancelled("cancelled")
     progress(1.0, PREPARING)
     return prepare_record(project, result, time.perf_counter() - start)
+
+
+NOT_RUN = "Not run: the project has problems (the status bar lists them too)"
+
+
+class ProjectProblems(InputError):
+    """A run refused for the project's problems: the heading once, then one problem a line."""
+
+    def __str__(self) -> str:
+        return "\n".join([f"{NOT_RUN}:", *(f"• {p}" for p in self.problems)])
+
+
+def refuse_problems(project: Project) -> None:
+    """Refuse a run of a project with cross-part problems (``check_project``), as ``tilewright run`` does:
+    the status bar listed them, yet Run simulated anyway (e.g. an inference sequence past the model's
+    context). The size limits are ``check_budget``'s, asked before this."""
+    from tilewright.engine.plan.checks import check_project
+
+    problems = check_project(project, allow_large=True)
+    if problems:
+        raise ProjectProblems(project.name, problems)
 
 
 def simulation_job(project: Project, simulate: SimulateFn, allow_large: bool = False) -> Job:

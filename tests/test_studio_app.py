@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from argparse import Namespace
 
@@ -143,3 +144,20 @@ def test_screenshot_with_a_suffix_qt_cannot_write_is_refused_before_the_window_o
     err = capsys.readouterr().err
     assert "--screenshot" in err and "'.gif'" in err and "png" in err
     assert not shot.exists()
+
+
+def test_size_below_the_window_minimum_is_refused_naming_it(qapp, tmp_path, capsys):
+    """``--size 400x300`` gave an 897 × 601 image, a warning and exit 0: Qt grows a window to its minimum."""
+    project = tmp_path / "wafer.json"
+    save_project(wafer_project(), project)
+    shot = tmp_path / "small.png"
+    assert app.main(args(project=str(project), screenshot=str(shot), size="400x300")) == 2
+    err = capsys.readouterr().err
+    match = re.search(r"--size: 400x300 is smaller than the window's minimum of (\d+)x(\d+)", err)
+    assert match, err
+    low = (int(match.group(1)), int(match.group(2)))
+    assert low[0] > 400 or low[1] > 300
+    assert not shot.exists()
+    # the named minimum itself is honoured: the image comes out exactly that size
+    assert app.main(args(project=str(project), screenshot=str(shot), size=f"{low[0]}x{low[1]}")) == 0
+    assert QImage(str(shot)).size().toTuple() == low

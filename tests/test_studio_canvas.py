@@ -174,7 +174,8 @@ def test_labels_name_kind_and_figures_with_units(make_canvas):
     w = make_canvas(dgx_project())
     w.scene.drill_into("cluster/node")
     label = w.scene.grids["cluster/node/gpu"].label.lines
-    assert label == ["gpu · chip · 1 × 8", "312 TFLOP/s bf16 · 80 GB HBM"]
+    hbm = dgx_project().hardware.find("cluster/node/gpu").memories[0].capacity_bytes
+    assert label == ["gpu · chip · 1 × 8", f"312 TFLOP/s bf16 · {hbm / 2**30:.3g} GiB HBM"]
     title = w.scene.frame.title.lines
     assert title[0] == "node[0] · node · one of 2"
     assert "links: switch · 300 GB/s per link · 1 µs" in title

@@ -10,7 +10,7 @@ from tilewright.engine.io.presets import list_presets, load_system
 from tilewright.engine.ir.common import DType
 from tilewright.engine.perf.device import device_capacity, device_model, remote_memory
 from tilewright.studio.summary import instance_memory, key_figures, own_ports
-from tilewright.studio.units import BYTES, format_value
+from tilewright.studio.units import BYTES, format_bytes, format_value
 
 
 def engine_memory(system) -> dict[str, float]:
@@ -26,7 +26,7 @@ def test_caption_memory_is_what_the_engine_gives_the_devices(name):
     shown = instance_memory(system)
     assert shown == pytest.approx(engine_memory(system))
     for kind, size in shown.items():
-        assert f"{format_value(size, BYTES)} {kind.upper()}" in key_figures(system)
+        assert f"{format_bytes(size)} {kind.upper()}" in key_figures(system)  # capacities in binary units
     # the capacity a run checks against, device by device (the presets' devices are alike)
     hw = elaborate(system)
     n = len(hw.devices)

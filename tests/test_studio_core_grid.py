@@ -21,6 +21,7 @@ from tilewright.studio.model.core_grid import (  # noqa: E402
 from tilewright.studio.samples import dgx_project  # noqa: E402
 from tilewright.studio.ui.canvas import CanvasWidget  # noqa: E402
 from tilewright.studio.ui.selection import Selection  # noqa: E402
+from tilewright.studio.units import format_bytes  # noqa: E402
 
 PROJECT = "wormhole-n150-llama2-7b-inference"
 
@@ -79,7 +80,8 @@ def test_used_mask_and_multicast_lines():
 def test_core_caption_has_units(n150_run):
     project, _ = n150_run
     grid = core_grid(project.hardware.children[0])
-    assert core_caption(grid) == "8 × 8 cores · 1.5 MB L1 each"
+    assert core_caption(grid) == f"8 × 8 cores · {format_bytes(grid.l1_bytes)} L1 each"  # binary, as capacities are
+    assert format_bytes(grid.l1_bytes) == f"{grid.l1_bytes / 2**20:.3g} MiB"
 
 
 # -- canvas -------------------------------------------------------------------------------------------
@@ -89,7 +91,7 @@ def test_grid_device_draws_its_cores(make_canvas, n150_run):
     chip = _chip(widget)
     widget.view.viewport().grab()
     assert chip.last_cores == (64, 0)  # a raster of 8 × 8 cores, none marked before a run
-    assert "8 × 8 cores · 1.5 MB L1 each" in chip.label.lines
+    assert f"8 × 8 cores · {format_bytes(core_grid(project.hardware.children[0]).l1_bytes)} L1 each" in chip.label.lines
     assert not widget.demo.op_box.isVisibleTo(widget)  # nothing to choose before a run
 
 

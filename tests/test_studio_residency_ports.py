@@ -136,12 +136,18 @@ def test_link_view_lists_every_port_with_units(qtbot, palm):
     span = time_span(result)
     top = max(result.dram_ports, key=lambda p: p["read_bytes"] + p["write_bytes"])
     first = group.child(0)
-    assert first.text(1) == f"read {format_traffic(top['read_bytes'])} · write {format_traffic(top['write_bytes'])}"
     util = max(
         top["read_bytes"] / (top["read_bandwidth_bytes_per_s"] * span),
         top["write_bytes"] / (top["write_bandwidth_bytes_per_s"] * span),
     )
     assert first.text(2).startswith(format_percent(util))
+    total = top["read_bytes"] + top["write_bytes"]
+    if top["write_bytes"] == 0:  # every DRAM stream is timed as a read: one total, no "write 0 B"
+        assert first.text(1) == f"{format_traffic(total)} read + written"
+        assert first.text(2).endswith("of its read channel") and "read channel" in first.text(3)
+    else:
+        assert first.text(1) == f"read {format_traffic(top['read_bytes'])} · write {format_traffic(top['write_bytes'])}"
+    assert "write 0 B" not in " ".join(group.child(i).text(1) for i in range(group.childCount()))
 
 
 def test_die_view_labels_each_port_with_its_load(qtbot, palm):
@@ -167,7 +173,9 @@ def test_die_view_labels_each_port_with_its_load(qtbot, palm):
     assert set(frame.loads) == set(mine) == set(frame.port_names)
     assert len(frame.load_labels) == len(mine)
     for name, port in mine.items():
-        assert frame.loads[name].startswith(f"read {format_traffic(port['read_bytes'])} · write ")
+        total = port["read_bytes"] + port["write_bytes"]
+        assert frame.loads[name].startswith(f"{format_traffic(total)} read + written" if port["write_bytes"] == 0
+                                            else f"read {format_traffic(port['read_bytes'])} · write ")
         assert frame.loads[name].endswith("% busy")
     widget.show_result(None)
     assert widget.scene.frame.load_labels == []

@@ -98,7 +98,7 @@ def test_metric_rows_carry_the_results_numbers_with_units():
     assert rows["goodput"].endswith("requests/s")
     assert rows["requests meeting the SLO"].startswith(f"{100 * m['goodput']['fraction_meeting_slo']:.1f} %")
     assert rows["requests"] == f"{len(result.records)} requests"
-    assert rows["KV cache (decode)"] == f"{result.kv_pages['decode']} pages × {result.kv_page_tokens} tokens"
+    assert rows["KV cache (decode)"] == f"{result.kv_pages['decode']:,} pages × {result.kv_page_tokens:,} tokens"
     assert rows["KV peak (prefill)"].endswith("% of pages")
     assert "TTFT ≤ 500 ms" in rows["SLO"] and "TPOT ≤ 50 ms" in rows["SLO"]
 

@@ -143,16 +143,18 @@ def test_sketch_a_wafer_from_file_new_to_a_first_run(make_window, qtbot, tmp_pat
     menu_entry(w, "File", "Import model config").trigger()
     assert doc.project.workload.name == "gpt2"
 
-    # Mapped in the Workload tab: pipeline 4 × tensor 16 on the 64 tiles, then Auto-map.
+    # Mapped in the Workload tab: pipeline 4 × tensor 4 × data 4 on the 64 tiles, then Auto-map (tensor 16 does
+    # not divide GPT-2's 12 heads: Run refuses such a project, as ``tilewright run`` does).
     show_tab(w, "workload")
     panel = w.workload
     panel.editors["pp"].type_and_commit("4")
-    panel.editors["tp"].type_and_commit("16")
-    panel.editors["dp"].type_and_commit("1")
+    panel.editors["tp"].type_and_commit("4")
+    panel.editors["dp"].type_and_commit("4")
+    panel.editors["global_batch"].type_and_commit("8")  # two samples per replica
     assert "tp·pp·dp = 64 of 64 devices" in panel.devices_label.text()
     qtbot.mouseClick(panel.auto_map, Qt.MouseButton.LeftButton)
     m = doc.project.mapping
-    assert (m.pp, m.tp, m.dp) == (4, 16, 1) and not panel.error_label.text()
+    assert (m.pp, m.tp, m.dp) == (4, 4, 4) and not panel.error_label.text()
     assert "4 stages" in panel.placement_label.text()
 
     # Run ▸ Run, on the real engine: a result arrives in the results dock.

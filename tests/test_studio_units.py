@@ -21,6 +21,7 @@ from tilewright.studio.units import (
     FLOPS,
     SECONDS,
     UnitError,
+    format_bytes,
     format_value,
     parse_value,
 )
@@ -128,9 +129,10 @@ def test_rename_and_drop_keys_follow_descendants():
 
 def test_labels_carry_units():
     gpu = dgx_project().hardware.find("cluster/node/gpu")
-    assert one_line(gpu) == "gpu · chip · 312 TFLOP/s bf16 · 80 GB HBM"
+    hbm = gpu.memories[0].capacity_bytes  # 80 GB (decimal), shown in binary as every capacity is
+    assert one_line(gpu) == f"gpu · chip · 312 TFLOP/s bf16 · {hbm / 2**30:.3g} GiB HBM"
     node = dgx_project().hardware.find("cluster/node")
-    assert key_figures(node) == ["2.5 PFLOP/s bf16", "640 GB HBM", "8 devices"]
+    assert key_figures(node) == ["2.5 PFLOP/s bf16", f"{8 * hbm / 2**30:.3g} GiB HBM", "8 devices"]
     assert interconnect_caption(node.interconnect) == "switch · 300 GB/s per link · 1 µs"
     assert block_caption(big_wafer_project().hardware.children[0]) == "64 × 64 tiles"
 
@@ -168,3 +170,21 @@ def test_display_shape_follows_interconnect_dims():
     x16, _ = shape.cell_center(16)
     assert x16 - x0 == pytest.approx(shape.plane_stride)  # instance 16 opens the second plane
     assert display_shape(hw, hw.children[0]) == GridShape(2, 1)  # no dims: the component's own grid
+
+
+def test_capacities_on_a_card_share_one_convention():
+    """The DGX system's card read "16 TB DDR · 5 TiB HBM": a decimal-round and a binary-round capacity."""
+    from tilewright.engine.io.presets import load_project_preset
+
+    system = load_project_preset("gpt3-dgx-a100").hardware
+    figures = key_figures(system)
+    capacities = [f for f in figures if f.split()[-1] in {"DDR", "HBM", "SRAM", "GDDR"}]
+    assert len(capacities) >= 2  # the case at hand: two kinds of memory on one line
+    for figure in capacities:
+        number, unit, _kind = figure.split()
+        assert unit in {"KiB", "MiB", "GiB", "TiB", "PiB"}, figures
+    # the figures are the instance's capacities, in binary units
+    from tilewright.studio.summary import instance_memory
+
+    for kind, size in instance_memory(system).items():
+        assert any(f.endswith(f" {kind.upper()}") and f.startswith(format_bytes(size)) for f in capacities)

@@ -90,7 +90,7 @@ def test_inspector_edit_undo_redo(make_window):
     editor.type_and_commit("40 GB")
     assert w.doc.project.hardware.find("cluster/node/gpu").memories[0].capacity_bytes == 40e9
     assert w.isWindowModified()
-    assert w.outline.items["cluster/node/gpu"].toolTip(0).endswith("40 GB HBM")
+    assert w.outline.items["cluster/node/gpu"].toolTip(0).endswith(f"{40e9 / 2**30:.3g} GiB HBM")
     w.actions_.undo.trigger()
     assert w.doc.project.hardware.find("cluster/node/gpu").memories[0].capacity_bytes == 80e9
     assert w.inspector.editor("memories", 0, "capacity_bytes").line_edit.text() == "80 GB"

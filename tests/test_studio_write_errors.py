@@ -25,7 +25,7 @@ def test_a_screenshot_that_cannot_be_written_exits_2_naming_it(qapp, tmp_path, c
     blocker.write_text("x")
     target = blocker / "shot.png"  # a folder inside a file
     ns = Namespace(
-        project=None, run=False, screenshot=str(target), size="800x600", presentation=False, allow_large=False
+        project=None, run=False, screenshot=str(target), size="1280x800", presentation=False, allow_large=False
     )
     assert app.main(ns) == 2
     err = capsys.readouterr().err

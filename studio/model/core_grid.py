@@ -22,7 +22,7 @@ from tilewright.engine.perf.spatial_traffic import first_cores, group_origins, r
 from tilewright.engine.results import split_traffic as engine_split
 from tilewright.engine.results.split_traffic import SplitReader, SplitRecord
 from tilewright.studio.model.split_traffic import block_bytes, core_blocks, format_traffic, multicast_loads
-from tilewright.studio.units import BYTES, format_value
+from tilewright.studio.units import format_bytes
 
 _OVER = re.compile(r"\bover\s+(\d+)\s+cores\b")
 
@@ -35,7 +35,7 @@ def core_grid(component: Component) -> TileGrid | None:
 
 def core_caption(grid: TileGrid) -> str:
     """"8 × 8 cores · 1.5 MB L1 each"."""
-    return f"{grid.rows} × {grid.cols} cores · {format_value(grid.l1_bytes, BYTES)} L1 each"
+    return f"{grid.rows} × {grid.cols} cores · {format_bytes(grid.l1_bytes)} L1 each"
 
 
 @dataclass(frozen=True)

@@ -224,11 +224,12 @@ def metric_rows(result: ServingResult, m: dict[str, Any], rate: float | None) ->
         if g[key] is not None
     )
     rows += [
-        ("SLO", slo or "none set (every request meets it)"),
+        ("SLO", slo or "none set (nothing to meet)"),
         ("goodput", format_value(g["requests_per_s"], REQUESTS_PER_S)),
         (
             "requests meeting the SLO",
-            format_percent(g["fraction_meeting_slo"])
+            "— (no SLO set)" if g["fraction_meeting_slo"] is None  # engine: null without an SLO
+            else format_percent(g["fraction_meeting_slo"])
             + (" (meets the target)" if g["meets_target"] else f" (target {format_percent(GOODPUT_TARGET)})"),
         ),
     ]
@@ -242,7 +243,7 @@ def metric_rows(result: ServingResult, m: dict[str, Any], rate: float | None) ->
         rows.append(("mean requests in flight", f"{m['mean_in_flight']:.3g} requests"))
     for kind, kv in m["kv"].items():
         rows += [
-            (f"KV cache ({kind})", f"{kv['pages']} pages × {kv['page_tokens']} tokens"),
+            (f"KV cache ({kind})", f"{kv['pages']:,} pages × {kv['page_tokens']:,} tokens"),
             (f"KV peak ({kind})", format_percent(kv["peak_fraction"]) + " of pages"),
             (f"KV mean ({kind})", format_percent(kv["mean_fraction"]) + " of pages"),
         ]

@@ -107,12 +107,43 @@ def port_total(p: dict[str, Any]) -> float:
     return p["bytes"] if p["read_bytes"] is None else p["read_bytes"] + p["write_bytes"]
 
 
+def one_total(p: dict[str, Any]) -> bool:
+    """Whether a port's traffic is shown as one total rather than read and write apart: a device's own DRAM
+    (the cost model does not tell its reads from its writes) and a ported memory whose write channel carried
+    nothing. The engine times every DRAM stream as a read (``engine/hardware/interleave.py``
+    ``stream_usage``), so "write 0 B" on every port of a training run said activations, gradients and the
+    optimizer update were never written; they were, timed on the read channel."""
+    return p["read_bytes"] is None or not p["write_bytes"]
+
+
 def port_amount(p: dict[str, Any]) -> str:
-    """"read 1.2 TB · write 30 GB", or "1.77 TB read + written" for a device's own DRAM, whose traffic the
-    engine counts as one total (the cost model does not tell its reads from its writes)."""
-    if p["read_bytes"] is None:
-        return f"{format_traffic(p['bytes'])} read + written"
+    """"read 1.2 TB · write 30 GB" when the write channel carried traffic, else "1.77 TB read + written"
+    (a device's own DRAM, or a port whose streams the engine all timed as reads: ``one_total``)."""
+    if one_total(p):
+        return f"{format_traffic(port_total(p))} read + written"
     return f"read {format_traffic(p['read_bytes'])} · write {format_traffic(p['write_bytes'])}"
+
+
+def _busy_where(p: dict[str, Any]) -> str:
+    """What a port's utilisation is a share of."""
+    if p["read_bytes"] is None:
+        return "of its bandwidth"
+    return "of its read channel" if one_total(p) else "busiest direction"
+
+
+def no_ports_note(engine: str, devices: int) -> str:
+    """Why a run lists no DRAM ports, for the engine and the device count that caused it: the per-port
+    bytes come from the link series, which the analytic engine never records and which a single device,
+    with no links to others, does not have either (the n150's event run used to read "the analytic engine
+    records no links")."""
+    if engine == "analytic":
+        why = "the analytic engine records no link series, and the per-port bytes are read from them"
+    elif devices == 1:
+        why = ("one device has no links to others, so the run records no link series to read per-port bytes "
+               "from; its own DRAM is priced inside each op")
+    else:
+        why = "this run recorded no traffic through a DRAM port"
+    return f"DRAM ports: no per-port traffic in this run ({why}) — choose an op on the canvas for its DRAM bytes"
 
 
 def port_rows(ports: list[dict[str, Any]], span_s: float, root: str = "") -> list[TrafficRow]:
@@ -121,14 +152,11 @@ def port_rows(ports: list[dict[str, Any]], span_s: float, root: str = "") -> lis
     out = []
     for p in sorted(ports, key=lambda p: -port_total(p)):
         name = p["port"].replace(root, "", 1) if root else p["port"]
+        note = f"{p['memory']}, {p['interleave']}"
+        if p["read_bytes"] is not None and one_total(p) and port_total(p) > 0:
+            note += "; writes timed on the read channel"
         out.append(
-            TrafficRow(
-                name,
-                port_amount(p),
-                f"{format_percent(port_utilisation(p, span_s))} "
-                + ("of its bandwidth" if p["read_bytes"] is None else "busiest direction"),
-                f"{p['memory']}, {p['interleave']}",
-            )
+            TrafficRow(name, port_amount(p), f"{format_percent(port_utilisation(p, span_s))} {_busy_where(p)}", note)
         )
     return out
 

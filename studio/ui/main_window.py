@@ -48,7 +48,7 @@ from tilewright.studio.ui.selection import Selection
 from tilewright.studio.ui.settle import SettleGate
 from tilewright.studio.ui.status import StatusBar
 from tilewright.studio.ui.workload_panel import WorkloadPanel
-from tilewright.studio.workers import Job, Relay, SimulateFn, fast_switching, start
+from tilewright.studio.workers import NOT_RUN, Job, Relay, SimulateFn, fast_switching, start
 
 LAYOUT_VERSION = 1
 PRESENTATION_SCALE = 1.3
@@ -137,7 +137,8 @@ class MainWindow(QMainWindow):
         self.runner.runningChanged.connect(self._on_running)
         self.runner.started.connect(self.results.show_running)
         self.runner.finished.connect(self.results.show_result)
-        self.runner.failed.connect(lambda m: self.results.show_message(f"The run failed: {m}"))
+        self.runner.failed.connect(
+            lambda m: self.results.show_message(m if m.startswith(NOT_RUN) else f"The run failed: {m}"))
         self.runner.done.connect(lambda: self.status.set_run_state(self.runner.last_message))
         self.results.follow(self.runner)
         self.canvas.set_time_cursor(self.time_cursor)  # the canvas heat map and demo follow the same cursor

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTreeWidget, QTree
 from tilewright.engine.ir.hardware import Component
 from tilewright.studio.document import ProjectDocument
 from tilewright.studio.icons import kind_icon
+from tilewright.studio.mapping import display_hardware
 from tilewright.studio.summary import one_line
 from tilewright.studio.ui.selection import Selection
 
@@ -28,9 +29,32 @@ MAX_MIN_WIDTH = 320  # px: the outline never asks for more (the canvas and the i
 NAME_FLOOR = 90  # px: a name column is never elided below this (the icon and a few letters); past it, scroll
 
 
-def instance_text(c: Component) -> str:
+def instance_text(c: Component, designed: Component | None = None) -> str:
+    """"5 × 4 = 20", "1 (grows)", or "8 (grown)" for a growable component the run grows past its design
+    (``designed`` is the component as drawn, ``c`` as the run sees it)."""
     text = f"{c.rows} × {c.cols} = {c.count}" if c.rows > 1 and c.cols > 1 else str(c.count)
+    if designed is not None and designed.count != c.count:
+        return f"{text} (grown)"
     return f"{text} (grows)" if c.growable else text
+
+
+def grown_note(c: Component, designed: Component, needed: int) -> str:
+    """Why a grown row's counts are not the drawn ones: "8 per node × 8 nodes = 64 devices (1 node drawn;
+    the run grows it to hold the mapping's 64 devices)"."""
+    per = c.device_count() // max(c.count, 1)
+    return (f"{per} per {c.name} × {c.count} {c.name}s = {c.device_count()} devices ({designed.count} "
+            f"{c.name} drawn; the run grows it to hold the mapping's {needed} devices)")
+
+
+def _grown_pair(shown: Component, designed: Component) -> tuple[Component, Component] | None:
+    """The component the run grows (as shown, as drawn), or None when nothing grows."""
+    if shown.count != designed.count:
+        return shown, designed
+    for a, b in zip(shown.children, designed.children, strict=False):
+        found = _grown_pair(a, b)
+        if found is not None:
+            return found
+    return None
 
 
 class Outline(QTreeWidget):
@@ -55,7 +79,7 @@ class Outline(QTreeWidget):
         self.headerItem().setToolTip(3, "devices (computing components) in all instances")
         self.itemSelectionChanged.connect(self._on_tree_selection)
         self.itemDoubleClicked.connect(self._on_double_click)
-        for sig in (doc.structureChanged, doc.projectReplaced):
+        for sig in (doc.structureChanged, doc.projectReplaced, doc.mappingChanged):  # devices grow with dp, tp…
             sig.connect(self.rebuild)
         doc.componentChanged.connect(self._on_component_changed)
         selection.changed.connect(self._apply_selection)
@@ -66,7 +90,10 @@ class Outline(QTreeWidget):
         collapsed = {p for p, it in self.items.items() if not it.isExpanded()}
         self.clear()
         self.items = {}
-        self._add(None, self.doc.project.hardware, "")
+        # Counts are the run's: a growable DGX cluster drawn as one node runs on as many nodes as the
+        # mapping needs (``display_hardware``, which the canvas draws too) — "Devices 8" beside a header and
+        # a canvas saying 64 read as a contradiction.
+        self._add(None, display_hardware(self.doc.project), "", self.doc.project.hardware)
         for path, item in self.items.items():
             item.setExpanded(path not in collapsed)
         self._syncing = False
@@ -101,12 +128,21 @@ class Outline(QTreeWidget):
         super().resizeEvent(event)
         self.fit_columns()
 
-    def _add(self, parent: QTreeWidgetItem | None, comp: Component, prefix: str) -> None:
+    def _add(self, parent: QTreeWidgetItem | None, comp: Component, prefix: str, designed: Component) -> None:
+        """One row for ``comp`` (as the run sees it) and its children; ``designed`` is the same component
+        as drawn, whose counts differ where the run grows it."""
         path = f"{prefix}/{comp.name}" if prefix else comp.name
-        item = QTreeWidgetItem([comp.name, comp.kind.value, instance_text(comp), str(comp.device_count())])
+        devices = comp.device_count()
+        item = QTreeWidgetItem([comp.name, comp.kind.value, instance_text(comp, designed), str(devices)])
         item.setIcon(0, kind_icon(comp.kind.value))
         item.setData(0, PATH_ROLE, path)
         item.setToolTip(0, one_line(comp))
+        if devices != designed.device_count():  # this row holds (or is) the component the run grows
+            pair = _grown_pair(comp, designed)
+            if pair is not None:
+                note = grown_note(*pair, self.doc.project.mapping.devices)
+                for col in (2, 3):
+                    item.setToolTip(col, note)
         for col in (2, 3):
             item.setTextAlignment(col, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if parent is None:
@@ -114,8 +150,8 @@ class Outline(QTreeWidget):
         else:
             parent.addChild(item)
         self.items[path] = item
-        for child in comp.children:
-            self._add(item, child, path)
+        for child, drawn in zip(comp.children, designed.children, strict=True):
+            self._add(item, child, path, drawn)
 
     def _on_component_changed(self, _path: str) -> None:
         # A field edit can change counts all the way up (rows of a die → devices of the wafer).

@@ -257,12 +257,14 @@ class ResultsPanel(QWidget):
 
     def show_message(self, text: str) -> None:
         self.header.setCurrentWidget(self.headline)
-        self.headline.setText(f"<span style='color:#7b241c'>{html.escape(text)}</span>"
+        first, *rest = text.splitlines() or [""]
+        # one line in the headline; every line (a refused run's problems, one a line) in the body below
+        self.headline.setText(f"<span style='color:#7b241c'>{html.escape(first)}{' …' if rest else ''}</span>"
                               if text != PLACEHOLDER else "")
         self.breakdown.setVisible(False)
         self.splits.setVisible(False)
         self._show_notes([])
-        self._set_columns([html.escape(text)])
+        self._set_columns(["<br>".join(html.escape(line) for line in text.splitlines())])
         self.tabs.setCurrentIndex(0)
 
     def _show_notes(self, notes: list[str]) -> None:

@@ -32,6 +32,7 @@ def frame_lines(level: Component, shown: str | None = None) -> list[str]:
 
 
 PADDING_PX = 28.0  # between the frame and what it holds, in pixels at the current zoom
+COMPACT_PADDING_PX = 10.0  # the same in a short canvas, where every pixel of height goes to the cells
 
 
 class FrameItem(QGraphicsItem):
@@ -49,6 +50,7 @@ class FrameItem(QGraphicsItem):
         self.loads: dict[str, str] = {}  # after a run: bytes and utilisation per port name
         self.load_labels: list[PixelLabel] = []
         self.title = PixelLabel(frame_lines(level, shown), Anchor.bottom_left, self, backdrop=False, point_delta=0.5)
+        self.padding_px = PADDING_PX  # less in a short canvas (``LevelScene.set_caption_lines``)
 
     def boundingRect(self) -> QRectF:
         d = self.port_depth
@@ -59,7 +61,7 @@ class FrameItem(QGraphicsItem):
         any zoom, since the captions inside are sized in pixels too."""
         self.prepareGeometryChange()
         self.port_depth = max(style.CELL * PORT_DEPTH_CELLS, 0.04 * max(content.width(), content.height()))
-        pad = PADDING_PX / view_scale
+        pad = self.padding_px / view_scale
         # Edges carrying memory ports get extra room, so the half of a port box inside never covers a grid,
         # nor the inner half of its name or load label (sized in pixels) a caption.
         extra = {e: max(self.port_depth / 2, self._label_reach(e) / view_scale)

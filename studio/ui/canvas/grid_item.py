@@ -32,7 +32,7 @@ from tilewright.studio.ui.canvas.label import Anchor, PixelLabel
 from tilewright.studio.ui.canvas.layout import GridShape
 from tilewright.studio.ui.canvas.overlay import CellColours
 from tilewright.studio.ui.canvas.text import draw_centred_text
-from tilewright.studio.units import BYTES, FLOPS, format_value
+from tilewright.studio.units import FLOPS, format_bytes, format_value
 
 MAX_DETAIL_CELLS = 600  # cells with their own text per paint; beyond this text would be unreadable anyway
 PREVIEW_CELL_PX = 110.0  # cells this large also show a miniature of their first child's grid
@@ -60,7 +60,7 @@ def cell_text(component: Component, index: int, shape: GridShape) -> list[str]:
     dt = headline_dtype(component)
     if component.compute is not None and dt is not None:
         lines.append(format_value(component.compute.peak(dt), FLOPS))
-    lines += [f"{format_value(m.capacity_bytes, BYTES)} {m.kind.value.upper()}" for m in component.memories]
+    lines += [f"{format_bytes(m.capacity_bytes)} {m.kind.value.upper()}" for m in component.memories]
     return lines
 
 

@@ -44,6 +44,7 @@ class PixelLabel(QGraphicsItem):
         self._bold = style.label_font(True, point_delta)
         self._plain = style.label_font(False, point_delta)
         self._max_width: float | None = None  # pixels; longer lines end in "…" (the tooltip has them whole)
+        self._max_lines: int | None = None  # lines drawn at most (a short canvas): the rest are in the tooltip
         self._shown = list(lines)  # the lines as drawn: elided to ``_max_width``
         self._rect = self._measure()
 
@@ -67,6 +68,14 @@ class PixelLabel(QGraphicsItem):
             self._rect = self._measure()
             self.update()
 
+    def set_max_lines(self, lines: int | None) -> None:
+        """Draw at most ``lines`` lines (None: all); the last one drawn ends in "…" when some are left out."""
+        if lines != self._max_lines:
+            self.prepareGeometryChange()
+            self._max_lines = lines
+            self._rect = self._measure()
+            self.update()
+
     def set_lines(self, lines: list[str]) -> None:
         if lines != self._lines:
             self.prepareGeometryChange()
@@ -78,8 +87,11 @@ class PixelLabel(QGraphicsItem):
         width = height = 0.0
         room = None if self._max_width is None else max(self._max_width - 2 * self.PAD, 12.0)
         self._shown = []
-        for i, line in enumerate(self._lines):
+        kept = self._lines if self._max_lines is None else self._lines[: max(self._max_lines, 1)]
+        for i, line in enumerate(kept):
             fm = QFontMetricsF(self._bold if i == 0 else self._plain)
+            if i == len(kept) - 1 and len(kept) < len(self._lines):
+                line += " …"  # lines left out: the tooltip has them
             if room is not None and fm.horizontalAdvance(line) > room:
                 line = fm.elidedText(line, Qt.TextElideMode.ElideRight, room)
             self._shown.append(line)

@@ -20,7 +20,7 @@ from tilewright.studio.document import ProjectDocument
 from tilewright.studio.mapping import display_hardware
 from tilewright.studio.model.level_cells import instance_name, level_instance
 from tilewright.studio.ui.canvas import style
-from tilewright.studio.ui.canvas.frame import FrameItem
+from tilewright.studio.ui.canvas.frame import COMPACT_PADDING_PX, PADDING_PX, FrameItem
 from tilewright.studio.ui.canvas.grid_item import GridItem
 from tilewright.studio.ui.canvas.layout import auto_positions, display_shape
 from tilewright.studio.ui.canvas.links import LinksItem
@@ -45,6 +45,7 @@ class LevelScene(QGraphicsScene):
         self._shown_level = ""
         self.view_scale = 1.0  # pixels per scene unit, told by the view: captions are sized in pixels
         self.caption_width: float | None = None  # pixels a caption may take, told by the view (it elides past)
+        self.caption_lines: int | None = None  # lines a component's caption may draw, told by the view
         self.instance_choice: dict[str, int] = {}  # level path → which of its instances is shown inside
         self.snap_to_grid = True
         self.link_mode = False  # plain drags draw links (Shift-drag always does)
@@ -146,11 +147,22 @@ class LevelScene(QGraphicsScene):
             self._limit_captions()
             self._refresh_geometry()
 
+    def set_caption_lines(self, lines: int | None) -> None:
+        """Components' captions and the level's title draw at most ``lines`` lines (None: all), and the frame
+        pads them less: a short canvas's height goes to the cells (``CanvasView.zoom_to_fit``)."""
+        if lines != self.caption_lines:
+            self.caption_lines = lines
+            self._limit_captions()
+            self._refresh_geometry()
+
     def _limit_captions(self) -> None:
         for item in self.grids.values():
             item.label.set_max_width(self.caption_width)
+            item.label.set_max_lines(self.caption_lines)
         if self.frame is not None:
             self.frame.title.set_max_width(self.caption_width)
+            self.frame.title.set_max_lines(self.caption_lines)
+            self.frame.padding_px = PADDING_PX if self.caption_lines is None else COMPACT_PADDING_PX
 
     def set_view_scale(self, scale: float) -> None:
         """The view zoomed: refit the frame around captions whose scene size just changed."""

@@ -24,6 +24,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPainterPath, QTransf
 from PySide6.QtWidgets import QGraphicsItem, QStyleOptionGraphicsItem, QWidget
 from tilewright.studio.mapping import StageLayout, format_ranges
 from tilewright.studio.ui.canvas import style
+from tilewright.studio.ui.canvas import tag_inset as inset
 from tilewright.studio.ui.canvas.grid_item import GridItem
 from tilewright.studio.ui.canvas.label import PixelLabel
 from tilewright.studio.ui.canvas.overlay import CellColours
@@ -32,6 +33,8 @@ from tilewright.studio.ui.canvas.tag_places import CLEARANCE, leader_end, neares
 STEP = style.CELL + style.GAP
 PAD = 3.0
 TAG_FILL = QColor(255, 255, 255, 235)
+INSET_FILL = QColor(250, 250, 250, 235)
+INSET_RIM = QColor(120, 130, 140)
 EVERYWHERE = QRectF(-1e9, -1e9, 2e9, 2e9)
 MAX_TAGS = 400
 DOT = 2.5  # px: radius of the dot a leader line starts from (a stage's centre)
@@ -92,6 +95,8 @@ class StageTags(QGraphicsItem):
         self.single: dict[GridItem, bool] = {}
         self._placed_key: tuple | None = None  # what the last placement depended on, and its result
         self._placed: list[tuple[QRectF, str, int, QPointF | None]] = []
+        self._insets_placed: list[tuple[QRectF, QPointF, QPointF]] = []  # (block outline, callout start, end)
+        self.insets: list[QRectF] = []  # the blocks' outlines painted last time, in viewport pixels (tests)
         self.lines = LeaderLines(self)  # the scene adds it beside this item
         self.short = False  # last paint wrote the stages' numbers (the legend spells them out), not their layers
         self._dots = np.zeros((0, 4))
@@ -136,12 +141,18 @@ class StageTags(QGraphicsItem):
         self.boxes = []
         self.box_stages = []
         self.leaders = []
+        self.insets = []
         if not self.tags:
             return
         placed = self.placement(painter, option, widget)
         painter.save()
         painter.resetTransform()
         painter.setFont(style.label_font(True, -1.0))
+        for outline, _start, _end in self._insets_placed:  # a block's backdrop: the tags in it read as one
+            self.insets.append(QRectF(outline))
+            painter.setPen(style.cosmetic_pen(INSET_RIM, 1.0))
+            painter.setBrush(INSET_FILL)
+            painter.drawRoundedRect(outline, 4, 4)
         for box, _text, stage, centre in placed:  # the line is beneath (``LeaderLines``); its dot marks the stage
             if centre is not None:
                 self.leaders.append((stage, QPointF(centre), leader_end(box, centre)))
@@ -193,16 +204,62 @@ class StageTags(QGraphicsItem):
             todo.append((item, transform.map(item.mapToScene(local)), text, stage))
         in_view = {stage for _i, centre, _t, stage in todo if view.contains(centre)}
         placed, long_named = self._on_cells(todo, transform, fm, captions + walls, short=False)
+        insets: list[tuple[QRectF, QPointF, QPointF]] = []
         if in_view <= long_named:
             self.short = False
         else:
             self.short = True
             placed, short_named = self._on_cells(todo, transform, fm, captions + walls, short=True)
+            if not in_view <= short_named:
+                placed, insets = self._insets(todo, placed, short_named, fm, view, transform, captions, walls, grids)
+                short_named = {stage for _b, _t, stage, _c in placed}
             placed += self._with_leaders(todo, placed, short_named, fm, view, transform, captions, walls, grids)
         named |= {stage for _b, _t, stage, _c in placed}
         self.named = sorted(named)
-        self._placed_key, self._placed = key, placed
+        self._placed_key, self._placed, self._insets_placed = key, placed, insets
         return placed
+
+    def _insets(
+        self, todo: list, placed: list, named: set[int], fm: QFontMetricsF, view: QRectF, transform: QTransform,
+        captions: list[QRectF], walls: list[QRectF], grids: list[QRectF],
+    ) -> tuple[list[tuple[QRectF, str, int, QPointF | None]], list[tuple[QRectF, QPointF, QPointF]]]:
+        """Each component with a stage in view still unnamed gets its stages as an inset (``tag_inset``): a
+        block of short tags in the cells' arrangement, in the nearest free spot, with one callout line.
+        Its on-cell tags go (the block names them all); a component whose block finds no place keeps them,
+        and its stages still unnamed get leaders (``_with_leaders``)."""
+        by_item: dict[GridItem, list[tuple[QPointF, int]]] = {}
+        for item, centre, _text, stage in todo:
+            by_item.setdefault(item, []).append((centre, stage))
+        boxes = list(placed)
+        insets: list[tuple[QRectF, QPointF, QPointF]] = []
+        lines: list[tuple[QPointF, QPointF]] = []
+        h = fm.height() + PAD
+        for item, entries in by_item.items():
+            waiting = [s for c, s in entries if s not in named and view.contains(c)]
+            if not waiting or len(entries) > inset.MAX_STAGES:
+                continue
+            stages = {s for _c, s in entries}
+            w = max(max(fm.horizontalAdvance(str(s)) + 2 * PAD, h) for s in stages)
+            shape = inset.block_offsets([c for c, _s in entries], w, h)
+            if shape is None:
+                continue
+            corners, size = shape
+            others = [b for b, _t, s, _c in boxes if s not in stages]  # this component's own tags are replaced
+            fixed = rect_array(captions + others + [r for r, _a, _b in insets])
+            blocked = np.vstack([fixed, rect_array(walls)])
+            cells = transform.mapRect(item.scene_grid_rect())
+            found = nearest_free(cells.center(), (size.width(), size.height()), view, blocked, grids,
+                                 uncrossed=fixed, lines=lines)
+            if found is None:
+                continue
+            boxes = [b for b in boxes if b[2] not in stages]
+            for corner, (_c, stage) in zip(corners, entries, strict=True):
+                boxes.append((QRectF(found.left() + corner.x(), found.top() + corner.y(), w, h), str(stage), stage,
+                              None))
+            start, end = inset.callout(cells, found)
+            insets.append((found, start, end))
+            lines.append((start, end))
+        return boxes, insets
 
     def _box(self, fm: QFontMetricsF, centre: QPointF, text: str) -> QRectF:
         h = fm.height() + PAD
@@ -342,6 +399,9 @@ class LeaderLines(QGraphicsItem):
         placed = self.tags.placement(painter, option, widget)
         painter.save()
         painter.resetTransform()
+        for _outline, start, end in self.tags._insets_placed:
+            painter.setPen(style.cosmetic_pen(INSET_RIM, 1.5))
+            painter.drawLine(start, end)
         for box, _text, stage, centre in placed:
             if centre is not None:
                 painter.setPen(style.cosmetic_pen(style.stage_color(stage).darker(150), 1.5))

@@ -26,6 +26,8 @@ MAX_SCALE = 40.0
 MAX_FIT_SCALE = 2.5  # a one-chip level should not be blown up to fill a 4K screen
 FIT_MARGINS = (24, 14, 24, 14)  # left, top, right, bottom pixels, added to the frame title's height
 CAPTION_INSET = 2 * PADDING_PX + 8  # a caption inside the frame is this much narrower than the room
+SHORT_VIEW_PX = 300  # a canvas lower than this (1280 × 720 with results open) may trim captions to one line
+CELL_FOR_TAG_PX = 22.0  # a cell narrower than this cannot hold a stage's number ("19") on its own
 
 
 class CanvasView(QGraphicsView):
@@ -51,6 +53,25 @@ class CanvasView(QGraphicsView):
         return self.transform().m11()
 
     def zoom_to_fit(self) -> None:
+        """Fit the level. In a short canvas whose cells come out smaller than a stage's number, the
+        components' captions keep their first line only (the rest is in their tooltip and the inspector):
+        at 1280 × 720 a wafer's caption lines left its 5 × 4 dies ~45 px high, too small for their numbers,
+        which then scattered round the card on leader lines."""
+        self.level_scene.set_caption_lines(None)
+        self._fit()
+        if self.viewport().height() < SHORT_VIEW_PX and self._smallest_cell_px() < CELL_FOR_TAG_PX:
+            self.level_scene.set_caption_lines(1)
+            self._fit()
+
+    def _smallest_cell_px(self) -> float:
+        """The level's smallest cell pitch on screen (a component's grid cell), in pixels."""
+        grids = list(self.level_scene.grids.values())
+        if not grids:
+            return float("inf")
+        return min(min(g.scene_grid_rect().width() / max(g.grid_shape.cols, 1),
+                       g.scene_grid_rect().height() / max(g.grid_shape.rows, 1)) for g in grids) * self.zoom
+
+    def _fit(self) -> None:
         # Captions are sized in pixels: one wider than the room would keep the level from fitting at any zoom.
         left, _top, right, _bottom = FIT_MARGINS
         room = max(self.viewport().width(), 50) - left - right - self.fit_reserve()[0]

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 from tilewright.engine.errors import InputError
+from tilewright.engine.ir.project import Mode
 from tilewright.engine.search.parallel.report import sharding_text
 from tilewright.engine.search.parallel.search import SearchResult, search
 from tilewright.engine.search.pareto import pareto_front
@@ -25,8 +26,10 @@ from tilewright.studio.ui.explore.narrowing_row import NarrowingRow
 from tilewright.studio.ui.explore.pareto_plot import ParetoPlot
 from tilewright.studio.ui.explore.runner import ExploreRunner
 
-COLUMNS = ["tp", "pp", "dp", "micro-batch", "chunks", "recompute", "SP", "ZeRO", "ep · cp · sharding",
-           "iteration (s)", "event (s)", "samples/s", "memory (GiB)"]
+# What each mapping achieves first, then the mapping: at 1280 × 720 the table shows about nine columns, and
+# with the figures last the memory column (what decides whether a mapping fits) was off screen.
+COLUMNS = ["iteration (s)", "event (s)", "samples/s", "memory (GiB)", "tp", "pp", "dp", "micro-batch", "chunks",
+           "recompute", "SP", "ZeRO", "ep · cp · sharding"]
 GIB = 2**30
 
 
@@ -77,12 +80,32 @@ class SearchTab(QWidget):
         self.adopt.clicked.connect(self.adopt_selected)
         self.plot.pointClicked.connect(self.table.selectRow)
         doc.projectReplaced.connect(self.reset_inputs)
+        doc.changed.connect(self.allow_search)
+        self.runner.runningChanged.connect(lambda _running: self.allow_search())
         self.reset_inputs()
+
+    def allow_search(self) -> None:
+        """Search ranks training mappings only (``engine.search.parallel.search`` refuses any other run
+        mode): on an inference project the button is off and its tooltip says why, rather than a run
+        that can only fail."""
+        mode = self.doc.project.run.mode
+        training = mode is Mode.train
+        self.bar.run_button.setEnabled(training and not self.runner.running)
+        why = (f"the search ranks training mappings; this project's run mode is '{mode.value}' "
+               "(run.mode in the project file; a training project can be searched)")
+        self.bar.run_button.setToolTip("rank every legal training mapping of the model on the devices"
+                                       if training else why)
+        if not training and not self.runner.running:  # one line at 1280 px; the tooltip says the rest
+            self.bar.status.setText(f"search unavailable: it ranks training mappings; this project's run mode is "
+                                    f"'{mode.value}'")
+        elif self.bar.status.text().startswith("search unavailable"):
+            self.bar.status.setText("")
 
     def reset_inputs(self) -> None:
         m = self.doc.project.mapping
         self.devices.setValue(m.devices)
         self.batch.setValue(m.global_batch)
+        self.allow_search()
 
     def start(self) -> None:
         project = self.doc.project.model_copy(deep=True)
@@ -108,9 +131,9 @@ class SearchTab(QWidget):
             c = r.candidate
             samples = result.global_batch / r.iteration_time_s
             event = f"{r.event.iteration_time_s:.3f}" if r.event is not None else "–"
-            values = [c.tp, c.pp, c.dp, c.micro_batch, c.interleave, c.recompute.value, "yes" if c.sequence_parallel
-                      else "no", c.zero, sharding_text(c), f"{r.iteration_time_s:.3f}", event, f"{samples:.1f}",
-                      f"{r.peak_memory_bytes / GIB:.1f}"]
+            values = [f"{r.iteration_time_s:.3f}", event, f"{samples:.1f}", f"{r.peak_memory_bytes / GIB:.1f}", c.tp,
+                      c.pp, c.dp, c.micro_batch, c.interleave, c.recompute.value,
+                      "yes" if c.sequence_parallel else "no", c.zero, sharding_text(c)]
             for col, value in enumerate(values):
                 self.table.setItem(row, col, QTableWidgetItem(str(value)))
             points.append({"memory": r.peak_memory_bytes / GIB, "samples": samples})

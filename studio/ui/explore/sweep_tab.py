@@ -3,18 +3,22 @@ open any point's design on the canvas with one click (an undoable replacement of
 
 from __future__ import annotations
 
+import html
 import json
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -29,13 +33,19 @@ from tilewright.studio.ui.explore.controls import RunBar
 from tilewright.studio.ui.explore.pareto_plot import ParetoPlot
 from tilewright.studio.ui.explore.runner import ExploreRunner
 
-# x-axis choices: (CSV column, label, unit, scale)
+# x-axis choices: (CSV column, label, unit, scale). Two powers, named apart: ``power_w`` is the hardware's
+# rated power (its nodes' and devices' power_w summed, ``hardware_totals``), which the sweep plot used to call
+# plain "power" — a 64-GPU point read 26 kW where the run draws 8.3 kW; ``average_power_w`` is what the run
+# simulated (its energy over its time), present in rows written since the sweep recorded it.
 AXES = {
-    "power": ("power_w", "power", "W", 1.0),
+    "simulated power": ("average_power_w", "simulated power", "W", 1.0),
+    "rated power": ("power_w", "rated power", "W", 1.0),
     "area": ("area_mm2", "area", "mm²", 1.0),
     "cost": ("cost_usd", "cost", "$", 1.0),
     "memory": ("peak_memory_bytes", "peak memory", "GiB", 2.0**-30),
 }
+# Watts read as kW or MW once large: a cluster's 416,000 W ticks were six-digit numbers.
+POWER_SCALES = ((1e6, "MW"), (1e3, "kW"), (1.0, "W"))
 
 
 def _value(text: str) -> Any:
@@ -43,6 +53,24 @@ def _value(text: str) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, TypeError):
         return text
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def base_text(base_ref: str | dict[str, Any], base: dict[str, Any], open_name: str) -> str:
+    """"Sweeps <b>megatron-18b-dgx-a100</b> (the spec's base) — not the open project, gpt3-dgx-a100"."""
+    name = str(base.get("name") or "")
+    ref = "the spec's own project" if isinstance(base_ref, dict) else Path(base_ref).stem
+    shown = html.escape(ref if not name or name == ref else f"{ref} ({name})")
+    text = f"Sweeps <b>{shown}</b>, the spec's base project"
+    if name != open_name:
+        text += f" — not the open project, {html.escape(open_name or '(unnamed)')}"
+    return text
 
 
 class SweepTab(QWidget):
@@ -61,10 +89,21 @@ class SweepTab(QWidget):
         spec_row = QHBoxLayout()
         spec_row.addWidget(self.spec_path, 1)
         spec_row.addWidget(browse)
+        # The spec names its own base project (dgx-scale-out.json sweeps megatron-18b-dgx-a100 whatever is
+        # open): which project the sweep varies is said in bold above the inputs, never left to be guessed.
+        # It sits beside the axis chooser, whose row has room: a row of its own made the Explore dock, and
+        # with it the Results dock it shares the bottom with, taller than a 1280 × 720 canvas can spare.
+        self.base_label = QLabel()
+        self.base_label.setTextFormat(Qt.TextFormat.RichText)
+        self.base_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # never widens
+        axis_row = QHBoxLayout()
+        axis_row.addWidget(self.axis)
+        axis_row.addSpacing(16)
+        axis_row.addWidget(self.base_label, 1)
         form = QFormLayout()
         form.addRow("Sweep spec (JSON)", spec_row)
         form.addRow("Results CSV (resumable)", self.out_path)
-        form.addRow("Throughput against", self.axis)
+        form.addRow("Throughput against", axis_row)
         self.bar = RunBar(self.runner, "Run sweep")
         self.plot = ParetoPlot()
         layout = QVBoxLayout(self)
@@ -76,6 +115,31 @@ class SweepTab(QWidget):
         self.runner.finished.connect(self.show_result)
         self.axis.currentTextChanged.connect(lambda _t: self.replot())
         self.plot.pointClicked.connect(self.open_point)
+        self.spec_path.textChanged.connect(lambda _t: self.show_base())
+        doc.changed.connect(self.show_base)
+        self.show_base()
+
+    def show_base(self) -> None:
+        """Name the project the spec sweeps (its ``base``) and say when it is not the open one."""
+        spec_file = self.spec_path.text().strip()
+        if not spec_file:
+            self.base_label.setText("No sweep spec: choose one (its <b>base</b> is the project swept).")
+            return
+        try:
+            spec, base, source = load_spec(spec_file)
+        except InputError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "unreadable"
+            self.base_label.setText(f"The spec does not load: {html.escape(first)}")
+            return
+        self.base_label.setText(base_text(spec.base, base, self.doc.project.name))
+
+    def _axis_values(self) -> tuple[str, str, float]:
+        """The x column, and the unit and scale its values are shown in (power in W, kW or MW)."""
+        column, _label, unit, scale = AXES[self.axis.currentText()]
+        if unit == "W":
+            top = max((_number(r.get(column)) or 0.0 for r in self.rows), default=0.0)
+            unit, scale = next((u, 1.0 / f) for f, u in POWER_SCALES if top >= f or f == 1.0)
+        return column, unit, scale
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Sweep spec", self.spec_path.text(), "JSON (*.json)")
@@ -99,7 +163,8 @@ class SweepTab(QWidget):
         self.replot()
 
     def replot(self) -> None:
-        column, label, unit, scale = AXES[self.axis.currentText()]
+        label = AXES[self.axis.currentText()][1]
+        column, unit, scale = self._axis_values()
         self.points = []
         for row in self.rows:
             if row.get("status") != "ok":
@@ -112,7 +177,9 @@ class SweepTab(QWidget):
         front = pareto_front(self.points, [("x", "min"), ("y", "max")])
         self.plot.show_points([p["x"] for p in self.points], [p["y"] for p in self.points], front,
                               (label, unit), ("throughput", "samples/s"))
-        if self.points and len({p["x"] for p in self.points}) == 1:
+        if self.rows and not self.points and not any(_number(r.get(column)) is not None for r in self.rows):
+            self.bar.status.setText(f"These rows carry no {label} ({column}): pick another axis.")
+        elif self.points and len({p["x"] for p in self.points}) == 1:
             self.bar.status.setText(
                 f"Every point has the same {label} ({self.points[0]['x']:g} {unit}): the sweep does not change "
                 f"it, or the design's components carry no {label} figures — pick another axis."

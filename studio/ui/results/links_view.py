@@ -39,7 +39,7 @@ from tilewright.studio.model.metrics import (
     window_average,
 )
 from tilewright.studio.model.palette import CATEGORY_COLOURS, CATEGORY_TIPS, category_label, series_colour
-from tilewright.studio.model.traffic_rows import TrafficRow, op_rows, port_rows, port_spread
+from tilewright.studio.model.traffic_rows import TrafficRow, no_ports_note, op_rows, port_rows, port_spread
 from tilewright.studio.ui.results.plot_style import (
     add_legend_row,
     elastic,
@@ -79,6 +79,11 @@ class LinksView(QWidget):
         self.heading = elastic(QLabel())
         self.list = QListWidget()
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        # A link's name ends in its far end ("→ …/dram@west[0]/ctrl"): at 1280 × 720 the list cut that end
+        # off behind a scroll bar. Elided in the middle, both ends show (the tooltip has the whole name).
+        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setWordWrap(False)
         self.list.itemSelectionChanged.connect(self._replot)
         self.plot_widget = make_plot()
         self.plot = self.plot_widget.getPlotItem()
@@ -248,9 +253,9 @@ class LinksView(QWidget):
             self._add_group(f"DRAM ports over the run — {port_spread(self.ports)}",
                             port_rows(self.ports, self.span, root))
         elif self.span > 0:
-            note = QTreeWidgetItem(["DRAM ports: no per-port traffic in this run (a device's own DRAM is one "
-                                    "memory, not ports on a grid; the analytic engine records no links) — "
-                                    "choose an op on the canvas for its DRAM bytes"])
+            result = self.result
+            note = QTreeWidgetItem([no_ports_note(result.engine if result is not None else "",
+                                                  result.devices if result is not None else 0)])
             self.traffic.addTopLevelItem(note)
             note.setFirstColumnSpanned(True)
         self.traffic.setVisible(self.traffic.topLevelItemCount() > 0)

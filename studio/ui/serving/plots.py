@@ -27,12 +27,14 @@ from tilewright.studio.ui.results.plot_style import (
     set_legend,
     style_plot,
 )
+from tilewright.studio.ui.serving.line_labels import Box, place_label
 from tilewright.studio.units import SECONDS, format_percent, format_value
 
 PERCENTILE_COLOURS = {50: "#4c78a8", 90: "#f58518", 99: "#e45756"}
 SLO_PEN = pg.mkPen("#c0392b", width=1.5, style=Qt.PenStyle.DashLine)
 BEST_PEN = pg.mkPen("#2e8b57", width=1.5, style=Qt.PenStyle.DashDotLine)
 BAR_HEIGHT = 0.8
+SLO_HEADROOM = 1.25  # a latency plot reaches this far past its SLO: room for the label above the line
 NO_PEN = pg.mkPen(None)
 # The percentiles' key, in the latency plots' titles (a legend inside the plot would cover the curves).
 _KEY = " ".join(
@@ -77,7 +79,9 @@ class LatencyPlots(pg.GraphicsLayoutWidget):
             else:
                 _label(plot, "left", title, "s")
             self.plots[name] = plot
-            at = 0.5 if name == "goodput" else 0.92  # the goodput curve runs along the top when the SLO is met
+            # the goodput curve runs along the top when the SLO is met, and the target's label sits just under
+            # it: "best" goes low in that plot
+            at = 0.25 if name == "goodput" else 0.92
             best = pg.InfiniteLine(
                 angle=90, pen=BEST_PEN, movable=False, label="best", labelOpts={"color": "#2e8b57", "position": at}
             )
@@ -114,6 +118,9 @@ class LatencyPlots(pg.GraphicsLayoutWidget):
         )
         goodput.addItem(self.target_line)
         goodput.setYRange(0, 105)
+        self.data: LatencyCurves | None = None
+        for plot in self.plots.values():  # labels are placed in pixels: again when the plots change size
+            plot.getViewBox().sigResized.connect(lambda _vb: self.place_labels())
 
     def show_curves(self, data: LatencyCurves, target_fraction: float) -> None:
         x = data.rates
@@ -136,15 +143,43 @@ class LatencyPlots(pg.GraphicsLayoutWidget):
                 line.setValue(data.best_rate)
                 line.label.setFormat(f"best {format_value(data.best_rate, REQUESTS_PER_S)}")
         for name, plot in self.plots.items():
-            if name != "goodput":  # the SLO line stays in view even when every latency is far below it
+            if name != "goodput":  # the SLO line stays in view even when every latency is far below it,
+                # with room above it for its label when the points below leave none
                 values = [data.values[name][p] for p in PERCENTILES]
                 finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.array([])
-                top = max([*finite.tolist(), data.slo.get(name) or 0.0, 0.0])
+                top = max([*finite.tolist(), SLO_HEADROOM * (data.slo.get(name) or 0.0), 0.0])
                 plot.setYRange(0, top * 1.08 if top > 0 else 1.0)
             span = float(x.max() - x.min()) if len(x) else 0.0
             pad = span * 0.05 if span > 0 else max(float(x[0]) * 0.5, 0.5) if len(x) else 1.0
             plot.setXRange(float(x.min()) - pad if len(x) else 0, float(x.max()) + pad if len(x) else 1, padding=0)
         self.plots["goodput"].setYRange(0, 105, padding=0)
+        self.data = data
+        self.place_labels()
+
+    def place_labels(self) -> None:
+        """The SLO and target labels where no data point is (``line_labels``), clear of the "best" label."""
+        data = self.data
+        if data is None:
+            return
+        x = np.asarray(data.rates, dtype=float)
+        for name, line in [*self.slo_lines.items(), ("goodput", self.target_line)]:
+            if not line.isVisible():
+                continue
+            if name == "goodput":
+                xs, ys = x, 100.0 * np.asarray(data.goodput_fraction, dtype=float)
+            else:
+                xs = np.concatenate([x for _p in PERCENTILES])
+                ys = np.concatenate([np.asarray(data.values[name][p], dtype=float) for p in PERCENTILES])
+            plot = self.plots[name]
+            best = self.best_lines[list(self.plots).index(name)]
+            avoid = [_view_box(plot.getViewBox(), best.label)] if best.isVisible() else []
+            place_label(line, xs, ys, avoid)
+
+
+def _view_box(view: pg.ViewBox, item: pg.GraphicsObject) -> Box:
+    """``item``'s bounds in ``view``'s data coordinates."""
+    rect = view.mapSceneToView(item.sceneBoundingRect()).boundingRect()
+    return Box(rect.left(), rect.right(), min(rect.top(), rect.bottom()), max(rect.top(), rect.bottom()))
 
 
 class KVPlot(pg.PlotWidget):
@@ -186,7 +221,7 @@ class KVPlot(pg.PlotWidget):
                     # two lines: on one, the entry was wider than the plot in a 1280-px window and
                     # pushed the plot's right part out of view
                     f"{c.kind}: peak {c.peak_percent:.3g} %, mean {c.mean_percent:.3g} %<br>"
-                    f"of {c.pages} pages × {c.page_tokens} tokens",
+                    f"of {c.pages:,} pages × {c.page_tokens:,} tokens",
                     colour,
                 )
             )

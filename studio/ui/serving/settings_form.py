@@ -24,6 +24,7 @@ from tilewright.studio.ui.fields import ERROR_STYLE
 
 MAX_REQUESTS = 100_000  # a bound for the spin box; the simulator polls Cancel whatever the size
 DEFAULTS = ServingConfig()
+TEXT_MARGINS_PX = 16  # a line edit's frame and text margins, both sides
 
 
 def _spin(value: int, low: int, high: int, suffix: str, tip: str) -> QSpinBox:
@@ -74,10 +75,13 @@ class ServingForm(QWidget):
         self.count = _spin(DEFAULTS.count, 1, MAX_REQUESTS, " requests", "requests simulated per rate")
         self.seed = _spin(DEFAULTS.seed, 0, 2**31 - 1, "", "seed of the arrival times (the same for every rate)")
         self.trace = QLineEdit()
-        self.trace.setPlaceholderText("none: Poisson arrivals")
+        # "none" fits the field at 1280 × 720 ("none: Poisson arrivals" showed as "none: P…"); the field
+        # is never narrower than it, and the tooltip says what "none" means
+        self.trace.setPlaceholderText("none")
+        self.trace.setMinimumWidth(self.trace.fontMetrics().horizontalAdvance(" none ") + TEXT_MARGINS_PX)
         self.trace.setToolTip(
             "JSON or CSV with arrival_s (s), prompt_tokens and output_tokens per request; "
-            "replaces the rates and the request count"
+            "replaces the rates and the request count (none: Poisson arrivals at the rates above)"
         )
         self.browse = QPushButton("Browse…")
         self.browse.clicked.connect(self._browse)
