@@ -128,9 +128,9 @@ def core_ops(seq: int) -> dict[str, Op]:
 def price(seq: int, dev: DeviceModel) -> Priced:
     """``op_time`` of each core op as a pass prices it (the attention op with its score passes, ``as_costed``),
     for the paper's batch on one GPU, in ms. The paper's runs are unmasked: the softmax reads whole rows, not the
-    causal kernel's lower triangle (``Op.triangular``), whatever our GPT block says."""
+    causal kernel's lower triangle (``Op.causal_keys``), whatever our GPT block says."""
     ops = core_ops(seq)
-    ops["softmax"] = ops["softmax"].model_copy(update={"triangular": False})
+    ops["softmax"] = ops["softmax"].model_copy(update={"causal_keys": 0})
     att = ops["attention"]
     att = as_costed(att, dev, attention_scores(list(ops.values()))[att.name], (False, False))
 

@@ -88,3 +88,13 @@ def test_a_nested_components_missing_kind_names_its_path(tmp_path, capsys):
     path = _write(tmp_path, "project.json", data)
     (line,) = _refusal(["validate", path], capsys).splitlines()
     assert line.startswith(f"{path}: hardware.children.0.kind: ") and _names_all(line, COMPONENT_KINDS), line
+
+
+@pytest.mark.parametrize("kind", [["x"], {"a": 1}, 3])
+def test_a_kind_that_is_not_a_string_is_a_clear_refusal(tmp_path, capsys, kind):
+    """Not an internal error (a list was unhashable): exit 2 naming the file and the field."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"kind": kind, "name": "m"}))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "kind" in err and "internal error" not in err

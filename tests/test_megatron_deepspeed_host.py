@@ -126,3 +126,21 @@ def test_the_search_times_the_copies_as_the_plan(pp, mb):
     c = Candidate(tp=2, pp=pp, dp=4 // (2 * pp), micro_batch=mb, recompute=Recompute.full)
     p = assert_search_matches_engine(base, c, keep_base=True, host_framework=FW)
     assert p.mapping.host_framework == FW
+
+
+@pytest.mark.parametrize("extra", [{}, {"qk_norm": True}, {"sandwich_norm": True}])
+def test_the_copies_come_once_per_block_whatever_its_norms(extra):
+    """A QK norm (before the attention) and a sandwich's post-attention norm are norms too: the two copies still
+    come once per block, past the attention."""
+    from tilewright.engine.ir import GPTSpec
+    from tilewright.engine.ir.ops import OpKind
+    from tilewright.engine.plan.deepspeed_host import BLOCKING_COPIES, blocking_copies
+    from tilewright.engine.workloads import build_workload
+
+    graph = build_workload(GPTSpec(name="g", layers=2, hidden=256, heads=4, seq_len=128, vocab=512, **extra))
+    for layer in graph.block_layers:
+        ops = graph.layer_ops(layer)
+        at = [j for j in range(len(ops)) if blocking_copies("megatron-deepspeed", ops, j)]
+        attention = next(i for i, op in enumerate(ops) if op.kind is OpKind.attention)
+        assert len(at) == 1 and at[0] > attention
+        assert blocking_copies("megatron-deepspeed", ops, at[0]) == BLOCKING_COPIES

@@ -18,6 +18,7 @@ from tilewright.engine.ir.ops import AttentionBmm, Op, OpKind, TensorSplit
 from tilewright.engine.ir.workload import BertSpec
 from tilewright.engine.perf.device import DeviceModel, device_model
 from tilewright.engine.perf.op_cost import op_time
+from tilewright.engine.perf.score_kernels import runs_causal_kernel, triangular_softmax_traffic
 from tilewright.engine.workloads.transformer import build_bert, build_gpt
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -40,7 +41,7 @@ def _with(dev: DeviceModel, **update: object) -> DeviceModel:
 
 def _softmax(triangular: bool) -> Op:
     return Op(name="0.softmax", layer=0, kind=OpKind.softmax, split=TensorSplit.heads, flops=0.0, in_elems=SCORES,
-              out_elems=SCORES, saved_elems=SCORES, selective=True, triangular=triangular)
+              out_elems=SCORES, saved_elems=SCORES, selective=True, causal_keys=SEQ if triangular else 0)
 
 
 def _attention() -> Op:
@@ -99,11 +100,11 @@ def test_builder_marks_causal_self_attention_only():
         return next(o for o in graph.ops() if o.kind is OpKind.softmax)
 
     gpt = build_gpt(GPTSpec(name="g", layers=1, hidden=512, heads=8, seq_len=256, vocab=1024))
-    assert softmax_of(gpt).triangular
+    assert softmax_of(gpt).causal_keys == 256
     windowed = build_gpt(GPTSpec(name="w", layers=1, hidden=512, heads=8, seq_len=256, vocab=1024, sliding_window=64))
-    assert not softmax_of(windowed).triangular
+    assert not softmax_of(windowed).causal_keys
     bert = build_bert(BertSpec(name="b", layers=1, hidden=512, heads=8, seq_len=256, vocab=1024))
-    assert not softmax_of(bert).triangular
+    assert not softmax_of(bert).causal_keys
 
 
 @pytest.mark.parametrize("backward", [False, True])
@@ -136,7 +137,7 @@ def test_weighted_gemms_keep_the_plain_rate():
 def test_new_fields_are_quiet():
     """Both new fields are left out of saved files at their defaults, so old projects save back unchanged."""
     assert "attention_bmm_efficiency" not in Compute(peak_flops={"fp16": 1e12}).model_dump(mode="json")
-    assert "triangular" not in _softmax(False).model_dump(mode="json")
+    assert "causal_keys" not in _softmax(False).model_dump(mode="json")
 
 
 def test_preset_share_is_table_13_less_the_softmax_backward():
@@ -163,3 +164,33 @@ def test_pytorch_softmax_is_what_stays_slow(seq):
     (its block kernel beyond 1,024 columns) — forward and backward — and the backward slower than the forward."""
     shares = ca.softmax_shares(seq, ca.device())
     assert 0.3 < shares["torch bwd"] < shares["torch fwd"] < 1.0
+
+
+@pytest.mark.parametrize(("framework", "keys", "elem_bytes", "runs"), [
+    ("megatron-lm", 2048, 2, True), ("megatron-lm", 4096, 2, False),  # v2.x: 16 < sk <= 2048
+    ("megatron-deepspeed", 2048, 2, True), ("mcore-te", 4096, 2, True), ("mcore", 8192, 2, False),
+    ("megatron-lm", 1024, 4, False),  # fp32 scores: the fallback
+    ("pytorch", 1024, 2, False), ("pytorch-compile", 1024, 2, False),  # PyTorch's softmax reads whole rows
+])
+def test_the_causal_kernel_runs_only_where_the_framework_would_run_it(framework, keys, elem_bytes, runs):
+    assert runs_causal_kernel(framework, keys, elem_bytes) is runs
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_a_fused_neighbour_keeps_on_chip_only_the_share_the_triangle_counted(backward):
+    """Forward with the output fused (softmax → dropout): half the scores read, nothing written. Backward with
+    the output gradient arriving on chip: half the saved probabilities read, every input gradient written."""
+    fused = (False, True)
+    got = triangular_softmax_traffic(SCORES, SCORES, backward, fused)
+    assert got == pytest.approx((0.5 + 1.0) * SCORES if backward else 0.5 * SCORES)
+    assert triangular_softmax_traffic(SCORES, SCORES, backward) == pytest.approx((2.0 if backward else 1.5) * SCORES)
+
+
+def test_memory_levels_keep_the_triangle():
+    """Naming the memory a GPU already uses changes nothing: the softmax pays the same bytes with residency."""
+    from tilewright.engine.perf.residency import Residency
+
+    dev = _a100()
+    plain = op_time(_softmax(True), dev, MB, 1, False, True, 2.0)
+    placed = op_time(_softmax(True), dev, MB, 1, False, True, 2.0, residency=Residency())
+    assert placed.local_bytes == pytest.approx(plain.local_bytes, rel=1e-12)

@@ -22,6 +22,8 @@ def detect_kind(data: dict[str, Any]) -> str:
     if "hardware" in data or "system" in data or "schema_version" in data:
         return "project"
     kind = data.get("kind")
+    if not isinstance(kind, str):  # a list or an object is no kind: validated below, where the message names it
+        kind = None
     if kind in {k.value for k in ComponentKind}:
         return "system"
     if kind in WORKLOAD_KINDS:

@@ -140,7 +140,7 @@ class AttentionBmm(StrictModel):
 
 
 class Op(QuietDefaultsModel):
-    _quiet = ("cache_elems", "moe", "attention", "fused_flops", "bmm", "triangular")
+    _quiet = ("cache_elems", "moe", "attention", "fused_flops", "bmm", "causal_keys")
 
     name: str = Field(min_length=1)
     kind: OpKind
@@ -172,10 +172,11 @@ class Op(QuietDefaultsModel):
         description="forward FLOPs per sample of an attention op run as one fused (flash) kernel, which skips the "
         "key blocks a causal mask hides entirely; None: flops (``workloads.transformer_block``)",
     )
-    triangular: bool = Field(
-        False,
-        description="a softmax over a causal self-attention's s × s scores: a GPU's fused causal softmax reads "
-        "only the lower triangle and writes the whole row (``perf.score_kernels``)",
+    causal_keys: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="a softmax over a causal self-attention's s × s scores: s, the keys per row (Megatron's fused "
+        "causal softmax reads only the lower triangle and writes the whole row where it runs: "
+        "``perf.score_kernels``); 0 otherwise",
     )
 
     @property

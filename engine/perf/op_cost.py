@@ -250,12 +250,14 @@ def op_time(
         in_elems = out_elems = 0.0
     act_elems = in_elems + out_elems
     mask_bytes = 0.0
+    # Megatron's fused causal softmax reads only the lower triangle of the scores (``perf.score_kernels``; the plan
+    # clears ``causal_keys`` where the framework does not run that kernel)
+    triangle = bool(op.kind is OpKind.softmax and op.causal_keys and not w_elems and issues_kernels(dev.compute))
     if op.kind is OpKind.dropout and (in_elems or out_elems) and issues_kernels(dev.compute):
         # PyTorch's dropout kernels on a GPU (``perf.dropout``): the mask written forward, read backward instead
         # of the input
         traffic_elems, mask_bytes = dropout_traffic(op, in_elems, out_elems, micro_batch / k)
-    elif op.kind is OpKind.softmax and op.triangular and not w_elems and issues_kernels(dev.compute):
-        # the fused causal softmax reads only the lower triangle of the scores (``perf.score_kernels``)
+    elif triangle:
         traffic_elems = triangular_softmax_traffic(in_elems, out_elems, backward)
     elif backward:  # reads weights, saved input and output gradient; writes input and weight gradients
         traffic_elems = 2 * w_elems + act_elems + in_elems
@@ -273,7 +275,9 @@ def op_time(
         return OpTime(flops, cost.compute_s, cost.movement_s, 0.0, local_bytes=cost.dram_bytes,
                       overhead_s=overhead, split=split)
     all_elems = traffic_elems  # every byte passes through SRAM, fused or not
-    if dev.local_dram is not None:  # fusion keeps the intermediate (and its gradient) in SRAM
+    if dev.local_dram is not None and triangle:  # fusion keeps on chip the share the triangle counted
+        traffic_elems = triangular_softmax_traffic(in_elems, out_elems, backward, (fused_in, fused_out))
+    elif dev.local_dram is not None:  # fusion keeps the intermediate (and its gradient) in SRAM
         traffic_elems -= (in_elems if fused_in else 0.0) + (out_elems if fused_out else 0.0)
     fixed_s = dev.compute.fixed_op_s
     if formats is not None and not formats.uniform:
@@ -342,6 +346,11 @@ def op_time(
     if mask_bytes:  # dropout's activations: its input and output (or their gradients) and its mask
         act_bytes = mixed.activation_bytes if mixed is not None else elem_bytes
         tensors = dataclasses.replace(tensors, activations=(in_elems + out_elems) * act_bytes + mask_bytes)
+    elif triangle:  # the causal softmax's triangle, and the share of it a fused neighbour keeps on chip
+        act_bytes = mixed.activation_bytes if mixed is not None else elem_bytes
+        gross = triangular_softmax_traffic(in_elems, out_elems, backward)
+        net = triangular_softmax_traffic(in_elems, out_elems, backward, (fused_in, fused_out))
+        tensors = dataclasses.replace(tensors, activations=gross * act_bytes, fused=(gross - net) * act_bytes)
     gemm = _sharded_gemm(op, micro_batch, tp, tp_axes) if op.gemm is not None and op.kind in MATRIX_KINDS else None
     cost, dataflow = op_memory(dev, tensors, residency, gemm, bytes_per_elem, backward, (fused_in, fused_out))
     memory_s = cost.memory_s

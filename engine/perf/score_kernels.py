@@ -28,13 +28,32 @@ from tilewright.engine.ir.hardware import Compute
 TRIANGLE = 0.5
 
 
-def triangular_softmax_traffic(in_elems: float, out_elems: float, backward: bool) -> float:
-    """Elements one pass of the fused causal softmax moves over ``in_elems`` scores (``out_elems`` probabilities):
-    forward reads the lower triangle of the scores and writes every probability; backward reads the lower
-    triangle of the output gradient and of the saved probabilities and writes every input gradient."""
-    if backward:
-        return TRIANGLE * (out_elems + in_elems) + in_elems
-    return TRIANGLE * in_elems + out_elems
+# Megatron's fused causal softmax runs on fp16/bf16 scores of at most this many keys, else the framework falls back
+# to PyTorch's softmax over whole rows: ``FusedScaleMaskSoftmax.is_kernel_available`` checks ``16 < sk <= 2048`` in
+# Megatron-LM v2.x's megatron/model/fused_softmax.py (2021, forked by Megatron-DeepSpeed) and ``16 < sk <= 4096``
+# in Megatron-Core's megatron/core/fusions/fused_softmax.py. PyTorch frameworks never run it.
+CAUSAL_KERNEL_KEYS = {"megatron-lm": 2048, "megatron-deepspeed": 2048, "mcore": 4096, "mcore-te": 4096}
+
+
+def runs_causal_kernel(framework: str, keys: int, elem_bytes: float) -> bool:
+    """Whether ``framework`` (resolved ``host_framework``) runs Megatron's fused causal softmax on a causal score
+    tensor of ``keys`` keys per row in ``elem_bytes``-byte activations (``CAUSAL_KERNEL_KEYS``)."""
+    limit = CAUSAL_KERNEL_KEYS.get(framework, 0)
+    return 16 < keys <= limit and elem_bytes == 2
+
+
+def triangular_softmax_traffic(
+    in_elems: float, out_elems: float, backward: bool, fused: tuple[bool, bool] = (False, False)
+) -> float:
+    """Elements one pass of the fused causal softmax moves over ``in_elems`` scores (``out_elems`` probabilities)
+    to and from memory: forward reads the lower triangle of the scores and writes every probability; backward
+    reads the lower triangle of the output gradient and of the saved probabilities and writes every input
+    gradient. ``fused`` (input, output on chip): the side a fused neighbour keeps on chip moves nothing — the
+    share this pass counted of it, not the whole tensor."""
+    fused_in, fused_out = fused
+    if backward:  # the output gradient arrives on chip (fused_out); the input gradient stays there (fused_in)
+        return TRIANGLE * in_elems + (0.0 if fused_out else TRIANGLE * out_elems) + (0.0 if fused_in else in_elems)
+    return (0.0 if fused_in else TRIANGLE * in_elems) + (0.0 if fused_out else out_elems)
 
 
 def score_bmm_rate(compute: Compute) -> float:

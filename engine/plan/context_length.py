@@ -70,4 +70,8 @@ def context_problems(project: Any, *, serving: bool = False) -> list[Problem]:
     if reason is None:
         return []
     shorten = "the prompt" if _encoder(project.workload) else "the prompt or the output"
-    return [Problem(length_fields(project.workload), f"{reason}; shorten {shorten}")]
+    remedy = f"shorten {shorten}"
+    if getattr(project.workload, "positions", None) is None and not getattr(project.workload, "position_table", None):
+        # a rotary model's seq_len is what it was built (or imported) at, not a learned limit
+        remedy += ", or raise workload.seq_len (--seq-len) if the model takes longer contexts"
+    return [Problem(length_fields(project.workload), f"{reason}; {remedy}")]

@@ -51,9 +51,14 @@ BLOCKING_COPIES = 2  # moe_loss and mlp_bias: torch.tensor(0.0, device=...) per 
 
 def blocking_copies(framework: HostFramework, ops: Sequence[Op], index: int) -> int:
     """Blocking host-to-device copies the framework makes right before ``ops[index]`` in a forward of the layer
-    ``ops`` (module docstring): Megatron-DeepSpeed's two before the MLP's first op, i.e. the op after the layer's
-    second LayerNorm (``post_attention_layernorm``); none for other frameworks, other ops, and layers without two
-    LayerNorms (the embedding, the head)."""
-    if framework != FRAMEWORK or index < 2 or index >= len(ops) or ops[index - 1].kind is not OpKind.norm:
+    ``ops`` (module docstring): Megatron-DeepSpeed's two before the MLP's first op, i.e. the first op after a norm
+    past the layer's attention (``post_attention_layernorm``; a sandwich norm's post-attention norm comes first, a
+    QK norm before the attention is not it), once per layer; none for other frameworks, other ops, and layers
+    without attention (the embedding, the head)."""
+    if framework != FRAMEWORK or index < 1 or index >= len(ops) or ops[index - 1].kind is not OpKind.norm:
         return 0
-    return BLOCKING_COPIES if any(op.kind is OpKind.norm for op in ops[: index - 1]) else 0
+    attention = next((i for i, op in enumerate(ops) if op.kind is OpKind.attention), None)
+    if attention is None:
+        return 0
+    first = next((i for i in range(attention + 2, len(ops)) if ops[i - 1].kind is OpKind.norm), None)
+    return BLOCKING_COPIES if index == first else 0

@@ -76,16 +76,18 @@ def model_flops_per_sample(workload: WorkloadGraph, backward: bool = True) -> fl
 
 
 def run_flops(
-    workload: WorkloadGraph, project: Project, fused: frozenset[tuple[str, str]], rerun_layers: Sequence[int]
+    workload: WorkloadGraph, project: Project, fused: frozenset[tuple[str, str]], rerun_layers: Sequence[int],
+    framework: str | None = None,
 ) -> tuple[float, float]:
     """(model, hardware) FLOPs of one iteration (training: the global batch; inference: the batch's forward).
     Model FLOPs count routed experts at top-k (``model_flops_per_sample``), hardware FLOPs what the device runs:
-    capacity padding, and in training the recomputation (``rerun_layers``: the layers a full recompute re-runs)."""
+    capacity padding, and in training the recomputation (``rerun_layers``: the layers a full recompute re-runs;
+    ``framework``: the resolved ``host_framework``, ``plan.framework_host``)."""
     m, run = project.mapping, project.run
     if run.mode is not Mode.train:
         batch = run.inference.batch
         return model_flops_per_sample(workload, backward=False) * batch, workload.flops_per_sample * batch
     rerun_of = frozenset(rerun_layers) if m.recompute is Recompute.full else None  # what the R passes re-run
     hardware = hardware_flops_per_sample(workload, m.recompute, fused, rerun_of, m.recompute_modules,
-                                         reruns_flash(m.host_framework))
+                                         reruns_flash(framework))
     return model_flops_per_sample(workload) * m.global_batch, hardware * m.global_batch

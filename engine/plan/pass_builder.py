@@ -9,6 +9,7 @@ from tilewright.engine.ir.common import DType
 from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.op_cost import OpTime, op_time, shard
+from tilewright.engine.perf.score_kernels import runs_causal_kernel
 from tilewright.engine.plan.costed_op import as_costed, saved_bytes
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture
 from tilewright.engine.plan.experts import dispatch_work, exchange
@@ -46,6 +47,8 @@ class PassBuilder(PassComms, DelayedWgrad):
         what a CUDA graph replays of it (``plan.cuda_graphs``), its host work gone."""
         c = self.ctx
         self._graph = graph
+        if op.causal_keys and not runs_causal_kernel(c.host_framework, op.causal_keys, c.elem_bytes):
+            op = op.model_copy(update={"causal_keys": 0})  # the framework's softmax reads whole rows
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
         fp8 = (c.formats is not None and c.formats.for_op(op.name).weights is DType.fp8  # GroupedLinear quantizes
                and c.formats.fp8_scaling)  # by its recipe (``moe_host.grouped_linear``)

@@ -22,6 +22,7 @@ from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective, collective, point_to_point
 from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes
 from tilewright.engine.plan.experts import ETP_PREFIX, expert_tp_of, is_ep, is_etp, routing_for
+from tilewright.engine.plan.framework_host import host_framework
 from tilewright.engine.plan.group_comm import (
     cp_group_collective,
     dp_group_collective,
@@ -221,7 +222,8 @@ def build_plan(project: Project, hw: HardwareGraph, workload: WorkloadGraph) -> 
         whole = {vs: nbytes * m.tp for vs, nbytes in p2p.items()}
         for st in stages:
             add_receive_gathers(st.passes, m.pp, st.rank, st.dev.compute, whole)
-    model_flops, hardware_flops = run_flops(workload, project, s.fusion, rerun_layers)
+    framework = host_framework(m.host_framework, stages[0].dev.compute, run.mode is Mode.train)  # as the passes
+    model_flops, hardware_flops = run_flops(workload, project, s.fusion, rerun_layers, framework)
     notes = plan_notes(s, stages, pipeline, residencies)
     tied = s.tied
     return Plan(

@@ -21,6 +21,7 @@ from tilewright.engine.perf.recompute import changes_nothing, reruns_flash
 from tilewright.engine.plan.activation_offload import notes as offload_notes
 from tilewright.engine.plan.dgrad_overlap import notes as dgrad_notes
 from tilewright.engine.plan.dgrad_overlap import overlaps as dgrad_overlaps
+from tilewright.engine.plan.framework_host import host_framework
 from tilewright.engine.plan.pipeline_p2p import PipelineP2P
 from tilewright.engine.plan.pipeline_p2p import notes as p2p_notes
 from tilewright.engine.plan.plan_settings import PlanSettings
@@ -78,7 +79,8 @@ def plan_notes(
     if run.mode is Mode.train and m.recompute is Recompute.selective and changes_nothing(
         [workload.layer_ops(i) for i in s.blocks], s.fusion, m.recompute_modules
     ):
-        notes.append(SELECTIVE_RERUNS_FLASH if reruns_flash(m.host_framework) else SELECTIVE_CHANGES_NOTHING)
+        framework = host_framework(m.host_framework, stages[0].dev.compute, True)  # as the passes resolve it
+        notes.append(SELECTIVE_RERUNS_FLASH if reruns_flash(framework) else SELECTIVE_CHANGES_NOTHING)
     compute = stages[0].dev.compute
     if run.dtype not in compute.peak_flops:
         notes.append(

@@ -222,7 +222,7 @@ def _check_fits(specs: list[RequestSpec], models: list[InstanceModel], config: S
             if pages(tokens, m.kv.block_tokens) > m.kv.blocks:
                 raise ServingSetupError(
                     "requests",
-                    f"request {s.id} needs {counted(tokens, 'token')} of KV cache; the {m.name} instance holds "
+                    f"request {s.id + 1} needs {counted(tokens, 'token')} of KV cache; the {m.name} instance holds "
                     f"{counted(m.kv.tokens, 'token')} "
                     f"({counted(m.kv.blocks, 'page')} of {counted(m.kv.block_tokens, 'token')})",
                 )

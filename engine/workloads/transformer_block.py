@@ -247,7 +247,7 @@ def _add_attention(ops: OpList, b: BlockShape, attn_in: str) -> str:
     )
     ops.add("softmax", OpKind.softmax, HEADS, params=a if b.sinks else 0, in_elems=as2, out_elems=as2,
             saved_elems=as2, selective=True,
-            triangular=b.causal and b.window is None and not b.sinks and b.keys == s)
+            causal_keys=s if b.causal and b.window is None and not b.sinks and b.keys == s else 0)
     if b.dropout:
         add_dropout(ops, "attention_dropout", as2, HEADS, saved_elems=as2, selective=True)
     add_matmul(ops, "out_proj", ROW, s, h, b.q_width, b.linear(b.q_width, h, b.out_bias), saved=s * b.q_width)

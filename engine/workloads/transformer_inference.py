@@ -177,7 +177,7 @@ def inference_graph(
                                                      head_dim=dims.head_dim_n, queries=tokens, keys=context)
         elif op.kind is OpKind.softmax:  # materialised: the t × c scores of every head, whole rows read (a
             scores = float(heads * tokens * context)  # serving framework's softmax, not Megatron's causal kernel)
-            update |= {"in_elems": scores, "out_elems": scores, "saved_elems": scores, "triangular": False}
+            update |= {"in_elems": scores, "out_elems": scores, "saved_elems": scores, "causal_keys": 0}
         elif op.moe is not None and op.moe.role is MoERole.expert and op.params:
             reached = touched_experts(op.moe.experts, op.moe.top_k, tokens * sequences)
             update |= {"params": op.params * reached / op.moe.experts}

@@ -31,7 +31,8 @@ from tilewright.engine.errors import InputError, Problem
 from tilewright.engine.hardware import elaborate
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
-from tilewright.engine.perf.recompute import changes_nothing
+from tilewright.engine.perf.recompute import changes_nothing, reruns_flash
+from tilewright.engine.plan.framework_host import host_framework
 from tilewright.engine.plan.residency import resolve
 from tilewright.engine.search.parallel.estimate import Estimator
 from tilewright.engine.search.parallel.extended import Extensions, Planner, default_extensions, with_recipes
@@ -189,12 +190,15 @@ def search(
 def _collapse_idle_selective(ranked: list[Ranked], est: Estimator, result: SearchResult) -> list[Ranked]:
     """``ranked`` with each selective-recomputation candidate that changes nothing (``changes_nothing``: every op
     its modules touch runs in a fused attention kernel, ``mapping.fusion``'s or the context ring's) given as its
-    recompute-none twin, which it is; dropped where that twin is ranked already. The first stage never ranks
+    recompute-none twin, which it is (dropped where that twin is ranked already, and under Megatron-Core, where it is
+    slower than the twin). The first stage never ranks
     them (``Space.selective_idle``); the second stage's context-parallel variants of its seeds can be them."""
     from tilewright.engine.ir.mapping import Recompute
     from tilewright.engine.plan.context import ring_fused
 
     layers = [est.workload.layer_ops(i) for i in est.workload.block_layers]
+    # under Megatron-Core the candidate re-runs the flash forward (``reruns_flash``): slower than its twin, dropped
+    slower = reruns_flash(host_framework(est.settings.host_framework, est.dev.compute, True))
     seen: set = set()
     out: list[Ranked] = []
     collapsed = False
@@ -204,6 +208,8 @@ def _collapse_idle_selective(ranked: list[Ranked], est: Estimator, result: Searc
             layers, est.settings.fused | ring_fused(layers, c.cp), c.recompute_modules
         ):
             collapsed = True
+            if slower:
+                continue
             c = replace(c, recompute=Recompute.none, recompute_modules=None)
             r = replace(r, candidate=c)
         if c in seen:
