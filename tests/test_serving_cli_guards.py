@@ -258,16 +258,20 @@ def _moe_project(ep: int) -> Project:
     return Project.model_validate(data)
 
 
-def test_expert_parallel_serving_is_refused_with_what_to_do(tmp_path, capsys):
+def test_expert_parallel_serving_runs_and_is_refused_disaggregated_with_what_to_do(tmp_path, capsys):
+    """Expert parallelism is served with data-parallel attention (``plan.served_experts``), each rank a replica;
+    --disaggregate re-cuts the devices by tensor parallelism and refuses it, naming the way out."""
     path = tmp_path / "moe.json"
     path.write_text(project_to_text(_moe_project(2)))
-    assert _serve([str(path), "--requests", "2"]) == 2
+    assert _serve([str(path), "--requests", "2", "--json"]) == 0
+    assert "ep 2: data-parallel attention" in " ".join(_strict(capsys.readouterr().out)["notes"])
+    assert _serve([str(path), "--requests", "2", "--disaggregate", "1:1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"{path}: mapping.ep: 2:") and "--set mapping.ep=1" in err and "all-to-all" in err
+    assert err.startswith(f"{path}: mapping.ep: 2:") and "--set mapping.ep=1" in err
     with pytest.raises(ServingSetupError) as exc:
-        build_instances(_moe_project(2), ServingConfig().token_budget, None)
+        build_instances(_moe_project(2), ServingConfig().token_budget, (1, 1))
     assert exc.value.setting == "mapping.ep"
-    assert _serve([str(path), "--requests", "2", "--set", "mapping.ep=1"]) == 0
+    assert _serve([str(path), "--requests", "2", "--disaggregate", "1:1", "--set", "mapping.ep=1"]) == 0
 
 
 # ---- TPOT as README defines it is what `run` reports ----

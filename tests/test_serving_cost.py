@@ -24,6 +24,14 @@ def _preset(name: str) -> Project:
     return load_project_preset(name)
 
 
+def _moe(ep: int, pp: int = 1) -> Project:
+    """A small mixture-of-experts decoder on a DGX A100, its ``ep`` expert ranks over dp = ep replicas."""
+    data = llama_inference().model_dump(mode="json")
+    data["workload"]["moe"] = {"experts": 8, "top_k": 2, "expert_ffn": 1408}
+    data["mapping"] |= {"tp": 1, "pp": pp, "dp": ep, "global_batch": ep, "ep": ep}
+    return Project.model_validate(data)
+
+
 CASES = {
     "gpu tp4": (llama_inference(), {}, 3),
     "gpu tp1 (one segment: host dispatch and device time meet)": (llama_inference(), {"tp": 1}, 2),
@@ -33,6 +41,10 @@ CASES = {
     "tiled chip, sequential prefill": (_preset("wormhole-n150-llama2-7b-inference"), {}, 3),
     # 2-D tensor parallelism over a mesh of chips; the decode program's own collectives on padded user rows
     "tiled mesh, 2-D collectives": (_preset("wormhole-galaxy-llama3-70b-inference"), {}, 3),
+    # data-parallel attention, the experts over 4 ranks: their all-to-alls in every MoE layer (plan.served_experts)
+    "expert parallel ep 4": (_moe(4), {}, 3),
+    "expert parallel ep 2, pipeline of 2": (_moe(2, pp=2), {}, 1),
+    "expert parallel ep 2 of tensor groups of 2": (_moe(2), {"tp": 2}, 3),
     "tiled mesh, tt-transformers decode": (
         _preset("wormhole-galaxy-llama3-70b-inference"), {"tp_axes_collectives": "tt-transformers"}, 3
     ),

@@ -41,7 +41,8 @@ _TRAINING_ONLY = {
     "overlap_ep_comm": bool,
     "delay_wgrad_compute": bool,
     "expert_imbalance": lambda v: True,
-    "ep": lambda v: v > 1,  # the plan splits experts in training only (plan.plan: ep 1 otherwise)
+    # an inference run splits the experts only over data-parallel ranks (plan.served_experts: refuse_idle_run_flags)
+    "ep": lambda v: v > 1,
     "ep_dispatcher": lambda v: True,
     "overlap_grad_reduce": bool,
     "expert_tp": lambda v: True,
@@ -85,6 +86,7 @@ _MOE_MODEL_FLAGS = ("moe_first_dense", "moe_experts")
 def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
     """Exit 2 (``InputError``) for a flag the simulation of ``project`` would not read."""
     from tilewright.engine.ir.project import Mode
+    from tilewright.engine.plan.served_experts import served_ep
 
     m, train = project.mapping, project.run.mode is Mode.train
     if not train:  # every idle training flag at once, so that one edit of the command line mends them all
@@ -92,10 +94,11 @@ def refuse_idle_run_flags(args: argparse.Namespace, project: Project) -> None:
                               "simulates without it (no backward pass, optimizer step, pipeline schedule or expert "
                               f"split to change): add --mode train, or leave it out{_HINT.get(name, '')}")
                       for name, idle in _TRAINING_ONLY.items()
-                      if (value := getattr(args, name, None)) is not None and idle(value)]
+                      if (value := getattr(args, name, None)) is not None and idle(value)
+                      and not (name == "ep" and served_ep(m) > 1)]  # expert ranks of data-parallel attention
         if idle_flags:
             raise InputError(COMMAND_LINE, idle_flags)
-        if getattr(args, "dp", None) is not None and args.dp > 1:
+        if getattr(args, "dp", None) is not None and args.dp > 1 and served_ep(m) == 1:  # ep ranks: dp counts
             raise InputError(COMMAND_LINE, Problem("--dp", f"{args.dp}: an inference run simulates one tensor "
                                                    f"group (tp × pp = {m.tp * m.pp} devices); its replicas would "
                                                    "change nothing (tilewright serve spreads requests)"))

@@ -76,6 +76,11 @@ def inference_notes(program: InferenceProgram) -> list[str]:
     inf = program.plan.project.run.inference
     batches = counted(ph.micro_batches, "micro-batch", "micro-batches")
     out = [f"inference: {batches} of {counted(ph.micro_batch, 'sequence')} in flight"]
+    ep = program.plan.ep
+    if ep > 1:  # plan.served_experts
+        out.append(f"expert parallelism: {ep} ranks (data-parallel attention), each running this batch on its own "
+                   f"{counted(program.plan.tp * program.plan.pp, 'device')}; the MoE layers route their {ep} × the "
+                   f"tokens to the experts, 1/{ep} of them per rank, through two all-to-alls per layer")
     if ph.sequential:
         out.append(f"sequential prefill: the {ph.micro_batch} sequences of a micro-batch are prefilled one after "
                    "another; TTFT is the first one's first token")

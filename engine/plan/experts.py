@@ -455,7 +455,8 @@ def dispatch_work(
     the combine side (the op whose output goes back) the sort back. Each pass reads and writes the side's
     token-slots once: the permutation the device's own (1/tp of the replica's), the sorts, with ep > 1, the
     ``etp`` expert-tensor ranks' gathered ones (None: tp; module docstring). ``tokens_scale``: samples per
-    pass. With ``framework`` (Megatron-Core training) every MoE op also carries its host work (``moe_host``;
+    pass. With ``framework`` (Megatron-Core training) every MoE op also carries its host work and the dropless
+    forward its host sync (``moe_host``;
     ``fp8``: its GroupedLinear quantizes per expert, by the recipe given; ``fused_router``: the routing op's
     counts are Transformer Engine's fused router's, ``mapping.moe_router_fusion``)."""
     info = op.moe
@@ -469,5 +470,8 @@ def dispatch_work(
     sorts = 1 if info.experts / ep > 1 else 0  # sort_chunks_by_idxs only with several local experts
     if ep > 1:  # the all-to-all dispatcher sorts after the expert-tensor gather: etp ranks' slots
         sorts *= tp if etp is None else etp
-    sync = dispatch > 0 and not backward and info.capacity_factor is None
+    # Megatron-Core's dropless sync; a serving runtime (``framework`` False) keeps the counts on the device —
+    # vLLM's fused MoE aligns the token-slots to its experts in a kernel (``moe_align_block_size``) — and
+    # replays its decode steps as CUDA graphs, which cannot hold a host synchronisation
+    sync = dispatch > 0 and not backward and info.capacity_factor is None and framework
     return DispatchWork(2 * own, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0, host)

@@ -75,6 +75,7 @@ from tilewright.engine.plan.launch import InferencePass, pass_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, Segment, forward_pass, fused_edges
 from tilewright.engine.plan.plan import Plan
 from tilewright.engine.plan.report import split_rows
+from tilewright.engine.plan.served_experts import served_layers
 from tilewright.engine.plan.timing import pass_parts
 from tilewright.engine.workloads import build_workload
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -311,6 +312,7 @@ def _context(
         tp_axes=m.tp_axes, moe_framework=False, tp_axes_collectives=m.tp_axes_collectives,
         tp_tile=grid.tile if grid is not None else 1,
         tp_decode=kind == "decode",
+        expert_parallel=plan.ep,  # the MoE layers' all-to-alls over the ep ranks (``plan.served_experts``)
     )
 
 
@@ -345,8 +347,10 @@ def padding_flops(layers: list[list[Op]], sequences: float, tp: int, sequence_pa
 
 
 def _stage_layers(plan: Plan, graph: WorkloadGraph, r: int) -> list[list[Op]]:
+    """Stage ``r``'s layers of ``graph`` as one of its devices runs them (its share of the routed experts with
+    expert parallelism: ``plan.served_experts``)."""
     st = plan.stages[r]
-    return [graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]]
+    return served_layers([graph.layer_ops(i) for c in sorted(st.chunk_layers) for i in st.chunk_layers[c]], plan.ep)
 
 
 def prefetch_stream_s(plan: Plan, r: int, ops: list[Op], mb: int, fmt: OpFormats | None) -> float:
@@ -456,13 +460,13 @@ def inference_phases(plan: Plan) -> InferencePhases:
     order = inf.prefill or plan.stages[0].dev.compute.runtime_prefill
     ph.sequential = order == PrefillOrder.sequential and mb > 1
     per_pass = 1 if ph.sequential else mb  # sequences in one prefill pass
-    prefill = inference_graph(dims, inf.prompt_tokens, inf.prompt_tokens, per_pass, fused)
+    prefill = inference_graph(dims, inf.prompt_tokens, inf.prompt_tokens, per_pass, fused, routed_ranks=plan.ep)
     decode: dict[int, WorkloadGraph] = {}
     if ph.decode_steps:
         n = ph.decode_steps
         tile = sampling_tile(plan.stages[-1].dev.compute)
         for c in sorted({ph.context(0), ph.context((n - 1) // 2), ph.context(n - 1)}):
-            decode[c] = inference_graph(dims, 1, c, mb, fused, tile)
+            decode[c] = inference_graph(dims, 1, c, mb, fused, tile, plan.ep)
     for r in range(plan.pp):
         layers = _stage_layers(plan, prefill, r)
         ps = forward_pass(layers, _context(plan, r, per_pass, m.sequence_parallel, fmt))

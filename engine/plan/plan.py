@@ -38,6 +38,7 @@ from tilewright.engine.plan.plan_settings import PlanSettings
 from tilewright.engine.plan.replica_sync import ReplicaSync
 from tilewright.engine.plan.report import split_rows
 from tilewright.engine.plan.residency import StageResidency
+from tilewright.engine.plan.served_experts import served_ep
 from tilewright.engine.plan.sharding import dp_kind, is_dp, is_edp, spans_replicas
 from tilewright.engine.plan.stage_build import BuiltStage, HostReductions, StagePlan, build_stage
 from tilewright.engine.plan.tensor_axes import axis_collective, is_axis
@@ -185,7 +186,9 @@ class Plan(ReplicaSync):
 
     @property
     def ep(self) -> int:
-        return self.project.mapping.ep if self.project.run.mode is Mode.train else 1
+        """Expert parallelism, in training and in a served pass alike (``plan.served_experts``)."""
+        m = self.project.mapping
+        return m.ep if self.project.run.mode is Mode.train else served_ep(m)
 
     @property
     def expert_tp(self) -> int:

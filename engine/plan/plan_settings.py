@@ -1,6 +1,6 @@
 """The plan-wide figures ``build_plan`` resolves once from the project, before it builds any stage.
 
-Tensor formats, the degrees that apply to this run (context and expert parallelism in training only),
+Tensor formats, the degrees that apply to this run (context parallelism in training only),
 each stage's device groups, the layers of each virtual stage, the model state per parameter, the tied
 embedding and the training loop's logging flags. Every stage is built from the same values
 (``plan.stage_build``), so they are resolved here, in one place, rather than recomputed per stage.
@@ -26,6 +26,7 @@ from tilewright.engine.plan.op_memo import OpTimes
 from tilewright.engine.plan.passes import fused_edges
 from tilewright.engine.plan.placement import stage_groups, virtual_stage_layers
 from tilewright.engine.plan.routing_imbalance import resolved_imbalance
+from tilewright.engine.plan.served_experts import served_ep
 from tilewright.engine.plan.tied import TiedEmbedding, tied_embedding
 from tilewright.engine.plan.train_logging import TrainLogging
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -46,7 +47,7 @@ class PlanSettings:
     groups: list[list[list[int]]]  # per stage, per dp · cp replica: the tensor group's device indices
     mb: float  # samples' worth of tokens one device runs per micro-batch
     fusion: frozenset[tuple[str, str]]  # producer → consumer edges kept on chip (``plan.passes.fused_edges``)
-    ep: int  # expert parallelism, training only
+    ep: int  # expert parallelism (a served pass's too: ``plan.served_experts``)
     etp: int  # the routed experts' tensor-parallel degree
     imbalance: float  # busiest ep rank's routed load over the mean (``plan.routing_imbalance``)
     shard_dp: int  # the replicas ZeRO shards the dense weights' state over
@@ -73,7 +74,8 @@ class PlanSettings:
         groups = stage_groups(hw.devices, m if cp == 1 else m.model_copy(update={"dp": m.dp * cp}))
         mb = m.micro_batch / cp  # samples' worth of tokens one device runs per micro-batch (``plan.context``)
         fusion = fused_edges(m.fusion) | ring_fused(map(workload.layer_ops, blocks), cp)  # ring attention is flash
-        ep = m.ep if run.mode is Mode.train else 1
+        # expert parallelism in training and serving alike (``plan.served_experts``: data-parallel attention)
+        ep = m.ep if run.mode is Mode.train else served_ep(m)
         etp = expert_tp_of(m, run.mode is Mode.train)  # MoE parallel folding (``plan.experts``)
         # ZeRO shards the dense weights' state over the dp · cp replicas: context ranks hold the same weights, and
         # Megatron-Core's distributed optimizer and its gradient buffers use the data-parallel group with context
@@ -104,7 +106,8 @@ class PlanSettings:
             fusion=fusion,
             ep=ep,
             etp=etp,
-            imbalance=resolved_imbalance(project, mb, ep, etp),
+            # a served pass prices a balanced router (``plan.served_experts``)
+            imbalance=resolved_imbalance(project, mb, ep, etp) if run.mode is Mode.train else 1.0,
             shard_dp=shard_dp,
             edp=edp,
             apart=apart,

@@ -44,8 +44,11 @@ TPOT ≤ 50 ms.
 Limits: iterations are timed uncontended (the analytic engine's times, which match the event engine's on
 the inference presets today); with pp > 1 an iteration is the pipeline's steady-state period (no fill and
 drain per iteration); the speculative-decoding draft runs on the same devices, as a fraction of a decode
-step; no prefix caching; no expert parallelism (``mapping.ep`` > 1 is refused, ``instances.refuse_expert_parallel``:
-its replicas would share experts and exchange tokens all-to-all, which independent replicas do not model).
+step; no prefix caching. Expert parallelism (``mapping.ep`` > 1) is served with data-parallel attention
+(``plan.served_experts``): every ep rank a replica with its own requests and KV pages, its iterations priced
+with the MoE layers seeing ep × its tokens and their all-to-alls, as if every rank had the same batch (the
+ranks' lockstep — a busy rank holding the others back, an idle one running a dummy step — is not simulated);
+not with ``--disaggregate`` (``instances.refuse_expert_parallel``).
 """
 
 from tilewright.engine.serving.config import GOODPUT_TARGET, ServingConfig, ServingSetupError, SpecDecoding

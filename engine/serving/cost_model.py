@@ -31,6 +31,10 @@ chunk of an iteration as its own pass, then its decode steps as one; on a 2-D me
 collectives in its decode program (``mapping.tp_axes_collectives`` 'tt-transformers'), decode-only iterations are
 priced in the decode pass's context (its users padded to tiles), as ``run`` prices them.
 
+Expert parallelism (``mapping.ep`` > 1, ``plan.served_experts``): an iteration is one ep rank's batch, its MoE
+layers routing ep × its tokens (the local experts they reach, the two all-to-alls per layer in the per-token
+table's segments), as ``run`` prices a request's passes; every rank is taken to run the same batch.
+
 Pipeline parallelism (``pp`` > 1): the batch is split into ``m = min(pp, sequences)`` micro-batches that
 follow each other through the stages, and the iteration's period is the steady state of that pipeline,
 max(one micro-batch's trip through every stage and send, m × the busiest stage) — a decode step's time in
@@ -56,6 +60,7 @@ from tilewright.engine.plan.inference_phases import host_sampling_s, kv_dtype, p
 from tilewright.engine.plan.launch import InferencePass, graphed, serving_device
 from tilewright.engine.plan.passes import ChunkPass, PassContext, forward_pass
 from tilewright.engine.plan.plan import Plan
+from tilewright.engine.plan.served_experts import served_layers
 from tilewright.engine.serving.config import ServingSetupError
 from tilewright.engine.serving.grid_attention import GridAttention, shaped
 from tilewright.engine.workloads.transformer_inference import inference_graph, kv_cache_bytes, sampling_ops
@@ -132,7 +137,8 @@ class IterationCostModel:
         self._graphed = {k: graphed(plan.stages[0].dev.compute, k) for k in ("prefill", "decode")}
         self.runtime_step_s = plan.stages[0].dev.compute.runtime_step_s
         self._send_tokens = dims.seq_len * plan.micro_batch
-        template = inference_graph(dims, 1, 1, 1, self.fused)
+        self.ep = plan.ep  # expert ranks whose tokens a MoE layer routes together (``plan.served_experts``)
+        template = inference_graph(dims, 1, 1, 1, self.fused, routed_ranks=self.ep)
         self._kinds = {li.index: li.kind for li in template.layers}
         self.attention_layers = np.array(
             [sum(1 for i in _stage_layers(plan, r) if self._kinds[i] is LayerKind.transformer) for r in range(self.pp)],
@@ -177,7 +183,7 @@ class IterationCostModel:
         for i in _stage_layers(self.plan, r):
             ops = [op.model_copy(update=replace[v]) if (v := self._variable(op)) else op for op in graph.layer_ops(i)]
             layers.append(ops)
-        return forward_pass(layers, self._context(r, tokens))
+        return forward_pass(served_layers(layers, self.ep), self._context(r, tokens))
 
     def _context(self, r: int, tokens: int) -> PassContext:
         """Stage ``r``'s context for a pass of ``tokens`` new tokens (one sample of the table's graph): a decode
@@ -222,7 +228,7 @@ class IterationCostModel:
 
     def _full_row(self, n: int) -> list[_Row]:
         """The stages' passes of the whole model at ``n`` tokens."""
-        graph = inference_graph(self.dims, n, n, 1, self.fused)
+        graph = inference_graph(self.dims, n, n, 1, self.fused, routed_ranks=self.ep)
         out = []
         for r in range(self.pp):
             ps = self._stage_pass(r, graph, {"attention": ZERO, "logits": ZERO}, n)
@@ -243,7 +249,8 @@ class IterationCostModel:
         same, so a stage of L blocks repeats the two-block pass's middle segments (from the first block's
         last collective to the second's) L − 1 times; without collectives in a block its one segment grows
         by the second block's share L − 1 times."""
-        graphs = {k: inference_graph(self.dims.model_copy(update={"layers": k}), n, n, 1, self.fused) for k in (1, 2)}
+        graphs = {k: inference_graph(self.dims.model_copy(update={"layers": k}), n, n, 1, self.fused,
+                                     routed_ranks=self.ep) for k in (1, 2)}
         out = []
         for r in range(self.pp):
             pre, blocks, post = self._stage_shape[r]
@@ -259,7 +266,7 @@ class IterationCostModel:
                     )
                 layers = [by_kind[kind][0] for kind in pre] + by_kind[LayerKind.transformer][: min(k, blocks)]
                 layers += [by_kind[kind][0] for kind in post]
-                rows[k] = self._row_of(r, forward_pass(layers, self._context(r, n)), n)
+                rows[k] = self._row_of(r, forward_pass(served_layers(layers, self.ep), self._context(r, n)), n)
             out.append(_splice(rows[1], rows[2], blocks))
         return out
 

@@ -1,5 +1,9 @@
 """The serving instances of a project: one per data-parallel replica, or a prefill and a decode group.
 
+With expert parallelism (``mapping.ep`` > 1) a replica is one ep rank of an ep group that shares the experts and
+exchanges tokens all-to-all in every MoE layer (data-parallel attention, ``plan.served_experts``): the plan is
+made on the group's devices and every rank keeps its own batch and KV pages.
+
 An instance is a plan (the project's mapping on its devices), its iteration cost model and its KV pages.
 Replicas of one plan are identical, so they share one cost model. ``--disaggregate P:D`` serves prompts on
 the first P devices and decodes on the next D (Splitwise, Patel et al. ISCA 2024; DistServe, Zhong et al.
@@ -21,6 +25,7 @@ from tilewright.engine.perf.collectives import point_to_point
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.placement import stage_groups
 from tilewright.engine.plan.plan import Plan
+from tilewright.engine.plan.served_experts import served_ep
 from tilewright.engine.results.text import counted
 from tilewright.engine.serving.config import ServingSetupError
 from tilewright.engine.serving.cost_model import IterationCostModel
@@ -73,22 +78,29 @@ def _group_project(project: Project, devices: int, what: str) -> Project:
     return group
 
 
-def refuse_expert_parallel(project: Project) -> None:
-    """Refuse expert parallelism (``mapping.ep`` > 1): serving here runs each data-parallel replica on its
-    own, every expert of its stages on its devices. With ep > 1 the replicas would instead share the experts
-    (each holding 1/ep of them) and exchange their tokens all-to-all in every MoE layer, the batch of the ep
-    ranks together setting the expert GEMMs' rows (vLLM's expert parallelism with data-parallel attention);
-    that coupling is not modelled, and pricing the replicas as independent while their weights are split
-    gave every request the same latency at a fraction of the weights' memory (audit 15, #11)."""
+def refuse_expert_parallel(project: Project, disaggregate: bool) -> None:
+    """Refuse expert parallelism (``mapping.ep`` > 1) that serving does not run: an ep that does not divide the
+    data-parallel replicas (it fits only by folding the experts over the tensor ranks, ``mapping.expert_tp``,
+    a training layout: ``plan.served_experts.served_ep``), and any ep with disaggregated serving, whose prefill
+    and decode groups are re-cut by tensor parallelism over the group's devices (``_group_project``), which
+    leaves no replicas to share the experts over."""
     m = project.mapping
     if m.ep <= 1:
         return
+    if served_ep(m) != m.ep:
+        raise ServingSetupError(
+            "mapping.ep",
+            f"{m.ep}: does not divide the {counted(m.dp, 'data-parallel replica')} (it fits by folding the experts "
+            "over the tensor ranks, mapping.expert_tp, which serving does not run); serving spreads the experts "
+            "over data-parallel ranks: set mapping.dp to a multiple of ep, or ep 1",
+        )
+    if not disaggregate:
+        return
     raise ServingSetupError(
         "mapping.ep",
-        f"{m.ep}: serving prices {m.dp} independent replicas (tp {m.tp}, pp {m.pp}) and does not model expert "
-        f"parallelism, where the replicas share the experts ({m.ep} ranks each holding 1/{m.ep}) and exchange "
-        "tokens all-to-all in every MoE layer; serve with ep 1 (--set mapping.ep=1: each replica holds all "
-        "its stages' experts)",
+        f"{m.ep}: --disaggregate re-cuts the devices into a prefill and a decode group of tp × pp each, and expert "
+        f"parallelism spreads the experts over {m.ep} data-parallel ranks; serve with ep 1 (--set mapping.ep=1) "
+        "or without --disaggregate",
     )
 
 
@@ -98,11 +110,14 @@ def build_instances(
     disaggregate: tuple[int, int] | None,
 ) -> list[InstanceModel]:
     """The instances that serve ``project``: one model for its ``dp`` replicas, or a prefill and a decode
-    group."""
-    refuse_expert_parallel(project)
+    group. With expert parallelism (``mapping.ep`` > 1) the model is planned on one ep group (dp = ep: the
+    experts spread over its ranks, the all-to-alls on its links) and each of the ``dp`` ranks is a replica of
+    its own: its own requests, batch and KV pages (data-parallel attention), its iterations priced with the MoE
+    layers seeing ep × its tokens (``plan.served_experts``, every rank with the same batch)."""
+    refuse_expert_parallel(project, disaggregate is not None)
     if disaggregate is None:
         m = project.mapping
-        single = project.model_copy(update={"mapping": m.model_copy(update={"dp": 1})}) if m.dp > 1 else project
+        single = project.model_copy(update={"mapping": m.model_copy(update={"dp": m.ep})}) if m.dp > m.ep else project
         return [instance_model("serve", single, max_tokens, m.dp)]
     p, d = disaggregate
     total = project.mapping.devices

@@ -301,13 +301,18 @@ def _record(s: Sequence, config: ServingConfig) -> RequestRecord:
     return rec
 
 
+def _ep(ep: int) -> str:
+    """An instance's expert parallelism in its note: its replicas are ep ranks sharing the experts."""
+    return f", ep {ep}: data-parallel attention, experts over {ep} ranks" if ep > 1 else ""
+
+
 def _notes(models: list[InstanceModel], sim: _Simulation) -> list[str]:
     out = []
     for m in models:
         kv = m.kv
         mp = m.plan.project.mapping
         out.append(
-            f"{m.name}: {m.replicas} × (tp {mp.tp}, pp {mp.pp}); KV cache {counted(kv.blocks, 'page')} of "
+            f"{m.name}: {m.replicas} × (tp {mp.tp}, pp {mp.pp}{_ep(mp.ep)}); KV cache {counted(kv.blocks, 'page')} of "
             f"{counted(kv.block_tokens, 'token')} ({counted(kv.tokens, 'token')}) per replica, "
             f"{number(kv.free_bytes / 2**30)} GiB per device after {number(kv.weights_bytes / 2**30)} GiB "
             f"weights and {number(kv.workspace_bytes / 2**30)} GiB workspace"

@@ -136,12 +136,14 @@ def sampling_ops(logits: Op, vocab: int, sequences: int, tile: int) -> list[Op]:
 
 
 def inference_graph(
-    dims: TransformerDims, tokens: int, context: int, sequences: int, fused: bool, sampling_tile: int = 0
+    dims: TransformerDims, tokens: int, context: int, sequences: int, fused: bool, sampling_tile: int = 0,
+    routed_ranks: int = 1,
 ) -> WorkloadGraph:
     """The ops of one pass of ``tokens`` new tokens per sequence attending over ``context`` keys, for
     ``sequences`` sequences (the pass's micro-batch: it sizes the embedding gathers). ``sampling_tile`` > 0: a
     decoder's decode step (one token) ends with the runtime's on-device sampling (``sampling_ops``) on tiles of
-    that many rows."""
+    that many rows. ``routed_ranks``: the expert-parallel ranks whose tokens a MoE layer routes together, each
+    with this pass's tokens (``plan.served_experts``): the experts reached are those of all their tokens."""
     from tilewright.engine.workloads import build_workload  # the package imports this module's siblings
 
     if not 1 <= tokens <= context:
@@ -179,7 +181,7 @@ def inference_graph(
             scores = float(heads * tokens * context)  # serving framework's softmax, not Megatron's causal kernel)
             update |= {"in_elems": scores, "out_elems": scores, "saved_elems": scores, "causal_keys": 0}
         elif op.moe is not None and op.moe.role is MoERole.expert and op.params:
-            reached = touched_experts(op.moe.experts, op.moe.top_k, tokens * sequences)
+            reached = touched_experts(op.moe.experts, op.moe.top_k, tokens * sequences * routed_ranks)
             update |= {"params": op.params * reached / op.moe.experts}
         elif op.layer in head and not encoder and op.kind is OpKind.matmul:  # logits of the last token
             m, n, k = op.gemm

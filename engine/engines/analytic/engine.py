@@ -128,10 +128,14 @@ class AnalyticEngine:
         plan, ph = program.plan, program.phases
         pp, last, n = plan.pp, plan.pp - 1, ph.decode_steps
         parts: dict[tuple, Parts] = {}
+        replicas: dict[int, dict[str, float]] = {}
         for p in range(1 + n):
             report.check()
             for r in range(pp):
-                parts[(r, p)] = pass_parts(plan, r, ph.pass_for(r, p))
+                ps = ph.pass_for(r, p)
+                parts[(r, p)] = pass_parts(plan, r, ps)
+                if r == last:
+                    replicas[p] = pass_replica_comm(plan, r, ps)  # the expert all-to-all (``plan.served_experts``)
         duration = {key: part[0] for key, part in parts.items()}
         log: Log | None = [] if self.timeline else None
         ends: dict[tuple, float] = {}
@@ -143,7 +147,10 @@ class AnalyticEngine:
             breakdown["compute"] += comp
             breakdown["memory_stall"] += stall
             breakdown["host_wait"] += host
-            breakdown["tp_comm"] += comm
+            over = replicas[row.dkey[1]]
+            breakdown["tp_comm"] += comm - sum(over.values())
+            for category, seconds in over.items():
+                breakdown[category] = breakdown.get(category, 0.0) + seconds
         waits = stages[last].waits
         breakdown["pp_comm"] += waits.get("pp_comm", 0.0)
         breakdown["bubble"] += waits.get("bubble", 0.0)
