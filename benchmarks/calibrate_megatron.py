@@ -45,7 +45,8 @@ class Published:
     with --activations-checkpoint-method uniform, and 79a3bb6b, with --recompute-method uniform; CONFIG.sh adds
     --fp16 and a constant --loss-scale 8192). ``ddp`` is --DDP-impl: 'torch' is PyTorch's DDP, which Megatron's
     no-pipelining schedule runs under ``model.no_sync()`` for all but the last micro-batch, so the gradients
-    are all-reduced in buckets during the last backward (megatron/schedules.py forward_backward_no_pipelining);
+    are all-reduced in buckets during the last backward (megatron/schedules.py forward_backward_no_pipelining;
+    PyTorch's default 25 MiB buckets, each its own NCCL all-reduce: ``plan.replica_sync.ddp_bucket_calls``);
     'local' all-reduces every model chunk after the whole schedule (megatron/training.py train_step,
     ``model_module.allreduce_gradients()``). ``vp_layers`` is --num-layers-per-virtual-pipeline-stage
     (None: not interleaved)."""

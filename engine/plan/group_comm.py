@@ -229,9 +229,12 @@ def shard_comm(
     )
 
 
-def scaled(coll: Collective, fraction: float) -> Collective:
-    """The same collective carrying ``fraction`` of the bytes (same link-usage objects)."""
-    phases = tuple(Phase(ph.usage, ph.bytes_per_member * fraction, ph.latency_s) for ph in coll.phases)
+def scaled(coll: Collective, fraction: float, calls: int = 1) -> Collective:
+    """The same collective carrying ``fraction`` of the bytes (same link-usage objects), issued as ``calls``
+    collectives one after the other (a data-parallel wrapper's buckets, ``plan.replica_sync.ddp_bucket_calls``):
+    each pays the latencies the whole one has, the bytes are shared among them."""
+    phases = tuple(Phase(ph.usage, ph.bytes_per_member * fraction, ph.latency_s * max(1, calls))
+                   for ph in coll.phases)
     return Collective(coll.kind, coll.algorithm, phases, coll.payload_fraction)
 
 

@@ -12,6 +12,24 @@ When the reductions run is one rule for both engines and the search (``gradients
 ``finalize_model_grads``) reduces the model chunks after the whole forward-backward schedule, one blocking
 collective per chunk in a Python loop over them; with it, each chunk's buckets start during its last backward.
 
+**PyTorch DDP's buckets** (``ddp_bucket_calls``). Megatron-LM v2.x overlaps the reduction with the backward only
+under ``--DDP-impl torch`` (its local DDP reduces after the schedule), which wraps each model chunk in
+``torch.nn.parallel.DistributedDataParallel(model_module, device_ids=[i], output_device=i,
+process_group=mpu.get_data_parallel_group())`` (``megatron/training.py``, the SC'21 runs' ``run_table_1.sh``
+rows 1.7B-18.4B): no ``bucket_cap_mb``, so PyTorch's default (``bucket_cap_mb=25``, the PyTorch 1.7 reference's
+signature; ``bucket_cap_mb * 1024 * 1024`` bytes) after a first bucket of ``dist._DEFAULT_FIRST_BUCKET_BYTES``
+(1 MiB; ``torch/nn/parallel/distributed.py``; PyTorch 1.8 in the ``nvcr.io/nvidia/pytorch:20.12-py3`` container
+the SC'21 scripts run, ``examples/sc21/SRUN.sh``). Each bucket is
+its own ``allreduce`` on NCCL's stream, one after the other: each pays the latencies (NCCL's base and per-step
+latency) the plan's one collective pays once, and NCCL's CTAs stay resident through them (``perf.comm_sm``).
+Charged as that many calls (``group_comm.scaled``) to the early bucket (its share of the bytes, the first bucket
+among them) and the late one (the rest of the calls), by the plan (both engines) and the search's tail alike.
+Buckets close once they reach the cap (a bucket holds whole tensors), so the count is an upper bound by at most
+one. Left out: Megatron-Core's DDP buckets (``bucket_size`` max(40M, 1M x dp) parameters when
+``--overlap-grad-reduce``; the 'mcore' frameworks keep one collective per bucket part), the reducer's copies of
+the gradients into and out of its buckets (4 + 4 B per parameter: the bytes local DDP's ``add_`` and
+``zero_grad_buffer`` are charged, 6 + 2 B, at one micro-batch).
+
 Split from ``plan.plan`` because it is one job of its own: these collectives follow the pipeline rather than
 run in it, both engines charge them in the iteration's tail, and the search's estimator mirrors exactly
 this part (``search.parallel.tail``). ``Plan`` inherits it; the attributes and methods declared below are
@@ -20,6 +38,7 @@ the plan's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -28,10 +47,12 @@ from tilewright.engine.ir.compute import Compute
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.collectives import Collective
 from tilewright.engine.perf.comm_sm import beside
+from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.memory import gathered_weight_bytes, param_gather_bytes
 from tilewright.engine.plan.device_layers import stage_mean_bytes
 from tilewright.engine.plan.experts import expert_dp, experts_apart
+from tilewright.engine.plan.framework_host import host_framework
 from tilewright.engine.plan.group_comm import (
     dp_group_collective,
     edp_group_collective,
@@ -44,6 +65,35 @@ from tilewright.engine.workloads.graph import WorkloadGraph
 
 if TYPE_CHECKING:  # plan.plan imports this module: the type only, for annotations
     from tilewright.engine.plan.stage_build import StagePlan
+
+TORCH_DDP_BUCKET_BYTES = 25 * 2**20  # DistributedDataParallel(bucket_cap_mb=25), PyTorch's default (docstring)
+TORCH_DDP_FIRST_BUCKET_BYTES = 2**20  # dist._DEFAULT_FIRST_BUCKET_BYTES: the reducer's first bucket
+
+
+def torch_ddp_calls(nbytes: float) -> int:
+    """All-reduces PyTorch DDP issues for ``nbytes`` of one rank's gradients: a 1 MiB first bucket, then 25 MiB
+    ones (an upper bound by at most one: a bucket holds whole tensors and closes once it reaches the cap)."""
+    if nbytes <= 0:
+        return 0
+    rest = max(0.0, nbytes - TORCH_DDP_FIRST_BUCKET_BYTES)
+    return 1 + math.ceil(rest / TORCH_DDP_BUCKET_BYTES)
+
+
+def ddp_bucket_calls(project: Project, compute: Compute, zero: int, fsdp: bool, nbytes: float,
+                     early: float) -> tuple[int, int]:
+    """(calls of the early bucket, calls of the late one) a stage's overlapped gradient reduction of ``nbytes``
+    per rank is issued as, the early one carrying ``early`` of them: PyTorch DDP's buckets under Megatron-LM
+    v2.x's ``--DDP-impl torch`` (the resolved 'megatron-lm' host framework on a GPU, training, no ZeRO/FSDP:
+    module docstring), else (1, 1). Called for an overlapped reduction only (the plan's mapping or the search's
+    candidate says so). One rule for the plan and the search's tail."""
+    m = project.mapping
+    train = project.run.mode is Mode.train
+    if (zero or fsdp or not issues_kernels(compute) or nbytes <= 0
+            or host_framework(m.host_framework, compute, train) != "megatron-lm"):
+        return 1, 1
+    first = max(1, torch_ddp_calls(nbytes * early))
+    return first, max(1, torch_ddp_calls(nbytes) - first)
+
 
 def overlap_loss(early_s: float, backward_s: float, compute: Compute) -> float:
     """Seconds a chunk's last backward (``backward_s``, alone) loses to the early bucket of its gradient
@@ -152,7 +202,10 @@ class ReplicaSync:
         if not self.project.mapping.overlap_grad_reduce or layers < 2 or not whole.phases:
             return Collective(whole.kind, "none", ()), whole
         early = (layers - 1) / layers
-        return scaled(whole, early), scaled(whole, 1 - early)
+        m = self.project.mapping
+        calls = ddp_bucket_calls(self.project, self.stages[rank].dev.compute, m.zero, m.fsdp,
+                                 self.stages[rank].grad_bytes[chunk], early)
+        return scaled(whole, early, calls[0]), scaled(whole, 1 - early, calls[1])
 
     @memo_method
     def dp_overlap_loss(self, rank: int, chunk: int) -> float:

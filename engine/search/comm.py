@@ -47,14 +47,15 @@ class Linear:
     def at(self, nbytes: float) -> float:
         return self.slope * nbytes + self.latency if nbytes > 0 and (self.slope or self.latency) else 0.0
 
-    def scaled(self, nbytes: float, fraction: float) -> float:
-        """This algorithm's collective of ``nbytes`` carrying ``fraction`` of its bytes, as
-        ``plan.group_comm.scaled`` makes it: the bandwidth part scales, the latencies stay those at ``nbytes``."""
+    def scaled(self, nbytes: float, fraction: float, calls: int = 1) -> float:
+        """This algorithm's collective of ``nbytes`` carrying ``fraction`` of its bytes as ``calls`` collectives,
+        as ``plan.group_comm.scaled`` makes it: the bandwidth part scales, each call pays the latencies at
+        ``nbytes``."""
         whole = self.at(nbytes)
         if whole <= 0:
             return 0.0
         lat = self.latency if self.fixed is None else self.fixed[0] * nbytes + self.fixed[1]
-        return fraction * (whole - lat) + lat
+        return fraction * (whole - lat) + lat * max(1, calls)
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,9 @@ class Envelope:
     def at(self, nbytes: float) -> float:
         return min(line.at(nbytes) for line in self.lines)
 
-    def scaled(self, nbytes: float, fraction: float) -> float:
+    def scaled(self, nbytes: float, fraction: float, calls: int = 1) -> float:
         """The algorithm cheapest at ``nbytes`` carrying ``fraction`` of them (``Linear.scaled``)."""
-        return min(self.lines, key=lambda line: line.at(nbytes)).scaled(nbytes, fraction)
+        return min(self.lines, key=lambda line: line.at(nbytes)).scaled(nbytes, fraction, calls)
 
 
 class EngineChoice:
@@ -87,9 +88,9 @@ class EngineChoice:
     def at(self, nbytes: float) -> float:
         return self._line(nbytes).at(nbytes)
 
-    def scaled(self, nbytes: float, fraction: float) -> float:
+    def scaled(self, nbytes: float, fraction: float, calls: int = 1) -> float:
         """The groups' picks at ``nbytes`` carrying ``fraction`` of them (``Linear.scaled``)."""
-        return self._line(nbytes).scaled(nbytes, fraction)
+        return self._line(nbytes).scaled(nbytes, fraction, calls)
 
     def _line(self, nbytes: float) -> Linear:
         """The merged line of the groups' picks at ``nbytes``."""
@@ -209,12 +210,14 @@ class CommModel:
         return self.scaled_time(kind, groups, nbytes, 1.0, name)
 
     def scaled_time(
-        self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float, fraction: float, name: tuple | None = None
+        self, kind: str, groups: tuple[tuple[int, ...], ...], nbytes: float, fraction: float, name: tuple | None = None,
+        calls: int = 1,
     ) -> float:
         """``concurrent_time``'s collectives of ``nbytes`` carrying ``fraction`` of their bytes, with the
         algorithm and latencies picked at ``nbytes``: ``plan.group_comm.scaled``, which the plan's buckets of
         one reduction take (``Plan.dp_buckets``) — not the collective of ``fraction · nbytes``, which may pick
-        another algorithm, protocol or tree."""
+        another algorithm, protocol or tree. ``calls``: issued as that many collectives, each paying the
+        latencies (``plan.replica_sync.ddp_bucket_calls``)."""
         if nbytes <= 0 or not groups or len(groups[0]) <= 1:
             return 0.0
         ident = groups if name is None else name
@@ -225,12 +228,12 @@ class CommModel:
                 c = self._decompose(kind, groups, nbytes)
                 hit = self._small[key] = (c.time(self.hw), _latency(c))
             t, lat = hit
-            return t if fraction == 1.0 else fraction * (t - lat) + lat
+            return t if fraction == 1.0 and calls <= 1 else fraction * (t - lat) + lat * max(1, calls)
         key = (kind, ident)
         env = self._envelopes.get(key)
         if env is None:
             env = self._envelopes[key] = self._envelope(kind, groups)
-        return env.at(nbytes) if fraction == 1.0 else env.scaled(nbytes, fraction)
+        return env.at(nbytes) if fraction == 1.0 and calls <= 1 else env.scaled(nbytes, fraction, calls)
 
     def _exact(self, kind: str, groups: tuple[tuple[int, ...], ...], ident: tuple, nbytes: float) -> bool:
         """Whether no line serves this collective, so it is decomposed at its own size (cached by size):

@@ -24,7 +24,7 @@ from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.memory import StateBytes
 from tilewright.engine.plan.param_gather import exposed_fractions
-from tilewright.engine.plan.replica_sync import gradients_reduced, overlap_loss
+from tilewright.engine.plan.replica_sync import ddp_bucket_calls, gradients_reduced, overlap_loss
 from tilewright.engine.plan.residency import AdamStep, StageResidency
 from tilewright.engine.plan.residency import step_seconds as optimizer_s
 from tilewright.engine.plan.tied import TiedEmbedding, copy_params
@@ -156,10 +156,11 @@ class IterationTail:
                 chunks.append((last_start[ch], t, 0.0, self.comm.concurrent_time(kind, groups, nbytes, name), 0.0))
                 continue
             early = (layers[ch] - 1) / layers[ch]
-            early_s = self.comm.scaled_time(kind, groups, nbytes, early, name)
+            calls = ddp_bucket_calls(self.project, self.dev.compute, c.zero, c.fsdp, nbytes, early)  # DDP buckets
+            early_s = self.comm.scaled_time(kind, groups, nbytes, early, name, calls[0])
             lost = overlap_loss(early_s, t - last_start[ch], self.dev.compute)  # ``Plan.dp_overlap_loss``
-            chunks.append((last_start[ch], t, early_s, self.comm.scaled_time(kind, groups, nbytes, 1 - early, name),
-                           lost))
+            chunks.append((last_start[ch], t, early_s,
+                           self.comm.scaled_time(kind, groups, nbytes, 1 - early, name, calls[1]), lost))
         return gradients_reduced(finish, chunks, after_schedule=not overlap)
 
     def _after_reduction(
