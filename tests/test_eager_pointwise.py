@@ -169,7 +169,8 @@ def test_a_large_layer_pays_the_chains_bytes_at_the_achievable_bandwidth(backwar
 
 
 def test_compile_and_megatron_keep_one_pass():
-    layer = _layer(_llama())
+    # the pointwise chains alone: Megatron's causal softmax kernel (score_kernels) is another framework difference
+    layer = [op.model_copy(update={"causal_keys": 0}) for op in _layer(_llama())]
     for backward in (False, True):
         fused = _busy(layer, "megatron-lm", backward)
         assert _busy(layer, "pytorch-compile", backward) == pytest.approx(fused, rel=1e-12)

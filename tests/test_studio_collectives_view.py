@@ -255,11 +255,11 @@ def test_the_canvas_colours_expert_groups_and_context_rings(make_window):
     assert "cp 1: every device runs whole sequences" in w.canvas.legend.text()
 
 
-@pytest.mark.parametrize("kind_name, mapping", [("expert", dict(tp=2, dp=2, ep=2)), ("context", dict(tp=2, cp=2))])
+@pytest.mark.parametrize("kind_name, mapping", [("context", dict(tp=2, cp=2))])
 def test_an_inference_project_draws_no_groups_the_engine_does_not_form(kind_name, mapping):
-    """The engine runs an inference pass at ep 1 and cp 1 whatever the mapping keeps from training
-    (``plan.plan.build_plan``): the canvas draws no all-to-all groups or rings for it, and the key says the
-    degree is for training instead of claiming it is 1."""
+    """The engine runs an inference pass at cp 1 whatever the mapping keeps from training
+    (``plan.plan.build_plan``): the canvas draws no rings for it, and the key says the degree is for training
+    instead of claiming it is 1."""
     from tilewright.engine.simulate import make_plan, simulate
     from tilewright.studio.mapping import stage_layout
     from tilewright.studio.model.parallel_groups import GroupKind, idle_degree, parallel_groups
@@ -287,3 +287,17 @@ def test_an_inference_project_draws_no_groups_the_engine_does_not_form(kind_name
                               groups=lambda k: parallel_groups(infer, layout, k))
     key = group_legend(overlay, kind)  # type: ignore[arg-type]
     assert f"{kind_name[0]}p {degree}: training only" in key and f"{kind_name[0]}p 1:" not in key
+
+
+def test_an_inference_project_serving_experts_in_parallel_draws_the_groups_the_engine_forms():
+    """ep 2 dividing dp 2: the served pass runs expert parallelism with data-parallel attention
+    (``plan.served_experts``): the engine times its all-to-all and the canvas draws those groups, none idle."""
+    from tilewright.engine.simulate import simulate
+    from tilewright.studio.mapping import stage_layout
+    from tilewright.studio.model.parallel_groups import GroupKind, idle_degree, parallel_groups
+
+    train = grouped_project(tp=2, dp=2, ep=2)
+    infer = Project.model_validate({**train.model_dump(), "run": {**train.run.model_dump(), "mode": "infer"}})
+    assert simulate(infer).time_breakdown_s.get("ep_comm", 0.0) > 0
+    assert parallel_groups(infer, stage_layout(infer), GroupKind.expert) is not None
+    assert idle_degree(infer, GroupKind.expert) == 1

@@ -19,6 +19,7 @@ import numpy as np
 from tilewright.engine.ir.mapping import Mapping
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.plan.experts import expert_tp_of
+from tilewright.engine.plan.served_experts import served_ep
 from tilewright.studio.mapping import StageLayout
 
 
@@ -43,12 +44,13 @@ class Groups:
 
 
 def degree(project: Project, kind: GroupKind) -> int:
-    """ep or cp as the engine places them: training only (``plan.plan.build_plan`` runs an inference pass at
-    ep 1, every device holding all the routed experts, and every sequence whole, cp 1), so an inference
-    project that keeps a training mapping's ep or cp shows no groups."""
+    """ep or cp as the engine places them. An inference pass keeps every sequence whole (cp 1) and runs expert
+    parallelism only where ep divides the data-parallel attention ranks (``plan.served_experts.served_ep``;
+    else every device holds all the routed experts), so an inference project that keeps a training mapping's
+    cp, or an ep it cannot serve, shows no groups."""
     m = project.mapping
     if project.run.mode is not Mode.train:
-        return 1
+        return served_ep(m) if kind is GroupKind.expert else 1
     return m.ep if kind is GroupKind.expert else m.cp
 
 

@@ -133,8 +133,8 @@ NO_GROUPS = {
                        "cp > 1 and Auto-map; training only)",
 }
 INFERENCE_GROUPS = {  # an inference run keeps a training mapping's ep or cp but runs without them (plan.plan)
-    GroupKind.expert: "ep {}: training only; an inference run holds every routed expert on each device and "
-                      "exchanges no tokens",
+    GroupKind.expert: "ep {}: an inference run serves experts in parallel only when ep divides dp (data-parallel "
+                      "attention); here it holds every routed expert on each device and exchanges no tokens",
     GroupKind.context: "cp {}: training only; an inference run keeps every sequence whole on its devices",
 }
 
