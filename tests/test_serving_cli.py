@@ -3,32 +3,19 @@
 from __future__ import annotations
 
 import csv
-import json
 import re
 
 import pytest
 from tilewright.engine.cli import main
-from tilewright.engine.io.project_file import project_to_text
-from tilewright.engine.ir import Project
 
-from tests.engine_cases import llama_inference
+from tests.serving_files import serve_project_file, strict_json
 
-
-def _strict(text: str):
-    def refuse(name: str):
-        raise ValueError(f"not strict JSON: {name}")
-
-    return json.loads(text, parse_constant=refuse)
+_strict = strict_json
 
 
 @pytest.fixture
 def project_file(tmp_path):
-    data = llama_inference().model_dump(mode="json")
-    data["run"]["inference"] |= {"prompt_tokens": 128, "output_tokens": 16}
-    data["mapping"] |= {"tp": 1, "dp": 2, "global_batch": 2}
-    path = tmp_path / "serve.json"
-    path.write_text(project_to_text(Project.model_validate(data)))
-    return str(path)
+    return serve_project_file(tmp_path)
 
 
 def test_json_is_strict_and_has_percentiles_goodput_kv_and_records(project_file, capsys):
