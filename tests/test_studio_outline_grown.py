@@ -50,3 +50,22 @@ def test_a_fixed_wafer_keeps_its_drawn_counts(qtbot):
     hw = doc.project.hardware
     assert outline.items[hw.name].text(3) == str(hw.device_count())
     assert all("grown" not in item.text(2) for item in outline.items.values())
+
+
+def test_the_inspector_says_how_the_run_grows_the_system(qtbot):
+    """The Inspector's figures are the drawing's (one node); its header also says what the run grows it to, as the
+    Hierarchy's tooltip does, instead of leaving "8 devices" beside a 64-device run."""
+    from tilewright.studio.ui.inspector import Inspector
+
+    doc = ProjectDocument(load_project(preset_path("projects", "gpt3-dgx-a100")))
+    selection = Selection(doc)
+    inspector = Inspector(doc, selection)
+    qtbot.addWidget(inspector)
+    hw = doc.project.hardware
+    (node,) = [c for c in hw.children if c.growable]
+    per_node = node.device_count() // node.count
+    nodes = -(-doc.project.mapping.devices // per_node)
+    selection.select(hw.name)
+    text = inspector.header.text()
+    assert "(per instance, as drawn)" in text
+    assert f"{per_node} per {node.name} × {nodes} {node.name}s = {nodes * per_node} devices" in text

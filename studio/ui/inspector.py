@@ -24,9 +24,11 @@ from PySide6.QtWidgets import (
 from tilewright.engine.ir.hardware import Component, ComponentKind, MemoryKind, Topology
 from tilewright.studio.commands import SetComponentField
 from tilewright.studio.document import ProjectDocument
+from tilewright.studio.mapping import display_hardware
 from tilewright.studio.summary import key_figures
 from tilewright.studio.tree_edit import EditRefused, FieldPath, get_field, set_field
 from tilewright.studio.ui.fields import ChoiceEditor, EdgesEditor, FlagEditor, ValueEditor, _Editor
+from tilewright.studio.ui.outline import grown_note, grown_pair
 from tilewright.studio.ui.selection import Selection
 from tilewright.studio.units import (
     AREA,
@@ -143,11 +145,13 @@ class Inspector(QWidget):
             self.editors, self._props = {}, []
             return
         figures = " · ".join(key_figures(comp)) or "no compute or memory"
+        grown = self._grown_text(comp)
         self.header.setText(
             f"<b>{html.escape(comp.name)}</b> · {comp.kind.value}"
             f"{f' · {comp.rows} × {comp.cols}' if comp.count > 1 else ''}"
-            f"<br><span style='color:#566573'>{html.escape(figures)} (per instance)</span>"
-            f"<br><span style='color:#7f8c8d'>{html.escape(self.path or '')}</span>"
+            f"<br><span style='color:#566573'>{html.escape(figures)} (per instance, as drawn)</span>"
+            + (f"<br><span style='color:#566573'>{html.escape(grown)}</span>" if grown else "")
+            + f"<br><span style='color:#7f8c8d'>{html.escape(self.path or '')}</span>"
         )
         props = props_for(comp)
         if props == self._props:
@@ -156,6 +160,16 @@ class Inspector(QWidget):
         else:
             self._build(comp, props)
         self.scroll.widget().setEnabled(not self.doc.read_only)
+
+    def _grown_text(self, comp: Component) -> str:
+        """How the run grows the selected component past its drawing (``outline.grown_note``: the counts the
+        Hierarchy shows), or "" when it runs as drawn."""
+        project = self.doc.project
+        shown = display_hardware(project).find(self.path) if self.path else None
+        if shown is None or shown.device_count() == comp.device_count():
+            return ""
+        pair = grown_pair(shown, comp)
+        return grown_note(*pair, project.mapping.devices) if pair is not None else ""
 
     def _build(self, comp: Component, props: list[Prop]) -> None:
         content = QWidget()

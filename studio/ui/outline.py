@@ -46,12 +46,12 @@ def grown_note(c: Component, designed: Component, needed: int) -> str:
             f"{c.name} drawn; the run grows it to hold the mapping's {needed} devices)")
 
 
-def _grown_pair(shown: Component, designed: Component) -> tuple[Component, Component] | None:
+def grown_pair(shown: Component, designed: Component) -> tuple[Component, Component] | None:
     """The component the run grows (as shown, as drawn), or None when nothing grows."""
     if shown.count != designed.count:
         return shown, designed
     for a, b in zip(shown.children, designed.children, strict=False):
-        found = _grown_pair(a, b)
+        found = grown_pair(a, b)
         if found is not None:
             return found
     return None
@@ -138,7 +138,7 @@ class Outline(QTreeWidget):
         item.setData(0, PATH_ROLE, path)
         item.setToolTip(0, one_line(comp))
         if devices != designed.device_count():  # this row holds (or is) the component the run grows
-            pair = _grown_pair(comp, designed)
+            pair = grown_pair(comp, designed)
             if pair is not None:
                 note = grown_note(*pair, self.doc.project.mapping.devices)
                 for col in (2, 3):
