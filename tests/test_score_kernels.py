@@ -194,3 +194,15 @@ def test_memory_levels_keep_the_triangle():
     plain = op_time(_softmax(True), dev, MB, 1, False, True, 2.0)
     placed = op_time(_softmax(True), dev, MB, 1, False, True, 2.0, residency=Residency())
     assert placed.local_bytes == pytest.approx(plain.local_bytes, rel=1e-12)
+
+
+def test_a_decode_steps_batched_gemvs_over_the_kv_cache_keep_the_plain_rate():
+    """The share was measured on GEMMs over the s × s scores; a decode step's QKᵀ and PV read the KV cache
+    (``cache_elems``), another kernel: the device's share leaves it unchanged, while it slows the training op."""
+    dev = _a100()
+    plain = _with(dev, attention_bmm_efficiency=None)
+    decode = _attention().model_copy(update={"cache_elems": 2 * SEQ * HEADS * HEAD_DIM})
+    assert op_time(decode, dev, MB, 1, False, False, 2.0).memory_s == pytest.approx(
+        op_time(decode, plain, MB, 1, False, False, 2.0).memory_s, rel=1e-12)
+    assert op_time(_attention(), dev, MB, 1, False, False, 2.0).memory_s > op_time(
+        _attention(), plain, MB, 1, False, False, 2.0).memory_s

@@ -299,7 +299,9 @@ def op_time(
         # an unfused attention's kernels are batched: one product per sample and local head (``attention_kernels``)
         bmm = op.bmm if split and op.kind is OpKind.attention else None
         batch = micro_batch * bmm.heads / k if bmm is not None else 1.0
-        score_bmm = bmm is not None
+        # measured where the s × s score tensor is the operand (training, prefill); a decode step's batched GEMVs
+        # over the KV cache (``cache_elems``) are another kernel: not this rate
+        score_bmm = bmm is not None and not op.cache_elems
         kernels = (attention_kernels(bmm, backward) if bmm is not None
                    else gemm_kernels(op.kind, backward, shape) if split else ((1.0, shape),))
         compute_s = 0.0
