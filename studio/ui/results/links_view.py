@@ -76,6 +76,7 @@ class LinksView(QWidget):
         self.span = 0.0
         self.root = ""
         self.curves: list[pg.PlotDataItem] = []
+        self.swatched: list[int] = []  # the list rows that carry a plotted curve's colour
         self.heading = elastic(QLabel())
         self.list = QListWidget()
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
@@ -84,6 +85,7 @@ class LinksView(QWidget):
         self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setWordWrap(False)
+        self.list.setUniformItemSizes(True)  # one line each: a thousand links lay out without measuring each
         self.list.itemSelectionChanged.connect(self._replot)
         self.plot_widget = make_plot()
         self.plot = self.plot_widget.getPlotItem()
@@ -294,8 +296,10 @@ class LinksView(QWidget):
             self.plot.removeItem(curve)
         self.curves = []
         self.legend.clear()
-        for i in range(self.list.count()):
-            self.list.item(i).setIcon(QIcon())
+        for row in self.swatched:  # only these (a run lists a thousand links or more)
+            if row < self.list.count():
+                self.list.item(row).setIcon(QIcon())
+        self.swatched = []
         top = 0.0
         for n, row in enumerate(self.selected()):
             series, _ = self.ranked[row]
@@ -307,6 +311,7 @@ class LinksView(QWidget):
             self.legend.addItem(curve, elide(self.short(series.name), LEGEND_CHARS))
             self.curves.append(curve)
             self.list.item(row).setIcon(_swatch(colour))
+            self.swatched.append(row)
         # Scale to what is shown (a 1 % load is a flat line on a 0–100 % axis); the axis says "%".
         self.plot.setYRange(0, min(100.0, max(1.0, 1.15 * top)), padding=0)
         window = format_value(self.span / WINDOWS, SECONDS) if self.span > 0 else ""
