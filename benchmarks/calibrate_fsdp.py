@@ -90,10 +90,37 @@ saved tensors are not in the memory model. The H100 rows also ran at
 Together they leave the CP rows where they were (cp2 +25.5 → +24.0 %, cp4 +66.4 → +68.1 %, cp8 +72.8 → +76.9 %):
 what grows with cp is still missing. The measured 256k row runs at 548 tokens/s/GPU, 60 s per 262,144-token step,
 when its attention at FlashAttention-2's rates (forward, full-AC re-run, backward) takes ~30 s of our 34 s; the
-~26 s missing is most of the attention time again. Not checked: the SDPA backend the ring's per-step calls ran
-under ``torch.compile`` (flash is first in ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION])``, torchtitan's CP
-context), the allocator's behaviour with a 4.3 GB gathered buffer per layer at 256k (its retries free cached blocks
-and synchronise), and FlashAttention-2's rate at 500 W (``--whatif`` scales the peak only).
+~26 s missing is most of the attention time again.
+
+Checked since, and not the cause:
+
+- the kernel: torchtitan's train context enters ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION])`` under CP
+  ("currently we only support these two SDP backends", cuDNN a TODO: ``get_train_context``, as read in its 2025
+  home ``torchtitan/distributed/utils.py`` @ cddd7dc; the December 2024 copy not read), flash comes first in SDPA's
+  priority either way (cuDNN last and not picked unasked in the December 2024 nightlies: pytorch/pytorch issues
+  #141133, #142132), and torch's ``_scaled_dot_product_ring_flash_attention`` then calls
+  ``aten._scaled_dot_product_flash_attention`` for every step, causal or not: FlashAttention-2 throughout, the
+  preset's ``sdpa_flash`` rates;
+- full AC: the recompute pass re-runs the ring's forward, its all-gather, unmasked steps and merges included
+  (``tests/test_torch_ring.py``), as ``torch.utils.checkpoint`` re-runs the block;
+- the host: torchtitan compiles each block with ``fullgraph=True``, so the monkey-patched SDPA, the ring loop and
+  its merges are traced into the block's graph (``fullgraph=True`` allows no graph break): merges fused, the
+  rotater's per-step K/V ``torch.cat`` (unused after step 0's all-gather) dead code, and no host synchronisation
+  anywhere in the ring (its waits are stream waits); a step's launches are microseconds beside its 25-80 ms kernel;
+- the ring's traffic left out (``_partial_update``'s copies, the ``.contiguous()`` of the repeated K/V): < 0.5 %
+  of the 256k iteration.
+
+What the measurements say instead: every T2 row holds 32k tokens per rank, so each doubling of cp adds unmasked
+half-steps of the same shape (cp − 1 of them in all), each with its merge and dK/dV send; nothing else changes
+with cp but the gathered buffer's size. Measured seconds per added step: 4.5 (no CP → cp2), 8.8 (cp2 → cp4),
+7.3 (cp4 → cp8); the model's 4.2, 3.9, 3.9 (``--whatif`` 5.0, 4.6, 4.6). The excess is a jump between cp2 and
+cp4 — cp2's step costs what FlashAttention-2's rate says, cp4's and cp8's about twice that — not a cost
+proportional to steps, bytes or kernel time, which would also show at cp2. Unsourced hypotheses, not modelled:
+the caching allocator's retries (cudaFree of cached blocks, a device synchronisation each) under the transient
+gathered K/V (1.1, 2.1, 4.3 GB per layer at cp2, 4, 8) beside ~84 GiB reserved on every T2 row (torchtitan logs
+``num_alloc_retries``; the doc does not publish it), or run-to-run variation of a single reading at the 90th
+iteration; their size under ``--whatif``: 8.9 s of 30.6 (cp4) and 19.6 s of 59.8 (cp8) per iteration.
+FlashAttention-2's rate at 500 W is not known either (``--whatif`` scales the peak only).
 
 These are measurements to *check* the model against, never to fit a constant to: nothing here feeds back into a
 preset.

@@ -144,6 +144,37 @@ def test_the_fp32_merges_stream_through_memory(cp):
         assert extra == pytest.approx(GQA.layers * _merge_bytes(cp, backward), rel=1e-6)
 
 
+def _full_recompute(project: Project) -> Project:
+    """The project with torchtitan's 'full' activation checkpointing: every block re-run in the backward."""
+    mapping = Mapping.model_validate({**project.mapping.model_dump(), "recompute": "full"})
+    return project.model_copy(update={"mapping": mapping})
+
+
+def _moved(segments, kind: str) -> float:
+    """Bytes of collective ``kind`` a pass's segments move, shown (after a segment) or hidden (behind one)."""
+    return sum(n for s in segments for k, n in ([s.comm] if s.comm else []) + list(s.hidden) if k == kind)
+
+
+@pytest.mark.parametrize("cp", [2, 8])
+def test_full_recompute_runs_the_ring_forward_again(cp):
+    """torchtitan's full activation checkpointing (torch.utils.checkpoint around each block) re-runs the block's
+    forward inside the backward, and with it torch's ring forward: the recompute pass all-gathers every rank's
+    expanded K/V again (cp blocks, shown or hidden), sends no dK/dV, and streams the forward's fp32 merges again
+    over what the same pass moves under Transformer Engine's ring; both engines charge it alike."""
+    recompute = {fw: make_plan(_full_recompute(_project(cp, fw))).stages[0].passes[(0, "R")]
+                 for fw in ("pytorch-compile", "mcore")}
+    ring = recompute["pytorch-compile"].segments
+    assert _moved(ring, "cp:all-gather") == pytest.approx(GQA.layers * cp * _expanded_block(cp), rel=1e-9)
+    assert _moved(ring, "cp:ring") == 0.0
+    extra = sum(s.local_bytes for s in ring) - sum(s.local_bytes for s in recompute["mcore"].segments)
+    assert extra == pytest.approx(GQA.layers * _merge_bytes(cp, False), rel=1e-6)
+    a, e = (simulate(_full_recompute(_project(cp, "pytorch-compile", engine))) for engine in ("analytic", "event"))
+    assert a.time_breakdown_s["recompute"] > 0
+    for key in ("recompute", "cp_comm", "memory_stall"):
+        assert e.time_breakdown_s[key] == pytest.approx(a.time_breakdown_s[key], rel=1e-9, abs=1e-15), key
+    assert e.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
+
+
 def test_both_engines_agree_on_the_torch_ring():
     """cp 16 over two DGX nodes with every head's K/V: the gather and the last dK/dV send cross the NICs and
     show as cp_comm, the same in both engines."""

@@ -35,8 +35,12 @@ Per attention op, on each of the cp ranks (each holds chunks r and 2cp − 1 −
 
 The merges and accumulators are memory-bound kernels on the compute stream beside the attention; the
 exchanges run on NCCL's stream with its SMs (``perf.comm_sm``). Left out: the all-gathered buffer's memory
-(cp blocks per layer, transient), the per-step SDPA and merge launches on the host (the rows this checks are far
-from host-bound), the partial updates' extra ``torch.cat`` of the accumulators (``_partial_update``).
+(cp blocks per layer, transient: smaller than the loss's fp32 logits, the largest transient the memory model
+holds, at the rows checked), the per-step SDPA and merge launches on the host (the rows this checks are far from
+host-bound, and torchtitan compiles each block whole, ``fullgraph=True``), the partial updates' extra
+``torch.cat`` of the accumulators (``_partial_update``: a copy of the untouched fp32 halves each step, ~0.2 s of
+the 256k cp8 row's 60 s), the ``.contiguous()`` copies of the repeated K/V at the ring's entry, and the rotater's
+per-step K/V ``torch.cat`` after step 0's all-gather (unused: dead code in the compiled block).
 """
 
 from __future__ import annotations
