@@ -99,7 +99,24 @@ router's probabilities) that the workload already has (``dispatch_work``):
   Megatron-Core pads every expert to its capacity (``drop_and_pad``) and never syncs;
 - the host's own work around every MoE op (router, routing, dispatcher, ``GroupedLinear`` per local expert,
   combine: ``plan.moe_host``) replaces the op kind's generic ``launch.host_seconds`` (``DispatchWork.host_s``):
-  it binds where the device runs the layer faster than the host issues it.
+  it binds where the device runs the layer faster than the host issues it;
+- fp8 grouped GEMMs need every expert's rows in multiples of the recipe's alignment, so ``TEGroupedMLP``
+  (``megatron/core/transformer/moe/experts.py``, ``forward``: ``quantization_padding`` of the permuted tokens
+  before fc1, ``quantization_unpadding`` of fc2's output) copies the token-slots into a padded buffer and back
+  out (``fp8_padded``). Transformer Engine's ``Fp8Padding`` (``transformer_engine/pytorch/module/
+  fp8_padding.py``) returns its input untouched only when every split is aligned already; otherwise it
+  allocates the padded tensor and copies every row into it (``tex.fused_multi_row_padding``), its backward
+  copies the gradient's rows back out (``fused_multi_row_unpadding``); ``Fp8Unpadding`` (``fp8_unpadding.py``)
+  is its inverse (``torch.split`` and ``torch.cat`` forward, ``fused_multi_row_padding`` backward). Each pass
+  reads and writes the op's token-slots once more (``DispatchWork.pad_bytes``: the same slots as the sort,
+  the expert-tensor group's gathered ones), beside the op on the side of its all-to-all. Alignment: 16 rows,
+  32 for MXFP8 (``Fp8Padding.align_size``). Dropless, a layer's counts are whatever the router chose: all
+  local experts aligned by chance with probability about (1/16)^local — charged always. Drop-and-pad, every
+  local expert gets ep · etp capacities (``get_capacity`` over the rank's tokens · top_k): padded only when
+  that is unaligned (the NeMo Qwen3-30B token-drop rows: 512 rows per capacity, none). The probabilities are
+  padded too (one fp32 per row against a row of hidden elements: not counted), and the padded rows' extra
+  GEMM work (under align − 1 rows per expert) is left out. Megatron-Core's ``moe_router_padding_for_fp8``
+  (pads the routing map instead, default off, no recipe here sets it) is not modelled.
 """
 
 from __future__ import annotations
@@ -111,7 +128,7 @@ from weakref import WeakKeyDictionary
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.hardware import Compute
-from tilewright.engine.ir.mapping import Mapping
+from tilewright.engine.ir.mapping import Fp8Scaling, Mapping
 from tilewright.engine.ir.ops import ExpertInfo, MoERole, Op, TensorSplit
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collective_costs import costs_of, protocol_choice
@@ -431,15 +448,16 @@ class DispatchWork:
     """The token dispatcher's device work beside one op's pass (module docstring): bytes its permutation
     kernel streams through device memory on the far side of the op's all-to-all (the dispatch side's
     ``permute``: before it in the forward, its inverse after it in the backward), bytes its sort kernel
-    streams between the op and its all-to-all (``sort_chunks_by_idxs`` or its inverse), the device's
-    idle time draining the host before any of it (dropless forward), and the host seconds of Megatron-Core's
-    code behind the op's pass (``moe_host.framework_host``), charged instead of ``launch.host_seconds``
-    (None: the generic charge stands)."""
+    streams between the op and its all-to-all (``sort_chunks_by_idxs`` or its inverse), the device's idle time
+    draining the host before any of it (dropless forward), the host seconds of Megatron-Core's code behind the
+    op's pass (``moe_host.framework_host``), charged instead of ``launch.host_seconds`` (None: the generic
+    charge stands), and the bytes of fp8's padding copy beside the sort (``fp8_padded``; 0 in bf16)."""
 
     permute_bytes: float = 0.0
     sort_bytes: float = 0.0
     sync_s: float = 0.0
     host_s: float | None = None
+    pad_bytes: float = 0.0  # TEGroupedMLP's fp8 padding copy beside the op (``fp8_padded``), where the sort runs
 
 
 NO_DISPATCH = DispatchWork()
@@ -474,4 +492,28 @@ def dispatch_work(
     # vLLM's fused MoE aligns the token-slots to its experts in a kernel (``moe_align_block_size``) — and
     # replays its decode steps as CUDA graphs, which cannot hold a host synchronisation
     sync = dispatch > 0 and not backward and info.capacity_factor is None and framework
-    return DispatchWork(2 * own, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0, host)
+    gathered = tp if etp is None else etp  # the GroupedLinear's rows: the expert-tensor group's slots
+    pads = framework and fp8_padded(info, fp8, info.tokens * tokens_scale / tp, ep * gathered)
+    return DispatchWork(2 * own, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0, host,
+                        2 * (dispatch + combine) * gathered if pads else 0.0)
+
+
+# Transformer Engine's row alignment of an fp8 grouped GEMM's splits (``Fp8Padding.align_size``,
+# transformer_engine/pytorch/module/fp8_padding.py: 32 under MXFP8, 16 under the other recipes)
+FP8_ALIGN = 16
+MXFP8_ALIGN = 32
+
+
+def fp8_padded(info: ExpertInfo, fp8: Fp8, rank_tokens: float, ranks: int) -> bool:
+    """Whether ``TEGroupedMLP`` pads its token-slots for an fp8 grouped GEMM (module docstring): never in bf16
+    (``fp8`` False); always dropless (the router's counts, unaligned but by chance); drop-and-pad only when a
+    local expert's rows — ``ranks`` (ep · etp) capacities of ``get_capacity(rank_tokens · top_k, experts,
+    capacity_factor)`` = ⌈rank_tokens · top_k / experts · capacity_factor⌉ — are not a multiple of the
+    recipe's alignment (``FP8_ALIGN``, ``MXFP8_ALIGN``)."""
+    if not fp8:
+        return False
+    if info.capacity_factor is None:
+        return True
+    align = MXFP8_ALIGN if fp8 == Fp8Scaling.mxfp8 else FP8_ALIGN
+    capacity = math.ceil(rank_tokens * info.top_k / info.experts * info.capacity_factor)
+    return (capacity * ranks) % align != 0

@@ -63,8 +63,9 @@ class PassBuilder(PassComms, DelayedWgrad):
         # the sort sits between the op and the side's all-to-all: before the op on the dispatch side of a
         # forward and the combine side of a backward, after it otherwise
         sort_first = (moe.permute_bytes > 0) != backward
-        if sort_first:
+        if sort_first:  # fp8's padding copy sits between the sort and the op (``experts.fp8_padded``)
             self._stream(op, moe.sort_bytes)
+            self._stream(op, moe.pad_bytes, host=False)
         if fused != (False, False):
             fused = on_chip(op, fused, c)
         costed, axes = as_costed(op, c.dev, scores, fused), None if backward else c.tp_axes
@@ -111,6 +112,7 @@ class PassBuilder(PassComms, DelayedWgrad):
         if c.context is not None and op.kind is OpKind.attention:
             self._ring(op, backward, t, seg)
         if not sort_first:
+            self._stream(op, moe.pad_bytes, host=False)
             self._stream(op, moe.sort_bytes)
         if a2a[1] and (exposed := self._a2a(op, a2a[1], self._cover(backward, carried=False))) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
@@ -166,10 +168,11 @@ class PassBuilder(PassComms, DelayedWgrad):
         seg.compute_s += min(extra, share * max(0.0, chunks * part.compute_s - whole.compute_s))
         self.layer_busy += extra
 
-    def _stream(self, op: Op, nbytes: float) -> None:
+    def _stream(self, op: Op, nbytes: float, host: bool = True) -> None:
         """One memory-bound kernel of the MoE token dispatcher (``experts.dispatch_work``) in the open
         segment: its bytes through device memory with the DRAM ramp (``DeviceModel.stream_s``), the per-kernel
-        floor, the host's dispatch of it."""
+        floor, the host's dispatch of it (``host`` False: counted with the op's host work already, as
+        ``moe_host`` counts the fp8 padding's calls)."""
         c = self.ctx
         if nbytes <= 0 or c.dev.local_dram is None:
             return
@@ -178,7 +181,7 @@ class PassBuilder(PassComms, DelayedWgrad):
         seconds = c.dev.stream_s(nbytes) + c.dev.compute.fixed_op_s
         seg.busy_s += seconds
         seg.local_bytes += nbytes
-        if self._graph is None or not self._graph.whole:  # a graph replays the kernel (``plan.cuda_graphs``)
+        if host and (self._graph is None or not self._graph.whole):  # a graph replays it (``plan.cuda_graphs``)
             seg.host_s += c.dev.compute.host_dispatch_s
         self.layer_busy += seconds
 
