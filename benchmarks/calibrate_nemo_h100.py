@@ -27,7 +27,7 @@ import argparse
 
 from nemo_h100_diagnostics import detail, whatif
 from nemo_h100_published import rows
-from nemo_h100_run import evaluate, summary
+from nemo_h100_run import CLEAN, CLEAN_MOE, evaluate, summary
 
 
 def main() -> None:
@@ -64,7 +64,9 @@ def main() -> None:
         s = summary(outcomes)
         print("mean |error| of tokens/s/GPU: " + ", ".join(f"{k} {100 * v:.1f} % (n={n})" for k, v, n in (
             (k, s[k], sum(1 for o in outcomes if k == "all" or k == ("moe" if o.row.moe else "dense")
-                          or k == o.row.pub.precision)) for k in ("all", "dense", "moe", "bf16", "fp8") if k in s)))
+                          or k == o.row.pub.precision or (k == CLEAN and not o.row.pub.regression)
+                          or (k == CLEAN_MOE and o.row.moe and not o.row.pub.regression)))
+            for k in ("all", "dense", "moe", "bf16", "fp8", CLEAN, CLEAN_MOE) if k in s)))
 
 
 if __name__ == "__main__":

@@ -161,11 +161,20 @@ def evaluate(row: Row, engine: str = "analytic") -> Outcome:
     return Outcome(row, m.tokens_per_gpu, m.tflops, m.breakdown, m.oom, m.wall_s)
 
 
+CLEAN = "all but reported regressions"  # the rows whose release's maintainers reported no regression of them
+CLEAN_MOE = "moe but reported regressions"
+
+
 def summary(outcomes: list[Outcome]) -> dict[str, float]:
-    """Mean |error| of tokens/s per GPU by family (dense/MoE) and precision (bf16/fp8), and overall."""
+    """Mean |error| of tokens/s per GPU by family (dense/MoE) and precision (bf16/fp8), overall, and over the rows
+    no reported regression explains (``Published.regression``)."""
     groups: dict[str, list[float]] = defaultdict(list)
     for o in outcomes:
         groups["all"].append(abs(o.error))
         groups["moe" if o.row.moe else "dense"].append(abs(o.error))
         groups[o.row.pub.precision].append(abs(o.error))
+        if not o.row.pub.regression:
+            groups[CLEAN].append(abs(o.error))
+            if o.row.moe:
+                groups[CLEAN_MOE].append(abs(o.error))
     return {k: sum(v) / len(v) for k, v in groups.items()}

@@ -303,3 +303,20 @@ def test_data_parallel_overlaps_follow_each_recipe():
             t_off, t_on = simulate(off).time_breakdown_s, simulate(on).time_breakdown_s
             assert t_off["dp_comm"] > t_on["dp_comm"], row.label
     assert seen_off
+
+
+def test_the_summary_also_leaves_out_the_runs_of_a_reported_regression():
+    """Rows whose release's maintainers reported a regression of that very run (the dropless Qwen3-30B rows:
+    Megatron-Bridge #1998) count in every group but the two that leave them out."""
+    from types import SimpleNamespace
+
+    from nemo_h100_run import CLEAN, CLEAN_MOE, summary
+
+    flagged = [r for r in rows() if r.pub.regression]
+    assert {r.pub.model for r in flagged} == {"qwen3-30b-a3b"} and all(not r.pub.token_drop for r in flagged)
+    outcomes = [SimpleNamespace(row=SimpleNamespace(moe=moe, pub=SimpleNamespace(precision="fp8", regression=reg)),
+                                error=err)
+                for moe, reg, err in ((True, "issue", 1.0), (True, "", 0.2), (False, "", -0.1))]
+    s = summary(outcomes)  # type: ignore[arg-type]
+    assert s["all"] == pytest.approx(1.3 / 3) and s["moe"] == pytest.approx(0.6)
+    assert s[CLEAN] == pytest.approx(0.15) and s[CLEAN_MOE] == pytest.approx(0.2)
