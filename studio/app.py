@@ -226,6 +226,7 @@ def take_screenshot(window: Any, path: Path, size: tuple[int, int], run: bool) -
         _wait(window.runner.done, RUN_WAIT_MS)
     if not window.status.is_checked:
         _wait(window.status.checked, CHECKS_WAIT_MS)
+    window.results.flush()  # a finished run fills its views in later event-loop turns: the image shows them filled
     for _ in range(3):
         app.processEvents()
     if window.canvas.view.auto_fit:  # keep a zoom a script chose

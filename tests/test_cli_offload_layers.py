@@ -59,6 +59,24 @@ def test_refused_with_the_activations_on_the_device(capsys):
     _refused(capsys, "mapping.offload_layers", *DENSE, "--set", "mapping.offload_layers=2")
 
 
+def test_the_refusal_names_the_host_memory_to_type(capsys):
+    """The help's example name was a placeholder ('HOST'), and memory names are matched as spelt: a refusal that
+    says only "<the node's host memory>" leaves the user guessing. It names the system's own host memory."""
+    from tilewright.engine.io.presets import load_project_preset
+    from tilewright.engine.plan.checks import host_memories
+
+    hosts = host_memories(load_project_preset("gpt3-dgx-a100"))  # a project on DENSE's system
+    assert len(hosts) == 1
+    fix = f"mapping.memory_levels.activations={next(iter(hosts))} "
+    misspelt = _refused(capsys, "--offload-layers", *DENSE, "--set", "mapping.memory_levels.activations=HOST",
+                        "--offload-layers", "2")
+    assert "'HOST' is not host memory" in misspelt and fix in misspelt
+    assert fix in _refused(capsys, "--offload-layers", *DENSE, "--offload-layers", "2")
+    grid = ["run", "--system", "chiplet-mesh", "--model", "gpt", "--layers", "4", "--hidden", "256", "--heads", "4",
+            "--seq-len", "256", "--vocab", "1000", "--engine", "analytic", "--quiet", "--offload-layers", "2"]
+    assert "no host memory" in _refused(capsys, "--offload-layers", *grid)
+
+
 def test_refused_in_inference(capsys):
     args = ["run", "--system", "dgx-a100", "--model", "gpt", "--layers", "4", "--hidden", "1024", "--heads", "16",
             "--seq-len", "1024", "--vocab", "32000", "--engine", "analytic", "--json", "--quiet", "--mode", "infer"]

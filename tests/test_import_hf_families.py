@@ -301,3 +301,13 @@ def test_gemma3_with_its_vision_tower_is_refused() -> None:
         with pytest.raises(ConfigError) as info:
             import_hf_config(config)
         assert info.value.field == "vision_config" and "text_config" in info.value.reason
+
+
+def test_a_task_head_checkpoint_says_its_head_is_built_as_the_language_model_head() -> None:
+    """A ``…ForSequenceClassification`` config imports the backbone with the LM head (vocab × hidden), not its
+    few-label head: the spec says so rather than pass the head's parameters off as the checkpoint's."""
+    plain = import_hf_config(QWEN3_8B)
+    scored = import_hf_config(QWEN3_8B | {"architectures": ["Qwen3ForSequenceClassification"]})
+    assert "task head" not in plain.comment
+    assert "Qwen3ForSequenceClassification: its task head is built as the language-model head" in scored.comment
+    assert build_workload(scored).params == build_workload(plain).params  # the same model, the note aside

@@ -62,6 +62,19 @@ def test_given_dimensions_are_said_on_stderr_and_size_the_workload(tmp_path, cap
     assert q["kind"] == OpKind.matmul.value and q["flops"] == 2.0 * seq * H * H  # seq rows of an H × H GEMM
 
 
+def test_a_dimension_given_twice_with_two_values_is_refused(tmp_path, capsys):
+    """``--dim seq=16 --dim seq=48`` used to import at 48 with a word only for the later value; the same value
+    twice is harmless."""
+    model = save(block_model(1), tmp_path)
+    out = tmp_path / "w.json"
+    assert main(["import-onnx", str(model), "-o", str(out), "--dim", "batch=1", "--dim", "seq=16", "--dim",
+                 "seq=48"]) == 2
+    err = capsys.readouterr().err
+    assert "--dim: seq given twice (16 and 48)" in err and "Traceback" not in err and not out.exists()
+    assert main(["import-onnx", str(model), "-o", str(out), "--dim", "batch=1", "--dim", "seq=16", "--dim",
+                 "seq=16"]) == 0
+
+
 def test_dimensions_left_unsized_inside_the_graph_are_warned_about(tmp_path, capsys):
     model = save(_unsized_inside(), tmp_path)
     assert main(["import-onnx", str(model), "--dim", "batch=1"]) == 0

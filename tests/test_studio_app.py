@@ -61,6 +61,30 @@ def test_screenshot_with_run_waits_for_result(qapp, tmp_path, engine):
     assert QImage(str(png)).size().width() == 1000
 
 
+def test_screenshot_with_run_shows_every_view_filled(qapp, tmp_path, engine, monkeypatch):
+    """A finished run fills the results views in later event-loop turns (``ResultsPanel.show_record``): the image
+    must be grabbed once they are filled, not show "No timeline yet" beside the run's headline."""
+    from tilewright.studio import exporting
+
+    project = tmp_path / "dgx.json"
+    save_project(dgx_project(), project)
+    windows, filled = [], []
+    take = app.take_screenshot
+    monkeypatch.setattr(app, "take_screenshot",
+                        lambda window, *a, **kw: windows.append(window) or take(window, *a, **kw))
+    write = exporting.write_image
+
+    def write_checked(pixmap, path):
+        filled.append(windows[0].results.memory.result is not None)
+        return write(pixmap, path)
+
+    monkeypatch.setattr(exporting, "write_image", write_checked)
+    engine.steps = 30  # 0.3 s: the project's checks are over before the run is, so nothing else waits after it
+    assert app.main(args(project=str(project), screenshot=str(tmp_path / "x.png"), run=True, size="1000x700"),
+                    simulate=engine) == 0
+    assert len(engine.calls) == 1 and filled == [True]
+
+
 def test_bad_project_exits_2_with_message(qapp, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"hardware": {"name": "x", "kind": "chip"}}')

@@ -58,3 +58,39 @@ def test_a_model_reports_its_parameters_at_a_readable_scale(capsys, model, unit)
     assert shown.endswith(unit) and "0.000" not in shown
     value = float(shown.removesuffix(" parameters").removesuffix(" B").replace(",", ""))
     assert value * (1e9 if unit == " B parameters" else 1) == pytest.approx(params, rel=1e-3)
+
+
+def test_a_project_summary_names_context_and_expert_parallelism(tmp_path, capsys):
+    """The summary's degrees multiply to the devices the mapping uses: with cp > 1 it was "tp 1 × pp 4 × dp 8"
+    for a 64-device run, and an MoE project's ep went unsaid."""
+    import re
+
+    data = json.loads(preset_path("projects", "mixtral-8x7b-dgx-h100").read_text())
+    m = data["mapping"]
+    devices = m["tp"] * m["pp"] * m["dp"]
+    assert main(["validate", str(preset_path("projects", "mixtral-8x7b-dgx-h100"))]) == 0
+    assert f", ep {m['ep']}," in capsys.readouterr().out and m["ep"] > 1
+    data["mapping"] |= {"cp": 2, "dp": m["dp"] // 2, "ep": 1}
+    path = tmp_path / "cp.json"
+    path.write_text(json.dumps(data))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    said = re.search(r"tp (\d+) × pp (\d+) × cp (\d+) × dp (\d+)", out)
+    assert said is not None and ", ep " not in out
+    assert int(said[1]) * int(said[2]) * int(said[3]) * int(said[4]) == devices
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--system", "dgx-h100", "--quiet", "--model"]])
+def test_a_hugging_face_config_given_as_a_model_points_to_import_hf(tmp_path, capsys, command):
+    """A config.json (model_type, architectures, no kind) handed to run or validate as it is: the refusal names
+    the missing kind and the command that reads such a file; a plain file missing its kind is not told so."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64}))
+    assert main([*command, str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: kind: required field is missing" in err and "tilewright import-hf" in err
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"layers": 2}))
+    assert main([*command, str(plain)]) == 2
+    err = capsys.readouterr().err
+    assert "kind: required field is missing" in err and "import-hf" not in err

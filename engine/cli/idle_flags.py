@@ -170,13 +170,17 @@ def _refuse_offload_layers_without_host(count: int, project: Project) -> None:
     from tilewright.engine.plan.checks import host_memories
 
     level = project.mapping.memory_levels.get("activations")
-    if level == "auto" or level in host_memories(project):
+    hosts = sorted(host_memories(project))
+    if level == "auto" or level in hosts:
         return
     where = f"'{level}' is not host memory" if level else "the activations stay on the device"
+    # the names the system has, to type as they are (a memory's name is matched exactly: 'HOST' is not 'host')
+    fix = (f"add --set mapping.memory_levels.activations={hosts[0]} (the system's host memory) or leave it out"
+           if len(hosts) == 1 else
+           f"add --set mapping.memory_levels.activations=NAME with NAME one of its host memories ({', '.join(hosts)}) "
+           "or leave it out" if hosts else "the system has no host memory: leave it out")
     raise InputError(COMMAND_LINE, Problem("--offload-layers", f"{count}: counts the transformer layers whose "
-                                           f"activations are copied to host memory, and {where}; add --set "
-                                           "mapping.memory_levels.activations=<the node's host memory> or leave "
-                                           "it out"))
+                                           f"activations are copied to host memory, and {where}; {fix}"))
 
 
 # GPU training-loop flags read only where a host framework issues each kernel (``perf.device.issues_kernels``:

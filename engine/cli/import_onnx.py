@@ -23,6 +23,8 @@ def import_onnx_command(args: argparse.Namespace) -> int:
         key, sep, value = item.partition("=")
         if not sep or not key or not value.isdigit() or int(value) < 1:
             raise InputError(args.model, Problem("--dim", f"{item!r}: expected NAME=VALUE with a positive integer"))
+        if dims.get(key, int(value)) != int(value):  # the later one silently won: say which was meant
+            raise InputError(args.model, Problem("--dim", f"{key} given twice ({dims[key]} and {value}): give it once"))
         dims[key] = int(value)
     if not Path(args.model).is_file():  # named once, as every command names a missing input
         raise InputError(args.model, "file not found" if not Path(args.model).exists() else "not a file")

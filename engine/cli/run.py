@@ -167,7 +167,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "scalar copies per layer forward, plan.deepspeed_host); "
                    "default: 'megatron-lm' whatever the run (plan.framework_host)")
     p.add_argument("--offload-layers", type=non_negative_int, metavar="N",
-                   help="training with the activations in host memory (--set mapping.memory_levels.activations=HOST): "
+                   help="training with the activations in host memory (--set mapping.memory_levels.activations=NAME, "
+                   "the name of the system's host memory as it is spelt, e.g. host on the DGX presets): "
                    "offload the stored activations of the first N transformer layers of each model chunk "
                    "(Megatron-Core --cpu-offloading-num-layers); default: all but the last (plan.activation_offload)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16", "fp8"])

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tilewright.engine.errors import InputError
 from tilewright.engine.io.json_file import dumps_strict
 from tilewright.engine.results.text import counted
+
+if TYPE_CHECKING:
+    from tilewright.engine.ir.mapping import Mapping
 
 
 def detect_kind(data: dict[str, Any]) -> str:
@@ -34,6 +37,13 @@ def detect_kind(data: dict[str, Any]) -> str:
     return "model"
 
 
+def _degrees(m: Mapping) -> str:
+    """The parallel degrees, cp among the product when it splits devices (the product is the devices the mapping
+    uses, tp × pp × cp × dp) and ep after it (experts split over dp ranks: no devices of its own)."""
+    devices = f"tp {m.tp} × pp {m.pp}" + (f" × cp {m.cp}" if m.cp > 1 else "") + f" × dp {m.dp}"
+    return devices + (f", ep {m.ep}" if m.ep > 1 else "")
+
+
 def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -> str:
     """Return a one-line summary; raise ``InputError`` naming each problem."""
     from tilewright.engine.io.json_file import read_json, require_object, validate_as
@@ -57,7 +67,7 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
         return (
             f"{path}: valid project '{project.name}' — {project.hardware.name} "
             f"({size}), model {project.workload.kind}, "
-            f"tp {m.tp} × pp {m.pp} × dp {m.dp}, {project.run.mode.value}, {project.run.dtype.value}"
+            f"{_degrees(m)}, {project.run.mode.value}, {project.run.dtype.value}"
         )
     if kind == "system":
         comp: Component = validate_as(Component, data, path)

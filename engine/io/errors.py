@@ -68,7 +68,11 @@ def _union_tag(err: dict[str, Any]) -> tuple[str, str] | None:
     given = err.get("input")
     if isinstance(given, dict) and field in given:  # the value as the file holds it (ctx has it as a string)
         return field, f"{given[field]!r} is not {'a model kind' if model else 'allowed'}; give one of {allowed}"
-    return field, f"required field is missing; give {'the model kind, ' if model else ''}one of {allowed}"
+    reason = f"required field is missing; give {'the model kind, ' if model else ''}one of {allowed}"
+    if model and isinstance(given, dict) and ("model_type" in given or "architectures" in given):
+        # a Hugging Face config.json handed to run or validate as it is
+        reason += "; this looks like a Hugging Face config.json: make it a workload with tilewright import-hf FILE"
+    return field, reason
 
 
 def _members(annotation: Any) -> list[Any]:

@@ -63,6 +63,10 @@ _ARCHITECTURE_PREFIXES = (
     ("deepseekv2", "deepseek_v2"),
     ("bert", "bert"),
 )
+# Class-name endings of checkpoints saved with a task head instead of the language-model head (transformers'
+# Auto classes: AutoModelForSequenceClassification, …).
+_TASK_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice",
+               "ForNextSentencePrediction")
 # Spec field → config key, to name the config's key when the spec rejects a value.
 _SPEC_TO_CONFIG = {
     "layers": "num_hidden_layers",
@@ -106,6 +110,7 @@ def import_hf_config(
     _refuse_unread_moe(config, family)
     reader = Reader(config, seq_len, mtp)
     spec_type, fields = FAMILIES[family](reader)
+    reader.notes += _task_head_notes(config)
     if mtp and not fields.get("mtp_layers"):
         raise ConfigError("num_nextn_predict_layers", f"multi-token prediction asked for; this {family} config "
                           "declares no MTP layers (or its family's reader does not build them)")
@@ -117,6 +122,17 @@ def import_hf_config(
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else "config"
         raise ConfigError(_SPEC_TO_CONFIG.get(key, key), err["msg"].removeprefix("Value error, ")) from exc
+
+
+def _task_head_notes(config: Mapping[str, Any]) -> list[str]:
+    """A checkpoint saved with a task head (``…ForSequenceClassification``: hidden → a few labels) is built with
+    its family's language-model head (hidden → vocab) all the same: said, so the head's parameters and FLOPs are
+    not taken for the checkpoint's."""
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list):
+        return []
+    return [f"architectures {arch}: its task head is built as the language-model head (vocab × hidden)"
+            for arch in map(str, architectures) if arch.endswith(_TASK_HEADS)]
 
 
 def _refuse_unread_moe(config: Mapping[str, Any], family: str) -> None:

@@ -102,7 +102,38 @@ def workload_rows(spec: Any) -> list[tuple[str, str]]:
         if attr == "layers" and getattr(spec, "mtp_layers", 0):
             # Multi-token prediction: extra depths after the head, trained only (engine/workloads/transformer_mtp).
             rows.append(("MTP depths", f"{spec.mtp_layers} (training only)"))
+        if attr == "kv_heads":
+            rows += _attention_rows(spec)
+        if attr == "ffn" and getattr(spec, "moe", None) is not None:
+            rows.append(("experts", _experts_text(spec.moe)))
     return rows
+
+
+def _attention_rows(spec: Any) -> list[tuple[str, str]]:
+    """The attention's widths when they are not hidden / heads: an explicit head width (Gemma's 256 at hidden
+    3072) or multi-head latent attention's ranks, which set its FLOPs and its KV cache."""
+    mla = getattr(spec, "mla", None)
+    if mla is not None:
+        q = mla.q_lora_rank if mla.q_lora_rank is not None else "none"
+        return [("latent attention", f"KV rank {mla.kv_lora_rank}, Q rank {q}, "
+                 f"head {mla.qk_nope_head_dim} + {mla.qk_rope_head_dim} rope, value {mla.v_head_dim}")]
+    head_dim = getattr(spec, "head_dim", None)
+    return [("head width", str(head_dim))] if head_dim is not None else []
+
+
+def _experts_text(moe: Any) -> str:
+    """What the ep editor splits: the routed experts, each token's share of them and the shared ones
+    (``MoESpec``), e.g. "8 routed, top-2, FFN 14336 each"."""
+    parts = [f"{moe.experts} routed, top-{moe.top_k}, FFN {moe.expert_ffn} each"]
+    if moe.shared_experts:
+        parts.append(f"{moe.shared_experts} shared")
+    if moe.capacity_factor is not None:
+        parts.append(f"capacity × {moe.capacity_factor:g}")
+    if moe.first_dense_layers:
+        parts.append(f"first {moe.first_dense_layers} blocks dense")
+    if moe.layer_freq > 1:
+        parts.append(f"MoE every {moe.layer_freq} blocks")
+    return ", ".join(parts)
 
 
 def _swatch(color: QColor) -> QIcon:
@@ -316,7 +347,9 @@ class WorkloadPanel(QScrollArea):
         while self.model_form.rowCount():
             self.model_form.removeRow(0)
         for label, value in workload_rows(project.workload):
-            self.model_form.addRow(label, QLabel(value))
+            text = QLabel(value)
+            text.setWordWrap(True)  # an MoE's experts or MLA's ranks run longer than the dock is wide
+            self.model_form.addRow(label, text)
         m = project.mapping
         editable = not self.doc.read_only
         for field, editor in self.editors.items():
