@@ -58,7 +58,7 @@ def test_search_lists_no_selective_twin_of_a_fused_candidate(capsys):
 
 
 def test_search_lists_no_selective_twin_under_the_context_ring(capsys):
-    """cp 2: every attention core runs in the ring's blockwise kernel (``plan.context.ring_fused``), so the
+    """cp 2: every attention core runs in the ring's blockwise kernel (``plan.context.flash_fused``), so the
     second stage's context-parallel variants of selective seeds are their none twins."""
     data = _search(capsys, *GPT_CP, "--list", "6")
     rows = data["candidates"]

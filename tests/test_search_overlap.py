@@ -82,3 +82,22 @@ def test_cli_no_overlap_narrows_the_second_stage(capsys):
     assert main([*base, "--no-overlap"]) == 0
     narrowed = json.loads(capsys.readouterr().out)["candidates"]
     assert narrowed and not any(c["overlap_grad_reduce"] for c in narrowed)
+
+
+def test_context_parallel_variants_get_the_overlap_and_expert_parallelism_too():
+    """cp regroups a seed's dp replicas; its gradients, reduced over dp · cp, hide under the backward as well,
+    whether or not the seed itself fitted (cp shrinks the activations), and an MoE model's cp variants also
+    split their experts over the dp · cp replicas."""
+    from tilewright.engine.ir.workload import MoESpec
+
+    moe = SPEC.model_copy(update={"seq_len": 8192, "moe": MoESpec(experts=8, top_k=2, expert_ffn=4096)})
+    ext = Extensions(eps=[1, 2, 4], cps=[1, 2], zeros=[0, 1], fsdp=False, offload=None, overlap=True)
+    seed = Candidate(tp=1, pp=1, dp=8, micro_batch=1, zero=1)
+    for fits in (True, False):
+        got = variants(seed, ext, moe, fits=fits)
+        ctx = [c for c in got if c.cp == 2]
+        assert all(c.dp * c.cp == 8 for c in ctx)
+        assert {c.ep for c in ctx} == {1, 2, 4}
+        assert {(c.ep, c.zero) for c in ctx if c.overlap_grad_reduce} >= {(1, 0), (1, 1), (2, 1), (4, 1)}
+    closed = Extensions(eps=[1, 2, 4], cps=[1, 2], zeros=[0, 1], fsdp=False, offload=None, overlap=False)
+    assert not [c for c in variants(seed, closed, moe, fits=True) if c.overlap_grad_reduce]

@@ -27,7 +27,7 @@ engines draw them on the links and count their energy, and no one waits for them
 
 **Flash kernels.** Ring attention is blockwise attention (each step's kernel folds one K/V block into a running
 softmax): the s × s scores are never materialised, so with cp > 1 every attention core runs as one fused
-kernel whether or not ``mapping.fusion`` says so (``ring_fused``).
+kernel whether or not ``mapping.fusion`` says so (``flash_fused``).
 
 **PyTorch's ring** (``torch_ring``): the plain-PyTorch frameworks ('pytorch', 'pytorch-compile': torchtitan) run
 ``torch.distributed.tensor.experimental.context_parallel`` instead — K/V repeated to every query head, gathered
@@ -175,17 +175,22 @@ class ContextComm:
         return [self.seconds(RING, n * block) if n and block > 0 else 0.0 for n in steps]
 
 
-def ring_fused(layers: Iterable[list[Op]], cp: int) -> frozenset[tuple[str, str]]:
-    """The (producer, consumer) edges, by op name within the layer, that put each attention core in one fused
-    kernel under context parallelism (module docstring, "Flash kernels"): the attention op and the selective
-    ops chained after it (softmax, attention dropout), as ``mapping.fusion`` [attention, softmax,
-    attention_dropout] would. Empty at cp 1."""
-    if cp <= 1:
-        return frozenset()
+def flash_fused(layers: Iterable[list[Op]], cp: int, fused: frozenset[tuple[str, str]] = frozenset()
+                ) -> frozenset[tuple[str, str]]:
+    """The (producer, consumer) edges, by op name within the layer, that put an attention core in one fused
+    kernel: the attention op and the selective ops chained after it (softmax, attention dropout), as
+    ``mapping.fusion`` [attention, softmax, attention_dropout] would. Every core under context parallelism (module
+    docstring, "Flash kernels"), and at cp 1 each core whose attention → softmax edge ``fused`` (the mapping's
+    chains) already holds: that is a flash kernel, and FlashAttention applies the attention dropout inside it,
+    drawing the mask in registers and storing only the random generator's state (Dao et al., 'FlashAttention',
+    arXiv 2205.14135, Algorithm 2 and §3.1; FlashAttention-2 and cuDNN's fused attention alike), so no s² mask
+    nor dropped scores reach memory. Empty where no core is fused."""
     edges: set[tuple[str, str]] = set()
     for ops in layers:
         for i, op in enumerate(ops):
             if op.kind is not OpKind.attention or op.cache_elems:
+                continue
+            if cp <= 1 and not (i + 1 < len(ops) and (_local(op), _local(ops[i + 1])) in fused):
                 continue
             prev = op
             for nxt in ops[i + 1:]:

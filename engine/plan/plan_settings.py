@@ -19,7 +19,7 @@ from tilewright.engine.ir.mapping import Schedule
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.memory import StateBytes, bytes_per_param, fp8_param_copy
-from tilewright.engine.plan.context import ring_fused
+from tilewright.engine.plan.context import flash_fused
 from tilewright.engine.plan.device_layers import block_names, edge_weight_bytes
 from tilewright.engine.plan.experts import expert_dp, expert_tp_of, experts_apart
 from tilewright.engine.plan.op_memo import OpTimes
@@ -73,7 +73,8 @@ class PlanSettings:
         cp = m.cp if run.mode is Mode.train else 1
         groups = stage_groups(hw.devices, m if cp == 1 else m.model_copy(update={"dp": m.dp * cp}))
         mb = m.micro_batch / cp  # samples' worth of tokens one device runs per micro-batch (``plan.context``)
-        fusion = fused_edges(m.fusion) | ring_fused(map(workload.layer_ops, blocks), cp)  # ring attention is flash
+        chains = fused_edges(m.fusion)  # a fused attention core, and ring attention, is a flash kernel
+        fusion = chains | flash_fused(map(workload.layer_ops, blocks), cp, chains)
         # expert parallelism in training and serving alike (``plan.served_experts``: data-parallel attention)
         ep = m.ep if run.mode is Mode.train else served_ep(m)
         etp = expert_tp_of(m, run.mode is Mode.train)  # MoE parallel folding (``plan.experts``)

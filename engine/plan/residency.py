@@ -35,7 +35,7 @@ from tilewright.engine.perf.memory import (
     workspace_bytes,
 )
 from tilewright.engine.perf.residency import LEVELS, Level, Residency
-from tilewright.engine.plan.context import ring_fused
+from tilewright.engine.plan.context import flash_fused
 from tilewright.engine.plan.experts import expert_dp, expert_tp_of, experts_apart, routed_experts
 from tilewright.engine.plan.host_step import host_step_seconds
 from tilewright.engine.plan.passes import fused_edges
@@ -178,7 +178,8 @@ def stage_sizes(
     the plan's (its bf16 edge layers save bf16 inputs); None: resolved from the mapping."""
     m, run = project.mapping, project.run
     cp = m.cp if run.mode is Mode.train else 1  # ring attention runs flash kernels (``plan.context``)
-    fused = fused_edges(m.fusion) | ring_fused(layers, cp)  # a fused attention kernel stores no scores
+    chains = fused_edges(m.fusion)
+    fused = chains | flash_fused(layers, cp, chains)  # a fused attention kernel stores no scores
     acts = workspace_bytes(ops, micro_batch, m.tp, m.sequence_parallel, elem,  # type: ignore[arg-type]
                            m.fused_cross_entropy, fused)  # inference keeps no more
     if run.mode is Mode.train:

@@ -19,6 +19,7 @@ from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.residency import Residency
+from tilewright.engine.plan.context import flash_fused
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
 from tilewright.engine.plan.device_layers import block_names
 from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
@@ -51,8 +52,8 @@ class OpSettings:
         train = project.run.mode is Mode.train  # bf16 edge layers of an fp8 training run (``perf.formats``)
         formats = resolve_formats(project.run.dtype, m.formats, m.fidelity, block_names(workload), train)
         return cls(
-            formats, dtype_bytes(formats.activations), fused_edges(m.fusion), m.spatial, workload.tokens_per_sample,
-            m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,
+            formats, dtype_bytes(formats.activations), _fused(m.fusion, workload), m.spatial,
+            workload.tokens_per_sample, m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,
             grad_hooks(project, formats.weight_bytes), m.overlap_dgrad_comm, train, m.host_framework,
         )
 
@@ -98,3 +99,10 @@ def fusion_allows(workload: WorkloadGraph, fused: frozenset[tuple[str, str]], tp
             if (local_name(a), local_name(b)) in fused and collective_between(a, b, tp):
                 return False
     return True
+
+
+def _fused(chains: list[list[str]], workload: WorkloadGraph) -> frozenset[tuple[str, str]]:
+    """``mapping.fusion``'s edges, each fused attention core whole (its dropout inside the flash kernel), as the
+    plan reads them (``plan.context.flash_fused``)."""
+    edges = fused_edges(chains)
+    return edges | flash_fused(map(workload.layer_ops, workload.block_layers), 1, edges)

@@ -2,7 +2,7 @@
 
 A candidate's layer table is keyed by its tensor group, micro-batch per device (``micro_batch / cp``),
 sequence parallelism, recomputation and, with ``mapping.memory_levels``, its residency; with cp > 1 every
-attention core is a flash kernel (``plan.context.ring_fused``). The chunks it is timed with are that table's
+attention core is a flash kernel (``plan.context.flash_fused``). The chunks it is timed with are that table's
 stage sums (``stage_sums``), on a grid each stage on its own tensor group (placements such as snake shape the
 stages' groups differently), and each pass led by the training framework's drains and batch broadcasts and,
 with scatter-gather pipelines, the received tensor's all-gather, as the plan leads them (``plan.train_step``,
@@ -23,7 +23,7 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.project import Project
 from tilewright.engine.perf.collectives import collective
 from tilewright.engine.perf.device import DeviceModel, issues_kernels
-from tilewright.engine.plan.context import ring_fused
+from tilewright.engine.plan.context import flash_fused
 from tilewright.engine.plan.framework_host import host_framework
 from tilewright.engine.plan.pipeline_p2p import PipelineP2P, gather_lead_seconds
 from tilewright.engine.plan.residency import StageResidency
@@ -75,11 +75,12 @@ class CandidateChunks:
 
     def layer_costs(self, c: Candidate) -> LayerCosts:
         """The layer costs ``c``'s passes are built from: with cp > 1 every attention core a flash kernel, as the
-        plan runs ring attention (``plan.context.ring_fused``)."""
+        plan runs ring attention (``plan.context.flash_fused``)."""
         if c.cp <= 1:
             return self.costs
         if self._ring_costs is None:
-            fused = self.settings.fused | ring_fused(map(self.workload.layer_ops, self.workload.block_layers), c.cp)
+            blocks = map(self.workload.layer_ops, self.workload.block_layers)
+            fused = self.settings.fused | flash_fused(blocks, c.cp, self.settings.fused)
             self._ring_costs = LayerCosts(self.workload, self.dev, replace(self.settings, fused=fused), self.comm)
         return self._ring_costs
 

@@ -17,14 +17,16 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
   per rank (expert_tp 1, Megatron-Core's ETP 1) with sequence parallelism at each such divisor of tp × dp (MoE
   parallel folding), ep 1 included (every expert whole on each rank's own tokens), at the seed's ZeRO stage only;
 - cp: each c > 1 that divides dp and the sequence, the seed's dp replicas regrouped as dp/c data-parallel
-  × c context-parallel ranks (the micro-batch count grows by c, the pipeline bubble shrinks);
+  × c context-parallel ranks (the micro-batch count grows by c, the pipeline bubble shrinks), for MoE models
+  also with each ep (the experts split over the dp · cp replicas) at ZeRO-1 or below;
 - ZeRO 2, ZeRO 3 and FSDP (dp > 1), each also with ep;
 - the optimizer state in host memory (a node with a host memory and a host link), on the seeds that
   missed memory;
 - tensor-parallel all-gathers and reduce-scatters pipelined with their GEMMs (``mapping.overlap_tp_comm``,
   Transformer Engine's userbuffers) on the kept seeds with tp > 1 and sequence parallelism;
 - gradients reduced in buckets under the last backward (Megatron ``--overlap-grad-reduce``), on the kept
-  seeds with dp > 1, at their own ZeRO stage and at ZeRO-2 (the overlap option; FSDP always prefetches);
+  seeds with dp > 1, at their own ZeRO stage and at ZeRO-2, and on each context-parallel variant (the overlap
+  option; FSDP always prefetches);
   and, for each expert-parallel variant at the seed's ZeRO stage, its all-to-all hidden behind another
   micro-batch's compute (``mapping.overlap_ep_comm``, DualPipe-style), that also with the weight gradients
   delayed to hide the backward's all-to-all (``mapping.delay_wgrad_compute``);
@@ -206,12 +208,17 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
         # included: every expert whole on each rank's own tokens
         out += [replace(base, ep=e, expert_tp=1) for e in ext.eps
                 if (seed.tp * seed.dp) % e == 0 and moe.experts % e == 0]
+    contexts: list[Candidate] = []
     for cp in ext.cps:
         if cp > 1 and seed.dp % cp == 0 and seq % cp == 0:
             dp = seed.dp // cp
             for zero, fsdp in shard:
                 if dp > 1 or (zero <= 1 and not fsdp):
-                    out.append(replace(base, dp=dp, cp=cp, zero=zero if dp > 1 else 0, fsdp=fsdp and dp > 1))
+                    contexts.append(replace(base, dp=dp, cp=cp, zero=zero if dp > 1 else 0, fsdp=fsdp and dp > 1))
+            # with expert parallelism too, the experts split over the stage's dp · cp replicas (``plan.checks``)
+            contexts += [replace(base, dp=dp, cp=cp, ep=e, zero=min(base.zero, 1) if dp > 1 else 0)
+                         for e in eps if e > 1]
+    out += contexts
     if ext.offload is not None and not fits:
         out += [replace(c, offload=ext.offload) for c in out if c.zero >= 1 or c.dp == 1]
     if ext.overlap and fits and seed.tp > 1 and seed.sequence_parallel:  # its GEMMs hide the seed's tp comm
@@ -225,6 +232,9 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
         # … and with its weight gradients delayed to hide the backward's all-to-all too (Megatron-Core
         # --delay-wgrad-compute, ``plan.passes``): never slower in this model, tried beside it all the same
         out += [replace(c, delay_wgrad=True) for c in list(out) if c.overlap_ep]
+    if ext.overlap:  # each context-parallel variant's gradients (over its dp · cp replicas) hidden the same way:
+        # tried whether or not the seed fits, since regrouping dp as cp shrinks its activations
+        out += [replace(c, overlap_grad_reduce=True) for c in contexts if not c.fsdp]
     out += _recompute_variants(seed, ext, fits)
     if "deepep" in ext.dispatchers and ext.node_devices:
         # the node-by-node exchange only differs from the flat one when an ep group spans nodes: with
@@ -286,8 +296,8 @@ def exact_evaluator(
     project: Project, global_batch: int, planner: Planner | None = None
 ) -> Callable[[Candidate], Exact | None]:
     """Time candidates as ``tilewright run`` would with the analytic engine; None for a mapping the checks
-    refuse (``plan.checks``: e.g. cp with ep, or a stage too small). ``planner``: the search's (None: one of
-    its own, the same model for every candidate)."""
+    refuse (``plan.checks``: e.g. an ep that does not divide the stage's replicas, or a stage too small).
+    ``planner``: the search's (None: one of its own, the same model for every candidate)."""
     run = project.run.model_copy(update={"engine": EngineKind.analytic})
     engine = AnalyticEngine(timeline=False, energy=False)
     planner = planner or Planner(build_workload(project.workload))

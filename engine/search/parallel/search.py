@@ -194,7 +194,7 @@ def _collapse_idle_selective(ranked: list[Ranked], est: Estimator, result: Searc
     slower than the twin). The first stage never ranks
     them (``Space.selective_idle``); the second stage's context-parallel variants of its seeds can be them."""
     from tilewright.engine.ir.mapping import Recompute
-    from tilewright.engine.plan.context import ring_fused
+    from tilewright.engine.plan.context import flash_fused
 
     layers = [est.workload.layer_ops(i) for i in est.workload.block_layers]
     # under Megatron-Core the candidate re-runs the flash forward (``reruns_flash``): slower than its twin, dropped
@@ -205,7 +205,7 @@ def _collapse_idle_selective(ranked: list[Ranked], est: Estimator, result: Searc
     for r in ranked:
         c = r.candidate
         if c.recompute is Recompute.selective and changes_nothing(
-            layers, est.settings.fused | ring_fused(layers, c.cp), c.recompute_modules
+            layers, est.settings.fused | flash_fused(layers, c.cp, est.settings.fused), c.recompute_modules
         ):
             collapsed = True
             if slower:
