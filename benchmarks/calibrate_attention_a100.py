@@ -41,6 +41,18 @@ backward) reaches about 0.7 forward and 0.5 backward; Megatron's fused masked fo
 (scores, the [b, 1, s, s] byte mask per head, probabilities). Neither is priced: the engine's softmax is Megatron's
 fused causal kernel (``perf.score_kernels``), which no row here measures — its forward share stays unseparated.
 
+Head width (added after): does a batched GEMM over the scores slow down as the head it reduces over widens? QKᵀ
+(and dP backward) does 2·d FLOPs per score it writes — 128 at d = 64, 256 at d = 128 — so the wider the head, the
+nearer the kernel sits to the A100's ridge. xformers' "vanilla" attention forward on one A100 (its benchmark's
+``ref_attention``, below) says the FLOPs do not show: at 512 tokens its time is its bytes at one rate, 1.256-1.264
+TB/s from a head of 16 to one of 128. From d = 16 to 128 it grows 559 µs, which its added Q, K, V and output bytes
+take at d = 16's rate (558 µs); a cost of bytes plus FLOPs (no overlap) would add the 120 GFLOP's 0.48 ms on top.
+So the engine's batched GEMMs keep their bytes at their rate with the FLOPs under the max, whatever the head: it
+prices each row within 5.3 % and the growth from d = 16 within 1 %. How near the ridge the rows reach: at d = 128
+their QKᵀ spends 0.38-0.50 of its memory time on FLOPs at the engine's rates (A100 40 or 80 GB: the table does not
+say which), against 0.51 for a 1.7B Megatron model's d = 96 and 0.66 for d = 128 at 2,048 tokens on the 80 GB part:
+the 7.5B-and-up models' heads lie beyond what these rows measure.
+
 Usage: python benchmarks/calibrate_attention_a100.py
 """
 
@@ -52,7 +64,7 @@ from dataclasses import dataclass
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import DType, GPTSpec
 from tilewright.engine.ir.hardware import MemoryKind
-from tilewright.engine.ir.ops import Op
+from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import DeviceModel, device_model
 from tilewright.engine.perf.op_cost import op_time
 from tilewright.engine.plan.costed_op import as_costed
@@ -113,9 +125,10 @@ def device() -> DeviceModel:
     return device_model(comp.compute, mems, None, DType.fp16)
 
 
-def core_ops(seq: int) -> dict[str, Op]:
-    """The attention core of the engine's own GPT block at the paper's shape (hidden 512 = 8 heads × 64), by name."""
-    graph = build_gpt(GPTSpec(name="fa-bench", layers=1, hidden=HEADS * HEAD_DIM, heads=HEADS, seq_len=seq,
+def core_ops(seq: int, head_dim: int = HEAD_DIM) -> dict[str, Op]:
+    """The attention core of the engine's own GPT block at the paper's shape (hidden 512 = 8 heads × 64), by name;
+    ``head_dim``: another head width, 8 heads of it."""
+    graph = build_gpt(GPTSpec(name="fa-bench", layers=1, hidden=HEADS * head_dim, heads=HEADS, seq_len=seq,
                               vocab=1024))
     ops: dict[str, Op] = {}
     for op in graph.ops():
@@ -204,6 +217,46 @@ def softmax_shares(seq: int, dev: DeviceModel) -> dict[str, float]:
     return out
 
 
+# xformers' "vanilla" attention forward on one A100 (facebookresearch/xformers PR #386, "AttnForward: don't split the
+# code in multiple funcs", its "A100" table, September 2022; PRs #387 and #388 repeat the same vanilla column):
+# xformers/benchmarks/benchmark_mem_eff_attention.py's ``ref_attention`` — q scaled (an elementwise kernel), q @ kᵀ
+# (bmm), PyTorch's softmax, @ v (bmm); no mask, no dropout; fp16 q, k, v of [B, M, K], B = 1,024 products (batch ×
+# heads), torch.utils.benchmark, µs by head width K at M = 512 tokens (kernel-bound: 2-3 GB moved).
+XFORMERS_PRODUCTS, XFORMERS_SEQ = 1024, 512
+XFORMERS_FWD_US: dict[int, float] = {16: 1781.5, 32: 1858.3, 64: 2030.2, 128: 2340.9}
+# our price of each row within this of the measured one, and of its growth from the narrowest head (5.3 % and
+# 0.7 % when written)
+HEAD_DIM_LIMIT = 0.10
+HEAD_DIM_GROWTH_LIMIT = 0.03
+
+
+def vanilla_bytes(seq: int, head_dim: int) -> float:
+    """Bytes ``ref_attention``'s forward kernels move, counted from its code (not the engine's): the scale reads and
+    writes q; QKᵀ reads q and k and writes the scores; the softmax reads them and writes the probabilities; PV reads
+    those and v and writes the output — 4 passes over the scores and 6 over a [B, M, K] tensor."""
+    return (4 * seq * seq + 6 * seq * head_dim) * XFORMERS_PRODUCTS * ELEM_BYTES
+
+
+def vanilla_forward_us(seq: int, head_dim: int, dev: DeviceModel) -> float:
+    """Our µs for ``ref_attention``'s forward: the engine's attention op (its batched GEMMs and score passes) and a
+    whole-row softmax at 8 heads of ``head_dim``, for 1,024 products, and the scale's elementwise pass over q."""
+    ops = core_ops(seq, head_dim)
+    softmax = ops["softmax"].model_copy(update={"causal_keys": 0})
+    att = as_costed(ops["attention"], dev, attention_scores(list(ops.values()))[ops["attention"].name],
+                    (False, False))
+    q = seq * HEADS * head_dim
+    scale = Op(name="0.q_scale", layer=0, kind=OpKind.elementwise, split=TensorSplit.heads, flops=q, in_elems=q,
+               out_elems=q)
+    batch = XFORMERS_PRODUCTS // HEADS
+    return sum(op_time(op, dev, batch, 1, False, False, ELEM_BYTES).busy_s for op in (att, softmax, scale)) * 1e6
+
+
+def head_dim_rows(dev: DeviceModel) -> list[tuple[int, float, float, float]]:
+    """(head width, measured µs, its bytes' rate in TB/s, our µs) of each xformers row."""
+    return [(k, us, vanilla_bytes(XFORMERS_SEQ, k) / us / 1e6, vanilla_forward_us(XFORMERS_SEQ, k, dev))
+            for k, us in XFORMERS_FWD_US.items()]
+
+
 def main() -> None:
     dev = device()
     print(f"A100-40GB as priced: {dev.dram_bandwidth / 1e9:.0f} GB/s achievable; batch {BATCH}, {HEADS} heads of "
@@ -239,6 +292,14 @@ def main() -> None:
     print("softmax share of the plain rate left by each measured row once the GEMMs take our price:")
     for seq in COMPARED:
         print(f"{seq:5d}: " + ", ".join(f"{k} {v:.2f}" for k, v in softmax_shares(seq, dev).items()))
+    print(f"head width: xformers' vanilla forward, {XFORMERS_PRODUCTS} products of {XFORMERS_SEQ} tokens (its bytes' "
+          f"rate; growth: µs over the narrowest head's)")
+    print(f"{'K':>5} | {'meas':>7} {'TB/s':>6} {'ours':>7} {'err':>6} | {'growth':>6} {'ours':>6}")
+    rows = head_dim_rows(dev)
+    _, base_us, _, base_ours = rows[0]
+    for k, us, rate, ours in rows:
+        print(f"{k:5d} | {us:7.1f} {rate:6.3f} {ours:7.1f} {ours / us - 1:+6.1%} | {us / base_us:6.3f} "
+              f"{ours / base_ours:6.3f}")
 
 
 if __name__ == "__main__":

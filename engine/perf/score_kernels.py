@@ -16,7 +16,11 @@ memory's achievable bandwidth. Two of these kernels differ, from their code and 
 - The batched GEMMs (QKᵀ writes S, PV reads P; backward: dV reads P, dP is written, dQ and dK read dS) reduce over a
   head's width (64-128), so each kernel is memory-bound on its s × s operand or output: its output tiles take one
   or two main-loop steps, so load, math and store barely overlap within a thread block and the kernel moves its
-  bytes below the streaming rate of an elementwise kernel (``Compute.attention_bmm_efficiency``, measured).
+  bytes below the streaming rate of an elementwise kernel (``Compute.attention_bmm_efficiency``, measured). The
+  share holds whatever the head's width: a wider head adds FLOPs per score byte (2·d per score QKᵀ writes), yet
+  xformers' A100 runs of the plain PyTorch attention move their bytes at one rate from d = 16 to 128, so the FLOPs
+  stay under the max and the width enters only through the Q, K, V and output bytes
+  (benchmarks/calibrate_attention_a100.py, "Head width").
 """
 
 from __future__ import annotations
