@@ -114,3 +114,6 @@ def test_cli_cp_counts_devices_and_refuses_an_uneven_split():
     bad = _cli("--seq-len", "1000", "--cp", "3", "--devices", "3")
     assert bad.returncode == 2
     assert "mapping.cp" in bad.stderr and "Traceback" not in bad.stderr
+    # cp divides 1002 but the load-balanced ring's 2 · cp chunks do not (Megatron-Core's get_batch_on_this_cp_rank)
+    odd = _cli("--seq-len", "1002", "--cp", "2", "--devices", "2")
+    assert odd.returncode == 2 and "2 × cp = 4 chunks" in odd.stderr and "Traceback" not in odd.stderr

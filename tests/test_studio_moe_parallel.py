@@ -56,7 +56,7 @@ def test_auto_map_refuses_ep_and_cp_with_the_engines_message():
     assert checked_auto_mapping(project, ep=4).ep == 4
     with pytest.raises(EditRefused, match=r"mapping\.ep: 3 does not divide dp \(8\)"):
         checked_auto_mapping(project, ep=3)
-    with pytest.raises(EditRefused, match=r"mapping\.cp: 3 does not divide seq_len \(1024\)"):
+    with pytest.raises(EditRefused, match=r"mapping\.cp: 3: .* 2 × cp = 6 chunks .* does not divide seq_len \(1024\)"):
         checked_auto_mapping(project, cp=3, dp=2, global_batch=4)
     assert checked_auto_mapping(project, fsdp=True).zero == 3  # FSDP is ZeRO stage 3
 

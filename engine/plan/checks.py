@@ -50,8 +50,10 @@ def _transformer_checks(dims: TransformerDims, m: Mapping) -> list[Problem]:
         out.append(Problem(field, f"{etp} does not divide moe.expert_ffn ({moe.expert_ffn})"))
     if m.sequence_parallel and dims.seq_len % m.tp:
         out.append(Problem("mapping.sequence_parallel", f"tp ({m.tp}) does not divide seq_len ({dims.seq_len})"))
-    if m.cp > 1 and dims.seq_len % m.cp:
-        out.append(Problem("mapping.cp", f"{m.cp} does not divide seq_len ({dims.seq_len})"))
+    if m.cp > 1 and dims.seq_len % (2 * m.cp):  # the load-balanced ring's 2·cp chunks per sequence
+        # (Megatron-Core get_batch_on_this_cp_rank: ``assert 0 == val.shape[seq_dim] % (2 * cp_size)``)
+        out.append(Problem("mapping.cp", f"{m.cp}: the ring splits each sequence into 2 × cp = {2 * m.cp} chunks "
+                           f"(two per rank, for load balance), and that does not divide seq_len ({dims.seq_len})"))
     return out
 
 

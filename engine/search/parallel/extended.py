@@ -16,7 +16,7 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
 - ep: each divisor e > 1 of dp that divides the routed experts (MoE models); with tp > 1 also whole experts
   per rank (expert_tp 1, Megatron-Core's ETP 1) with sequence parallelism at each such divisor of tp × dp (MoE
   parallel folding), ep 1 included (every expert whole on each rank's own tokens), at the seed's ZeRO stage only;
-- cp: each c > 1 that divides dp and the sequence, the seed's dp replicas regrouped as dp/c data-parallel
+- cp: each c > 1 that divides dp, 2c dividing the sequence, the seed's dp replicas regrouped as dp/c data-parallel
   × c context-parallel ranks (the micro-batch count grows by c, the pipeline bubble shrinks), for MoE models
   also with each ep (the experts split over the dp · cp replicas) at ZeRO-1 or below;
 - ZeRO 2, ZeRO 3 and FSDP (dp > 1), each also with ep;
@@ -210,7 +210,7 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
                 if (seed.tp * seed.dp) % e == 0 and moe.experts % e == 0]
     contexts: list[Candidate] = []
     for cp in ext.cps:
-        if cp > 1 and seed.dp % cp == 0 and seq % cp == 0:
+        if cp > 1 and seed.dp % cp == 0 and seq % (2 * cp) == 0:  # 2·cp chunks a sequence (``plan.checks``)
             dp = seed.dp // cp
             for zero, fsdp in shard:
                 if dp > 1 or (zero <= 1 and not fsdp):
