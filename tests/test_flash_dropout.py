@@ -45,3 +45,12 @@ def test_fusing_attention_to_softmax_fuses_its_dropout_as_naming_it_does():
     s, heads = SPEC.seq_len, SPEC.heads
     saved = unfused.peak_memory_bytes - pair.peak_memory_bytes
     assert saved >= SPEC.layers * heads * s * s * (1 + 2) * 0.99
+
+
+def test_the_summary_says_why_hfu_is_below_mfu_under_a_causal_flash_kernel():
+    """MFU counts every attention pair (PaLM, SC'21), HFU the pairs the causal kernel computes: with nothing
+    re-run, a fused causal core puts HFU below MFU, and the text says why; unfused, it does not."""
+    fused = simulate(_project(PAIR), series=False)
+    assert fused.hfu < fused.mfu and "HFU only those the masked flash kernels compute" in fused.summary_text()
+    plain = simulate(_project([]), series=False)
+    assert plain.hfu >= plain.mfu and "masked flash" not in plain.summary_text()

@@ -349,7 +349,11 @@ class Result:
             f"  iteration time   {duration(m['iteration_time_s'])}",
             f"  throughput       {number(m['samples_per_s'])} samples/s"
             + (f", {number(m['tokens_per_s'])} tokens/s" if "tokens_per_s" in m else ""),
-            f"  MFU / HFU        {100 * m['mfu']:.1f} % / {100 * m['hfu']:.1f} %",
+            f"  MFU / HFU        {100 * m['mfu']:.1f} % / {100 * m['hfu']:.1f} %"
+            # model FLOPs count every s² attention pair (PaLM's and Megatron's convention); a causal or windowed
+            # flash kernel computes only the pairs its mask keeps, so its hardware FLOPs can be fewer
+            + (" (MFU counts every attention pair, HFU only those the masked flash kernels compute)"
+               if m["hfu"] < m["mfu"] else ""),
             f"  peak memory      {number(m['peak_memory_bytes'] / gib)} GiB (largest device)",
         ]
         if "host_peak_memory_bytes" in m:
