@@ -40,7 +40,7 @@ def test_whole_and_below_the_floor():
 
 
 def _context(cover_s: float) -> tuple[PassBuilder, object]:
-    """A forward's builder whose layer has run ``cover_s`` of compute, and an op of that layer."""
+    """A forward's builder that has run ``cover_s`` of compute since its last all-to-all, and an op of the layer."""
     plan = make_plan(Project(name="a2a", hardware=load_system("dgx-h100"),
                              workload=GPTSpec(name="g", layers=1, hidden=1024, heads=8, seq_len=512, vocab=8192),
                              mapping=Mapping(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1),
@@ -48,15 +48,15 @@ def _context(cover_s: float) -> tuple[PassBuilder, object]:
     ctx = PassContext(plan.stages[0].dev, 1, 1, False, 2.0)
     ctx.ep_seconds = _seconds
     b = PassBuilder(ctx, "F")
-    b.layer_busy = cover_s  # the layer's compute so far hides the all-to-all
+    b.layer_busy = cover_s  # the compute since the pass's last all-to-all (here: its start) hides it
     return b, plan.workload.layer_ops(plan.workload.block_layers[0])[0]
 
 
 @pytest.mark.parametrize("cover_s", [0.0, 50e-6, 150e-6, 215e-6, 300e-6])
 def test_builder_charges_the_all_to_all_minus_its_cover(cover_s):
-    """The cover is the layer's compute stretched by the 24 of the H100's 132 SMs the all-to-all's kernel holds
+    """The cover is the node's compute stretched by the 24 of the H100's 132 SMs the all-to-all's kernel holds
     beside it (``perf.comm_sm``); the compute loses 24 / 132 of the overlapped window, charged to the open
-    segment and not to the layer's compute (the next all-to-all's cover)."""
+    segment and not to the node's compute (the next all-to-all's cover)."""
     nbytes = 10e6
     b, op = _context(cover_s)
     assert (b.ctx.dev.compute.gemm_units, b.ctx.dev.compute.collective_sms) == (132, 24)
@@ -69,14 +69,16 @@ def test_builder_charges_the_all_to_all_minus_its_cover(cover_s):
         assert shown == 0.0 or _seconds(shown) == pytest.approx(LATENCY)
     slower = min(_seconds(nbytes), cover) * 24 / 132
     assert (b._open.busy_s if b._open is not None else 0.0) == pytest.approx(slower, rel=1e-9)
-    assert b.layer_busy == cover_s  # the layer's compute at full rate: a later all-to-all stretches it itself
+    assert b.layer_busy == cover_s  # the layer's compute at full rate, the SMs' loss not in it
+    assert b.node_busy == 0.0  # the next all-to-all's node starts here
 
 
 def test_plan_exposed_parts_are_shorter_than_the_whole():
-    """Over InfiniBand (16 GPUs, two nodes) part of each all-to-all shows: every exposed part, as the plan times
-    it, is shorter than the whole."""
-    spec = GPTSpec(name="moe", layers=2, hidden=2048, heads=16, seq_len=2048, vocab=32000,
-                   moe={"experts": 16, "top_k": 2, "expert_ffn": 4096})
+    """Over InfiniBand (16 GPUs, two nodes) with narrow experts (ffn 256, top-4: the all-to-all outlasts the
+    experts' node beside it) part of an all-to-all shows: every exposed part, as the plan times it, is shorter
+    than the whole."""
+    spec = GPTSpec(name="moe", layers=2, hidden=1024, heads=8, seq_len=2048, vocab=32000,
+                   moe={"experts": 16, "top_k": 4, "expert_ffn": 256})
 
     def project(overlap: bool) -> Project:
         m = Mapping(tp=1, pp=1, dp=16, ep=16, micro_batch=1, global_batch=32, overlap_ep_comm=overlap)

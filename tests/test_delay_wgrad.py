@@ -1,10 +1,12 @@
 """Delayed weight gradients (``mapping.delay_wgrad_compute``, Megatron-Core ``--delay-wgrad-compute``) under the
-overlapped expert all-to-all: in the backward the routed experts' weight-gradient GEMMs also hide the layer's
-dispatch gradient, attention's and the shared experts' the next layer's combine gradient; nothing else moves.
+overlapped expert all-to-all (``plan.wgrad_delay``): a backward node's weight-gradient GEMMs no longer gate the
+backward's next all-to-all, so what the forward's all-to-all beside that node does not need of them hides the
+backward's own next all-to-all too — charged where the pairing (``PassComms._a2a``) charges that one, at the
+forward's all-to-all in the same place; nothing else moves.
 
 The expected exposures are derived here from the pieces, not read back from the code under test: an
-all-to-all's duration, what the plan without the delay left exposed (which gives the compute that already
-covered it), and each deferred GEMM's weight gradient as its op's backward time × flops / backward_flops
+all-to-all's duration, each node's compute (the device time of the plan without the overlap between two
+all-to-alls), and each deferred GEMM's weight gradient as its op's backward time × flops / backward_flops
 (a linear layer's weight gradient has the forward's FLOPs, the input gradient as many)."""
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import pytest
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
-from tilewright.engine.ir.ops import MoERole, Op, OpKind
+from tilewright.engine.ir.ops import MoERole, OpKind
 from tilewright.engine.perf.op_cost import op_time
 from tilewright.engine.plan.device_layers import sharded_layer_ops
 from tilewright.engine.plan.sharding import EP_PREFIX
@@ -25,11 +27,13 @@ from tilewright.engine.simulate import make_plan, simulate
 from tests.agreement import assert_engines_agree
 
 A2A = EP_PREFIX + "all-to-all"
-# narrow experts (ffn 256) and top-4: every backward all-to-all over InfiniBand outlasts the compute before it,
-# with and without the delay, so each exposure below is a strict equality, not a clamp at zero
+# experts 1536 wide, top-4, over InfiniBand: each forward all-to-all of the combine outlasts the forward's experts
+# beside it, while the backward's experts (about twice as long) outlast their all-to-all: the delayed weight
+# gradients have time to spare, and an all-to-all to give it to
 SPEC = GPTSpec(name="moe", layers=3, hidden=1024, heads=8, seq_len=2048, vocab=32000,
-               moe={"experts": 16, "top_k": 4, "expert_ffn": 256, "shared_experts": 1})
+               moe={"experts": 16, "top_k": 4, "expert_ffn": 1536, "shared_experts": 1})
 DP = 16  # two DGX-H100 nodes: the ep group spans InfiniBand
+UNITS, SMS = 132, 24  # an H100's SMs, and those an NCCL kernel holds (``perf.comm_sm``)
 
 
 def _project(overlap: bool = True, delay: bool = False, engine: str = "analytic") -> Project:
@@ -39,55 +43,76 @@ def _project(overlap: bool = True, delay: bool = False, engine: str = "analytic"
                    run=RunSettings(dtype="bf16", engine=engine, contention=False))
 
 
-def _backward_a2a(plan) -> list[float]:
-    return [s.comm[1] for s in plan.stages[0].passes[(0, "B")].segments if s.comm and s.comm[0] == A2A]
+def _nodes(plan, kind: str) -> tuple[list[float], list[float]]:
+    """(device seconds between one all-to-all and the next, the all-to-alls' bytes) of a pass of a plan without
+    the overlap: each all-to-all closes a segment; the host's part of a segment is no device time."""
+    nodes, sizes, busy = [], [], 0.0
+    for s in plan.stages[0].passes[(0, kind)].segments:
+        busy += s.busy_s - s.dispatch_wait_s
+        if s.comm and s.comm[0] == A2A:
+            nodes.append(busy)
+            sizes.append(s.comm[1])
+            busy = 0.0
+    return nodes, sizes
 
 
-def _wgrad(plan, ops: list[Op]) -> float:
-    """Seconds of the weight-gradient GEMMs of these ops (weighted matmuls) on the stage's device."""
+def _delayed(plan) -> list[float]:
+    """Per backward all-to-all, in order: the seconds of weight-gradient GEMMs deferred since the one before
+    (every weighted linear but the router's; a layer without an all-to-all, the head, keeps none), walking the
+    chunk's ops in backward order — the combine's gradient goes out before the routed experts' down projection,
+    the dispatch's after their up projection."""
     dev = plan.stages[0].dev
-    total = 0.0
-    for op in ops:
-        t = op_time(op, dev, 1, 1, False, True, 2.0, formats=plan.formats)
-        total += t.busy_s * op.flops / op.backward_flops
-    return total
+    pools, pool = [], 0.0
+    layers = sharded_layer_ops(plan.workload, plan.stages[0].chunk_layers[0], DP)
+    for ops in reversed(layers):
+        for op in reversed(ops):
+            if op.moe is not None and op.moe.combine_elems_per_token > 0:
+                pools.append(pool)
+                pool = 0.0
+            if op.params > 0 and op.kind is OpKind.matmul and not (op.moe and op.moe.role is MoERole.router):
+                t = op_time(op, dev, 1, 1, False, True, 2.0, formats=plan.formats)
+                pool += t.busy_s * op.flops / op.backward_flops
+            if op.moe is not None and op.moe.dispatch_elems_per_token > 0:
+                pools.append(pool)
+                pool = 0.0
+        if not any(op.moe is not None and op.moe.dispatch_elems_per_token > 0 for op in ops):
+            pool = 0.0  # a layer without an all-to-all hands none on
+    return pools
 
 
-def _deferred(plan) -> tuple[list[float], list[float]]:
-    """Per MoE block in backward order (last block first): the routed experts' weight gradients, and
-    attention's and the shared experts' (the router's weight is no deferred linear)."""
-    blocks = list(reversed(plan.workload.block_layers))
-    experts, others = [], []
-    for ops in sharded_layer_ops(plan.workload, blocks, DP):
-        gemms = [op for op in ops if op.params > 0 and op.kind is OpKind.matmul]
-        experts.append(_wgrad(plan, [op for op in gemms if op.moe is not None and op.moe.role is MoERole.expert]))
-        others.append(_wgrad(plan, [op for op in gemms if op.moe is None or op.moe.role is MoERole.shared]))
-    return experts, others
+def _shown(plan, kind: str) -> list[float]:
+    return [plan.tp_time(0, 0, A2A, s.comm[1]) for s in plan.stages[0].passes[(0, kind)].segments
+            if s.comm and s.comm[0] == A2A]
 
 
-def test_the_covering_compute_grows_by_the_deferred_weight_gradients():
-    full = _backward_a2a(make_plan(_project(overlap=False)))
-    before, plan = make_plan(_project()), make_plan(_project(delay=True))
-    left0, left1 = _backward_a2a(before), _backward_a2a(plan)
-    # per block, last first: the combine's gradient (before the routed experts), then the dispatch's (after)
-    assert len(full) == len(left0) == len(left1) == 2 * SPEC.layers
-    assert all(0 < e < n for e, n in zip(left0, full, strict=True))
-    experts, others = _deferred(plan)
-    for i, n in enumerate(full):
-        block, dispatch = divmod(i, 2)
-        seconds = plan.tp_time(0, 0, A2A, n)
-        covered = seconds - plan.tp_time(0, 0, A2A, left0[i])  # what hid it without the delay (time-based)
-        if dispatch:
-            extra = experts[block]  # the block's own routed experts, between its input gradients and this
-        else:
-            extra = others[block - 1] if block else 0.0  # the block after it (run before it): attention, shared
-        assert extra > 0 or i == 0
-        # the all-to-all's kernel holds 24 of the H100's 132 SMs, stretching all of its cover (``perf.comm_sm``):
-        # ``covered`` is already stretched, the deferred weight gradients stretch as well
-        assert (plan.stages[0].dev.compute.gemm_units, plan.stages[0].dev.compute.collective_sms) == (132, 24)
-        expected = seconds - covered - extra * 132 / (132 - 24)  # the exposed part's seconds (``plan.exposed``)
-        assert expected > 0  # the configuration keeps every one partly exposed (SPEC)
-        assert plan.tp_time(0, 0, A2A, left1[i]) == pytest.approx(expected, rel=1e-9)
+def _expected(seconds: float, cover: float) -> float:
+    return max(0.0, seconds - cover * UNITS / (UNITS - SMS))
+
+
+def test_the_delayed_weight_gradients_cover_the_backwards_own_all_to_all():
+    plain, before, plan = make_plan(_project(overlap=False)), make_plan(_project()), make_plan(_project(delay=True))
+    assert (plan.stages[0].dev.compute.gemm_units, plan.stages[0].dev.compute.collective_sms) == (UNITS, SMS)
+    forward, sizes = _nodes(plain, "F")
+    backward, _ = _nodes(plain, "B")
+    pools = _delayed(plan)
+    assert len(forward) == len(backward) == len(pools) == 2 * SPEC.layers
+    seconds = [plain.tp_time(0, 0, A2A, n) for n in sizes]
+    need = [t * (UNITS - SMS) / UNITS for t in seconds]  # the compute that covers each
+    # the backward's k-th all-to-all sits where the forward's k-th pairs: what its node has beyond that
+    # all-to-all's need, at most its delayed GEMMs, covers the backward's own (charged at the forward's k-th)
+    spare = [min(w, max(0.0, b - n)) for w, b, n in zip(pools, backward, need, strict=True)]
+    assert sum(spare) > 0
+    want = {
+        "F": [_expected(t, f) for t, f in zip(seconds, forward, strict=True)],
+        "B": [_expected(t, b) for t, b in zip(seconds, backward, strict=True)],
+    }
+    delayed = {"F": [_expected(t, f + x) for t, f, x in zip(seconds, forward, spare, strict=True)], "B": want["B"]}
+    for kind in ("F", "B"):
+        for made, expect in ((before, want[kind]), (plan, delayed[kind])):
+            shown = [e for e in expect if e > 0]
+            assert all(e > 30e-6 for e in shown)  # well above an all-to-all's floor: each an equality
+            assert _shown(made, kind) == pytest.approx(shown, rel=1e-9)
+    assert sum(delayed["F"]) < sum(want["F"])
 
 
 def test_compute_stays_only_the_hidden_part_moves_and_engines_agree():
@@ -96,9 +121,9 @@ def test_compute_stays_only_the_hidden_part_moves_and_engines_agree():
     assert a1.time_breakdown_s["ep_comm"] < a0.time_breakdown_s["ep_comm"]
     assert a1.iteration_time_s < a0.iteration_time_s
     assert_engines_agree(a1, simulate(_project(delay=True, engine="event")))
-    # the forward is untouched: its all-to-alls hide behind the same compute as before
-    f0, f1 = (make_plan(_project(delay=d)).stages[0].passes[(0, "F")] for d in (False, True))
-    assert [s.comm for s in f0.segments] == [s.comm for s in f1.segments]
+    # the backward's own all-to-alls, charged against the forward's compute, are untouched
+    b0, b1 = (make_plan(_project(delay=d)).stages[0].passes[(0, "B")] for d in (False, True))
+    assert [s.comm for s in b0.segments] == [s.comm for s in b1.segments]
 
 
 def test_the_search_tries_it_and_times_it_as_the_engine_does():
@@ -143,7 +168,7 @@ def test_left_out_of_saved_files_at_its_default():
 
 
 BASE = ["--system", "dgx-h100", "--model", "gpt", "--layers", "3", "--hidden", "1024", "--heads", "8",
-        "--seq-len", "2048", "--moe-experts", "16", "--moe-top-k", "4", "--moe-expert-ffn", "256",
+        "--seq-len", "2048", "--moe-experts", "16", "--moe-top-k", "4", "--moe-expert-ffn", "1536",
         "--tp", "1", "--pp", "1", "--dp", "16", "--global-batch", "32", "--engine", "analytic", "--json", "--quiet"]
 
 

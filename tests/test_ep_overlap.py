@@ -1,5 +1,6 @@
 """Overlapped expert all-to-all (``mapping.overlap_ep_comm``, DualPipe-style): each all-to-all hides behind
-the paired micro-batch's compute of the same layer, and only the excess is exposed."""
+the node of the paired micro-batch's layer the schedule runs beside it (``PassComms._a2a``), and only the excess
+is exposed."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def test_overlap_exposes_only_what_the_layers_compute_cannot_hide():
     plain, hidden = make_plan(_project(False)), make_plan(_project(True))
     for kind in ("F", "B"):
         full, left = _a2a(plain, kind), _a2a(hidden, kind)
-        assert sum(left) < sum(full)  # over InfiniBand (16 GPUs, two nodes) some of it still shows
+        assert sum(left) < sum(full)  # over InfiniBand (16 GPUs, two nodes): the nodes (experts 4096 wide) hide it
         assert all(b >= 0 for b in left) and len(left) <= len(full)
         # what disappears is never more than the pass's compute could cover
         hidden_s = sum(plain.tp_time(0, 0, EP_PREFIX + "all-to-all", b) for b in full) - sum(
@@ -43,10 +44,9 @@ def test_overlap_exposes_only_what_the_layers_compute_cannot_hide():
 
 
 def test_inside_one_node_the_all_to_all_hides_behind_the_layer():
-    """8 GPUs on NVSwitch: each forward all-to-all is shorter than the layer's compute before it, so none
-    shows; of the backward's, at most a little shows (the combine's gradient is hidden only by the loss and
-    head before it, and with NCCL's per-call cost, ``experts.exchange_latency``, a second one's cover falls
-    short by about a microsecond): each shown part a small share of its all-to-all."""
+    """8 GPUs on NVSwitch: each all-to-all is shorter than the node beside it (the forward's attention or experts,
+    the backward's experts or the attention of the layer before it — the first combine gradient the loss and
+    head's), so none shows, or at most a small share of one."""
     hidden, plain = make_plan(_project(True, dp=8)), make_plan(_project(False, dp=8))
     assert _a2a(hidden, "F") == []
     full = _a2a(plain, "B")

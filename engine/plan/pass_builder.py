@@ -33,12 +33,31 @@ class PassBuilder(PassComms, DelayedWgrad):
         self._open: Segment | None = None
         self._graph: Capture | None = None  # the op being added, as CUDA graphs capture it
         self.graphs: dict[str, Capture] = {}  # the current layer's ops under CUDA graphs (``layer_graphs``)
-        self.layer_busy = 0.0  # device time of the ops added since the last ``next_layer``
+        # device time of the pass's ops at full rate so far, and where the current layer (``layer_busy``) and the
+        # compute since the last overlapped expert all-to-all (``node_busy``, ``PassComms._a2a``) began in it
+        self._busy = self._layer_from = self._node_from = 0.0
+        self._launches = 0.0  # the ops' kernels beyond the first since the last all-to-all: not in ``layer_busy``
+        self.slack: list[float] = []  # a forward's: what the backward's delayed weight gradients leave (``_a2a``)
         self._start_delay()
         seconds = ctx.tp_seconds
         self.tp_overlap = (TpOverlap(seconds, ctx.tp, ctx.dev.compute.gemm_units, kind == "B",
                                      ctx.tp_ring_reduce_scatter)
                            if seconds is not None and ctx.tp > 1 else None)
+
+    @property
+    def layer_busy(self) -> float:
+        """Device time of the ops added since the last ``next_layer`` (the cover of a sharded layer's gathers)."""
+        return self._busy - self._layer_from
+
+    @layer_busy.setter
+    def layer_busy(self, seconds: float) -> None:
+        self._busy = self._layer_from + seconds
+
+    @property
+    def node_busy(self) -> float:
+        """Device time of the ops added since the pass's last overlapped expert all-to-all (or its start): the
+        sub-module the schedule runs beside one all-to-all of the paired micro-batch (``PassComms._a2a``)."""
+        return self._busy - self._node_from + self._launches
 
     def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0,
                graph: Capture | None = None) -> OpTime:
@@ -58,7 +77,7 @@ class PassBuilder(PassComms, DelayedWgrad):
             self._host_sync(op, moe.sync_s)
         if not backward:
             self._stream(op, moe.permute_bytes)
-        if a2a[0] and (exposed := self._a2a(op, a2a[0], self._cover(backward, carried=True))) > 0:
+        if a2a[0] and (exposed := self._a2a(op, a2a[0])) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         # the sort sits between the op and the side's all-to-all: before the op on the dispatch side of a
         # forward and the combine side of a backward, after it otherwise
@@ -84,7 +103,9 @@ class PassBuilder(PassComms, DelayedWgrad):
         if self.tp_overlap is not None and is_weighted(op) and op.kind in (OpKind.matmul, OpKind.fc):
             self._split_gemm(op, backward, seg, scores, fused)
             self.tp_overlap.gemm(t.busy_s)
-        seg.busy_s += extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
+        launches = extra_launches(op, backward, c.dev.compute)  # op_cost charged fixed_op_s once per op
+        seg.busy_s += launches
+        self._launches += launches  # the compute stream's time beside an all-to-all (``node_busy``)
         if not c.fused_loss and c.dev.local_dram is not None and issues_kernels(c.dev.compute):
             if per_logit := eager_cross_entropy_bytes(op, backward, c.elem_bytes):  # launch.py: eager kernels
                 nbytes = per_logit * op.in_elems * c.micro_batch / shard(op, c.tp, c.sequence_parallel)
@@ -114,7 +135,7 @@ class PassBuilder(PassComms, DelayedWgrad):
         if not sort_first:
             self._stream(op, moe.pad_bytes, host=False)
             self._stream(op, moe.sort_bytes)
-        if a2a[1] and (exposed := self._a2a(op, a2a[1], self._cover(backward, carried=False))) > 0:
+        if a2a[1] and (exposed := self._a2a(op, a2a[1])) > 0:
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         if backward:
             self._stream(op, moe.permute_bytes)
@@ -221,10 +242,10 @@ class PassBuilder(PassComms, DelayedWgrad):
             self._host_sync(op, drain_seconds(c), "blocking host-to-device copy")
 
     def next_layer(self) -> float:
-        """Start a new layer; returns the device time of the one before. A backward's MoE layer hands its
-        delayed attention and shared-expert weight gradients to the next (``_defer``); a dense layer's, whose
-        weight gradients this model does not sort into Megatron-Core's nodes, hide nothing."""
-        busy, self.layer_busy = self.layer_busy, 0.0
+        """Start a new layer; returns the device time of the one before. The compute since the last overlapped
+        expert all-to-all runs on (``node_busy``); a dense layer's delayed weight gradients hide nothing
+        (``_hand_over``)."""
+        busy, self._layer_from = self.layer_busy, self._busy
         self._hand_over()
         return busy
 

@@ -6,6 +6,8 @@ layer time and ``host``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.comm_sm import beside, stretched
 from tilewright.engine.perf.formats import message_bytes
@@ -29,24 +31,60 @@ class PassComms:
     _open: Segment | None
     graphs: dict[str, Capture]
     layer_busy: float
+    node_busy: float
+    slack: list[float]
+    _busy: float
+    _node_from: float
+    _launches: float
     tp_overlap: TpOverlap | None
     _exchanged: bool
+    _pooled: Callable[[bool], float]  # ``wgrad_delay.DelayedWgrad``
 
-    def _a2a(self, op: Op, nbytes: float, deferred_s: float = 0.0) -> float:
-        """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``), it runs
-        while the paired micro-batch computes the same layer — in DualPipe and Megatron-Core's overlapped 1F1B
-        one micro-batch's forward and another's backward alternate compute and communication — so it hides
-        behind as much compute as this pass has run in the layer so far (the paired pass runs the same ops)
-        plus ``deferred_s``, this pass's own delayed weight gradients scheduled against it (``_cover``), and
-        only the excess shows: the all-to-all's time minus the cover, as the bytes of it that take that long
-        (``plan.exposed``; a fraction of its bytes would pay its fixed latency again). The cover is stretched
-        by the SMs the all-to-all's kernel takes from it (``_sm_cover``)."""
+    def _a2a(self, op: Op, nbytes: float) -> float:
+        """The bytes of an expert all-to-all left exposed. Overlapped (``PassContext.ep_seconds``: Megatron-Core's
+        ``--overlap-moe-expert-parallel-comm``, DeepSeek's DualPipe), each layer of one micro-batch's forward runs
+        beside the same layer of another's backward, split into nodes — attention (with the pre-MLP norm, the shared
+        experts, the router and the dispatch's permute), the dispatch all-to-all, the MLP (the experts), the combine
+        all-to-all — computation on one stream, communication on the other. NVIDIA/Megatron-LM
+        ``TransformerLayerSchedulePlan.run`` (megatron/core/models/common/model_chunk_schedule_plan.py at 01cf4fb552b3;
+        the nodes in megatron/core/models/gpt/fine_grained_callables.py at 00c58ba02c54) pairs them
+
+            communication: combine backward | dispatch forward | dispatch backward | combine forward
+            computation:   attention forward | MLP backward    | MLP forward       | attention backward
+
+        (DeepSeek-V3 §3.2.1, arXiv 2412.19437, splits a forward and a backward chunk into the same attention, dispatch,
+        MLP and combine and overlaps one's computation with the other's all-to-alls, its Figure 4; the
+        deepseek-ai/DualPipe README: paired cells "have mutually overlapped computation and communication"). Each
+        all-to-all hides behind the one node of the other micro-batch beside it, and each node hides one all-to-all. The
+        four all-to-alls carry the same bytes (every token-slot's hidden vector: ``experts.exchange``), so each pass
+        charges, at each of its all-to-alls, the one of the other pass that its own compute since its previous
+        all-to-all runs beside (``node_busy``: a forward's attention node before the dispatch, its MLP before the
+        combine; a backward's MLP before the dispatch's gradient, and before the combine's gradient the attention of the
+        layer before it in backward order with this layer's combine and shared experts' backward). The exposed part is
+        that all-to-all's time beyond its node, stretched by the SMs the all-to-all's kernel takes from it
+        (``_sm_cover``), charged as the bytes of it that take that long (``plan.exposed``; a fraction of its bytes would
+        pay its fixed latency again). Summed over the two passes, that is each all-to-all against the node the source
+        runs beside it, and no compute hides two.
+
+        Delayed weight gradients (``plan.wgrad_delay``) run beside the backward's own next all-to-all as well: a
+        backward records, per all-to-all, what of its node the forward's all-to-all did not need, at most the node's
+        delayed GEMMs (``ChunkPass.a2a_slack``); the forward adds it, in the same order, to the cover of its all-to-all
+        that stands for that one (``PassBuilder.slack``: the backward's k-th all-to-all pairs with the forward's k-th,
+        its combine gradient with the forward's dispatch, its dispatch gradient with the combine)."""
         seconds = self.ctx.ep_seconds
         if seconds is None or nbytes <= 0:
             return nbytes
         self._exchanged = True
         total = seconds(nbytes)
-        cover = self._sm_cover(op.name, op.layer, total, self.layer_busy + deferred_s)
+        node, self._node_from, self._launches = self.node_busy, self._busy, 0.0
+        backward = self.out.kind == "B"
+        delayed = self._pooled(backward)
+        extra = self.slack.pop(0) if self.slack and not backward else 0.0
+        compute = self.ctx.dev.compute
+        need = total / stretched(1.0, compute.gemm_units, compute.collective_sms)  # the compute that covers it
+        if backward:
+            self.out.a2a_slack.append(min(delayed, max(0.0, node - need)))
+        cover = self._sm_cover(op.name, op.layer, total, node + extra)
         if total <= cover or total <= 0:
             return 0.0
         return bytes_for(seconds, nbytes, total - cover)
@@ -55,8 +93,8 @@ class PassComms:
         """The cover an NCCL collective of ``comm_s`` seconds hides behind when it runs beside ``cover_s`` of
         this pass's compute that loses the SMs its kernel holds (``perf.comm_sm``): the compute stretched by
         them; the seconds the compute loses (over the overlapped window only) join the open segment. Not
-        ``layer_busy``: that is the layer's compute at full rate, which a later all-to-all stretches itself
-        (``_a2a``); counting the loss there too would hide the next all-to-all behind the SMs the last took."""
+        ``node_busy``: that is the compute at full rate, which a later all-to-all stretches itself (``_a2a``);
+        counting the loss there too would hide the next all-to-all behind the SMs the last took."""
         compute = self.ctx.dev.compute
         slower, _ = beside(comm_s, cover_s, compute.gemm_units, compute.collective_sms)
         if slower > 0:

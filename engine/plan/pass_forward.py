@@ -22,13 +22,16 @@ from tilewright.engine.plan.tp_placement import axis_rows, is_column, is_weighte
 
 def forward_pass(
     layers: list[list[Op]], ctx: PassContext, kind: PassKind = "F", only_selective: bool = False,
-    modules: Sequence[str] | None = None,
+    modules: Sequence[str] | None = None, slack: Sequence[float] = (),
 ) -> ChunkPass:
     """``only_selective``: the R pass of selective recomputation, the forward of what ``modules`` re-run
     (``perf.recompute``; None: the attention core). A normally checkpointed module (``Part.whole``) re-runs
     with its tensor-parallel collectives, an output-discarding one as its bare kernels; a fused attention
-    kernel recomputes its core inside its backward (``op_cost``), so nothing of it re-runs here."""
+    kernel recomputes its core inside its backward (``op_cost``), so nothing of it re-runs here. ``slack``: the
+    paired backward's ``ChunkPass.a2a_slack``, the delayed weight gradients its overlapped all-to-alls add to
+    this pass's (``PassComms._a2a``)."""
     b = PassBuilder(ctx, kind)
+    b.slack = list(slack)
     sp = ctx.sequence_parallel
     prev_column = False
     shard = ctx.shard if ctx.shard is not None and ctx.shard.gather_weights and not only_selective else None

@@ -90,6 +90,9 @@ class ChunkPass:
     segments: list[Segment] = field(default_factory=list)
     dataflows: Counter = field(default_factory=Counter)  # SRAM tiling choices / grid splits of its ops
     captured: bool = False  # inside a full-iteration CUDA graph: no host syncs (``plan.train_step``)
+    # a backward's, per overlapped expert all-to-all in order: what its delayed weight gradients can add to the
+    # cover of the paired forward's all-to-all (``PassComms._a2a``)
+    a2a_slack: list[float] = field(default_factory=list)
 
     @property
     def busy_s(self) -> float:
@@ -138,9 +141,10 @@ class PassContext:
     expert_parallel: int = 1  # ep: MoE ops exchange their tokens all-to-all (``plan.experts``)
     expert_tp: int | None = None  # routed experts' tensor parallelism (None: tp; ``experts.expert_tp_comm``)
     # with mapping.overlap_ep_comm: seconds of an all-to-all of that many bytes per tensor rank (the stage's
-    # ep groups at once), to hide it behind the paired micro-batch's compute of the layer (``_a2a``)
+    # ep groups at once), to hide it behind the paired micro-batch's node of the layer (``PassComms._a2a``)
     ep_seconds: Callable[[float], float] | None = None
-    # with mapping.delay_wgrad_compute: the backward's weight gradients hide its all-to-all too (``PassComms._a2a``)
+    # with mapping.delay_wgrad_compute: the backward's delayed weight gradients hide its own all-to-alls too, by the
+    # forward's (``PassComms._a2a``, ``plan.wgrad_delay``)
     delay_wgrad: bool = False
     tp_axes: tuple[int, int] | None = None  # 2-D tensor parallelism (``plan.tensor_axes``), forward passes only
     tp_axes_collectives: str = "all-reduce"  # mapping.tp_axes_collectives (``tensor_axes.layer_comms``)

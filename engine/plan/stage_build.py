@@ -133,8 +133,9 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
         layers = sharded_layer_ops(workload, idx, ep, s.imbalance, m.tp, etp)
         ops = [op for ls in layers for op in ls]
         all_ops += ops
-        passes[(c, "F")] = forward_pass(layers, ctx)
-        passes[(c, "B")] = backward_pass(layers, ctx)
+        backward = backward_pass(layers, ctx)  # first: its delayed weight gradients join the forward's cover
+        passes[(c, "F")] = forward_pass(layers, ctx, slack=backward.a2a_slack)
+        passes[(c, "B")] = backward
         rerun = recomputed_layers(layers, m.recompute, m.recompute_layers)
         rerun_layers.update(ls[0].layer for ls in rerun)
         if rerun:
