@@ -50,7 +50,8 @@ What each torchtitan setting becomes (``project_for``), and what it cannot (``Ro
   long-sequence rows (attention-bound) from +81/+80/+152/+170 % to +35/+26/+66/+73 %.
 - ``torch.compile`` (per TransformerBlock, inductor): the residual add fused into the following RMSNorm
   (``fusion`` residual1 → norm2); GEMMs stay cuBLAS. Eager runs fuse nothing else.
-- Float8 (torchao ``Float8Linear``, dynamic tensorwise scaling, every ``nn.Linear`` but the output head):
+- Float8 (torchao ``Float8Linear``, dynamic tensorwise scaling, every ``nn.Linear`` but the output head, which the
+  engine keeps in bf16 for every fp8 training run: ``plan.device_layers.vocab_layers``):
   ``--dtype fp8`` with ``fp8_scaling`` 'tensor'; fp8 all-gather off (``enable_fsdp_float8_all_gather`` false).
 - Host framework 'pytorch' (eager rows): plain PyTorch modules, v2.x's host counts, and each RMSNorm and the SwiGLU
   product run as eager PyTorch runs them, a chain of ATen kernels streaming their tensors, some in fp32
@@ -271,8 +272,6 @@ def project_for(row: Row, engine: str = "analytic", whatif: bool = False) -> Pro
         gaps.append("op-level SAC: wk's re-run (part of our fused qkv) not counted")
     fusion = [FLASH, COMPILED] if p.compile else [FLASH]
     formats = TensorFormats(fp8_scaling=Fp8Scaling.tensor) if p.float8 else TensorFormats()
-    if p.float8:
-        gaps.append("torchao keeps the output head in bf16; ours runs every weighted GEMM in fp8")
     mapping = Mapping(
         tp=p.tp, pp=1, dp=p.fsdp, cp=p.cp, micro_batch=p.local_batch, global_batch=p.local_batch * p.fsdp,
         fsdp=True, fsdp_copies=True, overlap_grad_reduce=True, grad_reduce_in_fp32=True, fusion=fusion,

@@ -104,16 +104,18 @@ def test_weights_held_and_gathered_at_two_bytes(fp8_param_gather: bool):
     """ZeRO-1, tp 1, pp 1: the device holds every parameter. An edge layer's parameter holds 2 B where an fp8
     one holds 3 B (bf16 parameter + fp8 copy) or 1 B (fp8_param_gather); the post-step gather moves 2 B for
     every parameter without the flag (no change) and, with it, 2 B instead of 1 B for the edge layers' —
-    (dp − 1)/dp × P_edge × 1 B more over the NVLink ring."""
+    (dp − 1)/dp × P_edge × 1 B more over the NVLink ring. The embedding layer (word and position embeddings; the
+    head's logits are tied to it here) is a plain bf16 parameter in both runs (``plan.device_layers.vocab_layers``)."""
     flag = {"fp8_param_gather": fp8_param_gather}
     fp8, edge = _project(0, 0, **flag), _project(1, 1, **flag)
     p_all = sum(op.params for op in build_workload(GPT).ops())
     p_edge = _layer_params("block0", "block3")
+    p_vocab = _layer_params("embedding", "head")
     held_fp8 = 1.0 if fp8_param_gather else 3.0
     w_fp8 = simulate(fp8).memory_breakdown_bytes["weights"]
     w_edge = simulate(edge).memory_breakdown_bytes["weights"]
-    assert w_fp8 == pytest.approx(p_all * held_fp8, rel=1e-9)
-    assert w_edge == pytest.approx((p_all - p_edge) * held_fp8 + p_edge * 2.0, rel=1e-9)
+    assert w_fp8 == pytest.approx((p_all - p_vocab) * held_fp8 + p_vocab * 2.0, rel=1e-9)
+    assert w_edge == pytest.approx((p_all - p_edge - p_vocab) * held_fp8 + (p_edge + p_vocab) * 2.0, rel=1e-9)
     a, b = make_plan(fp8), make_plan(edge)
     extra = b.zero_gather(0).time(b.hw) - a.zero_gather(0).time(a.hw)
     want = (DP - 1) / DP * p_edge * 1.0 / NVLINK_BYTES_PER_S if fp8_param_gather else 0.0

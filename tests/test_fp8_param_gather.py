@@ -41,16 +41,29 @@ def _params() -> float:
     return sum(op.params for op in build_workload(GPT).ops())
 
 
+def _vocab_params(layers: set[int] | None = None, tp: int = 1) -> float:
+    """Per device, the parameters of the layers around the vocabulary (the embeddings, the head's final norm and
+    logits) among ``layers`` (None: all): plain bf16 parameters under fp8 training (``plan.device_layers.
+    vocab_layers``), 2 B held and gathered with the flag or without."""
+    from tilewright.engine.perf.memory import params_on_device
+
+    graph = build_workload(GPT)
+    return sum(params_on_device(graph.layer_ops(li.index), tp) for li in graph.layers
+               if li.name in ("embedding", "head") and (layers is None or li.index in layers))
+
+
 def _gather_s(project: Project) -> float:
     plan = make_plan(project)
     return plan.zero_gather(0).time(plan.hw)
 
 
 def test_the_gather_moves_one_byte_per_parameter_instead_of_two():
-    """Halving the gather's bytes saves the ring's bandwidth time of P bytes: (p − 1)/p · P / bandwidth."""
+    """Halving the gather's bytes saves the ring's bandwidth time of P bytes: (p − 1)/p · P / bandwidth, P the
+    fp8 layers' parameters (the embedding and head stay bf16 parameters)."""
     assert check_project(_project(fp8_param_gather=True)) == []
     off, on = _gather_s(_project()), _gather_s(_project(fp8_param_gather=True))
-    assert off - on == pytest.approx((DP - 1) / DP * _params() * 1.0 / NVLINK_BYTES_PER_S, rel=1e-6)
+    fp8 = _params() - _vocab_params()
+    assert off - on == pytest.approx((DP - 1) / DP * fp8 * 1.0 / NVLINK_BYTES_PER_S, rel=1e-6)
     # the same bytes as a bf16 run's gather without the flag (bf16 parameters), not more
     assert off == pytest.approx(_gather_s(_project(dtype="bf16")), rel=1e-9)
 
@@ -59,29 +72,34 @@ def test_the_gather_moves_one_byte_per_parameter_instead_of_two():
 def test_each_stage_gathers_its_own_parameters_at_one_byte(mapping):
     """Per stage and tensor rank, the gather's bandwidth saving is that device's parameters × 1 B over its dp
     ring: the parameters per device add up to the model's (tp-split weights once per tensor rank), plus with
-    pp > 1 the last stage's copy of the tied word embedding (vocab × hidden over tp, ``plan.tied``)."""
+    pp > 1 the last stage's copy of the tied word embedding (vocab × hidden over tp, ``plan.tied``). The
+    embedding and head layers' parameters, the copy among them, are bf16 parameters: no saving there."""
     off, on = make_plan(_project(**mapping)), make_plan(_project(fp8_param_gather=True, **mapping))
     dp = mapping["dp"]
+    tp = mapping.get("tp", 1)
+    tied = GPT.vocab * GPT.hidden / tp if mapping.get("pp", 1) > 1 else 0.0
     held = 0.0
     for r, st in enumerate(on.stages):
         saved = off.zero_gather(r).time(off.hw) - on.zero_gather(r).time(on.hw)
-        assert saved == pytest.approx((dp - 1) / dp * st.params / NVLINK_BYTES_PER_S, rel=1e-6)
+        layers = {i for idx in st.chunk_layers.values() for i in idx}
+        bf16 = _vocab_params(layers, tp) + (tied if r == len(on.stages) - 1 else 0.0)
+        assert saved == pytest.approx((dp - 1) / dp * (st.params - bf16) / NVLINK_BYTES_PER_S, rel=1e-6)
         held += st.params
-    tp = mapping.get("tp", 1)
     replicated = sum(op.params for op in build_workload(GPT).ops() if op.split.value not in
                      ("column", "row", "heads", "vocab"))
-    tied = GPT.vocab * GPT.hidden / tp if mapping.get("pp", 1) > 1 else 0.0
     assert held == pytest.approx((_params() - replicated) / tp + replicated + tied, rel=1e-9)
 
 
 def test_weights_memory_drops_the_bf16_copy():
     """ZeRO-1 keeps whole weights on every rank: without the flag 2 B (bf16 parameters) + 1 B (fp8 copy) per
-    parameter, with it 1 B; gradients, optimizer state and activations do not move."""
+    parameter of the fp8 layers, with it 1 B; the embedding and head 2 B either way; gradients, optimizer state
+    and activations do not move."""
     off, on = simulate(_project()), simulate(_project(fp8_param_gather=True))
-    p = _params()
+    bf16 = _vocab_params()
+    p = _params() - bf16
     w_off, w_on = off.memory_breakdown_bytes["weights"], on.memory_breakdown_bytes["weights"]
-    assert w_on == pytest.approx(p * 1.0, rel=1e-9)
-    assert w_off == pytest.approx(p * 3.0, rel=1e-9)
+    assert w_on == pytest.approx(p * 1.0 + bf16 * 2.0, rel=1e-9)
+    assert w_off == pytest.approx(p * 3.0 + bf16 * 2.0, rel=1e-9)
     assert off.peak_memory_bytes - on.peak_memory_bytes == pytest.approx(2.0 * p, rel=1e-9)
     for k in ("gradients", "optimizer", "activations"):
         assert off.memory_breakdown_bytes[k] == on.memory_breakdown_bytes[k], k
@@ -154,7 +172,11 @@ def test_cli_flag(capsys):
     off = json.loads(capsys.readouterr().out)["memory_breakdown_bytes"]["weights"]
     assert main(["run", *H100_FLAGS, "--dtype", "fp8", "--zero", "1", "--fp8-param-gather"]) == 0
     on = json.loads(capsys.readouterr().out)["memory_breakdown_bytes"]["weights"]
-    assert off == pytest.approx(3.0 * on, rel=1e-9)  # 2 B bf16 + 1 B fp8 against 1 B
+    # fp8 layers: 2 B bf16 + 1 B fp8 against 1 B; embedding and head (word and position tables, final norm; the
+    # logits tied): 2 B either way
+    bf16 = 8192 * 1024 + 512 * 1024 + 2 * 1024
+    fp8 = (off - on) / 2.0
+    assert on == pytest.approx(fp8 + 2.0 * bf16, rel=1e-9)
 
 
 def test_a_zero_0_candidate_drops_the_flag_so_its_project_checks_clean():

@@ -149,7 +149,7 @@ FP8_RECIPE_REST = DType.bf16  # what ``--dtype fp8`` keeps outside the weighted 
 
 def resolve_formats(
     run_dtype: DType, formats: TensorFormats, fidelity: MathFidelity | None, blocks: Sequence[str] = (),
-    train: bool = True,
+    train: bool = True, vocab: Sequence[str] = (),
 ) -> OpFormats:
     """Each tensor kind's format: ``mapping.formats``, else the run's data type — except under ``--dtype
     fp8``, which is the fp8 recipe of Transformer Engine, TensorRT-LLM and vLLM (W8A8), not "every byte
@@ -157,7 +157,9 @@ def resolve_formats(
     quantised on the fly, ``gemm_dtype``), while activations between ops, attention, norms and the KV
     cache stay bf16 unless ``mapping.formats`` (``--kv-dtype fp8``) says otherwise. ``blocks``: the names
     of the workload's transformer layers in order, of which ``formats.bf16_first_layers`` and
-    ``bf16_last_layers`` leave the ends outside fp8 in training (``edge_layers``)."""
+    ``bf16_last_layers`` leave the ends outside fp8 in training (``edge_layers``); ``vocab``: the names of the
+    layers around the vocabulary, which training frameworks build outside fp8 whatever the recipe (the word
+    embedding and the output layer: ``plan.device_layers.vocab_layers``), run and held in bf16 alike."""
     weights = formats.weights or run_dtype
     rest = FP8_RECIPE_REST if run_dtype is DType.fp8 else run_dtype
     return OpFormats(
@@ -169,7 +171,9 @@ def resolve_formats(
         fidelity_by_op=tuple(formats.fidelity_by_op.items()),
         explicit_fidelity=fidelity,
         fp8_scaling=formats.fp8_scaling or Fp8Scaling.tensor,
-        bf16_layers=edge_layers(formats, blocks) if train else frozenset(),
+        # the vocabulary's layers leave fp8 only where the weighted GEMMs are fp8 at all
+        bf16_layers=(edge_layers(formats, blocks) | frozenset(vocab if weights is DType.fp8 else ())
+                     if train else frozenset()),
         collectives=formats.collectives,
         collectives_by_op=tuple(formats.collectives_by_op.items()),
     )
@@ -296,8 +300,10 @@ def per_op_notes(formats: OpFormats, op_names: Iterable[str]) -> list[str]:
     edge = []
     if formats.bf16_layers:
         names = sorted(formats.bf16_layers, key=lambda n: (len(n), n))
-        edge = [f"fp8 training with {', '.join(names)} in bf16 (mapping.formats.bf16_first_layers / "
-                "bf16_last_layers): their GEMMs, saved inputs and weights bf16, no quantization kernels"]
+        edge = [f"fp8 training with {', '.join(names)} in bf16 (the embedding and output layers, which the "
+                "frameworks build outside fp8: plan.device_layers.vocab_layers; transformer layers: "
+                "mapping.formats.bf16_first_layers / bf16_last_layers): their GEMMs, saved inputs and weights "
+                "bf16, no quantization kernels"]
     if not formats.per_op:
         return edge
     groups: dict[tuple[DType, MathFidelity], list[str]] = {}

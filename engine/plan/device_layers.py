@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from tilewright.engine.ir.ops import Op
+from tilewright.engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
 from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes
 from tilewright.engine.perf.memory import StateBytes, params_on_device
 from tilewright.engine.plan.experts import shard_experts
 from tilewright.engine.plan.sharding import ShardComm
+from tilewright.engine.plan.tied import tied_word_embedding
 from tilewright.engine.workloads.graph import WorkloadGraph
 
 
@@ -22,6 +23,31 @@ def block_names(workload: WorkloadGraph) -> list[str]:
     """The names of the workload's transformer layers in order ("block0", …): what ``mapping.formats``'
     bf16 edge layers count (``perf.formats.edge_layers``)."""
     return [workload.layers[i].name for i in workload.block_layers]
+
+
+def vocab_layers(workload: WorkloadGraph) -> list[str]:
+    """The names of the layers around the vocabulary, which fp8 training keeps in bf16 whatever its recipe
+    (``perf.formats.resolve_formats``): the embedding layers and the head layers whose GEMM is the logits' (split
+    over the vocabulary: "head", a multi-token-prediction depth's "mtp0_head"; not the depth's own "mtp0" block,
+    whose layers are Transformer Engine's).
+
+    Why: Megatron-Core's GPTModel builds its word embedding and output layer as its own ``VocabParallelEmbedding``
+    and ``tensor_parallel.ColumnParallelLinear`` (``megatron/core/models/gpt/gpt_model.py``), not as Transformer
+    Engine modules, so neither fp8 autocast (only TE modules read it; Megatron-Core enters it per decoder layer,
+    ``fp8_utils.get_fp8_context``) nor ``fp8_model_init`` reaches them: the logits GEMM is a bf16 matmul, and both
+    weights are plain bf16 parameters, held and gathered at 2 B under ``--fp8-param-gather``. An fp8 output layer
+    was proposed and closed unmerged (NVIDIA/Megatron-LM pull request #1551, "Fp8 LM-head", 2025); the one merged
+    later is opt-in and MXFP8 only (#4825, ``fp8_output_proj``, 2026: "GPTModel default uses
+    ColumnParallelLinear"). torchtitan's float8 converter swaps every ``nn.Linear`` but the output
+    (``convert_to_float8_training(..., module_filter_fn=lambda mod, fqn: fqn != "output")``; torchtune's the
+    same), and its embedding is an ``nn.Embedding``, never swapped."""
+    out = []
+    for li in workload.layers:
+        ops = workload.layer_ops(li.index)
+        logits = any(op.kind is OpKind.matmul and op.split is TensorSplit.vocab for op in ops)
+        if li.kind is LayerKind.embedding or (li.kind is LayerKind.head and logits):
+            out.append(li.name)
+    return out
 
 
 def edge_weight_bytes(formats: OpFormats, workload: WorkloadGraph) -> dict[int, float]:
@@ -66,12 +92,14 @@ def stage_mean_bytes(
     bytes_of: Callable[[OpFormats], float], ep: int = 1, etp: int | None = None, extra: dict[int, float] | None = None,
 ) -> float | None:
     """Bytes per parameter of the stage's weights: ``bytes_of`` the run's formats for every parameter a device
-    holds (its ops as sharded over ep, ``extra`` per layer: the tied embedding's copy), corrected op by op
-    where an op's resolved formats differ (``weights_by_op``, bf16 edge layers); None when none can differ, so
-    the caller's uniform figure stands."""
+    holds (its ops as sharded over ep, ``extra`` per layer: the tied embedding's copy, in the word embedding's
+    format), corrected op by op where an op's resolved formats differ (``weights_by_op``, bf16 edge and
+    vocabulary layers); None when none can differ, so the caller's uniform figure stands."""
     if not (formats.weights_by_op or formats.bf16_layers):
         return None
     uniform = bytes_of(formats)
+    word = tied_word_embedding(workload) if extra else None  # the copy is the word embedding's, in its format
+    copy = bytes_of(formats.for_op(word.name)) - uniform if word is not None else 0.0
     held = differ = 0.0
     for idx in chunk_layers.values():
         for i, ops in zip(idx, sharded_layer_ops(workload, idx, ep, 1.0, tp, etp), strict=True):
@@ -80,6 +108,7 @@ def stage_mean_bytes(
                 held += n
                 differ += n * (bytes_of(formats.for_op(op.name)) - uniform)
             held += (extra or {}).get(i, 0.0)
+            differ += (extra or {}).get(i, 0.0) * copy
     return uniform + differ / held if held > 0 else uniform
 
 

@@ -59,8 +59,9 @@ def ties_embeddings(workload: WorkloadGraph) -> bool:
     return bool(getattr(dims, "tie_embeddings", isinstance(dims, BertSpec))) or dims.mtp_layers > 0
 
 
-def _word_embedding(workload: WorkloadGraph) -> Op | None:
-    """The vocabulary-split embedding op the logits reuse, if the model ties them."""
+def tied_word_embedding(workload: WorkloadGraph) -> Op | None:
+    """The vocabulary-split embedding op the logits reuse, if the model ties them: what the last stage's copy
+    copies, held in that op's format (plain bf16 under fp8 training: ``plan.device_layers.vocab_layers``)."""
     if not ties_embeddings(workload):
         return None
     return next((op for op in workload.ops() if op.kind is OpKind.embedding and op.split is TensorSplit.vocab), None)
@@ -69,14 +70,14 @@ def _word_embedding(workload: WorkloadGraph) -> Op | None:
 def copy_params(workload: WorkloadGraph, tp: int) -> float:
     """Parameters per device of the copy the last stage holds when the pipeline splits embedding and logits
     (vocab × hidden / tp), 0 for an untied model."""
-    word = _word_embedding(workload)
+    word = tied_word_embedding(workload)
     return params_on_device([word], tp) if word is not None else 0.0
 
 
 def tied_embedding(workload: WorkloadGraph, per_virtual: list[list[int]], pp: int, tp: int) -> TiedEmbedding | None:
     """The copy a pipeline needs (``per_virtual``: the layers of each virtual stage, in order; virtual stage
     vs runs on rank vs mod pp), or None: untied, one stage, or embedding and logits on the same rank."""
-    word = _word_embedding(workload) if pp > 1 else None
+    word = tied_word_embedding(workload) if pp > 1 else None
     heads = [li.index for li in workload.layers if li.kind is LayerKind.head]
     if word is None or not heads:
         return None

@@ -23,7 +23,7 @@ from tilewright.engine.perf.memory import gathered_weight_bytes, held_weight_byt
 from tilewright.engine.plan.activation_offload import offload_count
 from tilewright.engine.plan.grad_hooks import param_tensors
 from tilewright.engine.plan.memo import memo_method
-from tilewright.engine.plan.tied import copy_params
+from tilewright.engine.plan.tied import copy_params, tied_word_embedding
 from tilewright.engine.search.layer_table import LayerCosts, LayerTable, fold
 from tilewright.engine.search.op_settings import OpSettings
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -286,4 +286,10 @@ class StageSums:
                 n = params_on_device([op], tp)
                 w[li.index] += n * (held(fmt.for_op(op.name)) - held(base.for_op(op.name)))
                 g[li.index] += n * (gathered(fmt.for_op(op.name)) - gathered(base.for_op(op.name)))
-        return self._sum(w, pp, v).sum(axis=0).tolist(), self._sum(g, pp, v).sum(axis=0).tolist()
+        w_stage, g_stage = self._sum(w, pp, v).sum(axis=0), self._sum(g, pp, v).sum(axis=0)
+        word = tied_word_embedding(self.workload) if pp > 1 else None
+        if word is not None:  # the last stage's copy of a tied embedding, in the word embedding's format (``params``)
+            n = copy_params(self.workload, tp)
+            w_stage[-1] += n * (held(fmt.for_op(word.name)) - held(base.for_op(word.name)))
+            g_stage[-1] += n * (gathered(fmt.for_op(word.name)) - gathered(base.for_op(word.name)))
+        return w_stage.tolist(), g_stage.tolist()
