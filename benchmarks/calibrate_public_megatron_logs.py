@@ -2,7 +2,7 @@
 
 Why: held-out single-node measurements of small GPTs (vTrain-style, 2-8 A100s) say we predict too short an
 iteration. Those are not ours to see, so this checks the same regime on timings anyone can read: the
-iteration times Megatron-LM's own CI stores beside its functional tests (one DGX A100 node, 8 GPUs; GPT of
+iteration times Megatron-LM's own CI stores beside its functional tests (one DGX A100 or DGX H100 node, 8 GPUs; GPT of
 12 layers × hidden 512 × 8 heads, seq 1024, micro-batch 4, global batch 32, in several tp × pp layouts, and
 a 7B GPT at seq 8192). Every row carries its source file at a fixed commit and its caveats (the CI runs
 deterministic kernels, logs parameter norms and gradient zero counts, and times at level 2: host work our
@@ -13,11 +13,25 @@ model dimensions unstated; alibaba/Megatron-LLaMA issue 24, A800 LLaMA-2 7B with
 NVIDIA/nccl issue 743, BERT at its first iterations; NVIDIA/Megatron-LM issue 516, no steady-state line).
 No row has tp 8: Megatron's CI runs its small GPT at tp 1, 2 and 4 only.
 
+Both hosts: Megatron-LM's CI stores three Megatron-Core tests of the same GPT (``..._mcore_tp1_pp2``, ``_tp1_pp4``,
+``_tp4_pp1_resume_torch``, Megatron-Core's GPT with the local layer spec) on DGX A100 (``golden_values_dev.json``)
+and on DGX H100 (``golden_values_dev_dgx_h100.json`` beside it): the ``ci-mcore-a100-*`` and ``ci-mcore-h100-*``
+rows, predicted on the dgx-a100 and dgx-h100 presets (the legacy-model nightly tests have no H100 golden file).
+The same job on two hosts separates what scales with the GPU from what scales with the CPU: ``pairs`` prints each
+test's measured and predicted A100 / H100 ratio and the ratio of their gaps. Where the model is host-bound it
+predicts a ratio near 1 (the presets price both hosts' calls alike), where it is device-bound the GPUs' ratio; the
+CI measures 1.4-1.5 for every layout, tp 4 included (the golden files come from different commits of 2024-25, so
+software changes between them are not separated from the hosts).
+
 Prints, per row: measured and predicted iteration time, the error (predicted / measured − 1; negative = we
 are too fast), the iteration's time breakdown (shares of the predicted iteration, the categories of
 ``calibrate_small_gpt.COLUMNS``), the share of device pass time spent waiting for the host (``dispatch``)
-and the share of layer time outside the ops' roofline (``fixed``); then mean |error| and mean signed error
-overall, by tp, by source family and by precision. No physics is changed here: predictions only.
+and the share of layer time outside the ops' roofline (``fixed``), and the gap per layer pass (``gap/lp``, ms:
+``gap_per_layer_pass``); then mean |error|, mean signed error and mean gap per layer pass overall, by GPU, by tp,
+by source family and by precision; then the A100 / H100 pairs (``pairs``). No physics is changed here:
+predictions only. The gap per layer pass says where the missing time lives: on the small-GPT rows it is about the
+same at tp 1, 2 and 4 and pp 1, 2 and 4 within a family (work per layer and micro-batch that does not shrink with
+tp: host work, not device work), and differs by family (the 2023 Selene runs against the 2024-25 nightly ones).
 
 The CI's own training-loop options are columns too, each a mapping field, read from the row's cited config
 (``plan.train_logging``, ``plan.grad_hooks``): ``gradient_accumulation_fusion`` (every config passes
@@ -165,9 +179,38 @@ def micro_batches(r: dict) -> int:
 
 
 def family(r: dict) -> str:
-    """The source family of a row: its id up to the layout (ci-nightly, ci-2023, ci-2023-core, ci-jet, ci-7b)."""
+    """The source family of a row: its id up to the layout (ci-nightly, ci-2023, ci-2023-core, ci-jet, ci-7b,
+    ci-mcore-a100, ci-mcore-h100)."""
     parts = r["id"].split("-")
-    return "-".join(parts[:3]) if parts[2] == "core" else "-".join(parts[:2])
+    return "-".join(parts[:3]) if parts[2] == "core" or pair_key(r) is not None else "-".join(parts[:2])
+
+
+def layer_passes(r: dict) -> float:
+    """Layer passes (one layer's forward and backward of one micro-batch) on a pipeline's critical path: a stage
+    holds layers / pp of them and, in 1F1B, runs m micro-batches plus the fill and drain of (pp − 1) / v (the
+    bubble, v the interleaving), so (m + (pp − 1) / v) × layers / pp; m × layers without pipelining."""
+    m, pp, v = micro_batches(r), r["pp"], r["interleave"]
+    return (m + (pp - 1) / v) * r["layers"] / pp
+
+
+def gap_per_layer_pass(r: dict, predicted_s: float) -> float:
+    """Measured minus predicted iteration time per layer pass (``layer_passes``), in seconds. A diagnostic: if
+    what the model misses is per layer (host work, say), this is about the same across a family's layouts
+    (tp 1-4, pp 1-4); if it is per micro-batch or per iteration, it grows as layers per stage shrink."""
+    return (1e-3 * r["measured_ms"] - predicted_s) / layer_passes(r)
+
+
+def gpu_name(r: dict) -> str:
+    """The row's GPU as its system preset knows it ('A100', 'H100': the prefix of the CSV's ``gpu``)."""
+    return next(prefix for prefix in SYSTEMS if r["gpu"].startswith(prefix))
+
+
+def pair_key(r: dict) -> str | None:
+    """The test a ``ci-mcore-<gpu>-<layout>`` row measures, the same for its A100 and H100 rows; None for others."""
+    parts = r["id"].split("-")
+    if len(parts) < 4 or parts[:2] != ["ci", "mcore"] or parts[2].upper() not in SYSTEMS:
+        return None
+    return "-".join(parts[:2] + parts[3:])
 
 
 def main() -> None:
@@ -188,7 +231,7 @@ def main() -> None:
         print(f"WHAT-IF: host costs ({', '.join(HOST_COSTS)}) x {args.host_scale:g}; not the calibrated model")
     head = (f"{'id':<31} {'tp':>2} {'pp':>2} {'dp':>2} {'mb':>2} {'m':>2} {'meas ms':>8} {'pred ms':>8} "
             f"{'gap ms':>7} {'error':>7} "
-            + " ".join(f"{c[:7]:>7}" for c in COLUMNS) + f" {'dispat':>6} {'fixed':>6}")
+            + " ".join(f"{c[:7]:>7}" for c in COLUMNS) + f" {'dispat':>6} {'fixed':>6} {'gap/lp':>6}")
     print(head)
     results: list[tuple[dict, float, dict[str, float]]] = []  # row, error, breakdown shares
     loops: list[tuple[dict, float, object]] = []  # row, predicted seconds, megatron_ci_loop.LoopCosts
@@ -203,11 +246,13 @@ def main() -> None:
         err = 1e3 * t / r["measured_ms"] - 1
         print(f"{r['id']:<31} {r['tp']:>2} {r['pp']:>2} {r['dp']:>2} {r['mb']:>2} {micro_batches(r):>2} "
               f"{r['measured_ms']:>8.1f} {1e3 * t:>8.1f} {r['measured_ms'] - 1e3 * t:>7.1f} {100 * err:>+6.1f}% "
-              + " ".join(f"{100 * share[c]:>6.1f}%" for c in COLUMNS) + f" {100 * wait:>5.1f}% {100 * fixed:>5.1f}%")
+              + " ".join(f"{100 * share[c]:>6.1f}%" for c in COLUMNS) + f" {100 * wait:>5.1f}% {100 * fixed:>5.1f}%"
+              + f" {1e3 * gap_per_layer_pass(r, t):>6.2f}")
         results.append((r, err, share))
         if args.loop:
             loops.append((r, t, loop_costs(r, p)))
     summary(results)
+    pairs(results)
     if loops:
         loop_table(loops)
 
@@ -235,11 +280,33 @@ def loop_table(loops: list) -> None:
         print(f"{fam:<31} {len(sel):>3} " + " ".join(f"{100 * x:>5.0f}%" for x in parts))
 
 
+def pairs(results: list[tuple[dict, float, dict[str, float]]]) -> None:
+    """Per test measured on both hosts: measured and predicted iteration times and their A100 / H100 ratios. The
+    host-bound share of an iteration scales with the host's per-call cost, the rest with the GPU: a predicted
+    ratio below the measured one says the model gives the slower host too little of the time."""
+    by_test: dict[str, dict[str, tuple[float, float]]] = {}
+    for r, err, _ in results:
+        if (key := pair_key(r)) is not None:
+            by_test.setdefault(key, {})[gpu_name(r)] = (r["measured_ms"], r["measured_ms"] * (1 + err))
+    both = {k: v for k, v in by_test.items() if set(v) >= {"A100", "H100"}}
+    if not both:
+        return
+    print(f"{'test on both hosts':<22} {'A100 meas':>9} {'pred':>7} {'H100 meas':>9} {'pred':>7} "
+          f"{'A/H meas':>8} {'A/H pred':>8} {'A/H gap/lp':>10}")
+    for key, v in sorted(both.items()):
+        (am, ap), (hm, hp) = v["A100"], v["H100"]
+        # both rows run the same layout, so their layer passes are equal: the gaps' ratio is the per-pass ratio
+        gaps = f"{(am - ap) / (hm - hp):>10.2f}" if hm > hp else f"{'-':>10}"
+        print(f"{key:<22} {am:>9.1f} {ap:>7.1f} {hm:>9.1f} {hp:>7.1f} {am / hm:>8.2f} {ap / hp:>8.2f} {gaps}")
+
+
 def summary(results: list[tuple[dict, float, dict[str, float]]]) -> None:
-    """Mean |error|, mean signed error and mean breakdown overall and by tp, source family and precision."""
-    print(f"{'slice':<22} {'n':>3} {'mean|err|':>9} {'mean err':>9} " + " ".join(f"{c[:7]:>7}" for c in COLUMNS))
+    """Mean |error|, mean signed error, mean breakdown and mean gap per layer pass (ms) overall and by GPU, tp,
+    source family and precision."""
+    print(f"{'slice':<22} {'n':>3} {'mean|err|':>9} {'mean err':>9} " + " ".join(f"{c[:7]:>7}" for c in COLUMNS)
+          + f" {'gap/lp':>6}")
     slices: list[tuple[str, list]] = [("all", results)]
-    for label, key in (("tp", lambda r: r["tp"]), ("", family), ("", lambda r: r["precision"]),
+    for label, key in (("gpu", gpu_name), ("tp", lambda r: r["tp"]), ("", family), ("", lambda r: r["precision"]),
                        ("host", lambda r: r["host_framework"])):
         for v in sorted({key(x[0]) for x in results}, key=str):
             slices.append((f"{label} {v}".strip(), [x for x in results if key(x[0]) == v]))
@@ -248,7 +315,8 @@ def summary(results: list[tuple[dict, float, dict[str, float]]]) -> None:
         mean_abs = sum(abs(e) for _, e, _ in sel) / n
         mean = sum(e for _, e, _ in sel) / n
         parts = " ".join(f"{100 * sum(s[c] for _, _, s in sel) / n:>6.1f}%" for c in COLUMNS)
-        print(f"{name:<22} {n:>3} {100 * mean_abs:>8.1f}% {100 * mean:>+8.1f}% {parts}")
+        per_pass = sum(gap_per_layer_pass(r, 1e-3 * r["measured_ms"] * (1 + e)) for r, e, _ in sel) / n
+        print(f"{name:<22} {n:>3} {100 * mean_abs:>8.1f}% {100 * mean:>+8.1f}% {parts} {1e3 * per_pass:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -81,3 +81,57 @@ def test_every_row_builds_a_valid_project(data):
         assert again.run.dtype == r["precision"]
         plan = make_plan(p)
         assert len(plan.stages) == r["pp"], r["id"]
+
+
+def test_the_megatron_core_pairs_are_one_test_on_two_hosts(data):
+    """Each ``ci-mcore-<gpu>-<layout>`` row has its twin on the other DGX: the same Megatron-Core CI test (one
+    directory, ``golden_values_dev.json`` beside ``golden_values_dev_dgx_h100.json``), so every column but the
+    GPU, the source file and the measurement is the same, and each is predicted on its own host's preset."""
+    from calibrate_public_megatron_logs import pair_key, system_for
+
+    pairs: dict[str, dict[str, dict]] = {}
+    for r in data:
+        if (key := pair_key(r)) is not None:
+            pairs.setdefault(key, {})[r["gpu"][:4]] = r
+    assert len(pairs) >= 3
+    differ = {"id", "source_url", "gpu", "measured_ms", "measured_how", "caveats"}
+    for key, by_gpu in pairs.items():
+        assert set(by_gpu) == {"A100", "H100"}, key
+        a, h = by_gpu["A100"], by_gpu["H100"]
+        assert {k for k in a if a[k] != h[k]} <= differ, key
+        # one test directory, two golden files
+        assert a["source_url"].rsplit("/", 1)[0].split("/")[-1] == h["source_url"].rsplit("/", 1)[0].split("/")[-1]
+        assert a["source_url"].endswith("/golden_values_dev.json")
+        assert h["source_url"].endswith("/golden_values_dev_dgx_h100.json")
+        assert system_for(a["gpu"]) == "dgx-a100" and system_for(h["gpu"]) == "dgx-h100"
+        assert project_for(h).hardware.name != project_for(a).hardware.name
+
+
+def test_layer_passes_follow_the_1f1b_critical_path(data):
+    """A stage of pp runs m micro-batches plus (pp - 1) / v of fill and drain over its layers / pp layers; worked
+    by hand for a row of each shape (m = gbs / (mb x dp))."""
+    from calibrate_public_megatron_logs import gap_per_layer_pass, layer_passes
+
+    by_id = {r["id"]: r for r in data}
+    assert layer_passes(by_id["ci-nightly-tp4-pp1"]) == 4 * 12  # m = 32 / (4 x 2), no pipeline
+    assert layer_passes(by_id["ci-nightly-tp1-pp4"]) == (4 + 3) * 3  # m = 32 / (4 x 2), 3 layers a stage
+    assert layer_passes(by_id["ci-2023-tp1-pp2"]) == (2 + 1) * 6  # m = 32 / (4 x 4)
+    assert layer_passes(by_id["ci-7b-tp1-pp4-vp"]) == pytest.approx((4 + 3 / 8) * 8)  # interleaved 8 chunks
+    r = by_id["ci-mcore-h100-tp4-pp1"]
+    measured = r["measured_ms"] / 1e3
+    assert gap_per_layer_pass(r, measured) == 0.0
+    assert gap_per_layer_pass(r, measured - 0.048) == pytest.approx(0.048 / 48)  # too fast: a positive gap
+
+
+def test_the_pairs_table_prints_each_test_once(data, capsys):
+    from calibrate_public_megatron_logs import pair_key, pairs
+
+    results = [(r, -0.5, {}) for r in data]  # every prediction half the measurement
+    pairs(results)
+    out = capsys.readouterr().out
+    keys = {pair_key(r) for r in data} - {None}
+    for key in keys:
+        line = next(x for x in out.splitlines() if x.startswith(key + " "))
+        fields = line.split()
+        # measured and predicted ratios are equal when both hosts are off by the same factor
+        assert fields[5] == fields[6]
