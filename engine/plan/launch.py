@@ -88,7 +88,8 @@ charged. A collective a CUDA graph replays (``plan.cuda_graphs``) costs no host 
 collectives are the serving runtime's own (custom all-reduce, pynccl), not ``torch.distributed``'s: ``pass_device``
 drops the cost there. The host synchronisations of the training loop (timers, ``.item()``, pipeline sends),
 which throw the host's lead away, are ``plan.train_step``'s, with the collective calls made right after them
-(the pipeline sends, ``get_batch``'s broadcasts) wholly exposed.
+(the pipeline sends, ``get_batch``'s broadcasts) wholly exposed. An overlapped expert all-to-all that the paired
+node hides whole closes no segment: its call goes to the open one (``PassComms._hidden_call``).
 
 **Captured graphs.** Serving runtimes replay a captured CUDA graph for a decode step (vLLM captures the
 "uniform decode" batches, prefill and mixed batches run eager; ``Compute.runtime_graphs``): the replay

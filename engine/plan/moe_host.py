@@ -5,7 +5,9 @@ framework work from Megatron-LM's GPT layer; an MoE layer's ops (router, routing
 for far more Python than a dense op of the same kind: the router's top-k, score and aux-loss bookkeeping, the
 token dispatcher's metadata, device-to-host copies and autograd Functions, and Transformer Engine's
 ``GroupedLinear``, whose work grows with the local experts (experts / ep). This module counts it for one MoE
-layer, per op of ours, and the plan charges the count *instead of* the op kind's generic one (``host_s``).
+layer, per op of ours, and the plan charges the count *instead of* the op kind's generic one (``host_s``). Under
+the overlapped expert-parallel schedule (``mapping.overlap_ep_comm``) the layer's schedule nodes add their own host
+work on top: ``plan.a2a_host``.
 
 Counted from the public code (NVIDIA/Megatron-LM ``megatron/core/transformer/moe``; NVIDIA/TransformerEngine
 ``transformer_engine/pytorch/module/grouped_linear.py`` and ``csrc/extensions/cast.cpp``) for the configuration

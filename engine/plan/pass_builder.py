@@ -10,6 +10,7 @@ from tilewright.engine.ir.ops import Op, OpKind, TensorSplit
 from tilewright.engine.perf.device import issues_kernels
 from tilewright.engine.perf.op_cost import OpTime, op_time, shard
 from tilewright.engine.perf.score_kernels import runs_causal_kernel
+from tilewright.engine.plan.a2a_host import schedule_host_seconds
 from tilewright.engine.plan.costed_op import as_costed, saved_bytes
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture
 from tilewright.engine.plan.experts import dispatch_work, exchange
@@ -121,6 +122,8 @@ class PassBuilder(PassComms, DelayedWgrad):
         if graph is not None:
             host = graph.host(op, backward, host, moe.host_s is not None, c.expert_parallel, fp8, c.dev.compute,
                               c.moe_router_fusion)
+        if c.ep_seconds is not None and c.moe_framework and self.out.kind != "R" and not self.out.captured:
+            host += schedule_host_seconds(op, backward, c.dev.compute)  # the schedule plan's nodes (plan.a2a_host)
         seg.host_s += host
         if backward and c.grad_hooks is not None:  # the parameters' hooks, no host time in a full-iteration graph
             self.layer_busy += c.grad_hooks.charge(seg, op, c, self.out.captured)

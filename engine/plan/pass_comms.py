@@ -86,8 +86,17 @@ class PassComms:
             self.out.a2a_slack.append(min(delayed, max(0.0, node - need)))
         cover = self._sm_cover(op.name, op.layer, total, node + extra)
         if total <= cover or total <= 0:
+            self._hidden_call(op)
             return 0.0
         return bytes_for(seconds, nbytes, total - cover)
+
+    def _hidden_call(self, op: Op) -> None:
+        """The host's call of an all-to-all the paired node hides whole: no segment closes at it (``dp_comms``,
+        which charges an exposed one's call), but the host makes its NCCL call all the same (``call_host``), beside
+        the open segment's kernels (``plan.a2a_host``)."""
+        seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0, compute_s=0,
+                                                 flops=0, dram_bytes=0)
+        seg.host_s += self.call_host(op.name)
 
     def _sm_cover(self, label: str, layer: int, comm_s: float, cover_s: float) -> float:
         """The cover an NCCL collective of ``comm_s`` seconds hides behind when it runs beside ``cover_s`` of
