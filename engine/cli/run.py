@@ -86,14 +86,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3],
                    help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights sharded over dp (per-layer gathers)")
     p.add_argument("--fsdp", action="store_true", default=None,
-                   help="PyTorch FSDP (full shard): ZeRO stage 3 with the next layer's weights prefetched")
+                   help="PyTorch FSDP (full shard): ZeRO stage 3 with the next layer's weights prefetched and each "
+                   "layer's gradient reduce-scatter behind the next layer's backward")
     p.add_argument("--fsdp-copies", action="store_true", default=None,
                    help="with --fsdp (or --zero 3): PyTorch FSDP2's (fully_shard) copies on the compute stream, each "
                    "layer's gathered weights copied out of the all-gather buffer and its gradients copied into the "
                    "reduce-scatter buffer (mapping.fsdp_copies); default: flat buffers the layers view (Megatron-FSDP)")
     p.add_argument("--overlap-grad-reduce", action="store_true", default=None,
                    help="reduce gradients in buckets during the last backward, as the search's 'ovl-grad' "
-                   "(Megatron --overlap-grad-reduce)")
+                   "(Megatron --overlap-grad-reduce); implied by --fsdp, whose reduce-scatters always overlap")
     p.add_argument("--overlap-param-gather", action="store_true", default=None,
                    help="ZeRO-3: all-gather the next layer's weights while the current one computes; "
                    "ZeRO-1/2: gather the updated weights behind the next forward")

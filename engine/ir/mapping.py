@@ -368,7 +368,9 @@ class Mapping(QuietDefaultsModel):
     )
     zero: Annotated[int, Field(ge=0, le=3)] = 0
     overlap_grad_reduce: bool = Field(
-        False, description="reduce gradients in buckets during the last backward (Megatron --overlap-grad-reduce)"
+        False, description="reduce gradients in buckets during the last backward (Megatron --overlap-grad-reduce); "
+        "ZeRO-2/3: each layer's reduce-scatter behind the next layer's backward. Implied by fsdp, whose "
+        "reduce-scatters always run on a stream of their own (plan.sharding)"
     )
     overlap_param_gather: bool = Field(
         False, description="ZeRO-3/FSDP: all-gather the next layer's weights while the current one computes "
@@ -437,7 +439,8 @@ class Mapping(QuietDefaultsModel):
         "dispatcher; plan.experts)",
     )
     fsdp: bool = Field(
-        False, description="PyTorch FSDP FULL_SHARD: ZeRO stage 3 with prefetch (sets zero 3 and overlap_param_gather)"
+        False, description="PyTorch FSDP FULL_SHARD: ZeRO stage 3 with prefetch (sets zero 3 and overlap_param_gather) "
+        "and its reduce-scatters overlapped with the backward whatever overlap_grad_reduce says (plan.sharding)"
     )
     fsdp_copies: bool = Field(
         False, description="with fsdp: PyTorch FSDP2's (fully_shard) copies on the compute stream — each layer's "

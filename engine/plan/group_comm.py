@@ -223,8 +223,9 @@ def shard_comm(
     etp = expert_tp_of(m)
     # cp ranks fold into the experts' dp; None: the experts are split over tp and sharded like the dense weights
     edp = expert_dp(m.tp, replicas, m.ep, etp) if experts_apart(m.ep, etp, m.tp) else None
+    # FSDP reduce-scatters on a stream of its own whatever overlap_grad_reduce says (``plan.sharding``)
     return stage_shard_comm(
-        m.zero, replicas, m.overlap_param_gather, m.overlap_grad_reduce, weight_bytes, grad_bytes, seconds,
+        m.zero, replicas, m.overlap_param_gather, m.overlap_grad_reduce or m.fsdp, weight_bytes, grad_bytes, seconds,
         m.ep, extra_params, edp, layer_weight_bytes, m.fsdp_copies,
     )
 

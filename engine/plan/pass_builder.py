@@ -215,6 +215,16 @@ class PassBuilder(PassComms, DelayedWgrad):
         self._graph = None
         self._stream(op, nbytes)
 
+    def host_link_wait(self, op: Op, seconds: float) -> None:
+        """The compute stream waiting ``seconds`` for a host-link copy it needs before ``op``'s layer (an offloaded
+        shard's, ``plan.sharding``): device time without compute in the open segment (a memory stall), which hides
+        no later collective."""
+        if seconds <= 0:
+            return
+        seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
+                                                 compute_s=0, flops=0, dram_bytes=0)
+        seg.busy_s += seconds
+
     def host(self, seconds: float) -> None:
         """Host work beside the open segment's kernels (it binds when the device is faster)."""
         if self._open is not None:

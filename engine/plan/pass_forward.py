@@ -27,20 +27,25 @@ def forward_pass(
     """``only_selective``: the R pass of selective recomputation, the forward of what ``modules`` re-run
     (``perf.recompute``; None: the attention core). A normally checkpointed module (``Part.whole``) re-runs
     with its tensor-parallel collectives, an output-discarding one as its bare kernels; a fused attention
-    kernel recomputes its core inside its backward (``op_cost``), so nothing of it re-runs here. ``slack``: the
+    kernel recomputes its core inside its backward (``op_cost``), so nothing of it re-runs here. A recompute (R)
+    gathers no sharded weights: the gather the backward makes for each layer (``pass_backward``) serves the
+    layer's recompute too, which runs just before that layer's backward (``plan.sharding``). ``slack``: the
     paired backward's ``ChunkPass.a2a_slack``, the delayed weight gradients its overlapped all-to-alls add to
     this pass's (``PassComms._a2a``)."""
     b = PassBuilder(ctx, kind)
     b.slack = list(slack)
     sp = ctx.sequence_parallel
     prev_column = False
-    shard = ctx.shard if ctx.shard is not None and ctx.shard.gather_weights and not only_selective else None
+    shard = ctx.shard if ctx.shard is not None and ctx.shard.gather_weights and kind != "R" else None
     for i, ops in enumerate(layers):
         before = b.next_layer()
         if shard is not None and ops:
             gather = shard.layer_items("all-gather", ops, ctx.tp)
             overlap = shard.overlap_gather and i > 0
             cover = b.shard_cover(shard, gather if overlap else [], before, ops[0].name, ops[0].layer)
+            copy_in = shard.host_seconds("all-gather", ops, ctx.tp)  # an offloaded shard, ahead of its gather
+            b.host_link_wait(ops[0], copy_in - cover if overlap else copy_in)
+            cover = max(0.0, cover - copy_in)
             b.dp_comms(shard.exposed(gather, cover, overlap), ops[0].layer, ops[0].name)
             b.copy(ops[0], shard.copy_bytes("all-gather", gather))  # FSDP2's copy-out (``plan.sharding``)
         flags = fusion_flags(ops, ctx.fused)

@@ -16,13 +16,34 @@ every shard below is 1 / (dp · cp) and every gather and reduce-scatter runs ove
   gradients as soon as they are complete (m reduce-scatters instead of one), then the all-gather of the
   updated weights after the step;
 - stage 3 / FSDP (FULL_SHARD): weights are sharded as well: every layer's weights are all-gathered
-  before its forward, again before its backward (and before a recomputed forward), and its gradients
-  reduce-scattered after its backward; the updated shards need no gather after the step.
+  before its forward and again before its backward, and its gradients reduce-scattered after its backward;
+  the updated shards need no gather after the step. A layer full recomputation re-runs is gathered twice
+  too, not three times: its recomputed forward runs just before its backward, inside the gather made for
+  that backward, so the recompute pass (R) gathers nothing and the backward's gather keeps the backward's
+  prefetch and cover (the layer after it, in backward order: what FSDP's backward prefetch hides it behind,
+  where the R pass, built as one pass of the re-run layers, would leave its first gather with no cover).
+  PyTorch FSDP2's ``_pre_forward`` returns at once in ``TrainingState.PRE_BACKWARD`` ("the pre-backward
+  hook is responsible for the unshard", pytorch/pytorch ``torch/distributed/_composable/fsdp/_fsdp_state.py``
+  @ 005da465), and torchtitan wraps each block in ``checkpoint_wrapper`` before ``fully_shard``, so the
+  recompute runs inside the backward's unshard (pytorch/torchtitan ``parallelisms/parallelize_llama.py`` @
+  004b3148); FSDP1 the same. Megatron-FSDP's ``_root_pre_backward`` marks every FSDP unit PRE_BACKWARD "to
+  skip resharding and unsharding operations when performing activation recomputation" (NVIDIA/Megatron-LM
+  ``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py`` @ 367f664e). DeepSpeed ZeRO-3 re-gathers
+  for the recompute but keeps the parameters for the backward that follows at once
+  (``stage3_max_reuse_distance``, 1e9 elements by default: a parameter used again within that distance is not
+  released, ``__params_to_release`` in ``deepspeed/runtime/zero/partitioned_param_coordinator.py`` @ 00a31c99):
+  two gathers as well.
 
 Overlap (``mapping.overlap_param_gather``, FSDP's prefetch): the all-gather of the next layer runs while the
 current layer computes, and a layer's reduce-scatter while the layer before it runs its backward; only
-what the layer's compute cannot hide is exposed. (``overlap_grad_reduce`` hides the stage-2 reduce-scatters
-the same way.) The exposed part is charged as the same collective carrying the exposed fraction of its
+what the layer's compute cannot hide is exposed. (``overlap_grad_reduce`` hides the stage-2 and stage-3
+reduce-scatters the same way; under ``mapping.fsdp`` they always hide so: PyTorch FSDP reduce-scatters on a
+stream of its own with no serial mode — FSDP2's ``foreach_reduce`` runs under ``reduce_scatter_stream`` and its
+``post_backward`` waits only for the previous layer's reduce-scatter event (pytorch/pytorch
+``torch/distributed/_composable/fsdp/_fsdp_collectives.py``, ``_fsdp_param_group.py``), FSDP1's
+``_post_backward_hook`` under ``state._post_backward_stream`` (``torch/distributed/fsdp/_runtime_utils.py``) — so
+the plan reads "fsdp or overlap_grad_reduce", ``group_comm.shard_comm``, and a saved project's flags mean what
+they always did.) The exposed part is charged as the same collective carrying the exposed fraction of its
 bytes, so both engines time it like any collective; the hidden bytes still cross the links but are not
 drawn as link traffic.
 
@@ -43,11 +64,28 @@ weights read and written once, ``2 · weight_bytes`` per parameter, before the l
 ``foreach_reduce_scatter`` runs ``foreach_reduce_scatter_copy_in`` (``torch.cat`` of the gradient views into the
 ``reduce_dtype`` buffer: the gradients read in the weights' format, written in the reduced one) on the
 reduce-scatter stream, but then ``current_stream.wait_event(copy_in_event)``: the compute stream waits for it
-too. Both are memory-bound kernels on the compute stream's path, per layer and per gather (forward, backward
-and a recomputed forward: ``reshard_after_forward``), charged as such (``ShardComm.copy_bytes``); the
+too. Both are memory-bound kernels on the compute stream's path, per layer and per gather (forward and
+backward, ``reshard_after_forward``; a recomputed layer's backward one before its recompute), charged as such
+(``ShardComm.copy_bytes``); the
 all-gather's copy-in (``torch._foreach_copy_`` of the rank's shard, 1 / dp of the layer) runs on a stream of its
 own ahead of the gather and is not counted. Megatron-Core's FSDP (and ZeRO over flat buffers) gathers into
 buffers the parameters are views of: no copies (the default).
+
+Offloaded shards (``mapping.memory_levels`` naming a host memory for the weights or the gradients,
+``offloaded_shards``). PyTorch FSDP2's CPU offload keeps each rank's shard on the host: ``FSDPParam.all_gather_inputs``
+copies ``_sharded_param_data.to(self.device, non_blocking=True)`` — the shard, 1 / dp of the layer — inside the
+all-gather's copy-in (on the all-gather copy-in stream, ahead of the gather; pytorch/pytorch
+``torch/distributed/_composable/fsdp/_fsdp_param.py`` @ 007472c8), the layer computes on the gathered weights in
+device memory, and ``foreach_reduce`` sends the reduce-scattered gradient shard back with
+``new_sharded_grad.to(torch.device("cpu"), non_blocking=True)`` on the reduce-scatter stream
+(``_fsdp_collectives.py``). DeepSpeed ZeRO-3's ``offload_param`` likewise copies each partition
+``p.ds_tensor.to(get_accelerator().current_device_name())`` into the flat all-gather buffer
+(``_all_gather_dtype`` in ``deepspeed/runtime/zero/partition_parameters.py``, deepspeedai/DeepSpeed @ 0031ae39).
+So the host link carries one shard per gather and per reduce-scatter (``ShardComm.host_seconds``), charged with
+its collective: the copy-in runs before the gather on the gather's side stream, so with prefetch it takes the
+cover first and the gather what is left, the exposed rest stalls the compute stream; the gradient copy follows
+its reduce-scatter in the cover left to it. Stage 2 gathers no weights: host-held weights still stream whole to
+every op (``perf.residency``), as without sharding.
 
 The collectives ride on ``Segment.comm`` with the kind prefixed ``dp:`` (or ``edp:``); ``Plan.tp_collective``
 resolves them on the data-parallel (expert-data-parallel) groups of the stage, all tensor ranks at once, as
@@ -57,10 +95,11 @@ resolves them on the data-parallel (expert-data-parallel) groups of the stage, a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.perf.memory import params_on_device
+from tilewright.engine.perf.residency import Level, Residency
 from tilewright.engine.plan.experts import EP_PREFIX, routed_experts
 
 DP_PREFIX = "dp:"
@@ -122,6 +161,19 @@ class ShardComm:
     # of an fp8 run: 2 B, ``perf.formats``)
     layer_weight_bytes: Mapping[int, float] = field(default_factory=dict)
     copies: bool = False  # PyTorch FSDP2's copy-out after a gather and copy-in before a reduce (module docstring)
+    replicas: int = 1  # the replicas the dense weights are sharded over (dp · cp)
+    # offloaded shards (``offloaded_shards``): the host link's bytes/s per device, and whether the weights' shards
+    # (stage 3) and the gradients' (stage ≥ 2) live in host memory
+    host_bandwidth: float = 0.0
+    host_weights: bool = False
+    host_grads: bool = False
+
+    def _layer_params(self, kind: str, ops: list[Op], tp: int) -> tuple[float, float, float]:
+        """(bytes per parameter, dense parameters, routed-expert parameters held apart) of one layer's ``kind``."""
+        per = self.layer_weight_bytes.get(ops[0].layer, self.weight_bytes) if kind == "all-gather" else self.grad_bytes
+        experts = params_on_device(routed_experts(ops), tp) if self.expert_dp else 0.0
+        dense = params_on_device(ops, tp) - experts + self.extra_params.get(ops[0].layer, 0.0)
+        return per, dense, experts
 
     def layer_items(self, kind: str, ops: list[Op], tp: int) -> list[tuple[str, float]]:
         """One layer's all-gather of its weights or reduce-scatter of its gradients (``kind``), per tensor rank:
@@ -129,13 +181,22 @@ class ShardComm:
         bytes apart, over their expert-data-parallel group (``edp:``; none when that group is one replica)."""
         if not ops:
             return []
-        per = self.layer_weight_bytes.get(ops[0].layer, self.weight_bytes) if kind == "all-gather" else self.grad_bytes
-        experts = params_on_device(routed_experts(ops), tp) if self.expert_dp else 0.0
-        dense = params_on_device(ops, tp) - experts + self.extra_params.get(ops[0].layer, 0.0)
+        per, dense, experts = self._layer_params(kind, ops, tp)
         items = [(DP_PREFIX + kind, dense * per)]
         if experts > 0 and self.expert_dp > 1:
             items.append((EDP_PREFIX + kind, experts * per))
         return items
+
+    def host_seconds(self, kind: str, ops: list[Op], tp: int) -> float:
+        """Seconds of the host-link copy of this rank's shard around one layer's ``kind`` collective when that
+        state is offloaded (``offloaded_shards``): before an all-gather its weight shard host → device, after a
+        reduce-scatter its gradient shard device → host — 1 / replicas of the layer's dense bytes and 1 /
+        expert_dp of its routed experts' (all of them where one replica holds its experts whole). 0 otherwise."""
+        on_host = self.host_weights if kind == "all-gather" else self.host_grads
+        if not ops or not on_host or self.host_bandwidth <= 0:
+            return 0.0
+        per, dense, experts = self._layer_params(kind, ops, tp)
+        return (dense / max(self.replicas, 1) + experts / max(self.expert_dp, 1)) * per / self.host_bandwidth
 
     def copy_bytes(self, kind: str, items: list[tuple[str, float]]) -> float:
         """Device-memory bytes of FSDP2's copy around one layer's ``kind`` collective carrying ``items`` (the whole
@@ -190,5 +251,21 @@ def stage_shard_comm(
     return ShardComm(
         zero >= 3, True, overlap_gather, overlap_reduce, weight_bytes, grad_bytes, seconds,
         expert_dp=expert_dp, extra_params=dict(extra_params or {}), layer_weight_bytes=dict(layer_weight_bytes or {}),
-        copies=copies and zero >= 3,
+        copies=copies and zero >= 3, replicas=dp,
     )
+
+
+def offloaded_shards(shard: ShardComm, res: Residency, home: Level) -> tuple[ShardComm, Residency]:
+    """Sharded state in host memory (``mapping.memory_levels``; module docstring, offload): the shard, not the
+    layer, crosses the host link. Stage-3 weights there are copied host → device as the rank's shard before each
+    all-gather, and every op then reads the gathered layer from the device's own memory (``home``); gradients
+    there (stage ≥ 2) are written to device memory by the ops and go device → host as the reduce-scattered
+    shard. Returns the shard comm that charges those copies (``host_seconds``) and the residency the ops see;
+    unchanged when neither applies (stage 2's whole weights still stream to every op, ``perf.residency``)."""
+    weights = shard.gather_weights and res.at("weights") == "host"
+    grads = shard.reduce_grads and res.at("gradients") == "host"
+    if not (weights or grads):
+        return shard, res
+    levels = dict(res.levels) | ({"weights": home} if weights else {}) | ({"gradients": home} if grads else {})
+    return (replace(shard, host_bandwidth=res.host_bandwidth, host_weights=weights, host_grads=grads),
+            Residency(levels, res.host_bandwidth))

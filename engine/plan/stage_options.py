@@ -28,7 +28,8 @@ from tilewright.engine.plan.grad_hooks import grad_hooks
 from tilewright.engine.plan.group_comm import context_comm, ep_seconds, shard_comm, tp_seconds
 from tilewright.engine.plan.passes import PassContext
 from tilewright.engine.plan.plan_settings import PlanSettings
-from tilewright.engine.plan.residency import StageResidency, offloaded_activations, stage_residency
+from tilewright.engine.plan.residency import StageResidency, home_level, offloaded_activations, stage_residency
+from tilewright.engine.plan.sharding import offloaded_shards
 
 
 @dataclass
@@ -104,4 +105,6 @@ def stage_options(
         if run.mode is Mode.train and ctx.residency.at("activations") == "host":
             ctx.offload_saved, ctx.residency = offloaded_activations(ctx.residency)
             ctx.offload_layers = offloaded_layers(chunk_layers.values(), s.blocks, m.offload_layers)
+        if ctx.shard is not None:  # offloaded sharded state crosses the host link as its shard (plan.sharding)
+            ctx.shard, ctx.residency = offloaded_shards(ctx.shard, ctx.residency, home_level(dev))
     return StageOptions(ctx, per_param, tied_copy, placed)

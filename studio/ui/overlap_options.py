@@ -2,7 +2,8 @@
 tensor-parallel collectives and the post-step weight gather. Four fields, each set at once as one undo step by
 ``MappingOptions`` (``SetMappingOption``):
 
-- reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training;
+- reducing gradients under the last backward (``mapping.overlap_grad_reduce``); needs dp > 1, training, and is
+  idle under FSDP, which always reduce-scatters behind the backward (``plan.sharding``);
 - overlapping tensor-parallel communication with the GEMMs (``mapping.overlap_tp_comm``); needs tp > 1 and
   sequence parallelism;
 - how that overlap hides the forward's reduce-scatters (``mapping.tp_overlap_reduce_scatter``): pipelined or
@@ -53,6 +54,9 @@ OVERLAP_TIPS = {
 }
 OVERLAP_GRAD_OFF_TIP = ("needs data parallelism: with dp 1 there are no gradients to reduce across replicas "
                         "(set dp > 1 and press Auto-map first)")
+OVERLAP_GRAD_FSDP_TIP = ("FSDP reduce-scatters each layer's gradients on a stream of its own behind the next layer's "
+                         "backward whatever this says: PyTorch FSDP has no serial mode, so the run overlaps them "
+                         "with the option off too")
 OVERLAP_TP_OFF_TIP = ("needs tensor parallelism with sequence parallelism: the all-gathers and reduce-scatters it "
                       "pipelines exist only then (set tp > 1 and sequence parallelism, then press Auto-map)")
 TP_RS_OFF_TIP = "needs the tensor-parallel communication overlapped with the GEMMs (the option above)"
@@ -64,7 +68,8 @@ def overlap_reason(field: str, project: Project) -> str | None:
     """Why the option ``field`` cannot matter for ``project`` as applied, or None when it can."""
     m, training = project.mapping, project.run.mode is Mode.train
     if field == "overlap_grad_reduce":
-        return TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1 else None
+        return (TRAINING_ONLY if not training else OVERLAP_GRAD_OFF_TIP if m.dp == 1
+                else OVERLAP_GRAD_FSDP_TIP if m.fsdp else None)
     if field == "overlap_tp_comm":
         return OVERLAP_TP_OFF_TIP if m.tp == 1 or not m.sequence_parallel else None
     if field == "tp_overlap_reduce_scatter":

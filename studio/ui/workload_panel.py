@@ -71,7 +71,8 @@ MAPPING_TIPS = {
           "(training; must divide the sequence; a stage takes tp × cp × dp devices)",
     "zero": "ZeRO stage: 1 shards optimizer states over the dp replicas, 2 gradients too, 3 weights too "
             "(gathered layer by layer)",
-    "fsdp": "PyTorch FSDP full sharding: ZeRO stage 3 with the next layer's weights prefetched",
+    "fsdp": "PyTorch FSDP full sharding: ZeRO stage 3 with the next layer's weights prefetched and each layer's "
+            "gradient reduce-scatter behind the next layer's backward",
     "micro_batch": "samples per micro-batch",
     "global_batch": "samples per iteration, over all replicas",
 }
