@@ -117,3 +117,16 @@ def test_cli_cp_counts_devices_and_refuses_an_uneven_split():
     # cp divides 1002 but the load-balanced ring's 2 · cp chunks do not (Megatron-Core's get_batch_on_this_cp_rank)
     odd = _cli("--seq-len", "1002", "--cp", "2", "--devices", "2")
     assert odd.returncode == 2 and "2 × cp = 4 chunks" in odd.stderr and "Traceback" not in odd.stderr
+
+
+def test_search_refuses_a_cp_whose_ring_chunks_do_not_divide_the_sequence():
+    """cp 8 divides 1,000 tokens, but not into the ring's 2 · cp = 16 chunks: the search refuses it by name, as
+    ``run`` does, instead of dropping it from the space without a word."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tilewright.engine.cli", "search", "--system", "dgx-h100", "--model", "gpt",
+         "--layers", "2", "--hidden", "1024", "--heads", "8", "--ffn", "4096", "--seq-len", "1000", "--vocab",
+         "32000", "--devices", "8", "--global-batch", "16", "--cp", "8", "--no-simulate"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "--cp" in proc.stderr and "2 × cp = 16 chunks" in proc.stderr and "Traceback" not in proc.stderr

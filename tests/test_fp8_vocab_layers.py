@@ -94,7 +94,7 @@ def test_the_last_stage_pays_the_bf16_logits(monkeypatch):
     """pp 2: the last stage's forward and backward are longer than with an fp8 head by exactly what the logits
     GEMM takes at the bf16 rate over the fp8 rate (``op_time`` of the one op under each format); stage 0 by what
     its embedding lookup takes reading bf16 rows of the table instead of fp8 ones (no GEMM there)."""
-    import tilewright.engine.plan.plan_settings as settings
+    import tilewright.engine.plan.device_layers as settings
 
     p = _project(pp=2, dp=4, micro_batch=8, global_batch=64)  # device-bound: the host's launches hide nothing
     ours = make_plan(p)
@@ -122,3 +122,15 @@ def test_search_agrees_with_the_engine(shape):
     tp, pp, dp = shape
     c = Candidate(tp, pp, dp, 4 if tp > 1 else 1, zero=1, sequence_parallel=tp > 1)
     assert_search_matches_engine(_project(), c, keep_base=True, fp8_param_gather=True)
+
+
+def test_the_split_view_reads_the_formats_the_plan_runs():
+    """The split view rebuilds a reported GEMM in the run's formats (``plan.device_layers.run_formats``, the
+    plan's own): the logits GEMM of an fp8 training run in bf16, a block's GEMM in fp8."""
+    from tilewright.engine.results.split_traffic import SplitReader
+
+    p = _project()
+    reader = SplitReader(p)
+    assert reader.formats == make_plan(p).formats
+    assert reader.formats.for_op("head.logits").weights is DType.bf16
+    assert reader.formats.for_op(f"block{build_workload(SPEC).block_layers[0]}.mlp_up").weights is DType.fp8

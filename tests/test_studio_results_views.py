@@ -197,3 +197,17 @@ def test_an_analytic_run_fills_the_gantt_and_says_why_links_are_empty(panel):
     heading = panel.links.heading
     assert "no link data for analytic runs" in heading.text() and "event engine" in heading.text()
     assert heading.wordWrap()  # the reason is read in full, not cut at the pane's edge
+
+
+def test_a_result_queued_when_the_panel_is_released_fills_nothing_after(panel, qtbot):
+    """A run's views fill in later event-loop turns; a window closed meanwhile releases the panel, and the queued
+    fills neither run against the released plots nor keep a timer going."""
+    record = prepare_record(dgx_project(), tiny_result(), 0.5)
+    panel.show_result(record.result, 0.5)
+    panel.show_record(record)
+    assert panel.gantt.data is None  # the Timeline fills in a later turn
+    panel.release()
+    qtbot.wait(200)  # ten turns of the fill timer
+    assert panel.gantt.data is None
+    panel.flush()  # nothing left to run
+    assert panel.gantt.data is None

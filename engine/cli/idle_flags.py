@@ -248,8 +248,10 @@ def refuse_idle_search_flags(args: argparse.Namespace, project: Project, devices
     for cp in cps:
         if cp > devices:
             raise InputError(COMMAND_LINE, Problem("--cp", f"{cp} exceeds the {devices} devices available"))
-        if cp > 1 and seq is not None and seq % cp:
-            raise InputError(COMMAND_LINE, Problem("--cp", f"{cp} does not divide seq_len ({seq})"))
+        if cp > 1 and seq is not None and seq % (2 * cp):  # as run refuses mapping.cp (plan.checks)
+            raise InputError(COMMAND_LINE, Problem("--cp", f"{cp}: the ring splits each sequence into 2 × cp = "
+                                                   f"{2 * cp} chunks (two per rank, for load balance), and that "
+                                                   f"does not divide seq_len ({seq})"))
     moe = getattr(project.workload, "moe", None)
     for ep in eps:  # as run refuses mapping.ep (plan.checks): a size that cannot split the experts was dropped
         if ep > 1 and moe is not None and moe.experts % ep:

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tilewright.engine.ir.ops import LayerKind, Op, OpKind, TensorSplit
-from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes
+from tilewright.engine.ir.project import Mode, Project
+from tilewright.engine.perf.formats import OpFormats, mean_weight_bytes, resolve_formats
 from tilewright.engine.perf.memory import StateBytes, params_on_device
 from tilewright.engine.plan.experts import shard_experts
 from tilewright.engine.plan.sharding import ShardComm
@@ -122,3 +123,12 @@ def stage_per_param(
     of an fp8 training run's weights, ``perf.memory.held_weight_bytes``), so weights memory is exact."""
     mean = stage_mean_bytes(formats, workload, chunk_layers, tp, held or (lambda f: f.weight_bytes), ep, etp, extra)
     return per_param if mean is None else replace(per_param, weights=mean)
+
+
+def run_formats(project: Project, workload: WorkloadGraph) -> OpFormats:
+    """Each tensor kind's format for a run of ``project`` (``perf.formats.resolve_formats``): the mapping's, and in
+    fp8 training the vocabulary's layers (``vocab_layers``) and the chosen edge layers in bf16. One place, read by
+    the plan, the search and the split view."""
+    m = project.mapping
+    return resolve_formats(project.run.dtype, m.formats, m.fidelity, block_names(workload),
+                           project.run.mode is Mode.train, vocab_layers(workload))

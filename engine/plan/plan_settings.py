@@ -17,10 +17,10 @@ from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.common import dtype_bytes
 from tilewright.engine.ir.mapping import Schedule
 from tilewright.engine.ir.project import Mode, Project
-from tilewright.engine.perf.formats import OpFormats, resolve_formats
+from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.memory import StateBytes, bytes_per_param, fp8_param_copy
 from tilewright.engine.plan.context import flash_fused
-from tilewright.engine.plan.device_layers import block_names, edge_weight_bytes, vocab_layers
+from tilewright.engine.plan.device_layers import edge_weight_bytes, run_formats
 from tilewright.engine.plan.experts import expert_dp, expert_tp_of, experts_apart
 from tilewright.engine.plan.op_memo import OpTimes
 from tilewright.engine.plan.passes import fused_edges
@@ -67,8 +67,7 @@ class PlanSettings:
         m = project.mapping
         run = project.run
         blocks = workload.block_layers
-        formats = resolve_formats(run.dtype, m.formats, m.fidelity, block_names(workload), run.mode is Mode.train,
-                                  vocab_layers(workload))
+        formats = run_formats(project, workload)
         elem = dtype_bytes(formats.activations)
         v = m.interleave if m.schedule is Schedule.interleaved else 1
         cp = m.cp if run.mode is Mode.train else 1

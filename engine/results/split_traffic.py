@@ -23,11 +23,12 @@ from tilewright.engine.ir.hardware import Component, Memory, MemoryKind
 from tilewright.engine.ir.mapping import tp_axes_for
 from tilewright.engine.ir.ops import Op
 from tilewright.engine.ir.project import Project
-from tilewright.engine.perf.formats import resolve_formats
+from tilewright.engine.perf.formats import OpFormats, resolve_formats
 from tilewright.engine.perf.op_cost import _sharded_gemm  # the engine's one tensor-parallel cut of a GEMM
 from tilewright.engine.perf.spatial_chip import GridChip, grid_chip
 from tilewright.engine.perf.spatial_cost import GemmProblem, Split
 from tilewright.engine.perf.spatial_traffic import SplitTraffic, gemm_traffic
+from tilewright.engine.plan.device_layers import run_formats
 from tilewright.engine.workloads import WorkloadGraph, build_workload
 
 _HEAD = re.compile(r"^\s*(?:2-D\s+(\d+)\s*[×x]\s*(\d+)|1-D\s+(\d+))")
@@ -85,12 +86,16 @@ def gemms_by_name(workload: WorkloadGraph) -> dict[str, Op]:
     return out
 
 
-def split_problem(project: Project, op: Op, s: Split, b_sharded: bool, tile: int) -> GemmProblem:
-    """The op's GEMM on one device as ``s`` lays it (see the module docstring for M)."""
+def split_problem(project: Project, op: Op, s: Split, b_sharded: bool, tile: int,
+                  formats: OpFormats | None = None) -> GemmProblem:
+    """The op's GEMM on one device as ``s`` lays it (see the module docstring for M). ``formats``: the run's, as
+    the plan resolves them (``plan.device_layers.run_formats``: fp8 training's bf16 vocabulary and edge layers);
+    None: the mapping's alone."""
     m = project.mapping
     _m, n, k = _sharded_gemm(op, 1, m.tp, tp_axes_for(m.tp_axes, m.tp))  # forward splits: 2-D cut if any
-    name = op.name.split(".", 1)[-1]
-    fmt = resolve_formats(project.run.dtype, project.mapping.formats, project.mapping.fidelity).for_op(name)
+    if formats is None:
+        formats = resolve_formats(project.run.dtype, project.mapping.formats, project.mapping.fidelity)
+    fmt = formats.for_op(op.name)  # the full name: a layer run outside fp8 is matched by it
     a, b = fmt.activations.value, fmt.weights.value
     m_tiles = s.per_m if s.kind == "1d_in0" else s.rows * s.per_m
     return GemmProblem(m_tiles * tile, math.ceil(k), math.ceil(n), a, b, a, fmt.fidelity.value, b_sharded=b_sharded)
@@ -119,13 +124,28 @@ class SplitReader:
         self.dram = device_dram(self.device) if self.device is not None else None
         compute = self.device.compute if self.device is not None else None
         self.chip = grid_chip(compute, self.dram) if compute is not None else None
-        self._ops: dict[str, Op] | None = gemms_by_name(workload) if workload is not None else None
+        self._workload = workload
+        self._ops: dict[str, Op] | None = None
+        self._formats: OpFormats | None = None
+
+    @property
+    def workload(self) -> WorkloadGraph:
+        if self._workload is None:
+            self._workload = build_workload(self.project.workload)
+        return self._workload
 
     @property
     def ops(self) -> dict[str, Op]:
         if self._ops is None:
-            self._ops = gemms_by_name(build_workload(self.project.workload))
+            self._ops = gemms_by_name(self.workload)
         return self._ops
+
+    @property
+    def formats(self) -> OpFormats:
+        """The run's formats as the plan resolves them (``run_formats``)."""
+        if self._formats is None:
+            self._formats = run_formats(self.project, self.workload)
+        return self._formats
 
     def record(self, op_name: str, text: str) -> SplitRecord | None:
         """The split of ``op_name`` described by ``text`` and its traffic; None if either cannot be read."""
@@ -136,7 +156,7 @@ class SplitReader:
         if op is None:
             return None
         s, sharded = parsed
-        p = split_problem(self.project, op, s, sharded, self.chip.tile)
+        p = split_problem(self.project, op, s, sharded, self.chip.tile, self.formats)
         return SplitRecord(s, sharded, p, self.chip, gemm_traffic(self.chip, p, s), self.dram)
 
 

@@ -17,11 +17,11 @@ from tilewright.engine.ir.hardware import Compute
 from tilewright.engine.ir.mapping import HostFramework, Recompute, SpatialSplit
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.perf.device import DeviceModel
-from tilewright.engine.perf.formats import OpFormats, resolve_formats
+from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.residency import Residency
 from tilewright.engine.plan.context import flash_fused
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION
-from tilewright.engine.plan.device_layers import block_names, vocab_layers
+from tilewright.engine.plan.device_layers import run_formats
 from tilewright.engine.plan.dgrad_overlap import active as dgrad_active
 from tilewright.engine.plan.framework_host import attention_device, host_framework
 from tilewright.engine.plan.grad_hooks import GradHooks, grad_hooks
@@ -50,8 +50,7 @@ class OpSettings:
     def of(cls, project: Project, workload: WorkloadGraph) -> OpSettings:
         m = project.mapping
         train = project.run.mode is Mode.train  # bf16 edge layers of an fp8 training run (``perf.formats``)
-        formats = resolve_formats(project.run.dtype, m.formats, m.fidelity, block_names(workload), train,
-                                  vocab_layers(workload))
+        formats = run_formats(project, workload)
         return cls(
             formats, dtype_bytes(formats.activations), _fused(m.fusion, workload), m.spatial,
             workload.tokens_per_sample, m.fused_cross_entropy, tuple(m.cuda_graph_scope or ()), m.moe_router_fusion,

@@ -149,6 +149,7 @@ class ResultsPanel(QWidget):
         if self.released:
             return
         self.released = True
+        self._pending = []  # the views' fills still queued: they go with the plots (``_update_next`` stops)
         for view in (self.gantt, self.links, self.memory):
             view.release()
             self.tabs.removeTab(self.tabs.indexOf(view))
@@ -248,7 +249,7 @@ class ResultsPanel(QWidget):
         and the window must keep answering in between."""
         if self._pending and not self.released:
             self._pending.pop(0)()
-        if self._pending:
+        if self._pending and not self.released:
             QTimer.singleShot(BREATH_MS, self._update_next)
 
     def flush(self) -> None:

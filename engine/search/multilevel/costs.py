@@ -24,6 +24,7 @@ from tilewright.engine.ir.ops import Op
 from tilewright.engine.jobs import Reporter
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.memory import activation_bytes, params_on_device, recomputed_layers, workspace_bytes
+from tilewright.engine.plan.context import flash_fused
 from tilewright.engine.plan.passes import ChunkPass, PassContext, backward_pass, forward_pass, fused_edges
 from tilewright.engine.search.multilevel.fusion import FusedLayer, optimize_layer
 from tilewright.engine.search.multilevel.netdims import Dim
@@ -112,7 +113,8 @@ def tensor_costs(
         ctx.dgrad_overlap = settings.dgrad(recompute, dev.compute, t)  # timed per placement (plan.dgrad_overlap)
         # the chains the programme fuses, as ``with_fusion`` writes them into the mapping for the engine
         chains = fusion_chains([g for lay in cache.values() for g in lay.groups])
-        fused_ctx = dataclasses.replace(ctx, fused=fused_edges(chains))
+        edges = fused_edges(chains)  # a fused attention core is a flash kernel, its dropout inside
+        fused_ctx = dataclasses.replace(ctx, fused=edges | flash_fused(layers, 1, edges))
         spb = spb_of(t)
         timed: dict[tuple, tuple[float, float, list[tuple[str, float, float | None]]]] = {}
         parts = {"first": Part(), "block": Part(), "last": Part()}
