@@ -93,6 +93,7 @@ def test_the_compute_between_resets_at_each_all_to_all_across_layers():
     """The node runs across a layer boundary: a backward's combine gradient hides behind the attention of the
     layer before it in backward order (Megatron-Core's "attn" node beside the forward's combine)."""
     b, op = _builder("B")
+    assert b._a2a(op, NBYTES) == 0.0  # the first, the last layer's combine gradient: held to the pass's end
     b.layer_busy += 300e-6  # the layer's MLP backward: the dispatch's gradient hides
     assert b._a2a(op, NBYTES) == 0.0
     b.layer_busy += 40e-6  # its attention backward

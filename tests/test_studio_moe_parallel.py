@@ -12,6 +12,7 @@ import pytest  # noqa: E402
 from tilewright.engine.io import load_project  # noqa: E402
 from tilewright.engine.io.presets import load_system  # noqa: E402
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings  # noqa: E402
+from tilewright.engine.ir.mapping import Schedule  # noqa: E402
 from tilewright.engine.results import CATEGORIES  # noqa: E402
 from tilewright.studio.mapping import stage_layout, stage_split  # noqa: E402
 from tilewright.studio.mapping_edit import checked_auto_mapping  # noqa: E402
@@ -22,6 +23,14 @@ from tilewright.studio.ui.results.breakdown_bar import segment_text  # noqa: E40
 from tilewright.studio.ui.results.plot_style import legend_html  # noqa: E402
 
 MIXTRAL = "presets/projects/mixtral-8x7b-dgx-h100.json"
+
+
+def interleaved_mixtral() -> Project:
+    """The Mixtral preset with two model chunks per stage: Megatron-Core overlaps the expert all-to-all under a
+    pipeline only when it interleaves (``plan.checks``)."""
+    project = load_project(MIXTRAL)
+    mapping = project.mapping.model_copy(update={"interleave": 2, "schedule": Schedule.interleaved})
+    return project.model_copy(update={"mapping": mapping})
 
 
 def small_moe(ep: int = 4) -> Project:
@@ -127,7 +136,7 @@ def test_a_moe_run_draws_the_all_to_all(make_window, qtbot):
 def test_overlapping_the_all_to_all_is_one_undo_step_and_saved(make_window, tmp_path):
     """The check box sets mapping.overlap_ep_comm at once (not staged for Auto-map), the panel follows undo
     and redo, a degree typed but not applied stays staged, and the saved file carries the option."""
-    w = make_window(load_project(MIXTRAL))
+    w = make_window(interleaved_mixtral())
     panel, doc = w.workload, w.doc
     box = panel.overlap_ep
     assert doc.project.mapping.ep == 8 and not doc.project.mapping.overlap_ep_comm
@@ -137,7 +146,7 @@ def test_overlapping_the_all_to_all_is_one_undo_step_and_saved(make_window, tmp_
     assert doc.project.mapping.overlap_ep_comm and doc.undo_stack.count() == 1
     assert doc.undo_stack.undoText() == "Overlap expert all-to-all"
     assert doc.project.mapping.dp == 16 and panel.pending == {"dp": 8} and panel.editors["dp"].value == 8
-    before = load_project(MIXTRAL).mapping
+    before = interleaved_mixtral().mapping
     assert doc.project.mapping == before.model_copy(update={"overlap_ep_comm": True})  # nothing else changed
     doc.undo_stack.undo()
     assert not doc.project.mapping.overlap_ep_comm and not box.box.isChecked()
@@ -170,7 +179,7 @@ def test_delaying_weight_gradients_follows_the_overlap(make_window):
     """The delayed weight gradients hide the overlapped all-to-all: the box is disabled until the overlap is
     on, ticking it is one undo step that changes only that option, and turning the overlap off turns it off
     in the same step (the mapping would otherwise be refused)."""
-    w = make_window(load_project(MIXTRAL))
+    w = make_window(interleaved_mixtral())
     panel, doc = w.workload, w.doc
     delay = panel.options.delay_wgrad
     assert not delay.isEnabled() and "overlapped" in delay.toolTip()
@@ -186,3 +195,17 @@ def test_delaying_weight_gradients_follows_the_overlap(make_window):
     assert not delay.isEnabled() and not delay.box.isChecked()
     doc.undo_stack.undo()
     assert doc.project.mapping.delay_wgrad_compute and delay.box.isChecked()
+
+
+
+def test_overlapping_the_all_to_all_of_a_plain_pipeline_is_refused(make_window):
+    """Mixtral's preset pipelines over pp 4 without interleaving, where Megatron-Core asserts against the
+    overlapped all-to-all (``plan.checks``): ticking it snaps back, nothing is pushed, and the box says why in
+    the engine's words (the field, Megatron-Core's assert, the remedy)."""
+    w = make_window(load_project(MIXTRAL))
+    panel, doc = w.workload, w.doc
+    box = panel.overlap_ep
+    assert doc.project.mapping.pp == 4 and doc.project.mapping.interleave == 1
+    box.box.click()
+    assert not doc.project.mapping.overlap_ep_comm and doc.undo_stack.count() == 0 and not box.box.isChecked()
+    assert "virtual_pipeline_model_parallel_size" in box.error and "interleave" in box.error

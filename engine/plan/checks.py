@@ -98,6 +98,37 @@ def _expert_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     return out
 
 
+def ep_overlap_runs(pp: int, interleave: int, recompute: Recompute) -> bool:
+    """Megatron-Core runs its overlapped expert all-to-all (combined 1F1B) with this pipeline and recomputation
+    (``_ep_overlap_checks`` quotes its asserts): no pipeline or an interleaved one, and no full recomputation.
+    The search asks it before it adds an overlapped variant (``search.parallel.extended``)."""
+    return (pp == 1 or interleave > 1) and recompute is not Recompute.full
+
+
+def _ep_overlap_checks(m: Mapping) -> list[Problem]:
+    """``overlap_ep_comm`` (Megatron-Core ``overlap_moe_expert_parallel_comm``) where Megatron-Core refuses it:
+    ``TransformerConfig.__post_init__`` (megatron/core/transformer/transformer_config.py) asserts, under
+    ``if self.overlap_moe_expert_parallel_comm:``, "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size
+    must be specified when pipeline_model_parallel_size > 1" (its combined 1F1B is built for the interleaved
+    schedule, ``combined_1f1b_schedule_for_interleaved_pipelining``, and for no pipeline) and "disable full
+    recomputation when enabling overlap_moe_expert_parallel_comm" with "disable recomputation method ..." (a
+    checkpointed layer's backward is one recompute-and-backward, which the schedule plan cannot split into its
+    nodes). The plan would otherwise cost a schedule no one can run."""
+    if not m.overlap_ep_comm or ep_overlap_runs(m.pp, m.interleave, m.recompute):
+        return []
+    out = []
+    if m.pp > 1 and m.interleave == 1:
+        out.append(Problem("mapping.overlap_ep_comm", f"on with pp {m.pp} and no interleaving: Megatron-Core asserts "
+                           "'If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when "
+                           "pipeline_model_parallel_size > 1' (transformer_config.py): set interleave to 2 or more, "
+                           "or pp to 1, or turn overlap_ep_comm off"))
+    if m.recompute is Recompute.full:
+        out.append(Problem("mapping.overlap_ep_comm", "on with recompute 'full': Megatron-Core asserts 'disable full "
+                           "recomputation when enabling overlap_moe_expert_parallel_comm' (transformer_config.py): "
+                           "use recompute 'selective' or 'none', or turn overlap_ep_comm off"))
+    return out
+
+
 def _recompute_checks(m: Mapping, graph: WorkloadGraph) -> list[Problem]:
     """``recompute_modules`` names Megatron-Core's modules (``perf.recompute``), each one this workload has,
     under selective recomputation (as Megatron-Core, which reads the list only then)."""
@@ -510,6 +541,7 @@ def check_project(
         out += _transformer_checks(project.workload, m)
     graph = workload if workload is not None else build_workload(project.workload)
     out += _expert_checks(m, graph)
+    out += _ep_overlap_checks(m)  # Megatron-Core's asserts on overlap_moe_expert_parallel_comm
     out += _recompute_checks(m, graph)
     out += _cuda_graph_checks(project, graph)
     if m.moe_router_fusion and not any(op.moe is not None for op in graph.ops()):  # plan.moe_host

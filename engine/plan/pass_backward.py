@@ -66,6 +66,7 @@ def backward_pass(layers: list[list[Op]], ctx: PassContext) -> ChunkPass:
                 wgrad += wgrad_seconds(op, t)
     if pending is not None:
         flush()
+    b.charge_first_a2a()  # the first all-to-all, beside the last attention node (``PassComms._a2a``)
     if shard is not None and reduce and layers:
         if layers[0]:
             b.copy(layers[0][0], shard.copy_bytes("reduce-scatter", reduce))  # FSDP2's copy-in

@@ -16,7 +16,7 @@ from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture
 from tilewright.engine.plan.experts import dispatch_work, exchange
 from tilewright.engine.plan.framework_host import eager_pointwise
 from tilewright.engine.plan.launch import drain_seconds, eager_cross_entropy_bytes, extra_launches, host_seconds
-from tilewright.engine.plan.pass_comms import PassComms
+from tilewright.engine.plan.pass_comms import PassComms, in_paired_layer
 from tilewright.engine.plan.pass_fusion import on_chip
 from tilewright.engine.plan.pass_records import ChunkPass, PassContext, PassKind, Segment
 from tilewright.engine.plan.sharding import EP_PREFIX
@@ -38,6 +38,8 @@ class PassBuilder(PassComms, DelayedWgrad):
         # compute since the last overlapped expert all-to-all (``node_busy``, ``PassComms._a2a``) began in it
         self._busy = self._layer_from = self._node_from = 0.0
         self._launches = 0.0  # the ops' kernels beyond the first since the last all-to-all: not in ``layer_busy``
+        self._unpaired = 0.0  # device time since then outside the schedule's paired layers (``in_paired_layer``)
+        self._first_a2a: tuple | None = None  # a backward's first overlapped all-to-all (``PassComms._a2a``)
         self.slack: list[float] = []  # a forward's: what the backward's delayed weight gradients leave (``_a2a``)
         self._start_delay()
         seconds = ctx.tp_seconds
@@ -57,8 +59,10 @@ class PassBuilder(PassComms, DelayedWgrad):
     @property
     def node_busy(self) -> float:
         """Device time of the ops added since the pass's last overlapped expert all-to-all (or its start): the
-        sub-module the schedule runs beside one all-to-all of the paired micro-batch (``PassComms._a2a``)."""
-        return self._busy - self._node_from + self._launches
+        sub-module the schedule runs beside one all-to-all of the paired micro-batch (``PassComms._a2a``). Only
+        the paired transformer layers': the embedding, the output head, the loss and the MTP heads run outside
+        the pairing (``in_paired_layer``) and cover nothing."""
+        return self._busy - self._node_from + self._launches - self._unpaired
 
     def add_op(self, op: Op, backward: bool, fused: tuple[bool, bool] = (False, False), scores: float = 0.0,
                graph: Capture | None = None) -> OpTime:
@@ -67,6 +71,7 @@ class PassBuilder(PassComms, DelayedWgrad):
         what a CUDA graph replays of it (``plan.cuda_graphs``), its host work gone."""
         c = self.ctx
         self._graph = graph
+        busy_from, launches_from = self._busy, self._launches
         if op.causal_keys and not runs_causal_kernel(c.host_framework, op.causal_keys, c.elem_bytes):
             op = op.model_copy(update={"causal_keys": 0})  # the framework's softmax reads whole rows
         a2a = exchange(op, backward, c.micro_batch, c.tp, c.elem_bytes) if c.expert_parallel > 1 else (0.0, 0.0)
@@ -142,6 +147,8 @@ class PassBuilder(PassComms, DelayedWgrad):
             self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
         if backward:
             self._stream(op, moe.permute_bytes)
+        if not in_paired_layer(op):  # no all-to-all of its own: its time covers none (``node_busy``)
+            self._unpaired += self._busy - busy_from + self._launches - launches_from
         return t
 
     def _ring(self, op: Op, backward: bool, t: OpTime, seg: Segment) -> None:
@@ -263,6 +270,7 @@ class PassBuilder(PassComms, DelayedWgrad):
         return busy
 
     def finish(self) -> ChunkPass:
+        self.charge_first_a2a()
         if self._open is not None:
             self._open.close()
             self.out.segments.append(self._open)

@@ -18,9 +18,19 @@ from tilewright.engine.plan.experts import expert_tp_comm, is_etp
 from tilewright.engine.plan.exposed import bytes_for
 from tilewright.engine.plan.launch import collective_host_seconds
 from tilewright.engine.plan.pass_records import ChunkPass, PassContext, Segment
-from tilewright.engine.plan.sharding import ShardComm
+from tilewright.engine.plan.sharding import EP_PREFIX, ShardComm
 from tilewright.engine.plan.sp_regather import Regather, exposed_bytes
 from tilewright.engine.plan.tp_overlap import TpOverlap
+
+
+def in_paired_layer(op: Op) -> bool:
+    """An op of a layer Megatron-Core's schedule plan pairs with another micro-batch's (``PassComms._a2a``): a
+    transformer block's, or a multi-token-prediction depth's (``TransformerLayerSchedulePlan`` built with
+    ``is_mtp``). The embedding (``pre_process``), the output head and loss (``post_process``) and an MTP depth's
+    shared head and loss (``workloads.transformer_mtp``) run outside the paired layers' steps: beside no
+    all-to-all of the other micro-batch."""
+    prefix = op.name.split(".", 1)[0]  # the layer's name (``workloads.transformer``)
+    return prefix not in ("embedding", "head") and not prefix.endswith("_head")
 
 
 class PassComms:
@@ -33,6 +43,8 @@ class PassComms:
     layer_busy: float
     node_busy: float
     slack: list[float]
+    _first_a2a: tuple | None  # a backward's first all-to-all, held back (``_a2a``); () once charged
+    _unpaired: float
     _busy: float
     _node_from: float
     _launches: float
@@ -60,7 +72,15 @@ class PassComms:
         charges, at each of its all-to-alls, the one of the other pass that its own compute since its previous
         all-to-all runs beside (``node_busy``: a forward's attention node before the dispatch, its MLP before the
         combine; a backward's MLP before the dispatch's gradient, and before the combine's gradient the attention of the
-        layer before it in backward order with this layer's combine and shared experts' backward). The exposed part is
+        layer before it in backward order with this layer's combine and shared experts' backward). Forward layer i
+        runs beside backward layer N − 1 − i (``b_layer = b_schedule_plan.pop_layer()``), so the backward's first
+        all-to-all, the combine gradient of the chunk's last layer, stands for the forward's last combine, beside the
+        backward's last attention node: it is charged at the end of the paired layers against that node
+        (``charge_first_a2a``), not against what ran before it (the output head's backward, which
+        ``post_process.backward`` runs before the paired layers). Only the paired layers' compute covers
+        (``in_paired_layer``: not the embedding, the head, the loss or an MTP depth's head). A pass the combined 1F1B
+        runs alone (``PassContext.ep_alone``: the warmup's forwards, the cooldown's backwards, ``plan.schedules``)
+        has nothing beside its all-to-alls, which show whole. The exposed part is
         that all-to-all's time beyond its node, stretched by the SMs the all-to-all's kernel takes from it
         (``_sm_cover``), charged as the bytes of it that take that long (``plan.exposed``; a fraction of its bytes would
         pay its fixed latency again). Summed over the two passes, that is each all-to-all against the node the source
@@ -75,20 +95,52 @@ class PassComms:
         if seconds is None or nbytes <= 0:
             return nbytes
         self._exchanged = True
-        total = seconds(nbytes)
-        node, self._node_from, self._launches = self.node_busy, self._busy, 0.0
+        if self.ctx.ep_alone:  # nothing runs beside it: the pass's next node waits for it (``plan.schedules``)
+            return nbytes
+        node, self._node_from, self._launches, self._unpaired = self.node_busy, self._busy, 0.0, 0.0
         backward = self.out.kind == "B"
         delayed = self._pooled(backward)
+        if backward and self._first_a2a is None:
+            # the combine gradient of the chunk's last layer stands for the forward's last combine, which runs
+            # beside this pass's last attention node: charged at the pass's end (``charge_first_a2a``); nothing
+            # of the paired layers precedes it (``post_process.backward`` runs before them), so no slack either
+            self._first_a2a = (op, nbytes)
+            self.out.a2a_slack.append(0.0)
+            return 0.0
         extra = self.slack.pop(0) if self.slack and not backward else 0.0
+        exposed, spare = self._charge(op, nbytes, node, extra)
+        if backward:
+            self.out.a2a_slack.append(min(delayed, spare))
+        return exposed
+
+    def charge_first_a2a(self) -> None:
+        """At the end of a backward's paired layers: the backward's first all-to-all (``_a2a`` held it back)
+        against the node after its last one — the first layer's attention backward, beside which Megatron-Core
+        runs the paired forward's last combine (``TransformerLayerSchedulePlan.run``: forward layer i beside
+        backward layer N − 1 − i). What that node leaves covers no all-to-all of this pass: none follows."""
+        if self._first_a2a is None or self._first_a2a == ():
+            return
+        op, nbytes = self._first_a2a
+        self._first_a2a = ()  # charged: a later call (``finish``) does nothing
+        node, self._node_from, self._launches, self._unpaired = self.node_busy, self._busy, 0.0, 0.0
+        self._pooled(True)
+        exposed, _ = self._charge(op, nbytes, node, 0.0)
+        if exposed > 0:
+            self.dp_comms([(EP_PREFIX + "all-to-all", exposed)], op.layer, op.name)
+
+    def _charge(self, op: Op, nbytes: float, node: float, extra: float) -> tuple[float, float]:
+        """(bytes left exposed, seconds of the node the all-to-all did not need) of one overlapped all-to-all
+        beside ``node`` seconds of compute and ``extra`` of the paired backward's delayed weight gradients."""
+        seconds = self.ctx.ep_seconds
+        assert seconds is not None
+        total = seconds(nbytes)
         compute = self.ctx.dev.compute
         need = total / stretched(1.0, compute.gemm_units, compute.collective_sms)  # the compute that covers it
-        if backward:
-            self.out.a2a_slack.append(min(delayed, max(0.0, node - need)))
         cover = self._sm_cover(op.name, op.layer, total, node + extra)
         if total <= cover or total <= 0:
             self._hidden_call(op)
-            return 0.0
-        return bytes_for(seconds, nbytes, total - cover)
+            return 0.0, max(0.0, node - need)
+        return bytes_for(seconds, nbytes, total - cover), max(0.0, node - need)
 
     def _hidden_call(self, op: Op) -> None:
         """The host's call of an all-to-all the paired node hides whole: no segment closes at it (``dp_comms``,

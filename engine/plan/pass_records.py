@@ -91,7 +91,8 @@ class ChunkPass:
     dataflows: Counter = field(default_factory=Counter)  # SRAM tiling choices / grid splits of its ops
     captured: bool = False  # inside a full-iteration CUDA graph: no host syncs (``plan.train_step``)
     # a backward's, per overlapped expert all-to-all in order: what its delayed weight gradients can add to the
-    # cover of the paired forward's all-to-all (``PassComms._a2a``)
+    # cover of the paired forward's all-to-all (``PassComms._a2a``); the first 0, nothing of the paired layers
+    # running before the backward's first all-to-all
     a2a_slack: list[float] = field(default_factory=list)
 
     @property
@@ -143,6 +144,9 @@ class PassContext:
     # with mapping.overlap_ep_comm: seconds of an all-to-all of that many bytes per tensor rank (the stage's
     # ep groups at once), to hide it behind the paired micro-batch's node of the layer (``PassComms._a2a``)
     ep_seconds: Callable[[float], float] | None = None
+    # with ep_seconds: a pass Megatron-Core's combined 1F1B runs alone (a warmup forward, a cooldown backward:
+    # ``plan.schedules``), no node of another micro-batch beside its all-to-alls, which show whole
+    ep_alone: bool = False
     # with mapping.delay_wgrad_compute: the backward's delayed weight gradients hide its own all-to-alls too, by the
     # forward's (``PassComms._a2a``, ``plan.wgrad_delay``)
     delay_wgrad: bool = False

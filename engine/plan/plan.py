@@ -97,6 +97,12 @@ class Plan(ReplicaSync):
     def virtual_stages(self) -> int:
         return self.pp * self.chunks
 
+    @property
+    def combined_1f1b(self) -> bool:
+        """Megatron-Core's combined 1F1B schedule (the overlapped expert all-to-all): its warmup forwards and
+        cooldown backwards run alone (``plan.schedules``, ``StagePlan.alone``)."""
+        return any(st.alone for st in self.stages)
+
     @memo_method
     def tp_collective(self, rank: int, replica: int, kind: str, nbytes: float) -> Collective:
         """A segment's collective: on the replica's tensor group, or (kind ``dp:…``, ``plan.sharding``) on

@@ -33,7 +33,8 @@ class TrainingProgram:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.blocking = plan.pipeline.blocking  # a stage waits for its sends (``plan.pipeline_p2p``)
-        self.table: Table = training_table(plan.schedule, plan.pp, plan.micro_batches, plan.chunks)
+        self.table: Table = training_table(plan.schedule, plan.pp, plan.micro_batches, plan.chunks,
+                                           plan.combined_1f1b)
         self._work: dict[int, list[StepWork]] = {}
 
     @property
@@ -57,7 +58,7 @@ class TrainingProgram:
             act, transient, passes = st.act_bytes, st.transient_bytes, st.passes
             hit = []
             for row in self.table[r]:
-                ps = passes[(row.chunk, row.kind)]
+                ps = (st.alone if row.alone else passes)[(row.chunk, row.kind)]  # plan.schedules
                 if row.kind == "F":
                     hit.append((None, ps, ("activations", act[row.chunk]), None))
                     continue

@@ -218,7 +218,8 @@ class ReplicaSync:
             return 0.0
         from tilewright.engine.plan.timing import pass_parts  # timing imports the plan
 
-        passes = self.stages[rank].passes
+        # under the combined 1F1B a chunk's last backward is a cooldown one, run alone (``plan.schedules``)
+        passes = {**self.stages[rank].passes, **self.stages[rank].alone}
         backward = sum(pass_parts(self, rank, passes.get((chunk, k)))[0] for k in ("R", "B"))  # type: ignore[arg-type]
         return overlap_loss(early.time(self.hw), backward, self.stages[rank].dev.compute)
 

@@ -5,6 +5,16 @@ Follows Megatron-LM (Narayanan et al., SC'21 §2.2): GPipe runs every forward th
 ``v`` model chunks (virtual stages ``chunk * pp + rank``) and warms up with
 ``2·(pp - rank - 1) + (v - 1)·pp`` virtual micro-batches. Pure functions, no simulation state:
 ``engine.plan.steps`` turns them into the step tables both engines iterate.
+
+Megatron-Core's combined 1F1B (``overlap_ep``: ``--overlap-moe-expert-parallel-comm``, ``plan.pass_comms``) runs
+each steady-state forward together with the backward beside it, their expert all-to-alls hidden behind each other's
+nodes; the warmup's forwards and the cooldown's backwards run alone (``Step.alone``). Its interleaved schedule warms
+up one virtual micro-batch more ("we schedule one extra micro-batch forward step before the 1f1b stages ... to
+ensure the forward and backward computations are independent in all 1f1b steps", ``get_pp_rank_microbatches`` of
+megatron/core/pipeline_parallel/schedules.py, feeding ``combined_1f1b_schedule_for_interleaved_pipelining``), and
+without a pipeline ``combined_1f1b_schedule_for_no_pipelining`` runs the first forward alone, then each forward
+with the previous micro-batch's backward, then the last backward alone (combined_1f1b.py): the same shape, one
+forward of warmup.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ class Step:
     kind: Pass
     micro_batch: int
     chunk: int
+    alone: bool = False  # under the combined 1F1B, a warmup forward or cooldown backward: no pass beside it
 
     def virtual_stage(self, rank: int, pp: int) -> int:
         return self.chunk * pp + rank
@@ -40,28 +51,30 @@ def _interleaved_ids(k: int, pp: int, chunks: int, forward: bool) -> tuple[int, 
     return micro_batch, chunk
 
 
-def stage_order(schedule: Schedule, rank: int, pp: int, micro_batches: int, chunks: int = 1) -> list[Step]:
-    """The steps rank ``rank`` runs, in order, for one training iteration."""
+def stage_order(schedule: Schedule, rank: int, pp: int, micro_batches: int, chunks: int = 1,
+                overlap_ep: bool = False) -> list[Step]:
+    """The steps rank ``rank`` runs, in order, for one training iteration; ``overlap_ep``: Megatron-Core's
+    combined 1F1B (module docstring), one more forward of warmup and the unpaired steps marked."""
     m = micro_batches
     if schedule is Schedule.gpipe:
-        return [Step("F", i, 0) for i in range(m)] + [Step("B", i, 0) for i in range(m)]
+        return [Step("F", i, 0, overlap_ep) for i in range(m)] + [Step("B", i, 0, overlap_ep) for i in range(m)]
     if schedule is Schedule.one_f_one_b or chunks == 1:
-        warm = min(pp - rank - 1, m)
-        steps = [Step("F", i, 0) for i in range(warm)]
+        warm = min(pp - rank - 1 + overlap_ep, m)
+        steps = [Step("F", i, 0, overlap_ep) for i in range(warm)]
         for i in range(m - warm):
             steps += [Step("F", warm + i, 0), Step("B", i, 0)]
-        steps += [Step("B", i, 0) for i in range(m - warm, m)]
+        steps += [Step("B", i, 0, overlap_ep) for i in range(m - warm, m)]
         return steps
     total = m * chunks
     if m == pp:
         warm = total
     else:
-        warm = min((pp - rank - 1) * 2 + (chunks - 1) * pp, total)
-    steps = [Step("F", *_interleaved_ids(k, pp, chunks, True)) for k in range(warm)]
+        warm = min((pp - rank - 1) * 2 + (chunks - 1) * pp + overlap_ep, total)
+    steps = [Step("F", *_interleaved_ids(k, pp, chunks, True), overlap_ep) for k in range(warm)]
     for i in range(total - warm):
         steps.append(Step("F", *_interleaved_ids(warm + i, pp, chunks, True)))
         steps.append(Step("B", *_interleaved_ids(i, pp, chunks, False)))
-    steps += [Step("B", *_interleaved_ids(k, pp, chunks, False)) for k in range(total - warm, total)]
+    steps += [Step("B", *_interleaved_ids(k, pp, chunks, False), overlap_ep) for k in range(total - warm, total)]
     return steps
 
 

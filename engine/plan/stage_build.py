@@ -13,7 +13,7 @@ Split from ``plan.plan``, which assembles the stages into a ``Plan``; the costin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tilewright.engine.hardware.graph import HardwareGraph
 from tilewright.engine.ir.mapping import Recompute
@@ -66,6 +66,9 @@ class StagePlan:
     # activations per micro-batch (of act_bytes: the host's share, the rest stays on the device)
     offload_layers: frozenset[int] = frozenset()
     offloaded_bytes: dict[int, float] = field(default_factory=dict)
+    # under Megatron-Core's combined 1F1B (mapping.overlap_ep_comm): per (chunk, "F"|"B"), the pass the schedule
+    # runs alone — a warmup forward, a cooldown backward (``plan.schedules``) — its all-to-alls hidden by nothing
+    alone: dict[tuple[int, str], ChunkPass] = field(default_factory=dict)
 
 
 class HostReductions:
@@ -121,6 +124,7 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
     ctx, per_param, tied_copy, placed = opts.ctx, opts.per_param, opts.tied_copy, opts.placed
     rerun_layers: set[int] = set()
     passes: dict[tuple[int, str], ChunkPass] = {}
+    alone: dict[tuple[int, str], ChunkPass] = {}
     act: dict[int, float] = {}
     offloaded: dict[int, float] = {}
     grad: dict[int, float] = {}
@@ -136,6 +140,9 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
         backward = backward_pass(layers, ctx)  # first: its delayed weight gradients join the forward's cover
         passes[(c, "F")] = forward_pass(layers, ctx, slack=backward.a2a_slack)
         passes[(c, "B")] = backward
+        if ctx.ep_seconds is not None:  # the combined 1F1B's warmup and cooldown (``plan.schedules``)
+            lone = replace(ctx, ep_alone=True)
+            alone[(c, "F")], alone[(c, "B")] = forward_pass(layers, lone), backward_pass(layers, lone)
         rerun = recomputed_layers(layers, m.recompute, m.recompute_layers)
         rerun_layers.update(ls[0].layer for ls in rerun)
         if rerun:
@@ -179,6 +186,7 @@ def build_stage(s: PlanSettings, r: int, host: HostReductions) -> BuiltStage:
         dev=dev,
         chunk_layers=chunk_layers,
         passes=passes,
+        alone=alone,
         act_bytes=act,
         transient_bytes=transient,
         state=state,

@@ -32,22 +32,26 @@ class StepRow:
     key: tuple  # this step's output
     dep: tuple | None  # the output it consumes, if any
     send: tuple | None  # the pipeline send of its output: (virtual stage, backward) or (stage, tokens)
-    dkey: tuple  # what its duration is looked up by: (rank, chunk, kind) or (rank, phase)
+    dkey: tuple  # what its duration is looked up by: (rank, chunk, kind), (rank, chunk, kind, True) or (rank, phase)
     last_backward: bool = False  # the chunk's last backward: its gradient reduction may start
+    # a combined-1F1B warmup forward or cooldown backward (``schedules.Step.alone``): the chunk's unpaired pass
+    # (``StagePlan.alone``), its dkey (rank, chunk, kind, True)
+    alone: bool = False
 
 
 Table = tuple[tuple[StepRow, ...], ...]  # per stage, in the order the stage runs them
 
 
 @lru_cache(maxsize=64)
-def training_table(schedule: Schedule, pp: int, micro_batches: int, chunks: int) -> Table:
-    """One training iteration: each stage's schedule, a backward's recompute counted in its duration."""
+def training_table(schedule: Schedule, pp: int, micro_batches: int, chunks: int, overlap_ep: bool = False) -> Table:
+    """One training iteration: each stage's schedule, a backward's recompute counted in its duration;
+    ``overlap_ep``: Megatron-Core's combined 1F1B (``schedules``), its unpaired steps marked ``alone``."""
     last_vs = pp * chunks - 1
     table = []
     for r in range(pp):
         rows = []
         backwards = dict.fromkeys(range(chunks), 0)
-        for step in stage_order(schedule, r, pp, micro_batches, chunks):
+        for step in stage_order(schedule, r, pp, micro_batches, chunks, overlap_ep):
             vs = step.chunk * pp + r
             last_backward = False
             if step.kind == "F":
@@ -58,7 +62,9 @@ def training_table(schedule: Schedule, pp: int, micro_batches: int, chunks: int)
                 last_backward = backwards[step.chunk] == micro_batches
             rows.append(StepRow(
                 step.kind, step.micro_batch, step.chunk, -1, (step.kind, step.micro_batch, step.chunk, r),
-                predecessor(step, r, pp, chunks), send, (r, step.chunk, step.kind), last_backward,
+                predecessor(step, r, pp, chunks), send,
+                (r, step.chunk, step.kind, True) if step.alone else (r, step.chunk, step.kind), last_backward,
+                step.alone,
             ))
         table.append(tuple(rows))
     return tuple(table)

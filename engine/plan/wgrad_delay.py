@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from tilewright.engine.ir.ops import MoERole, Op, OpKind
 from tilewright.engine.perf.op_cost import OpTime
+from tilewright.engine.plan.pass_comms import in_paired_layer
 from tilewright.engine.plan.pass_records import PassContext
 
 
@@ -58,6 +59,8 @@ class DelayedWgrad:
         if op.params <= 0 or op.kind not in (OpKind.matmul, OpKind.fc) or op.backward_flops <= 0:
             return
         if op.moe is not None and op.moe.role is MoERole.router:
+            return
+        if not in_paired_layer(op):  # the output layer's: outside the paired layers
             return
         self._delayed += t.busy_s * min(op.flops / op.backward_flops, 1.0)
 

@@ -10,6 +10,8 @@ tests measure it), and it is what search evaluates. It simulates no flows, so it
 
 from __future__ import annotations
 
+from collections import Counter
+
 from tilewright.engine.engines.analytic.timeline import inference_timeline, stage_lanes, training_timeline
 from tilewright.engine.engines.result_builder import Measurement, build_result, close_breakdown, constant_memory
 from tilewright.engine.jobs import CancelFn, ProgressFn, Reporter
@@ -59,27 +61,38 @@ class AnalyticEngine:
             report.check()
             f = b = 0.0
             sums = dict.fromkeys((*PASS_CATEGORIES, "dp_comm", "ep_comm", "cp_comm"), 0.0)
+            # the combined 1F1B's unpaired steps (``StepRow.alone``): that share of the micro-batches runs the
+            # chunk's alone pass, so the per-micro-batch sums below weigh each pass by the steps that run it
+            lone = Counter((row.chunk, row.kind) for row in program.table[r] if row.alone)
             for c in st.chunk_layers:
                 for kind in ("F", "R", "B"):
-                    ps = st.passes.get((c, kind))
-                    dur, comp, stall, comm, host = parts[(r, c, kind)] = pass_parts(plan, r, ps)
-                    if kind == "F":
-                        f += dur
-                    else:
-                        b += dur
-                    sums["recompute" if kind == "R" else "compute"] += comp
-                    sums["memory_stall"] += stall
-                    sums["host_wait"] += host
-                    replicas = pass_replica_comm(plan, r, ps)  # ZeRO-2/3, context ring, expert all-to-all
-                    sums["tp_comm"] += comm - sum(replicas.values())
-                    for category, seconds in replicas.items():
-                        sums[category] += seconds
+                    share = lone[(c, kind)] / m
+                    runs = [((r, c, kind), st.passes.get((c, kind)), 1.0 - share)]
+                    if share:
+                        runs.append(((r, c, kind, True), st.alone[(c, kind)], share))
+                    for key, ps, w in runs:
+                        dur, comp, stall, comm, host = parts[key] = pass_parts(plan, r, ps)
+                        if kind == "F":
+                            f += w * dur
+                        else:
+                            b += w * dur
+                        sums["recompute" if kind == "R" else "compute"] += w * comp
+                        sums["memory_stall"] += w * stall
+                        sums["host_wait"] += w * host
+                        replicas = pass_replica_comm(plan, r, ps)  # ZeRO-2/3, context ring, expert all-to-all
+                        sums["tp_comm"] += w * (comm - sum(replicas.values()))
+                        for category, seconds in replicas.items():
+                            sums[category] += w * seconds
             per_stage.append((f, b, sums))
         duration = {}
         for r, st in enumerate(plan.stages):
             for c in st.chunk_layers:
                 duration[(r, c, "F")] = parts[(r, c, "F")][0]
                 duration[(r, c, "B")] = parts[(r, c, "R")][0] + parts[(r, c, "B")][0]
+                if (r, c, "F", True) in parts:
+                    duration[(r, c, "F", True)] = parts[(r, c, "F", True)][0]
+                if (r, c, "B", True) in parts:
+                    duration[(r, c, "B", True)] = parts[(r, c, "R")][0] + parts[(r, c, "B", True)][0]
         log: Log | None = [] if self.timeline else None
         stages = run_table(program.table, duration, program.send_times(), log, blocking=program.blocking)
         finishes, reduced_at, lost_s = [], [], []

@@ -46,7 +46,7 @@ def traffic_patterns(
         for j in range(plan.dp):
             links: set[int] = set()
             pats = []
-            for ps in st.passes.values():
+            for ps in (*st.passes.values(), *st.alone.values()):  # alone: the combined 1F1B's (plan.schedules)
                 for seg in ps.segments:
                     if seg.comm:
                         for ph in plan.tp_collective(r, j, seg.comm[0], seg.comm[1]).phases:

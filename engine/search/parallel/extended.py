@@ -54,7 +54,7 @@ from tilewright.engine.ir.project import EngineKind, Project
 from tilewright.engine.ir.workload import TransformerDims
 from tilewright.engine.perf.device import DeviceModel
 from tilewright.engine.perf.recompute import MODULES, present
-from tilewright.engine.plan.checks import check_project
+from tilewright.engine.plan.checks import check_project, ep_overlap_runs
 from tilewright.engine.plan.plan import Plan, build_plan
 from tilewright.engine.plan.residency import available_levels
 from tilewright.engine.search.parallel.candidate import DISPATCHERS, Candidate
@@ -227,8 +227,9 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
         for zero in sorted({base.zero, 2} & set(ext.zeros)):
             out.append(replace(base, zero=zero, overlap_grad_reduce=True))
         # each expert-parallel variant at the seed's ZeRO stage, its all-to-all overlapped too
+        # where Megatron-Core runs it (``checks.ep_overlap_runs``: the checks refuse it otherwise)
         out += [replace(c, overlap_ep=True) for c in list(out) if c.ep > 1 and c.zero == base.zero and not c.fsdp
-                and c.cp == 1 and c.offload is None]
+                and c.cp == 1 and c.offload is None and ep_overlap_runs(c.pp, c.interleave, c.recompute)]
         # … and with its weight gradients delayed to hide the backward's all-to-all too (Megatron-Core
         # --delay-wgrad-compute, ``plan.passes``): never slower in this model, tried beside it all the same
         out += [replace(c, delay_wgrad=True) for c in list(out) if c.overlap_ep]
