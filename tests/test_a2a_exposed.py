@@ -9,9 +9,10 @@ from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.plan.exposed import bytes_for
 from tilewright.engine.plan.pass_builder import PassBuilder
-from tilewright.engine.plan.passes import PassContext
 from tilewright.engine.plan.sharding import EP_PREFIX
 from tilewright.engine.simulate import make_plan
+
+from tests.a2a_fixtures import h100_builder
 
 LATENCY = 20e-6  # s: a made-up all-to-all's fixed part
 BANDWIDTH = 50e9  # bytes/s: and its bandwidth
@@ -41,15 +42,9 @@ def test_whole_and_below_the_floor():
 
 def _context(cover_s: float) -> tuple[PassBuilder, object]:
     """A forward's builder that has run ``cover_s`` of compute since its last all-to-all, and an op of the layer."""
-    plan = make_plan(Project(name="a2a", hardware=load_system("dgx-h100"),
-                             workload=GPTSpec(name="g", layers=1, hidden=1024, heads=8, seq_len=512, vocab=8192),
-                             mapping=Mapping(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1),
-                             run=RunSettings(dtype="bf16")))
-    ctx = PassContext(plan.stages[0].dev, 1, 1, False, 2.0)
-    ctx.ep_seconds = _seconds
-    b = PassBuilder(ctx, "F")
+    b, op, _ = h100_builder("F")
     b.layer_busy = cover_s  # the compute since the pass's last all-to-all (here: its start) hides it
-    return b, plan.workload.layer_ops(plan.workload.block_layers[0])[0]
+    return b, op
 
 
 @pytest.mark.parametrize("cover_s", [0.0, 50e-6, 150e-6, 215e-6, 300e-6])

@@ -14,31 +14,18 @@ import pytest
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.plan.pass_builder import PassBuilder
-from tilewright.engine.plan.passes import PassContext
-from tilewright.engine.simulate import make_plan, simulate
+from tilewright.engine.simulate import simulate
 
+from tests.a2a_fixtures import LATENCY, NBYTES, SMS, UNITS, a2a_seconds, h100_builder
 from tests.agreement import assert_engines_agree
 
-LATENCY = 20e-6  # s: a made-up all-to-all's fixed part
-BANDWIDTH = 50e9  # bytes/s: and its bandwidth
-NBYTES = 10e6  # each all-to-all: 20 µs + 200 µs
-UNITS, SMS = 132, 24
-
-
-def _seconds(nbytes: float) -> float:
-    return LATENCY + nbytes / BANDWIDTH
+_seconds = a2a_seconds
 
 
 def _builder(kind: str = "F") -> tuple[PassBuilder, object]:
     """A builder of one pass over a real H100 whose all-to-alls take ``_seconds``, and an op to hang them on."""
-    plan = make_plan(Project(name="a2a", hardware=load_system("dgx-h100"),
-                             workload=GPTSpec(name="g", layers=1, hidden=1024, heads=8, seq_len=512, vocab=8192),
-                             mapping=Mapping(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1),
-                             run=RunSettings(dtype="bf16")))
-    ctx = PassContext(plan.stages[0].dev, 1, 1, False, 2.0)
-    ctx.ep_seconds = _seconds
-    assert (ctx.dev.compute.gemm_units, ctx.dev.compute.collective_sms) == (UNITS, SMS)
-    return PassBuilder(ctx, kind), plan.workload.layer_ops(plan.workload.block_layers[0])[0]
+    b, op, _ = h100_builder(kind)
+    return b, op
 
 
 def _layer(before_s: float, between_s: float) -> tuple[float, float, float]:

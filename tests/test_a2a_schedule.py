@@ -21,7 +21,6 @@ from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.ir.mapping import Recompute, Schedule
 from tilewright.engine.plan.checks import check_project
 from tilewright.engine.plan.pass_builder import PassBuilder
-from tilewright.engine.plan.passes import PassContext
 from tilewright.engine.plan.schedules import stage_order
 from tilewright.engine.plan.sharding import EP_PREFIX
 from tilewright.engine.plan.steps import training_table
@@ -29,16 +28,10 @@ from tilewright.engine.search.parallel.candidate import Candidate
 from tilewright.engine.search.parallel.extended import Extensions, variants
 from tilewright.engine.simulate import make_plan, simulate
 
+from tests.a2a_fixtures import LATENCY, NBYTES, SMS, UNITS, a2a_seconds, h100_builder
 from tests.agreement import assert_engines_agree
 
-LATENCY = 20e-6  # s: a made-up all-to-all's fixed part
-BANDWIDTH = 50e9  # bytes/s: and its bandwidth
-NBYTES = 10e6  # each all-to-all: 20 µs + 200 µs
-UNITS, SMS = 132, 24
-
-
-def _seconds(nbytes: float) -> float:
-    return LATENCY + nbytes / BANDWIDTH
+_seconds = a2a_seconds
 
 
 def _shown(cover_s: float) -> float:
@@ -52,17 +45,10 @@ def _shown(cover_s: float) -> float:
 def _builder(kind: str) -> tuple[PassBuilder, object, list]:
     """A pass builder over a real H100 whose all-to-alls take ``_seconds``, a block op to hang them on, and the
     output head's ops."""
-    plan = make_plan(Project(name="a2a", hardware=load_system("dgx-h100"),
-                             workload=GPTSpec(name="g", layers=1, hidden=1024, heads=8, seq_len=512, vocab=8192),
-                             mapping=Mapping(tp=1, pp=1, dp=1, micro_batch=1, global_batch=1),
-                             run=RunSettings(dtype="bf16")))
-    ctx = PassContext(plan.stages[0].dev, 1, 1, False, 2.0)
-    ctx.ep_seconds = _seconds
-    assert (ctx.dev.compute.gemm_units, ctx.dev.compute.collective_sms) == (UNITS, SMS)
-    g = plan.workload
-    head = [op for op in g.ops() if op.name.startswith("head.")]
+    b, op, plan = h100_builder(kind)
+    head = [o for o in plan.workload.ops() if o.name.startswith("head.")]
     assert head
-    return PassBuilder(ctx, kind), g.layer_ops(g.block_layers[0])[0], head
+    return b, op, head
 
 
 def _exposed_a2a(b: PassBuilder) -> list[float]:
