@@ -191,3 +191,28 @@ def test_the_search_offers_no_overlap_megatron_core_refuses():
                           (Candidate(tp=1, pp=1, dp=16, micro_batch=1), True)):
         found = [c for c in variants(seed, ext, SPEC, True) if c.overlap_ep]
         assert bool(found) == offered, seed
+
+
+def test_what_auto_fits_holds_the_combined_1f1b_extra_warmup_micro_batch():
+    """The combined 1F1B warms up one micro-batch more (``plan.schedules``), so the sizes ``memory_levels`` 'auto'
+    fits hold one more micro-batch's stored activations: (pp + 1) / pp of the plain 1F1B's, the workspace aside."""
+    from tilewright.engine.perf.memory import StateBytes
+    from tilewright.engine.plan.residency import stage_sizes
+    from tilewright.engine.workloads import build_workload
+
+    spec = GPTSpec(name="moe", layers=4, hidden=1024, heads=8, seq_len=512, vocab=8192,
+                   moe={"experts": 8, "top_k": 2, "expert_ffn": 2048})
+    graph = build_workload(spec)
+    layers = [graph.layer_ops(i) for i in graph.block_layers]
+    ops = [op for ls in layers for op in ls]
+    state = StateBytes(0.0, 0.0, 0.0)
+
+    def acts(overlap: bool, micro_batches: int = 8) -> float:
+        m = Mapping(tp=1, pp=2, dp=4, ep=4, micro_batch=1, global_batch=4 * micro_batches, interleave=2,
+                    schedule="interleaved-1f1b", overlap_ep_comm=overlap)
+        p = Project(name="moe", hardware=load_system("dgx-h100"), workload=spec, mapping=m,
+                    run=RunSettings(dtype="bf16"))
+        return stage_sizes(p, ops, layers, state, 2.0, 1.0)["activations"]
+
+    workspace = acts(False, 1) - (acts(False, 2) - acts(False, 1))  # one micro-batch's stored bytes off
+    assert acts(True) - workspace == pytest.approx((acts(False) - workspace) * 3 / 2, rel=1e-9)

@@ -183,7 +183,10 @@ def stage_sizes(
     acts = workspace_bytes(ops, micro_batch, m.tp, m.sequence_parallel, elem,  # type: ignore[arg-type]
                            m.fused_cross_entropy, fused)  # inference keeps no more
     if run.mode is Mode.train:
-        in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp)
+        # Megatron-Core's combined 1F1B (the overlapped expert all-to-all) warms up one micro-batch more
+        # (``plan.schedules``), so one more micro-batch's activations are held at its peak
+        combined = 1 if m.overlap_ep_comm and m.ep > 1 else 0
+        in_flight = m.micro_batches if m.schedule.value == "gpipe" else min(m.micro_batches, m.pp + combined)
         rerun = m.recompute_layers * m.interleave if m.recompute_layers is not None else None  # per chunk
         if formats is None:
             formats = resolve_formats(run.dtype, m.formats, m.fidelity)  # fp8 GEMMs save fp8 inputs
