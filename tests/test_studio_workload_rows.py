@@ -51,3 +51,21 @@ def test_latent_attention_and_an_explicit_head_width_are_shown():
     assert f"{mla.qk_nope_head_dim} + {mla.qk_rope_head_dim}" in text and f"value {mla.v_head_dim}" in text
     wide = DENSE.model_copy(update={"head_dim": 2 * DENSE.hidden // DENSE.heads})
     assert dict(workload_rows(wide))["head width"] == str(wide.head_dim)
+
+
+def test_the_block_row_says_how_a_decoder_block_is_built_and_the_window_where_it_applies():
+    """Biases, a parallel block, the norms and an attention window change parameters, FLOPs or memory: the panel
+    names them (a GPT's defaults too: every projection biased), and the window only where the spec has one."""
+    gpt = dict(workload_rows(GPTSpec(name="g", layers=2, hidden=256, heads=4, seq_len=128, vocab=100)))
+    assert gpt["block"] == "gelu MLP, layernorm, biases on QKV, attention output, MLP"
+    assert "attention window" not in gpt
+    falcon = GPTSpec(name="f", layers=2, hidden=256, heads=4, seq_len=128, vocab=100, qkv_bias=False, out_bias=False,
+                     mlp_bias=False, parallel_block=True, parallel_norms=2)
+    assert "no biases" in dict(workload_rows(falcon))["block"]
+    assert "attention and MLP in parallel (2 norms)" in dict(workload_rows(falcon))["block"]
+    gemma = DENSE.model_copy(update={"sliding_window": 4096, "sliding_window_layers": "even", "sandwich_norm": True})
+    rows = dict(workload_rows(gemma))
+    assert rows["attention window"] == "4096 tokens on even blocks, the others global"
+    assert "sandwich norms" in rows["block"]
+    names = labels(gemma)
+    assert names.index("block") == names.index("FFN width") + 1

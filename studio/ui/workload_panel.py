@@ -107,6 +107,30 @@ def workload_rows(spec: Any) -> list[tuple[str, str]]:
             rows += _attention_rows(spec)
         if attr == "ffn" and getattr(spec, "moe", None) is not None:
             rows.append(("experts", _experts_text(spec.moe)))
+        if attr == "ffn":
+            rows += _block_rows(spec)
+    return rows
+
+
+def _block_rows(spec: Any) -> list[tuple[str, str]]:
+    """How a decoder block is built, where its spec says (``GPTSpec``'s fields): the MLP's activation, the norm,
+    which projections carry biases, a parallel attention + MLP block and the extra norms, and an attention window,
+    all of which change its parameters, FLOPs or memory."""
+    if not hasattr(spec, "qkv_bias"):
+        return []
+    biases = [name for name, on in (("QKV", spec.qkv_bias), ("attention output", spec.out_bias),
+                                    ("MLP", spec.mlp_bias)) if on]
+    parts = [f"{spec.activation} MLP", spec.norm, "biases on " + ", ".join(biases) if biases else "no biases"]
+    if spec.parallel_block:
+        parts.append(f"attention and MLP in parallel ({spec.parallel_norms} norm{'s' * (spec.parallel_norms > 1)})")
+    parts += [text for text, on in (("sandwich norms", spec.sandwich_norm), ("QK norm", spec.qk_norm),
+                                    ("attention sinks", spec.attention_sinks)) if on]
+    rows = [("block", ", ".join(parts))]
+    if spec.sliding_window is not None:
+        layers = spec.sliding_window_layers
+        where = ("every block" if layers == "all" else "even blocks, the others global" if layers == "even"
+                 else f"all but every {layers}th block, which is global")
+        rows.append(("attention window", f"{spec.sliding_window} tokens on {where}"))
     return rows
 
 
