@@ -12,6 +12,7 @@ rank) of it exchanges with its peers in the block. No Qt.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -20,7 +21,8 @@ from tilewright.engine.ir.mapping import Mapping
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.plan.experts import expert_tp_of
 from tilewright.engine.plan.served_experts import served_ep
-from tilewright.studio.mapping import StageLayout
+from tilewright.studio.mapping import StageLayout, to_ranges
+from tilewright.studio.model.level_cells import GridCells
 
 
 class GroupKind(Enum):
@@ -86,3 +88,40 @@ def parallel_groups(project: Project, layout: StageLayout, kind: GroupKind) -> G
         of_device[devs] = first + np.arange(len(devs)) // block
         stage_of_group.extend([s] * n)
     return Groups(kind, deg, block, of_device, stage_of_group)
+
+
+_INSTANCE = re.compile(r"^(.*)\[(\d+)\]$")  # "gpu[3]": one index (a mesh's "die[1,0]" is left as named)
+
+
+def _cell_names(names: list[str]) -> str:
+    """Cells by their instance names, runs of one kind compressed: "gpu 0–7", "node 2, 5"; else listed."""
+    parsed = [_INSTANCE.match(n) for n in names]
+    if parsed and all(parsed) and len({m.group(1) for m in parsed if m}) == 1:
+        kind = parsed[0].group(1) if parsed[0] else ""
+        ranges = to_ranges([int(m.group(2)) for m in parsed if m])
+        return f"{kind} " + ", ".join(f"{a}" if b - a == 1 else f"{a}–{b - 1}" for a, b in ranges)
+    return ", ".join(names[:4]) + (f" … ({len(names)} cells)" if len(names) > 4 else "")
+
+
+def groups_here(groups: Groups, cells: dict[str, GridCells]) -> dict[int, str]:
+    """Where each group with devices at the shown level sits, in the level's own cells: "gpu 0–7" when it
+    fills whole cells (inside an opened node: which GPUs), "4 of node 0's 8 devices" when it shares a cell
+    with other groups (a node drawn as one cell: open it to see which). Keyed by group, in group order;
+    groups with no device here are left out (another instance of the level holds them)."""
+    parts: dict[int, list[tuple[str, int, int]]] = {}
+    for gc in cells.values():
+        for node, members in zip(gc.nodes, gc.members, strict=True):
+            ids = groups.of_device[members]
+            ids, counts = np.unique(ids[ids >= 0], return_counts=True)
+            for g, n in zip(ids.tolist(), counts.tolist(), strict=True):
+                parts.setdefault(g, []).append((node.rpartition("/")[2], n, len(members)))
+    out: dict[int, str] = {}
+    for g in sorted(parts):
+        whole = [name for name, n, total in parts[g] if n == total]
+        shared = [(name, n, total) for name, n, total in parts[g] if n < total]
+        pieces = [_cell_names(whole)] if whole else []
+        pieces += [f"{n} of {_cell_names([name])}'s {total} devices" for name, n, total in shared[:2]]
+        if len(shared) > 2:
+            pieces.append(f"{len(shared) - 2} more cells in part")
+        out[g] = " + ".join(pieces)
+    return out

@@ -37,6 +37,10 @@ class LinkPlaces:
     mesh: dict[str, dict[LinkKey, tuple[int, int]]] = field(default_factory=dict)  # grid → (cell a, cell b)
     spokes: dict[LinkKey, tuple[str, int]] = field(default_factory=dict)  # switch spoke of (grid, cell)
     ports: dict[LinkKey, str] = field(default_factory=dict)  # edge-memory port name, "dram@west[0]"
+    # links with both ends inside one cell (NVSwitch spokes inside a node shown as one cell): not drawn here,
+    # but the key can say where their traffic is — open that cell to see it
+    inside: dict[LinkKey, tuple[str, int]] = field(default_factory=dict)
+    outside: set[LinkKey] = field(default_factory=set)  # links with an end outside the opened level
 
 
 def place_links(keys: list[LinkKey], cells: dict[str, GridCells], level_node: str) -> LinkPlaces:
@@ -62,6 +66,10 @@ def place_links(keys: list[LinkKey], cells: dict[str, GridCells], level_node: st
             out.spokes[key] = a if ka == "cell" else b
         elif "port" in (ka, kb):
             out.ports[key] = a if ka == "port" else b
+        elif ka == kb == "cell" and a == b:
+            out.inside[key] = a
+        elif "outside" in (ka, kb):
+            out.outside.add(key)
     return out
 
 

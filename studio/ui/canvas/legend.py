@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 from tilewright.studio.mapping import expert_tp_text, stage_split
 from tilewright.studio.model.palette import CATEGORY_COLOURS, category_label
-from tilewright.studio.model.parallel_groups import GroupKind, idle_degree
+from tilewright.studio.model.parallel_groups import GroupKind, groups_here, idle_degree
 from tilewright.studio.ui.canvas import style
 from tilewright.studio.ui.canvas.overlay_controller import Overlay, OverlayController
 from tilewright.studio.ui.canvas.stage_tags import tag_text
@@ -104,14 +104,40 @@ NO_TRAFFIC = ("the run split no link's traffic by collective (the event engine r
               "links of each collective; the analytic engine has no links)")
 
 
+def _plural(kind: str) -> str:
+    return kind if kind.endswith("s") else f"{kind}s"
+
+
+def hidden_note(category: str, drawn: set[str], inside: dict[str, set[str]], outside: set[str], level: str
+                ) -> str:
+    """Where a category's traffic is when no link drawn at this level carried it: inside the cells (a node
+    drawn as one cell hides its NVSwitch spokes: "inside the nodes: open one to see it"), outside the opened
+    ``level`` (a component path; its pipeline sends leave the node), or on links this level does not draw.
+    "" when a drawn link carried it."""
+    if category in drawn:
+        return ""
+    if category in inside:
+        kinds = sorted({_plural(path.rpartition("/")[2]) for path in inside[category]})
+        return f"inside the {' and '.join(kinds)}: open one to see it"
+    if category in outside:
+        return f"outside this {level.rpartition('/')[2]}: Backspace goes up to see it"
+    return "on no link drawn at this level"
+
+
 def traffic_legend(overlay: OverlayController, size: Size = Size.full) -> str:
-    """The categories the run's links carried, each with its colour and its link-seconds, most first."""
+    """The categories the run's links carried, each with its colour and its link-seconds, most first; a
+    category no link drawn here carried says where it is instead (inside the cells, or elsewhere)."""
     carriage = overlay.carriage
     categories = carriage.categories()
     if not categories:
         return f"<b>{TRAFFIC_TITLE}</b><br><span style='color:{NOTE_COLOUR}'>{NO_TRAFFIC}</span>"
+    drawn, inside, outside = overlay.traffic_where()
+    level = overlay.scene.selection.level
+    notes = {c: hidden_note(c, drawn, inside, outside, level) for c in categories}
     if size is Size.title:
-        return f"<b>{TRAFFIC_TITLE}</b> · " + " · ".join(category_label(c) for c in categories)
+        return f"<b>{TRAFFIC_TITLE}</b> · " + " · ".join(
+            category_label(c) + (f" <span style='color:{NOTE_COLOUR}'>({notes[c].partition(':')[0]})</span>"
+                                 if notes[c] else "") for c in categories)
     rows = []
     for category in categories:
         links = [name for name in carriage.by_link if carriage.carries(name, category)]
@@ -120,11 +146,16 @@ def traffic_legend(overlay: OverlayController, size: Size = Size.full) -> str:
         if size is Size.full:
             label += (f" <span style='color:#566573'>· {len(links)} {'link' if len(links) == 1 else 'links'} · "
                       f"{format_value(seconds, SECONDS)}</span>")
+        if notes[category]:  # compact: where, without how to get there
+            note = notes[category] if size is Size.full else notes[category].partition(":")[0]
+            label += f"<br>&nbsp;&nbsp;&nbsp;&nbsp;&nbsp;<span style='color:{NOTE_COLOUR}'>{note}</span>"
         rows.append(f"{_swatch(CATEGORY_COLOURS.get(category, '#bab0ac'))}&nbsp;{label}")
     how = f"<br><span style='color:#566573'>{TRAFFIC_HOW}</span>" if size is Size.full else ""
     return f"<b>{TRAFFIC_TITLE}</b>{how}<br>{'<br>'.join(rows)}"
 
 
+GROUP_WORD = {GroupKind.expert: "group", GroupKind.context: "ring"}
+TITLE_PLACE_CHARS = 40  # of groups placed on the level's cells the one-line key names before "…"
 GROUP_TITLES = {GroupKind.expert: "Expert-parallel groups", GroupKind.context: "Context-parallel rings"}
 NO_GROUPS = {
     GroupKind.expert: "ep 1: every device holds all the routed experts, no tokens are exchanged (set ep > 1 "
@@ -153,20 +184,29 @@ def group_legend(overlay: OverlayController, kind: GroupKind, size: Size = Size.
     name = "ep" if kind is GroupKind.expert else "cp"
     stages = max(groups.stage_of_group) + 1
     head = f"{title} · {name} {groups.degree} · {groups.count // stages} per stage"
+    here = groups_here(groups, overlay.cells)
     if size is Size.title:
-        return head
+        said, shown = "", 0
+        for g, where in here.items():  # as many as the one line has room for, at least one
+            piece = f"{GROUP_WORD[kind]} {g} = {where}"
+            if shown and len(said) + len(piece) + 2 > TITLE_PLACE_CHARS:
+                break
+            said, shown = f"{said}, {piece}" if said else piece, shown + 1
+        more = ", …" if len(here) > shown else ""
+        return head + (f" · <span style='color:#566573'>here: {html.escape(said)}{more}</span>" if said else "")
     if size is Size.full:
         m = overlay.doc.project.mapping
         if kind is GroupKind.expert:
             what = (f"each colour: {groups.block} devices whose tokens go all-to-all among them<br>"
                     f"(ep {groups.degree} × expert tp {groups.block // groups.degree}), the routed experts "
-                    "split over them")
+                    "split over them<br>ranks: tp fastest, then cp, then dp (Megatron's order)")
         else:
             what = (f"each colour: {groups.block} devices passing keys and values<br>around a ring "
-                    f"(tp {m.tp} × cp {groups.degree}), each holding 1/{groups.degree} of every sequence")
+                    f"(tp {m.tp} × cp {groups.degree}), each holding 1/{groups.degree} of every sequence<br>"
+                    "ranks: tp fastest, then cp, then dp (Megatron's order)")
         head += f"<br><span style='color:#566573'>{what}</span>"
     rows = [f"{_swatch(style.stage_color(g).name())}&nbsp;{g}&nbsp;&nbsp;stage {s}"
-            for g, s in enumerate(groups.stage_of_group)]
+            + (f" · {html.escape(here[g])}" if g in here else "") for g, s in enumerate(groups.stage_of_group)]
     per_column = max(1, min(max_rows, MAX_STAGE_ROWS))
     shown = rows[: 4 * per_column]
     if len(shown) < len(rows) and len(shown) > 1:
@@ -219,7 +259,7 @@ class Legend(QLabel):
             return heat_legend(self.overlay, size)
         if self.overlay.traffic_active:
             return traffic_legend(self.overlay, size)
-        head_lines = 3 if size is Size.full else 1
+        head_lines = (4 if self.overlay.group_kind is not None else 3) if size is Size.full else 1
         rows = (view_height - 2 * MARGIN - CHROME_PX) // max(line, 1) - head_lines - 1
         if self.overlay.group_kind is not None:
             return group_legend(self.overlay, self.overlay.group_kind, size, max(1, rows))

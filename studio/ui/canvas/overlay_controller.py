@@ -38,7 +38,14 @@ from tilewright.studio.ui.canvas.overlay import (
     stage_colours,
     traffic_colours,
 )
-from tilewright.studio.ui.canvas.traffic import carried_by_key, grid_link_traffic, spoke_traffic
+from tilewright.studio.ui.canvas.traffic import (
+    carried_by_key,
+    drawn_categories,
+    grid_link_traffic,
+    inside_categories,
+    outside_categories,
+    spoke_traffic,
+)
 
 if TYPE_CHECKING:
     from tilewright.studio.ui.canvas.scene import LevelScene
@@ -125,6 +132,18 @@ class OverlayController(QObject):
         if self._carriage is None or self._carriage[0] is not self.result:
             self._carriage = (self.result, link_carriage(self.result.timeline))
         return self._carriage[1]
+
+    def traffic_where(self) -> tuple[set[str], dict[str, set[str]], set[str]]:
+        """Which categories a link drawn at this level carried; per category, the grids whose cells hide
+        links that carried it (both ends inside one cell); and the categories links leaving the opened level
+        carried: what the traffic key says of each."""
+        if self.result is None:
+            return set(), {}, set()
+        self._ensure()
+        places = self.places()
+        carried = carried_by_key(self.result, self.carriage)
+        return (drawn_categories(places, carried), inside_categories(places, carried),
+                outside_categories(places, carried))
 
     def _forget_result(self) -> None:
         self.set_result(None)

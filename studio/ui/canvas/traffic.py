@@ -70,3 +70,28 @@ def dominant(split: Split) -> str | None:
     if not split:
         return None
     return min(split, key=lambda c: (-split[c], CATEGORIES.index(c)))
+
+
+def drawn_categories(places: LinkPlaces, carried: dict[LinkKey, Split]) -> set[str]:
+    """The categories some link drawn at this level (a spoke, a mesh link, a memory port) carried."""
+    drawn: set[str] = set()
+    for key in (*places.spokes, *places.ports, *(k for mesh in places.mesh.values() for k in mesh)):
+        drawn.update(c for c, s in carried.get(key, {}).items() if s > 0)
+    return drawn
+
+
+def outside_categories(places: LinkPlaces, carried: dict[LinkKey, Split]) -> set[str]:
+    """The categories some link leaving the opened level carried (a pipeline send out of an opened node)."""
+    return {c for key in places.outside for c, s in carried.get(key, {}).items() if s > 0}
+
+
+def inside_categories(places: LinkPlaces, carried: dict[LinkKey, Split]) -> dict[str, set[str]]:
+    """Per category, the grids (paths) whose cells hold links that carried it, both ends inside one cell:
+    traffic the level cannot draw (a node's NVSwitch spokes when the node is one cell) but opening the cell
+    shows. The key names where it is instead of listing a colour no drawn link wears."""
+    out: dict[str, set[str]] = {}
+    for key, (path, _cell) in places.inside.items():
+        for category, seconds in carried.get(key, {}).items():
+            if seconds > 0:
+                out.setdefault(category, set()).add(path)
+    return out
