@@ -15,12 +15,10 @@ import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QFontMetricsF  # noqa: E402
 from tilewright.engine.io.presets import load_project_preset  # noqa: E402
-from tilewright.studio.model.run_record import prepare_record  # noqa: E402
-from tilewright.studio.samples import dgx_project  # noqa: E402
 from tilewright.studio.ui.explore.pareto_plot import ParetoPlot  # noqa: E402
 from tilewright.studio.ui.results.plot_style import PLOT_MIN_PX  # noqa: E402
-from tilewright.studio.ui.results.synthetic import tiny_result  # noqa: E402
-from tilewright.studio.ui.results_panel import ResultsPanel  # noqa: E402
+
+from tests.result_panels import filled_panel  # noqa: E402
 
 
 def label_fits(plot: pg.PlotItem, side: str) -> bool:
@@ -33,14 +31,7 @@ def label_fits(plot: pg.PlotItem, side: str) -> bool:
 
 @pytest.fixture
 def panel(qtbot):
-    p = ResultsPanel()
-    qtbot.addWidget(p)
-    p.show()
-    qtbot.waitExposed(p)
-    record = prepare_record(dgx_project(), tiny_result(), 0.5)
-    p.show_result(record.result, 0.5)
-    p.show_record(record)
-    p.flush()
+    p = filled_panel(qtbot)
     yield p
     p.release()
 

@@ -17,11 +17,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest  # noqa: E402
 import shiboken6  # noqa: E402
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSplitter, QVBoxLayout, QWidget, QWidgetItem  # noqa: E402
-from tilewright.studio.model.run_record import prepare_record  # noqa: E402
-from tilewright.studio.samples import dgx_project  # noqa: E402
 from tilewright.studio.ui.layout_detach import detach_widget  # noqa: E402
-from tilewright.studio.ui.results.synthetic import tiny_result  # noqa: E402
-from tilewright.studio.ui.results_panel import ResultsPanel  # noqa: E402
+
+from tests.result_panels import filled_panel  # noqa: E402
 
 
 def all_item_wrappers() -> list[QWidgetItem]:
@@ -87,14 +85,7 @@ def test_a_widget_outside_any_layout_is_only_unparented(qtbot):
 
 def test_released_result_plots_leave_no_wrapper_over_a_deleted_layout_item(qtbot):
     before = all_item_wrappers()
-    panel = ResultsPanel()
-    qtbot.addWidget(panel)
-    panel.show()
-    qtbot.waitExposed(panel)
-    record = prepare_record(dgx_project(), tiny_result(), 0.5)
-    panel.show_result(record.result, 0.5)
-    panel.show_record(record)
-    panel.flush()
+    panel = filled_panel(qtbot)
     plots = [panel.gantt.plot_widget, panel.links.plot_widget, panel.memory.plot_widget]
     wrappers = item_wrappers(plots, before)
     assert wrappers  # the timeline's plot sits in a nested layout (beside its lane scroll bar)
