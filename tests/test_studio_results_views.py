@@ -211,3 +211,18 @@ def test_a_result_queued_when_the_panel_is_released_fills_nothing_after(panel, q
     assert panel.gantt.data is None
     panel.flush()  # nothing left to run
     assert panel.gantt.data is None
+
+
+def test_a_run_ending_while_anothers_fills_are_queued_shows_the_newer_one(panel, qtbot):
+    """Two results in quick succession: the queued fills restart on one timer and the views end on the newer run
+    (its timeline, its link list), not on a mix of the two."""
+    older = prepare_record(dgx_project(), tiny_result(), 0.5)
+    newer = prepare_record(dgx_project(), tiny_result(), 0.7)
+    panel.show_result(older.result, 0.5)
+    panel.show_record(older)
+    panel.show_result(newer.result, 0.7)
+    panel.show_record(newer)
+    qtbot.waitUntil(lambda: panel.gantt.data is not None and panel.memory.result is not None, timeout=5000)
+    qtbot.wait(150)
+    assert panel.gantt.data is newer.gantt and panel.links.result is newer.result
+    assert panel.memory.result is newer.result and panel.record is newer

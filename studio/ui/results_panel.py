@@ -72,6 +72,11 @@ class ResultsPanel(QWidget):
         self.record: RunRecord | None = None
         self.released = False
         self._pending: list[Callable[[], None]] = []
+        # one timer for the queued fills: a run ending while another's fills are queued restarts it, not a second
+        self._fill_timer = QTimer(self)
+        self._fill_timer.setSingleShot(True)
+        self._fill_timer.setInterval(BREATH_MS)
+        self._fill_timer.timeout.connect(self._update_next)
         self._seen_result = False
         self.headline = HeadlineLabel()
         self.headline.setTextFormat(Qt.TextFormat.RichText)
@@ -149,7 +154,8 @@ class ResultsPanel(QWidget):
         if self.released:
             return
         self.released = True
-        self._pending = []  # the views' fills still queued: they go with the plots (``_update_next`` stops)
+        self._pending = []  # the views' fills still queued: they go with the plots
+        self._fill_timer.stop()
         for view in (self.gantt, self.links, self.memory):
             view.release()
             self.tabs.removeTab(self.tabs.indexOf(view))
@@ -242,7 +248,7 @@ class ResultsPanel(QWidget):
         self._pending = [self._make_room] if first else []
         self._pending += [updates.pop(shown)] if shown in updates else []
         self._pending += updates.values()
-        QTimer.singleShot(BREATH_MS, self._update_next)
+        self._fill_timer.start()
 
     def _update_next(self) -> None:
         """The views, one per event-loop turn (the shown one first): each takes tens of milliseconds with a large run,
@@ -250,7 +256,7 @@ class ResultsPanel(QWidget):
         if self._pending and not self.released:
             self._pending.pop(0)()
         if self._pending and not self.released:
-            QTimer.singleShot(BREATH_MS, self._update_next)
+            self._fill_timer.start()
 
     def flush(self) -> None:
         """Finish filling the views now (exports and scripts that read them right after a run)."""
