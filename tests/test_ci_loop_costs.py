@@ -120,8 +120,8 @@ def test_optimizer_loops_are_the_models_not_the_diagnostics() -> None:
 def test_new_columns_parse() -> None:
     for r in rows():
         assert r["log_interval"] >= 1
-        # the 2024-25 configs (nightly, Megatron-Core pairs, 7B) pass --deterministic-mode; the 2023 scripts do not
-        assert r["deterministic_mode"] == r["id"].startswith(("ci-nightly", "ci-mcore", "ci-7b"))
+        # the 2024-25 configs (nightly, Megatron-Core and TE pairs, 7B) pass --deterministic-mode; 2023 ones do not
+        assert r["deterministic_mode"] == r["id"].startswith(("ci-nightly", "ci-mcore", "ci-7b", "ci-te"))
         assert r["log_timers_to_tensorboard"]
 
 

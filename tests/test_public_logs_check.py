@@ -84,8 +84,9 @@ def test_every_row_builds_a_valid_project(data):
 
 
 def test_the_megatron_core_pairs_are_one_test_on_two_hosts(data):
-    """Each ``ci-mcore-<gpu>-<layout>`` row has its twin on the other DGX: the same Megatron-Core CI test (one
-    directory, ``golden_values_dev.json`` beside ``golden_values_dev_dgx_h100.json``), so every column but the
+    """Each ``ci-mcore-<gpu>-<layout>`` and ``ci-te-<gpu>-<layout>`` row has its twin on the other DGX: the same
+    Megatron-Core CI test (one directory, ``golden_values_dev.json`` or ``golden_values_dev_dgx_a100.json`` beside
+    ``golden_values_dev_dgx_h100.json``), so every column but the
     GPU, the source file and the measurement is the same, and each is predicted on its own host's preset."""
     from calibrate_public_megatron_logs import pair_key, system_for
 
@@ -101,7 +102,7 @@ def test_the_megatron_core_pairs_are_one_test_on_two_hosts(data):
         assert {k for k in a if a[k] != h[k]} <= differ, key
         # one test directory, two golden files
         assert a["source_url"].rsplit("/", 1)[0].split("/")[-1] == h["source_url"].rsplit("/", 1)[0].split("/")[-1]
-        assert a["source_url"].endswith("/golden_values_dev.json")
+        assert a["source_url"].endswith(("/golden_values_dev.json", "/golden_values_dev_dgx_a100.json"))
         assert h["source_url"].endswith("/golden_values_dev_dgx_h100.json")
         assert system_for(a["gpu"]) == "dgx-a100" and system_for(h["gpu"]) == "dgx-h100"
         assert project_for(h).hardware.name != project_for(a).hardware.name
