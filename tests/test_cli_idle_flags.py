@@ -42,6 +42,18 @@ def test_expert_imbalance_without_experts_is_refused(capsys):
     assert skewed > balanced
 
 
+def test_expert_imbalance_past_the_run_s_ep_is_refused(capsys):
+    """4 experts, top-2, ep 2: a rank's 2 experts take at most both slots of a token against a mean of 2/2 = 1,
+    so its load is at most twice the mean (experts / top_k is 2 as well); ep 4: each rank holds one expert and
+    takes at most one slot against a mean of 2/4, twice again. 2 runs, 2.5 is refused naming the flag."""
+    assert main([*MOE, *TRAIN_8, "--ep", "2", "--expert-imbalance", "2"]) == 0
+    capsys.readouterr()
+    assert main([*MOE, *TRAIN_8, "--ep", "2", "--expert-imbalance", "2.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--expert-imbalance 2.5" in err and "mapping.expert_imbalance: 2.5" in err and "give at most 2," in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("flags", [["--overlap-ep-comm"], ["--overlap-ep-comm", "--delay-wgrad-compute"]])
 def test_expert_overlap_without_experts_is_refused(capsys, flags):
     _refused(capsys, "--overlap-ep-comm", *DENSE, *TRAIN_8, *flags)
@@ -234,3 +246,4 @@ def test_gpu_loop_flags_on_a_device_without_kernels_are_refused(capsys, flags, f
     _refused(capsys, f"mapping.{field}", *tpu, "--set", f"mapping.{field}={value}")
     gpu = ["run", "gpt3-dgx-a100", "--engine", "analytic", "--json", "--quiet"]
     assert _metrics(capsys, *gpu, *flags)["iteration_time_s"] != _metrics(capsys, *gpu)["iteration_time_s"]
+

@@ -4,6 +4,7 @@ idle: the same run without it (through the engine, where no check stands in the 
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from tilewright.engine.engines.analytic.engine import AnalyticEngine
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
 from tilewright.engine.plan.checks import check_project
+from tilewright.engine.plan.routing_imbalance import imbalance_bound, routing_floor
 from tilewright.engine.simulate import make_plan
 
 LAYERS = 8
@@ -100,19 +102,55 @@ def test_a_project_file_is_refused_naming_the_file(tmp_path, capsys):
     assert "idle.json" in err and "mapping.interleave:" in err
 
 
-@pytest.mark.parametrize(("experts", "top_k"), [(8, 2), (64, 6)])
-def test_expert_imbalance_past_every_rank_s_reach_is_refused(experts: int, top_k: int):
-    """A rank can hold all top_k slots of a token only while it has top_k experts: ep · min(top_k, experts / ep) /
-    top_k, at most experts / top_k over every ep. That much is accepted; anything above, for any ep, is not."""
+def _reach(experts: int, top_k: int, ep: int) -> float:
+    """The busiest rank's largest load over the mean, counted: every token's top_k distinct experts, the most
+    of them on one rank's experts / ep consecutive experts (all ranks alike), over the mean top_k / ep."""
+    held = range(experts // ep)
+    most = max(sum(e in held for e in slots) for slots in itertools.combinations(range(experts), top_k))
+    return most / (top_k / ep)
+
+
+@pytest.mark.parametrize(("experts", "top_k", "ep"), [(8, 2, 2), (8, 2, 4), (8, 2, 8), (16, 4, 2), (16, 4, 4),
+                                                      (16, 4, 8), (12, 3, 3), (12, 3, 6), (6, 6, 2)])
+def test_the_bound_is_what_a_rank_s_experts_can_receive(experts: int, top_k: int, ep: int):
+    """``imbalance_bound`` against the count over every routing of one token (a token routes alike to all)."""
+    assert imbalance_bound(experts, top_k, ep) == pytest.approx(_reach(experts, top_k, ep), rel=1e-12)
+    assert imbalance_bound(experts, top_k, 1) == 1.0  # one rank holds every expert: it is the mean
+
+
+@pytest.mark.parametrize(("experts", "top_k", "ep"), [(8, 2, 8), (16, 4, 2), (16, 4, 8), (12, 3, 6)])
+def test_the_unset_default_never_passes_the_bound(experts: int, top_k: int, ep: int):
+    """The routing floor (the unset field's value) stays within the same reach down to a token or less, where
+    its normal limit alone would pass it."""
+    reach = _reach(experts, top_k, ep)
+    for tokens in (1e-3, 0.1, 1, 10, 1e3, 1e6):
+        assert 1.0 <= routing_floor(experts, top_k, ep, tokens) <= reach * (1 + 1e-12)
+    assert routing_floor(experts, top_k, ep, 1e-3) == pytest.approx(reach)  # capped there
+
+
+def _moe(experts: int, top_k: int, imbalance: float | None, **mapping) -> Project:
     spec = GPTSpec.model_validate(SPEC.model_dump() | {"moe": {"experts": experts, "top_k": top_k, "expert_ffn": 256}})
-    reach = max(ep * min(top_k, experts / ep) / top_k for ep in range(1, experts + 1) if experts % ep == 0)
-    assert reach == experts / top_k
+    return Project(name="moe", hardware=load_system("dgx-a100"), workload=spec,
+                   mapping=Mapping(**({"dp": 8, "global_batch": 16, "expert_imbalance": imbalance} | mapping)),
+                   run=RunSettings(dtype="bf16", engine="analytic"))
 
-    def paths(imbalance: float) -> list[str]:
-        p = Project(name="moe", hardware=load_system("dgx-a100"), workload=spec,
-                    mapping=Mapping(dp=8, ep=8, global_batch=16, expert_imbalance=imbalance),
-                    run=RunSettings(dtype="bf16", engine="analytic"))
-        return _paths(p)
 
-    assert "mapping.expert_imbalance" not in paths(reach)
-    assert "mapping.expert_imbalance" in paths(reach * 1.01)
+@pytest.mark.parametrize(("experts", "top_k", "ep"), [(16, 4, 2), (16, 4, 4), (16, 4, 8), (8, 2, 8), (64, 6, 8)])
+def test_expert_imbalance_past_the_run_s_reach_is_refused(experts: int, top_k: int, ep: int):
+    """The run's own ep bounds the field: min(ep, experts / top_k). At ep 2 with 16 experts, top-4, a rank of 8
+    experts takes at most all 4 slots of a token against a mean of 2: twice the mean, not the experts / top_k = 4
+    that a larger ep would reach (accepted before). 64 experts, top-6, ep 8: a rank's 8 experts hold all 6 slots
+    against a mean of 6/8 — 8, not 64/6."""
+    reach = 8.0 if experts == 64 else _reach(experts, top_k, ep)
+    assert reach == pytest.approx(min(ep, experts / top_k))
+    assert "mapping.expert_imbalance" not in _paths(_moe(experts, top_k, reach, ep=ep))
+    refused = [p for p in check_project(_moe(experts, top_k, reach * 1.01, ep=ep))
+               if p.path == "mapping.expert_imbalance"]
+    assert len(refused) == 1 and f"at most {reach:g}" in refused[0].reason and f"ep {ep}" in refused[0].reason
+
+
+def test_expert_imbalance_at_ep_1_is_kept_and_idle():
+    """At ep 1 one rank runs every expert: the field changes nothing (the plan runs 1), and like the other
+    expert fields there it is kept, so a search or an Auto-map that raises ep finds it."""
+    assert _time(_moe(8, 2, 3.0)) == _time(_moe(8, 2, 1.0))
+    assert _paths(_moe(8, 2, 3.0)) == []

@@ -72,6 +72,18 @@ def test_expert_imbalance_is_one_undo_step(make_window):
     assert doc.project.mapping.expert_imbalance == 1.0 and doc.undo_stack.undoText() == "Expert load 1× the mean"
 
 
+def test_expert_imbalance_past_the_run_s_reach_is_refused(make_window):
+    """8 experts, top-2, ep 4: a rank's 2 experts take at most both slots of a token against a mean of 2/4, so
+    at most 4 × the mean; 4.5 snaps back with the engine's words, 4 applies."""
+    w = make_window(small())
+    editor, doc = w.workload.options.imbalance, w.doc
+    editor.type_and_commit("4.5")
+    assert "give at most 4," in editor.error and doc.undo_stack.count() == 0
+    assert doc.project.mapping.expert_imbalance is None
+    editor.type_and_commit("4")
+    assert doc.project.mapping.expert_imbalance == 4.0 and doc.undo_stack.count() == 1
+
+
 def test_expert_imbalance_needs_experts(make_window):
     w = make_window(small(moe=False))
     editor = w.workload.options.imbalance

@@ -22,6 +22,9 @@ here, so a search keeps its latitude; and training-only fields in an inference r
   ``gradient_accumulation_fusion`` off, ``moe_router_fusion``) on hardware none of whose devices a host
   framework drives kernel by kernel (``perf.device.issues_kernels``): a TPU, a grid or a wafer has none of the
   host work they price, and the device kind is not a degree a search changes.
+
+Beside them, one field that would not be idle but impossible: ``expert_imbalance`` past what the run's ep allows
+(``_imbalance_bound``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING
 from tilewright.engine.errors import Problem
 from tilewright.engine.ir.project import Mode, Project
 from tilewright.engine.plan.checks import host_memories
+from tilewright.engine.plan.routing_imbalance import imbalance_bound
 
 if TYPE_CHECKING:
     from tilewright.engine.workloads.graph import WorkloadGraph
@@ -75,23 +79,33 @@ def idle_field_problems(project: Project, graph: WorkloadGraph) -> list[Problem]
         for name in asked:
             out.append(Problem(f"mapping.{name}", f"{getattr(m, name)}: {_MOE_FIELDS[name][0]}, and the model has "
                                "no mixture-of-experts layers"))
-    out += _imbalance_bound(m.expert_imbalance, graph)
+    out += _imbalance_bound(m.expert_imbalance, m.ep, graph)
     return out
 
 
-def _imbalance_bound(imbalance: float | None, graph: WorkloadGraph) -> list[Problem]:
-    """``expert_imbalance`` past what any expert-parallel degree allows: a rank holds at most min(top_k,
-    experts / ep) of a token's top_k slots, so its load is at most ep · min(top_k, experts / ep) / top_k times
-    the mean (``plan.routing_imbalance.routing_floor``'s cap), whose largest value over every ep is experts /
-    top_k. Checked against that largest value, so a search's change of ep never turns a mapping invalid."""
-    if imbalance is None:
+def _imbalance_bound(imbalance: float | None, ep: int, graph: WorkloadGraph) -> list[Problem]:
+    """``expert_imbalance`` past what the run's expert parallelism allows (``routing_imbalance.imbalance_bound``:
+    min(ep, experts / top_k), the same cap the unset default's floor keeps), for the layer whose bound is least.
+    Not an idle field but an impossible one: the plan would price a busiest rank carrying more token-slots than
+    its experts can receive (``experts.shard_experts``). A search whose candidates keep the project's value
+    (``Candidate.mapping`` takes what it does not choose from the project's mapping; the command line's search
+    keeps only ``cli.search.KEPT_MAPPING_FIELDS``, not this one) drops a smaller ep's mappings, as it drops an
+    ep that does not divide the experts. At ep 1 the field is idle for this ep only — one rank runs every expert
+    and the plan runs 1 — so, like ``overlap_ep_comm`` there, it is kept for a degree change."""
+    if imbalance is None or ep <= 1:
         return []
-    bounds = [op.moe.experts / op.moe.top_k for op in graph.ops() if op.moe is not None]
-    if not bounds or imbalance <= min(bounds):
+    bounds = [(imbalance_bound(op.moe.experts, op.moe.top_k, ep), op.moe.experts, op.moe.top_k)
+              for op in graph.ops() if op.moe is not None]
+    if not bounds:
         return []
-    return [Problem("mapping.expert_imbalance", f"{imbalance:g}: the busiest expert rank can carry at most "
-                    f"experts / top_k = {min(bounds):g} times the mean load (every token's top_k slots on its "
-                    "experts), whatever ep is")]
+    bound, experts, top_k = min(bounds)
+    if imbalance <= bound * (1 + 1e-12):
+        return []
+    held = experts / ep
+    return [Problem("mapping.expert_imbalance", f"{imbalance:g}: with ep {ep} an expert rank holds {held:g} of the "
+                    f"{experts} routed experts, so it receives at most min(top_k, {held:g}) = {min(top_k, held):g} "
+                    f"of a token's top_k = {top_k} slots against a mean of {top_k}/{ep}: at most min(ep, experts / "
+                    f"top_k) = {bound:g} times the mean load; give at most {bound:g}, or a larger ep")]
 
 
 # GPU training-loop fields → the value that asks for nothing; read only where a host framework issues each kernel

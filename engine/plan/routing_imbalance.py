@@ -59,6 +59,18 @@ def expected_max_normal(n: int) -> float:
     return total * h
 
 
+def imbalance_bound(experts: int, top_k: int, ep: int) -> float:
+    """The largest busiest-rank load over the mean that ``ep`` expert-parallel ranks allow, whatever the router:
+    a rank holds experts / ep experts, so it receives at most min(top_k, experts / ep) of a token's top_k
+    distinct expert slots, against a mean of top_k / ep — ep · min(top_k, experts / ep) / top_k =
+    min(ep, experts / top_k) (every token's slots on the busiest rank's experts). 1 at ep 1, where one rank
+    holds every expert (``plan.experts.shard_experts`` runs 1 there). Expert tensor parallelism does not move
+    it: the etp ranks of an expert-tensor group gather the same token-slots (``plan.experts``)."""
+    if ep <= 1:
+        return 1.0
+    return ep * min(top_k, experts / ep) / top_k
+
+
 def routing_floor(experts: int, top_k: int, ep: int, tokens: float) -> float:
     """Busiest ep rank's expected token-slots over the mean under balanced routing probabilities, ``tokens``
     routed over the ep group (module docstring); 1 without expert parallelism or tokens."""
@@ -71,7 +83,7 @@ def routing_floor(experts: int, top_k: int, ep: int, tokens: float) -> float:
     normal = 1.0 + expected_max_normal(ep) * math.sqrt(ep / (ep - 1)) * rel_sd
     # a rank can hold at most min(top_k, its experts) of a token's slots: the normal limit may not pass that
     # (only reached at a handful of tokens, where the normal limit no longer holds anyway)
-    return min(normal, ep * min(top_k, experts / ep) / top_k)
+    return min(normal, imbalance_bound(experts, top_k, ep))
 
 
 def resolved_imbalance(project: Project, mb: float, ep: int, etp: int) -> float:

@@ -44,8 +44,9 @@ EXPERT_TIPS = {
                            f"compute is the same, only more of the all-to-all hides. {APPLIES}",
     "expert_imbalance": "MoE: the busiest expert-parallel rank's routed tokens over the mean, ≥ 1 (1: a balanced "
                         "router). Its expert GEMMs take that much longer and every rank waits for it in the "
-                        "combine; typed as a factor, e.g. 1.2 for 20 % above the mean. Empty: dropless routing's "
-                        "statistical floor at the run's tokens (about 1.01×), capacity-padded routing 1. "
+                        "combine; typed as a factor, e.g. 1.2 for 20 % above the mean, at most "
+                        "min(ep, experts / top_k) (every token's slots on that rank's experts). Empty: dropless "
+                        "routing's statistical floor at the run's tokens (about 1.01×), capacity-padded routing 1. "
                         f"{APPLIES}",
 }
 DISPATCHER_OFF_TIP = ("needs expert parallelism: with ep 1 every device holds all the experts and no token "
