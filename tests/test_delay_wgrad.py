@@ -27,11 +27,11 @@ from tilewright.engine.simulate import make_plan, simulate
 from tests.agreement import assert_engines_agree
 
 A2A = EP_PREFIX + "all-to-all"
-# experts 1536 wide, top-4, over InfiniBand: each forward all-to-all of the combine outlasts the forward's experts
+# experts 2048 wide, top-4, over InfiniBand: each forward all-to-all of the combine outlasts the forward's experts
 # beside it, while the backward's experts (about twice as long) outlast their all-to-all: the delayed weight
 # gradients have time to spare, and an all-to-all to give it to
 SPEC = GPTSpec(name="moe", layers=3, hidden=1024, heads=8, seq_len=2048, vocab=32000,
-               moe={"experts": 16, "top_k": 4, "expert_ffn": 1536, "shared_experts": 1})
+               moe={"experts": 16, "top_k": 4, "expert_ffn": 2048, "shared_experts": 1})
 DP = 16  # two DGX-H100 nodes: the ep group spans InfiniBand
 UNITS, SMS = 132, 24  # an H100's SMs, and those an NCCL kernel holds (``perf.comm_sm``)
 
@@ -70,7 +70,7 @@ def _delayed(plan) -> list[float]:
                 pools.append(pool)
                 pool = 0.0
             if op.params > 0 and op.kind is OpKind.matmul and not (op.moe and op.moe.role is MoERole.router):
-                t = op_time(op, dev, 1, 1, False, True, 2.0, formats=plan.formats)
+                t = op_time(op, dev, 1, 1, False, True, 2.0, formats=plan.formats, expert_kernels=True)
                 pool += t.busy_s * op.flops / op.backward_flops
             if op.moe is not None and op.moe.dispatch_elems_per_token > 0:
                 pools.append(pool)

@@ -221,6 +221,7 @@ def op_time(
     residency: Residency | None = None,
     gemm_only: bool = False,
     tp_axes: tuple[int, int] | None = None,
+    expert_kernels: bool = False,
 ) -> OpTime:
     """``fused_in``/``fused_out``: the op's input comes from / its output goes to a fused neighbour on
     chip (``mapping.fusion``), so that tensor — and in the backward its gradient — skips DRAM (local, or
@@ -230,7 +231,9 @@ def op_time(
     ``perf.residency``); ``gemm_only``: a matrix op's GEMM kernels alone, without the kernels around them (a
     bias gradient's reduction, fp8 quantization), as when a library splits only the GEMM call into chunks
     (``plan.tp_overlap``'s split GEMMs); ``tp_axes``: 2-D tensor parallelism's rows × cols (``_sharded_gemm``),
-    given for forward passes only (``plan.tensor_axes``)."""
+    given for forward passes only (``plan.tensor_axes``); ``expert_kernels``: a routed-expert op runs one GEMM
+    kernel per local expert, each paying its own fill (Transformer Engine's ``GroupedLinear`` as Megatron-Core
+    training calls it, ``_gemm_parts``)."""
     if formats is not None:
         formats = formats.for_op(op.name)  # mapping.formats.weights_by_op / fidelity_by_op
     k = shard(op, tp, sequence_parallel)
@@ -312,7 +315,7 @@ def op_time(
             padded = flops * share / eff
             # the fill is never hidden under streaming; a fused attention kernel runs at its own measured rate
             throughput_s, fill_s = (dev.flash_parts(padded, peak, backward, _masked_attention(op)) if flash
-                                    else _gemm_parts(op, dev, padded, peak))
+                                    else _gemm_parts(op, dev, padded, peak, expert_kernels))
             compute_s += throughput_s
             fixed_s += fill_s
         # the bias gradient is its own reduction kernel after the GEMMs: one more pass over the output gradient
@@ -450,7 +453,22 @@ def _experts_reached(op: Op) -> float:
 # Concurrent streams Transformer Engine's ``GroupedLinear`` spreads its per-expert GEMMs over on a GPU:
 # ``nvte_multi_stream_cublas_gemm`` issues GEMM i on compute stream i mod ``num_streams`` (4 by default,
 # ``nvte_get_num_compute_streams``; TransformerEngine ``common/gemm/cublaslt_gemm.cu``; its PyTorch grouped
-# GEMM: "For now, we only have multi-stream cublas backend").
+# GEMM: "For now, we only have multi-stream cublas backend"). The streams' kernels share the SMs' waves
+# (``grouped_efficiency``), but each expert's GEMM stays a kernel of its own, and its fill (launch, pipeline fill
+# and drain: ``DeviceModel.matmul_parts``) is not hidden by the other streams. Measured: TE's grouped-GEMM
+# benchmark on H100 (NVIDIA/TransformerEngine pull request #2045, merged for TE 2.8; tests/pytorch/
+# test_group_gemm.py: ``general_grouped_gemm`` called 1,000 times back to back and timed on the host, FLOPs
+# 2·m·n·k, fp16) runs the multi-stream cuBLAS path (TE 2.7, CUDA 12.9) at 627.9 TFLOP/s for 8 experts of
+# 4096 × 768 × 2048 and 553.9 TFLOP/s for 16 experts of 2048 × 768 × 2048 (m × n × k per expert: Qwen3-30B-A3B's
+# expert width and hidden size). On the dgx-h100 curve, converted to burst clocks like these short runs (× 0.80 /
+# 0.72, the preset's efficiency comment), one fill per expert gives 616 and 527 TFLOP/s (2 % and 5 % slow), one
+# fill per round of the 4 streams (ceil(experts / 4)) 723 and 689 (15 % and 24 % fast). The same
+# PR's single-launch CUTLASS grouped kernel (``NVTE_USE_CUTLASS_GROUPED_GEMM=1``: bf16/fp16 only, off by default,
+# set by none of the recipes read) runs 650.6 and 636.9. Not modelled: that CUTLASS path (one fill per group),
+# uneven experts (each expert's own tiles at its own rows; TE issue #2151 reports bf16 slowdowns when m_splits are
+# uneven). A runtime whose experts are not TE's per-expert kernels (``expert_kernels`` False: serving, vLLM's fused
+# MoE kernel) keeps one fill per stream round. Megatron-Core's gated ``linear_fc1`` is one GroupedLinear: the gate
+# half runs in the up half's kernels (``_gemm_parts``).
 GROUPED_GEMM_STREAMS = 4
 
 
@@ -468,17 +486,26 @@ def _kernel_efficiency(
     return grouped_efficiency(compute, dims, shape[0], experts)
 
 
-def _gemm_parts(op: Op, dev: DeviceModel, padded: float, peak: float) -> tuple[float, float]:
+def _gemm_parts(
+    op: Op, dev: DeviceModel, padded: float, peak: float, expert_kernels: bool = False
+) -> tuple[float, float]:
     """(throughput, fill) seconds of one GEMM kernel of ``op`` on a GPU doing ``padded`` FLOPs (tile and wave
     quantization included). A routed-expert op is a grouped GEMM: one GEMM per local expert, each with its own
-    fill on the efficiency curve at its own size, ``GROUPED_GEMM_STREAMS`` of them at once (their fills
-    overlap that many at a time, their tiles share the units: ``grouped_efficiency``)."""
+    fill on the efficiency curve at its own size, their tiles sharing the units (``grouped_efficiency``). With
+    ``expert_kernels`` (TE's multi-stream cuBLAS GEMMs, Megatron-Core training) every expert's fill is paid
+    (``GROUPED_GEMM_STREAMS``: measured), once per expert for the gated pair: Megatron-Core's ``linear_fc1`` is
+    one ``GroupedLinear`` of twice the expert width, so ``experts_gate`` (``SHARED_INPUT_SUFFIX``) runs in
+    ``experts_up``'s kernels and pays no fill of its own. Otherwise ``GROUPED_GEMM_STREAMS`` fills overlap, one
+    per round."""
     experts = _experts_reached(op)
     if experts == 1.0:
         return dev.matmul_parts(padded, peak)
     throughput_s, _ = dev.matmul_parts(padded, peak)
+    if expert_kernels and op.name.split(".", 1)[-1].endswith(SHARED_INPUT_SUFFIX):
+        return throughput_s, 0.0
     _, fill_one = dev.matmul_parts(padded / experts, peak)
-    return throughput_s, fill_one * math.ceil(experts / GROUPED_GEMM_STREAMS)
+    rounds = math.ceil(experts) if expert_kernels else math.ceil(experts / GROUPED_GEMM_STREAMS)
+    return throughput_s, fill_one * rounds
 
 
 def grouped_efficiency(compute: Compute, dims: tuple[float, float, float], tokens: float, experts: float) -> float:
@@ -489,8 +516,8 @@ def grouped_efficiency(compute: Compute, dims: tuple[float, float, float], token
     forward's and the data gradient's token rows) is padded to whole tiles per expert, not once over all
     token-slots; the tiles of all experts then fill the units in shared waves. The weight gradient reduces
     over the tokens and writes one K×N output per expert: the experts' outputs stacked, each tiled whole.
-    ``dims``: the kernel's M×N×K over all experts; ``tokens``: the token-slots (the forward's M). One kernel
-    launch and fill for the group (the caller's efficiency curve sees the group's work)."""
+    ``dims``: the kernel's M×N×K over all experts; ``tokens``: the token-slots (the forward's M). The fills
+    (launch, pipeline fill and drain) are the caller's: per expert or per stream round (``_gemm_parts``)."""
     m, n, k = dims
     per = tokens / experts
     if m == tokens:  # forward or data gradient: rows per expert

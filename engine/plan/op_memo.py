@@ -69,10 +69,11 @@ class OpTimes:
         key = (
             self._op_key(op, c), self._values.of(c.dev), mb, type(mb), c.tp, c.sequence_parallel, backward,
             elem, type(elem), fused, scores, type(scores), self._values.of(c.spatial), c.residency, tp_axes,
+            c.expert_kernels,
         )
         t = self._times.get(key)
         if t is None:
             t = self._times[key] = op_time(costed, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward,
                                            c.elem_bytes, *fused, c.formats, c.spatial, c.residency,
-                                           tp_axes=tp_axes)
+                                           tp_axes=tp_axes, expert_kernels=c.expert_kernels)
         return t

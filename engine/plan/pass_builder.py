@@ -98,7 +98,7 @@ class PassBuilder(PassComms, DelayedWgrad):
             t = c.op_times.time(costed, op, c, backward, fused, scores, axes)
         else:
             t = op_time(costed, c.dev, c.micro_batch, c.tp, c.sequence_parallel, backward, c.elem_bytes, *fused,
-                        c.formats, c.spatial, c.residency, tp_axes=axes)
+                        c.formats, c.spatial, c.residency, tp_axes=axes, expert_kernels=c.expert_kernels)
         seg = self._open
         if seg is None:
             seg = self._open = Segment(

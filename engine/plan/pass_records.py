@@ -174,3 +174,12 @@ class PassContext:
     grad_hooks: GradHooks | None = None  # training: the parameters' gradient hooks (``plan.grad_hooks``)
     host_framework: HostFramework = "megatron-lm"  # whose Python issues the kernels (``plan.framework_host``)
     op_times: OpTimes | None = None  # a memo of the op costs shared by a search's or a plan's passes (``plan.op_memo``)
+
+    @property
+    def expert_kernels(self) -> bool:
+        """Whether routed experts run one GEMM kernel per local expert, each paying its own fill
+        (``perf.op_cost.GROUPED_GEMM_STREAMS``): Transformer Engine's ``GroupedLinear`` (multi-stream cuBLAS)
+        under the Megatron frameworks, and Megatron-DeepSpeed's experts (one ``nn.Linear`` each). Not serving
+        (``moe_framework`` False), nor plain PyTorch (torchtitan's ``GroupedExperts``: ``torch._grouped_mm``,
+        one kernel for all experts)."""
+        return self.moe_framework and self.host_framework not in ("pytorch", "pytorch-compile")
