@@ -12,6 +12,7 @@ from tilewright.engine.results.text import counted
 from tilewright.engine.results.timeline import Timeline
 
 Log = list[tuple[int, StepRow, float, float]]
+GATHER_NOISE = 1e-9  # of the stage's end: a weight gather shorter than this is rounding, not a slice to draw
 
 
 def stage_lanes(tl: Timeline, plan: Plan) -> tuple[list[int], dict[str, list[str]]]:
@@ -72,7 +73,7 @@ def training_timeline(
         if st.optimizer_s > 0:
             tl.add(lanes[r], ready[r], st.optimizer_s, "optimizer", "optimizer step", r, -1, -1)
         gather = ends[r] - ready[r] - st.optimizer_s
-        if gather > 0:
+        if gather > GATHER_NOISE * max(ends[r], 1e-30):  # a difference of sums: without a gather it is ~1e-18 s
             tl.add(lanes[r], ready[r] + st.optimizer_s, gather, "dp_comm", "ZeRO weight gather", r, -1, -1)
 
 

@@ -231,6 +231,8 @@ class Simulation(PassRunner):
         for part, gather in enumerate(self.plan.zero_gather_exposed(r)):  # overlap: only what shows
             if gather.phases:
                 yield self._meet(("zero", r, part), len(self.units), gather, "dp_comm")
+        if env.now > start:  # drawn as the analytic engine draws it: else the stage's lane ends before the step
+            self.rec.slice(lane, start, env.now - start, "dp_comm", "ZeRO weight gather", r, -1, -1)
         ledger.times["dp_comm"] += env.now - start
 
     def _tied(self, r: int, u: Unit, ledger: StageLedger) -> Generator:
