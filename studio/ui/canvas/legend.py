@@ -4,8 +4,9 @@ traffic colours the links (expert all-to-all, data-parallel all-reduce, …) wit
 
 The key fits the view it floats on. It comes in three sizes: in full; compact (no explanation, each stage
 by its first layer range as its tag on the canvas shows it, more columns); and a one-line title for a view
-too small for either. Zoom-to-fit keeps the room it takes free (``room``): a column on the right for the
-first two, a strip along the top for the title, so the key never covers what it explains.
+too small for either, wrapped to the view's width where even that line is wider. Zoom-to-fit keeps the
+room it takes free (``room``): a column on the right for the first two, a strip along the top for the
+title, so the key never covers what it explains.
 """
 
 from __future__ import annotations
@@ -163,10 +164,11 @@ NO_GROUPS = {
     GroupKind.context: "cp 1: every device runs whole sequences, no keys and values pass around a ring (set "
                        "cp > 1 and Auto-map; training only)",
 }
-INFERENCE_GROUPS = {  # an inference run keeps a training mapping's ep or cp but runs without them (plan.plan)
+INFERENCE_GROUPS = {  # an inference run keeps a training mapping's ep but runs without it (plan.plan)
     GroupKind.expert: "ep {}: an inference run serves experts in parallel only when ep divides dp (data-parallel "
                       "attention); here it holds every routed expert on each device and exchanges no tokens",
-    GroupKind.context: "cp {}: training only; an inference run keeps every sequence whole on its devices",
+    # the project checks refuse cp > 1 outside training (plan.checks): the run does not start, so say so
+    GroupKind.context: "cp {}: training only; the project checks refuse it in an inference run (set cp 1)",
 }
 
 
@@ -242,17 +244,29 @@ class Legend(QLabel):
         line = self.fontMetrics().lineSpacing()
         for size in Size:
             text = self._text(size, vh, line)
-            if text != self.text():
+            if text != self.text() or self.wordWrap():
+                self.setWordWrap(False)  # each size is measured at its natural width
                 self.setText(text)
                 self.adjustSize()
             if size is Size.title:
                 self.key_size = size
+                self._wrap_to(vw - 2 * MARGIN)
                 break
             if self.width() <= SHARE[size.value] * vw and self.height() <= vh - 2 * MARGIN:
                 self.key_size = size
                 break
         self.place()
         self.setVisible(True)
+
+    def _wrap_to(self, width: int) -> None:
+        """A title wider than the view wraps to its width. Placed against the right edge, a wider one started
+        left of the view and lost its beginning (the cp 1 note read "whole sequences, no keys and values
+        pass around a ring…" at 1280 × 720); wrapped, it takes more lines of the strip ``room`` keeps free."""
+        if self.width() <= width:
+            return
+        width = max(width, 1)
+        self.setWordWrap(True)
+        self.resize(width, self.heightForWidth(width))
 
     def _text(self, size: Size, view_height: int, line: int) -> str:
         if self.overlay.heat_active:
