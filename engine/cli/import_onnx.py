@@ -38,6 +38,7 @@ def import_onnx_command(args: argparse.Namespace) -> int:
         raise InputError(args.model, Problem("--dim" if exc.field == "dims" else exc.field, exc.reason)) from None
     refuse_unsized_inputs(args.model, imported.unbound_inputs)
     report_dimensions(imported.bound, imported.unbound_inner)
+    report_foreign(imported.foreign)
     spec = imported.spec
     text = dumps_stable(spec.model_dump(mode="json"))
     if args.output:
@@ -84,6 +85,20 @@ def report_dimensions(bound: dict[str, int], inner: dict[str, list[str]]) -> Non
         print("import-onnx: warning: dimensions shape inference left unsized inside the graph count as 1 per "
               f"sample: {', '.join(shown)}; size a named one with --dim NAME=N, or export with static shapes",
               file=sys.stderr)
+
+
+def report_foreign(foreign: dict[str, int]) -> None:
+    """Warn on stderr of nodes of another operator set (onnxruntime's ``com.microsoft`` fusions: ``FusedMatMul``,
+    ``MatMulNBits``…) that the importer has no rule for: they count as elementwise with 0 FLOPs, so a fused GEMM's
+    work is missing from the workload, and the comment alone did not say so."""
+    import sys
+
+    from tilewright.engine.workloads.onnx_import import foreign_text
+
+    if foreign:
+        print(f"import-onnx: warning: {sum(foreign.values())} node(s) of operators the importer does not know count "
+              f"as elementwise with 0 FLOPs: {foreign_text(foreign)}; export the model without onnxruntime's "
+              "fusions and quantization to have their GEMMs costed", file=sys.stderr)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -25,7 +25,10 @@ Node → op (FLOPs are 2 per multiply-accumulate, as every builder counts them):
   under GQA), plus the packed qkv projection's GEMM when the node carries its weights (``com.microsoft``
   Attention);
 - ``Gather`` from an initializer: ``embedding``; the normalisations: ``norm``; ``Softmax``: ``softmax``;
-  pooling: ``pool``; ``Dropout``: ``dropout``; any other node: ``elementwise`` (0 FLOPs, its bytes);
+  pooling: ``pool``; ``Dropout``: ``dropout``; any other node: ``elementwise`` (0 FLOPs, its bytes); one of
+  an operator set other than ONNX's own (``com.microsoft``'s ``FusedMatMul`` or ``MatMulNBits``, which
+  onnxruntime's optimizer and LLM exports write) may be a GEMM, so those are counted by name in the comment
+  and in ``OnnxImport.foreign``, for a caller to warn about;
 - shape-only nodes (``Reshape``, ``Shape``, ``Constant``, ``Squeeze``, ``Unsqueeze``, ``Flatten``,
   ``Identity``, ``Cast`` of shapes …) move no data in a compiled graph and are left out.
 
@@ -92,6 +95,7 @@ class OnnxImport:
     bound: dict[str, int] = field(default_factory=dict)
     unbound_inputs: dict[str, list[str]] = field(default_factory=dict)
     unbound_inner: dict[str, list[str]] = field(default_factory=dict)
+    foreign: dict[str, int] = field(default_factory=dict)  # "domain.OpType" → nodes costed as elementwise
 
 
 def import_onnx_model(
@@ -135,13 +139,21 @@ def import_onnx(
         notes.append(f"{len(graph.unknown)} node(s) with unknown shapes counted without bytes")
     if graph.uncosted:
         notes.append(f"counted without FLOPs (a form the importer does not cost): {', '.join(sorted(graph.uncosted))}")
+    if graph.foreign:
+        notes.append(f"counted as elementwise, 0 FLOPs (operators of another domain the importer does not know): "
+                     f"{foreign_text(graph.foreign)}")
     comment = f"Imported from ONNX ({Path(path).name}, opset {_opset(model)}); " + "; ".join(notes)
     spec = CustomSpec(name=source, comment=comment, layer_names=layer_names, ops=ops)
     inputs = {k: [p for p in v if p.startswith("input ")] for k, v in graph.places.items()}
     inputs = {k: v for k, v in inputs.items() if v}
     inner = {k: v for k, v in graph.places.items() if k not in inputs}
     bound = {k: v for k, v in (dims or {}).items() if k in graph.symbols}
-    return OnnxImport(spec, bound, inputs, inner)
+    return OnnxImport(spec, bound, inputs, inner, dict(graph.foreign))
+
+
+def foreign_text(foreign: Mapping[str, int]) -> str:
+    """``com.microsoft.FusedMatMul ×24, …``: each unknown operator of another domain and its node count."""
+    return ", ".join(f"{key} ×{count}" for key, count in sorted(foreign.items()))
 
 
 def _opset(model: Any) -> int:
@@ -159,6 +171,8 @@ class _Graph:
         self.symbols: set[str] = set()  # every symbolic dimension's name the graph uses
         self.unknown: set[str] = set()
         self.uncosted: set[str] = set()  # compute nodes left at 0 FLOPs, named in the spec's comment
+        # nodes of another operator set with no rule here, costed as elementwise: "domain.OpType" → count
+        self.foreign: dict[str, int] = {}
         self.weights: dict[str, Shape] = {t.name: tuple(t.dims) for t in graph.initializer}
         self.shapes: dict[str, Shape] = dict(self.weights)
         self._inputs = {v.name for v in graph.input} - set(self.weights)  # old exports list weights as inputs
@@ -264,6 +278,9 @@ class _Graph:
             fields |= {"kind": OpKind.dropout}
         if fields["kind"] in (OpKind.matmul, OpKind.attention, OpKind.conv):
             fields["saved_elems"] = in_elems
+        if fields["kind"] is OpKind.elementwise and node.domain not in ("", "ai.onnx"):
+            key = f"{node.domain}.{t}"  # its work is unknown here: a fused GEMM would vanish without a word
+            self.foreign[key] = self.foreign.get(key, 0) + 1
         return fields
 
     def _matmul(self, node: Any, weights: list[str]) -> dict[str, Any]:
