@@ -315,3 +315,21 @@ def test_fused_grouped_query_attention_weighs_values_once_per_query_head(tmp_pat
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     (op,) = import_onnx_model(save(model, tmp_path)).ops
     assert op.kind is OpKind.attention and op.flops == 2 * s * s * (qh * d + qh * d)
+
+
+def test_cli_counts_ops_and_layers_in_words(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The write's summary counts what the workload file holds, in singular or plural: a one-node graph is
+    "1 op in 1 layer", the CNN (conv, activation, pool, fc: two weighted nodes) "4 ops in 2 layers"."""
+    one = one_node_model(
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="xw"),
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32]),
+        [weight("w", 64, 32)],
+    )
+    for model, words in ((one, "1 op in 1 layer"), (cnn_model(), "4 ops in 2 layers")):
+        out = tmp_path / "w.json"
+        assert main(["import-onnx", str(save(model, tmp_path)), "-o", str(out)]) == 0
+        data = json.loads(out.read_text())
+        n_ops, n_layers = (int(w) for w in words.split()[::3])
+        assert len(data["ops"]) == n_ops and len(data["layer_names"]) == n_layers
+        assert capsys.readouterr().out.strip() == f"wrote {out} ({words})"

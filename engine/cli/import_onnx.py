@@ -15,6 +15,7 @@ def import_onnx_command(args: argparse.Namespace) -> int:
     )
     from tilewright.engine.errors import InputError, Problem
     from tilewright.engine.io.atomic import dumps_stable, write_atomic
+    from tilewright.engine.results.text import counted
     from tilewright.engine.workloads.hf_config import ConfigError
     from tilewright.engine.workloads.onnx_import import import_onnx
 
@@ -43,7 +44,7 @@ def import_onnx_command(args: argparse.Namespace) -> int:
     text = dumps_stable(spec.model_dump(mode="json"))
     if args.output:
         write_atomic(args.output, text)
-        print(f"wrote {args.output} ({len(spec.ops)} ops in {len(spec.layer_names)} layers)")
+        print(f"wrote {args.output} ({counted(len(spec.ops), 'op')} in {counted(len(spec.layer_names), 'layer')})")
     else:
         print(text, end="")
     return 0

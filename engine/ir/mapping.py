@@ -511,7 +511,8 @@ class Mapping(QuietDefaultsModel):
             raise ValueError(f"tp_axes: {self.tp_axes[0]} × {self.tp_axes[1]} is not tp ({self.tp})")
         if self.fsdp:
             if self.zero not in (0, 3) and "zero" in self.model_fields_set:
-                raise ValueError(f"fsdp: FSDP shards like ZeRO stage 3, not stage {self.zero}")
+                raise ValueError(f"fsdp: FSDP shards like ZeRO stage 3, not stage {self.zero}: set zero to 3 "
+                                 "(--zero 3) or leave it unset")
             object.__setattr__(self, "zero", 3)
             if "overlap_param_gather" not in self.model_fields_set:
                 object.__setattr__(self, "overlap_param_gather", True)
