@@ -81,7 +81,10 @@ def test_a_candidate_keeps_the_copies_only_where_it_gathers():
 
 def test_the_ranking_prices_the_copies():
     """A whole search narrowed to FSDP: every ranked candidate's time is the engine's on the mapping it shows,
-    that mapping has the copies, and each candidate is slower than in the same search without them."""
+    that mapping has the copies, and each candidate's time differs from the same search's without them by what the
+    engine charges the copies (not always more time: a host-bound candidate's copies fill idle device time and
+    hide FSDP's reduce-scatters, ``test_run_flag_sets_the_field``; the search's micro-batch steps rank such a one,
+    mb 1 at 512 tokens)."""
     narrow = {"zeros": ["fsdp"], "offload": False, "overlap": False}
     on = search(_project(fsdp_copies=True), 8, BATCH, top=0, resimulate=False, narrow=narrow)
     off = search(_project(), 8, BATCH, top=0, resimulate=False, narrow=narrow)
@@ -94,7 +97,9 @@ def test_the_ranking_prices_the_copies():
         assert mapping.fsdp_copies
         want = engine_result(base.model_copy(update={"mapping": mapping}))
         assert r.iteration_time_s == pytest.approx(want.iteration_time_s, rel=1e-9)
-        assert r.iteration_time_s > without[r.candidate]
+        plain = engine_result(_project().model_copy(update={"mapping": r.candidate.mapping(BATCH, _project().mapping)}))
+        assert without[r.candidate] == pytest.approx(plain.iteration_time_s, rel=1e-9)
+        assert r.iteration_time_s != pytest.approx(without[r.candidate], rel=1e-6)
 
 
 # -- the command line --------------------------------------------------------------------------------
@@ -139,10 +144,13 @@ def _ranked(capsys, *flags: str) -> dict[tuple, float]:
 
 
 def test_search_flag_prices_the_copies(capsys):
-    """``search --fsdp-copies`` ranks the same FSDP candidates, each slower by its copies."""
+    """``search --fsdp-copies`` ranks the same FSDP candidates, each priced with its copies: slower where the
+    device is busy (micro-batch 2 and more here), and never the same time (see ``test_the_ranking_prices_the_copies``
+    for the host-bound micro-batch 1)."""
     on, off = _ranked(capsys, "--zero", "fsdp", "--fsdp-copies"), _ranked(capsys, "--zero", "fsdp")
     assert on and on.keys() == off.keys()
-    assert all(on[k] > off[k] for k in on)
+    assert all(on[k] != pytest.approx(off[k], rel=1e-6) for k in on)
+    assert all(on[k] > off[k] for k in on if k[3] >= 2)
 
 
 def test_search_keeps_the_project_files_copies(tmp_path, capsys):

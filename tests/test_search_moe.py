@@ -165,4 +165,6 @@ def test_expert_seeds_find_a_faster_mapping_than_the_dense_seeds(monkeypatch):
 
     monkeypatch.setattr(search_module, "MoESeeds", _NoMoESeeds)
     dense_seeded = search_module.search(project, DEVICES, BATCH, resimulate=False, keep=10)
-    assert best.iteration_time_s < 0.95 * dense_seeded.ranked[0].iteration_time_s
+    # strictly faster, not by a margin: the second stage's last rounds around its best (``second_stage.extend``:
+    # overlap twins, micro-batch steps) bring the dense-seeded search closer (here its tensor-parallel overlap)
+    assert best.iteration_time_s < dense_seeded.ranked[0].iteration_time_s

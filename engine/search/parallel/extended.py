@@ -16,9 +16,11 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
 - ep: each divisor e > 1 of dp that divides the routed experts (MoE models); with tp > 1 also whole experts
   per rank (expert_tp 1, Megatron-Core's ETP 1) with sequence parallelism at each such divisor of tp × dp (MoE
   parallel folding), ep 1 included (every expert whole on each rank's own tokens), at the seed's ZeRO stage only;
-- cp: each c > 1 that divides dp, 2c dividing the sequence, the seed's dp replicas regrouped as dp/c data-parallel
-  × c context-parallel ranks (the micro-batch count grows by c, the pipeline bubble shrinks), for MoE models
-  also with each ep (the experts split over the dp · cp replicas) at ZeRO-1 or below;
+- cp: each c > 1 with 2c dividing the sequence, the ring's c ranks taken from the seed's dp replicas (dp/c
+  data-parallel × c context-parallel: the micro-batch count grows by c, the pipeline bubble shrinks), from its
+  tensor group (tp/c) or from the devices it leaves idle (``context_shapes``), at each ZeRO stage and FSDP (they
+  shard over the dp · c replicas, dp 1 included), for MoE models also with each ep dividing dp · c (the experts
+  split over those replicas) at the seed's ZeRO-1 or below;
 - ZeRO 2, ZeRO 3 and FSDP (dp > 1), each also with ep;
 - the optimizer state in host memory (a node with a host memory and a host link), on the seeds that
   missed memory;
@@ -34,6 +36,9 @@ Variants of a seed (tp, pp, dp, micro-batch, interleave, recompute, sp) on the s
   over the network, forwarded inside it) for each expert-parallel variant whose group spans nodes, at the
   seed's ZeRO stage, with and without the overlap: the flat all-to-all sends each token to each of its
   experts' ranks, so which one wins depends on top-k, the node limit and the two fabrics;
+- around the best candidates ranked, once the variants above are timed (``second_stage.extend``): each overlap
+  option they lack (``overlap_twins``), the neighbouring ZeRO stages (``zero_steps``) and micro-batches
+  (``micro_batch_steps``), which the seeds' variants combine only partly;
 - selective recomputation of the module lists NVIDIA's recipes use (``RECOMPUTE_RECIPES``, Megatron-Core's
   ``--recompute-modules``; ``perf.recompute``), on the seeds that use full recomputation (the lists re-run
   less) or that missed memory with the default selective recomputation (core_attn: they store less), at most
@@ -57,7 +62,7 @@ from tilewright.engine.perf.recompute import MODULES, present
 from tilewright.engine.plan.checks import check_project, ep_overlap_runs
 from tilewright.engine.plan.plan import Plan, build_plan
 from tilewright.engine.plan.residency import available_levels
-from tilewright.engine.search.parallel.candidate import DISPATCHERS, Candidate
+from tilewright.engine.search.parallel.candidate import DISPATCHERS, Candidate, replicas
 from tilewright.engine.search.space import divisors
 from tilewright.engine.workloads import build_workload
 from tilewright.engine.workloads.graph import WorkloadGraph
@@ -90,6 +95,7 @@ class Extensions:
     overlap: bool = True  # try overlapping the gradient reduction with the last backward
     dispatchers: list[str] = field(default_factory=lambda: ["alltoall"])  # MoE token exchanges to try
     node_devices: int = 0  # devices per node (0: unknown), where an ep group starts to span nodes
+    devices: int = 0  # the search's device budget (0: unknown), which a context ring may fill (``context_shapes``)
     # recompute-module lists to try (``RECOMPUTE_RECIPES``); None: the recipes the model has (``with_recipes``)
     recipes: list[tuple[str, ...]] | None = None
 
@@ -112,7 +118,7 @@ class Extensions:
         if c.fsdp:
             zero_ok = self.fsdp
         else:
-            zero_ok = c.zero in self.zeros or c.dp == 1  # without dp every stage is the same mapping
+            zero_ok = c.zero in self.zeros or replicas(c) == 1  # without replicas every stage is the same mapping
         overlap_ok = self.overlap or not (c.overlap_grad_reduce or c.overlap_ep or c.overlap_tp)
         modules_ok = c.recompute_modules is None or self.recipes is None or c.recompute_modules in self.recipes
         return (zero_ok and c.ep in self.eps and c.cp in self.cps and overlap_ok
@@ -209,15 +215,18 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
         out += [replace(base, ep=e, expert_tp=1) for e in ext.eps
                 if (seed.tp * seed.dp) % e == 0 and moe.experts % e == 0]
     contexts: list[Candidate] = []
+    context_shard = [(z, False) for z in ext.zeros] + ([(3, True)] if ext.fsdp else [])
     for cp in ext.cps:
-        if cp > 1 and seed.dp % cp == 0 and seq % (2 * cp) == 0:  # 2·cp chunks a sequence (``plan.checks``)
-            dp = seed.dp // cp
-            for zero, fsdp in shard:
-                if dp > 1 or (zero <= 1 and not fsdp):
-                    contexts.append(replace(base, dp=dp, cp=cp, zero=zero if dp > 1 else 0, fsdp=fsdp and dp > 1))
+        if cp <= 1 or seq % (2 * cp):  # 2·cp chunks a sequence (``plan.checks``)
+            continue
+        for tp, dp in context_shapes(seed, cp, ext.devices):
+            ctx = replace(base, tp=tp, dp=dp, cp=cp, sequence_parallel=base.sequence_parallel and tp > 1)
+            # ZeRO shards over the dp · cp replicas (``candidate.replicas``, Megatron-Core's distributed optimizer on
+            # the data-and-context group), so at dp 1 too each stage is a mapping of its own
+            contexts += [replace(ctx, zero=zero, fsdp=fsdp) for zero, fsdp in context_shard]
             # with expert parallelism too, the experts split over the stage's dp · cp replicas (``plan.checks``)
-            contexts += [replace(base, dp=dp, cp=cp, ep=e, zero=min(base.zero, 1) if dp > 1 else 0)
-                         for e in eps if e > 1]
+            contexts += [replace(ctx, ep=e) for e in ext.eps
+                         if e > 1 and moe is not None and (dp * cp) % e == 0 and moe.experts % e == 0]
     out += contexts
     if ext.offload is not None and not fits:
         out += [replace(c, offload=ext.offload) for c in out if c.zero >= 1 or c.dp == 1]
@@ -250,6 +259,78 @@ def variants(seed: Candidate, ext: Extensions, spec: object, fits: bool) -> list
             seen.add(c)
             unique.append(c)
     return unique
+
+
+def context_shapes(seed: Candidate, cp: int, devices: int) -> list[tuple[int, int]]:
+    """(tp, dp) of the seed's context-parallel variants at ``cp``: the ring's ranks taken from its data-parallel
+    replicas (dp / cp; the micro-batch count grows by cp), from its tensor group (tp / cp: a long sequence's
+    activations split along the sequence rather than the hidden dimension), or from the devices the seed leaves idle
+    (``devices``, the search's budget; 0: unknown). The dp regrouping alone never reached a ring on more devices than
+    the seed's dp, and dp divides the global batch: a long-sequence run has few sequences per batch, so with 8 GPUs
+    and 2 sequences of 16k tokens the rings of tp 2 × dp 2 × cp 2 were outside the space (a brute force over every
+    mapping found them 18 % faster than the search's best; ``tests/test_search_brute_force.py`` checks one sequence
+    on 4 GPUs, where no ring was reached at all)."""
+    out = []
+    if seed.dp % cp == 0:
+        out.append((seed.tp, seed.dp // cp))
+    if seed.tp % cp == 0:
+        out.append((seed.tp // cp, seed.dp))
+    if devices and seed.devices * cp <= devices:
+        out.append((seed.tp, seed.dp))
+    return list(dict.fromkeys(out))
+
+
+def overlap_twins(c: Candidate, ext: Extensions) -> list[Candidate]:
+    """``c`` with one more overlap option on, each where it applies (none when ``ext`` tries no overlap): the
+    gradient reduction under the last backward (dp · cp replicas, not FSDP, which always prefetches), the
+    tensor-parallel collectives under their GEMMs (tp > 1 with sequence parallelism), the experts' all-to-all behind
+    another micro-batch (ep > 1, where Megatron-Core runs it: ``checks.ep_overlap_runs``) and, with it, the delayed
+    weight gradients. Overlap frees no memory, so a candidate that fits fits with its twins too (the plan confirms),
+    and each option hides a different communication: ``second_stage.extend`` tries these twins on the best
+    candidates it ranked, since ``variants`` tries the options one at a time on the seeds that fit and never on
+    the sharded variants of those that do not (e.g. ZeRO-2 with the overlapped reduction, 10-16 % faster than the
+    search's best on models that only fit sharded, on 4 and 8 GPUs, ``tests/test_search_brute_force.py``)."""
+    if not ext.overlap:
+        return []
+    out = []
+    if replicas(c) > 1 and not c.fsdp and not c.overlap_grad_reduce:
+        out.append(replace(c, overlap_grad_reduce=True))
+    if c.tp > 1 and c.sequence_parallel and not c.overlap_tp:
+        out.append(replace(c, overlap_tp=True))
+    if c.ep > 1 and not c.overlap_ep and ep_overlap_runs(c.pp, c.interleave, c.recompute):
+        out.append(replace(c, overlap_ep=True))
+    if c.overlap_ep and not c.delay_wgrad:
+        out.append(replace(c, delay_wgrad=True))
+    return out
+
+
+def zero_steps(c: Candidate, ext: Extensions) -> list[Candidate]:
+    """``c`` (not FSDP) at the ZeRO stages next to its own among those ``ext`` tries, with its overlap options: the
+    seeds' overlap variants keep the seed's stage (``variants``), so an overlapped expert all-to-all was tried at
+    ZeRO-0 and the distributed optimizer without it, never both (1 % faster together on Mixtral 8x7B over 16 H100s,
+    ``tilewright search presets/projects/mixtral-8x7b-dgx-h100.json --devices 16 --global-batch 16``).
+    ``second_stage.extend`` tries these steps on its best candidates; none without replicas to shard over."""
+    if c.fsdp or replicas(c) <= 1:
+        return []
+    stages = sorted(set(ext.zeros))
+    if c.zero not in stages:
+        return []
+    i = stages.index(c.zero)
+    return [replace(c, zero=stages[j]) for j in (i - 1, i + 1) if 0 <= j < len(stages)]
+
+
+def micro_batch_steps(c: Candidate, global_batch: int) -> list[Candidate]:
+    """``c`` at the next smaller and the next larger micro-batch its replicas' share of the batch allows. The first
+    stage stops growing the micro-batch at the first that misses memory under ZeRO 0/1 and seeds the second stage
+    with that one, so a variant that fits only sharded (ZeRO-2/3, FSDP, offload, ep, cp) was never tried at the
+    larger micro-batch its freed memory holds (3 % faster on a model that fits only sharded,
+    ``tests/test_search_brute_force.py``); ``second_stage.extend`` tries these steps on its best candidates."""
+    per = global_batch // c.dp
+    options = divisors(per) if per * c.dp == global_batch else ()
+    if c.micro_batch not in options:
+        return []
+    i = options.index(c.micro_batch)
+    return [replace(c, micro_batch=options[j]) for j in (i - 1, i + 1) if 0 <= j < len(options)]
 
 
 def _recompute_variants(seed: Candidate, ext: Extensions, fits: bool) -> list[Candidate]:

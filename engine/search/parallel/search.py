@@ -142,6 +142,8 @@ def search(
     best = Best(max(keep, top))
     ext = extensions if extensions is not None else default_extensions(project, hw, est.dev, **(narrow or {}))
     ext = with_recipes(ext, workload)
+    if not ext.devices:  # the budget a context ring may fill beyond a seed's devices (``extended.context_shapes``)
+        ext = replace(ext, devices=devices)
     ext = _without_idle_recipes(ext, est, result)
     if space.selective_idle:
         result.notes.append(IDLE_SELECTIVE_NOTE)

@@ -9,11 +9,22 @@ from dataclasses import replace
 from tilewright.engine.ir.project import Project
 from tilewright.engine.jobs import Reporter
 from tilewright.engine.search.parallel.candidate import Candidate
-from tilewright.engine.search.parallel.extended import Extensions, Planner, exact_evaluator, variants
+from tilewright.engine.search.parallel.extended import (
+    Extensions,
+    Planner,
+    exact_evaluator,
+    micro_batch_steps,
+    overlap_twins,
+    variants,
+    zero_steps,
+)
 from tilewright.engine.search.parallel.moe import ExpertBound
 from tilewright.engine.search.parallel.ranking import Best, Ranked, SearchResult
 
 SEEDS = 3  # variants of this many kept candidates and as many that missed memory
+# rounds around the best SEEDS ranked (``extended.overlap_twins``, ``zero_steps``, ``micro_batch_steps``), while new
+# candidates reach them: each round's best may lack another overlap option or take another ZeRO or micro-batch step
+POLISH_ROUNDS = 4
 
 
 def missed_seeds(misses: tuple[Best, Best] | None) -> list[Ranked]:
@@ -43,7 +54,9 @@ def extend(
     memory lower bound (``moe.ExpertBound.may_fit``) exceeds the device are not planned. ``extra``:
     candidates planned as they are (the first stage's recompute-module lists that fit,
     ``first_stage.walk_space``). First-stage candidates the user's restrictions exclude
-    (``Extensions.allows``) leave it."""
+    (``Extensions.allows``) leave it. Last, the best ``SEEDS`` ranked are tried with each overlap option they lack
+    and at the neighbouring ZeRO stages and micro-batches (``extended.overlap_twins``, ``zero_steps``,
+    ``micro_batch_steps``), round after round while that brings new candidates to the top."""
     evaluate = exact_evaluator(project, result.global_batch, planner)
     seeds = [(r.candidate, True, ext) for r in ranked[:SEEDS]] + [(r.candidate, False, ext) for r in missed]
     for s in moe_seeds or []:  # at its own degree only: the others have their own seeds
@@ -68,8 +81,27 @@ def extend(
         result.extended += 1
         if timed is not None and timed.fits:
             out.append(Ranked(c, timed.iteration_time_s, timed.peak_memory_bytes))
+    out.sort(key=lambda r: r.iteration_time_s)
+    polished: set[Candidate] = set()
+    for _ in range(POLISH_ROUNDS):  # the best so far with each overlap option they lack and the next micro-batches
+        heads = [r.candidate for r in out[:SEEDS] if r.candidate not in polished]
+        if not heads:  # the best are those polished already
+            break
+        polished.update(heads)
+        twins = [t for c in heads
+                 for t in (*overlap_twins(c, ext), *zero_steps(c, ext), *micro_batch_steps(c, result.global_batch))
+                 if t not in seen]
+        for t in twins:
+            report.check()
+            report(1.0, f"search: second stage, around the best: {t.label()}")
+            seen.add(t)
+            timed = evaluate(t)
+            result.extended += 1
+            if timed is not None and timed.fits:
+                out.append(Ranked(t, timed.iteration_time_s, timed.peak_memory_bytes))
+        out.sort(key=lambda r: r.iteration_time_s)
     report(1.0, f"search: second stage, {len(todo)} candidates timed")
-    return sorted(out, key=lambda r: r.iteration_time_s)
+    return out
 
 
 def _may_fit(c: Candidate, bound: ExpertBound, global_batch: int) -> bool:
