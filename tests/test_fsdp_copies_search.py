@@ -81,10 +81,10 @@ def test_a_candidate_keeps_the_copies_only_where_it_gathers():
 
 def test_the_ranking_prices_the_copies():
     """A whole search narrowed to FSDP: every ranked candidate's time is the engine's on the mapping it shows,
-    that mapping has the copies, and each candidate's time differs from the same search's without them by what the
-    engine charges the copies (not always more time: a host-bound candidate's copies fill idle device time and
-    hide FSDP's reduce-scatters, ``test_run_flag_sets_the_field``; the search's micro-batch steps rank such a one,
-    mb 1 at 512 tokens)."""
+    that mapping has the copies, and each candidate is slower than in the same search without them — a host-bound
+    one too (mb 1 at 512 tokens, which the search's micro-batch steps rank): its layers' span, not their device
+    time, covers FSDP's gathers and reduce-scatters (``PassBuilder.next_layer``), so copies in the idle device
+    time hide nothing more."""
     narrow = {"zeros": ["fsdp"], "offload": False, "overlap": False}
     on = search(_project(fsdp_copies=True), 8, BATCH, top=0, resimulate=False, narrow=narrow)
     off = search(_project(), 8, BATCH, top=0, resimulate=False, narrow=narrow)
@@ -99,7 +99,7 @@ def test_the_ranking_prices_the_copies():
         assert r.iteration_time_s == pytest.approx(want.iteration_time_s, rel=1e-9)
         plain = engine_result(_project().model_copy(update={"mapping": r.candidate.mapping(BATCH, _project().mapping)}))
         assert without[r.candidate] == pytest.approx(plain.iteration_time_s, rel=1e-9)
-        assert r.iteration_time_s != pytest.approx(without[r.candidate], rel=1e-6)
+        assert r.iteration_time_s > without[r.candidate]
 
 
 # -- the command line --------------------------------------------------------------------------------
@@ -115,14 +115,16 @@ def _time(capsys, *flags: str) -> float:
 
 @pytest.mark.parametrize("sharding", [["--fsdp"], ["--zero", "3"]], ids=["fsdp", "zero3"])
 def test_run_flag_sets_the_field(capsys, sharding: list[str]):
-    """``--fsdp-copies`` is ``--set mapping.fsdp_copies=true``: the same time, longer than without it. At 4k
-    tokens per sample, not 512: the 512-token run waits for the host most of the time, and there the copies fill
-    the device's idle time and, counted as the cover of FSDP's overlapped reduce-scatters (``plan.sharding``),
-    hide more of them than they cost (a cover counts device busy time, not host waits)."""
-    longer = ("--seq-len", "4096")
-    flag = _time(capsys, *sharding, *longer, "--fsdp-copies")
-    assert flag == pytest.approx(_time(capsys, *sharding, *longer, "--set", "mapping.fsdp_copies=true"), rel=1e-12)
-    assert flag > _time(capsys, *sharding, *longer)
+    """``--fsdp-copies`` is ``--set mapping.fsdp_copies=true``: the same time, longer than without it, at 4k
+    tokens per sample and at 512, where the run waits for the host most of the time: the copies fill the device's
+    idle time there, and a host-bound layer's cover of FSDP's overlapped collectives is its span, not its device
+    time (``PassBuilder.next_layer``), so they cost their launches and hide nothing more."""
+    for tokens in ("4096", "512"):
+        longer = ("--seq-len", tokens)
+        flag = _time(capsys, *sharding, *longer, "--fsdp-copies")
+        assert flag == pytest.approx(_time(capsys, *sharding, *longer, "--set", "mapping.fsdp_copies=true"),
+                                     rel=1e-12)
+        assert flag > _time(capsys, *sharding, *longer)
 
 
 @pytest.mark.parametrize("flags", [[], ["--zero", "1"], ["--zero", "2"], ["--fsdp", "--mode", "infer"]],
@@ -144,13 +146,10 @@ def _ranked(capsys, *flags: str) -> dict[tuple, float]:
 
 
 def test_search_flag_prices_the_copies(capsys):
-    """``search --fsdp-copies`` ranks the same FSDP candidates, each priced with its copies: slower where the
-    device is busy (micro-batch 2 and more here), and never the same time (see ``test_the_ranking_prices_the_copies``
-    for the host-bound micro-batch 1)."""
+    """``search --fsdp-copies`` ranks the same FSDP candidates, each slower by its copies."""
     on, off = _ranked(capsys, "--zero", "fsdp", "--fsdp-copies"), _ranked(capsys, "--zero", "fsdp")
     assert on and on.keys() == off.keys()
-    assert all(on[k] != pytest.approx(off[k], rel=1e-6) for k in on)
-    assert all(on[k] > off[k] for k in on if k[3] >= 2)
+    assert all(on[k] > off[k] for k in on)
 
 
 def test_search_keeps_the_project_files_copies(tmp_path, capsys):

@@ -38,6 +38,8 @@ class PassBuilder(PassComms, DelayedWgrad):
         # compute since the last overlapped expert all-to-all (``node_busy``, ``PassComms._a2a``) began in it
         self._busy = self._layer_from = self._node_from = 0.0
         self._launches = 0.0  # the ops' kernels beyond the first since the last all-to-all: not in ``layer_busy``
+        # where the current layer began in the pass's segments, for its host time (``layer_host``)
+        self._layer_segments, self._layer_open, self._layer_open_host = 0, None, 0.0
         self._unpaired = 0.0  # device time since then outside the schedule's paired layers (``in_paired_layer``)
         self._first_a2a: tuple | None = None  # a backward's first overlapped all-to-all (``PassComms._a2a``)
         self.slack: list[float] = []  # a forward's: what the backward's delayed weight gradients leave (``_a2a``)
@@ -49,7 +51,8 @@ class PassBuilder(PassComms, DelayedWgrad):
 
     @property
     def layer_busy(self) -> float:
-        """Device time of the ops added since the last ``next_layer`` (the cover of a sharded layer's gathers)."""
+        """Device time of the ops added since the last ``next_layer`` (with ``layer_host``, the span that covers a
+        sharded layer's gathers)."""
         return self._busy - self._layer_from
 
     @layer_busy.setter
@@ -261,13 +264,32 @@ class PassBuilder(PassComms, DelayedWgrad):
             self.layer_busy += c.fixed_op_s
             self._host_sync(op, drain_seconds(c), "blocking host-to-device copy")
 
+    @property
+    def layer_host(self) -> float:
+        """Host time of the segments since the last ``next_layer``: the kernels' issue, the framework's calls and
+        the host waits (drains, synchronisations) the device sits through. The part of a segment open when the
+        layer began that was added before it is the layer before's."""
+        since = self.out.segments[self._layer_segments:]
+        host = sum(s.host_s for s in since) + (self._open.host_s if self._open is not None else 0.0)
+        start = self._layer_open
+        if start is not None and (start is self._open or any(s is start for s in since)):
+            host -= self._layer_open_host
+        return host
+
     def next_layer(self) -> float:
-        """Start a new layer; returns the device time of the one before. The compute since the last overlapped
-        expert all-to-all runs on (``node_busy``); a dense layer's delayed weight gradients hide nothing
-        (``_hand_over``)."""
-        busy, self._layer_from = self.layer_busy, self._busy
+        """Start a new layer; returns how long the one before lasted: its device time or, where the host binds,
+        its host time (the segments last max(device, host): ``Segment.close``). That span is the cover of the
+        sharded weights' gathers and reduce-scatters prefetched behind it (``plan.sharding``): an NCCL kernel on
+        its own stream runs on while the compute stream waits for the host's launches, so a host-bound layer hides
+        as much as its span, and a copy kernel added to its idle device time hides nothing more. The compute since
+        the last overlapped expert all-to-all runs on (``node_busy``); a dense layer's delayed weight gradients
+        hide nothing (``_hand_over``)."""
+        span = max(self.layer_busy, self.layer_host)
+        self._layer_from = self._busy
+        self._layer_segments, self._layer_open = len(self.out.segments), self._open
+        self._layer_open_host = self._open.host_s if self._open is not None else 0.0
         self._hand_over()
-        return busy
+        return span
 
     def finish(self) -> ChunkPass:
         self.charge_first_a2a()
