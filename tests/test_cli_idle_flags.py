@@ -247,3 +247,14 @@ def test_gpu_loop_flags_on_a_device_without_kernels_are_refused(capsys, flags, f
     gpu = ["run", "gpt3-dgx-a100", "--engine", "analytic", "--json", "--quiet"]
     assert _metrics(capsys, *gpu, *flags)["iteration_time_s"] != _metrics(capsys, *gpu)["iteration_time_s"]
 
+
+
+def test_expert_imbalance_bound_is_the_run_s_ep_not_experts_over_top_k(capsys):
+    """8 experts, top-2, ep 2: experts / top_k is 4, but a rank holding 4 experts takes at most both of a token's
+    2 slots against a mean of 2/2 = 1: at most 2 = ep times the mean. 3 (under experts / top_k) is refused."""
+    eight = [*DENSE, "--moe-experts", "8", "--moe-top-k", "2"]
+    assert main([*eight, *TRAIN_8, "--ep", "2", "--expert-imbalance", "2"]) == 0
+    capsys.readouterr()
+    assert main([*eight, *TRAIN_8, "--ep", "2", "--expert-imbalance", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "mapping.expert_imbalance: 3" in err and "give at most 2," in err and "Traceback" not in err

@@ -63,6 +63,7 @@ def test_the_command_warns_on_stderr_and_still_writes(tmp_path: Path, capsys: py
     assert main(["import-onnx", str(save(model(foreign=True), tmp_path, "fused.onnx")), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "warning" in err and "com.microsoft.FusedMatMul ×1" in err and "0 FLOPs" in err
+    assert "1 node of operators" in err  # counted in words, not "node(s)"
     assert out.is_file()
     assert main(["import-onnx", str(save(model(foreign=False), tmp_path, "plain.onnx")), "-o", str(out)]) == 0
     assert "warning" not in capsys.readouterr().err

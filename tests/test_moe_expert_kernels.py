@@ -91,11 +91,14 @@ def test_one_expert_is_one_kernel_either_way():
     assert a == b
 
 
-@pytest.mark.parametrize(("framework", "expected"), [(None, True), ("mcore-te", True), ("pytorch", False)])
-def test_training_frameworks_choose_the_expert_kernels(framework, expected, monkeypatch):
+@pytest.mark.parametrize(("framework", "system", "expected"),
+                         [(None, "dgx-h100", True), ("mcore-te", "dgx-h100", True), ("pytorch", "dgx-h100", False),
+                          (None, "tpu-v4-torus", False)])
+def test_training_frameworks_choose_the_expert_kernels(framework, system, expected, monkeypatch):
     """The pass builder prices routed experts as per-expert kernels under the Megatron frameworks (TE's
     GroupedLinear; None: the mapping's default, Megatron-LM) and as one grouped kernel under plain PyTorch
-    (torchtitan's ``torch._grouped_mm``); serving passes set ``moe_framework`` False (``plan.inference_phases``)."""
+    (torchtitan's ``torch._grouped_mm``) and on a device no host framework drives kernel by kernel (a TPU);
+    serving passes set ``moe_framework`` False (``plan.inference_phases``)."""
     from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings
     from tilewright.engine.plan import op_memo, pass_builder
     from tilewright.engine.simulate import make_plan
@@ -111,7 +114,7 @@ def test_training_frameworks_choose_the_expert_kernels(framework, expected, monk
     monkeypatch.setattr(op_memo, "op_time", spy)
     spec = GPTSpec(name="moe", layers=1, hidden=HIDDEN, heads=16, seq_len=1024, vocab=32000,
                    moe={"experts": 64, "top_k": TOP_K, "expert_ffn": FFN})
-    project = Project(name="moe", hardware=load_system("dgx-h100"), workload=spec,
+    project = Project(name="moe", hardware=load_system(system), workload=spec,
                       mapping=Mapping(tp=1, dp=8, ep=8, expert_imbalance=1.0, micro_batch=1, global_batch=8,
                                       host_framework=framework),
                       run=RunSettings(dtype="bf16", engine="analytic", contention=False))

@@ -150,3 +150,20 @@ def test_zero_steps_are_the_neighbouring_stages_the_space_tries():
     assert zero_steps(Candidate(1, 1, 4, 1, zero=3, fsdp=True), ext) == []
     assert zero_steps(Candidate(2, 1, 1, 1), ext) == []
     assert [s.zero for s in zero_steps(Candidate(1, 1, 1, 1, cp=2), ext)] == [1]
+
+
+def test_around_the_best_each_candidate_once() -> None:
+    """Three heads whose neighbours overlap (ZeRO-1's overlapped twin is ZeRO-2-with-overlap's ZeRO step, and the
+    micro-batch-2 head's step back is the first head): every neighbour not yet timed comes once, the timed ones
+    never."""
+    from tilewright.engine.search.parallel.second_stage import around_best
+
+    ext = Extensions(eps=[1], cps=[1], zeros=[0, 1, 2], fsdp=False, overlap=True)
+    heads = [Candidate(1, 1, 4, 1, 1, Recompute.none, False, 1),
+             Candidate(1, 1, 4, 1, 1, Recompute.none, False, 2, overlap_grad_reduce=True),
+             Candidate(1, 1, 4, 2, 1, Recompute.none, False, 1)]
+    near = around_best(heads, ext, 16, set(heads))
+    assert len(near) == len(set(near)) and not set(near) & set(heads)
+    every = {t for c in heads for t in (*overlap_twins(c, ext), *zero_steps(c, ext), *micro_batch_steps(c, 16))}
+    assert set(near) == every - set(heads)
+    assert Candidate(1, 1, 4, 1, 1, Recompute.none, False, 1, overlap_grad_reduce=True) in near

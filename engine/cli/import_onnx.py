@@ -94,12 +94,14 @@ def report_foreign(foreign: dict[str, int]) -> None:
     work is missing from the workload, and the comment alone did not say so."""
     import sys
 
+    from tilewright.engine.results.text import counted
     from tilewright.engine.workloads.onnx_import import foreign_text
 
     if foreign:
-        print(f"import-onnx: warning: {sum(foreign.values())} node(s) of operators the importer does not know count "
-              f"as elementwise with 0 FLOPs: {foreign_text(foreign)}; export the model without onnxruntime's "
-              "fusions and quantization to have their GEMMs costed", file=sys.stderr)
+        print(f"import-onnx: warning: {counted(sum(foreign.values()), 'node')} of operators the importer does not "
+              f"know count as elementwise with 0 FLOPs: {foreign_text(foreign)}; if any of them multiplies matrices "
+              "(onnxruntime's FusedMatMul, MatMulNBits), export the model without onnxruntime's fusions and "
+              "quantization to have that work costed", file=sys.stderr)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -38,8 +38,9 @@ class PassBuilder(PassComms, DelayedWgrad):
         # compute since the last overlapped expert all-to-all (``node_busy``, ``PassComms._a2a``) began in it
         self._busy = self._layer_from = self._node_from = 0.0
         self._launches = 0.0  # the ops' kernels beyond the first since the last all-to-all: not in ``layer_busy``
-        # where the current layer began in the pass's segments, for its host time (``layer_host``)
-        self._layer_segments, self._layer_open, self._layer_open_host = 0, None, 0.0
+        # where the current layer began in the pass's segments, for its waits for the host (``layer_host_wait``)
+        self._layer_segments, self._layer_open, self._layer_open_wait = 0, None, 0.0
+        self.prev_layer_device = 0.0  # the device time of the layer before the current one (``next_layer``)
         self._unpaired = 0.0  # device time since then outside the schedule's paired layers (``in_paired_layer``)
         self._first_a2a: tuple | None = None  # a backward's first overlapped all-to-all (``PassComms._a2a``)
         self.slack: list[float] = []  # a forward's: what the backward's delayed weight gradients leave (``_a2a``)
@@ -265,29 +266,33 @@ class PassBuilder(PassComms, DelayedWgrad):
             self._host_sync(op, drain_seconds(c), "blocking host-to-device copy")
 
     @property
-    def layer_host(self) -> float:
-        """Host time of the segments since the last ``next_layer``: the kernels' issue, the framework's calls and
-        the host waits (drains, synchronisations) the device sits through. The part of a segment open when the
-        layer began that was added before it is the layer before's."""
+    def layer_host_wait(self) -> float:
+        """Seconds the device has waited for the host since the last ``next_layer``: each segment lasts
+        max(device, host) (``Segment.close``), so its wait is what its host time runs past its device time —
+        a closed segment's ``dispatch_wait_s``, a host wait's whole length (a drain, a synchronisation), the open
+        segment's excess so far. The segment open when the layer began counts only the wait it gained since."""
         since = self.out.segments[self._layer_segments:]
-        host = sum(s.host_s for s in since) + (self._open.host_s if self._open is not None else 0.0)
-        start = self._layer_open
-        if start is not None and (start is self._open or any(s is start for s in since)):
-            host -= self._layer_open_host
-        return host
+        start, now = self._layer_open, self._open
+        wait = sum(s.dispatch_wait_s for s in since if s is not start)
+        if now is not None and now is not start:
+            wait += _excess(now)
+        if start is not None and (start is now or any(s is start for s in since)):
+            wait += max(0.0, (_excess(now) if start is now else start.dispatch_wait_s) - self._layer_open_wait)
+        return wait
 
     def next_layer(self) -> float:
-        """Start a new layer; returns how long the one before lasted: its device time or, where the host binds,
-        its host time (the segments last max(device, host): ``Segment.close``). That span is the cover of the
-        sharded weights' gathers and reduce-scatters prefetched behind it (``plan.sharding``): an NCCL kernel on
-        its own stream runs on while the compute stream waits for the host's launches, so a host-bound layer hides
-        as much as its span, and a copy kernel added to its idle device time hides nothing more. The compute since
-        the last overlapped expert all-to-all runs on (``node_busy``); a dense layer's delayed weight gradients
-        hide nothing (``_hand_over``)."""
-        span = max(self.layer_busy, self.layer_host)
+        """Start a new layer; returns how long the one before lasted: its device time plus the time the device
+        waited for the host in it (``layer_host_wait``; ``prev_layer_device`` keeps the device part). That span is
+        the cover of the sharded weights' gathers and reduce-scatters prefetched behind it (``plan.sharding``,
+        ``PassComms.shard_cover``): an NCCL kernel on its own stream runs on while the compute stream waits for
+        the host's launches, so a host-bound layer hides as much as its span, and a copy kernel added to its idle
+        device time hides nothing more. The compute since the last overlapped expert all-to-all runs on
+        (``node_busy``); a dense layer's delayed weight gradients hide nothing (``_hand_over``)."""
+        self.prev_layer_device = self.layer_busy
+        span = self.prev_layer_device + self.layer_host_wait
         self._layer_from = self._busy
         self._layer_segments, self._layer_open = len(self.out.segments), self._open
-        self._layer_open_host = self._open.host_s if self._open is not None else 0.0
+        self._layer_open_wait = _excess(self._open) if self._open is not None else 0.0
         self._hand_over()
         return span
 
@@ -298,3 +303,8 @@ class PassBuilder(PassComms, DelayedWgrad):
             self.out.segments.append(self._open)
             self._open = None
         return self.out
+
+
+def _excess(seg: Segment) -> float:
+    """What an open segment's host time runs past its device time so far (its wait for the host once closed)."""
+    return max(0.0, seg.host_s - seg.busy_s)

@@ -41,6 +41,7 @@ class PassComms:
     _open: Segment | None
     graphs: dict[str, Capture]
     layer_busy: float
+    prev_layer_device: float
     node_busy: float
     slack: list[float]
     _first_a2a: tuple | None  # a backward's first all-to-all, held back (``_a2a``); () once charged
@@ -186,10 +187,15 @@ class PassComms:
 
     def shard_cover(self, shard: ShardComm, items: list[tuple[str, float]], hide_s: float, label: str,
                     layer: int) -> float:
-        """The previous layer's compute ``hide_s`` as the cover of the sharding collectives ``items`` run behind
-        it (ZeRO-2/3, FSDP: ``plan.sharding``), stretched by the SMs their NCCL kernels hold (``_sm_cover``)."""
+        """The previous layer's span ``hide_s`` (``PassBuilder.next_layer``: its device time and its waits for
+        the host) as the cover of the sharding collectives ``items`` run behind it (ZeRO-2/3, FSDP:
+        ``plan.sharding``). Only its kernels lose the SMs the NCCL kernels hold: their device time
+        (``prev_layer_device``) stretched by them and charged the loss (``_sm_cover``), the cover the longer of
+        that and the span."""
         total = sum(shard.seconds(k, n) for k, n in items if n > 0)
-        return self._sm_cover(label, layer, total, hide_s) if total > 0 else hide_s
+        if total <= 0:
+            return hide_s
+        return max(hide_s, self._sm_cover(label, layer, total, min(self.prev_layer_device, hide_s)))
 
     def regather(self, run: Regather | None) -> None:
         """Sequence parallelism's re-gather of a column-parallel run's input for its weight gradients

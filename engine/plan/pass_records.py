@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tilewright.engine.ir.mapping import HostFramework, SpatialSplit
-from tilewright.engine.perf.device import DeviceModel
+from tilewright.engine.perf.device import DeviceModel, issues_kernels
 from tilewright.engine.perf.formats import OpFormats
 from tilewright.engine.perf.op_cost import OpTime
 from tilewright.engine.perf.residency import Residency
@@ -179,7 +179,9 @@ class PassContext:
     def expert_kernels(self) -> bool:
         """Whether routed experts run one GEMM kernel per local expert, each paying its own fill
         (``perf.op_cost.GROUPED_GEMM_STREAMS``): Transformer Engine's ``GroupedLinear`` (multi-stream cuBLAS)
-        under the Megatron frameworks, and Megatron-DeepSpeed's experts (one ``nn.Linear`` each). Not serving
-        (``moe_framework`` False), nor plain PyTorch (torchtitan's ``GroupedExperts``: ``torch._grouped_mm``,
-        one kernel for all experts)."""
-        return self.moe_framework and self.host_framework not in ("pytorch", "pytorch-compile")
+        under the Megatron frameworks, and Megatron-DeepSpeed's experts (one ``nn.Linear`` each) — on a GPU a host
+        framework drives kernel by kernel (``issues_kernels``: not a TPU, a grid or a wafer, whose compiler runs
+        the experts as it runs any op). Not serving (``moe_framework`` False), nor plain PyTorch (torchtitan's
+        ``GroupedExperts``: ``torch._grouped_mm``, one kernel for all experts)."""
+        return (self.moe_framework and issues_kernels(self.dev.compute)
+                and self.host_framework not in ("pytorch", "pytorch-compile"))  # framework_host.SDPA_FRAMEWORKS

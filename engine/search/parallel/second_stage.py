@@ -83,24 +83,23 @@ def extend(
             out.append(Ranked(c, timed.iteration_time_s, timed.peak_memory_bytes))
     out.sort(key=lambda r: r.iteration_time_s)
     polished: set[Candidate] = set()
+    around = 0  # candidates timed around the best
     for _ in range(POLISH_ROUNDS):  # the best so far with each overlap option they lack and the next micro-batches
         heads = [r.candidate for r in out[:SEEDS] if r.candidate not in polished]
         if not heads:  # the best are those polished already
             break
         polished.update(heads)
-        twins = [t for c in heads
-                 for t in (*overlap_twins(c, ext), *zero_steps(c, ext), *micro_batch_steps(c, result.global_batch))
-                 if t not in seen]
-        for t in twins:
+        for t in around_best(heads, ext, result.global_batch, seen):
             report.check()
             report(1.0, f"search: second stage, around the best: {t.label()}")
             seen.add(t)
             timed = evaluate(t)
             result.extended += 1
+            around += 1
             if timed is not None and timed.fits:
                 out.append(Ranked(t, timed.iteration_time_s, timed.peak_memory_bytes))
         out.sort(key=lambda r: r.iteration_time_s)
-    report(1.0, f"search: second stage, {len(todo)} candidates timed")
+    report(1.0, f"search: second stage, {len(todo) + around} candidates timed")
     return out
 
 
@@ -110,3 +109,12 @@ def _may_fit(c: Candidate, bound: ExpertBound, global_batch: int) -> bool:
     table, key = est.layer_table(c)
     chunks = est.chunks(table, key, c.pp, c.interleave)
     return bound.may_fit(c, c.micro_batches(global_batch), chunks)
+
+
+def around_best(heads: list[Candidate], ext: Extensions, global_batch: int, seen: set[Candidate]) -> list[Candidate]:
+    """The candidates next to ``heads`` not timed yet (``seen``): each with an overlap option it lacks, at the
+    neighbouring ZeRO stages and micro-batches (``extended.overlap_twins``, ``zero_steps``, ``micro_batch_steps``),
+    each once — one head's twin may be another's step."""
+    near = (t for c in heads
+            for t in (*overlap_twins(c, ext), *zero_steps(c, ext), *micro_batch_steps(c, global_batch)))
+    return list(dict.fromkeys(t for t in near if t not in seen))
