@@ -27,12 +27,13 @@ def model_spec(name: str, seq: int) -> TransformerDims:
         spec = LlamaSpec(
             name=name, layers=36, hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, vocab=201088,
             qkv_bias=True, out_bias=True, mlp_bias=True, sliding_window=128, sliding_window_layers="even",
-            attention_sinks=True, moe=MoESpec(experts=128, top_k=4, expert_ffn=2880, router_bias=True),
+            attention_sinks=True, glu_clamp=7.0, moe=MoESpec(experts=128, top_k=4, expert_ffn=2880, router_bias=True),
             comment="openai/gpt-oss-120b config.json: hidden 2880, 36 layers, 64 heads of 64, 8 KV heads, "
                     "vocabulary 201,088, untied; attention with biases, 128-token sliding window on even "
                     "layers (layer_types alternate sliding/full); every block MoE: 128 SwiGLU experts of width "
                     "2880 with biases, top-4, router with bias; attention sinks (GptOssAttention.sinks, one learned "
-                    "logit per head: 64 parameters per layer, no work). Model card (arXiv 2508.10925): 116.83 B "
+                    "logit per head: 64 parameters per layer, no work); experts' gated unit clamped at swiglu_limit "
+                    "7.0 (glu_clamp). Model card (arXiv 2508.10925): 116.83 B "
                     "parameters, 5.13 B active (tilewright import-hf of the config gives the same spec).",
         )
     elif name == "qwen3-30b-a3b":

@@ -29,8 +29,10 @@ from tests.agreement import assert_engines_agree
 A2A = EP_PREFIX + "all-to-all"
 # experts 2048 wide, top-4, over InfiniBand: each forward all-to-all of the combine outlasts the forward's experts
 # beside it, while the backward's experts (about twice as long) outlast their all-to-all: the delayed weight
-# gradients have time to spare, and an all-to-all to give it to
-SPEC = GPTSpec(name="moe", layers=3, hidden=1024, heads=8, seq_len=2048, vocab=32000,
+# gradients have time to spare, and an all-to-all to give it to. Experts without biases: a biased expert's
+# per-expert eager bias kernels (``plan.experts.expert_bias_kernels``) lengthen the forward's experts past that
+# regime
+SPEC = GPTSpec(name="moe", layers=3, hidden=1024, heads=8, seq_len=2048, vocab=32000, mlp_bias=False,
                moe={"experts": 16, "top_k": 4, "expert_ffn": 2048, "shared_experts": 1})
 DP = 16  # two DGX-H100 nodes: the ep group spans InfiniBand
 UNITS, SMS = 132, 24  # an H100's SMs, and those an NCCL kernel holds (``perf.comm_sm``)

@@ -113,7 +113,9 @@ def test_local_experts_pay_one_fill_per_stream_round():
     assert t_many.compute_s == pytest.approx(t_few.compute_s, rel=1e-9)
 
 
-MOE = GPTSpec(name="moe", layers=2, hidden=HIDDEN, heads=16, seq_len=SEQ, vocab=32000,
+# experts without biases: a biased expert's per-expert eager bias kernels (``plan.experts.expert_bias_kernels``,
+# tests/test_moe_expert_bias.py) would add to the dispatcher's bytes and launches counted here
+MOE = GPTSpec(name="moe", layers=2, hidden=HIDDEN, heads=16, seq_len=SEQ, vocab=32000, mlp_bias=False,
               moe={"experts": EXPERTS, "top_k": TOP_K, "expert_ffn": FFN})
 
 

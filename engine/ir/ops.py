@@ -105,6 +105,14 @@ class ExpertInfo(StrictModel):
     )
     dispatch_elems_per_token: NonNeg = Field(0.0, description="all-to-all elements per token before this op")
     combine_elems_per_token: NonNeg = Field(0.0, description="all-to-all elements per token after this op")
+    output_bias: bool = Field(
+        False, description="the last routed-expert op of biased experts: each expert adds its output bias, "
+                           "scaled by the token's routing probability (``plan.experts.expert_bias_kernels``)"
+    )
+    glu_clamp: bool = Field(
+        False, description="the routed experts' activation of a clamped gated unit (``TransformerDims.glu_clamp``: "
+                           "Megatron-Core clamps outside its fused kernel, ``plan.experts.glu_clamp_kernels``)"
+    )
 
     @property
     def expert_rows(self) -> float:

@@ -109,6 +109,7 @@ _NEW_FIELDS = (
     "mtp_layers",
     "qk_norm",
     "attention_sinks",
+    "glu_clamp",
 )
 
 
@@ -158,6 +159,11 @@ class TransformerDims(QuietDefaultsModel):
     attention_sinks: bool = Field(
         False, description="one learned logit per head joins each query's softmax denominator (gpt-oss "
         "GptOssAttention.sinks): heads parameters per block, negligible work"
+    )
+    glu_clamp: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="the routed experts' gated unit clamps its inputs at this limit (gate ≤ limit, linear "
+        "half within ±limit) and adds 1 to the linear half (gpt-oss swiglu_limit 7.0; Megatron-Core "
+        "activation_func_clamp_value with glu_linear_offset 1); None: no clamp"
     )
 
     @property

@@ -117,6 +117,52 @@ router's probabilities) that the workload already has (``dispatch_work``):
   padded too (one fp32 per row against a row of hidden elements: not counted), and the padded rows' extra
   GEMM work (under align − 1 rows per expert) is left out. Megatron-Core's ``moe_router_padding_for_fp8``
   (pads the routing map instead, default off, no recipe here sets it) is not modelled.
+- biased experts (``ExpertInfo.output_bias``, gpt-oss: ``add_bias_linear``) add fc2's bias outside the grouped
+  GEMM, one expert at a time (``expert_bias_kernels``). ``TEGroupedMLP`` builds fc1 with ``skip_bias_add=False``
+  (Transformer Engine's ``GroupedLinear`` adds that bias inside its GEMMs) but fc2 with ``skip_bias_add=True``,
+  and its ``forward`` ends with ``_apply_bias(output, output_bias, tokens_per_expert, permuted_probs)``::
+
+      torch.cat([t + b * p for t, b, p in zip(torch.split(output, tokens_per_expert), bias_parallel,
+                                              torch.split(permuted_probs, tokens_per_expert))])
+
+  (NVIDIA/Megatron-LM ``megatron/core/transformer/moe/experts.py``, ``TEGroupedMLP._apply_bias``, the same in
+  every copy read, 2025-2026): each bias is scaled by its tokens' routing probabilities (the combine sums
+  the weighted expert outputs, so the bias must be weighted too), which the GEMM epilogue cannot do. Eager
+  PyTorch, per local expert: ``b * p`` writes the expert's rows (one kernel; b and p are a row and a column),
+  ``t + …`` reads two and writes one (one kernel); then ``torch.cat`` reads and writes every row once (one
+  kernel): 2·L + 1 kernels over 6 passes of the rows' bytes (L local experts). Autograd's backward, per
+  expert: ``MulBackward0`` for the bias (``grad · p``, a kernel reading and writing the rows, reduced to the
+  bias's shape by a second kernel reading them) and for the probabilities (``grad · b``, the same two);
+  ``AddBackward0`` and ``CatBackward0`` hand views on; then ``torch.split``'s backward concatenates the
+  rows' gradients (one kernel, one read and one write) and the probabilities' (one kernel, negligible
+  bytes): 4·L + 2 kernels over 8 passes. Charged at the activations' width (a bias, the probabilities and the
+  output in one dtype: an fp32 ``permuted_probs`` would promote the products to fp32 and add a cast, not
+  counted); the rows are the combine side's (the sorts', etp ranks' gathered slots with ep > 1). Only under
+  Megatron-Core's training code (``framework``); the recomputed activation (``moe_act``) does not re-run it.
+- a clamped gated unit (``ExpertInfo.glu_clamp``, gpt-oss: ``TransformerDims.glu_clamp``) runs Megatron-Core's
+  ``weighted_bias_quick_geglu_impl`` (NVIDIA/Megatron-LM ``megatron/core/fusions/fused_bias_geglu.py``, the
+  path ``TEGroupedMLP.bias_act_func`` takes for ``quick_gelu`` with ``gated_linear_unit``; Megatron-Bridge's
+  ``GPTOSSProvider``: ``activation_func`` quick_gelu, ``glu_linear_offset`` 1.0, ``activation_func_clamp_value``
+  7.0, ``bias_activation_fusion`` True). Its fused kernel (a ``jit_fuser`` Function, the activation op's own
+  cost) is preceded by eager PyTorch (``glu_clamp_kernels``)::
+
+      x_glu, x_linear = input.chunk(2, -1)
+      input = torch.cat((x_glu.clamp(min=None, max=clamp_value),
+                         x_linear.clamp(min=-clamp_value, max=clamp_value)), -1)
+      linear_offset = torch.tensor(linear_offset, dtype=input.dtype, device=input.device)
+
+  Forward: two clamps (each reads and writes one half) and the concatenation (reads and writes both): 8
+  passes of a half's bytes in 3 kernels; then ``torch.tensor`` of a Python scalar on the device, a blocking
+  host-to-device copy (``memcpy_and_sync``: ``cudaMemcpyAsync`` then ``cudaStreamSynchronize``; pytorch/pytorch
+  issue #120996, ``plan.deepspeed_host``): its copy's floor, then a drain (``launch.drain_seconds``) before the
+  fused kernel. A CUDA-graph-safe variant replacing it by ``input.new_full`` is carried as a patch by
+  MLCommons' gpt-oss training reference (``PATCH_GEGLU_GRAPH_SAFE``), not by Megatron-Core. Backward (autograd,
+  ``clamp_backward`` in PyTorch's ``FunctionsManual.cpp``): the gate's clamp with a max only is a comparison
+  (reads the saved input, writes a 1-byte mask) and a ``where`` (reads the mask and the gradient, writes one),
+  beside the zero scalar it fills; the linear half's clamp with both bounds two comparisons, a
+  ``logical_and_`` and the ``where``, beside its zero; then ``chunk``'s backward concatenates the halves'
+  gradients (reads and writes both): 9 kernels. Selective recomputation of ``moe_act`` (``CheckpointWithoutOutput``
+  re-runs ``bias_act_func``) pays the forward again, its copy and drain with it.
 """
 
 from __future__ import annotations
@@ -458,6 +504,8 @@ class DispatchWork:
     sync_s: float = 0.0
     host_s: float | None = None
     pad_bytes: float = 0.0  # TEGroupedMLP's fp8 padding copy beside the op (``fp8_padded``), where the sort runs
+    bias_kernels: tuple[float, ...] = ()  # bytes of each kernel of TEGroupedMLP's per-expert fc2 bias (beside the op)
+    clamp_kernels: tuple[float, ...] = ()  # bytes of each eager kernel of a clamped GLU (``glu_clamp_kernels``)
 
 
 NO_DISPATCH = DispatchWork()
@@ -482,6 +530,10 @@ def dispatch_work(
         return NO_DISPATCH
     host = framework_host(op, backward, ep, fp8, compute, fused_router) if framework else None
     dispatch, combine = exchange(op, False, tokens_scale, tp, elem_bytes)  # token-slot bytes each side
+    if info.role is MoERole.expert and info.glu_clamp and framework:  # the activation's eager clamps (docstring)
+        half = op.out_elems * tokens_scale / tp * (received_scale(info) if ep > 1 else 1.0)
+        return DispatchWork(sync_s=0.0 if backward else drain_seconds(compute), host_s=host,
+                            clamp_kernels=glu_clamp_kernels(half, elem_bytes, backward))
     if info.role is not MoERole.expert or (not dispatch and not combine):
         return NO_DISPATCH if host is None else DispatchWork(host_s=host)
     own = dispatch / received_scale(info)  # the permutation reorders the rank's own tokens: balanced
@@ -494,8 +546,36 @@ def dispatch_work(
     sync = dispatch > 0 and not backward and info.capacity_factor is None and framework
     gathered = tp if etp is None else etp  # the GroupedLinear's rows: the expert-tensor group's slots
     pads = framework and fp8_padded(info, fp8, info.tokens * tokens_scale / tp, ep * gathered)
+    bias = (expert_bias_kernels(combine * (gathered if ep > 1 else 1), max(1, info.experts // ep), backward)
+            if framework and info.output_bias else ())
     return DispatchWork(2 * own, 2 * (dispatch + combine) * sorts, drain_seconds(compute) if sync else 0.0, host,
-                        2 * (dispatch + combine) * gathered if pads else 0.0)
+                        2 * (dispatch + combine) * gathered if pads else 0.0, bias)
+
+
+def glu_clamp_kernels(half: float, elem_bytes: float, backward: bool) -> tuple[float, ...]:
+    """Bytes each eager kernel of a clamped gated unit streams in one pass (module docstring), ``half``: the
+    elements of one half of the device's fc1 output (token-slots × expert width). Forward: the gate's clamp,
+    the linear half's clamp, their concatenation, the offset's host-to-device copy (no bytes: its floor);
+    backward: the gate's comparison, zero and ``where``, the linear half's two comparisons, ``logical_and_``,
+    zero and ``where`` (1-byte masks), and the concatenation of the halves' gradients."""
+    h = half * elem_bytes
+    if not backward:
+        return 2 * h, 2 * h, 4 * h, 0.0
+    compare, where = h + half, 2 * h + half
+    return compare, 0.0, where, compare, compare, 3 * half, 0.0, where, 4 * h
+
+
+def expert_bias_kernels(rows_bytes: float, local: int, backward: bool) -> tuple[float, ...]:
+    """Bytes each kernel of ``TEGroupedMLP._apply_bias`` streams in one pass (module docstring), over
+    ``rows_bytes`` (the combine side's token-slots × hidden at the activations' width) split evenly over
+    ``local`` experts: forward ``b * p`` (one pass) and ``t + b·p`` (three) per expert, then the concatenation
+    (two); backward per expert the bias's and the probabilities' product (two passes each) and reduction
+    (one each), then the split's concatenation of the rows' gradients (two) and of the probabilities' (none
+    counted)."""
+    per = rows_bytes / local
+    if backward:
+        return (2 * per, per, 2 * per, per) * local + (2 * rows_bytes, 0.0)
+    return (per, 3 * per) * local + (2 * rows_bytes,)
 
 
 # Transformer Engine's row alignment of an fp8 grouped GEMM's splits (``Fp8Padding.align_size``,

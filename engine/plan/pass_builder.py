@@ -83,6 +83,8 @@ class PassBuilder(PassComms, DelayedWgrad):
                and c.formats.fp8_scaling)  # by its recipe (``moe_host.grouped_linear``)
         moe = dispatch_work(op, backward, c.micro_batch, c.tp, c.expert_parallel, c.elem_bytes, c.dev.compute,
                             fp8, c.moe_framework, c.expert_tp, c.moe_router_fusion)
+        if not backward:  # a clamped GLU's eager clamps and offset copy run before the drain (``experts``)
+            self._eager_kernels(op, moe.clamp_kernels)
         if moe.sync_s:
             self._host_sync(op, moe.sync_s)
         if not backward:
@@ -95,6 +97,8 @@ class PassBuilder(PassComms, DelayedWgrad):
         if sort_first:  # fp8's padding copy sits between the sort and the op (``experts.fp8_padded``)
             self._stream(op, moe.sort_bytes)
             self._stream(op, moe.pad_bytes, host=False)
+        if backward:  # the experts' output bias runs after fc2: its backward before fc2's
+            self._eager_kernels(op, moe.bias_kernels)
         if fused != (False, False):
             fused = on_chip(op, fused, c)
         costed, axes = as_costed(op, c.dev, scores, fused), None if backward else c.tp_axes
@@ -144,6 +148,10 @@ class PassBuilder(PassComms, DelayedWgrad):
             self._defer(op, t)
         if c.context is not None and op.kind is OpKind.attention:
             self._ring(op, backward, t, seg)
+        if not backward:
+            self._eager_kernels(op, moe.bias_kernels)
+        else:  # the clamps' backward follows the fused kernel's
+            self._eager_kernels(op, moe.clamp_kernels)
         if not sort_first:
             self._stream(op, moe.pad_bytes, host=False)
             self._stream(op, moe.sort_bytes)
@@ -219,6 +227,23 @@ class PassBuilder(PassComms, DelayedWgrad):
         if host and (self._graph is None or not self._graph.whole):  # a graph replays it (``plan.cuda_graphs``)
             seg.host_s += c.dev.compute.host_dispatch_s
         self.layer_busy += seconds
+
+    def _eager_kernels(self, op: Op, kernels: tuple[float, ...]) -> None:
+        """Eager kernels beside a routed-expert op (``experts.expert_bias_kernels``, ``experts.glu_clamp_kernels``):
+        each streamed on its own (``_stream``: its bytes, the per-kernel floor, the host's dispatch), even one whose
+        bytes are negligible (a reduction's output, the probabilities' concatenation) pays its floor and
+        dispatch."""
+        c = self.ctx
+        for nbytes in kernels:
+            if nbytes > 0:
+                self._stream(op, nbytes)
+            elif c.dev.local_dram is not None:
+                seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
+                                                         compute_s=0, flops=0, dram_bytes=0)
+                seg.busy_s += c.dev.compute.fixed_op_s
+                if self._graph is None or not self._graph.whole:
+                    seg.host_s += c.dev.compute.host_dispatch_s
+                self.layer_busy += c.dev.compute.fixed_op_s
 
     def copy(self, op: Op, nbytes: float) -> None:
         """A memory-bound copy kernel of the compute stream beside op ``op``'s layer (PyTorch FSDP2's copy-in and

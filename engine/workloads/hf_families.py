@@ -329,7 +329,8 @@ def gpt_oss(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
     fields = _decoder(r, tie_default=False, seq_default=131072)
     _default_head_dim(r, fields, 64)
     bias = r.get_bool("attention_bias", True)
-    fields |= {"qkv_bias": bias, "out_bias": bias, "mlp_bias": True, "attention_sinks": True}
+    fields |= {"qkv_bias": bias, "out_bias": bias, "mlp_bias": True, "attention_sinks": True,
+               "glu_clamp": r.get_float("swiglu_limit") or 7.0}  # GptOssConfig's default swiglu_limit
     _layer_types(r, fields, [_SLIDING if i % 2 == 0 else _FULL for i in range(fields["layers"])])
     fields["moe"] = {
         "experts": r.get_int("num_local_experts", None, "num_experts"),
@@ -337,7 +338,8 @@ def gpt_oss(r: Reader) -> tuple[type[TransformerDims], dict[str, Any]]:
         "expert_ffn": fields["ffn"],
         "router_bias": True,
     }
-    r.notes.append("experts' SwiGLU clamped at swiglu_limit with (up + 1) · glu (elementwise, as SwiGLU); "
+    r.notes.append("experts' SwiGLU clamped at swiglu_limit with (up + 1) · glu (glu_clamp: Megatron-Core's eager "
+                   "clamps and offset copy, plan.experts); "
                    "attention sinks: one logit per head in each softmax row (parameters counted, work not)")
     return LlamaSpec, fields
 

@@ -50,6 +50,10 @@ Block variants (``TransformerDims`` fields) keep those rules and change shapes:
   divide by t; it stores its output (the normed Q and K attention reads; its input is qkv's stored output).
   Transformers and Megatron-Core replicate the 2·d gains on every tensor-parallel rank, where the heads
   split counts 2·d / t: under 0.1 % of one rank's attention weights, left as is.
+- ``glu_clamp`` (gpt-oss ``swiglu_limit``) and biased routed experts (``mlp_bias`` with ``moe``): the ops are
+  the plain gated experts'; the routed-expert ops carry them (``ExpertInfo.glu_clamp`` on the activation,
+  ``output_bias`` on the down projection) for the eager kernels Megatron-Core runs beside them
+  (``plan.experts``).
 - ``attention_sinks`` (gpt-oss): one learned logit per head joins each query row's softmax denominator:
   ``heads`` parameters on the softmax op (split by heads, as Megatron-Core shards its learnable softmax
   offset), and a + 1-th term in each of a·s rows of s scores, against the a·s² scores: not costed.
@@ -101,6 +105,7 @@ class BlockShape:
     causal: bool = False  # a decoder's masked attention (a fused kernel skips the masked key blocks)
     qk_norm: bool = False  # a norm over each query and key head before attention (Qwen3, Gemma 3)
     sinks: bool = False  # a learned per-head logit in each softmax row (gpt-oss attention sinks)
+    glu_clamp: bool = False  # the routed experts' gated unit clamps its inputs (gpt-oss swiglu_limit)
 
     @classmethod
     def of(
@@ -115,7 +120,7 @@ class BlockShape:
             mlp_bias=spec.mlp_bias, dropout=dropout, norm_params=norm_factor * spec.hidden, pre_norm=pre_norm,
             parallel=spec.parallel_block, parallel_norms=spec.parallel_norms, sandwich=spec.sandwich_norm,
             window=spec.window_of(block), mla=spec.mla, moe=moe, causal=causal, qk_norm=spec.qk_norm,
-            sinks=spec.attention_sinks,
+            sinks=spec.attention_sinks, glu_clamp=spec.glu_clamp is not None,
         )
 
     @property
@@ -320,9 +325,11 @@ def _add_moe(ops: OpList, b: BlockShape, moe: MoESpec, mlp_input: str) -> str:
     rows = max(1, math.ceil(slots))  # the stacked GEMM's m (a whole number of rows)
     fraction = moe.slots_per_token / e
 
-    def info(role: MoERole, dispatch: float = 0.0, combine: float = 0.0) -> ExpertInfo:
+    def info(role: MoERole, dispatch: float = 0.0, combine: float = 0.0, bias: bool = False,
+             clamp: bool = False) -> ExpertInfo:
         return ExpertInfo(role=role, experts=e, top_k=moe.top_k, capacity_factor=moe.capacity_factor, tokens=s,
-                          tokens_fraction=fraction, dispatch_elems_per_token=dispatch, combine_elems_per_token=combine)
+                          tokens_fraction=fraction, dispatch_elems_per_token=dispatch, combine_elems_per_token=combine,
+                          output_bias=bias, glu_clamp=clamp)
 
     a2a = moe.slots_per_token * h  # each token's hidden vector to (and back from) each of its expert slots
     add_matmul(ops, "router", REP, s, e, h, e * h + (e if moe.router_bias else 0), inputs=[mlp_input],
@@ -343,8 +350,9 @@ def _add_moe(ops: OpList, b: BlockShape, moe: MoESpec, mlp_input: str) -> str:
         act_inputs.append(experts("experts_gate", COL, f, h, inputs=[mlp_input, routing], moe=info(MoERole.expert)))
     act_in = slots * f * len(act_inputs)
     ops.add("experts_activation", OpKind.elementwise, COL, in_elems=act_in, out_elems=slots * f, saved_elems=act_in,
-            inputs=act_inputs, moe=info(MoERole.expert))
-    combine_inputs = [experts("experts_down", ROW, h, f, saved_elems=slots * f, moe=info(MoERole.expert, combine=a2a))]
+            inputs=act_inputs, moe=info(MoERole.expert, clamp=b.glu_clamp and b.gated_mlp))
+    combine_inputs = [experts("experts_down", ROW, h, f, saved_elems=slots * f,
+                              moe=info(MoERole.expert, combine=a2a, bias=b.mlp_bias))]
     if moe.shared_ffn:
         combine_inputs.append(_add_dense_mlp(ops, b, moe.shared_ffn, mlp_input, "shared", moe=info(MoERole.shared)))
     if moe.shared_expert_gate:
