@@ -135,6 +135,7 @@ def test_zero_collectives_behind_a_layer_stretch_its_compute():
                              run=RunSettings(dtype="bf16")))
     b = PassBuilder(PassContext(plan.stages[0].dev, 1, 1, False, 2.0), "B")
     shard = SimpleNamespace(seconds=lambda kind, nbytes: nbytes * 1e-9)  # 1 ns per byte
+    b.prev_layer_device = 2 * MS  # the layer before: 2 ms of kernels, its whole span (``next_layer``)
     cover = b.shard_cover(shard, [("dp:reduce-scatter", 1e6)], 2 * MS, "block0.x", 0)
     assert cover == pytest.approx(2 * MS * 132 / 108)
     assert b._open is not None and b._open.busy_s == pytest.approx(1 * MS * 24 / 132)
