@@ -52,7 +52,7 @@ class PassBuilder(PassComms, DelayedWgrad):
 
     @property
     def layer_busy(self) -> float:
-        """Device time of the ops added since the last ``next_layer`` (with ``layer_host``, the span that covers a
+        """Device time of the ops added since the last ``next_layer`` (with ``layer_host_wait``, the span that covers a
         sharded layer's gathers)."""
         return self._busy - self._layer_from
 
@@ -233,17 +233,22 @@ class PassBuilder(PassComms, DelayedWgrad):
         each streamed on its own (``_stream``: its bytes, the per-kernel floor, the host's dispatch), even one whose
         bytes are negligible (a reduction's output, the probabilities' concatenation) pays its floor and
         dispatch."""
-        c = self.ctx
         for nbytes in kernels:
             if nbytes > 0:
                 self._stream(op, nbytes)
-            elif c.dev.local_dram is not None:
-                seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
-                                                         compute_s=0, flops=0, dram_bytes=0)
-                seg.busy_s += c.dev.compute.fixed_op_s
-                if self._graph is None or not self._graph.whole:
-                    seg.host_s += c.dev.compute.host_dispatch_s
-                self.layer_busy += c.dev.compute.fixed_op_s
+            elif self.ctx.dev.local_dram is not None:
+                self._kernel_floor(op, host=self._graph is None or not self._graph.whole)
+
+    def _kernel_floor(self, op: Op, host: bool = True) -> None:
+        """One kernel whose bytes are negligible in the open segment: the per-kernel floor on the device and
+        (``host``: not replayed by a CUDA graph) its dispatch on the host."""
+        c = self.ctx.dev.compute
+        seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
+                                                 compute_s=0, flops=0, dram_bytes=0)
+        seg.busy_s += c.fixed_op_s
+        if host:
+            seg.host_s += c.host_dispatch_s
+        self.layer_busy += c.fixed_op_s
 
     def copy(self, op: Op, nbytes: float) -> None:
         """A memory-bound copy kernel of the compute stream beside op ``op``'s layer (PyTorch FSDP2's copy-in and
@@ -283,11 +288,7 @@ class PassBuilder(PassComms, DelayedWgrad):
         if copies <= 0 or self.out.captured or not issues_kernels(c):
             return
         for _ in range(copies):
-            seg = self._open = self._open or Segment(label=op.name.split(".")[0], layer=op.layer, busy_s=0,
-                                                     compute_s=0, flops=0, dram_bytes=0)
-            seg.busy_s += c.fixed_op_s
-            seg.host_s += c.host_dispatch_s
-            self.layer_busy += c.fixed_op_s
+            self._kernel_floor(op)
             self._host_sync(op, drain_seconds(c), "blocking host-to-device copy")
 
     @property
