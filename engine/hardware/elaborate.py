@@ -40,9 +40,13 @@ def elaborate(root: Component, devices_needed: int | None = None) -> HardwareGra
     g = nx.DiGraph()
     g.add_nodes_from(b.nodes)
     g.add_edges_from((lk.src, lk.dst, {"id": lk.id, "link": lk}) for lk in b.links)
-    if g.number_of_edges() != len(b.links):  # two links for one ordered pair would hide one of them
+    # Counted off the adjacency: ``number_of_edges`` caches a degree view on the graph that refers back
+    # to it, a reference cycle that left the whole graph to the cyclic collector.
+    if sum(map(len, g.succ.values())) != len(b.links):  # two links for one ordered pair would hide one of them
         raise RuntimeError(f"{root.name}: duplicate links between the same pair of nodes")
     hg = HardwareGraph(root, g, devices, b.links, ports, b.device_inst, b.interconnects)
+    for inst in b.instances:  # the tree's downward links served the walk; kept, each parent <-> child
+        inst.children = []  # pair is a reference cycle, and the tree garbage only the collector frees
     release_lists(b.nodes, b.device_rows, b.instances)  # not in one GIL hold (a studio worker elaborates)
     return hg
 

@@ -50,7 +50,7 @@ class HardwareGraph:
         self._succ = graph.succ
         self._routes: dict[tuple[str, str], tuple[int, ...]] = {}
         self._mem_routes: dict[tuple[int, str, bool], tuple[MemoryPort, tuple[int, ...]]] = {}
-        self._nearest = NearestPort(self)
+        self._nearest = NearestPort()
 
     # --- lookups ----------------------------------------------------------------------------------------
 
@@ -108,7 +108,7 @@ class HardwareGraph:
         hit = self._mem_routes.get(key)
         if hit is None:
             node = self.devices[device].node
-            port, via = self._nearest.find(node, self.ports_of(device, memory_name))
+            port, via = self._nearest.find(self, node, self.ports_of(device, memory_name))
             if via is None:
                 r = self.route(port.node, node) if read else self.route(node, port.node)
             else:

@@ -33,15 +33,16 @@ class _Group:
 
 
 class NearestPort:
-    def __init__(self, hg: HardwareGraph) -> None:
-        self.hg = hg
+    """The candidate groups of one hardware graph, which passes itself in on each call (holding it here
+    would be a reference cycle, leaving the graph to the cyclic collector)."""
+
+    def __init__(self) -> None:
         self._groups: dict[tuple[str, str], _Group | None] = {}
 
-    def find(self, node: str, ports: list[MemoryPort]) -> tuple[MemoryPort, str | None]:
+    def find(self, hg: HardwareGraph, node: str, ports: list[MemoryPort]) -> tuple[MemoryPort, str | None]:
         """(port, attached device to enter it by); the device is None when a port hangs off a switch
         or router, whose route is then left to ``HardwareGraph.route``."""
-        hg = self.hg
-        group = self._group(ports)
+        group = self._group(hg, ports)
         if group is None:  # some port is not anchored on devices
             port = min(ports, key=lambda p: (len(hg.route(node, p.node)), p.index))
             return port, None
@@ -58,11 +59,10 @@ class NearestPort:
                 best_cost, best_row = cost, (p, a)
         return best_row
 
-    def _group(self, ports: list[MemoryPort]) -> _Group | None:
+    def _group(self, hg: HardwareGraph, ports: list[MemoryPort]) -> _Group | None:
         key = (ports[0].owner, ports[0].memory.name)
         if key in self._groups:
             return self._groups[key]
-        hg = self.hg
         rows = [(p, a) for p in ports for a in p.attached]
         if any(not hg.is_device(a) for _, a in rows):
             self._groups[key] = None

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from typing import Protocol
 
 from tilewright.engine.ir.ops import Op
+from tilewright.engine.plan.memo import weak_cache
 from tilewright.engine.plan.passes import PassContext, forward_pass
 
 
@@ -48,7 +48,7 @@ class GridAttention:
         zero: tuple[float, float],
     ) -> None:
         self.ctx, self.ops_for, self.seconds_of, self.zero = ctx, ops_for, seconds_of, zero
-        self._price = lru_cache(maxsize=16384)(self._group)
+        self._price = weak_cache(GridAttention._group, self, maxsize=16384)
 
     def _group(self, tokens: int, context: int, sequences: int) -> tuple[float, float]:
         ctx = dataclasses.replace(self.ctx, micro_batch=sequences)
