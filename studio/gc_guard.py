@@ -5,10 +5,16 @@ worker thread and the garbage holds Qt objects (a closed window's widgets caught
 their C++ destructors run off the GUI thread and crash the process. So while any worker job runs,
 automatic collection is off and the GUI thread collects instead:
 
-- every ``TICK_MS`` while jobs run, the young generations, as their thresholds ask (``gc.collect(0)``,
-  or ``(1)`` when generation 1 is due). They hold only what survived since the last tick: a pass is short.
-- ``FULL_AFTER_MS`` after the last job ended (the result views have filled and painted by then), one
-  full ``gc.collect()``; then automatic collection is on again, with no worker running Python.
+- every ``TICK_MS`` while jobs run, both young generations at once (``gc.collect(1)``) when generation 0
+  is due: they hold only what was allocated since the last tick, each object is scanned once before it
+  reaches the old generation, and a pass costs what the worker allocated in one tick (a plan built in a
+  burst: about 20 ms on a slow machine). Collecting generation 1 only every tenth pass, as CPython does,
+  scanned a second of a run's allocations at once (35,000 objects, 85 ms).
+- ``FULL_AFTER_MS`` after the last job ended, one full ``gc.collect()`` in a quiet turn of the event
+  loop; then automatic collection is on again, with no worker running Python. Quiet: a ``QUIET_MS``
+  timer fired on time, so nothing long ran just before it. The result views fill in several turns of
+  40–85 ms each on a slow machine, and a full pass (20–60 ms) run right after one of them, before the
+  event loop's next turn, blocked it past 100 ms; it waits for them now (at most ``QUIET_TRIES`` times).
 
 An earlier version froze the heap (``gc.freeze()``) at each run and each job's end instead: frozen
 objects are never collected, so every run's cyclic garbage stayed for good. One freeze is left: the heap
@@ -25,10 +31,13 @@ import gc
 import threading
 import time
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 TICK_MS = 100
 FULL_AFTER_MS = 300
+QUIET_MS = 20  # the full pass waits for a timer this long...
+LATE_MS = 5  # ...to fire no later than this after it was due (else something ran meanwhile: wait again)
+QUIET_TRIES = 50  # at most this many waits (a second or more of a busy loop); then it runs anyway
 KEEP_PAUSES = 200
 
 
@@ -46,7 +55,14 @@ class _Collector(QObject):
         self.full = QTimer(self)
         self.full.setSingleShot(True)
         self.full.setInterval(FULL_AFTER_MS)
-        self.full.timeout.connect(self.collect_full)
+        self.full.timeout.connect(self._wait_quiet)
+        self.quiet = QTimer(self)
+        self.quiet.setSingleShot(True)
+        self.quiet.setTimerType(Qt.TimerType.PreciseTimer)  # a coarse timer may fire 5 % late
+        self.quiet.setInterval(QUIET_MS)
+        self.quiet.timeout.connect(self._quiet_check)
+        self._asked = 0.0
+        self._tries = 0
         self.idle.connect(self._idle)
 
     def _timed(self, generation: int) -> int:
@@ -58,6 +74,7 @@ class _Collector(QObject):
     def busy(self) -> None:
         """A job is about to start: young collections from here on, no full one until all have ended."""
         self.full.stop()
+        self.quiet.stop()
         if not self.tick.isActive():
             self.tick.start()
 
@@ -66,17 +83,28 @@ class _Collector(QObject):
             wanted = _STATE["was_enabled"]
         if not wanted:  # collection was off before the jobs: not ours to switch on
             return
-        count, threshold = gc.get_count(), gc.get_threshold()
-        if count[1] >= threshold[1]:
+        if gc.get_count()[0] >= gc.get_threshold()[0]:
             self._timed(1)
-        elif count[0] >= threshold[0]:
-            self._timed(0)
 
     def _idle(self) -> None:
         with _LOCK:
             if _STATE["active"]:
                 return
         self.full.start()
+
+    def _wait_quiet(self) -> None:
+        self._tries = 0
+        self._asked = time.perf_counter()
+        self.quiet.start()
+
+    def _quiet_check(self) -> None:
+        late = time.perf_counter() - self._asked - QUIET_MS / 1000
+        if late > LATE_MS / 1000 and self._tries < QUIET_TRIES:
+            self._tries += 1
+            self._asked = time.perf_counter()
+            self.quiet.start()
+            return
+        self.collect_full()
 
     def collect_full(self) -> None:
         # Under the lock throughout: a job starting in between must find collection either still off

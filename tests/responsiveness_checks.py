@@ -180,10 +180,14 @@ class FirstPaint(QObject):
 
 
 def _shown_at_once(qtbot, tmp_path, preset: str) -> MainWindow:
-    """A window built and shown as ``tilewright studio --run`` does: no waiting for it to be exposed."""
-    from PySide6.QtCore import QSettings
+    """A window built and shown as ``tilewright studio --run`` does: no waiting for it to be exposed. The
+    previous test's window, closed at its teardown, is destroyed first: its deferred deletion (25–30 ms on
+    a slow machine) would otherwise run in this window's first turn of the event loop and be charged to it."""
+    from PySide6.QtCore import QCoreApplication, QEvent, QSettings
     from PySide6.QtWidgets import QMessageBox
     from tilewright.studio.document import ProjectDocument
+
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete.value)
 
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     window = MainWindow(ProjectDocument(load_project(preset)), settings, persist=False)

@@ -12,6 +12,7 @@ import os
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
 from tilewright.engine.io.presets import load_system  # noqa: E402
 from tilewright.engine.ir import GPTSpec, Mapping, Project, RunSettings  # noqa: E402
 from tilewright.engine.results import CATEGORIES, Series, Timeline  # noqa: E402
@@ -68,9 +69,9 @@ def test_carrying_lists_only_the_links_of_that_collective(qtbot):
     assert [view.carrying.itemText(i) for i in range(view.carrying.count())] == [
         ANY_TRAFFIC, "expert all-to-all", "dp comm"]
     a_row = names().index(A)
-    assert "busy carrying expert all-to-all 4 s (80 %)" in view.list.item(a_row).toolTip()
+    assert "busy carrying expert all-to-all 4 s (80 %)" in view.model.index(a_row).data(Qt.ItemDataRole.ToolTipRole)
     view.carrying.setCurrentIndex(1)
-    assert names() == [A] and view.list.count() == 1 and view.selected() == [0]
+    assert names() == [A] and view.model.rowCount() == 1 and view.selected() == [0]
     assert "1 of 3 links" in view.heading.text() and "expert all-to-all" in view.heading.text()
     assert "carrying expert all-to-all" in view.export_title()
     assert len(view.curves) == 1
@@ -85,7 +86,7 @@ def test_a_run_with_one_kind_of_traffic_has_nothing_to_choose(qtbot):
     qtbot.addWidget(view)
     record = prepare_record(dgx_project(), tiny_result(), 0.5)
     view.set_result(record.result, record.ranked_links, record.carriage)
-    assert not view.carrying.isEnabled() and view.list.count() == 2
+    assert not view.carrying.isEnabled() and view.model.rowCount() == 2
 
 
 @pytest.fixture
@@ -117,7 +118,8 @@ def test_a_moe_run_shows_which_links_the_all_to_all_loads(make_window, qtbot, mo
     assert "expert all-to-all" in labels and "dp comm" in labels
     links.carrying.setCurrentIndex(labels.index("expert all-to-all"))
     assert {s.name for s, _ in links.ranked} == carried_ep
-    assert all("expert all-to-all" in links.list.item(i).toolTip() for i in range(links.list.count()))
+    assert links.model.rowCount() == len(carried_ep) and all(
+        "expert all-to-all" in links.model.index(i).data(Qt.ItemDataRole.ToolTipRole) for i in range(len(carried_ep)))
 
 
 # -- on the canvas --------------------------------------------------------------------------------------

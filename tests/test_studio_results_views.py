@@ -54,7 +54,7 @@ def test_views_show_a_run(shown):
     assert shown.tabs.currentWidget() is shown.gantt  # the first result opens on the timeline
     assert [r.text for r in shown.gantt.data.rows][1] == "stage 0 · 2 devices"
     assert shown.gantt.bar_count() == 5
-    assert shown.links.list.item(0).text().split()[:2] == ["45.0", "%"]  # busiest first
+    assert shown.links.model.index(0).data().split()[:2] == ["45.0", "%"]  # busiest first
     assert shown.links.selected() == [0, 1]  # the busiest (up to four) are plotted on opening
     assert shown.memory.device.currentText() == "node[1]/gpu[0] · peak 22 GiB (137.5 % of capacity)"
     assert "does not fit" in shown.memory.heading.text()

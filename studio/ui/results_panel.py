@@ -237,17 +237,19 @@ class ResultsPanel(QWidget):
         if first and record.gantt is not None and len(record.gantt):
             self.tabs.setCurrentWidget(self.gantt)  # now: the summary's tables then lay out out of sight
         updates = {
-            self.gantt: lambda: self.gantt.set_data(record.gantt),
-            self.links: lambda: self.links.set_result(result, record.ranked_links, record.carriage),
-            self.memory: lambda: self.memory.set_result(result, record.memory_order),
+            self.gantt: [lambda: self.gantt.set_data(record.gantt, legend=False), self.gantt.update_legend],
+            self.links: [lambda: self.links.set_result(result, record.ranked_links, record.carriage)],
+            self.memory: [lambda: self.memory.set_result(result, record.memory_order)],
         }
         shown = self.tabs.currentWidget()
         # Each in an event-loop turn of its own, after the headline and tables have painted: the dock grown
         # for the first result (the canvas beside it repaints), then what the user sees, then the rest (in
-        # one turn they took 80–100 ms with a 60k-slice run on a slow machine).
+        # one turn they took 80–100 ms with a 60k-slice run on a slow machine; the timeline's bars and its
+        # key, one turn each, still took 60–90 ms with the paint that follows).
         self._pending = [self._make_room] if first else []
-        self._pending += [updates.pop(shown)] if shown in updates else []
-        self._pending += updates.values()
+        self._pending += updates.pop(shown) if shown in updates else []
+        for steps in updates.values():
+            self._pending += steps
         self._fill_timer.start()
 
     def _update_next(self) -> None:

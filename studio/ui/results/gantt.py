@@ -132,7 +132,9 @@ class GanttView(QWidget):
         release_plot(self.plot_widget)
 
     # -- data ----------------------------------------------------------------------------------------
-    def set_data(self, data: GanttData | None) -> None:
+    def set_data(self, data: GanttData | None, legend: bool = True) -> None:
+        """Show ``data``; ``legend=False`` leaves the colour key to a later ``update_legend`` (the results
+        panel fills it in an event-loop turn of its own: ten swatches take 20–25 ms on a slow machine)."""
         self.data = data
         for item in self.items.values():
             self.plot.removeItem(item)
@@ -155,7 +157,8 @@ class GanttView(QWidget):
         self.viewbox.setLimits(xMin=-0.02 * data.span, xMax=1.02 * data.span, yMin=-1.0,
                                yMax=max(len(rows), MIN_ROWS), minXRange=min(1e-9, data.span / 10),
                                maxXRange=1.04 * data.span)
-        self._update_legend()
+        if legend:
+            self.update_legend()
         self.auto_fit = True
         self.fit()
 
@@ -168,10 +171,10 @@ class GanttView(QWidget):
         for item in self.items.values():
             self.plot.removeItem(item)
         self.items = {}
-        self._update_legend()
+        self.update_legend()
         self.refresh_bars()
 
-    def _update_legend(self) -> None:
+    def update_legend(self) -> None:
         set_legend(self.legend, self.data.legend(self.mode) if self.data is not None else [])
         note = self.data.unseen_note() if self.data is not None and self.mode == "category" else ""
         self.unseen.setText(note)

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
     QLabel,
-    QListWidget,
-    QListWidgetItem,
+    QListView,
     QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
@@ -40,6 +39,7 @@ from tilewright.studio.model.metrics import (
 )
 from tilewright.studio.model.palette import CATEGORY_COLOURS, CATEGORY_TIPS, category_label, series_colour
 from tilewright.studio.model.traffic_rows import TrafficRow, no_ports_note, op_rows, port_rows, port_spread
+from tilewright.studio.ui.results.link_list import LinkListModel
 from tilewright.studio.ui.results.plot_style import (
     add_legend_row,
     elastic,
@@ -76,9 +76,10 @@ class LinksView(QWidget):
         self.span = 0.0
         self.root = ""
         self.curves: list[pg.PlotDataItem] = []
-        self.swatched: list[int] = []  # the list rows that carry a plotted curve's colour
         self.heading = elastic(QLabel())
-        self.list = QListWidget()
+        self.model = LinkListModel(self.short)
+        self.list = QListView()
+        self.list.setModel(self.model)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         # A link's name ends in its far end ("→ …/dram@west[0]/ctrl"): at 1280 × 720 the list cut that end
         # off behind a scroll bar. Elided in the middle, both ends show (the tooltip has the whole name).
@@ -86,7 +87,7 @@ class LinksView(QWidget):
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setWordWrap(False)
         self.list.setUniformItemSizes(True)  # one line each: a thousand links lay out without measuring each
-        self.list.itemSelectionChanged.connect(self._replot)
+        self.list.selectionModel().selectionChanged.connect(lambda _new, _old: self._replot())
         self.plot_widget = make_plot()
         self.plot = self.plot_widget.getPlotItem()
         self.plot.setLabel("bottom", "time", units="s")
@@ -210,18 +211,13 @@ class LinksView(QWidget):
         category = self.category
         self.ranked = [(s, m) for s, m in self.all_ranked
                        if category is None or self.carriage.carries(s.name, category)]
-        self.list.blockSignals(True)
-        self.list.clear()
-        for series, mean in self.ranked:
-            item = QListWidgetItem(f"{format_percent(mean):>7}  {self.short(series.name)}")
-            carried = self.carriage.describe(series.name)
-            item.setToolTip(f"{series.name}\naverage utilisation {format_percent(mean)} over "
-                            f"{format_value(self.span, SECONDS)}"
-                            + (f"\nbusy carrying {carried}" if carried else ""))
-            self.list.addItem(item)
-        for i in range(min(SHOWN_AT_FIRST, self.list.count())):
-            self.list.item(i).setSelected(True)
-        self.list.blockSignals(False)
+        selection = self.list.selectionModel()
+        selection.blockSignals(True)
+        self.model.set_rows(self.ranked, self.carriage, self.span)
+        if self.ranked:
+            first = QItemSelection(self.model.index(0), self.model.index(min(SHOWN_AT_FIRST, len(self.ranked)) - 1))
+            selection.select(first, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        selection.blockSignals(False)
         if self.result is None:
             self.heading.setText("No run yet.")
         elif not self.all_ranked:
@@ -289,17 +285,14 @@ class LinksView(QWidget):
         return step_edges(series.times, self.span), [100.0 * v for v in series.values]
 
     def selected(self) -> list[int]:
-        return sorted(self.list.row(item) for item in self.list.selectedItems())
+        return sorted(index.row() for index in self.list.selectionModel().selectedRows())
 
     def _replot(self) -> None:
         for curve in self.curves:
             self.plot.removeItem(curve)
         self.curves = []
         self.legend.clear()
-        for row in self.swatched:  # only these (a run lists a thousand links or more)
-            if row < self.list.count():
-                self.list.item(row).setIcon(QIcon())
-        self.swatched = []
+        icons: dict[int, QIcon] = {}
         top = 0.0
         for n, row in enumerate(self.selected()):
             series, _ = self.ranked[row]
@@ -310,8 +303,8 @@ class LinksView(QWidget):
             self.plot.addItem(curve)
             self.legend.addItem(curve, elide(self.short(series.name), LEGEND_CHARS))
             self.curves.append(curve)
-            self.list.item(row).setIcon(_swatch(colour))
-            self.swatched.append(row)
+            icons[row] = _swatch(colour)
+        self.model.set_icons(icons)
         # Scale to what is shown (a 1 % load is a flat line on a 0–100 % axis); the axis says "%".
         self.plot.setYRange(0, min(100.0, max(1.0, 1.15 * top)), padding=0)
         window = format_value(self.span / WINDOWS, SECONDS) if self.span > 0 else ""
