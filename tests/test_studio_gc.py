@@ -81,3 +81,31 @@ def test_young_garbage_is_collected_on_the_gui_thread_while_a_long_job_runs(qtbo
         release.set()
     qtbot.waitUntil(lambda: job.ended_at is not None, timeout=5000)
     qtbot.waitUntil(gc.isenabled, timeout=2000)
+
+
+def test_the_full_pass_waits_for_a_quiet_turn_of_the_event_loop(qtbot, monkeypatch):
+    """A check that fires late (something ran meanwhile) waits again; one on time, or the last allowed
+    wait, collects."""
+    import time
+
+    collector = gc_guard._Collector()
+    passes: list[int] = []
+    monkeypatch.setattr(collector, "collect_full", lambda: passes.append(1))
+    due = gc_guard.QUIET_MS / 1000
+
+    collector._tries, collector._asked = 0, time.perf_counter() - due - 0.040  # a 40 ms turn delayed it
+    collector._quiet_check()
+    assert passes == [] and collector._tries == 1 and collector.quiet.isActive()
+    collector.quiet.stop()
+
+    collector._tries, collector._asked = gc_guard.QUIET_TRIES, time.perf_counter() - due - 0.040
+    collector._quiet_check()
+    assert passes == [1]  # waited long enough: it runs anyway
+
+    collector._tries, collector._asked = 0, time.perf_counter() - due
+    collector._quiet_check()
+    assert passes == [1, 1]  # on time: the loop was idle
+
+    collector.busy()  # a job starting meanwhile cancels the wait
+    assert not collector.quiet.isActive() and not collector.full.isActive()
+    collector.tick.stop()
