@@ -1,14 +1,12 @@
 """Routed experts under Megatron-Core training run as Transformer Engine's ``GroupedLinear``: one cuBLAS GEMM per
-local expert on 4 streams, each kernel paying its own fill (``op_cost.GROUPED_GEMM_STREAMS``, measured in TE pull
-request #2045); a runtime without TE's per-expert kernels (serving) keeps one fill per round of 4 streams.
+local expert on 4 streams, each kernel paying its own fill (measured in TE pull request #2045); a runtime without
+TE's per-expert kernels (vLLM's fused MoE, ``torch._grouped_mm``) runs one kernel over all the experts, with one fill.
 
 Expected values are derived from the efficiency curve's fill of one expert-sized kernel
 (``DeviceModel.matmul_parts``, read as a primitive) and the expert counts; the plan-level check sets a pass
 built by Megatron-Core's framework against the same op priced without it."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 from tilewright.engine.io.presets import load_system
@@ -47,8 +45,8 @@ def _expert_op(local: int, rows_per_expert: int) -> Op:
 @pytest.mark.parametrize("backward", [False, True])
 def test_each_expert_kernel_pays_its_own_fill(local, rows, backward):
     """With TE's per-expert kernels the fixed part is one fill per expert per GEMM kind (forward: one GEMM;
-    backward: the data and the weight gradient), against ceil(local / 4) fills per kind without; the
-    throughput part (tiles and waves) is the same either way."""
+    backward: the data and the weight gradient), against one fill of a single kernel of all the FLOPs per kind
+    without; the throughput part (tiles and waves) is the same either way."""
     dev = device_model(_gpu(), [], None, "bf16")
     op = _expert_op(local, rows)
     kernels = op_cost.gemm_kernels(op.kind, backward, op.gemm)
@@ -56,13 +54,12 @@ def test_each_expert_kernel_pays_its_own_fill(local, rows, backward):
     fused = op_cost.op_time(op, dev, 1, 1, False, backward, BF16)
     peak = dev.matmul_peak(None, True)
     flops = op.flops * (2 if backward else 1)  # the backward's two GEMMs, each the forward's FLOPs
-    fills = 0.0
+    per_expert = whole = 0.0
     for share, dims in kernels:
         eff = op_cost.grouped_efficiency(dev.compute, dims, op.gemm[0], local)
-        _, one = dev.matmul_parts(flops * share / eff / local, peak)
-        fills += one
-    per_round = math.ceil(local / 4)
-    assert te.overhead_s - fused.overhead_s == pytest.approx((local - per_round) * fills, rel=1e-9)
+        per_expert += local * dev.matmul_parts(flops * share / eff / local, peak)[1]
+        whole += dev.matmul_parts(flops * share / eff, peak)[1]
+    assert te.overhead_s - fused.overhead_s == pytest.approx(per_expert - whole, rel=1e-9)
     assert te.compute_s == pytest.approx(fused.compute_s, rel=1e-12)
     if local > 4:
         assert te.overhead_s > fused.overhead_s
@@ -72,7 +69,7 @@ def test_each_expert_kernel_pays_its_own_fill(local, rows, backward):
 def test_the_gate_runs_in_the_up_projections_kernels(backward):
     """Megatron-Core's ``linear_fc1`` is one GroupedLinear of twice the expert width: the gate half adds its
     throughput to the up half's kernels and no fill of its own (its overhead is the per-op floor alone), where
-    the per-round charge gives it ceil(16 / 4) = 4 fills per GEMM kind."""
+    one grouped kernel of its own (torchtitan's separate ``torch._grouped_mm`` for w1 and w3) pays one."""
     dev = device_model(_gpu(), [], None, "bf16")
     gate = _expert_op(16, 2048).model_copy(update={"name": "block0.experts_gate"})
     te = op_cost.op_time(gate, dev, 1, 1, False, backward, BF16, expert_kernels=True)

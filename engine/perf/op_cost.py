@@ -466,10 +466,13 @@ def _experts_reached(op: Op) -> float:
 # PR's single-launch CUTLASS grouped kernel (``NVTE_USE_CUTLASS_GROUPED_GEMM=1``: bf16/fp16 only, off by default,
 # set by none of the recipes read) runs 650.6 and 636.9. Not modelled: that CUTLASS path (one fill per group),
 # uneven experts (each expert's own tiles at its own rows; TE issue #2151 reports bf16 slowdowns when m_splits are
-# uneven). A runtime whose experts are not TE's per-expert kernels (``expert_kernels`` False: serving, vLLM's fused
-# MoE kernel) keeps one fill per stream round. Megatron-Core's gated ``linear_fc1`` is one GroupedLinear: the gate
-# half runs in the up half's kernels (``_gemm_parts``).
-GROUPED_GEMM_STREAMS = 4
+# uneven). A runtime whose experts are not TE's per-expert kernels (``expert_kernels`` False) runs each grouped GEMM
+# as one kernel over all its experts and pays one fill: vLLM's fused MoE (``fused_experts`` launches one Triton
+# ``fused_moe_kernel`` for w13, gate and up together, and one for w2; vllm/model_executor/layers/fused_moe/
+# fused_moe.py), torchtitan's ``GroupedExperts`` (``torch._grouped_mm``, one CUTLASS grouped kernel per weight),
+# a TPU's or a wafer's compiled grouped op. Not modelled: vLLM's w13 fusion (its gate op pays a fill of its own
+# here, a few microseconds per layer). Megatron-Core's gated ``linear_fc1`` is one GroupedLinear: the gate half
+# runs in the up half's kernels (``_gemm_parts``).
 
 
 def _kernel_efficiency(
@@ -489,23 +492,22 @@ def _kernel_efficiency(
 def _gemm_parts(
     op: Op, dev: DeviceModel, padded: float, peak: float, expert_kernels: bool = False
 ) -> tuple[float, float]:
-    """(throughput, fill) seconds of one GEMM kernel of ``op`` on a GPU doing ``padded`` FLOPs (tile and wave
-    quantization included). A routed-expert op is a grouped GEMM: one GEMM per local expert, each with its own
-    fill on the efficiency curve at its own size, their tiles sharing the units (``grouped_efficiency``). With
-    ``expert_kernels`` (TE's multi-stream cuBLAS GEMMs, Megatron-Core training) every expert's fill is paid
-    (``GROUPED_GEMM_STREAMS``: measured), once per expert for the gated pair: Megatron-Core's ``linear_fc1`` is
-    one ``GroupedLinear`` of twice the expert width, so ``experts_gate`` (``SHARED_INPUT_SUFFIX``) runs in
-    ``experts_up``'s kernels and pays no fill of its own. Otherwise ``GROUPED_GEMM_STREAMS`` fills overlap, one
-    per round."""
+    """(throughput, fill) seconds of the GEMM kernels of ``op`` on a GPU doing ``padded`` FLOPs (tile and wave
+    quantization included). A routed-expert op is a grouped GEMM, its experts' tiles sharing the units
+    (``grouped_efficiency``). With ``expert_kernels`` (TE's multi-stream cuBLAS GEMMs, Megatron-Core training)
+    it is one GEMM per local expert, each paying its own fill on the efficiency curve at its own size (measured:
+    the comment above), once per expert for the gated pair: Megatron-Core's ``linear_fc1`` is one
+    ``GroupedLinear`` of twice the expert width, so ``experts_gate`` (``SHARED_INPUT_SUFFIX``) runs in
+    ``experts_up``'s kernels and pays no fill of its own. Otherwise it is one kernel over all the experts, with
+    one fill, as a dense GEMM of its FLOPs."""
+    throughput_s, fill_s = dev.matmul_parts(padded, peak)
     experts = _experts_reached(op)
-    if experts == 1.0:
-        return dev.matmul_parts(padded, peak)
-    throughput_s, _ = dev.matmul_parts(padded, peak)
-    if expert_kernels and op.name.split(".", 1)[-1].endswith(SHARED_INPUT_SUFFIX):
+    if experts == 1.0 or not expert_kernels:
+        return throughput_s, fill_s
+    if op.name.split(".", 1)[-1].endswith(SHARED_INPUT_SUFFIX):
         return throughput_s, 0.0
     _, fill_one = dev.matmul_parts(padded / experts, peak)
-    rounds = math.ceil(experts) if expert_kernels else math.ceil(experts / GROUPED_GEMM_STREAMS)
-    return throughput_s, fill_one * rounds
+    return throughput_s, fill_one * math.ceil(experts)
 
 
 def grouped_efficiency(compute: Compute, dims: tuple[float, float, float], tokens: float, experts: float) -> float:
@@ -517,7 +519,7 @@ def grouped_efficiency(compute: Compute, dims: tuple[float, float, float], token
     token-slots; the tiles of all experts then fill the units in shared waves. The weight gradient reduces
     over the tokens and writes one K×N output per expert: the experts' outputs stacked, each tiled whole.
     ``dims``: the kernel's M×N×K over all experts; ``tokens``: the token-slots (the forward's M). The fills
-    (launch, pipeline fill and drain) are the caller's: per expert or per stream round (``_gemm_parts``)."""
+    (launch, pipeline fill and drain) are the caller's: one per expert kernel, or one (``_gemm_parts``)."""
     m, n, k = dims
     per = tokens / experts
     if m == tokens:  # forward or data gradient: rows per expert

@@ -178,7 +178,7 @@ class PassContext:
     @property
     def expert_kernels(self) -> bool:
         """Whether routed experts run one GEMM kernel per local expert, each paying its own fill
-        (``perf.op_cost.GROUPED_GEMM_STREAMS``): Transformer Engine's ``GroupedLinear`` (multi-stream cuBLAS)
+        (``perf.op_cost._gemm_parts``): Transformer Engine's ``GroupedLinear`` (multi-stream cuBLAS)
         under the Megatron frameworks, and Megatron-DeepSpeed's experts (one ``nn.Linear`` each) — on a GPU a host
         framework drives kernel by kernel (``issues_kernels``: not a TPU, a grid or a wafer, whose compiler runs
         the experts as it runs any op). Not serving (``moe_framework`` False), nor plain PyTorch (torchtitan's
