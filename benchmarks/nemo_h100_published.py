@@ -6,7 +6,8 @@ Sources:
 - NVIDIA-NeMo/Megatron-Bridge, ``docs/performance-summary.md`` and ``docs/performance-summary-archive.md``
   (NeMo containers 25.09, 25.11, 26.02; "System: DGX-H100" tables and the 26.02 per-model tables' DGX-H100
   rows), run with the Megatron-Bridge performance recipes (``scripts/performance/configs/*/
-  *workload_base_configs.py``): ``release`` is the container, the recipe ``BRIDGE_H100``.
+  *workload_base_configs.py``): ``release`` is the container, the recipe ``BRIDGE_H100`` (25.09's
+  ``BRIDGE_H100_2509`` where it differs, ``bridge_recipe``).
 - NVIDIA/Megatron-LM pull request #5728 ("docs: refresh Qwen3 MoE recipe performance", open when read): the
   median model TFLOP/s/GPU over steady-state iterations 30–45 of Megatron-LM's own H100 MoE recipes
   (``examples/moe_recipes/qwen3_30b/h100/{bf16,fp8}_32GPU_TP1PP1EP8.yaml``,
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nemo_h100_recipes import BRIDGE_H100, MLM_QWEN3_30B_BF16, MLM_QWEN3_30B_FP8, MLM_QWEN3_235B_BF16, Recipe
+from nemo_h100_recipes import MLM_QWEN3_30B_BF16, MLM_QWEN3_30B_FP8, MLM_QWEN3_235B_BF16, Recipe, bridge_recipe
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,14 @@ class Published:
     tflops_per_gpu: float
     token_drop: bool = False
     note: str = ""
-    recipe: Recipe | None = None  # None: Megatron-Bridge's H100 recipe of the model (BRIDGE_H100)
+    recipe: Recipe | None = None  # None: Megatron-Bridge's H100 recipe of the model in that release (bridge_recipe)
     # a performance regression its maintainers reported for this run (issue cited): a measurement of a defect of
     # that release, not of the machine, so the summary also gives the means without it
     regression: str = ""
 
     @property
     def run_recipe(self) -> Recipe:
-        return self.recipe if self.recipe is not None else BRIDGE_H100[self.model]
+        return self.recipe if self.recipe is not None else bridge_recipe(self.model, self.release)
 
     @property
     def config(self) -> tuple:

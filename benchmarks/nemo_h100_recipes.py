@@ -1,6 +1,7 @@
 """The recipes behind the DGX-H100 rows of ``calibrate_nemo_h100``: what each run's recipe sets beyond the
 published columns (``Recipe``), read from Megatron-Bridge's H100 performance recipes (``BRIDGE_H100``, every NeMo
-row) and Megatron-LM's H100 MoE recipe YAMLs (``MLM_QWEN3_*``), with the source of every setting beside it.
+row; ``BRIDGE_H100_2509`` where the 25.09 release's differ) and Megatron-LM's H100 MoE recipe YAMLs
+(``MLM_QWEN3_*``), with the source of every setting beside it.
 Kept apart from the published numbers (``nemo_h100_published``) because a recipe is what we read from code, a row
 what NVIDIA measured; ``nemo_h100_run.project_for`` turns both into a mapping.
 """
@@ -73,7 +74,7 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 # - expert_tp: BASE_QWEN3_235B_A22B_CONFIG and BASE_DEEPSEEK_V3_CONFIG set expert_tensor_parallel_size=1, whole
 #   experts per rank with the ep ranks folded over tp × dp. The tp-1 MoE rows (Qwen3-30B, gpt-oss) have no
 #   tensor split to choose.
-# - overlap_ep_comm: moe_a2a_overlap=True in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*.
+# - overlap_ep_comm: moe_a2a_overlap=True in QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_* (25.09: BRIDGE_H100_2509).
 # - dispatcher: DeepSeek-V3's H100 recipe uses the flex dispatcher with the HybridEP backend
 #   (moe_flex_dispatcher_backend="hybridep": each token once per destination node, forwarded over NVLink,
 #   ``plan.experts`` "deepep"); the others Megatron-Core's all-to-all dispatcher.
@@ -163,6 +164,32 @@ BRIDGE_H100 = {
     "deepseek-v3": Recipe(recompute_modules=("mla_up_proj", "mlp"), expert_tp=1, dispatcher="deepep",
                           mtp_layers=1, router_fusion=True, param_gather_with_step=True),
 }
+
+
+# The 25.09 release's recipes where they differ from BRIDGE_H100 (read in the later layouts), read in the 25.09
+# layout of scripts/performance (configs named by GPU count, the layout whose set_qwen3_common_configs applies
+# apply_moe_token_drop to every Qwen3 config: the token-drop rows are 25.09's; stored copies read through the
+# public-code index, their commits not resolvable there):
+# - qwen3-235b-a22b: configs/qwen3/workload_base_configs.py QWEN3_235B_A22B_H100_256GPUS_FP8_CS_PARALLEL_CONFIG
+#   (tp 2, pp 8, vp 4, ep 32, etp 1, mbs 1, gbs 2048, the row's columns) sets no moe_a2a_overlap, and neither
+#   configs/qwen3/qwen3_llm_pretrain.py (qwen3_235b_a22b_h100_256gpus_config, set_qwen3_common_configs: fused
+#   bias activation, no recomputation, moe_router_fusion, token drop, bf16 gradient reduction) nor the earlier
+#   per-model qwen3_235b_a22b_llm_pretrain.py (``A2A_1F1B = False if kwargs.get("moe_a2a") is None``) turns on
+#   overlap_moe_expert_parallel_comm; that layout's setup_experiment.py defaults moe_a2a_overlap to False
+#   (``moe_a2a_overlap = False if moe_a2a_overlap is None else moe_a2a_overlap``) and forces it on only for
+#   DeepSeek-V3 on H100. ``moe_a2a_overlap=True`` arrives with the later workload_base_configs layout
+#   (QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*: BRIDGE_H100). So the 25.09 row exposes its all-to-alls.
+BRIDGE_H100_2509 = {
+    "qwen3-235b-a22b": Recipe(recompute="none", expert_tp=1, router_fusion=True, param_gather_with_step=True),
+}
+
+
+def bridge_recipe(model: str, release: str) -> Recipe:
+    """The Megatron-Bridge recipe a NeMo row of ``release`` ran: 25.09's where it differs (``BRIDGE_H100_2509``),
+    else the model's ``BRIDGE_H100``."""
+    if release == "25.09" and model in BRIDGE_H100_2509:
+        return BRIDGE_H100_2509[model]
+    return BRIDGE_H100[model]
 
 
 # Megatron-LM's H100 MoE recipes (NVIDIA/Megatron-LM examples/moe_recipes/*/h100/*.yaml, ARGS), as read:

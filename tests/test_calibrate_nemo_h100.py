@@ -20,7 +20,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 from nemo_h100_models import MODEL_CARD, chunk_layers, model_spec  # noqa: E402
 from nemo_h100_published import nv_gflop_per_token, rows  # noqa: E402
-from nemo_h100_recipes import BRIDGE_H100, TOKEN_DROP_CAPACITY  # noqa: E402
+from nemo_h100_recipes import BRIDGE_H100, TOKEN_DROP_CAPACITY, bridge_recipe  # noqa: E402
 from nemo_h100_run import project_for  # noqa: E402
 from tilewright.engine.ir.ops import OpKind  # noqa: E402
 from tilewright.engine.plan.checks import check_project  # noqa: E402
@@ -193,10 +193,23 @@ def test_bridge_rows_run_their_models_bridge_recipe_and_the_recipe_is_part_of_a_
     the two sources' measurements of one model never merge into one row."""
     for row in rows():
         if not row.pub.release.startswith("MLM"):
-            assert row.pub.run_recipe is BRIDGE_H100[row.pub.model]
+            assert row.pub.run_recipe is bridge_recipe(row.pub.model, row.pub.release)
     mlm = next(r.pub for r in rows() if r.pub.model == "qwen3-235b-a22b" and r.pub.release.startswith("MLM"))
     assert replace(mlm, recipe=None).config != mlm.config
     assert replace(mlm, release="26.02", tokens_per_gpu=1.0).config == mlm.config
+
+
+def test_qwen3_235b_overlaps_its_all_to_alls_from_25_11_but_not_in_the_25_09_token_drop_run():
+    """The 25.09 layout's Qwen3-235B H100 config sets no moe_a2a_overlap (nemo_h100_recipes.BRIDGE_H100_2509);
+    the later QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_* set it. Everything else of the recipe is the same."""
+    big = [r for r in rows() if r.pub.model == "qwen3-235b-a22b" and not r.pub.release.startswith("MLM")]
+    releases = {r.pub.release: project_for(r).mapping for r in big}
+    assert set(releases) == {"25.09", "25.11", "26.02"}
+    for release, m in releases.items():
+        assert m.overlap_ep_comm == (release != "25.09"), release
+        assert m.expert_tp == 1 and m.ep_dispatcher == "alltoall" and m.moe_router_fusion, release
+    assert replace(bridge_recipe("qwen3-235b-a22b", "25.09"), overlap_ep_comm=True) \
+        == BRIDGE_H100["qwen3-235b-a22b"]
 
 
 def test_token_drop_rows_route_at_capacity_one_and_dropless_rows_without_capacity():

@@ -232,8 +232,9 @@ def op_time(
     bias gradient's reduction, fp8 quantization), as when a library splits only the GEMM call into chunks
     (``plan.tp_overlap``'s split GEMMs); ``tp_axes``: 2-D tensor parallelism's rows × cols (``_sharded_gemm``),
     given for forward passes only (``plan.tensor_axes``); ``expert_kernels``: a routed-expert op runs one GEMM
-    kernel per local expert, each paying its own fill (Transformer Engine's ``GroupedLinear`` as Megatron-Core
-    training calls it, ``_gemm_parts``)."""
+    kernel per local expert, each paying its own fill, and quantizes its fp8 operands expert by expert
+    (Transformer Engine's ``GroupedLinear`` as Megatron-Core training calls it, ``_gemm_parts``,
+    ``fp8_expert_launches``)."""
     if formats is not None:
         formats = formats.for_op(op.name)  # mapping.formats.weights_by_op / fidelity_by_op
     k = shard(op, tp, sequence_parallel)
@@ -326,8 +327,10 @@ def op_time(
         cast = (fp8_cast_passes(op, formats, backward, in_elems, out_elems) if split and dev.local_dram
                 and not gemm_only else None)
         if cast is not None:  # Transformer Engine's quantization kernels around an fp8 GEMM (memory-bound)
-            streams = fp8_streaming_kernels(formats, cast[1])  # each pays its ramp on its share of the bytes
-            fixed_s += cast[1] * dev.compute.fixed_op_s + (streams * dev.stream_s(cast[0] / streams) if streams
+            # each streaming kernel pays its ramp on its share of the bytes; a GroupedLinear's per expert
+            launches, streams = fp8_expert_launches(op, formats, cast[1], fp8_streaming_kernels(formats, cast[1]),
+                                                    expert_kernels)
+            fixed_s += launches * dev.compute.fixed_op_s + (streams * dev.stream_s(cast[0] / streams) if streams
                                                             else cast[0] / dev.dram_bandwidth)
             traffic_elems += cast[0] / bytes_per_elem
     else:
@@ -585,6 +588,32 @@ def fp8_streaming_kernels(formats: OpFormats | None, kernels: int) -> int:
     if formats is None or kernels <= 0:
         return 0
     return kernels - 1 if FP8_QUANTIZATION[formats.fp8_scaling].amax_read else kernels
+
+
+def fp8_expert_launches(op: Op, formats: OpFormats | None, kernels: int, streams: int,
+                        expert_kernels: bool) -> tuple[int, int]:
+    """(kernels, streaming kernels) of the quantization around a routed-expert GEMM as Transformer Engine's
+    ``GroupedLinear`` runs it (``expert_kernels``), from one tensor's (``kernels``, ``streams``). TE quantizes
+    the grouped input (and in the backward the grouped output gradient) split by expert: ``split_quantize``
+    (``transformer_engine/pytorch/csrc/extensions/cast.cpp``) builds one tensor per local expert and hands the
+    list to ``multi_tensor_quantize_impl``, whose only fused kernel is delayed scaling's
+    (``nvte_multi_cast_transpose``, one launch for all experts: "Currently only have fused kernel for FP8 delayed
+    scaling"); every other recipe is "Quantize kernels individually": each expert's tensor gets the recipe's
+    kernels of its own (current scaling's amax, scale and cast; block scaling's and MXFP8's one), each with the
+    per-kernel floor and ramp, its share of the bytes unchanged. Megatron-Core's gated ``linear_fc1`` is one
+    ``GroupedLinear`` (``SHARED_INPUT_SUFFIX``): its output gradient, gate and up halves together, is split and
+    quantized once, so the gate op's bytes ride on the up op's launches (0 here: the bytes stream at the full
+    rate, ``op_time``), as its GEMMs do (``_gemm_parts``). Any other op, or experts not run as TE's per-expert
+    kernels: unchanged."""
+    experts = _experts_reached(op)
+    if not expert_kernels or experts == 1.0 or kernels <= 0:
+        return kernels, streams
+    if op.name.split(".", 1)[-1].endswith(SHARED_INPUT_SUFFIX):
+        return 0, 0
+    if formats is not None and formats.fp8_scaling is Fp8Scaling.delayed:
+        return kernels, streams
+    local = math.ceil(experts)
+    return kernels * local, streams * local
 
 
 # A gated MLP's up and gate projections (``transformer_block._add_mlp``: "mlp_up"/"mlp_gate",
