@@ -93,9 +93,10 @@ def _device():
     return device_model(gpu, [], None, "bf16")
 
 
-def test_local_experts_pay_one_fill_per_stream_round():
-    """16 local experts on 4 streams: 4 rounds of one expert-sized GEMM's fill; 4 local experts: 1 round. The
-    rows (a multiple of the tile per expert) and the FLOPs are the same, so the throughput part is too."""
+def test_one_grouped_kernel_pays_one_fill_however_many_local_experts():
+    """Without per-expert kernels (vLLM's fused MoE, ``torch._grouped_mm``) a grouped GEMM is one kernel: one
+    fill of all its FLOPs, with 16 local experts as with 4. The rows (a multiple of the tile per expert) and the
+    FLOPs are the same, so the throughput part is too."""
     dev = _device()
     rows = 16 * 512
     many, few = _expert_op(128, 8, rows), _expert_op(32, 8, rows)  # 16 and 4 local experts
@@ -105,11 +106,10 @@ def test_local_experts_pay_one_fill_per_stream_round():
     peak = dev.matmul_peak(None, True)
     flops = 2.0 * rows * FFN * HIDDEN
     eff = _gpu().shape_efficiency(rows, FFN, HIDDEN)  # whole tiles per expert: no grouped padding
-    _, fill16 = dev.matmul_parts(flops / eff / 16, peak)
-    _, fill4 = dev.matmul_parts(flops / eff / 4, peak)
+    _, whole = dev.matmul_parts(flops / eff, peak)
     fixed = dev.compute.fixed_op_s
-    assert t_many.overhead_s == pytest.approx(fixed + 4 * fill16, rel=1e-9)
-    assert t_few.overhead_s == pytest.approx(fixed + 1 * fill4, rel=1e-9)
+    assert t_many.overhead_s == pytest.approx(fixed + whole, rel=1e-9)
+    assert t_few.overhead_s == pytest.approx(fixed + whole, rel=1e-9)
     assert t_many.compute_s == pytest.approx(t_few.compute_s, rel=1e-9)
 
 
