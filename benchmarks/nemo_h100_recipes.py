@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewright.engine.ir.mapping import Fp8Scaling
+from tilewright.engine.ir.workload import LoadBalancing
 
 # A token-drop row's expert capacity (MoESpec.capacity_factor): the performance scripts' use_tokendrop applies
 # Megatron-Bridge's apply_moe_token_drop (src/megatron/bridge/training/utils/moe_token_drop.py) at its defaults,
@@ -41,6 +42,8 @@ class Recipe:
     fp8_recipe: str = "current"  # Transformer Engine scaling of an fp8 run: 'current' (FP8-CS) or 'blockwise'
     fp8_param_gather: bool = True  # an fp8 run's fp8_param_gather (mapping.fp8_param_gather); every recipe here
     router_fusion: bool = False  # moe_router_fusion (mapping.moe_router_fusion: TE's fused router, plan.moe_host)
+    load_balancing: LoadBalancing = "aux_loss"  # moe_router_load_balancing_type (MoESpec.load_balancing: plan.moe_host)
+    rope_fusion: bool = True  # apply_rope_fusion (LlamaSpec.rope_fusion; False: plan.eager_rope)
     optimizer_moments: str = "fp32"  # precision-aware optimizer: exp_avg(_sq)_dtype (mapping.optimizer_moments)
     optimizer_master: str = "fp32"  # precision-aware optimizer: the master copy (mapping.optimizer_master)
     param_gather_with_step: bool = False  # overlap_param_gather_with_optimizer_step whenever dp, pp and vp are all > 1
@@ -122,6 +125,25 @@ FP8_BF16_LAYERS = {"current": (1, 1), "blockwise": (0, 0)}
 #   (set_qwen3_common_configs in scripts/performance/configs/qwen3/qwen3_llm_pretrain.py and the 25.09
 #   set_qwen3_30b_a3b_specific_overrides before it, set_gpt_oss_common_configs, set_deepseek_v3_common_configs),
 #   beside moe_router_force_load_balancing = True.
+# - load_balancing: gpt-oss trains without a balancing loss. Megatron-Bridge's GPT-OSS model sets
+#   moe_router_load_balancing_type "none" twice: GPTOSSProvider's field default
+#   (src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py, read at 355cef457010 and 12bc34a8ee30) and
+#   GPTOSSBridge.provider_bridge (gpt_oss_bridge.py, read at 0e4d6ed607e0), which the library recipe's
+#   AutoBridge.from_hf_pretrained("openai/gpt-oss-120b").to_megatron_provider() builds (recipes/gpt_oss/gpt_oss.py,
+#   both layouts read: 07b4a5837b4a, db2bfddc1fe5); neither that recipe, set_gpt_oss_common_configs nor the H100
+#   workload configs set it again (scripts/performance/configs/gpt_oss/, read at 0501207b95db). With it Megatron-
+#   Core's TopKRouter.routing skips the aux loss (is_aux_loss_enabled False): plan.moe_host charges top-k only.
+#   moe_router_force_load_balancing still replaces the logits by random ones (routing balanced, no loss). The
+#   other rows keep Megatron-Core's default "aux_loss" charge (Qwen3's and DeepSeek-V3's types not checked here).
+# - rope_fusion: gpt-oss rotates its queries and keys with Megatron-Core's eager RoPE (plan.eager_rope). Nothing
+#   turns the fusion on: GPTOSSProvider, GPTOSSBridge.provider_bridge, the library recipe, set_gpt_oss_common_configs
+#   and the H100 workload configs (all read as above) set no apply_rope_fusion, and Megatron-Core's TransformerConfig
+#   defaults it to False (the Llama providers set True themselves: Llama rows stay fused). Were it set, YaRN's
+#   attention scaling turns it off again: NVIDIA/Megatron-LM pull request #2038 ("Fixes for gpt-oss", merged
+#   2025-10-29, with Megatron-Bridge #1155): "disable rope fusion when mscale is used"; and Megatron-Bridge's earlier
+#   validate_rope_fusion_compatibility (src/megatron/bridge/utils/fusions.py) refuses it for any position embedding
+#   but 'rope' (gpt-oss's is 'yarn'). The B300/GB200/GB300/VR200 gpt-oss-20b configs, which switch to plain 'rope',
+#   still set apply_rope_fusion False explicitly (gpt_oss_llm_pretrain.py, read at 0501207b95db).
 # - grad_reduce_in_fp32 False (Recipe's default): every model's performance script sets
 #   cfg.mixed_precision.grad_reduce_in_fp32 = False and cfg.ddp.grad_reduce_in_fp32 = False in its common
 #   settings (set_llama3_common_configs, set_llama31_common_configs, set_gpt_oss_common_configs,
@@ -157,7 +179,8 @@ BRIDGE_H100 = {
     "llama3.1-405b": Recipe(tp_overlap="userbuffers_fp8_h100_h16384_tp8_cp2", tp_overlap_rs="ring_exchange",
                             param_gather_with_step=True),
     "gpt-oss-120b": Recipe(recompute_modules=("layernorm", "moe_act"), micro_batch=1, router_fusion=True,
-                           optimizer_master="remainders", param_gather_with_step=True),
+                           load_balancing="none", rope_fusion=False, optimizer_master="remainders",
+                           param_gather_with_step=True),
     "qwen3-30b-a3b": Recipe(recompute="none", router_fusion=True, param_gather_with_step=True),
     "qwen3-235b-a22b": Recipe(recompute="none", expert_tp=1, overlap_ep_comm=True, router_fusion=True,
                               param_gather_with_step=True),

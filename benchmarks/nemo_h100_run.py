@@ -42,6 +42,7 @@ from nemo_h100_recipes import FP8_BF16_LAYERS, FP8_SCALING, TOKEN_DROP_CAPACITY
 from tilewright.engine.io.presets import load_system
 from tilewright.engine.ir import Mapping, Project, RunSettings
 from tilewright.engine.ir.mapping import TensorFormats
+from tilewright.engine.ir.workload import LlamaSpec
 from tilewright.engine.simulate import simulate
 
 FLASH = [["attention", "softmax"]]  # Megatron-Core's fused attention: one kernel, scores stay on chip
@@ -68,6 +69,10 @@ def project_for(row: Row, engine: str = "analytic") -> Project:
         layout = chunk_layers(p.model, spec.layers, p.pp, p.vp)
     if p.token_drop and spec.moe is not None:  # drop-and-pad at capacity 1: balanced by construction, no host sync
         spec = spec.model_copy(update={"moe": spec.moe.model_copy(update={"capacity_factor": TOKEN_DROP_CAPACITY})})
+    if spec.moe is not None and r.load_balancing != spec.moe.load_balancing:  # the recipe's balancing loss
+        spec = spec.model_copy(update={"moe": spec.moe.model_copy(update={"load_balancing": r.load_balancing})})
+    if not r.rope_fusion and isinstance(spec, LlamaSpec):  # Megatron-Core's eager RoPE (plan.eager_rope)
+        spec = spec.model_copy(update={"rope_fusion": False})
     mbs = r.micro_batch or p.mbs
     if mbs != p.mbs:
         gaps.append(f"published MBS {p.mbs} contradicts the recipe's micro_batch_size {mbs} (and the row's own GA): "

@@ -113,6 +113,10 @@ class ExpertInfo(StrictModel):
         False, description="the routed experts' activation of a clamped gated unit (``TransformerDims.glu_clamp``: "
                            "Megatron-Core clamps outside its fused kernel, ``plan.experts.glu_clamp_kernels``)"
     )
+    aux_loss: bool = Field(
+        True, description="the routing op of a router trained with a load-balancing loss (``MoESpec.load_balancing`` "
+                          "'aux_loss'); False: top-k only, no loss kernels (``plan.moe_host``)"
+    )
 
     @property
     def expert_rows(self) -> float:
@@ -148,7 +152,7 @@ class AttentionBmm(StrictModel):
 
 
 class Op(QuietDefaultsModel):
-    _quiet = ("cache_elems", "moe", "attention", "fused_flops", "bmm", "causal_keys")
+    _quiet = ("cache_elems", "moe", "attention", "fused_flops", "bmm", "causal_keys", "rope")
 
     name: str = Field(min_length=1)
     kind: OpKind
@@ -185,6 +189,10 @@ class Op(QuietDefaultsModel):
         description="a softmax over a causal self-attention's s × s scores: s, the keys per row (Megatron's fused "
         "causal softmax reads only the lower triangle and writes the whole row where it runs: "
         "``perf.score_kernels``); 0 otherwise",
+    )
+    rope: tuple[NonNeg, NonNeg] | None = Field(
+        None, description="elements per sample of the query and the key heads that Megatron-Core rotates after "
+        "this op with its unfused RoPE (``LlamaSpec.rope_fusion`` False: ``plan.eager_rope``); None: fused or none",
     )
 
     @property

@@ -19,6 +19,8 @@ Activation = Literal["gelu", "relu", "swiglu", "geglu"]
 """MLP non-linearity: the gated ones (swiglu, geglu) have up and gate projections, so 3 MLP matrices, not 2."""
 NormKind = Literal["layernorm", "rmsnorm"]
 """LayerNorm has a gain and a bias (2·h parameters), RMSNorm a gain (h)."""
+LoadBalancing = Literal["aux_loss", "none"]
+"""A router's training-time balancing: Megatron-Core's switch (aux) loss, or none (``MoESpec.load_balancing``)."""
 
 
 class MLASpec(StrictModel):
@@ -65,8 +67,14 @@ class MoESpec(QuietDefaultsModel):
         "block (Qwen2-MoE's shared_expert_gate; Megatron-Core --moe-shared-expert-gate)"
     )
 
+    load_balancing: LoadBalancing = Field(
+        "aux_loss", description="the router's load-balancing loss in training (Megatron-Core's "
+        "moe_router_load_balancing_type): 'aux_loss' (its default) computes the switch loss beside the top-k every "
+        "forward; 'none' computes no loss, as Megatron-Bridge's gpt-oss provider sets (plan.moe_host)"
+    )
+
     # added after files were written: left out of a dump at their default
-    _quiet = ("max_nodes_per_token", "shared_expert_gate")
+    _quiet = ("max_nodes_per_token", "shared_expert_gate", "load_balancing")
 
     @property
     def shared_ffn(self) -> int:
@@ -241,9 +249,14 @@ class GPTSpec(LearnedPositions):
 class LlamaSpec(TransformerDims):
     """LLaMA-style decoder: RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases."""
 
-    _quiet = tuple(f for f in _NEW_FIELDS if f != "kv_heads")
+    _quiet = (*(f for f in _NEW_FIELDS if f != "kv_heads"), "rope_fusion")
 
     kind: Literal["llama"] = "llama"
+    rope_fusion: bool = Field(
+        True, description="rotary embedding by Transformer Engine's fused kernel (Megatron-Core apply_rope_fusion; "
+        "not costed); False: Megatron-Core's eager chain on the query and key heads (plan.eager_rope), as for "
+        "gpt-oss's YaRN in Megatron-Bridge"
+    )
     kv_heads: PosInt | None = Field(None, description="key/value heads (GQA); default = heads")
     vocab: PosInt = 32000
     seq_len: PosInt = 4096

@@ -120,6 +120,36 @@ kernels (3): 5 kernels; calls 8 + three Functions' backward (9) + their gradient
 than the calls it adds (``host_call_s``): on dgx-h100 16 · 8 − 17 · 3 = 77 µs forward, 6 · 8 − 11 · 3 = 15 µs
 backward per MoE layer. The routing op's device cost is one kernel over the scores with or without it (the
 plan never charged the eager chain's extra device floors, above): the fused path changes nothing there.
+
+A router trained without a load-balancing loss (``MoESpec.load_balancing`` 'none', ``ExpertInfo.aux_loss`` False:
+Megatron-Core's ``moe_router_load_balancing_type`` "none", which Megatron-Bridge's gpt-oss model sets —
+``GPTOSSProvider`` in ``src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py`` and ``GPTOSSBridge.provider_bridge``
+in ``gpt_oss_bridge.py``, NVIDIA-NeMo/Megatron-Bridge, read at 355cef457010 and 0e4d6ed607e0) skips the routing
+group's aux-loss part (``AUX_LOSS``). ``TopKRouter.routing`` (NVIDIA/Megatron-LM
+``megatron/core/transformer/moe/router.py``, every copy read with the fused router, 2025-2026) runs that part
+only ``if self.training and torch.is_grad_enabled() and self.is_aux_loss_enabled()``, and
+``is_aux_loss_enabled`` is true only when 'aux_loss', 'seq_aux_loss' or 'global_aux_loss' is the routing type
+with a coefficient above 0 (``get_aux_loss_coeff``); "none" takes the same ``topk_routing_with_score_function``
+as the others and nothing else. The part, per pass:
+
+- forward, eager: the aux scores' softmax, top-k and map (6 kernels), the counts' sum (1), the loss's sum,
+  product, sum and scale (4), the tracker's division and accumulation (2): 13 kernels; calls
+  ``compute_routing_scores_for_aux_loss``, ``_apply_aux_loss`` and its coefficient lookup,
+  ``get_tokens_per_expert_and_token_count`` and the tensor-parallel reduction's Function (3),
+  ``switch_load_balancing_loss_func``, ``attach_and_log_load_balancing_loss``, ``save_to_aux_losses_tracker``,
+  the auto-scaler's Function (3), ``_apply_seq_aux_loss`` and ``_apply_global_aux_loss`` with their lookups (4):
+  17, less the two further lookups ``is_aux_loss_enabled`` makes when no type matches: 15 calls;
+- forward, fused: the fused score and loss kernels (1 each) instead of 6 and 4, the counts' sum and the
+  tracker's 2: 5 kernels; calls 17 + the two fused Functions' (6 and 5, above) − 2 = 26;
+- backward, eager: the auto-scaler's ones and product (2), the aux scores' softmax gradient (1) and the loss's
+  gradient (3: of the 9 gradient kernels above, the routing path's own are 5 — the scatter's gather, the cast,
+  the softmax's gradient, the top-k's zeros and scatter — and the loss's the remainder): 6 kernels; calls the
+  auto-scaler's and the reduction's Function backward (3 each): 6;
+- backward, fused: the auto-scaler's 2 and the two fused Functions' backward kernels: 4; calls 6 + those
+  Functions' backward (3 each) + one of the two gradient buffers: 13.
+
+The routing group keeps forward 9 kernels and 12 calls (fused 1 and 18), backward 5 and 2 (fused 1 and 6). Other
+balancing types ('seq_aux_loss', 'global_aux_loss', DeepSeek-V3's expert bias) are charged as 'aux_loss'.
 """
 
 from __future__ import annotations
@@ -142,6 +172,11 @@ class HostCount:
     per_expert: int = 0  # calls per local expert (GroupedLinear): host_call_s each
     per_expert_gemms: int = 0  # cuBLASLt GEMMs per local expert (GroupedLinear): host_dispatch_s each
 
+    def minus(self, other: HostCount) -> HostCount:
+        """This count without ``other``, a part of it (the routing group without its aux loss)."""
+        return HostCount(self.kernels - other.kernels, self.calls - other.calls,
+                         self.per_expert - other.per_expert, self.per_expert_gemms - other.per_expert_gemms)
+
     def seconds(self, local_experts: int, compute: Compute) -> float:
         return host_time(self.kernels + self.per_expert_gemms * local_experts,
                          self.calls + self.per_expert * local_experts, compute)
@@ -160,6 +195,11 @@ GROUPS: dict[str, tuple[HostCount, HostCount]] = {
 }
 # the routing group under mapping.moe_router_fusion (module docstring): (forward, backward)
 FUSED_ROUTING: tuple[HostCount, HostCount] = (HostCount(6, 44), HostCount(5, 19))
+# the routing group's load-balancing loss, skipped without one (module docstring): fused? → (forward, backward)
+AUX_LOSS: dict[bool, tuple[HostCount, HostCount]] = {
+    False: (HostCount(13, 15), HostCount(6, 6)),
+    True: (HostCount(5, 26), HostCount(4, 13)),
+}
 FP8_PADDING: dict[str, int] = {"dispatch": 4, "combine_side": 3}  # Fp8Padding / Fp8Unpadding calls, forward
 # one GroupedLinear: (forward, backward), bf16 and fp8
 GROUPED_LINEAR: dict[bool, tuple[HostCount, HostCount]] = {
@@ -211,10 +251,15 @@ def groups(op: Op) -> tuple[str, ...]:
     return ("activation",) if op.kind is OpKind.elementwise else ("gate",)
 
 
-def count(name: str, backward: bool, fp8: Fp8, fused_router: bool = False) -> tuple[HostCount, ...]:
+def count(name: str, backward: bool, fp8: Fp8, fused_router: bool = False,
+          aux_loss: bool = True) -> tuple[HostCount, ...]:
     """The counts one group's pass runs: its own (the routing group's fused one under ``fused_router``,
-    ``mapping.moe_router_fusion``), its GroupedLinear's, fp8's padding calls."""
-    out = [FUSED_ROUTING[backward] if fused_router and name == "routing" else GROUPS[name][backward]]
+    ``mapping.moe_router_fusion``, without its load-balancing loss unless ``aux_loss``), its GroupedLinear's,
+    fp8's padding calls."""
+    own = FUSED_ROUTING[backward] if fused_router and name == "routing" else GROUPS[name][backward]
+    if name == "routing" and not aux_loss:
+        own = own.minus(AUX_LOSS[fused_router][backward])
+    out = [own]
     if name in LINEAR_GROUPS:
         out.append(grouped_linear(backward, fp8))
         if fp8 and not backward:
@@ -240,4 +285,5 @@ def group_seconds(op: Op, names: tuple[str, ...] | frozenset[str], backward: boo
     graph replays instead (``plan.cuda_graphs``: the router and routing under ``moe_router``, the dispatcher's
     work before the host sync under ``moe_preprocess``)."""
     local = max(1, op.moe.experts // max(ep, 1)) if op.moe is not None else 1
-    return sum(c.seconds(local, compute) for name in names for c in count(name, backward, fp8, fused_router))
+    aux = op.moe.aux_loss if op.moe is not None else True
+    return sum(c.seconds(local, compute) for name in names for c in count(name, backward, fp8, fused_router, aux))

@@ -13,6 +13,7 @@ from tilewright.engine.perf.score_kernels import runs_causal_kernel
 from tilewright.engine.plan.a2a_host import schedule_host_seconds
 from tilewright.engine.plan.costed_op import as_costed, saved_bytes
 from tilewright.engine.plan.cuda_graphs import FULL_ITERATION, Capture
+from tilewright.engine.plan.eager_rope import rope_kernels
 from tilewright.engine.plan.experts import dispatch_work, exchange
 from tilewright.engine.plan.framework_host import eager_pointwise
 from tilewright.engine.plan.launch import drain_seconds, eager_cross_entropy_bytes, extra_launches, host_seconds
@@ -23,6 +24,9 @@ from tilewright.engine.plan.sharding import EP_PREFIX
 from tilewright.engine.plan.tp_overlap import TpOverlap, gemm_chunks
 from tilewright.engine.plan.tp_placement import is_weighted
 from tilewright.engine.plan.wgrad_delay import DelayedWgrad
+
+# the host frameworks that run Megatron-Core's rope_utils (``plan.eager_rope``)
+ROPE_FRAMEWORKS = frozenset({"megatron-lm", "mcore", "mcore-te"})
 
 
 class PassBuilder(PassComms, DelayedWgrad):
@@ -99,6 +103,7 @@ class PassBuilder(PassComms, DelayedWgrad):
             self._stream(op, moe.pad_bytes, host=False)
         if backward:  # the experts' output bias runs after fc2: its backward before fc2's
             self._eager_kernels(op, moe.bias_kernels)
+            self._eager_kernels(op, self._rope(op, backward))  # the unfused RoPE's backward before qkv's
         if fused != (False, False):
             fused = on_chip(op, fused, c)
         costed, axes = as_costed(op, c.dev, scores, fused), None if backward else c.tp_axes
@@ -150,6 +155,7 @@ class PassBuilder(PassComms, DelayedWgrad):
             self._ring(op, backward, t, seg)
         if not backward:
             self._eager_kernels(op, moe.bias_kernels)
+            self._eager_kernels(op, self._rope(op, backward))  # the unfused RoPE after qkv (plan.eager_rope)
         else:  # the clamps' backward follows the fused kernel's
             self._eager_kernels(op, moe.clamp_kernels)
         if not sort_first:
@@ -227,6 +233,18 @@ class PassBuilder(PassComms, DelayedWgrad):
         if host and (self._graph is None or not self._graph.whole):  # a graph replays it (``plan.cuda_graphs``)
             seg.host_s += c.dev.compute.host_dispatch_s
         self.layer_busy += seconds
+
+    def _rope(self, op: Op, backward: bool) -> tuple[float, ...]:
+        """Bytes of each eager kernel of Megatron-Core's unfused RoPE after ``op`` (``plan.eager_rope``): the
+        query's and the key's heads on this rank (split by tp like qkv's output); none outside Megatron-Core's
+        training (a serving runtime, ``moe_framework`` False, rotates in its own attention kernels) or where no host
+        framework launches kernels."""
+        c = self.ctx
+        if (op.rope is None or not c.moe_framework or c.host_framework not in ROPE_FRAMEWORKS
+                or not issues_kernels(c.dev.compute)):
+            return ()
+        per = c.micro_batch / shard(op, c.tp, c.sequence_parallel) * c.elem_bytes
+        return rope_kernels(tuple(e * per for e in op.rope), backward)
 
     def _eager_kernels(self, op: Op, kernels: tuple[float, ...]) -> None:
         """Eager kernels beside a routed-expert op (``experts.expert_bias_kernels``, ``experts.glu_clamp_kernels``):

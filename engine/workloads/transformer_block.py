@@ -54,6 +54,12 @@ Block variants (``TransformerDims`` fields) keep those rules and change shapes:
   the plain gated experts'; the routed-expert ops carry them (``ExpertInfo.glu_clamp`` on the activation,
   ``output_bias`` on the down projection) for the eager kernels Megatron-Core runs beside them
   (``plan.experts``).
+- ``load_balancing`` 'none' (``MoESpec``; Megatron-Bridge's gpt-oss): the same ops; the routing op's
+  ``ExpertInfo.aux_loss`` is False, so the host work of Megatron-Core's load-balancing loss is not charged
+  (``plan.moe_host``).
+- ``rope_fusion`` False (``LlamaSpec``; Megatron-Bridge's gpt-oss, whose YaRN scaling Megatron-Core does not
+  fuse): the qkv op carries the query's and the key's elements (``Op.rope``) for the eager RoPE kernels
+  Megatron-Core runs after it (``plan.eager_rope``); the graph is otherwise the same.
 - ``attention_sinks`` (gpt-oss): one learned logit per head joins each query row's softmax denominator:
   ``heads`` parameters on the softmax op (split by heads, as Megatron-Core shards its learnable softmax
   offset), and a + 1-th term in each of a·s rows of s scores, against the a·s² scores: not costed.
@@ -106,6 +112,7 @@ class BlockShape:
     qk_norm: bool = False  # a norm over each query and key head before attention (Qwen3, Gemma 3)
     sinks: bool = False  # a learned per-head logit in each softmax row (gpt-oss attention sinks)
     glu_clamp: bool = False  # the routed experts' gated unit clamps its inputs (gpt-oss swiglu_limit)
+    eager_rope: bool = False  # Megatron-Core's unfused RoPE on the query and key heads (LlamaSpec.rope_fusion False)
 
     @classmethod
     def of(
@@ -121,6 +128,7 @@ class BlockShape:
             parallel=spec.parallel_block, parallel_norms=spec.parallel_norms, sandwich=spec.sandwich_norm,
             window=spec.window_of(block), mla=spec.mla, moe=moe, causal=causal, qk_norm=spec.qk_norm,
             sinks=spec.attention_sinks, glu_clamp=spec.glu_clamp is not None,
+            eager_rope=not getattr(spec, "rope_fusion", True),
         )
 
     @property
@@ -238,8 +246,9 @@ def _add_attention(ops: OpList, b: BlockShape, attn_in: str) -> str:
         qkv_elems, query = _add_mla_projections(ops, b, attn_in)
         inputs, pair_flops = [query, ops.last], 2.0 * a * (b.mla.qk_head_dim + b.mla.v_head_dim)
     else:
+        rope = (float(s * a * b.head_dim), float(s * b.kv_heads * b.head_dim)) if b.eager_rope else None
         qkv = add_matmul(ops, "qkv", COL, s, b.qkv_width, h, b.linear(h, b.qkv_width, b.qkv_bias),
-                         saved=s * b.qkv_width, inputs=[attn_in])
+                         saved=s * b.qkv_width, inputs=[attn_in], rope=rope)
         qkv_elems, pair_flops = s * b.qkv_width, 4.0 * a * b.head_dim
         if b.qk_norm:
             qk = s * (a + b.kv_heads) * b.head_dim
@@ -329,7 +338,7 @@ def _add_moe(ops: OpList, b: BlockShape, moe: MoESpec, mlp_input: str) -> str:
              clamp: bool = False) -> ExpertInfo:
         return ExpertInfo(role=role, experts=e, top_k=moe.top_k, capacity_factor=moe.capacity_factor, tokens=s,
                           tokens_fraction=fraction, dispatch_elems_per_token=dispatch, combine_elems_per_token=combine,
-                          output_bias=bias, glu_clamp=clamp)
+                          output_bias=bias, glu_clamp=clamp, aux_loss=moe.load_balancing != "none")
 
     a2a = moe.slots_per_token * h  # each token's hidden vector to (and back from) each of its expert slots
     add_matmul(ops, "router", REP, s, e, h, e * h + (e if moe.router_bias else 0), inputs=[mlp_input],
