@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -195,7 +196,10 @@ def write_plots(panel: Any, folder: str | Path, fmt: str) -> list[Path]:
             writer = write_plot_png if fmt == "png" else write_plot_svg
             # The Gantt redraws for the export's width, its bars cut to the view (SVG does not clip).
             prepare = (lambda v=view: v.refresh_bars(clip=True)) if name == "timeline" else None
-            writer(view.plot_widget, tmp / f"{name}.{fmt}", prepare=prepare, title=view.export_title())
+            # A view may name more in a figure than on screen (the links plot's legend: every curve).
+            whole = getattr(view, "full_legend", None)
+            with whole() if whole is not None else nullcontext():
+                writer(view.plot_widget, tmp / f"{name}.{fmt}", prepare=prepare, title=view.export_title())
             if name == "timeline":
                 view.refresh_bars()  # unclipped again, for panning on screen
             names.append(f"{name}.{fmt}")

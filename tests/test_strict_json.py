@@ -86,3 +86,18 @@ def test_an_os_error_on_a_users_path_is_exit_2_naming_it(tmp_path, capsys, monke
     assert main(["run", "hypar-vgg-a", "--trace", str(tmp_path / "t.json")]) == 2
     err = capsys.readouterr().err
     assert "t.json" in err and "No space left on device" in err and "internal error" not in err
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    # the quote that opens the string is on line 2, column 8 ('  "a": "xyz')
+    ('{\n  "a": "xyz', "not valid JSON: Unterminated string starting at line 2, column 8"),
+    # a raw tab inside a string: line 1, column 9 (after '{"a": "x')
+    ('{"a": "x\ty"}', "not valid JSON: Invalid control character at line 1, column 9"),
+])
+def test_a_parse_error_says_where_in_one_phrase(tmp_path, capsys, text, reason):
+    """The parser's own message may end in "at"; the line and column follow it once ("starting at at line"
+    was printed)."""
+    path = _write(tmp_path, text)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"{path}: {reason}"

@@ -98,8 +98,27 @@ def validate_file(path: str, kind: str = "auto", *, allow_large: bool = False) -
     raise InputError(path, f"unknown kind '{kind}'")
 
 
+def preset_or_file(name: str, kind: str = "auto") -> str:
+    """``name`` itself when it is a file (or ``-``), else the preset it names as ``tilewright presets`` lists
+    them, as ``run`` and ``studio`` take them: a project's, else a system's, else a model's (``kind`` picks
+    one). An unknown name is refused listing the projects (or the kind asked for)."""
+    from tilewright.engine.io.presets import PresetKind, resolve
+
+    kinds: tuple[PresetKind, ...] = {"project": ("projects",), "system": ("systems",),
+                                     "model": ("models",)}.get(kind, ("projects", "systems", "models"))
+    refusal: InputError | None = None
+    for preset_kind in kinds:
+        try:
+            return str(resolve(preset_kind, name))
+        except InputError as exc:
+            refusal = refusal or exc
+    assert refusal is not None
+    raise refusal
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    print(validate_file(args.file, kind=args.kind, allow_large=args.allow_large))
+    path = args.file if args.kind == "sweep" else preset_or_file(args.file, args.kind)
+    print(validate_file(path, kind=args.kind, allow_large=args.allow_large))
     return 0
 
 
@@ -115,7 +134,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a project, system, model or sweep file")
-    p.add_argument("file", help="a file, or - for standard input")
+    p.add_argument("file", help="a file, a preset's name as `tilewright presets` lists it, or - for standard input")
     p.add_argument("--kind", choices=["auto", "project", "system", "model", "sweep"], default="auto")
     p.add_argument("--allow-large", action="store_true", help="check even past the size limits")
     p.set_defaults(handler=_cmd_validate)

@@ -67,7 +67,9 @@ def loads_strict(text: str, source: str) -> Any:
             json.dumps(data, ensure_ascii=False).encode("utf-8")
         return data
     except json.JSONDecodeError as exc:
-        raise InputError(source, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+        # some of the parser's messages end in "at" ("Unterminated string starting at"): one "at", not two
+        where = f"{exc.msg.removesuffix(' at')} at line {exc.lineno}, column {exc.colno}"
+        raise InputError(source, f"not valid JSON: {where}") from None
     except _NotJson as exc:
         raise InputError(source, f"not valid JSON: {exc}") from None
     except RecursionError:

@@ -9,8 +9,9 @@ The overlay choice (stages, heat at the cursor, heat averaged) sits here too, ne
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QBoxLayout, QComboBox, QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
 from tilewright.engine.results.result import Result
 from tilewright.studio.model.core_grid import op_uses
 from tilewright.studio.model.link_carriage import LinkCarriage
@@ -64,20 +65,57 @@ class DemoBar(QWidget):
         self.op_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.op_box.setMinimumContentsLength(OP_CHARS)
         self.op_box.currentIndexChanged.connect(self._op_chosen)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(6, 2, 6, 2)
-        row.addWidget(QLabel("Show:", self))
-        row.addWidget(self.mode_box)
-        row.addSpacing(12)
-        row.addWidget(self.op_label)
-        row.addWidget(self.op_box)
-        row.addSpacing(12)
-        row.addWidget(self.play_button)
-        row.addWidget(self.slider, 1)
-        row.addWidget(self.time_label)
+        # Two halves, side by side, or one above the other where the canvas is narrower than both: with a grid
+        # device's op chooser one row needs ~710 px, and a 1024-px window grew to 1,115 px around it (the
+        # inspector squeezed to its 84-px minimum) to give the canvas that width.
+        self.choices = QHBoxLayout()
+        self.choices.addWidget(QLabel("Show:", self))
+        self.choices.addWidget(self.mode_box)
+        self.choices.addSpacing(12)
+        self.choices.addWidget(self.op_label)
+        self.choices.addWidget(self.op_box)
+        self.choices.addStretch(0)
+        self.player = QHBoxLayout()
+        self.player.addWidget(self.play_button)
+        self.player.addWidget(self.slider, 1)
+        self.player.addWidget(self.time_label)
+        self.rows = QBoxLayout(QBoxLayout.Direction.LeftToRight, self)
+        self.rows.setContentsMargins(6, 2, 6, 2)
+        self.rows.setSpacing(12)
+        self.rows.addLayout(self.choices)
+        self.rows.addLayout(self.player, 1)
         self.set_time_cursor(self.cursor)
         overlay.resultChanged.connect(self._update_enabled)
         self._update_enabled()
+
+    # -- one row or two -----------------------------------------------------------------------------
+    def _one_row_width(self) -> int:
+        margins = self.rows.contentsMargins()
+        return (self.choices.minimumSize().width() + self.rows.spacing() + self.player.minimumSize().width()
+                + margins.left() + margins.right())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """As narrow as the wider half: below one row's width the halves stack (``resizeEvent``)."""
+        hint = super().minimumSizeHint()
+        margins = self.rows.contentsMargins()
+        half = max(self.choices.minimumSize().width(), self.player.minimumSize().width())
+        return QSize(half + margins.left() + margins.right(), hint.height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.fit_rows(event.size().width())
+
+    def fit_rows(self, width: int) -> None:
+        """One row where ``width`` holds both halves at their minimum, else the scrubber under the choices."""
+        direction = (QBoxLayout.Direction.LeftToRight if width >= self._one_row_width()
+                     else QBoxLayout.Direction.TopToBottom)
+        if self.rows.direction() != direction:
+            self.rows.setDirection(direction)
+            self.updateGeometry()  # the canvas above gives the bar its new height
+
+    @property
+    def stacked(self) -> bool:
+        return self.rows.direction() == QBoxLayout.Direction.TopToBottom
 
     # -- wiring -------------------------------------------------------------------------------------
     def set_time_cursor(self, cursor: TimeCursor) -> None:

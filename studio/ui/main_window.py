@@ -46,7 +46,7 @@ from tilewright.studio.ui.results.time_cursor import TimeCursor
 from tilewright.studio.ui.results_panel import ResultsPanel
 from tilewright.studio.ui.selection import Selection
 from tilewright.studio.ui.settle import SettleGate
-from tilewright.studio.ui.status import StatusBar
+from tilewright.studio.ui.status import NO_RUN, StatusBar
 from tilewright.studio.ui.workload_panel import WorkloadPanel
 from tilewright.studio.workers import NOT_RUN, Job, Relay, SimulateFn, fast_switching, start
 
@@ -132,6 +132,7 @@ class MainWindow(QMainWindow):
         self.doc.dirtyChanged.connect(lambda _d: self._update_title())
         self.doc.filePathChanged.connect(lambda _p: self._update_title())
         self.doc.projectReplaced.connect(self._update_title)
+        self.doc.projectReplaced.connect(self._forget_run)
         self.library.message.connect(self.show_message)
         self.canvas.scene.message.connect(self.show_message)
         self.runner.runningChanged.connect(self._on_running)
@@ -145,6 +146,16 @@ class MainWindow(QMainWindow):
         self.runner.finished.connect(
             lambda result, _s: self.canvas.show_result(result, self.runner.last_record.carriage))
         self.canvas.demo.opChosen.connect(self._op_chosen)
+
+    def _forget_run(self) -> None:
+        """Another project replaced the shown one (New, Open): a run of the old one still going is cancelled —
+        its result would land on this project's canvas and results — and the results, the canvas's heat, the
+        result exports and the status bar's "last run" go back to "no run yet" (the Runs tab keeps its history)."""
+        self.runner.cancel()
+        self.results.forget_run()
+        self.canvas.show_result(None)
+        self.actions_.exports.enable_results(False)
+        self.status.set_run_state(NO_RUN)
 
     def _op_chosen(self, use: Any) -> None:
         """The op chosen on the canvas: the link view lists its multicast and DRAM traffic too."""

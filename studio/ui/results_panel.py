@@ -43,6 +43,7 @@ from tilewright.studio.ui.results.links_view import LinksView
 from tilewright.studio.ui.results.memory_view import MemoryView
 from tilewright.studio.ui.results.progress import RunProgress
 from tilewright.studio.ui.results.summary import (
+    RUN_TITLE,
     SPLITS_TITLE,
     format_metric,
     headline,
@@ -211,7 +212,10 @@ class ResultsPanel(QWidget):
 
     def show_result(self, result: Result, seconds: float) -> None:
         tables = result_tables(result)
-        tables[0][1].append(("run took (studio)", format_value(seconds, SECONDS)))
+        # in the Run table: an out-of-memory run puts its OUT OF MEMORY table first, and the studio's wall
+        # time used to read as a row of it, under the device that overflowed
+        run_rows = next(rows for title, rows in tables if title == RUN_TITLE)
+        run_rows.append(("run took (studio)", format_value(seconds, SECONDS)))
         self._set_columns([table_html(title, rows) for title, rows in in_columns(tables)])
         splits = split_rows(result)
         self.splits.setText(table_html(SPLITS_TITLE, splits) if splits else "")
@@ -264,6 +268,22 @@ class ResultsPanel(QWidget):
         """Finish filling the views now (exports and scripts that read them right after a run)."""
         while self._pending and not self.released:
             self._pending.pop(0)()
+
+    def forget_run(self) -> None:
+        """Another project replaced the one that ran: its run's headline, timeline, links and memory no
+        longer describe what the window shows, so every view goes back to "no run yet". The Runs tab keeps
+        the history (comparing a run with one of another project is a fair question)."""
+        if self.released:
+            return
+        self.record = None
+        self._pending = []  # fills of the old run still queued
+        self._fill_timer.stop()
+        self.gantt.set_data(None)
+        self.links.set_result(None)
+        self.links.set_op(None)
+        self.memory.set_result(None)
+        self.cursor.set_span(0.0)
+        self.show_message(PLACEHOLDER)
 
     def show_message(self, text: str) -> None:
         self.header.setCurrentWidget(self.headline)

@@ -14,6 +14,7 @@ from tilewright.studio.document import ProjectDocument
 from tilewright.studio.workers import Job, Relay, check_job, start
 
 DEBOUNCE_MS = 250
+NO_RUN = "no run yet"  # the run state of a project not run in this window
 
 
 class StatusBar(QStatusBar):
@@ -27,7 +28,7 @@ class StatusBar(QStatusBar):
         # than widening the window past the screen (a 1280 × 720 window became 2,111 px wide)
         self.validation.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.validation.setMinimumWidth(10)
-        self.run_state = QLabel("no run yet")
+        self.run_state = QLabel(NO_RUN)
         self.addPermanentWidget(self.validation, 1)
         self.addPermanentWidget(self.run_state)
         self._generation = 0

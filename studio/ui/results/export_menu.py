@@ -44,7 +44,7 @@ class ResultExports(QObject):
         self.result_actions = [self.png, self.svg, self.csv, self.trace]
         for action in self.result_actions:
             action.setEnabled(False)
-        window.runner.recorded.connect(lambda _record: self._enable_results())
+        window.runner.recorded.connect(lambda _record: self.enable_results(True))
 
     def _add(self, text: str, slot: Callable[[], Any], tip: str) -> QAction:
         action = self.menu.addAction(text)
@@ -52,9 +52,10 @@ class ResultExports(QObject):
         action.triggered.connect(lambda _checked=False: slot())
         return action
 
-    def _enable_results(self) -> None:
+    def enable_results(self, on: bool) -> None:
+        """A run finished (on), or the project it ran was replaced by another (off: nothing of this one to export)."""
         for action in self.result_actions:
-            action.setEnabled(True)
+            action.setEnabled(on)
 
     def ask_folder(self, title: str) -> str | None:
         return QFileDialog.getExistingDirectory(self.window, title, self.window._dialog_dir()) or None

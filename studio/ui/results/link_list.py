@@ -11,13 +11,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
-from PySide6.QtGui import QIcon
+from PySide6.QtCore import QAbstractListModel, QEvent, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QKeyEvent, QKeySequence, QPixmap
+from PySide6.QtWidgets import QListView
 from tilewright.engine.results.result import Series
 from tilewright.studio.model.link_carriage import LinkCarriage
 from tilewright.studio.units import SECONDS, format_percent, format_value
 
 Index = QModelIndex | QPersistentModelIndex
+SWATCH_PX = 12
+
+
+def swatch(colour: str) -> QIcon:
+    """A square of ``colour`` (a curve's, or "transparent" for a row whose link is not plotted)."""
+    pixmap = QPixmap(SWATCH_PX, SWATCH_PX)
+    pixmap.fill(QColor(colour))
+    return QIcon(pixmap)
 
 
 class LinkListModel(QAbstractListModel):
@@ -30,6 +39,9 @@ class LinkListModel(QAbstractListModel):
         self.carriage = LinkCarriage()
         self.span = 0.0
         self.icons: dict[int, QIcon] = {}  # the rows whose link is plotted: its curve's colour
+        # the other rows an empty square of the same size: with no icon their text began a swatch further
+        # left, and the percentages of plotted and unplotted links no longer lined up
+        self.blank = swatch("transparent")
 
     def set_rows(self, rows: list[tuple[Series, float]], carriage: LinkCarriage, span: float) -> None:
         self.beginResetModel()
@@ -65,5 +77,36 @@ class LinkListModel(QAbstractListModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             return self.tooltip(index.row())
         if role == Qt.ItemDataRole.DecorationRole:
-            return self.icons.get(index.row())
+            return self.icons.get(index.row(), self.blank)
         return None
+
+
+LIST_KEYS = (QKeySequence.StandardKey.SelectAll, QKeySequence.StandardKey.Copy)
+
+
+class LinkListView(QListView):
+    """The list's own keys while it has the focus: Ctrl+A selects every link listed, Ctrl+C copies the
+    selected rows (average utilisation, a tab, the link's whole name: a spreadsheet's two columns). The
+    window's Edit actions are window-wide shortcuts that act on the canvas: in the list, Ctrl+A selected every
+    component on the canvas and Ctrl+C copied the canvas's selection as JSON."""
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent) and any(
+                event.matches(key) for key in LIST_KEYS):
+            event.accept()  # the key comes to keyPressEvent instead of the window's shortcut
+            return True
+        return super().event(event)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.matches(QKeySequence.StandardKey.Copy):
+            QGuiApplication.clipboard().setText(self.copied_text())
+        else:
+            super().keyPressEvent(event)  # Ctrl+A: the view's own select-all
+
+    def copied_text(self) -> str:
+        """The selected rows, busiest first: "56.4 %<tab>whole link name" a line."""
+        model = self.model()
+        rows = sorted(index.row() for index in self.selectionModel().selectedRows())
+        if not isinstance(model, LinkListModel):
+            return ""
+        return "".join(f"{format_percent(model.rows[r][1])}\t{model.rows[r][0].name}\n" for r in rows)

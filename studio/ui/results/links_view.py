@@ -10,16 +10,20 @@ and the chosen category's swatch stands beside the choice in the Gantt's colour.
 
 from __future__ import annotations
 
+import html
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QItemSelection, QItemSelectionModel, Qt
-from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QHBoxLayout,
     QLabel,
-    QListView,
+    QLineEdit,
     QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
@@ -39,7 +43,7 @@ from tilewright.studio.model.metrics import (
 )
 from tilewright.studio.model.palette import CATEGORY_COLOURS, CATEGORY_TIPS, category_label, series_colour
 from tilewright.studio.model.traffic_rows import TrafficRow, no_ports_note, op_rows, port_rows, port_spread
-from tilewright.studio.ui.results.link_list import LinkListModel
+from tilewright.studio.ui.results.link_list import LinkListModel, LinkListView, swatch
 from tilewright.studio.ui.results.plot_style import (
     add_legend_row,
     elastic,
@@ -53,16 +57,14 @@ from tilewright.studio.units import SECONDS, format_percent, format_value
 
 SHOWN_AT_FIRST = 4
 LEGEND_CHARS = 40
+# Curves named in the plot's own legend on screen (two rows of two): each further row took ~15 px from a
+# data area that is ~35 px high at 1280 × 720, and seven links left none, the legend running into the
+# readout. The list's swatches name every plotted curve; an exported figure's legend names them all.
+LEGEND_ON_SCREEN = 4
 WINDOWS = 200  # averaging windows per iteration: bursty links are read as load, not as 0/100 % spikes
 ANY_TRAFFIC = "any traffic"
 CARRYING_TIP = ("show only the links that carried this traffic (what the run recorded on the Gantt's link lanes, "
                 "the busiest links of each collective); a link's tooltip gives its busy time by category")
-
-
-def _swatch(colour: str) -> QIcon:
-    pixmap = QPixmap(12, 12)
-    pixmap.fill(QColor(colour))
-    return QIcon(pixmap)
 
 
 class LinksView(QWidget):
@@ -78,7 +80,7 @@ class LinksView(QWidget):
         self.curves: list[pg.PlotDataItem] = []
         self.heading = elastic(QLabel())
         self.model = LinkListModel(self.short)
-        self.list = QListView()
+        self.list = LinkListView()
         self.list.setModel(self.model)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         # A link's name ends in its far end ("→ …/dram@west[0]/ctrl"): at 1280 × 720 the list cut that end
@@ -95,6 +97,7 @@ class LinksView(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.15)
         self.plot.getViewBox().setMouseEnabled(y=False)
         self.legend = add_legend_row(self.plot, columns=2)
+        self._no_sample = pg.PlotDataItem(pen=None)  # the legend's "+N more" line: no line of its own
         self.cursor_line = CursorLine(cursor, self.plot, self)
         self.readout = elastic(QLabel())
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -114,6 +117,13 @@ class LinksView(QWidget):
         carrying_row.addWidget(QLabel("Carrying:"))
         carrying_row.addWidget(self.carrying, 1)
         left_layout.addLayout(carrying_row)
+        # a wafer lists 1,264 links: finding die[0,0]'s, or the DRAM ports', meant scrolling through them
+        self.name_filter = QLineEdit()
+        self.name_filter.setPlaceholderText("filter by name, e.g. die[0,0] or dram")
+        self.name_filter.setToolTip("list only the links whose name contains this text (any case)")
+        self.name_filter.setClearButtonEnabled(True)
+        self.name_filter.textChanged.connect(lambda _text: self._fill_list(self._selected_names()))
+        left_layout.addWidget(self.name_filter)
         left_layout.addWidget(self.list, 1)
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -138,6 +148,11 @@ class LinksView(QWidget):
         self.traffic.setColumnWidth(0, 300)
         self.traffic.setColumnWidth(1, 230)
         self.traffic.setColumnWidth(2, 230)
+        # one row under its header at least: its default minimum (70 px) made the Links tab 9 px taller than the
+        # results dock of a 1024 × 640 window holds, and the window grew to 649 px around it
+        row_px = self.traffic.fontMetrics().height() + 6
+        frame_px = 2 * self.traffic.frameWidth()
+        self.traffic.setMinimumHeight(self.traffic.header().sizeHint().height() + row_px + frame_px)
         self.op_use: CoreUse | None = None
         self.grid_shape: tuple[int, int] = (0, 0)
         self.ports: list[dict] = []
@@ -163,14 +178,21 @@ class LinksView(QWidget):
     def export_title(self) -> str:
         shape = f"averaged over {self.window_note.text()[5:]}" if self.averaged else "exact"
         carrying = f" carrying {category_label(self.category)}" if self.category else ""
+        named = f" named “{self.needle}”" if self.needle else ""
         return (f"Link utilisation ({shape}) of the {len(self.selected())} selected of {len(self.ranked)} links"
-                f"{carrying}")
+                f"{carrying}{named}")
 
     def set_result(self, result: Result | None, ranked: list[tuple[Series, float]] | None = None,
                    carriage: LinkCarriage | None = None) -> None:
         """Show ``result``'s links; ``ranked`` (busiest first) and ``carriage`` may come precomputed from the
-        worker."""
+        worker. A run following another (a re-run after an edit) keeps the "Carrying" choice and the links
+        selected, where the new run has them: the architect compares the same links, not the new top four."""
+        kept = (self.category, self._selected_names()) if self.result is not None else None
         self.result = result
+        if result is None:  # another project's links, if any, come next: the filter does not carry over
+            self.name_filter.blockSignals(True)
+            self.name_filter.clear()
+            self.name_filter.blockSignals(False)
         if result is None:
             self.all_ranked, self.carriage = [], LinkCarriage()
         else:
@@ -179,26 +201,27 @@ class LinksView(QWidget):
         self.span = time_span(result) if result is not None else 0.0
         self.root = root_prefix([s.name for s, _ in self.all_ranked])
         self.heading.setWordWrap(result is not None and not self.all_ranked)  # the reason, in full
-        self._fill_carrying()
+        self._fill_carrying(kept[0] if kept is not None and result is not None else None)
         self.ports = list(result.dram_ports) if result is not None else []
         # no links: no empty plot squeezed to a sliver above the table; the table is the news
         self.curves_part.setVisible(result is None or bool(self.all_ranked))
         self.outer.setSizes([600, 200])
         self._fill_traffic()
-        self._fill_list()
+        self._fill_list(kept[1] if kept is not None and result is not None else None)
 
-    def _fill_carrying(self) -> None:
-        """The categories the run's links carried, most link-seconds first, each with its Gantt colour."""
+    def _fill_carrying(self, keep: str | None = None) -> None:
+        """The categories the run's links carried, most link-seconds first, each with its Gantt colour;
+        ``keep`` stays chosen if the run carried it."""
         self.carrying.blockSignals(True)
         self.carrying.clear()
         self.carrying.addItem(ANY_TRAFFIC, None)
         for category in self.carriage.categories():
-            self.carrying.addItem(_swatch(CATEGORY_COLOURS.get(category, "#bab0ac")), category_label(category),
+            self.carrying.addItem(swatch(CATEGORY_COLOURS.get(category, "#bab0ac")), category_label(category),
                                   category)
             tip = CATEGORY_TIPS.get(category)
             if tip:
                 self.carrying.setItemData(self.carrying.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
-        self.carrying.setCurrentIndex(0)
+        self.carrying.setCurrentIndex(max(0, self.carrying.findData(keep)) if keep is not None else 0)
         self.carrying.setEnabled(self.carrying.count() > 2)  # one category: nothing to tell apart
         self.carrying.blockSignals(False)
 
@@ -207,27 +230,47 @@ class LinksView(QWidget):
         """The category the list is narrowed to, or None for every link."""
         return self.carrying.currentData()
 
-    def _fill_list(self) -> None:
-        category = self.category
+    @property
+    def needle(self) -> str:
+        """The text the links' names are filtered by ("" for none)."""
+        return self.name_filter.text().strip()
+
+    def _selected_names(self) -> set[str]:
+        return {self.ranked[r][0].name for r in self.selected()}
+
+    def _fill_list(self, keep: set[str] | None = None) -> None:
+        """List the links carrying the chosen category whose names contain the filter's text; select those
+        named in ``keep`` that are listed, or else the busiest ``SHOWN_AT_FIRST``."""
+        category, needle = self.category, self.needle.lower()
         self.ranked = [(s, m) for s, m in self.all_ranked
-                       if category is None or self.carriage.carries(s.name, category)]
+                       if (category is None or self.carriage.carries(s.name, category))
+                       and needle in s.name.lower()]
         selection = self.list.selectionModel()
         selection.blockSignals(True)
         self.model.set_rows(self.ranked, self.carriage, self.span)
-        if self.ranked:
-            first = QItemSelection(self.model.index(0), self.model.index(min(SHOWN_AT_FIRST, len(self.ranked)) - 1))
-            selection.select(first, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+        rows = [r for r, (s, _) in enumerate(self.ranked) if s.name in keep] if keep else []
+        chosen = QItemSelection()
+        for row in rows:
+            chosen.select(self.model.index(row), self.model.index(row))
+        if not rows and self.ranked:
+            chosen.select(self.model.index(0), self.model.index(min(SHOWN_AT_FIRST, len(self.ranked)) - 1))
+        if not chosen.isEmpty():
+            selection.select(chosen, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            if rows:
+                self.list.scrollTo(self.model.index(rows[0]))  # the kept links in view, not the list's top
         selection.blockSignals(False)
         if self.result is None:
             self.heading.setText("No run yet.")
         elif not self.all_ranked:
             self.heading.setText(f"No link utilisation to plot — {link_data_note(self.result, detail=True)}.")
-        elif category is None:
+        elif category is None and not needle:
             self.heading.setText(f"<b>{len(self.ranked)} links</b>, busiest first (average utilisation)")
         else:
-            self.heading.setText(f"<b>{len(self.ranked)} of {len(self.all_ranked)} links</b> carried "
-                                 f"{category_label(category)}, busiest first (average utilisation of all their "
-                                 "traffic)")
+            which = [f"carried {category_label(category)}"] if category is not None else []
+            which += [f"named “{html.escape(self.needle)}”"] if needle else []
+            self.heading.setText(f"<b>{len(self.ranked)} of {len(self.all_ranked)} links</b> {' and '.join(which)}, "
+                                 "busiest first (average utilisation"
+                                 f"{' of all their traffic' if category is not None else ''})")
         if self.span > 0:
             self.plot.setXRange(0, self.span, padding=0.01)
         self._replot()
@@ -301,15 +344,37 @@ class LinksView(QWidget):
             curve = pg.PlotDataItem(x, y, stepMode="center", pen=pg.mkPen(colour, width=1.5))
             top = max(top, float(max(y, default=0.0)))
             self.plot.addItem(curve)
-            self.legend.addItem(curve, elide(self.short(series.name), LEGEND_CHARS))
             self.curves.append(curve)
-            icons[row] = _swatch(colour)
+            icons[row] = swatch(colour)
+        self._fill_legend(full=False)
         self.model.set_icons(icons)
         # Scale to what is shown (a 1 % load is a flat line on a 0–100 % axis); the axis says "%".
         self.plot.setYRange(0, min(100.0, max(1.0, 1.15 * top)), padding=0)
         window = format_value(self.span / WINDOWS, SECONDS) if self.span > 0 else ""
         self.window_note.setText(f"over {window} windows" if self.averaged and window else "")
         self._update_readout(self.cursor.position)
+
+    def _fill_legend(self, full: bool) -> None:
+        """Name the plotted curves in the legend: all of them (``full``), or, when there are more
+        than ``LEGEND_ON_SCREEN``, the first few and a line saying how many more and where their colours are."""
+        self.legend.clear()
+        names = [self.short(self.ranked[row][0].name) for row in self.selected()]
+        count = len(self.curves)
+        shown = count if full or count <= LEGEND_ON_SCREEN else LEGEND_ON_SCREEN - 1
+        for curve, name in zip(self.curves[:shown], names, strict=False):
+            self.legend.addItem(curve, elide(name, LEGEND_CHARS))
+        if shown < count:
+            self.legend.addItem(self._no_sample, f"+{count - shown} more: colours in the list")
+
+    @contextmanager
+    def full_legend(self) -> Iterator[None]:
+        """While an export renders the plot: a figure on its own names every curve (on screen the list's
+        swatches do)."""
+        self._fill_legend(full=True)
+        try:
+            yield
+        finally:
+            self._fill_legend(full=False)
 
     def value_at(self, series: Series, t: float) -> float:
         """What the curve shows at ``t``: the window's mean, or the exact value (a fraction)."""

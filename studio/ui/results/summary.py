@@ -61,6 +61,7 @@ POWER_KEYS = ("average_power_w", "average_power_per_device_w")
 ENERGY_PART_LABELS = ENERGY_PART_NAMES | {"static": "static (idle devices)", "host": "host (node, rated max)"}
 UNKNOWN_ENERGY = "not known"
 SPLITS_TITLE = "Split over the cores"
+RUN_TITLE = "Run"  # the table of headline metrics (an out-of-memory run puts its OUT OF MEMORY table before it)
 
 
 def format_metric(key: str, value: Any) -> str:
@@ -127,7 +128,7 @@ def result_tables(result: Result) -> list[tuple[str, Rows]]:
         head = [(whole if k == label("energy_j") else k, v) for k, v in head]
     if m.get("mode") == "infer":  # the batch's energy over the tokens it generated
         head = [("energy per output token" if k == label("energy_per_token_j") else k, v) for k, v in head]
-    tables = [("Run", head)]
+    tables = [(RUN_TITLE, head)]
     breakdowns = (("time_breakdown_s", "Time per iteration"), ("memory_breakdown_bytes", "Memory (peak device)"))
     for key, title in breakdowns:
         unit_key = "x_s" if key.endswith("_s") else "x_bytes"
